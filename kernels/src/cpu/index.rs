@@ -1,0 +1,70 @@
+//! Indexing kernels. Indices are validated by the runtime (which names the op in its
+//! panic); slice indexing here still bounds-checks, so a bad index can never be UB.
+
+use crate::{Element, Layout, NumElement};
+
+/// Picks rows `index` along the middle dim of a contiguous `[outer, r, inner]` buffer.
+///
+/// ```
+/// use ferrograd_kernels::cpu::index_select;
+/// let x = [1, 2, 3, 4, 5, 6]; // [3, 2]
+/// assert_eq!(index_select(&x, 1, 3, 2, &[2, 0]), vec![5, 6, 1, 2]);
+/// ```
+pub fn index_select<T: Element>(src: &[T], outer: usize, r: usize, inner: usize, index: &[i64]) -> Vec<T> {
+    let mut out = Vec::with_capacity(outer * index.len() * inner);
+    for o in 0..outer {
+        for &i in index {
+            let start = (o * r + i as usize) * inner;
+            out.extend_from_slice(&src[start..start + inner]);
+        }
+    }
+    out
+}
+
+/// `out[p] = src[p with p[dim] = index[p]]` for every position `p` of `index_shape`.
+/// `src_layout` is the source view; `index` is contiguous.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::gather, Layout};
+/// let src = [1, 2, 3, 4]; // [[1, 2], [3, 4]]
+/// let out = gather(&src, &Layout::contiguous(&[2, 2]), &[0, 0, 1, 0], &[2, 2], 1);
+/// assert_eq!(out, vec![1, 1, 4, 3]);
+/// ```
+pub fn gather<T: Element>(src: &[T], src_layout: &Layout, index: &[i64], index_shape: &[usize], dim: usize) -> Vec<T> {
+    let dim_stride = src_layout.strides()[dim];
+    let mut strides = crate::Dims::from_slice(src_layout.strides());
+    strides[dim] = 0;
+    let walk = Layout::from_parts(crate::Dims::from_slice(index_shape), strides, src_layout.offset());
+    walk.offsets()
+        .zip(index)
+        .map(|(base, &i)| src[base + i as usize * dim_stride])
+        .collect()
+}
+
+/// `dst[p with p[dim] = index[p]] += src[p]` for every position `p` of the index's shape.
+/// `dst` is contiguous with shape `dst_shape`; `src_layout` has the index's shape.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::scatter_add, Layout};
+/// let mut dst = vec![0.0f32; 3];
+/// scatter_add(&mut dst, &[3], &[0, 2, 0], &[1.0, 2.0, 3.0], &Layout::contiguous(&[3]), 0);
+/// assert_eq!(dst, vec![4.0, 0.0, 2.0]);
+/// ```
+pub fn scatter_add<T: NumElement>(
+    dst: &mut [T],
+    dst_shape: &[usize],
+    index: &[i64],
+    src: &[T],
+    src_layout: &Layout,
+    dim: usize,
+) {
+    let dst_layout = Layout::contiguous(dst_shape);
+    let dim_stride = dst_layout.strides()[dim];
+    let mut strides = crate::Dims::from_slice(dst_layout.strides());
+    strides[dim] = 0;
+    let walk = Layout::from_parts(crate::Dims::from_slice(src_layout.shape()), strides, 0);
+    for ((base, &i), s) in walk.offsets().zip(index).zip(src_layout.offsets()) {
+        let d = &mut dst[base + i as usize * dim_stride];
+        *d = *d + src[s];
+    }
+}

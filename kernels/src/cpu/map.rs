@@ -1,0 +1,252 @@
+//! Elementwise kernels: one generic loop per arity, with a contiguous fast path, a
+//! strided fallback over coalesced rows, and rayon above [`PARALLEL_THRESHOLD`].
+
+use super::PARALLEL_THRESHOLD;
+use crate::layout::{coalesce, for_each_row};
+use crate::{Element, Layout};
+use rayon::prelude::*;
+
+/// Rows handed to one rayon task in strided loops.
+fn rows_per_task(rows: usize, row_len: usize) -> usize {
+    let per_task = (PARALLEL_THRESHOLD / row_len.max(1)).max(1);
+    per_task.min(rows.max(1))
+}
+
+/// `out[i] = f(src[i])` over a strided view; the result is contiguous.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::unary_map, Layout};
+/// let src = [1.0f32, 2.0, 3.0, 4.0];
+/// let t = Layout::contiguous(&[2, 2]).transpose(0, 1);
+/// assert_eq!(unary_map(&src, &t, |x| x * 10.0), vec![10.0, 30.0, 20.0, 40.0]);
+/// ```
+pub fn unary_map<T: Element, U: Element>(
+    src: &[T],
+    layout: &Layout,
+    f: impl Fn(T) -> U + Sync,
+) -> Vec<U> {
+    let n = layout.numel();
+    if let Some(range) = layout.contiguous_range() {
+        let src = &src[range];
+        if n < PARALLEL_THRESHOLD {
+            return src.iter().map(|&x| f(x)).collect();
+        }
+        let mut out = Vec::with_capacity(n);
+        src.par_iter()
+            .with_min_len(4096)
+            .map(|&x| f(x))
+            .collect_into_vec(&mut out);
+        return out;
+    }
+    let (shape, strides) = coalesce(layout.shape(), [layout.strides()]);
+    let inner = *shape.last().unwrap();
+    let inner_stride = *strides[0].last().unwrap();
+    let rows = n / inner.max(1);
+    let mut out = vec![U::default(); n];
+    let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
+        let first = chunk_index * rows_per;
+        let count = chunk.len() / inner;
+        for_each_row(&shape, &strides, [layout.offset()], first..first + count, |row, [o]| {
+            let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = f(src[o + j * inner_stride]);
+            }
+        });
+    };
+    if n < PARALLEL_THRESHOLD || inner == 0 {
+        if inner > 0 {
+            run(0, &mut out, rows);
+        }
+    } else {
+        let per = rows_per_task(rows, inner);
+        out.par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(i, chunk)| run(i, chunk, per));
+    }
+    out
+}
+
+/// `out[i] = f(lhs[i], rhs[i])` over two strided views of one shape (broadcast views have
+/// stride 0); the result is contiguous.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::binary_map, Layout};
+/// let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// let b = [10.0f32, 20.0, 30.0];
+/// let la = Layout::contiguous(&[2, 3]);
+/// let lb = Layout::contiguous(&[3]).broadcast_to(&[2, 3]);
+/// assert_eq!(binary_map(&a, &la, &b, &lb, |x, y| x + y), vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+/// ```
+pub fn binary_map<T: Element, U: Element>(
+    lhs: &[T],
+    lhs_layout: &Layout,
+    rhs: &[T],
+    rhs_layout: &Layout,
+    f: impl Fn(T, T) -> U + Sync,
+) -> Vec<U> {
+    debug_assert_eq!(lhs_layout.shape(), rhs_layout.shape());
+    let n = lhs_layout.numel();
+    if let (Some(lr), Some(rr)) = (lhs_layout.contiguous_range(), rhs_layout.contiguous_range()) {
+        let (l, r) = (&lhs[lr], &rhs[rr]);
+        if n < PARALLEL_THRESHOLD {
+            return l.iter().zip(r).map(|(&a, &b)| f(a, b)).collect();
+        }
+        let mut out = Vec::with_capacity(n);
+        l.par_iter()
+            .zip(r.par_iter())
+            .with_min_len(4096)
+            .map(|(&a, &b)| f(a, b))
+            .collect_into_vec(&mut out);
+        return out;
+    }
+    let (shape, strides) = coalesce(lhs_layout.shape(), [lhs_layout.strides(), rhs_layout.strides()]);
+    let inner = *shape.last().unwrap();
+    let (ls, rs) = (*strides[0].last().unwrap(), *strides[1].last().unwrap());
+    let rows = n / inner.max(1);
+    let mut out = vec![U::default(); n];
+    let base = [lhs_layout.offset(), rhs_layout.offset()];
+    let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
+        let first = chunk_index * rows_per;
+        let count = chunk.len() / inner;
+        for_each_row(&shape, &strides, base, first..first + count, |row, [lo, ro]| {
+            let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
+            match (ls, rs) {
+                // The common broadcast patterns get loops the compiler can vectorise.
+                (1, 1) => {
+                    for ((d, &a), &b) in dst.iter_mut().zip(&lhs[lo..lo + inner]).zip(&rhs[ro..ro + inner]) {
+                        *d = f(a, b);
+                    }
+                }
+                (1, 0) => {
+                    let b = rhs[ro];
+                    for (d, &a) in dst.iter_mut().zip(&lhs[lo..lo + inner]) {
+                        *d = f(a, b);
+                    }
+                }
+                (0, 1) => {
+                    let a = lhs[lo];
+                    for (d, &b) in dst.iter_mut().zip(&rhs[ro..ro + inner]) {
+                        *d = f(a, b);
+                    }
+                }
+                _ => {
+                    for (j, d) in dst.iter_mut().enumerate() {
+                        *d = f(lhs[lo + j * ls], rhs[ro + j * rs]);
+                    }
+                }
+            }
+        });
+    };
+    if n < PARALLEL_THRESHOLD || inner == 0 {
+        if inner > 0 {
+            run(0, &mut out, rows);
+        }
+    } else {
+        let per = rows_per_task(rows, inner);
+        out.par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(i, chunk)| run(i, chunk, per));
+    }
+    out
+}
+
+/// `out[i] = f(cond[i], a[i], b[i])` over three strided views of one shape (used by `where`).
+pub fn ternary_map<C: Element, T: Element, U: Element>(
+    cond: &[C],
+    cond_layout: &Layout,
+    a: &[T],
+    a_layout: &Layout,
+    b: &[T],
+    b_layout: &Layout,
+    f: impl Fn(C, T, T) -> U + Sync,
+) -> Vec<U> {
+    let n = cond_layout.numel();
+    let (shape, strides) = coalesce(
+        cond_layout.shape(),
+        [cond_layout.strides(), a_layout.strides(), b_layout.strides()],
+    );
+    let inner = *shape.last().unwrap();
+    let (cs, as_, bs) = (strides[0][shape.len() - 1], strides[1][shape.len() - 1], strides[2][shape.len() - 1]);
+    let rows = n / inner.max(1);
+    let mut out = vec![U::default(); n];
+    let base = [cond_layout.offset(), a_layout.offset(), b_layout.offset()];
+    let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
+        let first = chunk_index * rows_per;
+        let count = chunk.len() / inner;
+        for_each_row(&shape, &strides, base, first..first + count, |row, [co, ao, bo]| {
+            let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = f(cond[co + j * cs], a[ao + j * as_], b[bo + j * bs]);
+            }
+        });
+    };
+    if n < PARALLEL_THRESHOLD || inner == 0 {
+        if inner > 0 {
+            run(0, &mut out, rows);
+        }
+    } else {
+        let per = rows_per_task(rows, inner);
+        out.par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(i, chunk)| run(i, chunk, per));
+    }
+    out
+}
+
+/// Converts a strided view to another element type, contiguous.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::cast, Layout};
+/// let v: Vec<i64> = cast(&[1.5f32, -2.5], &Layout::contiguous(&[2]));
+/// assert_eq!(v, vec![1, -2]);
+/// ```
+pub fn cast<T: Element, U: Element>(src: &[T], layout: &Layout) -> Vec<U> {
+    unary_map(src, layout, |x| U::from_f64(x.to_f64()))
+}
+
+/// `dst[i] = f(dst[i])` in place over a strided view.
+pub fn unary_inplace<T: Element>(dst: &mut [T], layout: &Layout, f: impl Fn(T) -> T + Sync) {
+    if let Some(range) = layout.contiguous_range() {
+        let dst = &mut dst[range];
+        if dst.len() < PARALLEL_THRESHOLD {
+            dst.iter_mut().for_each(|x| *x = f(*x));
+        } else {
+            dst.par_iter_mut().with_min_len(4096).for_each(|x| *x = f(*x));
+        }
+        return;
+    }
+    for offset in layout.offsets() {
+        dst[offset] = f(dst[offset]);
+    }
+}
+
+/// `dst[i] = f(dst[i], src[i])` in place; `src_layout` is already broadcast to
+/// `dst_layout`'s shape and `src` is a different buffer from `dst`.
+pub fn binary_inplace<T: Element>(
+    dst: &mut [T],
+    dst_layout: &Layout,
+    src: &[T],
+    src_layout: &Layout,
+    f: impl Fn(T, T) -> T + Sync,
+) {
+    if let (Some(dr), Some(sr)) = (dst_layout.contiguous_range(), src_layout.contiguous_range()) {
+        let (d, s) = (&mut dst[dr], &src[sr]);
+        if d.len() < PARALLEL_THRESHOLD {
+            d.iter_mut().zip(s).for_each(|(x, &y)| *x = f(*x, y));
+        } else {
+            d.par_iter_mut()
+                .zip(s.par_iter())
+                .with_min_len(4096)
+                .for_each(|(x, &y)| *x = f(*x, y));
+        }
+        return;
+    }
+    for (d, s) in dst_layout.offsets().zip(src_layout.offsets()) {
+        dst[d] = f(dst[d], src[s]);
+    }
+}
+
+/// Writes `value` to every element of a strided view.
+pub fn fill_strided<T: Element>(dst: &mut [T], layout: &Layout, value: T) {
+    unary_inplace(dst, layout, |_| value)
+}

@@ -1,0 +1,202 @@
+//! CPU kernels: contiguous fast paths, strided fallbacks, rayon above a size threshold.
+
+mod map;
+mod matmul;
+mod reduce;
+mod unfold;
+mod index;
+
+pub use index::{gather, index_select, scatter_add};
+pub use map::{binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map};
+pub use matmul::{MatmulShape, matmul};
+pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
+pub use unfold::{Conv2dGeometry, fold2d, unfold2d};
+
+use crate::{DType, Element};
+use half::{bf16, f16};
+
+/// Below this many elements, elementwise kernels run on the calling thread: spawning
+/// rayon tasks costs more than it saves.
+pub const PARALLEL_THRESHOLD: usize = 1 << 15;
+
+/// A tensor's elements in host memory, one variant per dtype.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::CpuStorage, DType};
+/// let s = CpuStorage::F32(vec![1.0, 2.0]);
+/// assert_eq!(s.dtype(), DType::F32);
+/// assert_eq!(s.len(), 2);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuStorage {
+    /// float32 elements.
+    F32(Vec<f32>),
+    /// float64 elements.
+    F64(Vec<f64>),
+    /// float16 elements.
+    F16(Vec<f16>),
+    /// bfloat16 elements.
+    BF16(Vec<bf16>),
+    /// int64 elements.
+    I64(Vec<i64>),
+    /// uint8 elements.
+    U8(Vec<u8>),
+    /// bool elements.
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$T` bound to the Rust element type of `$dtype`.
+///
+/// ```
+/// use ferrograd_kernels::{with_dtype, DType};
+/// let size = with_dtype!(DType::F64, T => std::mem::size_of::<T>());
+/// assert_eq!(size, 8);
+/// ```
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+
+/// Like [`with_dtype!`] for dtypes with arithmetic; `$other` runs for bool.
+#[macro_export]
+macro_rules! with_num_dtype {
+    ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::Bool => $other,
+        }
+    };
+}
+
+/// Like [`with_dtype!`] for floating dtypes; `$other` runs for the rest.
+#[macro_export]
+macro_rules! with_float_dtype {
+    ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+impl CpuStorage {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
+            CpuStorage::I64(_) => DType::I64,
+            CpuStorage::U8(_) => DType::U8,
+            CpuStorage::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        with_dtype!(self.dtype(), T => self.typed::<T>().len())
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements as a typed slice.
+    ///
+    /// # Panics
+    /// If `T` is not this storage's element type (an internal dispatch bug).
+    #[track_caller]
+    pub fn typed<T: Element>(&self) -> &[T] {
+        T::slice(self).unwrap_or_else(|| {
+            panic!("internal: storage holds {:?}, kernel asked for {:?}", self.dtype(), T::DTYPE)
+        })
+    }
+
+    /// The elements as a mutable typed slice.
+    ///
+    /// # Panics
+    /// If `T` is not this storage's element type (an internal dispatch bug).
+    #[track_caller]
+    pub fn typed_mut<T: Element>(&mut self) -> &mut [T] {
+        let dtype = self.dtype();
+        T::slice_mut(self).unwrap_or_else(|| {
+            panic!("internal: storage holds {dtype:?}, kernel asked for {:?}", T::DTYPE)
+        })
+    }
+
+    /// `n` copies of `value` converted to `dtype`.
+    pub fn full(dtype: DType, n: usize, value: f64) -> Self {
+        with_dtype!(dtype, T => T::into_storage(vec![T::from_f64(value); n]))
+    }
+}

@@ -1,0 +1,226 @@
+//! Reductions along one dim of a contiguous buffer viewed as `[outer, r, inner]`, and the
+//! row-wise fused softmax kernels. Multi-dim reductions are sequences of these.
+
+use super::PARALLEL_THRESHOLD;
+use crate::{Element, FloatElement, NumElement};
+use num_traits::Float;
+use rayon::prelude::*;
+
+/// Runs `body(o, out_row)` for every outer index, in parallel when the work is large.
+fn for_each_outer<U: Send>(
+    out: &mut [U],
+    outer: usize,
+    work_per_outer: usize,
+    body: impl Fn(usize, &mut [U]) + Sync,
+) {
+    if outer == 0 {
+        return;
+    }
+    let row = out.len() / outer;
+    if outer * work_per_outer < PARALLEL_THRESHOLD || outer == 1 || row == 0 {
+        if row == 0 {
+            return;
+        }
+        out.chunks_mut(row).enumerate().for_each(|(o, chunk)| body(o, chunk));
+    } else {
+        out.par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(o, chunk)| body(o, chunk));
+    }
+}
+
+/// A general fold along the middle dim: `out[o, i] = finish(fold(.. fold(init, x[o, 0, i]) .., x[o, r-1, i]))`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::reduce_dim;
+/// // prod over dim 1 of a [1, 3, 2] buffer
+/// let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// let p: Vec<f32> = reduce_dim(&x, 1, 3, 2, 1.0f32, |a, v| a * v, |a| a);
+/// assert_eq!(p, vec![15.0, 48.0]);
+/// ```
+pub fn reduce_dim<T: Element, A: Copy + Send + Sync, U: Element>(
+    src: &[T],
+    outer: usize,
+    r: usize,
+    inner: usize,
+    init: A,
+    fold: impl Fn(A, T) -> A + Sync,
+    finish: impl Fn(A) -> U + Sync,
+) -> Vec<U> {
+    let mut out = vec![U::default(); outer * inner];
+    for_each_outer(&mut out, outer, r * inner, |o, dst| {
+        let block = &src[o * r * inner..(o + 1) * r * inner];
+        if inner == 1 {
+            dst[0] = finish(block.iter().fold(init, |a, &v| fold(a, v)));
+        } else {
+            let mut acc = vec![init; inner];
+            for row in block.chunks_exact(inner) {
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a = fold(*a, v);
+                }
+            }
+            for (d, a) in dst.iter_mut().zip(acc) {
+                *d = finish(a);
+            }
+        }
+    });
+    out
+}
+
+/// Sums a contiguous slice in the accumulator type with several independent lanes, so the
+/// loop vectorises and the rounding error grows more slowly than a serial sum.
+fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
+    const LANES: usize = 8;
+    let mut lanes = [T::Acc::ZERO; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (l, &v) in lanes.iter_mut().zip(chunk) {
+            *l = *l + v.to_acc();
+        }
+    }
+    let mut total = T::Acc::ZERO;
+    for l in lanes {
+        total = total + l;
+    }
+    for &v in tail {
+        total = total + v.to_acc();
+    }
+    total
+}
+
+/// Sum along the middle dim of `[outer, r, inner]`, accumulating in `T::Acc`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::sum_dim;
+/// let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// assert_eq!(sum_dim(&x, 2, 3, 1), vec![6.0, 15.0]);
+/// assert_eq!(sum_dim(&x, 1, 2, 3), vec![5.0, 7.0, 9.0]);
+/// ```
+pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> Vec<T> {
+    let mut out = vec![T::ZERO; outer * inner];
+    for_each_outer(&mut out, outer, r * inner, |o, dst| {
+        let block = &src[o * r * inner..(o + 1) * r * inner];
+        if inner == 1 {
+            dst[0] = T::from_acc(sum_slice(block));
+        } else {
+            let mut acc = vec![T::Acc::ZERO; inner];
+            for row in block.chunks_exact(inner) {
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a = *a + v.to_acc();
+                }
+            }
+            for (d, a) in dst.iter_mut().zip(acc) {
+                *d = T::from_acc(a);
+            }
+        }
+    });
+    out
+}
+
+/// Max/min-style reduction with indices along the middle dim: `better(candidate, best)`
+/// says when a candidate replaces the best so far; NaN always wins, as in PyTorch.
+///
+/// ```
+/// use ferrograd_kernels::cpu::arg_reduce_dim;
+/// let x = [3.0f32, 7.0, 7.0, 1.0];
+/// let (v, i) = arg_reduce_dim(&x, 1, 4, 1, |c, b| c > b);
+/// assert_eq!((v, i), (vec![7.0], vec![1]));
+/// ```
+pub fn arg_reduce_dim<T: Element>(
+    src: &[T],
+    outer: usize,
+    r: usize,
+    inner: usize,
+    better: impl Fn(T, T) -> bool + Sync,
+) -> (Vec<T>, Vec<i64>) {
+    #[allow(clippy::eq_op)]
+    let is_nan = |v: T| v != v;
+    let mut out: Vec<(T, i64)> = vec![(T::default(), 0); outer * inner];
+    let pick = |best: &mut (T, i64), v: T, j: usize| {
+        if !is_nan(best.0) && (is_nan(v) || better(v, best.0)) {
+            *best = (v, j as i64);
+        }
+    };
+    for_each_outer(&mut out, outer, r * inner, |o, dst| {
+        let block = &src[o * r * inner..(o + 1) * r * inner];
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = (block[i], 0);
+        }
+        for j in 1..r {
+            for (i, d) in dst.iter_mut().enumerate() {
+                pick(d, block[j * inner + i], j);
+            }
+        }
+    });
+    out.into_iter().unzip()
+}
+
+/// Inclusive prefix sum along the middle dim of `[outer, r, inner]`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::cumsum_dim;
+/// assert_eq!(cumsum_dim(&[1i64, 2, 3, 4], 1, 4, 1), vec![1, 3, 6, 10]);
+/// ```
+pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> Vec<T> {
+    let mut out = vec![T::ZERO; outer * r * inner];
+    for_each_outer(&mut out, outer, r * inner, |o, dst| {
+        let block = &src[o * r * inner..(o + 1) * r * inner];
+        let mut acc = vec![T::Acc::ZERO; inner];
+        for j in 0..r {
+            for i in 0..inner {
+                acc[i] = acc[i] + block[j * inner + i].to_acc();
+                dst[j * inner + i] = T::from_acc(acc[i]);
+            }
+        }
+    });
+    out
+}
+
+/// Softmax of each contiguous row of length `len`, in one pass for the max and one for
+/// the exponentials (accumulating in f32 for half types).
+///
+/// ```
+/// use ferrograd_kernels::cpu::softmax_rows;
+/// let s = softmax_rows(&[0.0f32, 0.0, 1000.0, 1000.0], 2, 2);
+/// assert_eq!(s, vec![0.5, 0.5, 0.5, 0.5]);
+/// ```
+pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<T> {
+    let mut out = vec![T::ZERO; rows * len];
+    for_each_outer(&mut out, rows, len * 4, |o, dst| {
+        let row = &src[o * len..(o + 1) * len];
+        let max = row.iter().fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
+        let mut total = T::Acc::ZERO;
+        for (d, &v) in dst.iter_mut().zip(row) {
+            let e = (v.to_acc() - max).exp();
+            total = total + e;
+            *d = T::from_acc(e);
+        }
+        let inv = T::Acc::ONE / total;
+        for d in dst.iter_mut() {
+            *d = T::from_acc(d.to_acc() * inv);
+        }
+    });
+    out
+}
+
+/// Log-softmax of each contiguous row: `x - max - log(sum(exp(x - max)))`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::log_softmax_rows;
+/// let s = log_softmax_rows(&[0.0f64, 0.0], 1, 2);
+/// assert!((s[0] + std::f64::consts::LN_2).abs() < 1e-12);
+/// ```
+pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<T> {
+    let mut out = vec![T::ZERO; rows * len];
+    for_each_outer(&mut out, rows, len * 4, |o, dst| {
+        let row = &src[o * len..(o + 1) * len];
+        let max = row.iter().fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
+        let total: T::Acc = row.iter().map(|&v| (v.to_acc() - max).exp()).sum();
+        let shift = max + total.ln();
+        for (d, &v) in dst.iter_mut().zip(row) {
+            *d = T::from_acc(v.to_acc() - shift);
+        }
+    });
+    out
+}

@@ -1,0 +1,146 @@
+//! im2col (`unfold2d`) and its adjoint col2im (`fold2d`): convolution and pooling are
+//! built on these plus matmul/reductions, so each has exactly one backward.
+
+use super::PARALLEL_THRESHOLD;
+use crate::NumElement;
+use rayon::prelude::*;
+
+/// The sizes of a 2-D sliding window over `[n, c, h, w]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    /// Batch size.
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Input height and width.
+    pub input: [usize; 2],
+    /// Kernel height and width.
+    pub kernel: [usize; 2],
+    /// Stride per spatial dim.
+    pub stride: [usize; 2],
+    /// Zero padding per spatial dim (both sides).
+    pub padding: [usize; 2],
+    /// Dilation per spatial dim.
+    pub dilation: [usize; 2],
+}
+
+impl Conv2dGeometry {
+    /// The output size along spatial dim `d`, or `None` when the window does not fit.
+    ///
+    /// ```
+    /// use ferrograd_kernels::cpu::Conv2dGeometry;
+    /// let g = Conv2dGeometry { n: 1, c: 1, input: [28, 28], kernel: [5, 5], stride: [1, 1], padding: [2, 2], dilation: [1, 1] };
+    /// assert_eq!(g.output(), Some([28, 28]));
+    /// ```
+    pub fn output(&self) -> Option<[usize; 2]> {
+        let mut out = [0; 2];
+        for d in 0..2 {
+            let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
+            let padded = self.input[d] + 2 * self.padding[d];
+            if padded < span || self.stride[d] == 0 {
+                return None;
+            }
+            out[d] = (padded - span) / self.stride[d] + 1;
+        }
+        Some(out)
+    }
+
+    fn out_unchecked(&self) -> [usize; 2] {
+        self.output().expect("conv geometry checked by the caller")
+    }
+}
+
+/// `[n, c, h, w]` (contiguous) to columns `[n, c*kh*kw, oh*ow]`, zero outside the input.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{unfold2d, Conv2dGeometry};
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// assert_eq!(unfold2d(&[1.0f32, 2.0, 3.0, 4.0], &g), vec![1.0, 2.0, 3.0, 4.0]);
+/// ```
+pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let [oh, ow] = g.out_unchecked();
+    let [h, w] = g.input;
+    let [kh, kw] = g.kernel;
+    let plane = oh * ow;
+    let per_channel = kh * kw * plane;
+    let mut out = vec![T::ZERO; g.n * g.c * per_channel];
+    let body = |nc: usize, dst: &mut [T]| {
+        let img = &src[nc * h * w..(nc + 1) * h * w];
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let row = &mut dst[(ki * kw + kj) * plane..(ki * kw + kj + 1) * plane];
+                for oy in 0..oh {
+                    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+                    if y < 0 || y >= h as isize {
+                        continue;
+                    }
+                    let src_row = &img[y as usize * w..(y as usize + 1) * w];
+                    let dst_row = &mut row[oy * ow..(oy + 1) * ow];
+                    for (ox, d) in dst_row.iter_mut().enumerate() {
+                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                        if x >= 0 && x < w as isize {
+                            *d = src_row[x as usize];
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if per_channel == 0 {
+        return out;
+    }
+    if out.len() < PARALLEL_THRESHOLD {
+        out.chunks_mut(per_channel).enumerate().for_each(|(i, d)| body(i, d));
+    } else {
+        out.par_chunks_mut(per_channel).enumerate().for_each(|(i, d)| body(i, d));
+    }
+    out
+}
+
+/// The adjoint of [`unfold2d`]: columns `[n, c*kh*kw, oh*ow]` summed back into
+/// `[n, c, h, w]` (overlapping windows add up).
+///
+/// ```
+/// use ferrograd_kernels::cpu::{fold2d, Conv2dGeometry};
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [1, 3], kernel: [1, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// // two windows of width 2 over 3 pixels: the middle pixel is covered twice
+/// assert_eq!(fold2d(&[1.0f32, 1.0, 1.0, 1.0], &g), vec![1.0, 2.0, 1.0]);
+/// ```
+pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let [oh, ow] = g.out_unchecked();
+    let [h, w] = g.input;
+    let [kh, kw] = g.kernel;
+    let plane = oh * ow;
+    let per_channel = kh * kw * plane;
+    let mut out = vec![T::ZERO; g.n * g.c * h * w];
+    let body = |nc: usize, img: &mut [T]| {
+        let src = &cols[nc * per_channel..(nc + 1) * per_channel];
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let row = &src[(ki * kw + kj) * plane..(ki * kw + kj + 1) * plane];
+                for oy in 0..oh {
+                    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+                    if y < 0 || y >= h as isize {
+                        continue;
+                    }
+                    for ox in 0..ow {
+                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                        if x >= 0 && x < w as isize {
+                            let d = &mut img[y as usize * w + x as usize];
+                            *d = *d + row[oy * ow + ox];
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if h * w == 0 {
+        return out;
+    }
+    if cols.len() < PARALLEL_THRESHOLD {
+        out.chunks_mut(h * w).enumerate().for_each(|(i, d)| body(i, d));
+    } else {
+        out.par_chunks_mut(h * w).enumerate().for_each(|(i, d)| body(i, d));
+    }
+    out
+}

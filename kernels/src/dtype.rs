@@ -1,0 +1,280 @@
+//! Element types and the traits kernels are generic over.
+
+use half::{bf16, f16};
+use std::fmt::{Debug, Display};
+
+use crate::cpu::CpuStorage;
+
+/// The element type of a tensor, as PyTorch's `torch.dtype`.
+///
+/// ```
+/// use ferrograd_kernels::DType;
+/// assert_eq!(DType::promote(DType::I64, DType::F32), DType::F32);
+/// assert!(DType::BF16.is_float());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit IEEE float (`torch.float32`).
+    F32,
+    /// 64-bit IEEE float (`torch.float64`).
+    F64,
+    /// 16-bit IEEE half (`torch.float16`); arithmetic accumulates in f32.
+    F16,
+    /// bfloat16 (`torch.bfloat16`); arithmetic accumulates in f32.
+    BF16,
+    /// 64-bit signed integer (`torch.int64`), used for indices.
+    I64,
+    /// 8-bit unsigned integer (`torch.uint8`).
+    U8,
+    /// Boolean (`torch.bool`), produced by comparisons.
+    Bool,
+}
+
+impl DType {
+    /// Every dtype, in promotion order from lowest to highest category.
+    pub const ALL: [DType; 7] = [
+        DType::Bool,
+        DType::U8,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Bytes per element.
+    ///
+    /// ```
+    /// assert_eq!(ferrograd_kernels::DType::BF16.size_in_bytes(), 2);
+    /// ```
+    pub const fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::F16 | DType::BF16 => 2,
+            DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    /// Whether this is a floating-point dtype (the only ones that can require grad).
+    ///
+    /// ```
+    /// assert!(!ferrograd_kernels::DType::I64.is_float());
+    /// ```
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// PyTorch's name for the dtype (`float32`, `int64`, ...).
+    ///
+    /// ```
+    /// assert_eq!(ferrograd_kernels::DType::F16.name(), "float16");
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// The result dtype of a binary op between tensors of these dtypes, following
+    /// PyTorch's category rule: bool < integer < float, and within a category the wider
+    /// type wins (`f16` with `bf16` gives `f32`, as in PyTorch).
+    ///
+    /// ```
+    /// use ferrograd_kernels::DType;
+    /// assert_eq!(DType::promote(DType::F16, DType::BF16), DType::F32);
+    /// assert_eq!(DType::promote(DType::U8, DType::I64), DType::I64);
+    /// ```
+    pub fn promote(a: DType, b: DType) -> DType {
+        use DType::*;
+        if a == b {
+            return a;
+        }
+        match (a, b) {
+            (F16, BF16) | (BF16, F16) => F32,
+            (F64, _) | (_, F64) => F64,
+            (F32, _) | (_, F32) => F32,
+            (BF16, _) | (_, BF16) => BF16,
+            (F16, _) | (_, F16) => F16,
+            (I64, _) | (_, I64) => I64,
+            (U8, _) | (_, U8) => U8,
+            _ => Bool,
+        }
+    }
+}
+
+impl Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "torch.{}", self.name())
+    }
+}
+
+/// A type that can be stored in a tensor.
+///
+/// ```
+/// use ferrograd_kernels::{DType, Element};
+/// assert_eq!(<f32 as Element>::DTYPE, DType::F32);
+/// assert_eq!(<i64 as Element>::from_f64(3.7), 3);
+/// ```
+pub trait Element:
+    Copy + Send + Sync + Default + PartialOrd + Debug + Display + 'static
+{
+    /// The dtype tag of this element type.
+    const DTYPE: DType;
+    /// Converts to f64 (lossless for every supported type but large i64).
+    fn to_f64(self) -> f64;
+    /// Converts from f64, truncating towards zero for integers as `as` does.
+    fn from_f64(v: f64) -> Self;
+    /// Borrows the typed slice of a storage of this dtype, if it is one.
+    fn slice(storage: &CpuStorage) -> Option<&[Self]>;
+    /// Mutably borrows the typed slice of a storage of this dtype, if it is one.
+    fn slice_mut(storage: &mut CpuStorage) -> Option<&mut [Self]>;
+    /// Wraps a vector as storage.
+    fn into_storage(v: Vec<Self>) -> CpuStorage;
+}
+
+/// An element type with arithmetic (every dtype but bool).
+pub trait NumElement:
+    Element
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+    /// The lowest value (used as the identity of `max`).
+    const MIN_VALUE: Self;
+    /// The highest value (used as the identity of `min`).
+    const MAX_VALUE: Self;
+    /// The type sums accumulate in: f32 for the half types, the type itself otherwise.
+    type Acc: NumElement;
+    /// Widens to the accumulator type.
+    fn to_acc(self) -> Self::Acc;
+    /// Narrows from the accumulator type (round to nearest for floats).
+    fn from_acc(v: Self::Acc) -> Self;
+}
+
+/// Scalar math used inside kernels: implemented for the accumulator types f32 and f64.
+pub trait Real: num_traits::Float + NumElement + std::iter::Sum {
+    /// The error function.
+    fn erf(self) -> Self;
+}
+
+impl Real for f32 {
+    fn erf(self) -> Self {
+        libm::erff(self)
+    }
+}
+
+impl Real for f64 {
+    fn erf(self) -> Self {
+        libm::erf(self)
+    }
+}
+
+/// A floating-point element type. Kernels compute in [`NumElement::Acc`], which is
+/// f32 for the half types (PyTorch's "f32 accumulation").
+pub trait FloatElement: NumElement<Acc: Real> + num_traits::Float {}
+
+impl FloatElement for f32 {}
+impl FloatElement for f64 {}
+impl FloatElement for f16 {}
+impl FloatElement for bf16 {}
+
+macro_rules! element {
+    ($t:ty, $variant:ident, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                #[allow(clippy::redundant_closure_call)]
+                ($to)(self)
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                #[allow(clippy::redundant_closure_call)]
+                ($from)(v)
+            }
+            fn slice(storage: &CpuStorage) -> Option<&[Self]> {
+                match storage {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn slice_mut(storage: &mut CpuStorage) -> Option<&mut [Self]> {
+                match storage {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn into_storage(v: Vec<Self>) -> CpuStorage {
+                CpuStorage::$variant(v)
+            }
+        }
+    };
+}
+
+element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
+element!(f64, F64, |x: f64| x, |v: f64| v);
+element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
+element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
+element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
+element!(u8, U8, |x: u8| x as f64, |v: f64| v as u8);
+element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v
+    != 0.0);
+
+macro_rules! num_element {
+    ($t:ty, $zero:expr, $one:expr, $min:expr, $max:expr, $acc:ty, $to:expr, $from:expr) => {
+        impl NumElement for $t {
+            const ZERO: Self = $zero;
+            const ONE: Self = $one;
+            const MIN_VALUE: Self = $min;
+            const MAX_VALUE: Self = $max;
+            type Acc = $acc;
+            #[inline(always)]
+            fn to_acc(self) -> $acc {
+                #[allow(clippy::redundant_closure_call)]
+                ($to)(self)
+            }
+            #[inline(always)]
+            fn from_acc(v: $acc) -> Self {
+                #[allow(clippy::redundant_closure_call)]
+                ($from)(v)
+            }
+        }
+    };
+}
+
+num_element!(f32, 0.0, 1.0, f32::NEG_INFINITY, f32::INFINITY, f32, |x| x, |v| v);
+num_element!(f64, 0.0, 1.0, f64::NEG_INFINITY, f64::INFINITY, f64, |x| x, |v| v);
+num_element!(
+    f16,
+    f16::ZERO,
+    f16::ONE,
+    f16::NEG_INFINITY,
+    f16::INFINITY,
+    f32,
+    |x: f16| x.to_f32(),
+    f16::from_f32
+);
+num_element!(
+    bf16,
+    bf16::ZERO,
+    bf16::ONE,
+    bf16::NEG_INFINITY,
+    bf16::INFINITY,
+    f32,
+    |x: bf16| x.to_f32(),
+    bf16::from_f32
+);
+num_element!(i64, 0, 1, i64::MIN, i64::MAX, i64, |x| x, |v| v);
+num_element!(u8, 0, 1, u8::MIN, u8::MAX, u8, |x| x, |v| v);

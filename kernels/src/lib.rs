@@ -1,0 +1,26 @@
+//! Compute kernels for ferrograd.
+//!
+//! This crate holds the pure number-crunching layer: element types ([`Element`],
+//! [`FloatElement`]), strided [`Layout`]s, and the CPU kernels (rayon + `gemm`) that the
+//! runtime dispatches to. It knows nothing of autograd. With the `cuda` feature it also
+//! carries the CUDA sources and device glue (loaded dynamically through `cudarc`, so a
+//! build never needs a CUDA install).
+//!
+//! ```
+//! use ferrograd_kernels::{DType, Layout};
+//! let layout = Layout::contiguous(&[2, 3]);
+//! assert_eq!(layout.strides(), &[3, 1]);
+//! assert_eq!(DType::F32.size_in_bytes(), 4);
+//! ```
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod dtype;
+mod layout;
+
+pub use dtype::{DType, Element, FloatElement, NumElement, Real};
+pub use layout::{Dims, Layout, broadcast_shapes};
+
+#[doc(hidden)]
+pub use half;

@@ -1,0 +1,258 @@
+//! The backward pass: a topological walk over the recorded graph, iterative so that a
+//! chain of a million ops needs no deep stack.
+
+use super::{AutogradMeta, BackwardCtx, Edge, LeafSlot, Node, set_grad_enabled};
+use crate::Tensor;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Where gradients that reach leaves go.
+enum Sink {
+    /// Accumulate into each leaf's `.grad` (`Tensor::backward`).
+    Accumulate,
+    /// Return the gradients of these edges and touch no `.grad` (`autograd::grad`).
+    Capture(HashMap<usize, usize>),
+}
+
+fn add_grad(slot: &mut Option<Tensor>, g: Tensor) {
+    *slot = Some(match slot.take() {
+        Some(old) => &old + &g,
+        None => g,
+    });
+}
+
+/// Runs backward from each `(output, grad_output)` pair. With `capture` non-empty, returns
+/// the gradient reaching each captured edge instead of accumulating into leaves.
+pub(crate) fn run_backward(
+    roots: &[(Tensor, Tensor)],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: &[Edge],
+) -> Vec<Option<Tensor>> {
+    let _mode = set_grad_enabled(create_graph);
+    let sink = if capture.is_empty() {
+        Sink::Accumulate
+    } else {
+        Sink::Capture(
+            capture
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (e.key(), i))
+                .collect(),
+        )
+    };
+    let mut captured: Vec<Option<Tensor>> = vec![None; capture.len()];
+    let deliver_leaf =
+        |slot: &Arc<LeafSlot>, g: Tensor, captured: &mut Vec<Option<Tensor>>| match &sink {
+            Sink::Accumulate => {
+                let mut grad = slot.grad.lock().unwrap_or_else(|e| e.into_inner());
+                // Own the first gradient outright, so later in-place updates of `.grad`
+                // (clipping, optimizers) never write through a view of something else.
+                let g = if grad.is_none() && !create_graph && !g.owns_storage_exclusively() {
+                    g.deep_copy()
+                } else {
+                    g
+                };
+                add_grad(&mut grad, g);
+            }
+            Sink::Capture(index) => {
+                if let Some(&i) = index.get(&(Arc::as_ptr(slot) as usize)) {
+                    add_grad(&mut captured[i], g);
+                }
+            }
+        };
+
+    let mut pending: HashMap<usize, Tensor> = HashMap::new();
+    let mut root_nodes: Vec<Arc<Node>> = Vec::new();
+    for (output, grad) in roots {
+        match output.autograd_meta() {
+            None => panic!(
+                "backward: element 0 of tensors does not require grad and does not have a grad_fn \
+                 (output of shape {:?})",
+                output.shape()
+            ),
+            Some(AutogradMeta::Leaf(slot)) => deliver_leaf(slot, grad.clone(), &mut captured),
+            Some(AutogradMeta::Interior(node)) => {
+                let key = Arc::as_ptr(node) as usize;
+                let mut slot = pending.remove(&key);
+                add_grad(&mut slot, grad.clone());
+                pending.insert(key, slot.expect("just added"));
+                root_nodes.push(node.clone());
+            }
+        }
+    }
+
+    // Count, for every reachable node, how many edges lead into it.
+    let mut deps: HashMap<usize, usize> = HashMap::new();
+    let mut seen: HashSet<usize> = root_nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
+    let mut stack: Vec<Arc<Node>> = root_nodes.clone();
+    while let Some(node) = stack.pop() {
+        for edge in node.next.iter().flatten() {
+            if let Edge::Node(child) = edge {
+                let key = Arc::as_ptr(child) as usize;
+                *deps.entry(key).or_insert(0) += 1;
+                if seen.insert(key) {
+                    stack.push(child.clone());
+                }
+            }
+        }
+    }
+
+    let mut ready: Vec<Arc<Node>> = Vec::new();
+    let mut queued: HashSet<usize> = HashSet::new();
+    for node in root_nodes {
+        let key = Arc::as_ptr(&node) as usize;
+        if !deps.contains_key(&key) && queued.insert(key) {
+            ready.push(node);
+        }
+    }
+    while let Some(node) = ready.pop() {
+        let key = Arc::as_ptr(&node) as usize;
+        let grad = pending.remove(&key);
+        if let (Sink::Capture(index), Some(g)) = (&sink, &grad)
+            && let Some(&i) = index.get(&key)
+        {
+            add_grad(&mut captured[i], g.clone());
+        }
+        let input_grads = match &grad {
+            Some(g) => {
+                let guard = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(backward) = guard.as_ref() else {
+                    panic!(
+                        "backward: trying to backward through the graph a second time (through {}), \
+                         or to use saved tensors after they were freed. Pass retain_graph = true \
+                         to the first backward call if you need to backward twice.",
+                        node.name
+                    );
+                };
+                let grads = backward(&BackwardCtx { node: &node }, g);
+                drop(guard);
+                debug_assert_eq!(
+                    grads.len(),
+                    node.next.len(),
+                    "{} returned the wrong number of gradients",
+                    node.name
+                );
+                grads
+            }
+            None => Vec::new(),
+        };
+        if !retain_graph {
+            let freed = node
+                .backward
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            drop(freed);
+        }
+        let mut input_grads = input_grads.into_iter();
+        for edge in node.next.iter() {
+            let g = input_grads.next().flatten();
+            let Some(edge) = edge else { continue };
+            match edge {
+                Edge::Leaf(slot) => {
+                    if let Some(g) = g {
+                        deliver_leaf(slot, g, &mut captured);
+                    }
+                }
+                Edge::Node(child) => {
+                    let child_key = Arc::as_ptr(child) as usize;
+                    if let Some(g) = g {
+                        let mut slot = pending.remove(&child_key);
+                        add_grad(&mut slot, g);
+                        pending.insert(child_key, slot.expect("just added"));
+                    }
+                    let d = deps.get_mut(&child_key).expect("counted above");
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.push(child.clone());
+                    }
+                }
+            }
+        }
+    }
+    captured
+}
+
+/// The gradients of `outputs` with respect to `inputs` (`torch.autograd.grad`), without
+/// touching any `.grad`. `grad_outputs` defaults to ones for scalar outputs. With
+/// `create_graph` the results carry their own graph (for higher-order derivatives) and
+/// the graph is retained. An input that the outputs do not depend on gets `None`.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).requires_grad(true);
+/// let y = (&x * &x).sum_all();
+/// let g = ferrograd_runtime::autograd::grad(&[&y], &[&x], None, false);
+/// assert_eq!(g[0].as_ref().unwrap().to_vec::<f64>(), vec![2.0, 4.0]);
+/// assert!(x.grad().is_none());
+/// ```
+#[track_caller]
+pub fn grad(
+    outputs: &[&Tensor],
+    inputs: &[&Tensor],
+    grad_outputs: Option<&[Tensor]>,
+    create_graph: bool,
+) -> Vec<Option<Tensor>> {
+    grad_with(outputs, inputs, grad_outputs, create_graph, create_graph)
+}
+
+/// [`grad`] with an explicit `retain_graph` (keep the graph for another backward).
+#[track_caller]
+pub fn grad_with(
+    outputs: &[&Tensor],
+    inputs: &[&Tensor],
+    grad_outputs: Option<&[Tensor]>,
+    retain_graph: bool,
+    create_graph: bool,
+) -> Vec<Option<Tensor>> {
+    let roots = root_pairs(outputs, grad_outputs);
+    let capture: Vec<Edge> = inputs
+        .iter()
+        .map(|t| {
+            t.autograd_meta()
+                .unwrap_or_else(|| {
+                    panic!(
+                        "grad: an input of shape {:?} does not require grad",
+                        t.shape()
+                    )
+                })
+                .edge()
+        })
+        .collect();
+    run_backward(&roots, retain_graph, create_graph, &capture)
+}
+
+#[track_caller]
+pub(crate) fn root_pairs(
+    outputs: &[&Tensor],
+    grad_outputs: Option<&[Tensor]>,
+) -> Vec<(Tensor, Tensor)> {
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(i, &out)| {
+            let g = match grad_outputs {
+                Some(gs) => {
+                    let g = &gs[i];
+                    assert!(
+                        g.shape() == out.shape(),
+                        "backward: grad_output {i} has shape {:?} but the output has shape {:?}",
+                        g.shape(),
+                        out.shape()
+                    );
+                    g.clone()
+                }
+                None => {
+                    assert!(
+                        out.numel() == 1,
+                        "backward: grad can be implicitly created only for scalar outputs, got shape {:?}",
+                        out.shape()
+                    );
+                    Tensor::ones_like(out)
+                }
+            };
+            (out.clone(), g)
+        })
+        .collect()
+}

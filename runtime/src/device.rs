@@ -1,0 +1,54 @@
+//! Where a tensor's memory lives.
+
+use std::fmt;
+
+/// A compute device, as `torch.device`.
+///
+/// ```
+/// use ferrograd_runtime::Device;
+/// assert_eq!(Device::Cpu.to_string(), "cpu");
+/// assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// Host memory; kernels run on rayon's thread pool.
+    #[default]
+    Cpu,
+    /// The NVIDIA GPU with this ordinal (needs the `cuda` feature and a driver).
+    Cuda(usize),
+}
+
+impl Device {
+    /// `Cuda(ordinal)` when that GPU can be used, else `Cpu`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::Device;
+    /// let dev = Device::cuda_if_available(0);
+    /// assert!(dev == Device::Cpu || dev == Device::Cuda(0));
+    /// ```
+    pub fn cuda_if_available(ordinal: usize) -> Device {
+        if crate::storage::cuda_device_available(ordinal) {
+            Device::Cuda(ordinal)
+        } else {
+            Device::Cpu
+        }
+    }
+
+    /// Whether this is a CUDA device.
+    ///
+    /// ```
+    /// assert!(ferrograd_runtime::Device::Cuda(0).is_cuda());
+    /// ```
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}

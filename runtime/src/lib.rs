@@ -1,0 +1,33 @@
+//! The ferrograd runtime: [`Tensor`], dtypes, devices, define-by-run autograd and the
+//! neural-network functionals. Users normally depend on the `ferrograd` facade crate,
+//! which re-exports everything here.
+//!
+//! ```
+//! use ferrograd_runtime::prelude::*;
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).requires_grad(true);
+//! let y = (&x * &x).sum_all();
+//! y.backward();
+//! assert_eq!(x.grad().unwrap().to_vec::<f32>(), vec![2.0, 4.0, 6.0]);
+//! ```
+
+pub mod autograd;
+mod device;
+mod error;
+pub mod nn;
+mod ops;
+mod random;
+mod storage;
+mod tensor;
+
+pub use device::Device;
+pub use error::{Error, Result};
+pub use ferrograd_kernels::{DType, Element, FloatElement, NumElement};
+pub use random::{Generator, manual_seed};
+pub use tensor::Tensor;
+
+/// Everything a model file usually needs: `use ferrograd::prelude::*;`.
+pub mod prelude {
+    pub use crate::autograd::{NoGradGuard, checkpoint, enable_grad, is_grad_enabled, no_grad};
+    pub use crate::nn::functional as F;
+    pub use crate::{DType, Device, Generator, Tensor, manual_seed};
+}

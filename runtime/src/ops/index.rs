@@ -1,0 +1,266 @@
+//! Indexing: index_select, gather, scatter_add, one_hot, tril/triu.
+
+use super::check_same_device;
+use crate::autograd::record;
+use crate::{DType, Tensor};
+use ferrograd_kernels::cpu::{gather, index_select, scatter_add};
+use ferrograd_kernels::{Dims, Element, with_dtype, with_num_dtype};
+
+impl Tensor {
+    /// Checks an index tensor is int64 with values in `[0, size)`, naming the op.
+    #[track_caller]
+    fn checked_indices(&self, op: &str, index: &Tensor, d: usize) -> Vec<i64> {
+        check_same_device(op, &[self, index]);
+        assert!(
+            index.dtype() == DType::I64,
+            "{op}: expected an int64 index tensor but got {:?} (index shape {:?})",
+            index.dtype(),
+            index.shape()
+        );
+        let size = self.shape().get(d).copied().unwrap_or(1);
+        let values = index.contiguous_vec::<i64>();
+        if let Some(bad) = values.iter().find(|&&v| v < 0 || v as usize >= size) {
+            panic!(
+                "{op}: index {bad} is out of bounds for dimension {d} with size {size} (input shape {:?}, index shape {:?})",
+                self.shape(),
+                index.shape()
+            );
+        }
+        values
+    }
+
+    /// Picks entries `index` (1-D int64) along `dim` (`index_select`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::arange(0.0, 6.0, 1.0, DType::F32, &Device::Cpu).reshape(&[3, 2]);
+    /// let idx = Tensor::from_vec(vec![2i64, 0], &[2]);
+    /// assert_eq!(t.index_select(0, &idx).to_vec::<f32>(), vec![4.0, 5.0, 0.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_select(&self, dim: isize, index: &Tensor) -> Tensor {
+        let d = self.normalize_dim("index_select", dim);
+        assert!(
+            index.dim() <= 1,
+            "index_select: index must be 0-D or 1-D, got shape {:?}",
+            index.shape()
+        );
+        let idx = self.checked_indices("index_select", index, d);
+        let x = self.detach().contiguous();
+        let outer: usize = x.shape()[..d].iter().product();
+        let inner: usize = x.shape()[d + 1..].iter().product();
+        let r = x.shape()[d];
+        let storage = x.with_cpu("index_select", |s, l| {
+            let range = l.contiguous_range().expect("contiguous");
+            with_dtype!(s.dtype(), T => T::into_storage(index_select(&s.typed::<T>()[range], outer, r, inner, &idx)))
+        });
+        let mut shape = Dims::from_slice(self.shape());
+        shape[d] = idx.len();
+        let out = Tensor::from_cpu(storage, &shape);
+        let (input_shape, index) = (Dims::from_slice(self.shape()), index.reshape(&[idx.len()]));
+        record(out, "index_select", &[self], || {
+            move |_, g: &Tensor| {
+                vec![Some(
+                    Tensor::zeros(&input_shape, g.dtype(), &g.device())
+                        .index_add(d as isize, &index, g),
+                )]
+            }
+        })
+    }
+
+    /// `self` with `src`'s slices added at positions `index` along `dim` (`index_add`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[3], DType::F32, &Device::Cpu);
+    /// let idx = Tensor::from_vec(vec![0i64, 0, 2], &[3]);
+    /// let src = Tensor::from_vec(vec![1.0f32, 2.0, 5.0], &[3]);
+    /// assert_eq!(t.index_add(0, &idx, &src).to_vec::<f32>(), vec![3.0, 0.0, 5.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Tensor {
+        let d = self.normalize_dim("index_add", dim);
+        let mut view_shape = vec![1usize; src.dim()];
+        view_shape[d] = index.numel();
+        assert!(
+            src.dim() == self.dim() && src.shape()[d] == index.numel(),
+            "index_add: source of shape {:?} must match the input's rank ({:?}) and have {} entries along dim {d}",
+            src.shape(),
+            self.shape(),
+            index.numel()
+        );
+        let expanded = index
+            .reshape(&view_shape)
+            .broadcast_to(src.shape())
+            .contiguous();
+        self.scatter_add(dim, &expanded, src)
+    }
+
+    /// `out[p] = self[p with p[dim] = index[p]]` (`gather`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let idx = Tensor::from_vec(vec![1i64, 0], &[2, 1]);
+    /// assert_eq!(t.gather(1, &idx).to_vec::<f32>(), vec![2.0, 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
+        let d = self.normalize_dim("gather", dim);
+        self.check_scatter_shapes("gather", index, d, None);
+        let idx = self.checked_indices("gather", index, d);
+        let storage = self.with_cpu("gather", |s, l| {
+            with_dtype!(s.dtype(), T => T::into_storage(gather(s.typed::<T>(), l, &idx, index.shape(), d)))
+        });
+        let out = Tensor::from_cpu(storage, index.shape());
+        let (input_shape, index) = (Dims::from_slice(self.shape()), index.clone());
+        record(out, "gather", &[self], || {
+            move |_, g: &Tensor| {
+                vec![Some(
+                    Tensor::zeros(&input_shape, g.dtype(), &g.device())
+                        .scatter_add(d as isize, &index, g),
+                )]
+            }
+        })
+    }
+
+    #[track_caller]
+    fn check_scatter_shapes(&self, op: &str, index: &Tensor, d: usize, src: Option<&Tensor>) {
+        let ok = index.dim() == self.dim()
+            && index
+                .shape()
+                .iter()
+                .zip(self.shape())
+                .enumerate()
+                .all(|(i, (a, b))| i == d || a <= b)
+            && src.is_none_or(|s| {
+                s.dim() == index.dim() && index.shape().iter().zip(s.shape()).all(|(a, b)| a <= b)
+            });
+        assert!(
+            ok,
+            "{op}: index of shape {:?} must have the input's rank and be no larger than the input (shape {:?}) outside dim {d}{}",
+            index.shape(),
+            self.shape(),
+            src.map(|s| format!(" and no larger than src (shape {:?})", s.shape()))
+                .unwrap_or_default()
+        );
+    }
+
+    /// `self` plus `src` scattered to positions `index` along `dim` (`scatter_add`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[2, 2], DType::F32, &Device::Cpu);
+    /// let idx = Tensor::from_vec(vec![1i64, 1], &[1, 2]);
+    /// let src = Tensor::from_vec(vec![5.0f32, 6.0], &[1, 2]);
+    /// assert_eq!(t.scatter_add(0, &idx, &src).to_vec::<f32>(), vec![0.0, 0.0, 5.0, 6.0]);
+    /// ```
+    #[track_caller]
+    pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Tensor {
+        let d = self.normalize_dim("scatter_add", dim);
+        check_same_device("scatter_add", &[self, src]);
+        self.check_scatter_shapes("scatter_add", index, d, Some(src));
+        let idx = self.checked_indices("scatter_add", index, d);
+        let src = src.to_dtype(self.dtype());
+        let out = self.detach().deep_copy();
+        let src_view = src.layout().slice_to(index.shape());
+        {
+            let mut guard = out.storage_cell().write();
+            let crate::storage::Storage::Cpu(dst) = &mut *guard else {
+                unreachable!("cpu")
+            };
+            src.with_cpu("scatter_add", |s, _| {
+                with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
+                    else panic!("scatter_add: not implemented for bool tensors"))
+            });
+        }
+        let index = index.clone();
+        let src_shape = Dims::from_slice(src.shape());
+        record(out, "scatter_add", &[self, &src], || {
+            move |ctx, g: &Tensor| {
+                vec![
+                    ctx.needs(0).then(|| g.clone()),
+                    ctx.needs(1).then(|| {
+                        let picked = g.gather(d as isize, &index);
+                        if picked.shape() == src_shape.as_slice() {
+                            picked
+                        } else {
+                            let full = Tensor::zeros(&src_shape, g.dtype(), &g.device());
+                            full.write_region(&full.layout().slice_to(index.shape()), &picked);
+                            full
+                        }
+                    }),
+                ]
+            }
+        })
+    }
+
+    /// One-hot encoding of an int64 tensor (`F.one_hot`): a new last dim of `num_classes`.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![0i64, 2], &[2]);
+    /// assert_eq!(t.one_hot(3).to_vec::<i64>(), vec![1, 0, 0, 0, 0, 1]);
+    /// ```
+    #[track_caller]
+    pub fn one_hot(&self, num_classes: usize) -> Tensor {
+        let probe = Tensor::zeros(&[num_classes], DType::I64, &self.device());
+        let idx = probe.checked_indices("one_hot", self, 0);
+        let mut data = vec![0i64; idx.len() * num_classes];
+        for (row, &c) in idx.iter().enumerate() {
+            data[row * num_classes + c as usize] = 1;
+        }
+        let mut shape = Dims::from_slice(self.shape());
+        shape.push(num_classes);
+        Tensor::from_vec(data, &shape)
+    }
+
+    fn triangle(&self, op: &str, diagonal: i64, lower: bool) -> Tensor {
+        assert!(
+            self.dim() >= 2,
+            "{op}: input tensor must have at least 2 dimensions, got shape {:?}",
+            self.shape()
+        );
+        let (r, c) = (self.shape()[self.dim() - 2], self.shape()[self.dim() - 1]);
+        let mask: Vec<bool> = (0..r * c)
+            .map(|p| {
+                let offset = (p % c) as i64 - (p / c) as i64;
+                if lower {
+                    offset <= diagonal
+                } else {
+                    offset >= diagonal
+                }
+            })
+            .collect();
+        let mask = Tensor::from_vec(mask, &[r, c]);
+        Tensor::where_cond(
+            &mask,
+            self,
+            &Tensor::zeros(&[], self.dtype(), &self.device()),
+        )
+    }
+
+    /// The lower triangle of the last two dims, zero above `diagonal` (`tril`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::ones(&[2, 2], DType::F32, &Device::Cpu);
+    /// assert_eq!(t.tril(0).to_vec::<f32>(), vec![1.0, 0.0, 1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn tril(&self, diagonal: i64) -> Tensor {
+        self.triangle("tril", diagonal, true)
+    }
+
+    /// The upper triangle of the last two dims, zero below `diagonal` (`triu`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::ones(&[2, 2], DType::F32, &Device::Cpu);
+    /// assert_eq!(t.triu(1).to_vec::<f32>(), vec![0.0, 1.0, 0.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn triu(&self, diagonal: i64) -> Tensor {
+        self.triangle("triu", diagonal, false)
+    }
+}

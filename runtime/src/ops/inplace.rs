@@ -1,0 +1,281 @@
+//! In-place ops (`add_`, `mul_`, `fill_`, ...). Each bumps the storage version, so a tensor
+//! saved for backward and then modified is caught when backward runs.
+
+use super::elementwise::{AddK, BinaryKernel, DivK, MulK, SubK};
+use crate::autograd::{AutogradMeta, is_grad_enabled};
+use crate::storage::Storage;
+use crate::{DType, Tensor};
+use ferrograd_kernels::cpu::{binary_inplace, fill_strided, unary_inplace};
+use ferrograd_kernels::{Element, NumElement, broadcast_shapes, with_dtype, with_num_dtype};
+
+impl Tensor {
+    #[track_caller]
+    fn check_inplace(&self, op: &str) {
+        if !is_grad_enabled() {
+            return;
+        }
+        match self.autograd_meta() {
+            Some(AutogradMeta::Leaf(_)) => panic!(
+                "{op}: a leaf tensor that requires grad (shape {:?}) is being used in an in-place operation; \
+                 wrap the update in `no_grad(|| ...)`",
+                self.shape()
+            ),
+            Some(AutogradMeta::Interior(node)) => panic!(
+                "{op}: in-place modification of a tensor recorded in the autograd graph (output of {}, shape {:?}) \
+                 is not supported; use the out-of-place op",
+                node.name,
+                self.shape()
+            ),
+            None => {}
+        }
+    }
+
+    /// Applies `kernel(self, other)` in place, `other` broadcast to this tensor's shape.
+    #[track_caller]
+    fn inplace_binary<K: BinaryKernel>(&self, other: &Tensor, op: &str, kernel: &K) -> &Tensor {
+        self.check_inplace(op);
+        super::check_same_device(op, &[self, other]);
+        let fits = broadcast_shapes(self.shape(), other.shape())
+            .is_ok_and(|s| s.as_slice() == self.shape());
+        assert!(
+            fits,
+            "{op}: output with shape {:?} doesn't match the broadcast shape of the operand {:?}",
+            self.shape(),
+            other.shape()
+        );
+        assert!(
+            self.dtype() != DType::Bool,
+            "{op}: arithmetic is not supported on bool tensors (shape {:?})",
+            self.shape()
+        );
+        // Read the operand from its own buffer: copy it when it aliases this storage.
+        let other = other.detach().to_dtype(self.dtype());
+        let other = if other.shares_storage(self) {
+            other.deep_copy()
+        } else {
+            other
+        };
+        let other_layout = other.layout().broadcast_to(self.shape());
+        let mut guard = self.storage_cell().write();
+        let Storage::Cpu(dst) = &mut *guard else {
+            panic!(
+                "{op}: CUDA kernels are not available yet (tensor on {})",
+                self.device()
+            )
+        };
+        other.with_cpu(op, |src, _| {
+            with_num_dtype!(dst.dtype(), T => binary_inplace(dst.typed_mut::<T>(), self.layout(), src.typed::<T>(), &other_layout,
+                |a: T, b: T| T::from_acc(kernel.apply(a.to_acc(), b.to_acc()))), else unreachable!("bool rejected"))
+        });
+        self
+    }
+
+    #[track_caller]
+    fn inplace_map(
+        &self,
+        op: &str,
+        f: impl FnOnce(&mut ferrograd_kernels::cpu::CpuStorage, &ferrograd_kernels::Layout),
+    ) -> &Tensor {
+        self.check_inplace(op);
+        let mut guard = self.storage_cell().write();
+        let Storage::Cpu(dst) = &mut *guard else {
+            panic!(
+                "{op}: CUDA kernels are not available yet (tensor on {})",
+                self.device()
+            )
+        };
+        f(dst, self.layout());
+        self
+    }
+
+    /// `self += other` in place (`add_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[2], DType::F32, &Device::Cpu);
+    /// t.add_(&Tensor::ones(&[2], DType::F32, &Device::Cpu));
+    /// assert_eq!(t.to_vec::<f32>(), vec![1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn add_(&self, other: &Tensor) -> &Tensor {
+        self.inplace_binary(other, "add_", &AddK)
+    }
+
+    /// `self -= other` in place (`sub_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::ones(&[2], DType::F32, &Device::Cpu);
+    /// t.sub_(&t.deep_copy());
+    /// assert_eq!(t.to_vec::<f32>(), vec![0.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn sub_(&self, other: &Tensor) -> &Tensor {
+        self.inplace_binary(other, "sub_", &SubK)
+    }
+
+    /// `self *= other` in place (`mul_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::full(&[2], 3.0, DType::F32, &Device::Cpu);
+    /// t.mul_(&t);
+    /// assert_eq!(t.to_vec::<f32>(), vec![9.0, 9.0]);
+    /// ```
+    #[track_caller]
+    pub fn mul_(&self, other: &Tensor) -> &Tensor {
+        self.inplace_binary(other, "mul_", &MulK)
+    }
+
+    /// `self /= other` in place (`div_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::full(&[2], 3.0, DType::F32, &Device::Cpu);
+    /// t.div_(&Tensor::full(&[1], 2.0, DType::F32, &Device::Cpu));
+    /// assert_eq!(t.to_vec::<f32>(), vec![1.5, 1.5]);
+    /// ```
+    #[track_caller]
+    pub fn div_(&self, other: &Tensor) -> &Tensor {
+        self.inplace_binary(other, "div_", &DivK)
+    }
+
+    /// `self += value` in place.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[1], DType::F32, &Device::Cpu);
+    /// t.add_scalar_(2.0);
+    /// assert_eq!(t.item::<f32>(), 2.0);
+    /// ```
+    #[track_caller]
+    pub fn add_scalar_(&self, value: f64) -> &Tensor {
+        self.inplace_binary(&Tensor::scalar(value, self.dtype()), "add_", &AddK)
+    }
+
+    /// `self *= value` in place.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::ones(&[1], DType::F32, &Device::Cpu);
+    /// t.mul_scalar_(4.0);
+    /// assert_eq!(t.item::<f32>(), 4.0);
+    /// ```
+    #[track_caller]
+    pub fn mul_scalar_(&self, value: f64) -> &Tensor {
+        self.inplace_binary(&Tensor::scalar(value, self.dtype()), "mul_", &MulK)
+    }
+
+    /// `self += alpha * other` in place (`add_(other, alpha=alpha)`), the optimizer update.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let w = Tensor::ones(&[2], DType::F32, &Device::Cpu);
+    /// w.add_scaled_(&Tensor::ones(&[2], DType::F32, &Device::Cpu), -0.5);
+    /// assert_eq!(w.to_vec::<f32>(), vec![0.5, 0.5]);
+    /// ```
+    #[track_caller]
+    pub fn add_scaled_(&self, other: &Tensor, alpha: f64) -> &Tensor {
+        struct Axpy(f64);
+        impl BinaryKernel for Axpy {
+            #[inline(always)]
+            fn apply<A: NumElement>(&self, a: A, b: A) -> A {
+                a + A::from_f64(self.0) * b
+            }
+        }
+        self.inplace_binary(other, "add_", &Axpy(alpha))
+    }
+
+    /// Sets every element to `value` (`fill_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[2, 2], DType::F32, &Device::Cpu);
+    /// t.t().fill_(7.0);
+    /// assert_eq!(t.to_vec::<f32>(), vec![7.0; 4]);
+    /// ```
+    #[track_caller]
+    pub fn fill_(&self, value: f64) -> &Tensor {
+        self.inplace_map("fill_", |dst, layout| {
+            with_dtype!(dst.dtype(), T => fill_strided(dst.typed_mut::<T>(), layout, T::from_f64(value)))
+        })
+    }
+
+    /// Sets every element to zero (`zero_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::ones(&[2], DType::F32, &Device::Cpu);
+    /// t.zero_();
+    /// assert_eq!(t.to_vec::<f32>(), vec![0.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn zero_(&self) -> &Tensor {
+        self.fill_(0.0)
+    }
+
+    /// Copies `src` (broadcast, converted) into this tensor (`copy_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[2, 2], DType::F32, &Device::Cpu);
+    /// t.copy_(&Tensor::from_vec(vec![1i64, 2], &[2]));
+    /// assert_eq!(t.to_vec::<f32>(), vec![1.0, 2.0, 1.0, 2.0]);
+    /// ```
+    #[track_caller]
+    pub fn copy_(&self, src: &Tensor) -> &Tensor {
+        struct Take;
+        impl BinaryKernel for Take {
+            #[inline(always)]
+            fn apply<A: NumElement>(&self, _: A, b: A) -> A {
+                b
+            }
+        }
+        if self.dtype() == DType::Bool {
+            self.check_inplace("copy_");
+            let region = self.layout().clone();
+            self.write_region(&region, &src.detach());
+            return self;
+        }
+        self.inplace_binary(src, "copy_", &Take)
+    }
+
+    /// Clamps every element to `[min, max]` in place (`clamp_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![-3.0f32, 0.5, 3.0], &[3]);
+    /// t.clamp_(-1.0, 1.0);
+    /// assert_eq!(t.to_vec::<f32>(), vec![-1.0, 0.5, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn clamp_(&self, min: f64, max: f64) -> &Tensor {
+        assert!(
+            min <= max,
+            "clamp_: min ({min}) must not exceed max ({max})"
+        );
+        self.inplace_map("clamp_", |dst, layout| {
+            with_dtype!(dst.dtype(), T => unary_inplace(dst.typed_mut::<T>(), layout, |x: T| {
+                let v = x.to_f64();
+                if v < min { T::from_f64(min) } else if v > max { T::from_f64(max) } else { x }
+            }))
+        })
+    }
+
+    /// Writes `value` where `mask` is true, in place (`masked_fill_`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::zeros(&[3], DType::F32, &Device::Cpu);
+    /// t.masked_fill_(&Tensor::from_vec(vec![true, false, true], &[3]), 1.0);
+    /// assert_eq!(t.to_vec::<f32>(), vec![1.0, 0.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn masked_fill_(&self, mask: &Tensor, value: f64) -> &Tensor {
+        let filled = self.detach().masked_fill(mask, value);
+        self.check_inplace("masked_fill_");
+        let region = self.layout().clone();
+        self.write_region(&region, &filled);
+        self
+    }
+}

@@ -1,0 +1,32 @@
+//! Stand-in for the CUDA backend when the `cuda` feature is off: an uninhabited type, so
+//! every `Storage::Cuda` match arm type-checks and compiles to nothing.
+
+use crate::{Device, Error, Result};
+use ferrograd_kernels::cpu::CpuStorage;
+use ferrograd_kernels::{DType, Layout};
+
+/// No value of this type exists without the `cuda` feature.
+#[derive(Debug)]
+pub(crate) enum CudaStorage {}
+
+impl CudaStorage {
+    pub(crate) fn dtype(&self) -> DType {
+        match *self {}
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
+        match *self {}
+    }
+
+    pub(crate) fn to_cpu(&self, _layout: &Layout) -> Result<CpuStorage> {
+        match *self {}
+    }
+
+    pub(crate) fn from_cpu(_src: &CpuStorage, _layout: &Layout, _device: Device) -> Result<Self> {
+        Err(Error::CudaNotCompiled)
+    }
+}
+
+pub(crate) fn cuda_device_available(_ordinal: usize) -> bool {
+    false
+}
