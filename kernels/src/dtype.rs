@@ -122,9 +122,7 @@ impl Display for DType {
 /// assert_eq!(<f32 as Element>::DTYPE, DType::F32);
 /// assert_eq!(<i64 as Element>::from_f64(3.7), 3);
 /// ```
-pub trait Element:
-    Copy + Send + Sync + Default + PartialOrd + Debug + Display + 'static
-{
+pub trait Element: Copy + Send + Sync + Default + PartialOrd + Debug + Display + 'static {
     /// The dtype tag of this element type.
     const DTYPE: DType;
     /// Converts to f64 (lossless for every supported type but large i64).
@@ -254,8 +252,26 @@ macro_rules! num_element {
     };
 }
 
-num_element!(f32, 0.0, 1.0, f32::NEG_INFINITY, f32::INFINITY, f32, |x| x, |v| v);
-num_element!(f64, 0.0, 1.0, f64::NEG_INFINITY, f64::INFINITY, f64, |x| x, |v| v);
+num_element!(
+    f32,
+    0.0,
+    1.0,
+    f32::NEG_INFINITY,
+    f32::INFINITY,
+    f32,
+    |x| x,
+    |v| v
+);
+num_element!(
+    f64,
+    0.0,
+    1.0,
+    f64::NEG_INFINITY,
+    f64::INFINITY,
+    f64,
+    |x| x,
+    |v| v
+);
 num_element!(
     f16,
     f16::ZERO,

@@ -165,7 +165,9 @@ impl Layout {
     /// The leading corner of this view with the (no larger) `shape`: every dim `d` keeps
     /// its first `shape[d]` indices.
     pub fn slice_to(&self, shape: &[usize]) -> Self {
-        debug_assert!(shape.len() == self.rank() && shape.iter().zip(&self.shape).all(|(a, b)| a <= b));
+        debug_assert!(
+            shape.len() == self.rank() && shape.iter().zip(&self.shape).all(|(a, b)| a <= b)
+        );
         Layout {
             shape: Dims::from_slice(shape),
             strides: self.strides.clone(),
@@ -241,9 +243,7 @@ impl Layout {
                 || (self.shape[tensor_d - 1] != 1
                     && self.strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
             if chunk_ends {
-                while view_d >= 0
-                    && (view_numel < tensor_numel || shape[view_d as usize] == 1)
-                {
+                while view_d >= 0 && (view_numel < tensor_numel || shape[view_d as usize] == 1) {
                     strides[view_d as usize] = view_numel * chunk_base_stride;
                     view_numel *= shape[view_d as usize];
                     view_d -= 1;
@@ -293,7 +293,10 @@ impl Layout {
 
 /// Merges adjacent dims that are contiguous with each other in every operand, so that
 /// strided loops run over as few, as long rows as possible.
-pub(crate) fn coalesce<const K: usize>(shape: &[usize], strides: [&[usize]; K]) -> (Dims, [Dims; K]) {
+pub(crate) fn coalesce<const K: usize>(
+    shape: &[usize],
+    strides: [&[usize]; K],
+) -> (Dims, [Dims; K]) {
     let mut out_shape = Dims::new();
     let mut out_strides: [Dims; K] = std::array::from_fn(|_| Dims::new());
     for d in 0..shape.len() {

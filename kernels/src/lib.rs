@@ -3,8 +3,8 @@
 //! This crate holds the pure number-crunching layer: element types ([`Element`],
 //! [`FloatElement`]), strided [`Layout`]s, and the CPU kernels (rayon + `gemm`) that the
 //! runtime dispatches to. It knows nothing of autograd. With the `cuda` feature it also
-//! carries the CUDA sources and device glue (loaded dynamically through `cudarc`, so a
-//! build never needs a CUDA install).
+//! pulls in `cudarc` (loaded dynamically, so a build never needs a CUDA install); the
+//! CUDA kernel sources arrive with the CUDA backend.
 //!
 //! ```
 //! use ferrograd_kernels::{DType, Layout};
@@ -14,8 +14,6 @@
 //! ```
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 mod dtype;
 mod layout;
 

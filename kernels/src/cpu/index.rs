@@ -10,7 +10,13 @@ use crate::{Element, Layout, NumElement};
 /// let x = [1, 2, 3, 4, 5, 6]; // [3, 2]
 /// assert_eq!(index_select(&x, 1, 3, 2, &[2, 0]), vec![5, 6, 1, 2]);
 /// ```
-pub fn index_select<T: Element>(src: &[T], outer: usize, r: usize, inner: usize, index: &[i64]) -> Vec<T> {
+pub fn index_select<T: Element>(
+    src: &[T],
+    outer: usize,
+    r: usize,
+    inner: usize,
+    index: &[i64],
+) -> Vec<T> {
     let mut out = Vec::with_capacity(outer * index.len() * inner);
     for o in 0..outer {
         for &i in index {
@@ -30,11 +36,21 @@ pub fn index_select<T: Element>(src: &[T], outer: usize, r: usize, inner: usize,
 /// let out = gather(&src, &Layout::contiguous(&[2, 2]), &[0, 0, 1, 0], &[2, 2], 1);
 /// assert_eq!(out, vec![1, 1, 4, 3]);
 /// ```
-pub fn gather<T: Element>(src: &[T], src_layout: &Layout, index: &[i64], index_shape: &[usize], dim: usize) -> Vec<T> {
+pub fn gather<T: Element>(
+    src: &[T],
+    src_layout: &Layout,
+    index: &[i64],
+    index_shape: &[usize],
+    dim: usize,
+) -> Vec<T> {
     let dim_stride = src_layout.strides()[dim];
     let mut strides = crate::Dims::from_slice(src_layout.strides());
     strides[dim] = 0;
-    let walk = Layout::from_parts(crate::Dims::from_slice(index_shape), strides, src_layout.offset());
+    let walk = Layout::from_parts(
+        crate::Dims::from_slice(index_shape),
+        strides,
+        src_layout.offset(),
+    );
     walk.offsets()
         .zip(index)
         .map(|(base, &i)| src[base + i as usize * dim_stride])

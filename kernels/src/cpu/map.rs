@@ -46,12 +46,18 @@ pub fn unary_map<T: Element, U: Element>(
     let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
         let first = chunk_index * rows_per;
         let count = chunk.len() / inner;
-        for_each_row(&shape, &strides, [layout.offset()], first..first + count, |row, [o]| {
-            let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = f(src[o + j * inner_stride]);
-            }
-        });
+        for_each_row(
+            &shape,
+            &strides,
+            [layout.offset()],
+            first..first + count,
+            |row, [o]| {
+                let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = f(src[o + j * inner_stride]);
+                }
+            },
+        );
     };
     if n < PARALLEL_THRESHOLD || inner == 0 {
         if inner > 0 {
@@ -99,7 +105,10 @@ pub fn binary_map<T: Element, U: Element>(
             .collect_into_vec(&mut out);
         return out;
     }
-    let (shape, strides) = coalesce(lhs_layout.shape(), [lhs_layout.strides(), rhs_layout.strides()]);
+    let (shape, strides) = coalesce(
+        lhs_layout.shape(),
+        [lhs_layout.strides(), rhs_layout.strides()],
+    );
     let inner = *shape.last().unwrap();
     let (ls, rs) = (*strides[0].last().unwrap(), *strides[1].last().unwrap());
     let rows = n / inner.max(1);
@@ -108,34 +117,44 @@ pub fn binary_map<T: Element, U: Element>(
     let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
         let first = chunk_index * rows_per;
         let count = chunk.len() / inner;
-        for_each_row(&shape, &strides, base, first..first + count, |row, [lo, ro]| {
-            let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
-            match (ls, rs) {
-                // The common broadcast patterns get loops the compiler can vectorise.
-                (1, 1) => {
-                    for ((d, &a), &b) in dst.iter_mut().zip(&lhs[lo..lo + inner]).zip(&rhs[ro..ro + inner]) {
-                        *d = f(a, b);
+        for_each_row(
+            &shape,
+            &strides,
+            base,
+            first..first + count,
+            |row, [lo, ro]| {
+                let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
+                match (ls, rs) {
+                    // The common broadcast patterns get loops the compiler can vectorise.
+                    (1, 1) => {
+                        for ((d, &a), &b) in dst
+                            .iter_mut()
+                            .zip(&lhs[lo..lo + inner])
+                            .zip(&rhs[ro..ro + inner])
+                        {
+                            *d = f(a, b);
+                        }
+                    }
+                    (1, 0) => {
+                        let b = rhs[ro];
+                        for (d, &a) in dst.iter_mut().zip(&lhs[lo..lo + inner]) {
+                            *d = f(a, b);
+                        }
+                    }
+                    (0, 1) => {
+                        let a = lhs[lo];
+                        for (d, &b) in dst.iter_mut().zip(&rhs[ro..ro + inner]) {
+                            *d = f(a, b);
+                        }
+                    }
+                    _ => {
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = f(lhs[lo + j * ls], rhs[ro + j * rs]);
+                        }
                     }
                 }
-                (1, 0) => {
-                    let b = rhs[ro];
-                    for (d, &a) in dst.iter_mut().zip(&lhs[lo..lo + inner]) {
-                        *d = f(a, b);
-                    }
-                }
-                (0, 1) => {
-                    let a = lhs[lo];
-                    for (d, &b) in dst.iter_mut().zip(&rhs[ro..ro + inner]) {
-                        *d = f(a, b);
-                    }
-                }
-                _ => {
-                    for (j, d) in dst.iter_mut().enumerate() {
-                        *d = f(lhs[lo + j * ls], rhs[ro + j * rs]);
-                    }
-                }
-            }
-        });
+            },
+        );
     };
     if n < PARALLEL_THRESHOLD || inner == 0 {
         if inner > 0 {
@@ -163,22 +182,36 @@ pub fn ternary_map<C: Element, T: Element, U: Element>(
     let n = cond_layout.numel();
     let (shape, strides) = coalesce(
         cond_layout.shape(),
-        [cond_layout.strides(), a_layout.strides(), b_layout.strides()],
+        [
+            cond_layout.strides(),
+            a_layout.strides(),
+            b_layout.strides(),
+        ],
     );
     let inner = *shape.last().unwrap();
-    let (cs, as_, bs) = (strides[0][shape.len() - 1], strides[1][shape.len() - 1], strides[2][shape.len() - 1]);
+    let (cs, as_, bs) = (
+        strides[0][shape.len() - 1],
+        strides[1][shape.len() - 1],
+        strides[2][shape.len() - 1],
+    );
     let rows = n / inner.max(1);
     let mut out = vec![U::default(); n];
     let base = [cond_layout.offset(), a_layout.offset(), b_layout.offset()];
     let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
         let first = chunk_index * rows_per;
         let count = chunk.len() / inner;
-        for_each_row(&shape, &strides, base, first..first + count, |row, [co, ao, bo]| {
-            let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = f(cond[co + j * cs], a[ao + j * as_], b[bo + j * bs]);
-            }
-        });
+        for_each_row(
+            &shape,
+            &strides,
+            base,
+            first..first + count,
+            |row, [co, ao, bo]| {
+                let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = f(cond[co + j * cs], a[ao + j * as_], b[bo + j * bs]);
+                }
+            },
+        );
     };
     if n < PARALLEL_THRESHOLD || inner == 0 {
         if inner > 0 {
@@ -211,7 +244,9 @@ pub fn unary_inplace<T: Element>(dst: &mut [T], layout: &Layout, f: impl Fn(T) -
         if dst.len() < PARALLEL_THRESHOLD {
             dst.iter_mut().for_each(|x| *x = f(*x));
         } else {
-            dst.par_iter_mut().with_min_len(4096).for_each(|x| *x = f(*x));
+            dst.par_iter_mut()
+                .with_min_len(4096)
+                .for_each(|x| *x = f(*x));
         }
         return;
     }

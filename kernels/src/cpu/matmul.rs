@@ -31,7 +31,12 @@ const GEMM_PARALLEL_FLOPS: usize = 48 * 48 * 48;
 /// let l = Layout::contiguous(&[1, 2, 2]);
 /// assert_eq!(matmul(&a, &l, &a, &l.transpose(1, 2)), vec![5.0, 11.0, 11.0, 25.0]);
 /// ```
-pub fn matmul<T: NumElement>(lhs: &[T], lhs_layout: &Layout, rhs: &[T], rhs_layout: &Layout) -> Vec<T> {
+pub fn matmul<T: NumElement>(
+    lhs: &[T],
+    lhs_layout: &Layout,
+    rhs: &[T],
+    rhs_layout: &Layout,
+) -> Vec<T> {
     let (ls, rs) = (lhs_layout.shape(), rhs_layout.shape());
     let shape = MatmulShape {
         batch: ls[0],
@@ -79,7 +84,10 @@ fn gemm_batched<T: NumElement>(
         // element each one touches so the raw pointers below stay inside the slices.
         let lhs_last = lhs_off + (s.m.max(1) - 1) * lst[1] + (s.k.max(1) - 1) * lst[2];
         let rhs_last = rhs_off + (s.k.max(1) - 1) * rst[1] + (s.n.max(1) - 1) * rst[2];
-        assert!(s.k == 0 || (lhs_last < lhs.len() && rhs_last < rhs.len()), "matmul: view outside storage");
+        assert!(
+            s.k == 0 || (lhs_last < lhs.len() && rhs_last < rhs.len()),
+            "matmul: view outside storage"
+        );
         if s.k == 0 {
             return;
         }
@@ -143,7 +151,8 @@ fn naive_batched<T: NumElement>(
             for j in 0..s.n {
                 let mut acc = T::ZERO;
                 for p in 0..s.k {
-                    acc = acc + lhs[lo + i * lst[1] + p * lst[2]] * rhs[ro + p * rst[1] + j * rst[2]];
+                    acc =
+                        acc + lhs[lo + i * lst[1] + p * lst[2]] * rhs[ro + p * rst[1] + j * rst[2]];
                 }
                 out[(b * s.m + i) * s.n + j] = acc;
             }

@@ -1,13 +1,15 @@
 //! CPU kernels: contiguous fast paths, strided fallbacks, rayon above a size threshold.
 
+mod index;
 mod map;
 mod matmul;
 mod reduce;
 mod unfold;
-mod index;
 
 pub use index::{gather, index_select, scatter_add};
-pub use map::{binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map};
+pub use map::{
+    binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map,
+};
 pub use matmul::{MatmulShape, matmul};
 pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
 pub use unfold::{Conv2dGeometry, fold2d, unfold2d};
@@ -179,7 +181,11 @@ impl CpuStorage {
     #[track_caller]
     pub fn typed<T: Element>(&self) -> &[T] {
         T::slice(self).unwrap_or_else(|| {
-            panic!("internal: storage holds {:?}, kernel asked for {:?}", self.dtype(), T::DTYPE)
+            panic!(
+                "internal: storage holds {:?}, kernel asked for {:?}",
+                self.dtype(),
+                T::DTYPE
+            )
         })
     }
 
@@ -191,7 +197,10 @@ impl CpuStorage {
     pub fn typed_mut<T: Element>(&mut self) -> &mut [T] {
         let dtype = self.dtype();
         T::slice_mut(self).unwrap_or_else(|| {
-            panic!("internal: storage holds {dtype:?}, kernel asked for {:?}", T::DTYPE)
+            panic!(
+                "internal: storage holds {dtype:?}, kernel asked for {:?}",
+                T::DTYPE
+            )
         })
     }
 

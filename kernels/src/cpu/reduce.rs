@@ -21,7 +21,9 @@ fn for_each_outer<U: Send>(
         if row == 0 {
             return;
         }
-        out.chunks_mut(row).enumerate().for_each(|(o, chunk)| body(o, chunk));
+        out.chunks_mut(row)
+            .enumerate()
+            .for_each(|(o, chunk)| body(o, chunk));
     } else {
         out.par_chunks_mut(row)
             .enumerate()
@@ -189,7 +191,9 @@ pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<
     let mut out = vec![T::ZERO; rows * len];
     for_each_outer(&mut out, rows, len * 4, |o, dst| {
         let row = &src[o * len..(o + 1) * len];
-        let max = row.iter().fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
+        let max = row
+            .iter()
+            .fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
         let mut total = T::Acc::ZERO;
         for (d, &v) in dst.iter_mut().zip(row) {
             let e = (v.to_acc() - max).exp();
@@ -215,7 +219,9 @@ pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> 
     let mut out = vec![T::ZERO; rows * len];
     for_each_outer(&mut out, rows, len * 4, |o, dst| {
         let row = &src[o * len..(o + 1) * len];
-        let max = row.iter().fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
+        let max = row
+            .iter()
+            .fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
         let total: T::Acc = row.iter().map(|&v| (v.to_acc() - max).exp()).sum();
         let shift = max + total.ln();
         for (d, &v) in dst.iter_mut().zip(row) {

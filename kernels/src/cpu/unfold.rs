@@ -70,14 +70,16 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
             for kj in 0..kw {
                 let row = &mut dst[(ki * kw + kj) * plane..(ki * kw + kj + 1) * plane];
                 for oy in 0..oh {
-                    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+                    let y =
+                        (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
                     if y < 0 || y >= h as isize {
                         continue;
                     }
                     let src_row = &img[y as usize * w..(y as usize + 1) * w];
                     let dst_row = &mut row[oy * ow..(oy + 1) * ow];
                     for (ox, d) in dst_row.iter_mut().enumerate() {
-                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize
+                            - g.padding[1] as isize;
                         if x >= 0 && x < w as isize {
                             *d = src_row[x as usize];
                         }
@@ -90,9 +92,13 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
         return out;
     }
     if out.len() < PARALLEL_THRESHOLD {
-        out.chunks_mut(per_channel).enumerate().for_each(|(i, d)| body(i, d));
+        out.chunks_mut(per_channel)
+            .enumerate()
+            .for_each(|(i, d)| body(i, d));
     } else {
-        out.par_chunks_mut(per_channel).enumerate().for_each(|(i, d)| body(i, d));
+        out.par_chunks_mut(per_channel)
+            .enumerate()
+            .for_each(|(i, d)| body(i, d));
     }
     out
 }
@@ -119,12 +125,14 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
             for kj in 0..kw {
                 let row = &src[(ki * kw + kj) * plane..(ki * kw + kj + 1) * plane];
                 for oy in 0..oh {
-                    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+                    let y =
+                        (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
                     if y < 0 || y >= h as isize {
                         continue;
                     }
                     for ox in 0..ow {
-                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize
+                            - g.padding[1] as isize;
                         if x >= 0 && x < w as isize {
                             let d = &mut img[y as usize * w + x as usize];
                             *d = *d + row[oy * ow + ox];
@@ -138,9 +146,13 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
         return out;
     }
     if cols.len() < PARALLEL_THRESHOLD {
-        out.chunks_mut(h * w).enumerate().for_each(|(i, d)| body(i, d));
+        out.chunks_mut(h * w)
+            .enumerate()
+            .for_each(|(i, d)| body(i, d));
     } else {
-        out.par_chunks_mut(h * w).enumerate().for_each(|(i, d)| body(i, d));
+        out.par_chunks_mut(h * w)
+            .enumerate()
+            .for_each(|(i, d)| body(i, d));
     }
     out
 }
