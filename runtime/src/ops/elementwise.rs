@@ -976,6 +976,32 @@ impl Tensor {
         out
     }
 
+    /// Whether every element satisfies `|self - other| <= atol + rtol * |other|` after
+    /// broadcasting (`torch.allclose`); NaNs are never close.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let a = Tensor::from_vec(vec![1.0f64, 2.0], &[2]);
+    /// assert!(a.allclose(&a.add_scalar(1e-9), 1e-5, 1e-8));
+    /// assert!(!a.allclose(&a.add_scalar(1e-3), 1e-5, 1e-8));
+    /// ```
+    #[track_caller]
+    pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> bool {
+        let (a, b) = (
+            self.detach().to_dtype(DType::F64),
+            other.detach().to_dtype(DType::F64),
+        );
+        broadcast_shape("allclose", &a, &b);
+        let diff = a.sub(&b).abs().to_vec::<f64>();
+        let bound = b
+            .abs()
+            .mul_scalar(rtol)
+            .add_scalar(atol)
+            .broadcast_to(a.sub(&b).shape())
+            .to_vec::<f64>();
+        diff.iter().zip(&bound).all(|(d, t)| d <= t)
+    }
+
     /// Sums a broadcast gradient back down to `shape` (the adjoint of broadcasting).
     ///
     /// ```

@@ -151,6 +151,7 @@ impl Tensor {
     /// ```
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::linspace(0.0, 1.0, 3, DType::F64, &Device::Cpu).to_vec::<f64>(), vec![0.0, 0.5, 1.0]);
+    /// assert_eq!(Tensor::linspace(-1.0, 1.0, 1, DType::F64, &Device::Cpu).to_vec::<f64>(), vec![-1.0]);
     /// ```
     pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType, device: &Device) -> Tensor {
         let step = if steps > 1 {
@@ -160,7 +161,7 @@ impl Tensor {
         };
         let storage = with_dtype!(dtype, T => T::into_storage((0..steps).map(|i| {
             // Fill from both ends, as PyTorch does, so `end` is exact.
-            let v = if i < steps / 2 { start + step * i as f64 } else { end - step * (steps - 1 - i) as f64 };
+            let v = if steps == 1 || i < steps / 2 { start + step * i as f64 } else { end - step * (steps - 1 - i) as f64 };
             T::from_f64(v)
         }).collect()));
         Tensor::from_cpu(storage, &[steps]).placed(device)

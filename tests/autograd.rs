@@ -1,0 +1,247 @@
+//! Autograd semantics: accumulation, graph freeing, no_grad, pruning, higher order,
+//! custom functions, checkpointing, in-place safety, and very deep graphs.
+
+use ferrograd::autograd::{Function, FunctionCtx, SavedTensors, apply, grad};
+use ferrograd::prelude::*;
+
+fn leaf(values: Vec<f64>) -> Tensor {
+    let n = values.len();
+    Tensor::from_vec(values, &[n]).requires_grad(true)
+}
+
+#[test]
+fn issue_example_runs_and_gives_correct_shapes() {
+    manual_seed(0);
+    let x = Tensor::randn(&[64, 784], DType::F32, &Device::Cpu);
+    let w = Tensor::randn(&[784, 10], DType::F32, &Device::Cpu).requires_grad(true);
+    let loss = x.matmul(&w).log_softmax(-1).mean_all();
+    loss.backward();
+    let g: Tensor = w.grad().unwrap();
+    assert_eq!(g.shape(), &[784, 10]);
+    // d mean(log_softmax) / d logits sums to zero per row up to the mean's 1/N scaling,
+    // so the gradient w.r.t. w is x^T (1/640 - softmax/64): check one entry directly.
+    let logits = x.matmul(&w.detach());
+    let expected = x.t().matmul(
+        &(Tensor::full(&[64, 10], 1.0 / 640.0, DType::F32, &Device::Cpu)
+            - logits.softmax(-1) / 64.0),
+    );
+    assert!(g.allclose(&expected, 1e-4, 1e-5));
+}
+
+#[test]
+fn gradients_accumulate_across_backward_calls() {
+    let x = leaf(vec![1.0, 2.0]);
+    (&x * 3.0).sum_all().backward();
+    (&x * &x).sum_all().backward();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![5.0, 7.0]);
+    x.zero_grad();
+    assert!(x.grad().is_none());
+}
+
+#[test]
+fn graph_is_freed_after_backward_unless_retained() {
+    let x = leaf(vec![1.0]);
+    let y = x.exp().sum_all();
+    y.backward_with_options(None, true, false);
+    y.backward();
+    assert!((x.grad().unwrap().item::<f64>() - 2.0 * 1f64.exp()).abs() < 1e-12);
+    let result = std::panic::catch_unwind(|| y.backward());
+    let message = *result.unwrap_err().downcast::<String>().unwrap();
+    assert!(
+        message.contains("backward through the graph a second time")
+            && message.contains("retain_graph"),
+        "{message}"
+    );
+}
+
+#[test]
+fn no_grad_records_nothing_and_is_restored() {
+    let x = leaf(vec![1.0]);
+    let y = no_grad(|| &x * 2.0);
+    assert!(!y.requires_grad_flag() && y.grad_fn().is_none());
+    assert!(is_grad_enabled());
+    let guard = NoGradGuard::new();
+    assert!(!(&x * 2.0).requires_grad_flag());
+    drop(guard);
+    assert!((&x * 2.0).requires_grad_flag());
+}
+
+#[test]
+fn only_paths_to_leaves_that_need_grad_are_computed() {
+    let a = leaf(vec![1.0, 2.0]);
+    let constant = Tensor::from_vec(vec![3.0f64, 4.0], &[2]);
+    let y = (&a * &constant).sum_all();
+    y.backward();
+    assert_eq!(a.grad().unwrap().to_vec::<f64>(), vec![3.0, 4.0]);
+    assert!(constant.grad().is_none());
+    // A branch that does not reach a leaf needing grad records no node at all.
+    assert!(!(&constant * 2.0).requires_grad_flag());
+}
+
+#[test]
+fn backward_with_explicit_gradient() {
+    let x = leaf(vec![1.0, 2.0, 3.0]);
+    let y = &x * &x;
+    y.backward_with(&Tensor::from_vec(vec![1.0f64, 0.0, -1.0], &[3]));
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![2.0, 0.0, -6.0]);
+}
+
+#[test]
+fn create_graph_gives_second_and_third_derivatives() {
+    let x = leaf(vec![0.3, -1.2]);
+    let y = x.sin().sum_all();
+    let dy = grad(&[&y], &[&x], None, true)[0].clone().unwrap();
+    let d2y = grad(&[&dy.sum_all()], &[&x], None, true)[0]
+        .clone()
+        .unwrap();
+    let d3y = grad(&[&d2y.sum_all()], &[&x], None, false)[0]
+        .clone()
+        .unwrap();
+    let xs = x.detach();
+    assert!(dy.allclose(&xs.cos(), 1e-12, 1e-12));
+    assert!(d2y.allclose(&xs.sin().neg(), 1e-12, 1e-12));
+    assert!(d3y.allclose(&xs.cos().neg(), 1e-12, 1e-12));
+    assert!(x.grad().is_none(), "autograd::grad must not touch .grad");
+}
+
+#[test]
+fn backward_with_create_graph_accumulates_a_differentiable_grad() {
+    let x = leaf(vec![2.0]);
+    (&x * &x * &x)
+        .sum_all()
+        .backward_with_options(None, false, true);
+    let g = x.grad().unwrap();
+    assert!(g.requires_grad_flag());
+    assert_eq!(g.item::<f64>(), 12.0);
+    let h = grad(&[&g.sum_all()], &[&x], None, false)[0]
+        .clone()
+        .unwrap();
+    assert_eq!(h.item::<f64>(), 12.0);
+}
+
+struct ScaledSquare(f64);
+impl Function for ScaledSquare {
+    fn forward(&self, ctx: &mut FunctionCtx, inputs: &[Tensor]) -> Tensor {
+        ctx.save_for_backward(&inputs[0]);
+        &inputs[0] * &inputs[0] * self.0
+    }
+    fn backward(&self, saved: &SavedTensors, grad: &Tensor) -> Vec<Option<Tensor>> {
+        vec![Some(grad * &saved.get(0) * (2.0 * self.0))]
+    }
+}
+
+#[test]
+fn custom_function_forward_and_backward() {
+    let x = leaf(vec![1.0, -3.0]);
+    let y = apply(ScaledSquare(0.5), &[&x]);
+    assert_eq!(y.to_vec::<f64>(), vec![0.5, 4.5]);
+    assert!(y.grad_fn().unwrap().contains("ScaledSquare"));
+    y.sum_all().backward();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![1.0, -3.0]);
+}
+
+#[test]
+fn checkpoint_matches_plain_backward_and_reaches_parameters() {
+    let w = leaf(vec![0.5, -0.25, 2.0]);
+    let x1 = leaf(vec![1.0, 2.0, 3.0]);
+    let x2 = leaf(vec![1.0, 2.0, 3.0]);
+    let block = {
+        let w = w.clone();
+        move |xs: &[Tensor]| (&xs[0] * &w).tanh().exp()
+    };
+    block(std::slice::from_ref(&x1)).sum_all().backward();
+    let (plain_x, plain_w) = (x1.grad().unwrap(), w.grad().unwrap());
+    w.zero_grad();
+    checkpoint(block, &[&x2]).sum_all().backward();
+    assert!(x2.grad().unwrap().allclose(&plain_x, 1e-12, 1e-12));
+    assert!(w.grad().unwrap().allclose(&plain_w, 1e-12, 1e-12));
+}
+
+#[test]
+fn checkpoint_replays_dropout_with_the_same_mask() {
+    manual_seed(42);
+    let x = Tensor::ones(&[64], DType::F64, &Device::Cpu).requires_grad(true);
+    let y = checkpoint(|xs: &[Tensor]| F::dropout(&xs[0], 0.5, true), &[&x]);
+    y.sum_all().backward();
+    // The gradient is the mask the forward used: 2 where kept, 0 where dropped.
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), y.to_vec::<f64>());
+}
+
+#[test]
+fn modifying_a_saved_tensor_in_place_is_an_error_at_backward() {
+    let x = leaf(vec![1.0, 2.0]);
+    let b = Tensor::from_vec(vec![3.0f64, 4.0], &[2]);
+    let y = (&x * &b).sum_all();
+    b.add_scalar_(1.0);
+    let result = std::panic::catch_unwind(|| y.backward());
+    let message = *result.unwrap_err().downcast::<String>().unwrap();
+    assert!(
+        message.contains("modified by an inplace operation") && message.contains("mul"),
+        "{message}"
+    );
+}
+
+#[test]
+fn in_place_on_a_leaf_requiring_grad_needs_no_grad() {
+    let w = leaf(vec![1.0, 2.0]);
+    let result = std::panic::catch_unwind(|| {
+        w.add_scalar_(1.0);
+    });
+    let message = *result.unwrap_err().downcast::<String>().unwrap();
+    assert!(
+        message.contains("add_") && message.contains("leaf"),
+        "{message}"
+    );
+    no_grad(|| w.add_scaled_(&Tensor::ones(&[2], DType::F64, &Device::Cpu), -0.5));
+    assert_eq!(w.to_vec::<f64>(), vec![0.5, 1.5]);
+}
+
+#[test]
+fn a_million_op_chain_backpropagates_and_drops_without_stack_overflow() {
+    // Runs on a thread with a deliberately small stack: recursion anywhere would overflow.
+    std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let x = Tensor::from_vec(vec![1.0f32], &[1]).requires_grad(true);
+            let mut y = x.clone();
+            for _ in 0..1_000_000 {
+                y = &y * 1.0;
+            }
+            let y = y.sum_all();
+            y.backward();
+            assert_eq!(x.grad().unwrap().item::<f32>(), 1.0);
+            // And a second graph dropped without ever running backward.
+            let mut z = x.clone();
+            for _ in 0..1_000_000 {
+                z = z.exp().log();
+            }
+            drop(z);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
+fn requires_grad_rules_follow_pytorch() {
+    let i = Tensor::from_vec(vec![1i64], &[1]);
+    assert!(std::panic::catch_unwind(|| i.clone().requires_grad(true)).is_err());
+    let x = leaf(vec![1.0]);
+    let y = &x * 2.0;
+    assert!(!y.is_leaf() && x.is_leaf());
+    assert_eq!(y.grad_fn(), Some("mul"));
+    assert!(!y.detach().requires_grad_flag());
+    let result = std::panic::catch_unwind(|| y.clone().requires_grad(false));
+    assert!(result.is_err());
+}
+
+#[test]
+fn gradients_flow_through_dtype_promotion() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).requires_grad(true);
+    let y = Tensor::from_vec(vec![3.0f64, 4.0], &[2]);
+    let z = &x * &y;
+    assert_eq!(z.dtype(), DType::F64);
+    z.sum_all().backward();
+    let g = x.grad().unwrap();
+    assert_eq!((g.dtype(), g.to_vec::<f32>()), (DType::F32, vec![3.0, 4.0]));
+}
