@@ -1,1 +1,92 @@
-fn main() {}
+//! Criterion benchmarks of the runtime core. `bench/compare_pytorch.py` runs the same
+//! workloads in PyTorch and prints ratios; keep the two in step.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ferrograd::prelude::*;
+use std::hint::black_box;
+
+fn matmul(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matmul_f32");
+    for n in [256usize, 512, 1024, 2048] {
+        let a = Tensor::randn(&[n, n], DType::F32, &Device::Cpu);
+        let b = Tensor::randn(&[n, n], DType::F32, &Device::Cpu);
+        group.throughput(Throughput::Elements((2 * n * n * n) as u64));
+        if n >= 1024 {
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
+            bench.iter(|| black_box(a.matmul(&b)))
+        });
+    }
+    group.finish();
+}
+
+fn elementwise(c: &mut Criterion) {
+    let a = Tensor::randn(&[1_000_000], DType::F32, &Device::Cpu);
+    let b = Tensor::randn(&[1_000_000], DType::F32, &Device::Cpu);
+    c.bench_function("add_1e6_f32", |bench| bench.iter(|| black_box(&a + &b)));
+}
+
+fn softmax(c: &mut Criterion) {
+    let x = Tensor::randn(&[256, 1024], DType::F32, &Device::Cpu);
+    c.bench_function("softmax_256x1024", |bench| {
+        bench.iter(|| black_box(x.softmax(-1)))
+    });
+}
+
+fn conv2d_lenet(c: &mut Criterion) {
+    let x1 = Tensor::randn(&[64, 1, 28, 28], DType::F32, &Device::Cpu);
+    let w1 = Tensor::randn(&[6, 1, 5, 5], DType::F32, &Device::Cpu);
+    let x2 = Tensor::randn(&[64, 6, 14, 14], DType::F32, &Device::Cpu);
+    let w2 = Tensor::randn(&[16, 6, 5, 5], DType::F32, &Device::Cpu);
+    let pad2 = F::Conv2dArgs::default().padding(2);
+    c.bench_function("conv2d_lenet1_b64", |bench| {
+        bench.iter(|| black_box(F::conv2d(&x1, &w1, None, &pad2)))
+    });
+    c.bench_function("conv2d_lenet2_b64", |bench| {
+        bench.iter(|| black_box(F::conv2d(&x2, &w2, None, &F::Conv2dArgs::default())))
+    });
+}
+
+fn per_op_overhead(c: &mut Criterion) {
+    let a = Tensor::randn(&[1], DType::F32, &Device::Cpu);
+    let b = Tensor::randn(&[1], DType::F32, &Device::Cpu);
+    c.bench_function("add_1elem_nograd", |bench| {
+        bench.iter(|| black_box(&a + &b))
+    });
+    let ag = a.detach().requires_grad(true);
+    c.bench_function("add_1elem_grad", |bench| bench.iter(|| black_box(&ag + &b)));
+}
+
+/// Ten ops forward on a 64-element vector, then backward.
+fn chain10(c: &mut Criterion) {
+    let x = Tensor::randn(&[64], DType::F32, &Device::Cpu).requires_grad(true);
+    let w = Tensor::randn(&[64], DType::F32, &Device::Cpu);
+    c.bench_function("chain10_fwd_bwd", |bench| {
+        bench.iter(|| {
+            let y = &x * &w; // 1
+            let y = &y + &w; // 2
+            let y = y.tanh(); // 3
+            let y = y.exp(); // 4
+            let y = &y * &x; // 5
+            let y = y.sigmoid(); // 6
+            let y = &y - &w; // 7
+            let y = y.relu(); // 8
+            let y = &y * &y; // 9
+            let loss = y.sum_all(); // 10
+            loss.backward();
+            x.zero_grad();
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    matmul,
+    elementwise,
+    softmax,
+    conv2d_lenet,
+    per_op_overhead,
+    chain10
+);
+criterion_main!(benches);

@@ -33,7 +33,9 @@ impl std::error::Error for DataError {}
 fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     let file = std::fs::File::open(path).map_err(|e| DataError::Io(path.into(), e))?;
     let mut raw = Vec::new();
-    GzDecoder::new(file).read_to_end(&mut raw).map_err(|e| DataError::Io(path.into(), e))?;
+    GzDecoder::new(file)
+        .read_to_end(&mut raw)
+        .map_err(|e| DataError::Io(path.into(), e))?;
     let bad = |why: &str| DataError::Format(path.into(), why.to_string());
     if raw.len() < 4 || raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 {
         return Err(bad("expected the magic number of unsigned-byte data"));
@@ -44,11 +46,19 @@ fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
         return Err(bad("truncated header"));
     }
     let dims: Vec<usize> = (0..rank)
-        .map(|i| u32::from_be_bytes(raw[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize)
+        .map(|i| {
+            u32::from_be_bytes(raw[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize
+        })
         .collect();
-    let expected = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| bad("dims overflow"))?;
+    let expected = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| bad("dims overflow"))?;
     if raw.len() - header != expected {
-        return Err(bad(&format!("dims {dims:?} need {expected} bytes, found {}", raw.len() - header)));
+        return Err(bad(&format!(
+            "dims {dims:?} need {expected} bytes, found {}",
+            raw.len() - header
+        )));
     }
     Ok((dims, raw.split_off(header)))
 }
@@ -58,7 +68,10 @@ fn load_split(dir: &Path, prefix: &str) -> Result<(Tensor, Tensor), DataError> {
     let (dims, pixels) = read_idx(&dir.join(format!("{prefix}-images-idx3-ubyte.gz")))?;
     let (ldims, labels) = read_idx(&dir.join(format!("{prefix}-labels-idx1-ubyte.gz")))?;
     if dims.len() != 3 || ldims.len() != 1 || dims[0] != ldims[0] {
-        return Err(DataError::Format(dir.into(), format!("images {dims:?} and labels {ldims:?} disagree")));
+        return Err(DataError::Format(
+            dir.into(),
+            format!("images {dims:?} and labels {ldims:?} disagree"),
+        ));
     }
     let n = dims[0];
     let images = Tensor::from_vec(pixels, &[n, dims[1] * dims[2]]).to_dtype(DType::F32) / 255.0;
@@ -68,7 +81,10 @@ fn load_split(dir: &Path, prefix: &str) -> Result<(Tensor, Tensor), DataError> {
 
 fn data_dir(full: bool) -> PathBuf {
     if !full {
-        return PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/mnist-mini"));
+        return PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/data/mnist-mini"
+        ));
     }
     match std::env::var_os("FERROGRAD_DATA") {
         Some(root) => PathBuf::from(root).join("mnist"),
@@ -79,7 +95,9 @@ fn data_dir(full: bool) -> PathBuf {
 /// PyTorch's default `nn.Linear` initialisation: U(-1/sqrt(in), 1/sqrt(in)).
 fn linear_params(inputs: usize, outputs: usize) -> (Tensor, Tensor) {
     let bound = 1.0 / (inputs as f64).sqrt();
-    let uniform = |shape: &[usize]| (Tensor::rand(shape, DType::F32, &Device::Cpu) * (2.0 * bound) - bound).requires_grad(true);
+    let uniform = |shape: &[usize]| {
+        (Tensor::rand(shape, DType::F32, &Device::Cpu) * (2.0 * bound) - bound).requires_grad(true)
+    };
     (uniform(&[outputs, inputs]), uniform(&[outputs]))
 }
 
@@ -88,7 +106,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = data_dir(full);
     let (train_x, train_y) = load_split(&dir, "train")?;
     let (test_x, test_y) = load_split(&dir, "t10k")?;
-    println!("MNIST from {}: {} training and {} test images", dir.display(), train_x.size(0), test_x.size(0));
+    println!(
+        "MNIST from {}: {} training and {} test images",
+        dir.display(),
+        train_x.size(0),
+        test_x.size(0)
+    );
 
     manual_seed(0);
     let (w1, b1) = linear_params(784, 128);
@@ -101,7 +124,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for epoch in 1..=epochs {
         let order = Tensor::randperm(n, &Device::Cpu);
         let bar = ProgressBar::new(n.div_ceil(batch) as u64)
-            .with_style(ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} loss {msg}").expect("valid template"))
+            .with_style(
+                ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} loss {msg}")
+                    .expect("valid template"),
+            )
             .with_prefix(epoch.to_string());
         let mut total = 0.0;
         for (step, start) in (0..n).step_by(batch).enumerate() {
@@ -120,8 +146,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             bar.inc(1);
         }
         bar.finish();
-        let accuracy = no_grad(|| forward(&test_x).argmax(1, false).eq(&test_y).to_dtype(DType::F32).mean_all().item::<f32>());
-        println!("epoch {epoch}: mean loss {:.4}, test accuracy {:.2}%", total / n.div_ceil(batch) as f64, accuracy * 100.0);
+        let accuracy = no_grad(|| {
+            forward(&test_x)
+                .argmax(1, false)
+                .eq(&test_y)
+                .to_dtype(DType::F32)
+                .mean_all()
+                .item::<f32>()
+        });
+        println!(
+            "epoch {epoch}: mean loss {:.4}, test accuracy {:.2}%",
+            total / n.div_ceil(batch) as f64,
+            accuracy * 100.0
+        );
     }
     Ok(())
 }

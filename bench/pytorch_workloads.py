@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The workloads of benches/core_ops.rs in PyTorch, timed on this machine with the same
+thread count. Prints one JSON object: benchmark id -> median seconds per iteration."""
+import json
+import os
+import sys
+import timeit
+
+import torch
+import torch.nn.functional as F
+
+threads = int(os.environ.get("BENCH_THREADS", os.cpu_count()))
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+
+
+def median_time(fn, min_time=1.0):
+    """Median seconds per call over repeats of >= min_time/10 seconds each."""
+    fn()
+    number = 1
+    while timeit.timeit(fn, number=number) < min_time / 10:
+        number *= 2
+    runs = timeit.repeat(fn, number=number, repeat=10)
+    runs.sort()
+    return runs[len(runs) // 2] / number
+
+
+results = {}
+for n in [256, 512, 1024, 2048]:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    results[f"matmul_f32/{n}"] = median_time(lambda: a @ b)
+
+a, b = torch.randn(1_000_000), torch.randn(1_000_000)
+results["add_1e6_f32"] = median_time(lambda: a + b)
+
+x = torch.randn(256, 1024)
+results["softmax_256x1024"] = median_time(lambda: torch.softmax(x, -1))
+
+x1, w1 = torch.randn(64, 1, 28, 28), torch.randn(6, 1, 5, 5)
+x2, w2 = torch.randn(64, 6, 14, 14), torch.randn(16, 6, 5, 5)
+results["conv2d_lenet1_b64"] = median_time(lambda: F.conv2d(x1, w1, padding=2))
+results["conv2d_lenet2_b64"] = median_time(lambda: F.conv2d(x2, w2))
+
+a, b = torch.randn(1), torch.randn(1)
+results["add_1elem_nograd"] = median_time(lambda: a + b)
+ag = a.clone().requires_grad_(True)
+results["add_1elem_grad"] = median_time(lambda: ag + b)
+
+xg, w = torch.randn(64, requires_grad=True), torch.randn(64)
+
+
+def chain10():
+    y = xg * w
+    y = y + w
+    y = torch.tanh(y)
+    y = torch.exp(y)
+    y = y * xg
+    y = torch.sigmoid(y)
+    y = y - w
+    y = torch.relu(y)
+    y = y * y
+    loss = y.sum()
+    loss.backward()
+    xg.grad = None
+
+
+results["chain10_fwd_bwd"] = median_time(chain10)
+json.dump({"torch": torch.__version__, "threads": threads, "results": results}, sys.stdout, indent=1)
