@@ -165,17 +165,97 @@ pub trait NumElement:
 pub trait Real: num_traits::Float + NumElement + std::iter::Sum {
     /// The error function.
     fn erf(self) -> Self;
+    /// `e^x`, written so that loops over it vectorise (f32: about 1 ulp; f64: `std`'s).
+    fn exp_vec(self) -> Self;
 }
 
 impl Real for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
     }
+
+    /// Cephes' `expf` scheme: `x = n ln2 + r` with `|r| <= ln2 / 2`, a degree-6 polynomial
+    /// for `e^r`, and `2^n` built from exponent bits. Only arithmetic, selects and
+    /// float/int conversions, so LLVM vectorises loops that call it (`f32::exp` is a libm
+    /// call that does not vectorise).
+    #[inline(always)]
+    fn exp_vec(self) -> f32 {
+        const LOG2E: f32 = std::f32::consts::LOG2_E;
+        const LN2_HI: f32 = 0.693_359_4;
+        const LN2_LO: f32 = -2.121_944_4e-4;
+        // Round to nearest by adding and subtracting 1.5 * 2^23 (no SSE4.1 `roundps` needed).
+        const ROUND: f32 = 12_582_912.0;
+        const HI: f32 = 88.722_84;
+        const LO: f32 = -103.972_08;
+        // Plain selects (not `clamp`/`max`, whose NaN rules cost extra instructions);
+        // NaN passes through and is handled at the end.
+        let x = if self < LO {
+            LO
+        } else if self > HI {
+            HI
+        } else {
+            self
+        };
+        let n = (x * LOG2E + ROUND) - ROUND;
+        let r = x - n * LN2_HI - n * LN2_LO;
+        let mut p = 1.987_569_1e-4f32;
+        p = p * r + 1.398_199_9e-3;
+        p = p * r + 8.333_452e-3;
+        p = p * r + 4.166_579_6e-2;
+        p = p * r + 1.666_666_5e-1;
+        p = p * r + 5.000_000_1e-1;
+        let y = p * r * r + r + 1.0;
+        // 2^n as two factors 2^h * 2^(n-h), so n = 128 and n = -150 stay representable.
+        // Each 2^k comes from float bits: k + 127 + 2^23 holds k + 127 in its mantissa,
+        // and shifting that into the exponent field gives 2^k (no float-to-int cast,
+        // whose saturation rules would not vectorise).
+        let h = (n * 0.5 + ROUND) - ROUND;
+        let scale = |k: f32| f32::from_bits((k + (127.0 + 8_388_608.0)).to_bits() << 23);
+        let v = y * scale(h) * scale(n - h);
+        if self > HI {
+            f32::INFINITY
+        } else if self < LO {
+            0.0
+        } else if self.is_nan() {
+            self
+        } else {
+            v
+        }
+    }
 }
 
 impl Real for f64 {
     fn erf(self) -> Self {
         libm::erf(self)
+    }
+
+    #[inline(always)]
+    fn exp_vec(self) -> f64 {
+        self.exp()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Real;
+
+    #[test]
+    fn exp_vec_is_within_two_ulp_of_std() {
+        let mut x = -103.0f32;
+        while x < 88.7 {
+            let (got, want) = (x.exp_vec(), x.exp());
+            let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
+            assert!(
+                ulp <= 2 || (want < f32::MIN_POSITIVE && (got - want).abs() <= 2.0 * 1.4e-45),
+                "exp({x}) = {got}, want {want}"
+            );
+            x += 0.0137;
+        }
+        assert_eq!(f32::NEG_INFINITY.exp_vec(), 0.0);
+        assert_eq!(f32::INFINITY.exp_vec(), f32::INFINITY);
+        assert_eq!(100.0f32.exp_vec(), f32::INFINITY);
+        assert!(f32::NAN.exp_vec().is_nan());
+        assert_eq!(0.0f32.exp_vec(), 1.0);
     }
 }
 

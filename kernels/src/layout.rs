@@ -374,7 +374,8 @@ mod tests {
     fn reshape_of_transposed_needs_copy() {
         let l = Layout::contiguous(&[2, 3]).transpose(0, 1);
         assert!(l.reshape(&[6]).is_none());
-        assert_eq!(l.reshape(&[3, 2, 1]).unwrap().strides(), &[1, 3, 1]);
+        // A size-1 dim may take any stride: only the others are determined.
+        assert_eq!(&l.reshape(&[3, 2, 1]).unwrap().strides()[..2], &[1, 3]);
     }
 
     #[test]

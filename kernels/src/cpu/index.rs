@@ -7,7 +7,7 @@ use crate::{Element, Layout, NumElement};
 ///
 /// ```
 /// use ferrograd_kernels::cpu::index_select;
-/// let x = [1, 2, 3, 4, 5, 6]; // [3, 2]
+/// let x = [1i64, 2, 3, 4, 5, 6]; // [3, 2]
 /// assert_eq!(index_select(&x, 1, 3, 2, &[2, 0]), vec![5, 6, 1, 2]);
 /// ```
 pub fn index_select<T: Element>(
@@ -32,7 +32,7 @@ pub fn index_select<T: Element>(
 ///
 /// ```
 /// use ferrograd_kernels::{cpu::gather, Layout};
-/// let src = [1, 2, 3, 4]; // [[1, 2], [3, 4]]
+/// let src = [1i64, 2, 3, 4]; // [[1, 2], [3, 4]]
 /// let out = gather(&src, &Layout::contiguous(&[2, 2]), &[0, 0, 1, 0], &[2, 2], 1);
 /// assert_eq!(out, vec![1, 1, 4, 3]);
 /// ```

@@ -2,9 +2,67 @@
 //! strided fallback over coalesced rows, and rayon above [`PARALLEL_THRESHOLD`].
 
 use super::PARALLEL_THRESHOLD;
+use super::simd::{SimdKernel, with_simd};
 use crate::layout::{coalesce, for_each_row};
 use crate::{Element, Layout};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
+
+/// Builds a `Vec` of `n` elements by handing disjoint chunks of its uninitialised buffer
+/// to `fill(start, chunk)`, which must write every slot of its chunk. Above the threshold
+/// the chunks go to rayon, a few per thread; no zero-fill happens first.
+fn build_vec<U: Send>(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+    let mut out = Vec::with_capacity(n);
+    let slots = &mut out.spare_capacity_mut()[..n];
+    if n < PARALLEL_THRESHOLD {
+        fill(0, slots);
+    } else {
+        let chunk = n.div_ceil(rayon::current_num_threads() * 4).max(4096);
+        slots
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| fill(i * chunk, c));
+    }
+    // SAFETY: the chunks partition the first `n` slots and `fill` wrote every slot of each
+    // (the kernels below zip each chunk with source slices of the same length).
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// `dst[i] = f(src[i])` over equally long slices, vectorised per CPU level.
+struct MapSlice<'a, T, U, F> {
+    src: &'a [T],
+    dst: &'a mut [MaybeUninit<U>],
+    f: &'a F,
+}
+
+impl<T: Copy, U, F: Fn(T) -> U> SimdKernel for MapSlice<'_, T, U, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for (d, &x) in self.dst.iter_mut().zip(self.src) {
+            d.write((self.f)(x));
+        }
+    }
+}
+
+/// `dst[i] = f(a[i], b[i])` over equally long slices, vectorised per CPU level.
+struct ZipSlices<'a, T, U, F> {
+    a: &'a [T],
+    b: &'a [T],
+    dst: &'a mut [MaybeUninit<U>],
+    f: &'a F,
+}
+
+impl<T: Copy, U, F: Fn(T, T) -> U> SimdKernel for ZipSlices<'_, T, U, F> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for ((d, &x), &y) in self.dst.iter_mut().zip(self.a).zip(self.b) {
+            d.write((self.f)(x, y));
+        }
+    }
+}
 
 /// Rows handed to one rayon task in strided loops.
 fn rows_per_task(rows: usize, row_len: usize) -> usize {
@@ -28,15 +86,10 @@ pub fn unary_map<T: Element, U: Element>(
     let n = layout.numel();
     if let Some(range) = layout.contiguous_range() {
         let src = &src[range];
-        if n < PARALLEL_THRESHOLD {
-            return src.iter().map(|&x| f(x)).collect();
-        }
-        let mut out = Vec::with_capacity(n);
-        src.par_iter()
-            .with_min_len(4096)
-            .map(|&x| f(x))
-            .collect_into_vec(&mut out);
-        return out;
+        return build_vec(n, |start, dst| {
+            let src = &src[start..start + dst.len()];
+            with_simd(MapSlice { src, dst, f: &f })
+        });
     }
     let (shape, strides) = coalesce(layout.shape(), [layout.strides()]);
     let inner = *shape.last().unwrap();
@@ -94,16 +147,15 @@ pub fn binary_map<T: Element, U: Element>(
     let n = lhs_layout.numel();
     if let (Some(lr), Some(rr)) = (lhs_layout.contiguous_range(), rhs_layout.contiguous_range()) {
         let (l, r) = (&lhs[lr], &rhs[rr]);
-        if n < PARALLEL_THRESHOLD {
-            return l.iter().zip(r).map(|(&a, &b)| f(a, b)).collect();
-        }
-        let mut out = Vec::with_capacity(n);
-        l.par_iter()
-            .zip(r.par_iter())
-            .with_min_len(4096)
-            .map(|(&a, &b)| f(a, b))
-            .collect_into_vec(&mut out);
-        return out;
+        return build_vec(n, |start, dst| {
+            let end = start + dst.len();
+            with_simd(ZipSlices {
+                a: &l[start..end],
+                b: &r[start..end],
+                dst,
+                f: &f,
+            })
+        });
     }
     let (shape, strides) = coalesce(
         lhs_layout.shape(),

@@ -4,6 +4,7 @@ mod index;
 mod map;
 mod matmul;
 mod reduce;
+mod simd;
 mod unfold;
 
 pub use index::{gather, index_select, scatter_add};

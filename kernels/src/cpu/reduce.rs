@@ -2,7 +2,8 @@
 //! row-wise fused softmax kernels. Multi-dim reductions are sequences of these.
 
 use super::PARALLEL_THRESHOLD;
-use crate::{Element, FloatElement, NumElement};
+use super::simd::{SimdKernel, with_simd};
+use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
 use rayon::prelude::*;
 
@@ -25,9 +26,15 @@ fn for_each_outer<U: Send>(
             .enumerate()
             .for_each(|(o, chunk)| body(o, chunk));
     } else {
-        out.par_chunks_mut(row)
+        // Several rows per task keep the scheduling cost off tiny rows.
+        let rows_per_task = outer.div_ceil(rayon::current_num_threads() * 4).max(1);
+        out.par_chunks_mut(row * rows_per_task)
             .enumerate()
-            .for_each(|(o, chunk)| body(o, chunk));
+            .for_each(|(t, rows)| {
+                for (i, chunk) in rows.chunks_mut(row).enumerate() {
+                    body(t * rows_per_task + i, chunk);
+                }
+            });
     }
 }
 
@@ -71,6 +78,7 @@ pub fn reduce_dim<T: Element, A: Copy + Send + Sync, U: Element>(
 
 /// Sums a contiguous slice in the accumulator type with several independent lanes, so the
 /// loop vectorises and the rounding error grows more slowly than a serial sum.
+#[inline(always)]
 fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
     const LANES: usize = 8;
     let mut lanes = [T::Acc::ZERO; LANES];
@@ -179,8 +187,74 @@ pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize
     out
 }
 
-/// Softmax of each contiguous row of length `len`, in one pass for the max and one for
-/// the exponentials (accumulating in f32 for half types).
+/// The maximum of a row in the accumulator type, over independent lanes so it vectorises.
+#[inline(always)]
+fn row_max<T: FloatElement>(row: &[T]) -> T::Acc {
+    const LANES: usize = 8;
+    let mut lanes = [T::Acc::neg_infinity(); LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    // NaN-propagating max: once a lane holds NaN it keeps it, as PyTorch's softmax does.
+    #[inline(always)]
+    fn nan_max<A: num_traits::Float>(m: A, v: A) -> A {
+        if v > m || v.is_nan() { v } else { m }
+    }
+    for chunk in chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = nan_max(*m, v.to_acc());
+        }
+    }
+    let max = lanes
+        .iter()
+        .fold(T::Acc::neg_infinity(), |m, &v| nan_max(m, v));
+    tail.iter().fold(max, |m, &v| nan_max(m, v.to_acc()))
+}
+
+/// One row of softmax (or log-softmax): max, exponentials, sum, then scale or shift.
+struct SoftmaxRow<'a, T> {
+    row: &'a [T],
+    dst: &'a mut [T],
+    log: bool,
+}
+
+impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let max = row_max(self.row);
+        // A pure map (vectorises), then a laned sum: a running sum in the same loop would
+        // serialise on the float additions.
+        for (d, &v) in self.dst.iter_mut().zip(self.row) {
+            *d = T::from_acc((v.to_acc() - max).exp_vec());
+        }
+        let total = sum_slice(self.dst);
+        if self.log {
+            let shift = max + total.ln();
+            for (d, &v) in self.dst.iter_mut().zip(self.row) {
+                *d = T::from_acc(v.to_acc() - shift);
+            }
+        } else {
+            let inv = T::Acc::ONE / total;
+            for d in self.dst.iter_mut() {
+                *d = T::from_acc(d.to_acc() * inv);
+            }
+        }
+    }
+}
+
+fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool) -> Vec<T> {
+    let mut out = vec![T::ZERO; rows * len];
+    for_each_outer(&mut out, rows, len * 4, |o, dst| {
+        with_simd(SoftmaxRow {
+            row: &src[o * len..(o + 1) * len],
+            dst,
+            log,
+        })
+    });
+    out
+}
+
+/// Softmax of each contiguous row of length `len` (accumulating in f32 for half types).
 ///
 /// ```
 /// use ferrograd_kernels::cpu::softmax_rows;
@@ -188,24 +262,7 @@ pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize
 /// assert_eq!(s, vec![0.5, 0.5, 0.5, 0.5]);
 /// ```
 pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<T> {
-    let mut out = vec![T::ZERO; rows * len];
-    for_each_outer(&mut out, rows, len * 4, |o, dst| {
-        let row = &src[o * len..(o + 1) * len];
-        let max = row
-            .iter()
-            .fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
-        let mut total = T::Acc::ZERO;
-        for (d, &v) in dst.iter_mut().zip(row) {
-            let e = (v.to_acc() - max).exp();
-            total = total + e;
-            *d = T::from_acc(e);
-        }
-        let inv = T::Acc::ONE / total;
-        for d in dst.iter_mut() {
-            *d = T::from_acc(d.to_acc() * inv);
-        }
-    });
-    out
+    softmax_family(src, rows, len, false)
 }
 
 /// Log-softmax of each contiguous row: `x - max - log(sum(exp(x - max)))`.
@@ -216,17 +273,5 @@ pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<
 /// assert!((s[0] + std::f64::consts::LN_2).abs() < 1e-12);
 /// ```
 pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<T> {
-    let mut out = vec![T::ZERO; rows * len];
-    for_each_outer(&mut out, rows, len * 4, |o, dst| {
-        let row = &src[o * len..(o + 1) * len];
-        let max = row
-            .iter()
-            .fold(T::Acc::neg_infinity(), |m, &v| m.max(v.to_acc()));
-        let total: T::Acc = row.iter().map(|&v| (v.to_acc() - max).exp()).sum();
-        let shift = max + total.ln();
-        for (d, &v) in dst.iter_mut().zip(row) {
-            *d = T::from_acc(v.to_acc() - shift);
-        }
-    });
-    out
+    softmax_family(src, rows, len, true)
 }

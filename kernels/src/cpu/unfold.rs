@@ -50,61 +50,78 @@ impl Conv2dGeometry {
     }
 }
 
-/// `[n, c, h, w]` (contiguous) to columns `[n, c*kh*kw, oh*ow]`, zero outside the input.
+/// Copies one kernel tap `(ki, kj)` of one image plane into a row of `oh * ow` columns,
+/// zero outside the input.
+fn gather_tap<T: NumElement>(img: &[T], g: &Conv2dGeometry, ki: usize, kj: usize, dst: &mut [T]) {
+    let [oh, ow] = g.out_unchecked();
+    let [h, w] = g.input;
+    for oy in 0..oh {
+        let dst_row = &mut dst[oy * ow..(oy + 1) * ow];
+        let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+        if y < 0 || y >= h as isize {
+            dst_row.fill(T::ZERO);
+            continue;
+        }
+        let src_row = &img[y as usize * w..(y as usize + 1) * w];
+        for (ox, d) in dst_row.iter_mut().enumerate() {
+            let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+            *d = if x >= 0 && x < w as isize {
+                src_row[x as usize]
+            } else {
+                T::ZERO
+            };
+        }
+    }
+}
+
+/// `[n, c, h, w]` (contiguous) to kernel-major columns `[c*kh*kw, n*oh*ow]`, zero outside
+/// the input. With the batch folded into the columns, a convolution is a single GEMM
+/// `[out, c*kh*kw] @ [c*kh*kw, n*oh*ow]` instead of `n` small ones.
 ///
 /// ```
 /// use ferrograd_kernels::cpu::{unfold2d, Conv2dGeometry};
-/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
-/// assert_eq!(unfold2d(&[1.0f32, 2.0, 3.0, 4.0], &g), vec![1.0, 2.0, 3.0, 4.0]);
+/// // two 2x2 images, 2x2 kernel: one window per image; row k holds tap k of both images
+/// let g = Conv2dGeometry { n: 2, c: 1, input: [2, 2], kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+/// assert_eq!(unfold2d(&x, &g), vec![1.0, 5.0, 2.0, 6.0, 3.0, 7.0, 4.0, 8.0]);
 /// ```
 pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let [oh, ow] = g.out_unchecked();
     let [h, w] = g.input;
     let [kh, kw] = g.kernel;
     let plane = oh * ow;
-    let per_channel = kh * kw * plane;
-    let mut out = vec![T::ZERO; g.n * g.c * per_channel];
-    let body = |nc: usize, dst: &mut [T]| {
-        let img = &src[nc * h * w..(nc + 1) * h * w];
-        for ki in 0..kh {
-            for kj in 0..kw {
-                let row = &mut dst[(ki * kw + kj) * plane..(ki * kw + kj + 1) * plane];
-                for oy in 0..oh {
-                    let y =
-                        (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
-                    if y < 0 || y >= h as isize {
-                        continue;
-                    }
-                    let src_row = &img[y as usize * w..(y as usize + 1) * w];
-                    let dst_row = &mut row[oy * ow..(oy + 1) * ow];
-                    for (ox, d) in dst_row.iter_mut().enumerate() {
-                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize
-                            - g.padding[1] as isize;
-                        if x >= 0 && x < w as isize {
-                            *d = src_row[x as usize];
-                        }
-                    }
-                }
-            }
-        }
-    };
-    if per_channel == 0 {
+    let row_len = g.n * plane;
+    let mut out = vec![T::ZERO; g.c * kh * kw * row_len];
+    if row_len == 0 {
         return out;
     }
+    let body = |r: usize, row: &mut [T]| {
+        let (c, tap) = (r / (kh * kw), r % (kh * kw));
+        for n in 0..g.n {
+            let img = &src[(n * g.c + c) * h * w..(n * g.c + c + 1) * h * w];
+            gather_tap(
+                img,
+                g,
+                tap / kw,
+                tap % kw,
+                &mut row[n * plane..(n + 1) * plane],
+            );
+        }
+    };
     if out.len() < PARALLEL_THRESHOLD {
-        out.chunks_mut(per_channel)
+        out.chunks_mut(row_len)
             .enumerate()
-            .for_each(|(i, d)| body(i, d));
+            .for_each(|(r, row)| body(r, row));
     } else {
-        out.par_chunks_mut(per_channel)
+        out.par_chunks_mut(row_len)
             .enumerate()
-            .for_each(|(i, d)| body(i, d));
+            .for_each(|(r, row)| body(r, row));
     }
     out
 }
 
-/// The adjoint of [`unfold2d`]: columns `[n, c*kh*kw, oh*ow]` summed back into
-/// `[n, c, h, w]` (overlapping windows add up).
+/// The adjoint of [`unfold2d`]: kernel-major columns `[c*kh*kw, n*oh*ow]` summed back
+/// into `[n, c, h, w]` (overlapping windows add up).
 ///
 /// ```
 /// use ferrograd_kernels::cpu::{fold2d, Conv2dGeometry};
@@ -117,13 +134,18 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let [h, w] = g.input;
     let [kh, kw] = g.kernel;
     let plane = oh * ow;
-    let per_channel = kh * kw * plane;
+    let row_len = g.n * plane;
     let mut out = vec![T::ZERO; g.n * g.c * h * w];
+    if h * w == 0 {
+        return out;
+    }
+    // Each output plane (n, c) is written by one task: no two tasks touch the same pixel.
     let body = |nc: usize, img: &mut [T]| {
-        let src = &cols[nc * per_channel..(nc + 1) * per_channel];
+        let (n, c) = (nc / g.c, nc % g.c);
         for ki in 0..kh {
             for kj in 0..kw {
-                let row = &src[(ki * kw + kj) * plane..(ki * kw + kj + 1) * plane];
+                let r = (c * kh + ki) * kw + kj;
+                let taps = &cols[r * row_len + n * plane..r * row_len + (n + 1) * plane];
                 for oy in 0..oh {
                     let y =
                         (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
@@ -135,16 +157,13 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
                             - g.padding[1] as isize;
                         if x >= 0 && x < w as isize {
                             let d = &mut img[y as usize * w + x as usize];
-                            *d = *d + row[oy * ow + ox];
+                            *d = *d + taps[oy * ow + ox];
                         }
                     }
                 }
             }
         }
     };
-    if h * w == 0 {
-        return out;
-    }
     if cols.len() < PARALLEL_THRESHOLD {
         out.chunks_mut(h * w)
             .enumerate()

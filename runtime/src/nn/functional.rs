@@ -109,33 +109,51 @@ pub fn unfold(
     padding: [usize; 2],
     stride: [usize; 2],
 ) -> Tensor {
+    let (cols, [oh, ow]) = unfold_columns("unfold", input, kernel, dilation, padding, stride);
+    let (n, k) = (input.shape()[0], cols.shape()[0]);
+    cols.reshape(&[k, n, oh * ow]).permute(&[1, 0, 2])
+}
+
+/// im2col in kernel-major order: `[C*kh*kw, N*oh*ow]`, and the output size.
+#[track_caller]
+fn unfold_columns(
+    op: &str,
+    input: &Tensor,
+    kernel: [usize; 2],
+    dilation: [usize; 2],
+    padding: [usize; 2],
+    stride: [usize; 2],
+) -> (Tensor, [usize; 2]) {
     assert!(
         input.dim() == 4,
-        "unfold: expected a 4D input [N, C, H, W], got shape {:?}",
+        "{op}: expected a 4D input [N, C, H, W], got shape {:?}",
         input.shape()
     );
     let g = geometry(input, kernel, stride, padding, dilation);
     let [oh, ow] = g.output().unwrap_or_else(|| {
         panic!(
-            "unfold: kernel {kernel:?} with dilation {dilation:?} does not fit the padded input of spatial size {:?} (padding {padding:?}, stride {stride:?}); shape {:?}",
+            "{op}: kernel {kernel:?} with dilation {dilation:?} does not fit the padded input of spatial size {:?} (padding {padding:?}, stride {stride:?}); shape {:?}",
             g.input,
             input.shape()
         )
     });
     let x = input.detach().contiguous();
-    let storage = x.with_cpu("unfold", |s, l| {
+    let storage = x.with_cpu(op, |s, l| {
         let range = l.contiguous_range().expect("contiguous");
         with_num_dtype!(s.dtype(), T => T::into_storage(unfold2d(&s.typed::<T>()[range], &g)),
-            else panic!("unfold: not supported for bool tensors"))
+            else panic!("{op}: not supported for bool tensors"))
     });
-    let out = Tensor::from_cpu(storage, &[g.n, g.c * kernel[0] * kernel[1], oh * ow]);
-    record(out, "unfold", &[input], || {
-        move |_, grad: &Tensor| vec![Some(fold(grad, &g))]
-    })
+    let out = Tensor::from_cpu(storage, &[g.c * kernel[0] * kernel[1], g.n * oh * ow]);
+    (
+        record(out, "unfold", &[input], || {
+            move |_, grad: &Tensor| vec![Some(fold_columns(grad, &g))]
+        }),
+        [oh, ow],
+    )
 }
 
-/// The adjoint of [`unfold`]: sums columns back into `[N, C, H, W]`.
-fn fold(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
+/// The adjoint of [`unfold_columns`]: sums kernel-major columns back into `[N, C, H, W]`.
+fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
     let g = *g;
     let x = cols.detach().contiguous();
     let storage = x.with_cpu("fold", |s, l| {
@@ -145,9 +163,9 @@ fn fold(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
     let out = Tensor::from_cpu(storage, &[g.n, g.c, g.input[0], g.input[1]]);
     record(out, "fold", &[cols], || {
         move |_, grad: &Tensor| {
-            vec![Some(unfold(
-                grad, g.kernel, g.dilation, g.padding, g.stride,
-            ))]
+            vec![Some(
+                unfold_columns("unfold", grad, g.kernel, g.dilation, g.padding, g.stride).0,
+            )]
         }
     })
 }
@@ -206,15 +224,24 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
             weight.shape()
         )
     });
-    let cols = unfold(input, [kh, kw], args.dilation, args.padding, args.stride);
+    // One GEMM over the whole batch: [O, K] @ [K, N*L] (per group), then [O, N, ..] -> [N, O, ..].
+    let (cols, _) = unfold_columns(
+        "conv2d",
+        input,
+        [kh, kw],
+        args.dilation,
+        args.padding,
+        args.stride,
+    );
     let k = cg * kh * kw;
     let out = if groups == 1 {
         weight.reshape(&[o, k]).matmul(&cols)
     } else {
-        let cols = cols.reshape(&[n, groups, k, oh * ow]);
-        weight.reshape(&[groups, o / groups, k]).matmul(&cols)
+        weight
+            .reshape(&[groups, o / groups, k])
+            .matmul(&cols.reshape(&[groups, k, n * oh * ow]))
     };
-    let out = out.reshape(&[n, o, oh, ow]);
+    let out = out.reshape(&[o, n, oh, ow]).permute(&[1, 0, 2, 3]);
     match bias {
         Some(b) => {
             assert!(
@@ -224,7 +251,7 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
             );
             out.add(&b.reshape(&[1, o, 1, 1]))
         }
-        None => out,
+        None => out.contiguous(),
     }
 }
 
@@ -334,9 +361,10 @@ fn pool_windows(
         )
     });
     let s = input.shape();
-    let cols = unfold(&padded, args.kernel, args.dilation, [0, 0], args.stride);
+    let (cols, _) = unfold_columns(op, &padded, args.kernel, args.dilation, [0, 0], args.stride);
+    // [C*kh*kw, N*L] viewed as [C, kh*kw, N, L]
     (
-        cols.reshape(&[s[0], s[1], args.kernel[0] * args.kernel[1], out[0] * out[1]]),
+        cols.reshape(&[s[1], args.kernel[0] * args.kernel[1], s[0], out[0] * out[1]]),
         out,
     )
 }
@@ -363,9 +391,14 @@ pub fn max_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn max_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
+    // windows: [C, kh*kw, N, L]
     let (windows, [oh, ow]) = pool_windows("max_pool2d", input, args, f64::NEG_INFINITY);
     let s = input.shape();
-    windows.max_dim(2, false).0.reshape(&[s[0], s[1], oh, ow])
+    windows
+        .max_dim(1, false)
+        .0
+        .permute(&[1, 0, 2])
+        .reshape(&[s[0], s[1], oh, ow])
 }
 
 /// 2-D average pooling with a square window and stride equal to it (`F.avg_pool2d(x, k)`).
@@ -393,7 +426,10 @@ pub fn avg_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 pub fn avg_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
     let (windows, [oh, ow]) = pool_windows("avg_pool2d", input, args, 0.0);
     let s = input.shape();
-    windows.mean(&[2], false).reshape(&[s[0], s[1], oh, ow])
+    windows
+        .mean(&[1], false)
+        .permute(&[1, 0, 2])
+        .reshape(&[s[0], s[1], oh, ow])
 }
 
 /// Average pooling to a fixed output size (`F.adaptive_avg_pool2d`), with PyTorch's

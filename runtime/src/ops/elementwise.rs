@@ -39,18 +39,18 @@ macro_rules! unary_kernel {
     };
 }
 
-unary_kernel!(ExpK, |x| x.exp());
+unary_kernel!(ExpK, |x| x.exp_vec());
 unary_kernel!(LogK, |x| x.ln());
 unary_kernel!(SqrtK, |x| x.sqrt());
 unary_kernel!(RsqrtK, |x| x.sqrt().recip());
 unary_kernel!(SinK, |x| x.sin());
 unary_kernel!(CosK, |x| x.cos());
 unary_kernel!(TanhK, |x| x.tanh());
-unary_kernel!(SigmoidK, |x| if x >= A::zero() {
-    A::one() / (A::one() + (-x).exp())
-} else {
-    let e = x.exp();
-    e / (A::one() + e)
+// e^-|x| never overflows, so both branches are stable; the select vectorises.
+unary_kernel!(SigmoidK, |x| {
+    let e = (-x.abs()).exp_vec();
+    let r = A::one() / (A::one() + e);
+    if x >= A::zero() { r } else { e * r }
 });
 unary_kernel!(ReluK, |x| if x > A::zero() { x } else { A::zero() });
 unary_kernel!(ErfK, |x| x.erf());
@@ -61,7 +61,7 @@ unary_kernel!(GeluTanhK, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
     c::<A>(0.5) * x * (A::one() + inner.tanh())
 });
-unary_kernel!(SiluK, |x| x / (A::one() + (-x).exp()));
+unary_kernel!(SiluK, |x| x / (A::one() + (-x).exp_vec()));
 unary_kernel!(NegK, |x| -x);
 unary_kernel!(AbsK, |x| x.abs());
 unary_kernel!(SignK, |x| if x > A::zero() {

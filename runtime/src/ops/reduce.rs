@@ -6,6 +6,7 @@ use ferrograd_kernels::cpu::{
     CpuStorage, arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim,
 };
 use ferrograd_kernels::{Dims, Element, NumElement, with_dtype, with_float_dtype, with_num_dtype};
+use std::ops::Range;
 
 /// `[outer, r, inner]` sizes of a reduction over dim `d`.
 fn split_at_dim(shape: &[usize], d: usize) -> (usize, usize, usize) {
@@ -55,14 +56,18 @@ impl Tensor {
         &self,
         op: &str,
         d: usize,
-        kernel: impl FnOnce(&CpuStorage, usize, usize, usize) -> CpuStorage,
+        kernel: impl FnOnce(&CpuStorage, Range<usize>, usize, usize, usize) -> CpuStorage,
     ) -> Tensor {
         let x = self.contiguous();
         let (outer, r, inner) = split_at_dim(x.shape(), d);
         let storage = x.with_cpu(op, |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            let view = with_dtype!(s.dtype(), T => T::into_storage(s.typed::<T>()[range].to_vec()));
-            kernel(&view, outer, r, inner)
+            kernel(
+                s,
+                l.contiguous_range().expect("contiguous"),
+                outer,
+                r,
+                inner,
+            )
         });
         let mut shape = Dims::from_slice(x.shape());
         shape[d] = 1;
@@ -75,8 +80,8 @@ impl Tensor {
             _ => self.detach(),
         };
         for &d in dims.iter().rev() {
-            x = x.reduce_one("sum", d, |s, o, r, i| {
-                with_num_dtype!(s.dtype(), T => T::into_storage(sum_dim(s.typed::<T>(), o, r, i)), else unreachable!("bool converted"))
+            x = x.reduce_one("sum", d, |s, range, o, r, i| {
+                with_num_dtype!(s.dtype(), T => T::into_storage(sum_dim(&s.typed::<T>()[range], o, r, i)), else unreachable!("bool converted"))
             });
         }
         x
@@ -313,8 +318,8 @@ impl Tensor {
             DType::Bool | DType::U8 => self.detach().to_dtype(DType::I64),
             _ => self.detach(),
         };
-        let kept = x.reduce_one("prod", d, |s, o, r, i| {
-            with_num_dtype!(s.dtype(), T => T::into_storage(reduce_dim(s.typed::<T>(), o, r, i, <T as NumElement>::Acc::ONE,
+        let kept = x.reduce_one("prod", d, |s, range, o, r, i| {
+            with_num_dtype!(s.dtype(), T => T::into_storage(reduce_dim(&s.typed::<T>()[range], o, r, i, <T as NumElement>::Acc::ONE,
                 |a, v: T| a * v.to_acc(), T::from_acc)), else unreachable!("bool converted"))
         });
         let out = if keepdim {
@@ -367,7 +372,7 @@ impl Tensor {
         &self,
         op: &str,
         d: usize,
-        kernel: impl FnOnce(&CpuStorage, usize, usize) -> CpuStorage,
+        kernel: impl FnOnce(&CpuStorage, Range<usize>, usize, usize) -> CpuStorage,
     ) -> Tensor {
         let last = self.dim().saturating_sub(1);
         let moved = if d == last {
@@ -380,9 +385,7 @@ impl Tensor {
         let len = moved.shape().last().copied().unwrap_or(1);
         let rows = moved.numel() / len.max(1);
         let storage = moved.with_cpu(op, |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            let view = with_dtype!(s.dtype(), T => T::into_storage(s.typed::<T>()[range].to_vec()));
-            kernel(&view, rows, len)
+            kernel(s, l.contiguous_range().expect("contiguous"), rows, len)
         });
         let out = Tensor::from_cpu(storage, moved.shape());
         if d == last {
@@ -407,8 +410,8 @@ impl Tensor {
             self.to_dtype(DType::F32)
         };
         let d = x.normalize_dim("softmax", dim);
-        let out = x.along_last("softmax", d, |s, rows, len| {
-            with_float_dtype!(s.dtype(), T => T::into_storage(softmax_rows(s.typed::<T>(), rows, len)), else unreachable!())
+        let out = x.along_last("softmax", d, |s, range, rows, len| {
+            with_float_dtype!(s.dtype(), T => T::into_storage(softmax_rows(&s.typed::<T>()[range], rows, len)), else unreachable!())
         });
         record(out.clone(), "softmax", &[&x], || {
             let o = SavedTensor::output(&out);
@@ -434,8 +437,8 @@ impl Tensor {
             self.to_dtype(DType::F32)
         };
         let d = x.normalize_dim("log_softmax", dim);
-        let out = x.along_last("log_softmax", d, |s, rows, len| {
-            with_float_dtype!(s.dtype(), T => T::into_storage(log_softmax_rows(s.typed::<T>(), rows, len)), else unreachable!())
+        let out = x.along_last("log_softmax", d, |s, range, rows, len| {
+            with_float_dtype!(s.dtype(), T => T::into_storage(log_softmax_rows(&s.typed::<T>()[range], rows, len)), else unreachable!())
         });
         record(out.clone(), "log_softmax", &[&x], || {
             let o = SavedTensor::output(&out);

@@ -1,0 +1,39 @@
+//! Runtime CPU-feature dispatch. The crate builds for baseline x86-64 (SSE2), so loops
+//! vectorise 4 wide at most; [`with_simd`] runs a kernel compiled again for AVX-512 (16
+//! wide) or AVX2+FMA (8 wide) when the CPU has them.
+//!
+//! The kernel is a [`SimdKernel`] whose `run` is `#[inline(always)]`: that forces its body
+//! into each feature-specific copy. (A closure would be compiled once, without the
+//! features, because LLVM will not inline a large closure called from two places.)
+
+/// A loop to compile per CPU feature level. Implementations mark `run` `#[inline(always)]`.
+pub(crate) trait SimdKernel {
+    type Output;
+    fn run(self) -> Self::Output;
+}
+
+/// Runs `kernel` with AVX2+FMA code generation when the CPU supports it, else as is.
+#[inline(always)]
+pub(crate) fn with_simd<K: SimdKernel>(kernel: K) -> K::Output {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            unsafe fn avx512<K: SimdKernel>(kernel: K) -> K::Output {
+                kernel.run()
+            }
+            // SAFETY: `avx512` needs AVX-512F (checked here), which implies AVX2 and FMA.
+            return unsafe { avx512(kernel) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<K: SimdKernel>(kernel: K) -> K::Output {
+                kernel.run()
+            }
+            // SAFETY: `avx2` only needs the CPU to support AVX2 and FMA, checked just above.
+            return unsafe { avx2(kernel) };
+        }
+    }
+    kernel.run()
+}
