@@ -512,7 +512,8 @@ fn gradcheck_detects_a_wrong_gradient() {
 fn second_order_gradients_pass_gradcheck() {
     // Differentiate the gradient itself: d/dx of (dy/dx) for elementwise, matmul and
     // reduction ops, checked against finite differences of the first gradient.
-    let first_grad = |f: fn(&Tensor, &Tensor) -> Tensor| {
+    type BinaryFn = fn(&Tensor, &Tensor) -> Tensor;
+    let first_grad = |f: BinaryFn| {
         move |x: &[Tensor]| {
             // gradcheck's finite differences run under no_grad on plain tensors: the
             // inner derivative needs graph recording and a leaf either way.
@@ -529,7 +530,7 @@ fn second_order_gradients_pass_gradcheck() {
             })
         }
     };
-    let cases: Vec<(&str, fn(&Tensor, &Tensor) -> Tensor)> = vec![
+    let cases: Vec<(&str, BinaryFn)> = vec![
         ("elementwise", |a, b| {
             (a.tanh() * b.exp() + a.sigmoid() * a).sum_all()
         }),

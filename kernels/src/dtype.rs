@@ -189,6 +189,7 @@ impl Real for f32 {
         const LO: f32 = -103.972_08;
         // Plain selects (not `clamp`/`max`, whose NaN rules cost extra instructions);
         // NaN passes through and is handled at the end.
+        #[allow(clippy::manual_clamp)]
         let x = if self < LO {
             LO
         } else if self > HI {
@@ -203,7 +204,7 @@ impl Real for f32 {
         p = p * r + 8.333_452e-3;
         p = p * r + 4.166_579_6e-2;
         p = p * r + 1.666_666_5e-1;
-        p = p * r + 5.000_000_1e-1;
+        p = p * r + 0.5;
         let y = p * r * r + r + 1.0;
         // 2^n as two factors 2^h * 2^(n-h), so n = 128 and n = -150 stay representable.
         // Each 2^k comes from float bits: k + 127 + 2^23 holds k + 127 in its mantissa,

@@ -34,6 +34,7 @@ impl Conv2dGeometry {
     /// ```
     pub fn output(&self) -> Option<[usize; 2]> {
         let mut out = [0; 2];
+        #[allow(clippy::needless_range_loop)] // d indexes five parallel arrays
         for d in 0..2 {
             let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
             let padded = self.input[d] + 2 * self.padding[d];

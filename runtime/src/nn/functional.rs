@@ -491,7 +491,7 @@ pub fn adaptive_avg_pool2d(input: &Tensor, output_size: [usize; 2]) -> Tensor {
 #[track_caller]
 pub fn pad(input: &Tensor, pads: &[usize], value: f64) -> Tensor {
     assert!(
-        pads.len() % 2 == 0 && pads.len() / 2 <= input.dim(),
+        pads.len().is_multiple_of(2) && pads.len() / 2 <= input.dim(),
         "pad: padding length must be even and at most twice the rank; got {} values for shape {:?}",
         pads.len(),
         input.shape()
@@ -508,8 +508,8 @@ pub fn pad(input: &Tensor, pads: &[usize], value: f64) -> Tensor {
     let out = Tensor::full(&shape, value, input.dtype(), &input.device());
     region = {
         let mut l = out.layout().clone();
-        for d in 0..rank {
-            l = l.slice(d, starts[d], input.shape()[d], 1);
+        for (d, (&start, &len)) in starts.iter().zip(input.shape()).enumerate() {
+            l = l.slice(d, start, len, 1);
         }
         let _ = region;
         l

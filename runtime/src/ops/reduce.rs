@@ -154,6 +154,7 @@ impl Tensor {
         self.mean(&[], false)
     }
 
+    #[allow(clippy::bool_comparison)] // `>` on bool is the ordering false < true, as in PyTorch
     fn arg_reduce(
         &self,
         op: &'static str,

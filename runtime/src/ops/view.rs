@@ -27,7 +27,7 @@ impl Tensor {
             .iter()
             .map(|&d| {
                 if d == -1 {
-                    if known == 0 { 0 } else { numel / known }
+                    numel.checked_div(known).unwrap_or(0)
                 } else {
                     d as usize
                 }
@@ -35,7 +35,7 @@ impl Tensor {
             .collect();
         assert!(
             out.iter().product::<usize>() == numel
-                && (unknown == 0 || known == 0 || numel % known == 0),
+                && (unknown == 0 || known == 0 || numel.is_multiple_of(known)),
             "{op}: shape {shape:?} is invalid for input of size {numel} (input shape {:?})",
             self.shape()
         );

@@ -66,49 +66,51 @@ fn shown(n: usize, summarise: bool) -> Vec<Option<usize>> {
     }
 }
 
-fn write_nested(
-    out: &mut String,
-    cells: &[String],
-    shape: &[usize],
-    strides: &[usize],
-    base: usize,
-    depth: usize,
+/// What stays fixed while the nested brackets are written.
+struct Printer<'a> {
+    cells: &'a [String],
     indent: usize,
     summarise: bool,
     width: usize,
-) {
-    if shape.is_empty() {
-        out.push_str(&format!("{:>width$}", cells[base]));
-        return;
-    }
-    out.push('[');
-    let items = shown(shape[0], summarise);
-    for (k, item) in items.iter().enumerate() {
-        if k > 0 {
-            if shape.len() == 1 {
-                out.push_str(", ");
-            } else {
-                out.push(',');
-                out.push_str(&"\n".repeat(shape.len() - 1));
-                out.push_str(&" ".repeat(indent + depth + 1));
+}
+
+impl Printer<'_> {
+    fn write(
+        &self,
+        out: &mut String,
+        shape: &[usize],
+        strides: &[usize],
+        base: usize,
+        depth: usize,
+    ) {
+        if shape.is_empty() {
+            out.push_str(&format!("{:>width$}", self.cells[base], width = self.width));
+            return;
+        }
+        out.push('[');
+        for (k, item) in shown(shape[0], self.summarise).iter().enumerate() {
+            if k > 0 {
+                if shape.len() == 1 {
+                    out.push_str(", ");
+                } else {
+                    out.push(',');
+                    out.push_str(&"\n".repeat(shape.len() - 1));
+                    out.push_str(&" ".repeat(self.indent + depth + 1));
+                }
+            }
+            match item {
+                Some(i) => self.write(
+                    out,
+                    &shape[1..],
+                    &strides[1..],
+                    base + i * strides[0],
+                    depth + 1,
+                ),
+                None => out.push_str("..."),
             }
         }
-        match item {
-            Some(i) => write_nested(
-                out,
-                cells,
-                &shape[1..],
-                &strides[1..],
-                base + i * strides[0],
-                depth + 1,
-                indent,
-                summarise,
-                width,
-            ),
-            None => out.push_str("..."),
-        }
+        out.push(']');
     }
-    out.push(']');
 }
 
 impl fmt::Display for Tensor {
@@ -120,17 +122,13 @@ impl fmt::Display for Tensor {
         let layout = ferrograd_kernels::Layout::contiguous(self.shape());
         let width = cells.iter().map(|c| c.len()).max().unwrap_or(0);
         let mut body = String::new();
-        write_nested(
-            &mut body,
-            &cells,
-            self.shape(),
-            layout.strides(),
-            0,
-            0,
-            "tensor(".len(),
+        let printer = Printer {
+            cells: &cells,
+            indent: "tensor(".len(),
             summarise,
             width,
-        );
+        };
+        printer.write(&mut body, self.shape(), layout.strides(), 0, 0);
         write!(f, "tensor({body}")?;
         if self.device() != Device::Cpu {
             write!(f, ", device='{}'", self.device())?;
