@@ -12,19 +12,31 @@ use std::mem::MaybeUninit;
 /// to `fill(start, chunk)`, which must write every slot of its chunk. Above the threshold
 /// the chunks go to rayon, a few per thread; no zero-fill happens first.
 fn build_vec<U: Send>(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+    let chunk = n.div_ceil(rayon::current_num_threads() * 4).max(4096);
+    build_vec_in(n, if n < PARALLEL_THRESHOLD { n } else { chunk }, fill)
+}
+
+/// [`build_vec`] with chunks of exactly `chunk` slots (the last may be shorter): one
+/// chunk runs on the calling thread, several go to rayon.
+fn build_vec_in<U: Send>(
+    n: usize,
+    chunk: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
     let mut out = Vec::with_capacity(n);
     let slots = &mut out.spare_capacity_mut()[..n];
-    if n < PARALLEL_THRESHOLD {
+    if chunk >= n {
         fill(0, slots);
     } else {
-        let chunk = n.div_ceil(rayon::current_num_threads() * 4).max(4096);
+        let chunk = chunk.max(1);
         slots
             .par_chunks_mut(chunk)
             .enumerate()
             .for_each(|(i, c)| fill(i * chunk, c));
     }
-    // SAFETY: the chunks partition the first `n` slots and `fill` wrote every slot of each
-    // (the kernels below zip each chunk with source slices of the same length).
+    // SAFETY: the chunks partition the first `n` slots and every caller's `fill` writes
+    // every slot of its chunk (each zips the chunk with a source of the same length, or
+    // walks whole rows that tile it).
     unsafe { out.set_len(n) };
     out
 }
@@ -94,35 +106,38 @@ pub fn unary_map<T: Element, U: Element>(
     let (shape, strides) = coalesce(layout.shape(), [layout.strides()]);
     let inner = *shape.last().unwrap();
     let inner_stride = *strides[0].last().unwrap();
-    let rows = n / inner.max(1);
-    let mut out = vec![U::default(); n];
-    let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
-        let first = chunk_index * rows_per;
-        let count = chunk.len() / inner;
+    if inner == 0 {
+        return Vec::new();
+    }
+    // Whole rows per task; each task writes exactly its rows.
+    let rows_per = rows_per_task(n / inner, inner);
+    let rows_per = if n < PARALLEL_THRESHOLD {
+        n / inner
+    } else {
+        rows_per
+    };
+    build_vec_in(n, rows_per * inner, |start, chunk| {
+        let first = start / inner;
         for_each_row(
             &shape,
             &strides,
             [layout.offset()],
-            first..first + count,
+            first..first + chunk.len() / inner,
             |row, [o]| {
                 let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
-                for (j, d) in dst.iter_mut().enumerate() {
-                    *d = f(src[o + j * inner_stride]);
+                if inner_stride == 1 {
+                    // Unit stride: a slice zip the compiler turns into a vector copy/map.
+                    for (d, &x) in dst.iter_mut().zip(&src[o..o + inner]) {
+                        d.write(f(x));
+                    }
+                } else {
+                    for (j, d) in dst.iter_mut().enumerate() {
+                        d.write(f(src[o + j * inner_stride]));
+                    }
                 }
             },
         );
-    };
-    if n < PARALLEL_THRESHOLD || inner == 0 {
-        if inner > 0 {
-            run(0, &mut out, rows);
-        }
-    } else {
-        let per = rows_per_task(rows, inner);
-        out.par_chunks_mut(per * inner)
-            .enumerate()
-            .for_each(|(i, chunk)| run(i, chunk, per));
-    }
-    out
+    })
 }
 
 /// `out[i] = f(lhs[i], rhs[i])` over two strided views of one shape (broadcast views have
@@ -163,17 +178,22 @@ pub fn binary_map<T: Element, U: Element>(
     );
     let inner = *shape.last().unwrap();
     let (ls, rs) = (*strides[0].last().unwrap(), *strides[1].last().unwrap());
-    let rows = n / inner.max(1);
-    let mut out = vec![U::default(); n];
+    if inner == 0 {
+        return Vec::new();
+    }
     let base = [lhs_layout.offset(), rhs_layout.offset()];
-    let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
-        let first = chunk_index * rows_per;
-        let count = chunk.len() / inner;
+    let rows_per = if n < PARALLEL_THRESHOLD {
+        n / inner
+    } else {
+        rows_per_task(n / inner, inner)
+    };
+    build_vec_in(n, rows_per * inner, |start, chunk| {
+        let first = start / inner;
         for_each_row(
             &shape,
             &strides,
             base,
-            first..first + count,
+            first..first + chunk.len() / inner,
             |row, [lo, ro]| {
                 let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
                 match (ls, rs) {
@@ -184,41 +204,30 @@ pub fn binary_map<T: Element, U: Element>(
                             .zip(&lhs[lo..lo + inner])
                             .zip(&rhs[ro..ro + inner])
                         {
-                            *d = f(a, b);
+                            d.write(f(a, b));
                         }
                     }
                     (1, 0) => {
                         let b = rhs[ro];
                         for (d, &a) in dst.iter_mut().zip(&lhs[lo..lo + inner]) {
-                            *d = f(a, b);
+                            d.write(f(a, b));
                         }
                     }
                     (0, 1) => {
                         let a = lhs[lo];
                         for (d, &b) in dst.iter_mut().zip(&rhs[ro..ro + inner]) {
-                            *d = f(a, b);
+                            d.write(f(a, b));
                         }
                     }
                     _ => {
                         for (j, d) in dst.iter_mut().enumerate() {
-                            *d = f(lhs[lo + j * ls], rhs[ro + j * rs]);
+                            d.write(f(lhs[lo + j * ls], rhs[ro + j * rs]));
                         }
                     }
                 }
             },
         );
-    };
-    if n < PARALLEL_THRESHOLD || inner == 0 {
-        if inner > 0 {
-            run(0, &mut out, rows);
-        }
-    } else {
-        let per = rows_per_task(rows, inner);
-        out.par_chunks_mut(per * inner)
-            .enumerate()
-            .for_each(|(i, chunk)| run(i, chunk, per));
-    }
-    out
+    })
 }
 
 /// `out[i] = f(cond[i], a[i], b[i])` over three strided views of one shape (used by `where`).
@@ -336,4 +345,48 @@ pub fn binary_inplace<T: Element>(
 /// Writes `value` to every element of a strided view.
 pub fn fill_strided<T: Element>(dst: &mut [T], layout: &Layout, value: T) {
     unary_inplace(dst, layout, |_| value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Views of a `[6, 50, 130]` buffer: permuted, sliced with steps, broadcast.
+    fn layouts() -> Vec<Layout> {
+        let base = Layout::contiguous(&[6, 50, 130]);
+        vec![
+            base.clone(),
+            base.permute(&[2, 0, 1]),
+            base.transpose(1, 2),
+            base.slice(2, 3, 60, 2),
+            base.slice(0, 1, 3, 2).permute(&[1, 2, 0]),
+            base.select(1, 7).unsqueeze(1).broadcast_to(&[6, 40, 130]),
+        ]
+    }
+
+    #[test]
+    fn strided_maps_match_the_offset_walk() {
+        let src: Vec<f64> = (0..6 * 50 * 130).map(|i| i as f64).collect();
+        for layout in layouts() {
+            let expected: Vec<f64> = layout.offsets().map(|o| src[o] * 2.0).collect();
+            assert_eq!(
+                unary_map(&src, &layout, |x| x * 2.0),
+                expected,
+                "{layout:?}"
+            );
+            let other = Layout::contiguous(layout.shape());
+            let ones = vec![1.0; other.numel()];
+            let summed: Vec<f64> = layout.offsets().map(|o| src[o] + 1.0).collect();
+            assert_eq!(
+                binary_map(&src, &layout, &ones, &other, |a, b| a + b),
+                summed,
+                "{layout:?}"
+            );
+            assert_eq!(
+                binary_map(&ones, &other, &src, &layout, |a, b| a + b),
+                summed,
+                "{layout:?}"
+            );
+        }
+    }
 }

@@ -44,20 +44,44 @@ pub fn matmul<T: NumElement>(
         k: ls[2],
         n: rs[2],
     };
-    let mut out = vec![T::ZERO; shape.batch * shape.m * shape.n];
-    if out.is_empty() {
+    let len = shape.batch * shape.m * shape.n;
+    if len == 0 {
+        return Vec::new();
+    }
+    if shape.k == 0 {
+        return vec![T::ZERO; len];
+    }
+    if T::DTYPE == DType::F32 || T::DTYPE == DType::F64 || T::DTYPE == DType::F16 {
+        // gemm overwrites every element of its destination (beta = 0, read_dst = false),
+        // so the output needs no zero-fill first.
+        let mut out = Vec::with_capacity(len);
+        gemm_batched(
+            &mut out.spare_capacity_mut()[..len],
+            lhs,
+            lhs_layout,
+            rhs,
+            rhs_layout,
+            shape,
+        );
+        // SAFETY: gemm_batched wrote all `len` elements (every batch's m x n block).
+        unsafe { out.set_len(len) };
         return out;
     }
+    let mut out = vec![T::ZERO; len];
     match T::DTYPE {
-        DType::F32 | DType::F64 | DType::F16 => {
-            gemm_batched(&mut out, lhs, lhs_layout, rhs, rhs_layout, shape)
-        }
         DType::BF16 => {
             // gemm has no bf16 kernel: widen to f32 (the accumulation type anyway).
             let widen = |x: &[T]| x.iter().map(|v| v.to_f64() as f32).collect::<Vec<f32>>();
             let (l32, r32) = (widen(lhs), widen(rhs));
             let mut o32 = vec![0f32; out.len()];
-            gemm_batched(&mut o32, &l32, lhs_layout, &r32, rhs_layout, shape);
+            gemm_batched(
+                as_uninit(&mut o32),
+                &l32,
+                lhs_layout,
+                &r32,
+                rhs_layout,
+                shape,
+            );
             for (o, v) in out.iter_mut().zip(o32) {
                 *o = T::from_f64(bf16::from_f32(v).to_f64());
             }
@@ -67,8 +91,15 @@ pub fn matmul<T: NumElement>(
     out
 }
 
+/// Views initialised memory as possibly-uninitialised (always sound).
+fn as_uninit<T>(x: &mut [T]) -> &mut [std::mem::MaybeUninit<T>] {
+    // SAFETY: MaybeUninit<T> has T's layout, and writing initialised values through it
+    // keeps the slice initialised.
+    unsafe { &mut *(x as *mut [T] as *mut [std::mem::MaybeUninit<T>]) }
+}
+
 fn gemm_batched<T: NumElement>(
-    out: &mut [T],
+    out: &mut [std::mem::MaybeUninit<T>],
     lhs: &[T],
     lhs_layout: &Layout,
     rhs: &[T],
@@ -77,7 +108,7 @@ fn gemm_batched<T: NumElement>(
 ) {
     let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
     let flops = s.m * s.n * s.k;
-    let one_product = |b: usize, dst: &mut [T], parallelism: Parallelism| {
+    let one_product = |b: usize, dst: &mut [std::mem::MaybeUninit<T>], parallelism: Parallelism| {
         let lhs_off = lhs_layout.offset() + b * lst[0];
         let rhs_off = rhs_layout.offset() + b * rst[0];
         // Bounds: the views were built from these buffers by the runtime; check the last
@@ -99,7 +130,7 @@ fn gemm_batched<T: NumElement>(
                 s.m,
                 s.n,
                 s.k,
-                dst.as_mut_ptr(),
+                dst.as_mut_ptr() as *mut T,
                 1,
                 s.n as isize,
                 false,

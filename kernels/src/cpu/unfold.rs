@@ -51,26 +51,51 @@ impl Conv2dGeometry {
     }
 }
 
+/// The output columns `ox` whose input column `ox * stride + offset` lies in `0..w`.
+fn valid_columns(offset: isize, stride: usize, w: usize, ow: usize) -> std::ops::Range<usize> {
+    let s = stride as isize;
+    let lo = if offset >= 0 {
+        0
+    } else {
+        ((-offset + s - 1) / s) as usize
+    };
+    let last = w as isize - 1 - offset;
+    let hi = if last < 0 { 0 } else { (last / s + 1) as usize };
+    lo.min(ow)..hi.min(ow).max(lo.min(ow))
+}
+
 /// Copies one kernel tap `(ki, kj)` of one image plane into a row of `oh * ow` columns,
-/// zero outside the input.
-fn gather_tap<T: NumElement>(img: &[T], g: &Conv2dGeometry, ki: usize, kj: usize, dst: &mut [T]) {
-    let [oh, ow] = g.out_unchecked();
+/// zero outside the input. The in-bounds part of each output row is a plain copy (a
+/// `memcpy` at stride 1), computed once per tap rather than tested per pixel.
+fn gather_tap<T: NumElement>(
+    img: &[T],
+    g: &Conv2dGeometry,
+    [oh, ow]: [usize; 2],
+    ki: usize,
+    kj: usize,
+    dst: &mut [T],
+) {
     let [h, w] = g.input;
+    let offset = (kj * g.dilation[1]) as isize - g.padding[1] as isize;
+    let cols = valid_columns(offset, g.stride[1], w, ow);
+    let x0 = (cols.start as isize * g.stride[1] as isize + offset).max(0) as usize;
     for oy in 0..oh {
         let dst_row = &mut dst[oy * ow..(oy + 1) * ow];
         let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
-        if y < 0 || y >= h as isize {
+        if y < 0 || y >= h as isize || cols.is_empty() {
             dst_row.fill(T::ZERO);
             continue;
         }
         let src_row = &img[y as usize * w..(y as usize + 1) * w];
-        for (ox, d) in dst_row.iter_mut().enumerate() {
-            let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
-            *d = if x >= 0 && x < w as isize {
-                src_row[x as usize]
-            } else {
-                T::ZERO
-            };
+        dst_row[..cols.start].fill(T::ZERO);
+        dst_row[cols.end..].fill(T::ZERO);
+        let inside = &mut dst_row[cols.clone()];
+        if g.stride[1] == 1 {
+            inside.copy_from_slice(&src_row[x0..x0 + inside.len()]);
+        } else {
+            for (i, d) in inside.iter_mut().enumerate() {
+                *d = src_row[x0 + i * g.stride[1]];
+            }
         }
     }
 }
@@ -103,6 +128,7 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
             gather_tap(
                 img,
                 g,
+                [oh, ow],
                 tap / kw,
                 tap % kw,
                 &mut row[n * plane..(n + 1) * plane],
@@ -175,4 +201,78 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
             .for_each(|(i, d)| body(i, d));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition, one pixel at a time.
+    fn naive_unfold(src: &[f64], g: &Conv2dGeometry) -> Vec<f64> {
+        let [oh, ow] = g.output().unwrap();
+        let [h, w] = g.input;
+        let [kh, kw] = g.kernel;
+        let mut out = vec![0.0; g.c * kh * kw * g.n * oh * ow];
+        for c in 0..g.c {
+            for ki in 0..kh {
+                for kj in 0..kw {
+                    for n in 0..g.n {
+                        for oy in 0..oh {
+                            for ox in 0..ow {
+                                let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize
+                                    - g.padding[0] as isize;
+                                let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize
+                                    - g.padding[1] as isize;
+                                let row = (c * kh + ki) * kw + kj;
+                                let col = (n * oh + oy) * ow + ox;
+                                if (0..h as isize).contains(&y) && (0..w as isize).contains(&x) {
+                                    out[row * g.n * oh * ow + col] =
+                                        src[((n * g.c + c) * h + y as usize) * w + x as usize];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unfold_and_fold_match_the_definition_over_many_geometries() {
+        let mut checked = 0;
+        for stride in 1..=3 {
+            for padding in 0..=2 {
+                for dilation in 1..=2 {
+                    for (kh, kw) in [(1, 1), (2, 3), (3, 3)] {
+                        let g = Conv2dGeometry {
+                            n: 2,
+                            c: 2,
+                            input: [5, 7],
+                            kernel: [kh, kw],
+                            stride: [stride, stride + 1],
+                            padding: [padding, padding],
+                            dilation: [dilation, dilation],
+                        };
+                        if g.output().is_none() {
+                            continue;
+                        }
+                        let src: Vec<f64> = (0..2 * 2 * 5 * 7)
+                            .map(|i| (i as f64 * 0.37).sin())
+                            .collect();
+                        let cols = unfold2d(&src, &g);
+                        assert_eq!(cols, naive_unfold(&src, &g), "unfold {g:?}");
+                        // fold is the adjoint: <unfold(x), y> == <x, fold(y)>.
+                        let y: Vec<f64> =
+                            (0..cols.len()).map(|i| (i as f64 * 0.11).cos()).collect();
+                        let lhs: f64 = cols.iter().zip(&y).map(|(a, b)| a * b).sum();
+                        let rhs: f64 = src.iter().zip(fold2d(&y, &g)).map(|(a, b)| a * b).sum();
+                        assert!((lhs - rhs).abs() < 1e-9, "fold {g:?}: {lhs} vs {rhs}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 40);
+    }
 }
