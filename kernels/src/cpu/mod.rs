@@ -58,60 +58,24 @@ pub enum CpuStorage {
 #[macro_export]
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = $crate::half::bf16;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            $crate::DType::Bool => {
-                type $T = bool;
-                $body
-            }
-        }
+        $crate::with_num_dtype!($dtype, $T => $body, else {
+            type $T = bool;
+            $body
+        })
     };
 }
 
 /// Like [`with_dtype!`] for dtypes with arithmetic; `$other` runs for bool.
+///
+/// ```
+/// use ferrograd_kernels::{with_num_dtype, DType};
+/// assert_eq!(with_num_dtype!(DType::U8, T => std::mem::size_of::<T>(), else 0), 1);
+/// assert_eq!(with_num_dtype!(DType::Bool, T => std::mem::size_of::<T>(), else 0), 0);
+/// ```
 #[macro_export]
 macro_rules! with_num_dtype {
     ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $T = $crate::half::f16;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $T = $crate::half::bf16;
-                $body
-            }
+        $crate::with_float_dtype!($dtype, $T => $body, else match $dtype {
             $crate::DType::I64 => {
                 type $T = i64;
                 $body
@@ -120,12 +84,17 @@ macro_rules! with_num_dtype {
                 type $T = u8;
                 $body
             }
-            $crate::DType::Bool => $other,
-        }
+            _ => $other,
+        })
     };
 }
 
 /// Like [`with_dtype!`] for floating dtypes; `$other` runs for the rest.
+///
+/// ```
+/// use ferrograd_kernels::{with_float_dtype, DType};
+/// assert_eq!(with_float_dtype!(DType::BF16, T => std::mem::size_of::<T>(), else 0), 2);
+/// ```
 #[macro_export]
 macro_rules! with_float_dtype {
     ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {

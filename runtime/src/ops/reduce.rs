@@ -405,22 +405,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax(&self, dim: isize) -> Tensor {
-        let x = if self.dtype().is_float() {
-            self.clone()
-        } else {
-            self.to_dtype(DType::F32)
-        };
-        let d = x.normalize_dim("softmax", dim);
-        let out = x.along_last("softmax", d, |s, range, rows, len| {
-            with_float_dtype!(s.dtype(), T => T::into_storage(softmax_rows(&s.typed::<T>()[range], rows, len)), else unreachable!())
-        });
-        record(out.clone(), "softmax", &[&x], || {
-            let o = SavedTensor::output(&out);
-            move |ctx, g: &Tensor| {
-                let s = ctx.output(&o);
-                vec![Some(s.mul(&g.sub(&g.mul(&s).sum(&[d as isize], true))))]
-            }
-        })
+        self.softmax_family("softmax", dim, false)
     }
 
     /// Log-softmax along `dim`, fused and stable (`log_softmax`).
@@ -432,20 +417,36 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {
+        self.softmax_family("log_softmax", dim, true)
+    }
+
+    /// Softmax or log-softmax: one row kernel each, and backward from the saved output.
+    #[track_caller]
+    fn softmax_family(&self, op: &'static str, dim: isize, log: bool) -> Tensor {
         let x = if self.dtype().is_float() {
             self.clone()
         } else {
             self.to_dtype(DType::F32)
         };
-        let d = x.normalize_dim("log_softmax", dim);
-        let out = x.along_last("log_softmax", d, |s, range, rows, len| {
-            with_float_dtype!(s.dtype(), T => T::into_storage(log_softmax_rows(&s.typed::<T>()[range], rows, len)), else unreachable!())
+        let d = x.normalize_dim(op, dim);
+        let out = x.along_last(op, d, |s, range, rows, len| {
+            with_float_dtype!(s.dtype(), T => {
+                let src = &s.typed::<T>()[range];
+                T::into_storage(if log { log_softmax_rows(src, rows, len) } else { softmax_rows(src, rows, len) })
+            }, else unreachable!("promoted to float above"))
         });
-        record(out.clone(), "log_softmax", &[&x], || {
+        record(out.clone(), op, &[&x], || {
             let o = SavedTensor::output(&out);
             move |ctx, g: &Tensor| {
-                let s = ctx.output(&o).exp();
-                vec![Some(g.sub(&s.mul(&g.sum(&[d as isize], true))))]
+                let y = ctx.output(&o);
+                let dim = [d as isize];
+                vec![Some(if log {
+                    // d log_softmax: g - softmax * sum(g)
+                    g.sub(&y.exp().mul(&g.sum(&dim, true)))
+                } else {
+                    // d softmax: s * (g - sum(g * s))
+                    y.mul(&g.sub(&g.mul(&y).sum(&dim, true)))
+                })]
             }
         })
     }
