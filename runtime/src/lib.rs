@@ -28,6 +28,7 @@ pub use tensor::Tensor;
 /// Everything a model file usually needs: `use ferrograd::prelude::*;`.
 pub mod prelude {
     pub use crate::autograd::{NoGradGuard, checkpoint, enable_grad, is_grad_enabled, no_grad};
+    pub use crate::nn::Module;
     pub use crate::nn::functional as F;
     pub use crate::{DType, Device, Generator, Tensor, manual_seed};
 }

@@ -1,4 +1,10 @@
-//! Neural-network building blocks. [`functional`] holds the stateless ops (PyTorch's
-//! `torch.nn.functional`); layer modules build on them.
+//! Neural-network building blocks: the [`Module`] trait (and its derive), layers with
+//! PyTorch's default initialisation, and [`functional`], the stateless ops.
 
 pub mod functional;
+mod layers;
+mod module;
+
+pub use ferrograd_macros::Module;
+pub use layers::{BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding, LayerNorm, Linear};
+pub use module::{LoadReport, Module, StateDict, StateDictError, TensorKind, join_path};

@@ -1,0 +1,261 @@
+//! `#[derive(Module)]`: parse the field attributes, validate them, generate one traversal.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Data, DeriveInput, Field, Fields, Type};
+
+/// What a field is to the module.
+enum Role {
+    Parameter,
+    Buffer,
+    Child,
+    Skip,
+    Training,
+}
+
+/// Collects errors so that every mistake in a struct is reported in one compile.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, e: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+    fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// Whether `ty` is `Tensor` or `Option<Tensor>` (by the last path segment), and which.
+fn tensor_field(ty: &Type) -> Option<bool> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if last.ident == "Tensor" && last.arguments.is_empty() {
+        return Some(false);
+    }
+    if last.ident == "Option"
+        && let syn::PathArguments::AngleBracketed(args) = &last.arguments
+        && let Some(syn::GenericArgument::Type(inner)) = args.args.first()
+        && tensor_field(inner) == Some(false)
+    {
+        return Some(true);
+    }
+    None
+}
+
+fn role_of(field: &Field, errors: &mut Errors) -> Role {
+    let mut role: Option<(Role, &syn::Attribute)> = None;
+    for attr in &field.attrs {
+        let new_role = if attr.path().is_ident("param") || attr.path().is_ident("buffer") {
+            if !matches!(attr.meta, syn::Meta::Path(_)) {
+                errors.push(syn::Error::new_spanned(
+                    attr,
+                    "`#[param]` and `#[buffer]` take no arguments",
+                ));
+            }
+            let kind = if attr.path().is_ident("param") {
+                Role::Parameter
+            } else {
+                Role::Buffer
+            };
+            if tensor_field(&field.ty).is_none() {
+                let ty = &field.ty;
+                errors.push(syn::Error::new_spanned(
+                    ty,
+                    format!(
+                        "`#[{}]` needs a field of type `Tensor` or `Option<Tensor>`, found `{}`",
+                        attr.path()
+                            .get_ident()
+                            .map(|i| i.to_string())
+                            .unwrap_or_default(),
+                        quote!(#ty).to_string().replace(' ', "")
+                    ),
+                ));
+            }
+            Some(kind)
+        } else if attr.path().is_ident("module") {
+            let mut found = None;
+            let parsed = attr.parse_nested_meta(|meta| {
+                if meta.path.is_ident("skip") {
+                    found = Some(Role::Skip);
+                    Ok(())
+                } else if meta.path.is_ident("training") {
+                    found = Some(Role::Training);
+                    Ok(())
+                } else {
+                    Err(meta.error(format!(
+                        "unknown field attribute `module({})`: expected `module(skip)` or `module(training)`",
+                        meta.path.get_ident().map(|i| i.to_string()).unwrap_or_else(|| "..".into())
+                    )))
+                }
+            });
+            if let Err(e) = parsed {
+                errors.push(e);
+            }
+            found
+        } else {
+            None
+        };
+        if let Some(r) = new_role {
+            if let Some((_, first)) = &role {
+                errors.push(syn::Error::new_spanned(
+                    attr,
+                    format!(
+                        "a field has one role: this conflicts with `{}` above",
+                        quote!(#first).to_string().replace(' ', "")
+                    ),
+                ));
+            } else {
+                role = Some((r, attr));
+            }
+        }
+    }
+    role.map(|(r, _)| r).unwrap_or(Role::Child)
+}
+
+/// The crate path generated code refers to: `::ferrograd`, or `#[module(crate = path)]`.
+fn crate_path(input: &DeriveInput, errors: &mut Errors) -> syn::Path {
+    let mut path: syn::Path = syn::parse_quote!(::ferrograd);
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("module")) {
+        let parsed = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("crate") {
+                path = meta.value()?.parse()?;
+                Ok(())
+            } else {
+                Err(meta.error("unknown container attribute: expected `#[module(crate = path)]`"))
+            }
+        });
+        if let Err(e) = parsed {
+            errors.push(e);
+        }
+    }
+    path
+}
+
+pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
+    let fields = match &input.data {
+        Data::Struct(s) => &s.fields,
+        Data::Enum(e) => {
+            return Err(syn::Error::new_spanned(
+                e.enum_token,
+                "`#[derive(Module)]` works on structs only: a module's tensors must be known without matching on a variant",
+            ));
+        }
+        Data::Union(u) => {
+            return Err(syn::Error::new_spanned(
+                u.union_token,
+                "`#[derive(Module)]` works on structs only, not unions",
+            ));
+        }
+    };
+    let mut errors = Errors::default();
+    let krate = crate_path(input, &mut errors);
+    let members: Vec<(syn::Member, String, &Field)> = match fields {
+        Fields::Named(named) => named
+            .named
+            .iter()
+            .map(|f| {
+                let ident = f.ident.clone().expect("named field");
+                let name = ident.to_string().trim_start_matches("r#").to_string();
+                (syn::Member::Named(ident), name, f)
+            })
+            .collect(),
+        Fields::Unnamed(unnamed) => unnamed
+            .unnamed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (syn::Member::Unnamed(syn::Index::from(i)), i.to_string(), f))
+            .collect(),
+        Fields::Unit => Vec::new(),
+    };
+
+    let (mut visit, mut visit_mut, mut training) = (Vec::new(), Vec::new(), Vec::new());
+    let mut child_types: Vec<&Type> = Vec::new();
+    for (member, name, field) in &members {
+        let span = field.ty.span();
+        match role_of(field, &mut errors) {
+            role @ (Role::Parameter | Role::Buffer) => {
+                let kind = if matches!(role, Role::Parameter) {
+                    format_ident!("Parameter")
+                } else {
+                    format_ident!("Buffer")
+                };
+                let kind = quote!(#krate::nn::TensorKind::#kind);
+                if tensor_field(&field.ty) == Some(true) {
+                    visit.push(quote! {
+                        if let ::core::option::Option::Some(t) = &self.#member { f(&#krate::nn::join_path(prefix, #name), t, #kind); }
+                    });
+                    visit_mut.push(quote! {
+                        if let ::core::option::Option::Some(t) = &mut self.#member { f(&#krate::nn::join_path(prefix, #name), t, #kind); }
+                    });
+                } else {
+                    visit.push(
+                        quote! { f(&#krate::nn::join_path(prefix, #name), &self.#member, #kind); },
+                    );
+                    visit_mut.push(quote! { f(&#krate::nn::join_path(prefix, #name), &mut self.#member, #kind); });
+                }
+            }
+            Role::Child => {
+                child_types.push(&field.ty);
+                visit.push(quote_spanned! {span=> #krate::nn::Module::visit(&self.#member, &#krate::nn::join_path(prefix, #name), f); });
+                visit_mut.push(quote_spanned! {span=> #krate::nn::Module::visit_mut(&mut self.#member, &#krate::nn::join_path(prefix, #name), f); });
+                training.push(quote_spanned! {span=> #krate::nn::Module::set_training(&mut self.#member, training); });
+            }
+            Role::Training => {
+                let ty = &field.ty;
+                if quote!(#ty).to_string() != "bool" {
+                    errors.push(syn::Error::new_spanned(
+                        ty,
+                        "`#[module(training)]` marks a `bool` field",
+                    ));
+                }
+                training.push(quote! { self.#member = training; });
+            }
+            Role::Skip => {}
+        }
+    }
+    errors.finish()?;
+
+    let ident = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    // Generic children need `Module` bounds: put them on the field types, as serde does.
+    let mut where_clause = where_clause
+        .cloned()
+        .unwrap_or_else(|| syn::parse_quote!(where));
+    let generic_names: Vec<String> = input
+        .generics
+        .type_params()
+        .map(|p| p.ident.to_string())
+        .collect();
+    for ty in child_types {
+        let text = quote!(#ty).to_string();
+        if generic_names.iter().any(|g| {
+            text.split(|c: char| !c.is_alphanumeric() && c != '_')
+                .any(|w| w == g)
+        }) {
+            where_clause
+                .predicates
+                .push(syn::parse_quote!(#ty: #krate::nn::Module));
+        }
+    }
+    Ok(quote! {
+        impl #impl_generics #krate::nn::Module for #ident #ty_generics #where_clause {
+            #[allow(unused_variables)]
+            fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &#krate::Tensor, #krate::nn::TensorKind)) {
+                #(#visit)*
+            }
+            #[allow(unused_variables)]
+            fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut #krate::Tensor, #krate::nn::TensorKind)) {
+                #(#visit_mut)*
+            }
+            #[allow(unused_variables)]
+            fn set_training(&mut self, training: bool) {
+                #(#training)*
+            }
+        }
+    })
+}
