@@ -214,6 +214,7 @@ struct Stack<M> {
 #[test]
 fn tuple_and_generic_structs() {
     let p = Pair(Linear::new(2, 2, &Device::Cpu), 7);
+    assert_eq!(p.1, 7);
     assert_eq!(
         p.state_dict().keys().cloned().collect::<Vec<_>>(),
         ["0.bias", "0.weight"]
