@@ -9,6 +9,7 @@
 //! Misuse is a compile error on the offending token.
 
 mod derive_module;
+mod network;
 
 use proc_macro::TokenStream;
 
@@ -31,6 +32,43 @@ use proc_macro::TokenStream;
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
     derive_module::expand(&input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Declares a network whose shapes are checked at compile time.
+///
+/// ```ignore
+/// network! {
+///     /// LeNet-5 for 28x28 digits.
+///     pub struct LeNet(x: [N, 1, 28, 28]) -> [N, 10] {
+///         conv1: Conv2d(1 -> 6, kernel = 5, padding = 2),
+///         relu,
+///         max_pool2d(2),
+///         conv2: Conv2d(6 -> 16, kernel = 5),
+///         relu,
+///         max_pool2d(2) => [N, 16, 5, 5],
+///         flatten,
+///         fc1: Linear(400 -> 120), relu,
+///         fc2: Linear(120 -> 84), relu,
+///         fc3: Linear(84 -> 10),
+///     }
+/// }
+/// ```
+///
+/// It generates the struct (deriving `Module`, one field per named layer), `new(&Device)`,
+/// `forward(&Tensor) -> Tensor`, `summary()` and `NUM_PARAMETERS`. A step is
+/// `name: Kind(args)` for a layer with parameters (`Linear`, `Conv1d`, `Conv2d`,
+/// `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `Dropout`, `Embedding`) or an op
+/// (`relu`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu`, `softmax`, `log_softmax`,
+/// `flatten`, `reshape([..])`, `max_pool2d(k, stride = s, padding = p)`, `avg_pool2d(..)`,
+/// `adaptive_avg_pool2d(h, w)`), optionally followed by `=> [shape]`, which is checked.
+/// Dims are literals or names: `N` binds at run time, const generics are checked
+/// symbolically. Every shape mistake is a compile error on the token to change.
+#[proc_macro]
+pub fn network(input: TokenStream) -> TokenStream {
+    let net = syn::parse_macro_input!(input as network::parse::Network);
+    network::network(net)
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -22,12 +22,14 @@ mod tensor;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use ferrograd_kernels::{DType, Element, FloatElement, NumElement};
+pub use ferrograd_macros::network;
 pub use random::{Generator, manual_seed};
 pub use tensor::Tensor;
 
 /// Everything a model file usually needs: `use ferrograd::prelude::*;`.
 pub mod prelude {
     pub use crate::autograd::{NoGradGuard, checkpoint, enable_grad, is_grad_enabled, no_grad};
+    pub use crate::network;
     pub use crate::nn::Module;
     pub use crate::nn::functional as F;
     pub use crate::{DType, Device, Generator, Tensor, manual_seed};

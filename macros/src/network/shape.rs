@@ -1,0 +1,742 @@
+//! Symbolic shape inference: the rule of each built-in layer, checked at compile time.
+//!
+//! Dims are literal sizes or symbols (`N`, const generics). Two dims agree when both are
+//! the same literal or the same symbol. A mismatch is an error spanned on the user's
+//! token; inference then continues with the shape the layer would produce, so
+//! independent mistakes are all reported in one compile.
+
+use super::parse::{Arg, DimExpr, Network, ShapeExpr, Step, dim_text};
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use std::fmt;
+
+/// A dimension after inference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Dim {
+    Lit(usize),
+    Sym(String),
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Lit(v) => write!(f, "{v}"),
+            Dim::Sym(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl From<&DimExpr> for Dim {
+    fn from(d: &DimExpr) -> Self {
+        match d {
+            DimExpr::Lit(v, _) => Dim::Lit(*v),
+            DimExpr::Sym(i) => Dim::Sym(i.to_string()),
+        }
+    }
+}
+
+pub(crate) type Shape = Vec<Dim>;
+
+pub(crate) fn show(shape: &[Dim]) -> String {
+    format!(
+        "[{}]",
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+pub(crate) fn shape_of(expr: &ShapeExpr) -> Shape {
+    expr.dims.iter().map(Dim::from).collect()
+}
+
+/// A dim as a Rust `usize` expression (a literal or a const generic's name).
+pub(crate) fn dim_tokens(d: &DimExpr) -> TokenStream {
+    match d {
+        DimExpr::Lit(v, _) => quote!(#v),
+        DimExpr::Sym(i) => quote!(#i),
+    }
+}
+
+/// What a step does, with its validated arguments.
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    Linear {
+        inp: DimExpr,
+        out: DimExpr,
+    },
+    Conv {
+        dims: usize,
+        inp: DimExpr,
+        out: DimExpr,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    },
+    BatchNorm {
+        dims: usize,
+        channels: DimExpr,
+    },
+    LayerNorm {
+        size: DimExpr,
+    },
+    Dropout {
+        p: f64,
+    },
+    Embedding {
+        num: DimExpr,
+        dim: DimExpr,
+    },
+    Activation(&'static str),
+    Softmax {
+        log: bool,
+    },
+    Flatten,
+    Reshape(Vec<DimExpr>),
+    Pool {
+        max: bool,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    AdaptiveAvgPool {
+        out: [usize; 2],
+    },
+}
+
+/// A step after inference.
+pub(crate) struct Layer {
+    pub(crate) step: Step,
+    pub(crate) op: Op,
+    pub(crate) output: Shape,
+}
+
+/// The layer kinds that own parameters (and so need a field name).
+const MODULE_KINDS: [&str; 8] = [
+    "Linear",
+    "Conv1d",
+    "Conv2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+    "Dropout",
+    "Embedding",
+];
+const OP_KINDS: [&str; 13] = [
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "log_softmax",
+    "flatten",
+    "reshape",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+];
+
+/// Error collection that keeps every independent mistake.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, span: Span, message: impl fmt::Display) {
+        let e = syn::Error::new(span, message);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// Validates a step's arguments: each accessor takes what it reads; leftovers are errors.
+struct Args<'a> {
+    step: &'a Step,
+    args: Vec<Option<&'a Arg>>,
+}
+
+impl<'a> Args<'a> {
+    fn new(step: &'a Step) -> Self {
+        Args {
+            step,
+            args: step.args.iter().map(Some).collect(),
+        }
+    }
+
+    fn take(&mut self, pick: impl Fn(&Arg) -> bool) -> Option<&'a Arg> {
+        let slot = self.args.iter_mut().find(|a| a.is_some_and(&pick))?;
+        slot.take()
+    }
+
+    fn arrow(&mut self, errors: &mut Errors, what: &str) -> Option<(DimExpr, DimExpr)> {
+        match self.take(|a| matches!(a, Arg::Arrow(..))) {
+            Some(Arg::Arrow(a, b)) => Some((a.clone(), b.clone())),
+            _ => {
+                errors.push(
+                    self.step.args_span.unwrap_or(self.step.kind.span()),
+                    format!(
+                        "`{}` needs `{what}` as its first argument, as `{}({what}, ..)`",
+                        self.step.kind, self.step.kind
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn named(&mut self, key: &str) -> Option<DimExpr> {
+        match self.take(|a| matches!(a, Arg::Named(k, _) if k == key)) {
+            Some(Arg::Named(_, v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    fn positional(&mut self) -> Option<DimExpr> {
+        match self.take(|a| matches!(a, Arg::Positional(_))) {
+            Some(Arg::Positional(v)) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
+    /// A literal size (or the default), for arguments that shape arithmetic needs.
+    fn literal(&mut self, key: &str, default: Option<usize>, errors: &mut Errors) -> usize {
+        let value = self.named(key).or_else(|| {
+            if key == "kernel" {
+                self.positional()
+            } else {
+                None
+            }
+        });
+        match (value, default) {
+            (Some(DimExpr::Lit(v, _)), _) => v,
+            (Some(DimExpr::Sym(i)), d) => {
+                errors.push(i.span(), format!("`{key}` must be an integer literal here: shapes are computed at compile time"));
+                d.unwrap_or(1)
+            }
+            (None, Some(d)) => d,
+            (None, None) => {
+                errors.push(
+                    self.step.args_span.unwrap_or(self.step.kind.span()),
+                    format!("`{}` needs `{key} = ..`", self.step.kind),
+                );
+                1
+            }
+        }
+    }
+
+    fn finish(self, errors: &mut Errors, allowed: &str) {
+        for arg in self.args.into_iter().flatten() {
+            let what = match arg {
+                Arg::Named(k, _) => format!("unknown argument `{k}`"),
+                _ => "unexpected argument".to_string(),
+            };
+            errors.push(
+                arg.span(),
+                format!("{what} for `{}`: it takes {allowed}", self.step.kind),
+            );
+        }
+    }
+}
+
+fn agree(a: &Dim, b: &Dim) -> bool {
+    a == b
+}
+
+/// `(size + 2p - d(k-1) - 1) / s + 1`, or `None` when the window does not fit.
+fn window_out(
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> Option<usize> {
+    let span = dilation * (kernel.max(1) - 1) + 1;
+    let padded = size + 2 * padding;
+    (padded >= span && stride > 0).then(|| (padded - span) / stride + 1)
+}
+
+/// Infers every step's output shape from the network's input.
+pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
+    if net.inputs.len() > 1 {
+        errors.push(
+            net.inputs[1].name.span(),
+            "networks with several inputs are not supported yet: declare one input",
+        );
+    }
+    let mut shape = shape_of(&net.inputs[0].shape);
+    let mut layers = Vec::new();
+    let mut names: Vec<&syn::Ident> = Vec::new();
+    let mut previous = format!("the input `{}`", net.inputs[0].name);
+    for step in &net.steps {
+        if let Some(name) = &step.name {
+            if let Some(first) = names.iter().find(|n| *n == &name) {
+                errors.push(name.span(), format!("duplicate layer name `{name}`: `{first}` is already a layer of this network"));
+            }
+            names.push(name);
+        }
+        let kind = step.kind.to_string();
+        let is_module = MODULE_KINDS.contains(&kind.as_str());
+        if !is_module && !OP_KINDS.contains(&kind.as_str()) {
+            errors.push(
+                step.kind.span(),
+                format!(
+                    "unknown layer kind `{kind}`: expected one of {} (layers with parameters, written `name: Kind(..)`) or {} (ops)",
+                    MODULE_KINDS.join(", "),
+                    OP_KINDS.join(", ")
+                ),
+            );
+            continue;
+        }
+        if is_module && step.name.is_none() {
+            errors.push(
+                step.kind.span(),
+                format!(
+                    "`{kind}` has parameters, so it needs a field name: write `name: {}`",
+                    step.describe()
+                ),
+            );
+        }
+        if !is_module && let Some(name) = &step.name {
+            errors.push(
+                name.span(),
+                format!(
+                    "`{kind}` has no parameters and takes no field name: write `{}`",
+                    step.describe()
+                        .split_once(": ")
+                        .map_or(kind.clone(), |(_, r)| r.to_string())
+                ),
+            );
+        }
+        let (op, output) = rule(step, &shape, &previous, errors);
+        if let Some(annotation) = &step.annotation {
+            check_shape(
+                &output,
+                annotation,
+                errors,
+                &format!("the annotation after `{}`", step.describe()),
+            );
+        }
+        previous = format!("the previous layer (`{}`)", step.describe());
+        shape = output.clone();
+        layers.push(Layer {
+            step: step.clone(),
+            op,
+            output,
+        });
+    }
+    check_shape(&shape, &net.output, errors, "the declared output");
+    layers
+}
+
+/// Compares an inferred shape with a written one, erroring on the first disagreeing dim.
+fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what: &str) {
+    let expected = shape_of(written);
+    if expected.len() != inferred.len() {
+        errors.push(
+            written.span,
+            format!(
+                "{what} has rank {} ({}) but the network produces rank {} ({})",
+                expected.len(),
+                show(&expected),
+                inferred.len(),
+                show(inferred)
+            ),
+        );
+        return;
+    }
+    for (i, (d, w)) in inferred.iter().zip(&written.dims).enumerate() {
+        if !agree(d, &Dim::from(w)) {
+            errors.push(
+                w.span(),
+                format!(
+                    "{what} says dim {i} is {} but the network produces {} there (shape {})",
+                    dim_text(w),
+                    d,
+                    show(inferred)
+                ),
+            );
+        }
+    }
+}
+
+/// The rule of one step: its validated op and output shape.
+fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op, Shape) {
+    let mut args = Args::new(step);
+    let kind = step.kind.to_string();
+    let desc = step.describe();
+    let need_rank = |errors: &mut Errors, ranks: &[usize], layout: &str| -> bool {
+        if ranks.contains(&input.len()) {
+            return true;
+        }
+        errors.push(
+            step.kind.span(),
+            format!(
+                "`{desc}` expects a rank-{} input {layout}, but {previous} yields rank {} {}{}",
+                ranks
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or rank-"),
+                input.len(),
+                show(input),
+                if ranks.contains(&2) && input.len() > 2 {
+                    ": add `flatten` before it"
+                } else {
+                    ""
+                }
+            ),
+        );
+        false
+    };
+    let mismatch = |errors: &mut Errors, token: &DimExpr, what: &str, got: &Dim| {
+        errors.push(
+            token.span(),
+            format!(
+                "`{desc}` expects {what} {}, but {previous} yields {got} (shape {})",
+                dim_text(token),
+                show(input)
+            ),
+        );
+    };
+    match kind.as_str() {
+        "Linear" => {
+            let Some((inp, out)) = args.arrow(errors, "in_features -> out_features") else {
+                return (Op::Activation("identity"), input.to_vec());
+            };
+            args.finish(errors, "only `in -> out`");
+            let mut output = input.to_vec();
+            if need_rank(errors, &[1, 2, 3, 4, 5, 6], "[*, in_features]") {
+                let last = input.last().expect("rank >= 1");
+                if !agree(last, &Dim::from(&inp)) {
+                    mismatch(errors, &inp, "input features", last);
+                }
+                *output.last_mut().expect("rank >= 1") = Dim::from(&out);
+            }
+            if input.is_empty() {
+                output = vec![Dim::from(&out)];
+            }
+            (Op::Linear { inp, out }, output)
+        }
+        "Conv1d" | "Conv2d" => {
+            let dims = if kind == "Conv1d" { 1 } else { 2 };
+            let Some((inp, out)) = args.arrow(errors, "in_channels -> out_channels") else {
+                return (Op::Activation("identity"), input.to_vec());
+            };
+            let kernel = args.literal("kernel", None, errors);
+            let stride = args.literal("stride", Some(1), errors);
+            let padding = args.literal("padding", Some(0), errors);
+            let dilation = args.literal("dilation", Some(1), errors);
+            let groups = args.literal("groups", Some(1), errors);
+            args.finish(
+                errors,
+                "`in -> out`, `kernel`, `stride`, `padding`, `dilation` and `groups`",
+            );
+            let op = Op::Conv {
+                dims,
+                inp: inp.clone(),
+                out: out.clone(),
+                kernel,
+                stride,
+                padding,
+                dilation,
+                groups,
+            };
+            let layout = if dims == 1 {
+                "[N, C, L]"
+            } else {
+                "[N, C, H, W]"
+            };
+            if !need_rank(errors, &[dims + 2], layout) {
+                let mut shape = vec![
+                    input.first().cloned().unwrap_or(Dim::Sym("N".into())),
+                    Dim::from(&out),
+                ];
+                shape.extend(std::iter::repeat_n(Dim::Lit(1), dims));
+                return (op, shape);
+            }
+            if !agree(&input[1], &Dim::from(&inp)) {
+                mismatch(errors, &inp, "input channels", &input[1]);
+            }
+            let mut output = vec![input[0].clone(), Dim::from(&out)];
+            for (axis, d) in input[2..].iter().enumerate() {
+                output.push(match d {
+                    Dim::Lit(size) => match window_out(*size, kernel, stride, padding, dilation) {
+                        Some(o) => Dim::Lit(o),
+                        None => {
+                            errors.push(
+                                step.kind.span(),
+                                format!("`{desc}` produces a non-positive size: spatial dim {axis} of {previous} is {size}, smaller than the kernel span {} after padding {padding} (input shape {})", dilation * (kernel - 1) + 1, show(input)),
+                            );
+                            Dim::Lit(1)
+                        }
+                    },
+                    Dim::Sym(s) if kernel == 1 && stride == 1 && padding == 0 => Dim::Sym(s.clone()),
+                    Dim::Sym(s) => {
+                        errors.push(step.kind.span(), format!("`{desc}` needs a literal spatial size to compute its output, but {previous} yields `{s}` (shape {})", show(input)));
+                        Dim::Sym(s.clone())
+                    }
+                });
+            }
+            (op, output)
+        }
+        "BatchNorm1d" | "BatchNorm2d" => {
+            let dims = if kind == "BatchNorm1d" { 1 } else { 2 };
+            let channels = args.positional();
+            args.finish(errors, "the number of channels");
+            let Some(channels) = channels else {
+                errors.push(
+                    step.args_span.unwrap_or(step.kind.span()),
+                    format!("`{kind}` needs the number of channels, as `{kind}(16)`"),
+                );
+                return (Op::Activation("identity"), input.to_vec());
+            };
+            let ranks: &[usize] = if dims == 1 { &[2, 3] } else { &[4] };
+            if need_rank(
+                errors,
+                ranks,
+                if dims == 1 {
+                    "[N, C] or [N, C, L]"
+                } else {
+                    "[N, C, H, W]"
+                },
+            ) && !agree(&input[1], &Dim::from(&channels))
+            {
+                mismatch(errors, &channels, "channels", &input[1]);
+            }
+            (Op::BatchNorm { dims, channels }, input.to_vec())
+        }
+        "LayerNorm" => {
+            let size = args.positional();
+            args.finish(errors, "the normalised size");
+            let Some(size) = size else {
+                errors.push(
+                    step.args_span.unwrap_or(step.kind.span()),
+                    "`LayerNorm` needs the size of the last dim, as `LayerNorm(512)`",
+                );
+                return (Op::Activation("identity"), input.to_vec());
+            };
+            match input.last() {
+                Some(last) if !agree(last, &Dim::from(&size)) => {
+                    mismatch(errors, &size, "a last dim of", last)
+                }
+                None => errors.push(
+                    step.kind.span(),
+                    format!("`{desc}` needs an input of rank >= 1"),
+                ),
+                _ => {}
+            }
+            (Op::LayerNorm { size }, input.to_vec())
+        }
+        "Dropout" => {
+            let p = match args.take(|a| matches!(a, Arg::Float(_))) {
+                Some(Arg::Float(f)) => f.base10_parse::<f64>().unwrap_or(0.5),
+                _ => {
+                    errors.push(
+                        step.args_span.unwrap_or(step.kind.span()),
+                        "`Dropout` needs its probability, as `Dropout(0.5)`",
+                    );
+                    0.5
+                }
+            };
+            args.finish(errors, "the probability");
+            (Op::Dropout { p }, input.to_vec())
+        }
+        "Embedding" => {
+            let Some((num, dim)) = args.arrow(errors, "num_embeddings -> embedding_dim") else {
+                return (Op::Activation("identity"), input.to_vec());
+            };
+            args.finish(errors, "only `num -> dim`");
+            let mut output = input.to_vec();
+            output.push(Dim::from(&dim));
+            (Op::Embedding { num, dim }, output)
+        }
+        "relu" | "gelu" | "gelu_tanh" | "tanh" | "sigmoid" | "silu" => {
+            args.finish(errors, "no arguments");
+            let name = ["relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "silu"]
+                .into_iter()
+                .find(|k| *k == kind)
+                .expect("listed");
+            (Op::Activation(name), input.to_vec())
+        }
+        "softmax" | "log_softmax" => {
+            args.finish(errors, "no arguments (it normalises the last dim)");
+            (
+                Op::Softmax {
+                    log: kind == "log_softmax",
+                },
+                input.to_vec(),
+            )
+        }
+        "flatten" => {
+            args.finish(
+                errors,
+                "no arguments (it keeps dim 0 and flattens the rest)",
+            );
+            if input.len() < 2 {
+                errors.push(
+                    step.kind.span(),
+                    format!(
+                        "`flatten` needs rank >= 2, but {previous} yields {}",
+                        show(input)
+                    ),
+                );
+                return (Op::Flatten, input.to_vec());
+            }
+            let mut product = 1usize;
+            for d in &input[1..] {
+                match d {
+                    Dim::Lit(v) => product *= v,
+                    Dim::Sym(s) => {
+                        errors.push(step.kind.span(), format!("`flatten` needs literal sizes after dim 0, but {previous} yields `{s}` (shape {})", show(input)));
+                    }
+                }
+            }
+            (Op::Flatten, vec![input[0].clone(), Dim::Lit(product)])
+        }
+        "reshape" => {
+            let target = match args.take(|a| matches!(a, Arg::Shape(_))) {
+                Some(Arg::Shape(s)) => s.clone(),
+                _ => {
+                    errors.push(
+                        step.args_span.unwrap_or(step.kind.span()),
+                        "`reshape` needs a target shape, as `reshape([N, 16, 5, 5])`",
+                    );
+                    return (Op::Flatten, input.to_vec());
+                }
+            };
+            args.finish(errors, "one target shape");
+            let count = |dims: &[Dim]| -> (usize, Vec<String>) {
+                let mut lits = 1;
+                let mut syms: Vec<String> = Vec::new();
+                for d in dims {
+                    match d {
+                        Dim::Lit(v) => lits *= v,
+                        Dim::Sym(s) => syms.push(s.clone()),
+                    }
+                }
+                syms.sort();
+                (lits, syms)
+            };
+            let output = shape_of(&target);
+            if count(input) != count(&output) {
+                errors.push(
+                    target.span,
+                    format!("`{desc}` changes the element count: {previous} yields {} ({} elements) but the target {} has {}", show(input), elements(input), show(&output), elements(&output)),
+                );
+            }
+            (Op::Reshape(target.dims.clone()), output)
+        }
+        "max_pool2d" | "avg_pool2d" => {
+            let kernel = args.literal("kernel", None, errors);
+            let stride = args.literal("stride", Some(kernel), errors);
+            let padding = args.literal("padding", Some(0), errors);
+            args.finish(errors, "`kernel` (first), `stride` and `padding`");
+            let op = Op::Pool {
+                max: kind == "max_pool2d",
+                kernel,
+                stride,
+                padding,
+            };
+            if !need_rank(errors, &[4], "[N, C, H, W]") {
+                return (op, input.to_vec());
+            }
+            let mut output = input[..2].to_vec();
+            for (axis, d) in input[2..].iter().enumerate() {
+                output.push(match d {
+                    Dim::Lit(size) => match window_out(*size, kernel, stride, padding, 1) {
+                        Some(o) => Dim::Lit(o),
+                        None => {
+                            errors.push(step.kind.span(), format!("`{desc}` produces a non-positive size: spatial dim {axis} of {previous} is {size}, smaller than the window {kernel} (input shape {})", show(input)));
+                            Dim::Lit(1)
+                        }
+                    },
+                    Dim::Sym(s) => {
+                        errors.push(step.kind.span(), format!("`{desc}` needs a literal spatial size, but {previous} yields `{s}`"));
+                        Dim::Sym(s.clone())
+                    }
+                });
+            }
+            (op, output)
+        }
+        "adaptive_avg_pool2d" => {
+            let oh = args.positional();
+            let ow = args.positional();
+            args.finish(errors, "the output height and width");
+            let lit = |d: Option<DimExpr>, errors: &mut Errors| match d {
+                Some(DimExpr::Lit(v, _)) => v,
+                Some(DimExpr::Sym(i)) => {
+                    errors.push(
+                        i.span(),
+                        "adaptive_avg_pool2d sizes must be integer literals",
+                    );
+                    1
+                }
+                None => {
+                    errors.push(step.args_span.unwrap_or(step.kind.span()), "`adaptive_avg_pool2d` needs an output size, as `adaptive_avg_pool2d(1, 1)`");
+                    1
+                }
+            };
+            let out = [lit(oh, errors), lit(ow, errors)];
+            let mut output = input.to_vec();
+            if need_rank(errors, &[4], "[N, C, H, W]") {
+                output[2] = Dim::Lit(out[0]);
+                output[3] = Dim::Lit(out[1]);
+            }
+            (Op::AdaptiveAvgPool { out }, output)
+        }
+        _ => unreachable!("kinds were checked by the caller"),
+    }
+}
+
+fn elements(shape: &[Dim]) -> String {
+    shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("*")
+}
+
+/// The number of parameters of a layer, as a `usize` expression.
+pub(crate) fn param_count(op: &Op) -> TokenStream {
+    match op {
+        Op::Linear { inp, out } => {
+            let (i, o) = (dim_tokens(inp), dim_tokens(out));
+            quote!(#i * #o + #o)
+        }
+        Op::Conv {
+            dims,
+            inp,
+            out,
+            kernel,
+            groups,
+            ..
+        } => {
+            let (i, o) = (dim_tokens(inp), dim_tokens(out));
+            let k = kernel.pow(*dims as u32);
+            quote!(#o * (#i / #groups) * #k + #o)
+        }
+        Op::BatchNorm { channels, .. } => {
+            let c = dim_tokens(channels);
+            quote!(2 * #c)
+        }
+        Op::LayerNorm { size } => {
+            let s = dim_tokens(size);
+            quote!(2 * #s)
+        }
+        Op::Embedding { num, dim } => {
+            let (n, d) = (dim_tokens(num), dim_tokens(dim));
+            quote!(#n * #d)
+        }
+        _ => quote!(0usize),
+    }
+}

@@ -1,0 +1,141 @@
+//! `network!`: generated modules behave like hand-written ones.
+
+use ferrograd::nn::Module;
+use ferrograd::prelude::*;
+
+network! {
+    /// LeNet-5 for 28x28 digits.
+    pub struct LeNet(x: [N, 1, 28, 28]) -> [N, 10] {
+        conv1: Conv2d(1 -> 6, kernel = 5, padding = 2),
+        relu,
+        max_pool2d(2),
+        conv2: Conv2d(6 -> 16, kernel = 5),
+        relu,
+        max_pool2d(2) => [N, 16, 5, 5],
+        flatten,
+        fc1: Linear(400 -> 120), relu,
+        fc2: Linear(120 -> 84), relu,
+        fc3: Linear(84 -> 10),
+    }
+}
+
+network! {
+    /// An MLP whose hidden width is a const generic, checked symbolically.
+    pub struct Mlp<const H: usize>(x: [B, 784]) -> [B, 10] {
+        fc1: Linear(784 -> H),
+        gelu,
+        norm: LayerNorm(H),
+        drop: Dropout(0.1),
+        fc2: Linear(H -> 10),
+        log_softmax,
+    }
+}
+
+fn hand_written_lenet(m: &LeNet, x: &Tensor) -> Tensor {
+    let y = F::conv2d(
+        x,
+        &m.conv1.weight,
+        m.conv1.bias.as_ref(),
+        &F::Conv2dArgs::default().padding(2),
+    )
+    .relu();
+    let y = F::max_pool2d(&y, 2);
+    let y = F::conv2d(
+        &y,
+        &m.conv2.weight,
+        m.conv2.bias.as_ref(),
+        &F::Conv2dArgs::default(),
+    )
+    .relu();
+    let y = F::max_pool2d(&y, 2).reshape(&[x.size(0), 400]);
+    let y = F::linear(&y, &m.fc1.weight, m.fc1.bias.as_ref()).relu();
+    let y = F::linear(&y, &m.fc2.weight, m.fc2.bias.as_ref()).relu();
+    F::linear(&y, &m.fc3.weight, m.fc3.bias.as_ref())
+}
+
+#[test]
+fn generated_forward_equals_the_hand_written_one() {
+    manual_seed(1);
+    let net = LeNet::new(&Device::Cpu);
+    let x = Tensor::randn(&[3, 1, 28, 28], DType::F32, &Device::Cpu);
+    let y = net.forward(&x);
+    assert_eq!(y.shape(), &[3, 10]);
+    assert!(y.allclose(&hand_written_lenet(&net, &x), 1e-6, 1e-6));
+    y.sum_all().backward();
+    assert!(net.parameters().iter().all(|p| p.grad().is_some()));
+}
+
+#[test]
+fn parameter_names_and_counts() {
+    let net = LeNet::new(&Device::Cpu);
+    let keys: Vec<String> = net.state_dict().into_keys().collect();
+    let expected = include_str!("fixtures/lenet_state_dict_keys.txt");
+    let mut expected: Vec<&str> = expected.lines().collect();
+    expected.sort_unstable();
+    assert_eq!(
+        keys, expected,
+        "state_dict keys match PyTorch's for the same module"
+    );
+    assert_eq!(LeNet::NUM_PARAMETERS, 61_706);
+    assert_eq!(net.num_parameters(), LeNet::NUM_PARAMETERS);
+    let mlp = Mlp::<32>::new(&Device::Cpu);
+    assert_eq!(
+        Mlp::<32>::NUM_PARAMETERS,
+        784 * 32 + 32 + 2 * 32 + 32 * 10 + 10
+    );
+    assert_eq!(mlp.num_parameters(), Mlp::<32>::NUM_PARAMETERS);
+}
+
+#[test]
+fn summary_lists_layers_with_shapes_and_parameters() {
+    let summary = LeNet::summary();
+    assert!(
+        summary.contains("conv2")
+            && summary.contains("[N, 16, 10, 10]")
+            && summary.contains("2416"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("Total trainable parameters: 61706"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn train_and_eval_reach_generated_children() {
+    let mut mlp = Mlp::<16>::new(&Device::Cpu);
+    assert!(mlp.drop.training);
+    mlp.eval();
+    assert!(!mlp.drop.training);
+    let x = Tensor::randn(&[4, 784], DType::F32, &Device::Cpu);
+    let a = mlp.forward(&x);
+    assert!(
+        a.allclose(&mlp.forward(&x), 0.0, 0.0),
+        "eval mode is deterministic"
+    );
+    assert_eq!(a.shape(), &[4, 10]);
+}
+
+fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    let err = std::panic::catch_unwind(f).expect_err("expected a panic");
+    err.downcast::<String>().map(|s| *s).unwrap_or_default()
+}
+
+#[test]
+fn forward_checks_the_input_shape_at_run_time() {
+    let net = LeNet::new(&Device::Cpu);
+    let m = panic_message(|| {
+        net.forward(&Tensor::zeros(&[2, 1, 32, 32], DType::F32, &Device::Cpu));
+    });
+    assert!(
+        m.contains("LeNet.forward")
+            && m.contains("dim 2")
+            && m.contains("[N, 1, 28, 28]")
+            && m.contains("[2, 1, 32, 32]"),
+        "{m}"
+    );
+    let m = panic_message(|| {
+        net.forward(&Tensor::zeros(&[28, 28], DType::F32, &Device::Cpu));
+    });
+    assert!(m.contains("rank 4"), "{m}");
+}
