@@ -208,7 +208,7 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
             /// when the input does not have the declared shape, or sits on another
             /// device than the network.
             #[track_caller]
-            #[allow(unused_variables)]
+            #[allow(unused_variables, non_snake_case)]
             pub fn forward(&self, x: &#krate::Tensor) -> #krate::Tensor {
                 let shape = x.shape();
                 if shape.len() != #rank {
