@@ -162,25 +162,70 @@ impl Errors {
 /// Validates a step's arguments: each accessor takes what it reads; leftovers are errors.
 struct Args<'a> {
     step: &'a Step,
-    args: Vec<Option<&'a Arg>>,
+    args: Vec<Option<Arg>>,
+}
+
+/// Levenshtein distance, for "did you mean" suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(current + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
 }
 
 impl<'a> Args<'a> {
-    fn new(step: &'a Step) -> Self {
-        Args {
-            step,
-            args: step.args.iter().map(Some).collect(),
-        }
+    /// Takes the step's arguments; a misspelt key close to one of `keys` is reported with
+    /// a suggestion and then read as the key it resembles, so one typo is one error.
+    fn new(step: &'a Step, keys: &[&str], errors: &mut Errors) -> Self {
+        let args = step
+            .args
+            .iter()
+            .map(|arg| match arg {
+                Arg::Named(k, v) if !keys.contains(&k.to_string().as_str()) => {
+                    match keys
+                        .iter()
+                        .find(|key| edit_distance(&k.to_string(), key) <= 2)
+                    {
+                        Some(key) => {
+                            errors.push(
+                                k.span(),
+                                format!(
+                                    "unknown argument `{k}` for `{}`: did you mean `{key}`?",
+                                    step.kind
+                                ),
+                            );
+                            Some(Arg::Named(syn::Ident::new(key, k.span()), v.clone()))
+                        }
+                        None => Some(arg.clone()),
+                    }
+                }
+                _ => Some(arg.clone()),
+            })
+            .collect();
+        Args { step, args }
     }
 
-    fn take(&mut self, pick: impl Fn(&Arg) -> bool) -> Option<&'a Arg> {
-        let slot = self.args.iter_mut().find(|a| a.is_some_and(&pick))?;
+    fn take(&mut self, pick: impl Fn(&Arg) -> bool) -> Option<Arg> {
+        let slot = self
+            .args
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(&pick))?;
         slot.take()
     }
 
     fn arrow(&mut self, errors: &mut Errors, what: &str) -> Option<(DimExpr, DimExpr)> {
         match self.take(|a| matches!(a, Arg::Arrow(..))) {
-            Some(Arg::Arrow(a, b)) => Some((a.clone(), b.clone())),
+            Some(Arg::Arrow(a, b)) => Some((a, b)),
             _ => {
                 errors.push(
                     self.step.args_span.unwrap_or(self.step.kind.span()),
@@ -196,14 +241,14 @@ impl<'a> Args<'a> {
 
     fn named(&mut self, key: &str) -> Option<DimExpr> {
         match self.take(|a| matches!(a, Arg::Named(k, _) if k == key)) {
-            Some(Arg::Named(_, v)) => Some(v.clone()),
+            Some(Arg::Named(_, v)) => Some(v),
             _ => None,
         }
     }
 
     fn positional(&mut self) -> Option<DimExpr> {
         match self.take(|a| matches!(a, Arg::Positional(_))) {
-            Some(Arg::Positional(v)) => Some(v.clone()),
+            Some(Arg::Positional(v)) => Some(v),
             _ => None,
         }
     }
@@ -235,7 +280,7 @@ impl<'a> Args<'a> {
     }
 
     fn finish(self, errors: &mut Errors, allowed: &str) {
-        for arg in self.args.into_iter().flatten() {
+        for arg in self.args.iter().flatten() {
             let what = match arg {
                 Arg::Named(k, _) => format!("unknown argument `{k}`"),
                 _ => "unexpected argument".to_string(),
@@ -273,7 +318,10 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
             "networks with several inputs are not supported yet: declare one input",
         );
     }
-    let mut shape = shape_of(&net.inputs[0].shape);
+    // `None` once a step's output cannot be known (an unknown kind, a malformed step):
+    // later steps are then only checked for names and kinds, so one mistake gives one
+    // error rather than a cascade.
+    let mut shape: Option<Shape> = Some(shape_of(&net.inputs[0].shape));
     let mut layers = Vec::new();
     let mut names: Vec<&syn::Ident> = Vec::new();
     let mut previous = format!("the input `{}`", net.inputs[0].name);
@@ -287,14 +335,17 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
         let kind = step.kind.to_string();
         let is_module = MODULE_KINDS.contains(&kind.as_str());
         if !is_module && !OP_KINDS.contains(&kind.as_str()) {
-            errors.push(
-                step.kind.span(),
-                format!(
+            let known = MODULE_KINDS.iter().chain(OP_KINDS.iter());
+            let message = match known.clone().find(|k| edit_distance(&kind, k) <= 2) {
+                Some(close) => format!("unknown layer kind `{kind}`: did you mean `{close}`?"),
+                None => format!(
                     "unknown layer kind `{kind}`: expected one of {} (layers with parameters, written `name: Kind(..)`) or {} (ops)",
                     MODULE_KINDS.join(", "),
                     OP_KINDS.join(", ")
                 ),
-            );
+            };
+            errors.push(step.kind.span(), message);
+            shape = None;
             continue;
         }
         if is_module && step.name.is_none() {
@@ -317,7 +368,11 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
                 ),
             );
         }
-        let (op, output) = rule(step, &shape, &previous, errors);
+        let Some(input) = &shape else { continue };
+        let Some((op, output)) = rule(step, input, &previous, errors) else {
+            shape = None;
+            continue;
+        };
         if let Some(annotation) = &step.annotation {
             check_shape(
                 &output,
@@ -327,14 +382,16 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
             );
         }
         previous = format!("the previous layer (`{}`)", step.describe());
-        shape = output.clone();
+        shape = Some(output.clone());
         layers.push(Layer {
             step: step.clone(),
             op,
             output,
         });
     }
-    check_shape(&shape, &net.output, errors, "the declared output");
+    if let Some(shape) = &shape {
+        check_shape(shape, &net.output, errors, "the declared output");
+    }
     layers
 }
 
@@ -370,8 +427,13 @@ fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what:
 }
 
 /// The rule of one step: its validated op and output shape.
-fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op, Shape) {
-    let mut args = Args::new(step);
+fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> Option<(Op, Shape)> {
+    let keys: &[&str] = match step.kind.to_string().as_str() {
+        "Conv1d" | "Conv2d" => &["kernel", "stride", "padding", "dilation", "groups"],
+        "max_pool2d" | "avg_pool2d" => &["kernel", "stride", "padding"],
+        _ => &[],
+    };
+    let mut args = Args::new(step, keys, errors);
     let kind = step.kind.to_string();
     let desc = step.describe();
     let need_rank = |errors: &mut Errors, ranks: &[usize], layout: &str| -> bool {
@@ -410,28 +472,56 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
     };
     match kind.as_str() {
         "Linear" => {
-            let Some((inp, out)) = args.arrow(errors, "in_features -> out_features") else {
-                return (Op::Activation("identity"), input.to_vec());
-            };
+            let (inp, out) = args.arrow(errors, "in_features -> out_features")?;
             args.finish(errors, "only `in -> out`");
+            let Some(last) = input.last() else {
+                errors.push(
+                    step.kind.span(),
+                    format!("`{desc}` needs an input of rank >= 1, but {previous} yields a scalar"),
+                );
+                return None;
+            };
             let mut output = input.to_vec();
-            if need_rank(errors, &[1, 2, 3, 4, 5, 6], "[*, in_features]") {
-                let last = input.last().expect("rank >= 1");
-                if !agree(last, &Dim::from(&inp)) {
-                    mismatch(errors, &inp, "input features", last);
+            if !agree(last, &Dim::from(&inp)) {
+                // After a conv or pool the usual mistake is a missing `flatten`.
+                let flat: Option<usize> = input[1..]
+                    .iter()
+                    .map(|d| if let Dim::Lit(v) = d { Some(*v) } else { None })
+                    .product();
+                if input.len() > 2 && flat.is_some_and(|f| Dim::Lit(f) == Dim::from(&inp)) {
+                    errors.push(
+                        step.kind.span(),
+                        format!(
+                            "`{desc}` expects a rank-2 input [N, {}], but {previous} yields rank {} {}: add `flatten` before it",
+                            dim_text(&inp),
+                            input.len(),
+                            show(input)
+                        ),
+                    );
+                    return Some((
+                        Op::Linear {
+                            inp,
+                            out: out.clone(),
+                        },
+                        vec![input[0].clone(), Dim::from(&out)],
+                    ));
                 }
-                *output.last_mut().expect("rank >= 1") = Dim::from(&out);
+                let hint = if input.len() > 2 {
+                    " (a rank > 2 input is mapped over its last dim; did you mean to `flatten` first?)"
+                } else {
+                    ""
+                };
+                errors.push(
+                    inp.span(),
+                    format!("`{desc}` expects input features {}, but {previous} yields {last} (shape {}){hint}", dim_text(&inp), show(input)),
+                );
             }
-            if input.is_empty() {
-                output = vec![Dim::from(&out)];
-            }
-            (Op::Linear { inp, out }, output)
+            *output.last_mut().expect("rank >= 1") = Dim::from(&out);
+            Some((Op::Linear { inp, out }, output))
         }
         "Conv1d" | "Conv2d" => {
             let dims = if kind == "Conv1d" { 1 } else { 2 };
-            let Some((inp, out)) = args.arrow(errors, "in_channels -> out_channels") else {
-                return (Op::Activation("identity"), input.to_vec());
-            };
+            let (inp, out) = args.arrow(errors, "in_channels -> out_channels")?;
             let kernel = args.literal("kernel", None, errors);
             let stride = args.literal("stride", Some(1), errors);
             let padding = args.literal("padding", Some(0), errors);
@@ -457,12 +547,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                 "[N, C, H, W]"
             };
             if !need_rank(errors, &[dims + 2], layout) {
-                let mut shape = vec![
-                    input.first().cloned().unwrap_or(Dim::Sym("N".into())),
-                    Dim::from(&out),
-                ];
-                shape.extend(std::iter::repeat_n(Dim::Lit(1), dims));
-                return (op, shape);
+                return None;
             }
             if !agree(&input[1], &Dim::from(&inp)) {
                 mismatch(errors, &inp, "input channels", &input[1]);
@@ -487,7 +572,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                     }
                 });
             }
-            (op, output)
+            Some((op, output))
         }
         "BatchNorm1d" | "BatchNorm2d" => {
             let dims = if kind == "BatchNorm1d" { 1 } else { 2 };
@@ -498,7 +583,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                     step.args_span.unwrap_or(step.kind.span()),
                     format!("`{kind}` needs the number of channels, as `{kind}(16)`"),
                 );
-                return (Op::Activation("identity"), input.to_vec());
+                return None;
             };
             let ranks: &[usize] = if dims == 1 { &[2, 3] } else { &[4] };
             if need_rank(
@@ -513,7 +598,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
             {
                 mismatch(errors, &channels, "channels", &input[1]);
             }
-            (Op::BatchNorm { dims, channels }, input.to_vec())
+            Some((Op::BatchNorm { dims, channels }, input.to_vec()))
         }
         "LayerNorm" => {
             let size = args.positional();
@@ -523,7 +608,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                     step.args_span.unwrap_or(step.kind.span()),
                     "`LayerNorm` needs the size of the last dim, as `LayerNorm(512)`",
                 );
-                return (Op::Activation("identity"), input.to_vec());
+                return None;
             };
             match input.last() {
                 Some(last) if !agree(last, &Dim::from(&size)) => {
@@ -535,7 +620,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                 ),
                 _ => {}
             }
-            (Op::LayerNorm { size }, input.to_vec())
+            Some((Op::LayerNorm { size }, input.to_vec()))
         }
         "Dropout" => {
             let p = match args.take(|a| matches!(a, Arg::Float(_))) {
@@ -549,16 +634,14 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                 }
             };
             args.finish(errors, "the probability");
-            (Op::Dropout { p }, input.to_vec())
+            Some((Op::Dropout { p }, input.to_vec()))
         }
         "Embedding" => {
-            let Some((num, dim)) = args.arrow(errors, "num_embeddings -> embedding_dim") else {
-                return (Op::Activation("identity"), input.to_vec());
-            };
+            let (num, dim) = args.arrow(errors, "num_embeddings -> embedding_dim")?;
             args.finish(errors, "only `num -> dim`");
             let mut output = input.to_vec();
             output.push(Dim::from(&dim));
-            (Op::Embedding { num, dim }, output)
+            Some((Op::Embedding { num, dim }, output))
         }
         "relu" | "gelu" | "gelu_tanh" | "tanh" | "sigmoid" | "silu" => {
             args.finish(errors, "no arguments");
@@ -566,16 +649,16 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                 .into_iter()
                 .find(|k| *k == kind)
                 .expect("listed");
-            (Op::Activation(name), input.to_vec())
+            Some((Op::Activation(name), input.to_vec()))
         }
         "softmax" | "log_softmax" => {
             args.finish(errors, "no arguments (it normalises the last dim)");
-            (
+            Some((
                 Op::Softmax {
                     log: kind == "log_softmax",
                 },
                 input.to_vec(),
-            )
+            ))
         }
         "flatten" => {
             args.finish(
@@ -590,28 +673,29 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                         show(input)
                     ),
                 );
-                return (Op::Flatten, input.to_vec());
+                return None;
             }
             let mut product = 1usize;
             for d in &input[1..] {
                 match d {
                     Dim::Lit(v) => product *= v,
-                    Dim::Sym(s) => {
-                        errors.push(step.kind.span(), format!("`flatten` needs literal sizes after dim 0, but {previous} yields `{s}` (shape {})", show(input)));
+                    Dim::Sym(sym) => {
+                        errors.push(step.kind.span(), format!("`flatten` needs literal sizes after dim 0, but {previous} yields `{sym}` (shape {})", show(input)));
+                        return None;
                     }
                 }
             }
-            (Op::Flatten, vec![input[0].clone(), Dim::Lit(product)])
+            Some((Op::Flatten, vec![input[0].clone(), Dim::Lit(product)]))
         }
         "reshape" => {
             let target = match args.take(|a| matches!(a, Arg::Shape(_))) {
-                Some(Arg::Shape(s)) => s.clone(),
+                Some(Arg::Shape(s)) => s,
                 _ => {
                     errors.push(
                         step.args_span.unwrap_or(step.kind.span()),
                         "`reshape` needs a target shape, as `reshape([N, 16, 5, 5])`",
                     );
-                    return (Op::Flatten, input.to_vec());
+                    return None;
                 }
             };
             args.finish(errors, "one target shape");
@@ -634,7 +718,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                     format!("`{desc}` changes the element count: {previous} yields {} ({} elements) but the target {} has {}", show(input), elements(input), show(&output), elements(&output)),
                 );
             }
-            (Op::Reshape(target.dims.clone()), output)
+            Some((Op::Reshape(target.dims.clone()), output))
         }
         "max_pool2d" | "avg_pool2d" => {
             let kernel = args.literal("kernel", None, errors);
@@ -648,7 +732,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                 padding,
             };
             if !need_rank(errors, &[4], "[N, C, H, W]") {
-                return (op, input.to_vec());
+                return None;
             }
             let mut output = input[..2].to_vec();
             for (axis, d) in input[2..].iter().enumerate() {
@@ -666,7 +750,7 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                     }
                 });
             }
-            (op, output)
+            Some((op, output))
         }
         "adaptive_avg_pool2d" => {
             let oh = args.positional();
@@ -687,12 +771,16 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> (Op,
                 }
             };
             let out = [lit(oh, errors), lit(ow, errors)];
-            let mut output = input.to_vec();
-            if need_rank(errors, &[4], "[N, C, H, W]") {
-                output[2] = Dim::Lit(out[0]);
-                output[3] = Dim::Lit(out[1]);
+            if !need_rank(errors, &[4], "[N, C, H, W]") {
+                return None;
             }
-            (Op::AdaptiveAvgPool { out }, output)
+            let output = vec![
+                input[0].clone(),
+                input[1].clone(),
+                Dim::Lit(out[0]),
+                Dim::Lit(out[1]),
+            ];
+            Some((Op::AdaptiveAvgPool { out }, output))
         }
         _ => unreachable!("kinds were checked by the caller"),
     }

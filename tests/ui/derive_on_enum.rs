@@ -1,0 +1,9 @@
+use ferrograd::nn::Module;
+
+#[derive(Module)]
+enum Head {
+    Small,
+    Large,
+}
+
+fn main() {}
