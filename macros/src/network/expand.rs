@@ -231,9 +231,9 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
             pub fn summary() -> ::std::string::String {
                 let rows: [(&str, &str, &str, usize); #row_count] = [#(#rows),*];
                 let mut out = ::std::format!("{} (input {}, output {})\n", #net_name, #declared, #declared_out);
-                out.push_str(&::std::format!("{:<12} {:<36} {:<20} {:>10}\n", "Layer", "Kind", "Output shape", "Params"));
+                out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", "Layer", "Kind", "Output shape", "Params"));
                 for (label, kind, shape, params) in rows {
-                    out.push_str(&::std::format!("{:<12} {:<36} {:<20} {:>10}\n", label, kind, shape, params));
+                    out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", label, kind, shape, params));
                 }
                 out.push_str(&::std::format!("Total trainable parameters: {}\n", Self::NUM_PARAMETERS));
                 out

@@ -1,0 +1,87 @@
+//! LeNet-5 declared with `network!`, trained on MNIST with SGD and momentum.
+//! The shapes in the declaration are checked when this file compiles.
+//!
+//! ```text
+//! cargo run --release --example lenet_mnist            # bundled 2,000-image subset
+//! cargo run --release --example lenet_mnist -- --full  # full set from $FERROGRAD_DATA or ../shared/data
+//! ```
+
+use ferrograd::nn::Module;
+use ferrograd::prelude::*;
+use std::path::PathBuf;
+
+network! {
+    /// LeNet-5 for 28x28 digits.
+    pub struct LeNet(x: [N, 1, 28, 28]) -> [N, 10] {
+        conv1: Conv2d(1 -> 6, kernel = 5, padding = 2),
+        relu,
+        max_pool2d(2),
+        conv2: Conv2d(6 -> 16, kernel = 5),
+        relu,
+        max_pool2d(2) => [N, 16, 5, 5],
+        flatten,
+        fc1: Linear(400 -> 120), relu,
+        fc2: Linear(120 -> 84), relu,
+        fc3: Linear(84 -> 10),
+    }
+}
+
+#[path = "common/mnist_idx.rs"]
+mod mnist_idx;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let full = std::env::args().any(|a| a == "--full");
+    let dir: PathBuf = mnist_idx::data_dir(full);
+    let (train_x, train_y) = mnist_idx::load_split(&dir, "train")?;
+    let (test_x, test_y) = mnist_idx::load_split(&dir, "t10k")?;
+    let (train_x, test_x) = (
+        train_x.reshape_infer(&[-1, 1, 28, 28]),
+        test_x.reshape_infer(&[-1, 1, 28, 28]),
+    );
+    println!("{}", LeNet::summary());
+
+    manual_seed(0);
+    let mut net = LeNet::new(&Device::Cpu);
+    let params = net.parameters();
+    let velocity: Vec<Tensor> = params.iter().map(Tensor::zeros_like).collect();
+    let (epochs, batch, lr, momentum) = (if full { 2 } else { 6 }, 64, 0.05, 0.9);
+    let n = train_x.size(0);
+    for epoch in 1..=epochs {
+        net.train();
+        let order = Tensor::randperm(n, &Device::Cpu);
+        let mut total = 0.0;
+        let steps = n.div_ceil(batch);
+        for start in (0..n).step_by(batch) {
+            let idx = order.narrow(0, start, batch.min(n - start));
+            let loss = F::cross_entropy(
+                &net.forward(&train_x.index_select(0, &idx)),
+                &train_y.index_select(0, &idx),
+            );
+            loss.backward();
+            no_grad(|| {
+                for (p, v) in params.iter().zip(&velocity) {
+                    v.mul_scalar_(momentum)
+                        .add_(&p.grad().expect("every parameter is used"));
+                    p.add_scaled_(v, -lr);
+                }
+            });
+            net.zero_grad();
+            total += loss.item::<f32>() as f64;
+        }
+        net.eval();
+        let accuracy = no_grad(|| {
+            net.forward(&test_x)
+                .argmax(1, false)
+                .eq(&test_y)
+                .to_dtype(DType::F32)
+                .mean_all()
+                .item::<f32>()
+        });
+        println!(
+            "epoch {epoch}: mean loss {:.4}, test accuracy {:.2}%",
+            total / steps as f64,
+            accuracy * 100.0
+        );
+    }
+    Ok(())
+}
