@@ -139,3 +139,38 @@ fn forward_checks_the_input_shape_at_run_time() {
     });
     assert!(m.contains("rank 4"), "{m}");
 }
+
+network! {
+    /// Two inputs, a residual connection and a concatenation.
+    pub struct Fusion(image: [B, 32], text: [B, 16]) -> [B, 4] {
+        fc1: Linear(32 -> 32),
+        relu,
+        let hidden,
+        fc2: Linear(32 -> 32),
+        + hidden,
+        + image,
+        cat(text, dim = 1) => [B, 48],
+        norm: LayerNorm(48),
+        head: Linear(48 -> 4),
+    }
+}
+
+#[test]
+fn residual_connections_concatenation_and_several_inputs() {
+    let net = Fusion::new(&Device::Cpu);
+    let image = Tensor::randn(&[5, 32], DType::F32, &Device::Cpu);
+    let text = Tensor::randn(&[5, 16], DType::F32, &Device::Cpu);
+    let got = net.forward(&image, &text);
+    let hidden = net.fc1.forward(&image).relu();
+    let y = &(&net.fc2.forward(&hidden) + &hidden) + &image;
+    let y = Tensor::cat(&[&y, &text], 1);
+    let expected = net.head.forward(&net.norm.forward(&y));
+    assert!(got.allclose(&expected, 1e-6, 1e-6));
+    let m = panic_message(|| {
+        net.forward(&image, &Tensor::randn(&[4, 16], DType::F32, &Device::Cpu));
+    });
+    assert!(
+        m.contains("Fusion.forward") && m.contains("`text`") && m.contains("`B` is 5"),
+        "{m}"
+    );
+}

@@ -62,7 +62,10 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
 /// `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `Dropout`, `Embedding`) or an op
 /// (`relu`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu`, `softmax`, `log_softmax`,
 /// `flatten`, `reshape([..])`, `max_pool2d(k, stride = s, padding = p)`, `avg_pool2d(..)`,
-/// `adaptive_avg_pool2d(h, w)`), optionally followed by `=> [shape]`, which is checked.
+/// `adaptive_avg_pool2d(h, w)`, `cat(value, dim = d)`), optionally followed by
+/// `=> [shape]`, which is checked. `let h` names the current value and `+ h` adds a named
+/// value back (residual connections); every declared input is a named value too, and
+/// `forward` takes one tensor per input.
 /// Dims are literals or names: `N` binds at run time, const generics are checked
 /// symbolically. Every shape mistake is a compile error on the token to change.
 #[proc_macro]

@@ -87,40 +87,59 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
         .collect();
     let net_name = name.to_string();
 
-    // Input checks: ranks, literal dims, const generics; free symbols bind on first use.
-    let input = &net.inputs[0];
-    let input_name = input.name.to_string();
-    let declared = show(&shape_of(&input.shape));
-    let rank = input.shape.dims.len();
+    // Input checks, for every input: ranks, literal dims, const generics; free symbols
+    // bind on first use and must agree afterwards, across inputs too.
     let mut bound: HashMap<String, syn::Ident> = HashMap::new();
     let mut checks = Vec::new();
-    for (i, d) in input.shape.dims.iter().enumerate() {
-        match d {
-            DimExpr::Lit(v, _) => checks.push(quote! {
-                if shape[#i] != #v {
-                    panic!("{}.forward: input `{}` must have size {} at dim {} (declared {}), got shape {:?}", #net_name, #input_name, #v, #i, #declared, shape);
-                }
-            }),
-            DimExpr::Sym(s) if const_params.contains(&s.to_string()) => checks.push(quote! {
-                if shape[#i] != #s {
-                    panic!("{}.forward: input `{}` must have size {} = {} at dim {} (declared {}), got shape {:?}", #net_name, #input_name, stringify!(#s), #s, #i, #declared, shape);
-                }
-            }),
-            DimExpr::Sym(s) => match bound.get(&s.to_string()) {
-                Some(var) => checks.push(quote! {
-                    if shape[#i] != #var {
-                        panic!("{}.forward: input `{}` must have equal sizes at every `{}` (declared {}), got shape {:?}", #net_name, #input_name, stringify!(#s), #declared, shape);
+    for input in &net.inputs {
+        let ident = &input.name;
+        let input_name = ident.to_string();
+        let declared = show(&shape_of(&input.shape));
+        let rank = input.shape.dims.len();
+        checks.push(quote! {
+            let shape = #ident.shape();
+            if shape.len() != #rank {
+                panic!("{}.forward: input `{}` must have rank {} (declared {}), got shape {:?}", #net_name, #input_name, #rank, #declared, shape);
+            }
+        });
+        for (i, d) in input.shape.dims.iter().enumerate() {
+            match d {
+                DimExpr::Lit(v, _) => checks.push(quote! {
+                    if shape[#i] != #v {
+                        panic!("{}.forward: input `{}` must have size {} at dim {} (declared {}), got shape {:?}", #net_name, #input_name, #v, #i, #declared, shape);
                     }
                 }),
-                None => {
-                    let var = format_ident!("dim_{}", s);
-                    checks.push(quote! { let #var = shape[#i]; });
-                    bound.insert(s.to_string(), var);
-                }
-            },
+                DimExpr::Sym(s) if const_params.contains(&s.to_string()) => checks.push(quote! {
+                    if shape[#i] != #s {
+                        panic!("{}.forward: input `{}` must have size {} = {} at dim {} (declared {}), got shape {:?}", #net_name, #input_name, stringify!(#s), #s, #i, #declared, shape);
+                    }
+                }),
+                DimExpr::Sym(s) => match bound.get(&s.to_string()) {
+                    Some(var) => checks.push(quote! {
+                        if shape[#i] != #var {
+                            panic!("{}.forward: input `{}` has {} at dim {} but `{}` is {} elsewhere (declared {}), got shape {:?}", #net_name, #input_name, shape[#i], #i, stringify!(#s), #var, #declared, shape);
+                        }
+                    }),
+                    None => {
+                        let var = format_ident!("dim_{}", s);
+                        checks.push(quote! { let #var = shape[#i]; });
+                        bound.insert(s.to_string(), var);
+                    }
+                },
+            }
         }
+        checks.push(quote! {
+            if let ::core::option::Option::Some(device) = #krate::nn::Module::device(self) {
+                if #ident.device() != device {
+                    panic!("{}.forward: input `{}` is on {} but the network is on {}; move one with `to_device`", #net_name, #input_name, #ident.device(), device);
+                }
+            }
+        });
     }
+    let declared = show(&shape_of(&net.inputs[0].shape));
     let bound_vars: Vec<&syn::Ident> = bound.values().collect();
+    let params: Vec<&syn::Ident> = net.inputs.iter().map(|i| &i.name).collect();
+    let first = &net.inputs[0].name;
 
     let (mut fields, mut inits, mut steps, mut rows) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -130,16 +149,16 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
         {
             fields.push(quote!(pub #field: #ty));
             inits.push(quote!(#field: #init));
-            steps.push(quote_spanned!(span=> let x = self.#field.forward(&x);));
+            steps.push(quote_spanned!(span=> let __value = self.#field.forward(&__value);));
         } else {
             steps.push(match &layer.op {
                 Op::Activation(a) => {
                     let method = format_ident!("{}", a);
-                    quote_spanned!(span=> let x = x.#method();)
+                    quote_spanned!(span=> let __value = __value.#method();)
                 }
-                Op::Softmax { log: false } => quote_spanned!(span=> let x = x.softmax(-1);),
-                Op::Softmax { log: true } => quote_spanned!(span=> let x = x.log_softmax(-1);),
-                Op::Flatten => quote_spanned!(span=> let x = x.flatten(1, -1);),
+                Op::Softmax { log: false } => quote_spanned!(span=> let __value = __value.softmax(-1);),
+                Op::Softmax { log: true } => quote_spanned!(span=> let __value = __value.log_softmax(-1);),
+                Op::Flatten => quote_spanned!(span=> let __value = __value.flatten(1, -1);),
                 Op::Reshape(dims) => {
                     let sizes: Vec<TokenStream> = dims
                         .iter()
@@ -155,15 +174,21 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
                             },
                         })
                         .collect();
-                    quote_spanned!(span=> let x = x.reshape(&[#(#sizes),*]);)
+                    quote_spanned!(span=> let __value = __value.reshape(&[#(#sizes),*]);)
                 }
                 Op::Pool { max, kernel, stride, padding } => {
                     let f = if *max { quote!(max_pool2d_with) } else { quote!(avg_pool2d_with) };
-                    quote_spanned!(span=> let x = #krate::nn::functional::#f(&x, &#krate::nn::functional::Pool2dArgs { kernel: [#kernel; 2], stride: [#stride; 2], padding: [#padding; 2], dilation: [1; 2] });)
+                    quote_spanned!(span=> let __value = #krate::nn::functional::#f(&__value, &#krate::nn::functional::Pool2dArgs { kernel: [#kernel; 2], stride: [#stride; 2], padding: [#padding; 2], dilation: [1; 2] });)
                 }
                 Op::AdaptiveAvgPool { out } => {
                     let [h, w] = *out;
-                    quote_spanned!(span=> let x = #krate::nn::functional::adaptive_avg_pool2d(&x, [#h, #w]);)
+                    quote_spanned!(span=> let __value = #krate::nn::functional::adaptive_avg_pool2d(&__value, [#h, #w]);)
+                }
+                Op::Save(value) => quote_spanned!(span=> let #value = __value.clone();),
+                Op::Add(value) => quote_spanned!(span=> let __value = &__value + &#value;),
+                Op::Cat { value, dim } => {
+                    let dim = *dim as isize;
+                    quote_spanned!(span=> let __value = #krate::Tensor::cat(&[&__value, &#value], #dim);)
                 }
                 _ => quote!(),
             });
@@ -209,21 +234,14 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
             /// device than the network.
             #[track_caller]
             #[allow(unused_variables, non_snake_case)]
-            pub fn forward(&self, x: &#krate::Tensor) -> #krate::Tensor {
-                let shape = x.shape();
-                if shape.len() != #rank {
-                    panic!("{}.forward: input `{}` must have rank {} (declared {}), got shape {:?}", #net_name, #input_name, #rank, #declared, shape);
-                }
+            pub fn forward(&self, #(#params: &#krate::Tensor),*) -> #krate::Tensor {
                 #(#checks)*
                 #(let _ = #bound_vars;)*
-                if let ::core::option::Option::Some(device) = #krate::nn::Module::device(self) {
-                    if x.device() != device {
-                        panic!("{}.forward: input `{}` is on {} but the network is on {}; move one with `to_device`", #net_name, #input_name, x.device(), device);
-                    }
-                }
-                let x = x.clone();
+                // Owned handles (an `Arc` clone each), so inputs and `let` values read alike.
+                #(let #params = #params.clone();)*
+                let __value = #first.clone();
                 #(#steps)*
-                x
+                __value
             }
 
             /// A torchinfo-style table: each layer, its kind, output shape (checked at

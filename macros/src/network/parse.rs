@@ -6,6 +6,8 @@
 //! shape       := "[" dim ("," dim)* "]"
 //! dim         := Ident | LitInt
 //! step        := (Ident ":")? Ident ("(" arg,* ")")? ("=>" shape)?
+//!              | "let" Ident            (names the current value)
+//!              | "+" Ident              (adds a named value: a residual connection)
 //! arg         := dim "->" dim | Ident "=" value | value | shape
 //! ```
 
@@ -111,10 +113,22 @@ impl Parse for Arg {
     }
 }
 
-/// One step of the network: a named layer, or an unnamed op, with an optional checked
-/// shape annotation.
+/// What kind of step this is.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Form {
+    /// A layer or op applied to the current value.
+    Apply,
+    /// `let h`: remembers the current value as `h`.
+    Save,
+    /// `+ h`: adds the named value `h` to the current value.
+    Add,
+}
+
+/// One step of the network: a named layer, an unnamed op, `let h` or `+ h`, with an
+/// optional checked shape annotation.
 #[derive(Clone, Debug)]
 pub(crate) struct Step {
+    pub(crate) form: Form,
     pub(crate) name: Option<Ident>,
     pub(crate) kind: Ident,
     pub(crate) args: Vec<Arg>,
@@ -125,6 +139,11 @@ pub(crate) struct Step {
 impl Step {
     /// How the step reads in source, for messages: `fc1: Linear(401 -> 120)`.
     pub(crate) fn describe(&self) -> String {
+        match self.form {
+            Form::Save => return format!("let {}", self.kind),
+            Form::Add => return format!("+ {}", self.kind),
+            Form::Apply => {}
+        }
         let args = self
             .args
             .iter()
@@ -161,6 +180,33 @@ pub(crate) fn dim_text(d: &DimExpr) -> String {
 
 impl Parse for Step {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        for (form, present) in [
+            (Form::Save, input.peek(Token![let])),
+            (Form::Add, input.peek(Token![+])),
+        ] {
+            if present {
+                if form == Form::Save {
+                    input.parse::<Token![let]>()?;
+                } else {
+                    input.parse::<Token![+]>()?;
+                }
+                let value: Ident = input.parse()?;
+                let annotation = if input.peek(Token![=>]) {
+                    input.parse::<Token![=>]>()?;
+                    Some(input.parse()?)
+                } else {
+                    None
+                };
+                return Ok(Step {
+                    form,
+                    name: None,
+                    kind: value,
+                    args: Vec::new(),
+                    args_span: None,
+                    annotation,
+                });
+            }
+        }
         let first: Ident = input.parse()?;
         let (name, kind) = if input.peek(Token![:]) && !input.peek(Token![::]) {
             input.parse::<Token![:]>()?;
@@ -183,6 +229,7 @@ impl Parse for Step {
             None
         };
         Ok(Step {
+            form: Form::Apply,
             name,
             kind,
             args,

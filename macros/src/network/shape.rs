@@ -5,9 +5,10 @@
 //! token; inference then continues with the shape the layer would produce, so
 //! independent mistakes are all reported in one compile.
 
-use super::parse::{Arg, DimExpr, Network, ShapeExpr, Step, dim_text};
+use super::parse::{Arg, DimExpr, Form, Network, ShapeExpr, Step, dim_text};
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
+use std::collections::HashMap;
 use std::fmt;
 
 /// A dimension after inference.
@@ -106,6 +107,15 @@ pub(crate) enum Op {
     AdaptiveAvgPool {
         out: [usize; 2],
     },
+    /// `let h`
+    Save(syn::Ident),
+    /// `+ h`
+    Add(syn::Ident),
+    /// `cat(h, dim = d)`
+    Cat {
+        value: syn::Ident,
+        dim: usize,
+    },
 }
 
 /// A step after inference.
@@ -126,7 +136,8 @@ const MODULE_KINDS: [&str; 8] = [
     "Dropout",
     "Embedding",
 ];
-const OP_KINDS: [&str; 13] = [
+const OP_KINDS: [&str; 14] = [
+    "cat",
     "relu",
     "gelu",
     "gelu_tanh",
@@ -312,11 +323,18 @@ fn window_out(
 
 /// Infers every step's output shape from the network's input.
 pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
-    if net.inputs.len() > 1 {
-        errors.push(
-            net.inputs[1].name.span(),
-            "networks with several inputs are not supported yet: declare one input",
-        );
+    // Named values: every input, then each `let h`.
+    let mut values: HashMap<String, Shape> = HashMap::new();
+    for input in &net.inputs {
+        if values
+            .insert(input.name.to_string(), shape_of(&input.shape))
+            .is_some()
+        {
+            errors.push(
+                input.name.span(),
+                format!("duplicate input name `{}`", input.name),
+            );
+        }
     }
     // `None` once a step's output cannot be known (an unknown kind, a malformed step):
     // later steps are then only checked for names and kinds, so one mistake gives one
@@ -326,6 +344,61 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
     let mut names: Vec<&syn::Ident> = Vec::new();
     let mut previous = format!("the input `{}`", net.inputs[0].name);
     for step in &net.steps {
+        if step.form != Form::Apply {
+            let value = &step.kind;
+            let Some(current) = shape.clone() else {
+                continue;
+            };
+            let output = if step.form == Form::Save {
+                if values.contains_key(&value.to_string()) {
+                    errors.push(
+                        value.span(),
+                        format!(
+                            "`{value}` already names a value of this network: pick another name"
+                        ),
+                    );
+                }
+                values.insert(value.to_string(), current.clone());
+                current
+            } else {
+                match values.get(&value.to_string()) {
+                    None => {
+                        errors.push(value.span(), format!("no value named `{value}`: name the current value with `let {value}` before adding it, or declare an input `{value}`"));
+                        shape = None;
+                        continue;
+                    }
+                    Some(saved) if *saved != current => {
+                        errors.push(
+                            value.span(),
+                            format!("residual add of mismatched shapes: {previous} yields {} but `{value}` is {}", show(&current), show(saved)),
+                        );
+                        current
+                    }
+                    Some(_) => current,
+                }
+            };
+            if let Some(annotation) = &step.annotation {
+                check_shape(
+                    &output,
+                    annotation,
+                    errors,
+                    &format!("the annotation after `{}`", step.describe()),
+                );
+            }
+            let op = if step.form == Form::Save {
+                Op::Save(value.clone())
+            } else {
+                Op::Add(value.clone())
+            };
+            previous = format!("the previous step (`{}`)", step.describe());
+            shape = Some(output.clone());
+            layers.push(Layer {
+                step: step.clone(),
+                op,
+                output,
+            });
+            continue;
+        }
         if let Some(name) = &step.name {
             if let Some(first) = names.iter().find(|n| *n == &name) {
                 errors.push(name.span(), format!("duplicate layer name `{name}`: `{first}` is already a layer of this network"));
@@ -369,7 +442,7 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
             );
         }
         let Some(input) = &shape else { continue };
-        let Some((op, output)) = rule(step, input, &previous, errors) else {
+        let Some((op, output)) = rule(step, input, &previous, &values, errors) else {
             shape = None;
             continue;
         };
@@ -427,10 +500,17 @@ fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what:
 }
 
 /// The rule of one step: its validated op and output shape.
-fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> Option<(Op, Shape)> {
+fn rule(
+    step: &Step,
+    input: &[Dim],
+    previous: &str,
+    values: &HashMap<String, Shape>,
+    errors: &mut Errors,
+) -> Option<(Op, Shape)> {
     let keys: &[&str] = match step.kind.to_string().as_str() {
         "Conv1d" | "Conv2d" => &["kernel", "stride", "padding", "dilation", "groups"],
         "max_pool2d" | "avg_pool2d" => &["kernel", "stride", "padding"],
+        "cat" => &["dim"],
         _ => &[],
     };
     let mut args = Args::new(step, keys, errors);
@@ -781,6 +861,59 @@ fn rule(step: &Step, input: &[Dim], previous: &str, errors: &mut Errors) -> Opti
                 Dim::Lit(out[1]),
             ];
             Some((Op::AdaptiveAvgPool { out }, output))
+        }
+        "cat" => {
+            let other = args.positional();
+            let dim = args.named("dim");
+            args.finish(errors, "a named value and `dim = d`");
+            let Some(DimExpr::Sym(value)) = other else {
+                errors.push(
+                    step.args_span.unwrap_or(step.kind.span()),
+                    "`cat` needs a named value and a dim, as `cat(skip, dim = 1)`",
+                );
+                return None;
+            };
+            let Some(saved) = values.get(&value.to_string()) else {
+                errors.push(value.span(), format!("no value named `{value}`: name a value with `let {value}` before concatenating it"));
+                return None;
+            };
+            let d = match dim {
+                Some(DimExpr::Lit(d, _)) => d,
+                Some(DimExpr::Sym(i)) => {
+                    errors.push(i.span(), "`dim` must be an integer literal");
+                    return None;
+                }
+                None => {
+                    errors.push(
+                        step.args_span.unwrap_or(step.kind.span()),
+                        "`cat` needs `dim = d`",
+                    );
+                    return None;
+                }
+            };
+            if saved.len() != input.len() || d >= input.len() {
+                errors.push(value.span(), format!("`{desc}` needs two values of the same rank above {d}, but {previous} yields {} and `{value}` is {}", show(input), show(saved)));
+                return None;
+            }
+            let mut output = input.to_vec();
+            for (i, (a, b)) in input.iter().zip(saved).enumerate() {
+                if i == d {
+                    output[i] = match (a, b) {
+                        (Dim::Lit(x), Dim::Lit(y)) => Dim::Lit(x + y),
+                        _ => {
+                            errors.push(value.span(), format!("`{desc}` needs literal sizes along dim {d}, but got {a} and {b}"));
+                            return None;
+                        }
+                    };
+                } else if a != b {
+                    errors.push(
+                        value.span(),
+                        format!("`{desc}` needs equal sizes outside dim {d}, but {previous} yields {} and `{value}` is {} (dim {i}: {a} vs {b})", show(input), show(saved)),
+                    );
+                    break;
+                }
+            }
+            Some((Op::Cat { value, dim: d }, output))
         }
         _ => unreachable!("kinds were checked by the caller"),
     }
