@@ -174,3 +174,48 @@ fn residual_connections_concatenation_and_several_inputs() {
         "{m}"
     );
 }
+
+network! {
+    /// A residual block, used below as a layer of another network.
+    pub struct ResBlock(x: [N, 64]) -> [N, 64] {
+        fc1: Linear(64 -> 64),
+        relu,
+        fc2: Linear(64 -> 64),
+        + x,
+    }
+}
+
+network! {
+    pub struct Tower(x: [B, 32]) -> [B, 10] {
+        stem: Linear(32 -> 64),
+        block1: ResBlock => [B, 64],
+        block2: ResBlock => [B, 64],
+        head: Linear(64 -> 10),
+    }
+}
+
+#[test]
+fn networks_nest_as_layers_with_checked_shapes() {
+    let tower = Tower::new(&Device::Cpu);
+    let x = Tensor::randn(&[3, 32], DType::F32, &Device::Cpu);
+    let expected = tower.head.forward(
+        &tower
+            .block2
+            .forward(&tower.block1.forward(&tower.stem.forward(&x))),
+    );
+    assert!(tower.forward(&x).allclose(&expected, 1e-6, 1e-6));
+    let names: Vec<String> = tower
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        names.contains(&"block2.fc1.weight".to_string()),
+        "{names:?}"
+    );
+    assert_eq!(
+        Tower::NUM_PARAMETERS,
+        32 * 64 + 64 + 2 * ResBlock::NUM_PARAMETERS + 64 * 10 + 10
+    );
+    assert!(Tower::summary().contains("ResBlock"));
+}

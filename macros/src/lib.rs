@@ -65,7 +65,9 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
 /// `adaptive_avg_pool2d(h, w)`, `cat(value, dim = d)`), optionally followed by
 /// `=> [shape]`, which is checked. `let h` names the current value and `+ h` adds a named
 /// value back (residual connections); every declared input is a named value too, and
-/// `forward` takes one tensor per input.
+/// `forward` takes one tensor per input. `block: OtherNetwork => [shape]` uses another
+/// network as a layer, checked against that network's declared shapes (through
+/// `nn::DeclaredShapes`, by constant evaluation).
 /// Dims are literals or names: `N` binds at run time, const generics are checked
 /// symbolically. Every shape mistake is a compile error on the token to change.
 #[proc_macro]

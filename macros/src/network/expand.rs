@@ -1,7 +1,7 @@
 //! Code generation for `network!`: the struct, its constructor, `forward`, `summary`.
 
 use super::parse::{DimExpr, Network, dim_text};
-use super::shape::{Errors, Layer, Op, dim_tokens, param_count, shape_of, show};
+use super::shape::{Dim, Errors, Layer, Op, dim_tokens, param_count, shape_of, show};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use std::collections::HashMap;
@@ -66,8 +66,18 @@ fn module_parts(op: &Op, krate: &TokenStream) -> Option<(TokenStream, TokenStrea
                 quote!(#krate::nn::Embedding::new(#n, #d, device)),
             )
         }
+        Op::User { ty, .. } => (quote!(#ty), quote!(#ty::new(device))),
         _ => return None,
     })
+}
+
+/// A shape as a `&[DeclaredDim]` constant expression.
+fn declared_dims(shape: &[Dim], krate: &TokenStream) -> TokenStream {
+    let dims = shape.iter().map(|d| match d {
+        Dim::Lit(v) => quote!(#krate::nn::DeclaredDim::Lit(#v)),
+        Dim::Sym(s) => quote!(#krate::nn::DeclaredDim::Sym(#s)),
+    });
+    quote!(&[#(#dims),*])
 }
 
 /// Generates everything; errors about symbols `reshape` cannot resolve go to `errors`.
@@ -143,8 +153,36 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
 
     let (mut fields, mut inits, mut steps, mut rows) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut const_checks = Vec::new();
     for layer in layers {
         let span = layer.step.kind.span();
+        if let Op::User { ty, input } = &layer.op {
+            // The two networks were expanded separately: compare their shapes when the
+            // constants are evaluated, with the error on the user's type name.
+            let (actual, claimed) = (
+                declared_dims(input, &krate),
+                declared_dims(&layer.output, &krate),
+            );
+            let desc = layer.step.describe();
+            let accepts = format!(
+                "`{desc}`: `{ty}` does not accept {} (the shape reaching it); compare with the input `{ty}` declares",
+                show(input)
+            );
+            let produces = format!(
+                "`{desc}`: `{ty}` does not produce {} for this input; compare with the output `{ty}` declares",
+                show(&layer.output)
+            );
+            const_checks.push(quote_spanned! {span=>
+                const _: () = {
+                    if !#krate::nn::shapes_fit(<#ty as #krate::nn::DeclaredShapes>::INPUT, #actual) {
+                        panic!(#accepts);
+                    }
+                    if !#krate::nn::output_is(<#ty as #krate::nn::DeclaredShapes>::INPUT, <#ty as #krate::nn::DeclaredShapes>::OUTPUT, #actual, #claimed) {
+                        panic!(#produces);
+                    }
+                };
+            });
+        }
         if let (Some(field), Some((ty, init))) = (&layer.step.name, module_parts(&layer.op, &krate))
         {
             fields.push(quote!(pub #field: #ty));
@@ -212,7 +250,24 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
     let output_dims: Vec<String> = net.output.dims.iter().map(dim_text).collect();
     let _ = output_dims;
 
+    let shapes_impl = (net.inputs.len() == 1).then(|| {
+        let (input, output) = (
+            declared_dims(&shape_of(&net.inputs[0].shape), &krate),
+            declared_dims(&shape_of(&net.output), &krate),
+        );
+        quote! {
+            impl #impl_generics #krate::nn::DeclaredShapes for #name #ty_generics #where_clause {
+                const INPUT: &'static [#krate::nn::DeclaredDim] = #input;
+                const OUTPUT: &'static [#krate::nn::DeclaredDim] = #output;
+                const PARAMETERS: usize = Self::NUM_PARAMETERS;
+            }
+        }
+    });
+
     quote! {
+        #(#const_checks)*
+        #shapes_impl
+
         #(#attrs)*
         #[derive(#krate::nn::Module)]
         #vis struct #name #generics #where_clause {

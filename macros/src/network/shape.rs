@@ -116,6 +116,12 @@ pub(crate) enum Op {
         value: syn::Ident,
         dim: usize,
     },
+    /// `name: Type => [shape]`: another network used as a layer; its shapes are checked
+    /// against its declaration by constant evaluation.
+    User {
+        ty: syn::Ident,
+        input: Shape,
+    },
 }
 
 /// A step after inference.
@@ -409,10 +415,35 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
         let is_module = MODULE_KINDS.contains(&kind.as_str());
         if !is_module && !OP_KINDS.contains(&kind.as_str()) {
             let known = MODULE_KINDS.iter().chain(OP_KINDS.iter());
-            let message = match known.clone().find(|k| edit_distance(&kind, k) <= 2) {
+            let close = known.clone().find(|k| edit_distance(&kind, k) <= 2);
+            // `name: Type => [shape]` (no arguments): another network used as a layer.
+            if close.is_none() && step.name.is_some() && step.args_span.is_none() {
+                let Some(input) = shape.clone() else { continue };
+                let Some(annotation) = &step.annotation else {
+                    errors.push(
+                        step.kind.span(),
+                        format!("`{}` uses the network `{kind}` as a layer: write its output shape after it, as `{} => [..]`, and it is checked against `{kind}`'s declaration", step.describe(), step.describe()),
+                    );
+                    shape = None;
+                    continue;
+                };
+                let output = shape_of(annotation);
+                previous = format!("the previous layer (`{}`)", step.describe());
+                shape = Some(output.clone());
+                layers.push(Layer {
+                    step: step.clone(),
+                    op: Op::User {
+                        ty: step.kind.clone(),
+                        input,
+                    },
+                    output,
+                });
+                continue;
+            }
+            let message = match close {
                 Some(close) => format!("unknown layer kind `{kind}`: did you mean `{close}`?"),
                 None => format!(
-                    "unknown layer kind `{kind}`: expected one of {} (layers with parameters, written `name: Kind(..)`) or {} (ops)",
+                    "unknown layer kind `{kind}`: expected one of {} (layers with parameters, written `name: Kind(..)`), {} (ops), or a network type written `name: Type => [output shape]`",
                     MODULE_KINDS.join(", "),
                     OP_KINDS.join(", ")
                 ),
@@ -958,6 +989,7 @@ pub(crate) fn param_count(op: &Op) -> TokenStream {
             let (n, d) = (dim_tokens(num), dim_tokens(dim));
             quote!(#n * #d)
         }
+        Op::User { ty, .. } => quote!(<#ty as ::ferrograd::nn::DeclaredShapes>::PARAMETERS),
         _ => quote!(0usize),
     }
 }

@@ -1,10 +1,12 @@
 //! Neural-network building blocks: the [`Module`] trait (and its derive), layers with
 //! PyTorch's default initialisation, and [`functional`], the stateless ops.
 
+mod declared;
 pub mod functional;
 mod layers;
 mod module;
 
+pub use declared::{DeclaredDim, DeclaredShapes, output_is, shapes_fit};
 pub use ferrograd_macros::Module;
 pub use layers::{BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding, LayerNorm, Linear};
 pub use module::{LoadReport, Module, StateDict, StateDictError, TensorKind, join_path};

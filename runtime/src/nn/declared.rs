@@ -1,0 +1,136 @@
+//! Declared shapes of `network!` types, so one network can use another as a layer and
+//! have the shapes checked at compile time (by constant evaluation, as the two macro
+//! invocations cannot see each other).
+
+/// One dimension of a declared shape: a literal size or a symbol (`N`, a const generic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeclaredDim {
+    /// A literal size.
+    Lit(usize),
+    /// A named size.
+    Sym(&'static str),
+}
+
+/// The input and output shapes a network declares. `network!` implements it; implement
+/// it by hand for a `#[derive(Module)]` type (with `new(&Device)` and
+/// `forward(&Tensor) -> Tensor`) to use that type as a layer inside `network!`.
+///
+/// ```
+/// use ferrograd_runtime::nn::{DeclaredDim, DeclaredShapes};
+/// struct Block;
+/// impl DeclaredShapes for Block {
+///     const INPUT: &'static [DeclaredDim] = &[DeclaredDim::Sym("N"), DeclaredDim::Lit(64)];
+///     const OUTPUT: &'static [DeclaredDim] = &[DeclaredDim::Sym("N"), DeclaredDim::Lit(64)];
+///     const PARAMETERS: usize = 64 * 64 + 64;
+/// }
+/// ```
+pub trait DeclaredShapes {
+    /// The declared input shape.
+    const INPUT: &'static [DeclaredDim];
+    /// The declared output shape.
+    const OUTPUT: &'static [DeclaredDim];
+    /// The number of trainable parameters (for the enclosing network's summary).
+    const PARAMETERS: usize;
+}
+
+const fn same_str(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn same_dim(a: DeclaredDim, b: DeclaredDim) -> bool {
+    match (a, b) {
+        (DeclaredDim::Lit(x), DeclaredDim::Lit(y)) => x == y,
+        (DeclaredDim::Sym(x), DeclaredDim::Sym(y)) => same_str(x, y),
+        _ => false,
+    }
+}
+
+/// Whether a value of shape `actual` fits `declared`: equal ranks, equal literal dims, and
+/// every symbol of `declared` standing for one consistent dim of `actual`.
+///
+/// ```
+/// use ferrograd_runtime::nn::{DeclaredDim::*, shapes_fit};
+/// assert!(shapes_fit(&[Sym("N"), Lit(64)], &[Sym("B"), Lit(64)]));
+/// assert!(!shapes_fit(&[Sym("N"), Lit(64)], &[Sym("B"), Lit(32)]));
+/// assert!(!shapes_fit(&[Sym("N"), Sym("N")], &[Lit(2), Lit(3)]));
+/// ```
+pub const fn shapes_fit(declared: &[DeclaredDim], actual: &[DeclaredDim]) -> bool {
+    if declared.len() != actual.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < declared.len() {
+        match declared[i] {
+            DeclaredDim::Lit(_) => {
+                if !same_dim(declared[i], actual[i]) {
+                    return false;
+                }
+            }
+            DeclaredDim::Sym(_) => {
+                let mut j = 0;
+                while j < i {
+                    if same_dim(declared[j], declared[i]) && !same_dim(actual[j], actual[i]) {
+                        return false;
+                    }
+                    j += 1;
+                }
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether `claimed` is the output a network declaring `input -> output` produces for an
+/// input of shape `actual` (its symbols replaced by what they bound to).
+///
+/// ```
+/// use ferrograd_runtime::nn::{DeclaredDim::*, output_is};
+/// assert!(output_is(&[Sym("N"), Lit(64)], &[Sym("N"), Lit(10)], &[Sym("B"), Lit(64)], &[Sym("B"), Lit(10)]));
+/// assert!(!output_is(&[Sym("N"), Lit(64)], &[Sym("N"), Lit(10)], &[Sym("B"), Lit(64)], &[Sym("B"), Lit(12)]));
+/// ```
+pub const fn output_is(
+    input: &[DeclaredDim],
+    output: &[DeclaredDim],
+    actual: &[DeclaredDim],
+    claimed: &[DeclaredDim],
+) -> bool {
+    if output.len() != claimed.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < output.len() {
+        let expected = match output[i] {
+            DeclaredDim::Lit(_) => output[i],
+            DeclaredDim::Sym(_) => {
+                // The symbol's binding in the input, or itself if the input lacks it.
+                let mut bound = output[i];
+                let mut j = 0;
+                while j < input.len() {
+                    if same_dim(input[j], output[i]) && j < actual.len() {
+                        bound = actual[j];
+                        break;
+                    }
+                    j += 1;
+                }
+                bound
+            }
+        };
+        if !same_dim(expected, claimed[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
