@@ -13,5 +13,6 @@
 //! let g: Tensor = w.grad().unwrap();
 //! assert_eq!(g.shape(), &[784, 10]);
 //! ```
+#![warn(missing_docs)]
 
 pub use ferrograd_runtime::*;

@@ -12,6 +12,7 @@
 //! assert_eq!(layout.strides(), &[3, 1]);
 //! assert_eq!(DType::F32.size_in_bytes(), 4);
 //! ```
+#![warn(missing_docs)]
 
 pub mod cpu;
 mod dtype;

@@ -7,6 +7,7 @@
 //!   `Vec`, `Option`, arrays and `Box` of modules included).
 //!
 //! Misuse is a compile error on the offending token.
+#![warn(missing_docs)]
 
 mod derive_module;
 mod network;

@@ -9,6 +9,7 @@
 //! y.backward();
 //! assert_eq!(x.grad().unwrap().to_vec::<f32>(), vec![2.0, 4.0, 6.0]);
 //! ```
+#![warn(missing_docs)]
 
 pub mod autograd;
 mod device;
