@@ -38,15 +38,17 @@ impl From<&DimExpr> for Dim {
 
 pub(crate) type Shape = Vec<Dim>;
 
+fn join_dims(shape: &[Dim], separator: &str) -> String {
+    shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
+/// A shape as users write it: `[N, 16, 5, 5]`.
 pub(crate) fn show(shape: &[Dim]) -> String {
-    format!(
-        "[{}]",
-        shape
-            .iter()
-            .map(|d| d.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
+    format!("[{}]", join_dims(shape, ", "))
 }
 
 pub(crate) fn shape_of(expr: &ShapeExpr) -> Shape {
@@ -950,12 +952,9 @@ fn rule(
     }
 }
 
+/// An element count as a product: `N*16*5*5`.
 fn elements(shape: &[Dim]) -> String {
-    shape
-        .iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join("*")
+    join_dims(shape, "*")
 }
 
 /// The number of parameters of a layer, as a `usize` expression.

@@ -264,16 +264,29 @@ pub trait Module {
     }
 }
 
+/// Sequences (`Vec`, arrays) name their items by index: `layers.0.weight`.
+fn visit_items<M: Module>(items: &[M], prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
+    for (i, m) in items.iter().enumerate() {
+        m.visit(&join_path(prefix, &i.to_string()), f);
+    }
+}
+
+fn visit_items_mut<M: Module>(
+    items: &mut [M],
+    prefix: &str,
+    f: &mut dyn FnMut(&str, &mut Tensor, TensorKind),
+) {
+    for (i, m) in items.iter_mut().enumerate() {
+        m.visit_mut(&join_path(prefix, &i.to_string()), f);
+    }
+}
+
 impl<M: Module> Module for Vec<M> {
     fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
-        for (i, m) in self.iter().enumerate() {
-            m.visit(&join_path(prefix, &i.to_string()), f);
-        }
+        visit_items(self, prefix, f);
     }
     fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {
-        for (i, m) in self.iter_mut().enumerate() {
-            m.visit_mut(&join_path(prefix, &i.to_string()), f);
-        }
+        visit_items_mut(self, prefix, f);
     }
     fn set_training(&mut self, training: bool) {
         self.iter_mut().for_each(|m| m.set_training(training));
@@ -282,14 +295,10 @@ impl<M: Module> Module for Vec<M> {
 
 impl<M: Module, const N: usize> Module for [M; N] {
     fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
-        for (i, m) in self.iter().enumerate() {
-            m.visit(&join_path(prefix, &i.to_string()), f);
-        }
+        visit_items(self, prefix, f);
     }
     fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {
-        for (i, m) in self.iter_mut().enumerate() {
-            m.visit_mut(&join_path(prefix, &i.to_string()), f);
-        }
+        visit_items_mut(self, prefix, f);
     }
     fn set_training(&mut self, training: bool) {
         self.iter_mut().for_each(|m| m.set_training(training));
