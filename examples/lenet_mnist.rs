@@ -8,6 +8,7 @@
 
 use ferrograd::nn::Module;
 use ferrograd::prelude::*;
+use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 network! {
@@ -51,7 +52,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let order = Tensor::randperm(n, &Device::Cpu);
         let mut total = 0.0;
         let steps = n.div_ceil(batch);
-        for start in (0..n).step_by(batch) {
+        let bar = ProgressBar::new(steps as u64)
+            .with_style(
+                ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} loss {msg}")
+                    .expect("valid template"),
+            )
+            .with_prefix(epoch.to_string());
+        for (step, start) in (0..n).step_by(batch).enumerate() {
             let idx = order.narrow(0, start, batch.min(n - start));
             let loss = F::cross_entropy(
                 &net.forward(&train_x.index_select(0, &idx)),
@@ -67,7 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             });
             net.zero_grad();
             total += loss.item::<f32>() as f64;
+            bar.set_message(format!("{:.4}", total / (step + 1) as f64));
+            bar.inc(1);
         }
+        bar.finish();
         net.eval();
         let accuracy = no_grad(|| {
             net.forward(&test_x)
