@@ -3,8 +3,8 @@
 //! This crate holds the pure number-crunching layer: element types ([`Element`],
 //! [`FloatElement`]), strided [`Layout`]s, and the CPU kernels (rayon + `gemm`) that the
 //! runtime dispatches to. It knows nothing of autograd. With the `cuda` feature it also
-//! pulls in `cudarc` (loaded dynamically, so a build never needs a CUDA install); the
-//! CUDA kernel sources arrive with the CUDA backend.
+//! carries the CUDA kernel sources ([`cuda`]), compiled at run time by NVRTC through
+//! `cudarc` (loaded dynamically, so a build never needs a CUDA install).
 //!
 //! ```
 //! use ferrograd_kernels::{DType, Layout};
@@ -15,6 +15,8 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod dtype;
 mod layout;
 
