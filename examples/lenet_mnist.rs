@@ -8,7 +8,6 @@
 
 use ferrograd::nn::Module;
 use ferrograd::prelude::*;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 network! {
@@ -27,14 +26,15 @@ network! {
     }
 }
 
-#[path = "common/mnist_idx.rs"]
-mod mnist_idx;
+#[path = "common/mnist.rs"]
+mod mnist;
+use mnist::{accuracy, epoch_bar};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let full = std::env::args().any(|a| a == "--full");
-    let dir: PathBuf = mnist_idx::data_dir(full);
-    let (train_x, train_y) = mnist_idx::load_split(&dir, "train")?;
-    let (test_x, test_y) = mnist_idx::load_split(&dir, "t10k")?;
+    let dir: PathBuf = mnist::data_dir(full);
+    let (train_x, train_y) = mnist::load_split(&dir, "train")?;
+    let (test_x, test_y) = mnist::load_split(&dir, "t10k")?;
     let (train_x, test_x) = (
         train_x.reshape_infer(&[-1, 1, 28, 28]),
         test_x.reshape_infer(&[-1, 1, 28, 28]),
@@ -52,12 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let order = Tensor::randperm(n, &Device::Cpu);
         let mut total = 0.0;
         let steps = n.div_ceil(batch);
-        let bar = ProgressBar::new(steps as u64)
-            .with_style(
-                ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} loss {msg}")
-                    .expect("valid template"),
-            )
-            .with_prefix(epoch.to_string());
+        let bar = epoch_bar(epoch, steps);
         for (step, start) in (0..n).step_by(batch).enumerate() {
             let idx = order.narrow(0, start, batch.min(n - start));
             let loss = F::cross_entropy(
@@ -79,14 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         bar.finish();
         net.eval();
-        let accuracy = no_grad(|| {
-            net.forward(&test_x)
-                .argmax(1, false)
-                .eq(&test_y)
-                .to_dtype(DType::F32)
-                .mean_all()
-                .item::<f32>()
-        });
+        let accuracy = accuracy(|| net.forward(&test_x), &test_y);
         println!(
             "epoch {epoch}: mean loss {:.4}, test accuracy {:.2}%",
             total / steps as f64,

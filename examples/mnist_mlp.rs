@@ -6,11 +6,10 @@
 //! ```
 
 use ferrograd::prelude::*;
-use indicatif::{ProgressBar, ProgressStyle};
 
-#[path = "common/mnist_idx.rs"]
-mod mnist_idx;
-use mnist_idx::{data_dir, load_split};
+#[path = "common/mnist.rs"]
+mod mnist;
+use mnist::{accuracy, data_dir, epoch_bar, load_split};
 
 /// PyTorch's default `nn.Linear` initialisation: U(-1/sqrt(in), 1/sqrt(in)).
 fn linear_params(inputs: usize, outputs: usize) -> (Tensor, Tensor) {
@@ -43,12 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = train_x.size(0);
     for epoch in 1..=epochs {
         let order = Tensor::randperm(n, &Device::Cpu);
-        let bar = ProgressBar::new(n.div_ceil(batch) as u64)
-            .with_style(
-                ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} loss {msg}")
-                    .expect("valid template"),
-            )
-            .with_prefix(epoch.to_string());
+        let bar = epoch_bar(epoch, n.div_ceil(batch));
         let mut total = 0.0;
         for (step, start) in (0..n).step_by(batch).enumerate() {
             let idx = order.narrow(0, start, batch.min(n - start));
@@ -66,14 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             bar.inc(1);
         }
         bar.finish();
-        let accuracy = no_grad(|| {
-            forward(&test_x)
-                .argmax(1, false)
-                .eq(&test_y)
-                .to_dtype(DType::F32)
-                .mean_all()
-                .item::<f32>()
-        });
+        let accuracy = accuracy(|| forward(&test_x), &test_y);
         println!(
             "epoch {epoch}: mean loss {:.4}, test accuracy {:.2}%",
             total / n.div_ceil(batch) as f64,

@@ -385,14 +385,7 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
                     Some(_) => current,
                 }
             };
-            if let Some(annotation) = &step.annotation {
-                check_shape(
-                    &output,
-                    annotation,
-                    errors,
-                    &format!("the annotation after `{}`", step.describe()),
-                );
-            }
+            check_annotation(step, &output, errors);
             let op = if step.form == Form::Save {
                 Op::Save(value.clone())
             } else {
@@ -479,14 +472,7 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
             shape = None;
             continue;
         };
-        if let Some(annotation) = &step.annotation {
-            check_shape(
-                &output,
-                annotation,
-                errors,
-                &format!("the annotation after `{}`", step.describe()),
-            );
-        }
+        check_annotation(step, &output, errors);
         previous = format!("the previous layer (`{}`)", step.describe());
         shape = Some(output.clone());
         layers.push(Layer {
@@ -499,6 +485,18 @@ pub(crate) fn infer(net: &Network, errors: &mut Errors) -> Vec<Layer> {
         check_shape(shape, &net.output, errors, "the declared output");
     }
     layers
+}
+
+/// Checks a step's optional `=> [shape]` against what it produces.
+fn check_annotation(step: &Step, output: &[Dim], errors: &mut Errors) {
+    if let Some(annotation) = &step.annotation {
+        check_shape(
+            output,
+            annotation,
+            errors,
+            &format!("the annotation after `{}`", step.describe()),
+        );
+    }
 }
 
 /// Compares an inferred shape with a written one, erroring on the first disagreeing dim.

@@ -114,13 +114,7 @@ pub trait Module {
 
     /// Parameters with their dotted names (`named_parameters()`).
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        self.visit("", &mut |name, t, kind| {
-            if kind == TensorKind::Parameter {
-                out.push((name.to_string(), t.clone()));
-            }
-        });
-        out
+        named_of_kind(self, TensorKind::Parameter)
     }
 
     /// The trainable tensors, for an optimizer (`parameters()`).
@@ -133,13 +127,7 @@ pub trait Module {
 
     /// Buffers with their dotted names (`named_buffers()`).
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        self.visit("", &mut |name, t, kind| {
-            if kind == TensorKind::Buffer {
-                out.push((name.to_string(), t.clone()));
-            }
-        });
-        out
+        named_of_kind(self, TensorKind::Buffer)
     }
 
     /// The number of trainable scalars.
@@ -262,6 +250,17 @@ pub trait Module {
         });
         found
     }
+}
+
+/// The tensors of one kind with their dotted names, in field order.
+fn named_of_kind<M: Module + ?Sized>(module: &M, wanted: TensorKind) -> Vec<(String, Tensor)> {
+    let mut out = Vec::new();
+    module.visit("", &mut |name, t, kind| {
+        if kind == wanted {
+            out.push((name.to_string(), t.clone()));
+        }
+    });
+    out
 }
 
 /// Sequences (`Vec`, arrays) name their items by index: `layers.0.weight`.

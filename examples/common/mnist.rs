@@ -1,8 +1,9 @@
-//! Reading MNIST's gzipped IDX files, shared by the examples. Every malformed input is
-//! an `Err`, never a panic.
+//! Shared by the examples: reading MNIST's gzipped IDX files (every malformed input is an
+//! `Err`, never a panic), the per-epoch progress bar, and test accuracy.
 
 use ferrograd::prelude::*;
 use flate2::read::GzDecoder;
+use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -85,4 +86,26 @@ pub fn data_dir(full: bool) -> PathBuf {
         Some(root) => PathBuf::from(root).join("mnist"),
         None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/mnist")),
     }
+}
+
+/// A progress bar over one epoch's steps, showing the running mean loss.
+pub fn epoch_bar(epoch: usize, steps: usize) -> ProgressBar {
+    ProgressBar::new(steps as u64)
+        .with_style(
+            ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} loss {msg}")
+                .expect("valid template"),
+        )
+        .with_prefix(epoch.to_string())
+}
+
+/// The fraction of rows of `logits` whose argmax equals `labels`, computed without grad.
+pub fn accuracy(logits: impl FnOnce() -> Tensor, labels: &Tensor) -> f32 {
+    no_grad(|| {
+        logits()
+            .argmax(1, false)
+            .eq(labels)
+            .to_dtype(DType::F32)
+            .mean_all()
+            .item::<f32>()
+    })
 }
