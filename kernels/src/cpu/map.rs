@@ -2,23 +2,36 @@
 //! strided fallback over coalesced rows, and rayon above [`PARALLEL_THRESHOLD`].
 
 use super::PARALLEL_THRESHOLD;
+use super::par::for_each_chunk_mut;
 use super::simd::{SimdKernel, with_simd};
 use crate::layout::{coalesce, for_each_row};
 use crate::{Element, Layout};
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// Builds a `Vec` of `n` elements by handing disjoint chunks of its uninitialised buffer
 /// to `fill(start, chunk)`, which must write every slot of its chunk. Above the threshold
 /// the chunks go to rayon, a few per thread; no zero-fill happens first.
 fn build_vec<U: Send>(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
-    let chunk = n.div_ceil(rayon::current_num_threads() * 4).max(4096);
-    build_vec_in(n, if n < PARALLEL_THRESHOLD { n } else { chunk }, fill)
+    build_vec_in(
+        n,
+        if n < PARALLEL_THRESHOLD {
+            n
+        } else {
+            parallel_chunk(n)
+        },
+        fill,
+    )
+}
+
+/// Elements per task for a contiguous loop over `n` elements: a few tasks per thread so
+/// that a late-starting worker costs little, never below 4096.
+fn parallel_chunk(n: usize) -> usize {
+    n.div_ceil(rayon::current_num_threads() * 4).max(4096)
 }
 
 /// [`build_vec`] with chunks of exactly `chunk` slots (the last may be shorter): one
 /// chunk runs on the calling thread, several go to rayon.
-fn build_vec_in<U: Send>(
+pub(super) fn build_vec_in<U: Send>(
     n: usize,
     chunk: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
@@ -29,10 +42,7 @@ fn build_vec_in<U: Send>(
         fill(0, slots);
     } else {
         let chunk = chunk.max(1);
-        slots
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, c)| fill(i * chunk, c));
+        for_each_chunk_mut(slots, chunk, |i, c| fill(i * chunk, c));
     }
     // SAFETY: the chunks partition the first `n` slots and every caller's `fill` writes
     // every slot of its chunk (each zips the chunk with a source of the same length, or
@@ -280,9 +290,7 @@ pub fn ternary_map<C: Element, T: Element, U: Element>(
         }
     } else {
         let per = rows_per_task(rows, inner);
-        out.par_chunks_mut(per * inner)
-            .enumerate()
-            .for_each(|(i, chunk)| run(i, chunk, per));
+        for_each_chunk_mut(&mut out, per * inner, |i, chunk| run(i, chunk, per));
     }
     out
 }
@@ -305,9 +313,9 @@ pub fn unary_inplace<T: Element>(dst: &mut [T], layout: &Layout, f: impl Fn(T) -
         if dst.len() < PARALLEL_THRESHOLD {
             dst.iter_mut().for_each(|x| *x = f(*x));
         } else {
-            dst.par_iter_mut()
-                .with_min_len(4096)
-                .for_each(|x| *x = f(*x));
+            for_each_chunk_mut(dst, parallel_chunk(dst.len()), |_, c| {
+                c.iter_mut().for_each(|x| *x = f(*x))
+            });
         }
         return;
     }
@@ -330,10 +338,11 @@ pub fn binary_inplace<T: Element>(
         if d.len() < PARALLEL_THRESHOLD {
             d.iter_mut().zip(s).for_each(|(x, &y)| *x = f(*x, y));
         } else {
-            d.par_iter_mut()
-                .zip(s.par_iter())
-                .with_min_len(4096)
-                .for_each(|(x, &y)| *x = f(*x, y));
+            let chunk = parallel_chunk(d.len());
+            for_each_chunk_mut(d, chunk, |i, c| {
+                let s = &s[i * chunk..i * chunk + c.len()];
+                c.iter_mut().zip(s).for_each(|(x, &y)| *x = f(*x, y))
+            });
         }
         return;
     }

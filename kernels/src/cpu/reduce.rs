@@ -2,10 +2,10 @@
 //! row-wise fused softmax kernels. Multi-dim reductions are sequences of these.
 
 use super::PARALLEL_THRESHOLD;
+use super::par::for_each_chunk_mut;
 use super::simd::{SimdKernel, with_simd};
 use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
-use rayon::prelude::*;
 
 /// Runs `body(o, out_row)` for every outer index, in parallel when the work is large.
 fn for_each_outer<U: Send>(
@@ -28,13 +28,11 @@ fn for_each_outer<U: Send>(
     } else {
         // Several rows per task keep the scheduling cost off tiny rows.
         let rows_per_task = outer.div_ceil(rayon::current_num_threads() * 4).max(1);
-        out.par_chunks_mut(row * rows_per_task)
-            .enumerate()
-            .for_each(|(t, rows)| {
-                for (i, chunk) in rows.chunks_mut(row).enumerate() {
-                    body(t * rows_per_task + i, chunk);
-                }
-            });
+        for_each_chunk_mut(out, row * rows_per_task, |t, rows| {
+            for (i, chunk) in rows.chunks_mut(row).enumerate() {
+                body(t * rows_per_task + i, chunk);
+            }
+        });
     }
 }
 

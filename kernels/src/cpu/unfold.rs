@@ -2,8 +2,10 @@
 //! built on these plus matmul/reductions, so each has exactly one backward.
 
 use super::PARALLEL_THRESHOLD;
+use super::map::build_vec_in;
+use super::par::for_each_chunk_mut;
+use std::mem::MaybeUninit;
 use crate::NumElement;
-use rayon::prelude::*;
 
 /// The sizes of a 2-D sliding window over `[n, c, h, w]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,39 +67,72 @@ fn valid_columns(offset: isize, stride: usize, w: usize, ow: usize) -> std::ops:
 }
 
 /// Copies one kernel tap `(ki, kj)` of one image plane into a row of `oh * ow` columns,
-/// zero outside the input. The in-bounds part of each output row is a plain copy (a
-/// `memcpy` at stride 1), computed once per tap rather than tested per pixel.
+/// zero outside the input. The in-bounds part of each output row is a plain copy,
+/// computed once per tap rather than tested per pixel; every slot of `dst` is written.
 fn gather_tap<T: NumElement>(
     img: &[T],
     g: &Conv2dGeometry,
     [oh, ow]: [usize; 2],
     ki: usize,
     kj: usize,
-    dst: &mut [T],
+    dst: &mut [MaybeUninit<T>],
 ) {
     let [h, w] = g.input;
     let offset = (kj * g.dilation[1]) as isize - g.padding[1] as isize;
     let cols = valid_columns(offset, g.stride[1], w, ow);
     let x0 = (cols.start as isize * g.stride[1] as isize + offset).max(0) as usize;
-    for oy in 0..oh {
-        let dst_row = &mut dst[oy * ow..(oy + 1) * ow];
-        let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
-        if y < 0 || y >= h as isize || cols.is_empty() {
-            dst_row.fill(T::ZERO);
-            continue;
-        }
-        let src_row = &img[y as usize * w..(y as usize + 1) * w];
-        dst_row[..cols.start].fill(T::ZERO);
-        dst_row[cols.end..].fill(T::ZERO);
-        let inside = &mut dst_row[cols.clone()];
+    let zero = |d: &mut [MaybeUninit<T>]| d.iter_mut().for_each(|d| _ = d.write(T::ZERO));
+    // Output rows whose input row lies inside the image; the others are all padding.
+    let row_offset = (ki * g.dilation[0]) as isize - g.padding[0] as isize;
+    let rows = valid_columns(row_offset, g.stride[0], h, oh);
+    if cols.is_empty() || rows.is_empty() {
+        zero(&mut dst[..oh * ow]);
+        return;
+    }
+    zero(&mut dst[..rows.start * ow]);
+    zero(&mut dst[rows.end * ow..oh * ow]);
+    let y0 = (rows.start as isize * g.stride[0] as isize + row_offset) as usize;
+    let dst = &mut dst[rows.start * ow..rows.end * ow];
+    for (i, dst_row) in dst.chunks_exact_mut(ow).enumerate() {
+        let y = y0 + i * g.stride[0];
+        let src_row = &img[y * w..(y + 1) * w];
+        let (left, rest) = dst_row.split_at_mut(cols.start);
+        let (inside, right) = rest.split_at_mut(cols.len());
+        zero(left);
+        zero(right);
         if g.stride[1] == 1 {
-            inside.copy_from_slice(&src_row[x0..x0 + inside.len()]);
+            copy_short(&src_row[x0..x0 + inside.len()], inside);
         } else {
             for (i, d) in inside.iter_mut().enumerate() {
-                *d = src_row[x0 + i * g.stride[1]];
+                d.write(src_row[x0 + i * g.stride[1]]);
             }
         }
     }
+}
+
+/// `dst = src` for the short rows of small feature maps (LeNet's are 10 to 28 wide), in
+/// fixed blocks of 8 the compiler keeps inline: a `memcpy` call per row would cost more
+/// than the copy.
+#[inline(always)]
+fn copy_short<T: Copy>(src: &[T], dst: &mut [MaybeUninit<T>]) {
+    let mut s = src.chunks_exact(8);
+    let mut d = dst.chunks_exact_mut(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let block: [T; 8] = s.try_into().expect("chunk of 8");
+        for (d, x) in d.iter_mut().zip(block) {
+            d.write(x);
+        }
+    }
+    // At most 7 left: unrolled by hand so that it does not become a `memcpy` call.
+    let (d, s) = (d.into_remainder(), s.remainder());
+    macro_rules! tail {
+        ($($i:literal)*) => {$(
+            if $i < s.len() {
+                d[$i].write(s[$i]);
+            }
+        )*};
+    }
+    tail!(0 1 2 3 4 5 6);
 }
 
 /// `[n, c, h, w]` (contiguous) to kernel-major columns `[c*kh*kw, n*oh*ow]`, zero outside
@@ -117,11 +152,11 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let [kh, kw] = g.kernel;
     let plane = oh * ow;
     let row_len = g.n * plane;
-    let mut out = vec![T::ZERO; g.c * kh * kw * row_len];
+    let len = g.c * kh * kw * row_len;
     if row_len == 0 {
-        return out;
+        return vec![T::ZERO; len];
     }
-    let body = |r: usize, row: &mut [T]| {
+    let fill_row = |r: usize, row: &mut [MaybeUninit<T>]| {
         let (c, tap) = (r / (kh * kw), r % (kh * kw));
         for n in 0..g.n {
             let img = &src[(n * g.c + c) * h * w..(n * g.c + c + 1) * h * w];
@@ -135,16 +170,13 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
             );
         }
     };
-    if out.len() < PARALLEL_THRESHOLD {
-        out.chunks_mut(row_len)
-            .enumerate()
-            .for_each(|(r, row)| body(r, row));
-    } else {
-        out.par_chunks_mut(row_len)
-            .enumerate()
-            .for_each(|(r, row)| body(r, row));
-    }
-    out
+    // One output row (one channel and tap over the whole batch) per task.
+    let chunk = if len < PARALLEL_THRESHOLD { len } else { row_len };
+    build_vec_in(len, chunk, |start, rows| {
+        for (i, row) in rows.chunks_mut(row_len).enumerate() {
+            fill_row(start / row_len + i, row);
+        }
+    })
 }
 
 /// The adjoint of [`unfold2d`]: kernel-major columns `[c*kh*kw, n*oh*ow]` summed back
@@ -196,9 +228,7 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
             .enumerate()
             .for_each(|(i, d)| body(i, d));
     } else {
-        out.par_chunks_mut(h * w)
-            .enumerate()
-            .for_each(|(i, d)| body(i, d));
+        for_each_chunk_mut(&mut out, h * w, body);
     }
     out
 }
