@@ -14,6 +14,7 @@
 pub mod autograd;
 mod device;
 mod error;
+pub mod memory;
 pub mod nn;
 mod ops;
 mod random;

@@ -4,8 +4,8 @@
 use super::PARALLEL_THRESHOLD;
 use super::map::build_vec_in;
 use super::par::for_each_chunk_mut;
-use std::mem::MaybeUninit;
 use crate::NumElement;
+use std::mem::MaybeUninit;
 
 /// The sizes of a 2-D sliding window over `[n, c, h, w]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +171,11 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
         }
     };
     // One output row (one channel and tap over the whole batch) per task.
-    let chunk = if len < PARALLEL_THRESHOLD { len } else { row_len };
+    let chunk = if len < PARALLEL_THRESHOLD {
+        len
+    } else {
+        row_len
+    };
     build_vec_in(len, chunk, |start, rows| {
         for (i, row) in rows.chunks_mut(row_len).enumerate() {
             fill_row(start / row_len + i, row);
