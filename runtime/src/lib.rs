@@ -11,6 +11,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod amp;
 pub mod autograd;
 mod device;
 mod error;

@@ -29,6 +29,16 @@ pub(crate) fn run_backward(
     create_graph: bool,
     capture: &[Edge],
 ) -> Vec<Option<Tensor>> {
+    // Backward ops run in the dtypes forward chose; autocast does not apply to them.
+    crate::amp::autocast_disabled(|| run_backward_inner(roots, retain_graph, create_graph, capture))
+}
+
+fn run_backward_inner(
+    roots: &[(Tensor, Tensor)],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: &[Edge],
+) -> Vec<Option<Tensor>> {
     let _mode = set_grad_enabled(create_graph);
     let sink = if capture.is_empty() {
         Sink::Accumulate

@@ -11,6 +11,7 @@
 //! assert_eq!(y.shape(), &[8, 6, 14, 14]);
 //! ```
 
+use crate::amp;
 use crate::autograd::{no_grad, record};
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{Conv2dGeometry, fold2d, unfold2d};
@@ -182,6 +183,9 @@ fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
 /// ```
 #[track_caller]
 pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv2dArgs) -> Tensor {
+    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+        return conv2d(&x, &w, b.as_ref(), args);
+    }
     assert!(
         input.dim() == 4,
         "conv2d: expected 4D input (batch, channels, height, width), but got input of shape {:?}",
@@ -569,6 +573,9 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
+    if let Some(x) = amp::full_precision(input) {
+        return layer_norm(&x, normalized_shape, weight, bias, eps);
+    }
     let k = normalized_shape.len();
     assert!(
         k <= input.dim() && input.shape()[input.dim() - k..] == *normalized_shape,
@@ -793,6 +800,9 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
 /// [`nll_loss`] with class weights, `ignore_index` and reduction.
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
+    if let Some(x) = amp::full_precision(input) {
+        return nll_loss_with(&x, target, args);
+    }
     let (picked, weights, target_shape) = pick_targets("nll_loss", input, target, args);
     let losses = picked.neg().mul(&weights);
     reduce_loss(losses, &weights, args.reduction, &target_shape)
@@ -887,6 +897,9 @@ pub fn cross_entropy(input: &Tensor, target: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
+    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+        return cross_entropy_with(&x, &t, args);
+    }
     let logp = input.log_softmax(1);
     if target.dtype().is_float() {
         assert!(
@@ -952,6 +965,9 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
 /// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
+    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+        return mse_loss(&x, &t, reduction);
+    }
     assert!(
         input.shape() == target.shape(),
         "mse_loss: input shape {:?} and target shape {:?} must match",
@@ -981,6 +997,9 @@ pub fn binary_cross_entropy_with_logits(
     target: &Tensor,
     reduction: Reduction,
 ) -> Tensor {
+    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+        return binary_cross_entropy_with_logits(&x, &t, reduction);
+    }
     assert!(
         input.shape() == target.shape(),
         "binary_cross_entropy_with_logits: input shape {:?} and target shape {:?} must match",
@@ -1009,6 +1028,9 @@ pub fn binary_cross_entropy_with_logits(
 /// ```
 #[track_caller]
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+        return linear(&x, &w, b.as_ref());
+    }
     let y = input.matmul(&weight.t());
     match bias {
         Some(b) => y.add(b),

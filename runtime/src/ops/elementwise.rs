@@ -2,6 +2,7 @@
 //! comparisons, `where`, and the operator impls.
 
 use super::{broadcast_shape, check_same_device};
+use crate::amp;
 use crate::autograd::{SavedTensor, record};
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{binary_map, ternary_map, unary_map};
@@ -81,6 +82,29 @@ impl UnaryKernel for PowScalarK {
         } else {
             x.powf(c(self.0))
         }
+    }
+}
+
+/// `x * mul + add` with the constants in the accumulation type: for f16/bf16 tensors a
+/// scalar operand is not rounded to the tensor's dtype first (PyTorch's opmath rule), so
+/// `x * 1e-8` does not become `x * 0`.
+struct AffineK {
+    mul: f64,
+    add: f64,
+}
+impl UnaryKernel for AffineK {
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        x * c::<A>(self.mul) + c::<A>(self.add)
+    }
+}
+
+/// `x / divisor` in the accumulation type (see [`AffineK`]).
+struct DivScalarK(f64);
+impl UnaryKernel for DivScalarK {
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        x / c::<A>(self.0)
     }
 }
 
@@ -318,6 +342,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
+        if let Some([a, b]) = amp::full_precision_all([self, exponent]) {
+            return a.pow(&b);
+        }
         let (a, b, shape) = self.promote_pair(exponent, "pow", true);
         let (la, lb) = (
             a.layout().broadcast_to(&shape),
@@ -434,6 +461,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1i64], &[1]).add_scalar(2.0).to_vec::<i64>(), vec![3]);
     /// ```
     pub fn add_scalar(&self, value: f64) -> Tensor {
+        if self.is_half() {
+            return self.affine("add", 1.0, value);
+        }
         self.add(&self.scalar_operand(value))
     }
 
@@ -444,6 +474,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).sub_scalar(2.0).to_vec::<f32>(), vec![-1.0]);
     /// ```
     pub fn sub_scalar(&self, value: f64) -> Tensor {
+        if self.is_half() {
+            return self.affine("sub", 1.0, -value);
+        }
         self.sub(&self.scalar_operand(value))
     }
 
@@ -454,6 +487,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).rsub_scalar(3.0).to_vec::<f32>(), vec![2.0]);
     /// ```
     pub fn rsub_scalar(&self, value: f64) -> Tensor {
+        if self.is_half() {
+            return self.affine("rsub", -1.0, value);
+        }
         self.scalar_operand(value).sub(self)
     }
 
@@ -464,7 +500,19 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.5f32], &[1]).mul_scalar(2.0).to_vec::<f32>(), vec![3.0]);
     /// ```
     pub fn mul_scalar(&self, value: f64) -> Tensor {
+        if self.is_half() {
+            return self.affine("mul", value, 0.0);
+        }
         self.mul(&self.scalar_operand(value))
+    }
+
+    fn is_half(&self) -> bool {
+        matches!(self.dtype(), DType::F16 | DType::BF16)
+    }
+
+    /// `self * mul + add` for f16/bf16 tensors, with the scalars kept in f32.
+    fn affine(&self, op: &'static str, mul: f64, add: f64) -> Tensor {
+        self.unary_op(op, AffineK { mul, add }, move |_, _, g| g.mul_scalar(mul))
     }
 
     /// `self / value`.
@@ -474,6 +522,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).div_scalar(2.0).to_vec::<f32>(), vec![1.5]);
     /// ```
     pub fn div_scalar(&self, value: f64) -> Tensor {
+        if self.is_half() {
+            return self.unary_op("div", DivScalarK(value), move |_, _, g| g.div_scalar(value));
+        }
         self.div(&self.scalar_operand(value))
     }
 
@@ -572,6 +623,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).exp().to_vec::<f32>(), vec![1.0]);
     /// ```
     pub fn exp(&self) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.exp();
+        }
         self.unary_op("exp", ExpK, |_, out, g| g.mul(out))
     }
 
@@ -582,6 +636,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).log().to_vec::<f32>(), vec![0.0]);
     /// ```
     pub fn log(&self) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.log();
+        }
         self.unary_op("log", LogK, |x, _, g| g.div(x))
     }
 
@@ -602,6 +659,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1]).rsqrt().to_vec::<f32>(), vec![0.5]);
     /// ```
     pub fn rsqrt(&self) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.rsqrt();
+        }
         self.unary_op("rsqrt", RsqrtK, |_, out, g| {
             g.mul(&out.pow_scalar(3.0)).mul_scalar(-0.5)
         })
@@ -1025,7 +1085,7 @@ impl Tensor {
         let summed = if dims.is_empty() {
             self.clone()
         } else {
-            self.sum(&dims, true)
+            self.sum_same_dtype(&dims, true)
         };
         summed.reshape(shape)
     }

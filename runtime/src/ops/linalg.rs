@@ -2,6 +2,7 @@
 
 use super::check_same_device;
 use crate::Tensor;
+use crate::amp;
 use crate::autograd::{SavedTensor, record};
 use ferrograd_kernels::cpu::matmul;
 use ferrograd_kernels::{Dims, Element, Layout, broadcast_shapes, with_num_dtype};
@@ -21,6 +22,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
+        if let Some([a, b]) = amp::low_precision_all([self, other]) {
+            return a.matmul(&b);
+        }
         check_same_device("matmul", &[self, other]);
         assert!(
             self.dtype() == other.dtype(),

@@ -1,5 +1,6 @@
 //! Reductions over dims (with `keepdim`), the fused softmax family, and cumsum.
 
+use crate::amp;
 use crate::autograd::{SavedTensor, record};
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{
@@ -98,6 +99,15 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Tensor {
+        match amp::full_precision(self) {
+            Some(x) => x.sum_same_dtype(dims, keepdim),
+            None => self.sum_same_dtype(dims, keepdim),
+        }
+    }
+
+    /// [`Tensor::sum`] without autocast's cast to f32 (for `mean` and gradients).
+    #[track_caller]
+    pub(crate) fn sum_same_dtype(&self, dims: &[isize], keepdim: bool) -> Tensor {
         let dims = self.reduction_dims("sum", dims);
         let kept = self.sum_raw(&dims);
         let out = if keepdim {
@@ -140,7 +150,7 @@ impl Tensor {
         );
         let reduced = self.reduction_dims("mean", dims);
         let count: usize = reduced.iter().map(|&d| self.shape()[d]).product();
-        self.sum(dims, keepdim).div_scalar(count as f64)
+        self.sum_same_dtype(dims, keepdim).div_scalar(count as f64)
     }
 
     /// Mean of all elements, as a 0-d tensor.
@@ -314,6 +324,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn prod(&self, dim: isize, keepdim: bool) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.prod(dim, keepdim);
+        }
         let d = self.normalize_dim("prod", dim);
         let x = match self.dtype() {
             DType::Bool | DType::U8 => self.detach().to_dtype(DType::I64),
@@ -348,6 +361,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.logsumexp(dims, keepdim);
+        }
         let reduced = self.reduction_dims("logsumexp", dims);
         let mut m = self.detach();
         for &d in &reduced {
@@ -423,6 +439,9 @@ impl Tensor {
     /// Softmax or log-softmax: one row kernel each, and backward from the saved output.
     #[track_caller]
     fn softmax_family(&self, op: &'static str, dim: isize, log: bool) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.softmax_family(op, dim, log);
+        }
         let x = if self.dtype().is_float() {
             self.clone()
         } else {
@@ -463,6 +482,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.norm(p, dims, keepdim);
+        }
         if p == 2.0 {
             self.mul(self).sum(dims, keepdim).sqrt()
         } else if p == 1.0 {
@@ -495,6 +517,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: isize) -> Tensor {
+        if let Some(x) = amp::full_precision(self) {
+            return x.cumsum(dim);
+        }
         let d = self.normalize_dim("cumsum", dim);
         let x = match self.dtype() {
             DType::Bool | DType::U8 => self.detach().to_dtype(DType::I64),

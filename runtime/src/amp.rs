@@ -1,0 +1,361 @@
+//! Automatic mixed precision, as `torch.autocast` and `torch.amp.GradScaler`.
+//!
+//! Inside [`autocast`], matrix products and convolutions (`matmul`, `bmm`, `linear`,
+//! `conv1d`, `conv2d`) cast their f32 inputs to the chosen low-precision dtype, where
+//! tensor cores (and the bandwidth saved) pay off, while ops that lose accuracy in low
+//! precision — softmax, log-softmax, logsumexp, sums, products, norms, `exp`, `log`,
+//! `pow`, `rsqrt`, layer norm and the losses — cast f16/bf16 inputs up to f32. Other ops
+//! run in the widest dtype of their inputs (ordinary promotion). f64 and integer tensors
+//! are never cast. The casts are ordinary differentiable ops, so parameters stay f32 and
+//! so do their gradients. The scope is per thread, as PyTorch's.
+//!
+//! ```
+//! # use ferrograd_runtime::prelude::*;
+//! use ferrograd_runtime::amp::autocast;
+//! let x = Tensor::randn(&[8, 16], DType::F32, &Device::Cpu);
+//! let w = Tensor::randn(&[16, 4], DType::F32, &Device::Cpu).requires_grad(true);
+//! let loss = autocast(DType::BF16, || {
+//!     let y = x.matmul(&w); // bf16
+//!     assert_eq!(y.dtype(), DType::BF16);
+//!     y.log_softmax(-1).mean_all() // log_softmax runs in f32
+//! });
+//! assert_eq!(loss.dtype(), DType::F32);
+//! loss.backward();
+//! assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+//! ```
+
+use crate::{DType, Tensor};
+use std::cell::Cell;
+
+thread_local! {
+    static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };
+}
+
+/// Restores the previous autocast state when dropped (also on panic).
+struct Restore(Option<DType>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        AUTOCAST.with(|a| a.set(self.0));
+    }
+}
+
+fn with_state<R>(state: Option<DType>, f: impl FnOnce() -> R) -> R {
+    let _restore = Restore(AUTOCAST.with(|a| a.replace(state)));
+    f()
+}
+
+/// Runs `f` with autocast to `dtype` (`DType::BF16` or `DType::F16`) on this thread;
+/// scopes nest, the innermost wins.
+///
+/// # Panics
+/// When `dtype` is not a 16-bit float type.
+#[track_caller]
+pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> R {
+    assert!(
+        matches!(dtype, DType::BF16 | DType::F16),
+        "autocast: expected DType::BF16 or DType::F16, got {dtype:?}"
+    );
+    with_state(Some(dtype), f)
+}
+
+/// Runs `f` with autocast off, inside an autocast scope (`autocast(enabled=False)`).
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::amp::{autocast, autocast_dtype, autocast_disabled};
+/// autocast(DType::F16, || {
+///     assert_eq!(autocast_dtype(), Some(DType::F16));
+///     autocast_disabled(|| assert_eq!(autocast_dtype(), None));
+/// });
+/// ```
+pub fn autocast_disabled<R>(f: impl FnOnce() -> R) -> R {
+    with_state(None, f)
+}
+
+/// The dtype autocast casts to on this thread, or `None` outside [`autocast`].
+///
+/// ```
+/// assert_eq!(ferrograd_runtime::amp::autocast_dtype(), None);
+/// ```
+pub fn autocast_dtype() -> Option<DType> {
+    AUTOCAST.with(|a| a.get())
+}
+
+/// For ops that run in low precision under autocast: `t` cast to the autocast dtype when
+/// autocast is on and `t` is an f32/f16/bf16 tensor of another dtype, else `None`.
+pub(crate) fn low_precision(t: &Tensor) -> Option<Tensor> {
+    let target = autocast_dtype()?;
+    let eligible = matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16);
+    (eligible && t.dtype() != target).then(|| t.to_dtype(target))
+}
+
+/// For ops that run in f32 under autocast: `t` cast to f32 when autocast is on and `t`
+/// is f16/bf16, else `None`.
+pub(crate) fn full_precision(t: &Tensor) -> Option<Tensor> {
+    autocast_dtype()?;
+    matches!(t.dtype(), DType::F16 | DType::BF16).then(|| t.to_dtype(DType::F32))
+}
+
+/// Applies [`low_precision`] to every tensor, or `None` when none needs a cast (so the
+/// op proceeds as written).
+pub(crate) fn low_precision_all<const N: usize>(ts: [&Tensor; N]) -> Option<[Tensor; N]> {
+    cast_all(ts, low_precision)
+}
+
+/// Applies [`full_precision`] to every tensor, or `None` when none needs a cast.
+pub(crate) fn full_precision_all<const N: usize>(ts: [&Tensor; N]) -> Option<[Tensor; N]> {
+    cast_all(ts, full_precision)
+}
+
+/// [`low_precision`] for `linear`/`conv`: input, weight and optional bias, or `None`
+/// when none of them needs a cast.
+pub(crate) fn low_precision_with_bias(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+) -> Option<(Tensor, Tensor, Option<Tensor>)> {
+    autocast_dtype()?;
+    let (x, w, b) = (
+        low_precision(input),
+        low_precision(weight),
+        bias.and_then(low_precision),
+    );
+    if x.is_none() && w.is_none() && b.is_none() {
+        return None;
+    }
+    Some((
+        x.unwrap_or_else(|| input.clone()),
+        w.unwrap_or_else(|| weight.clone()),
+        b.or_else(|| bias.cloned()),
+    ))
+}
+
+fn cast_all<const N: usize>(
+    ts: [&Tensor; N],
+    cast: impl Fn(&Tensor) -> Option<Tensor>,
+) -> Option<[Tensor; N]> {
+    autocast_dtype()?;
+    let cast: [Option<Tensor>; N] = ts.map(cast);
+    if cast.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut i = 0;
+    Some(cast.map(|c| {
+        let t = c.unwrap_or_else(|| ts[i].clone());
+        i += 1;
+        t
+    }))
+}
+
+/// Loss scaling for f16 training (`torch.amp.GradScaler`): multiplies the loss so that
+/// small gradients do not flush to zero in f16, divides the gradients back before the
+/// optimizer step, skips steps whose gradients overflowed, and adapts the scale: halved
+/// after an overflow, doubled after `growth_interval` clean steps.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::amp::{autocast, GradScaler};
+/// let w = Tensor::randn(&[4, 2], DType::F32, &Device::Cpu).requires_grad(true);
+/// let x = Tensor::full(&[3, 4], 0.1, DType::F32, &Device::Cpu);
+/// let mut scaler = GradScaler::new();
+/// let params = [w.clone()];
+/// let mut skipped = 0;
+/// for _ in 0..3 {
+///     let loss = autocast(DType::F16, || x.matmul(&w).sum_all());
+///     scaler.scale(&loss).backward();
+///     let stepped = scaler.step(&params, || {
+///         // the optimizer step: gradients are already unscaled here
+///         let g = w.grad().unwrap();
+///         ferrograd_runtime::autograd::no_grad(|| w.add_scaled_(&g, -0.1));
+///     });
+///     skipped += stepped.is_none() as usize;
+///     scaler.update();
+///     w.zero_grad();
+/// }
+/// // The default scale 65536 is past f16's largest value (65504): the first step
+/// // overflows, is skipped and the scale halves, as in PyTorch; then steps proceed.
+/// assert_eq!((skipped, scaler.get_scale()), (1, 32768.0));
+/// ```
+#[derive(Clone, Debug)]
+pub struct GradScaler {
+    scale: f64,
+    growth_factor: f64,
+    backoff_factor: f64,
+    growth_interval: u32,
+    enabled: bool,
+    growth_tracker: u32,
+    /// `Some(found_inf)` once this iteration's gradients were unscaled.
+    unscaled: Option<bool>,
+}
+
+impl Default for GradScaler {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GradScaler {
+    /// PyTorch's defaults: scale 65536, growth ×2 every 2000 clean steps, backoff ×0.5.
+    pub fn new() -> Self {
+        GradScaler {
+            scale: 65536.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+            enabled: true,
+            growth_tracker: 0,
+            unscaled: None,
+        }
+    }
+
+    /// Sets the starting scale.
+    ///
+    /// ```
+    /// let s = ferrograd_runtime::amp::GradScaler::new().init_scale(1024.0);
+    /// assert_eq!(s.get_scale(), 1024.0);
+    /// ```
+    #[track_caller]
+    pub fn init_scale(mut self, scale: f64) -> Self {
+        assert!(
+            scale.is_finite() && scale > 0.0,
+            "GradScaler: init_scale must be positive and finite, got {scale}"
+        );
+        self.scale = scale;
+        self
+    }
+
+    /// Sets how the scale grows: by `factor` (> 1) after `interval` steps without overflow.
+    ///
+    /// ```
+    /// let s = ferrograd_runtime::amp::GradScaler::new().growth(4.0, 10);
+    /// ```
+    #[track_caller]
+    pub fn growth(mut self, factor: f64, interval: u32) -> Self {
+        assert!(
+            factor > 1.0 && interval > 0,
+            "GradScaler: growth factor must be > 1 and interval > 0, got {factor} and {interval}"
+        );
+        self.growth_factor = factor;
+        self.growth_interval = interval;
+        self
+    }
+
+    /// Sets the factor (in (0, 1)) the scale shrinks by after an overflow.
+    ///
+    /// ```
+    /// let s = ferrograd_runtime::amp::GradScaler::new().backoff(0.25);
+    /// ```
+    #[track_caller]
+    pub fn backoff(mut self, factor: f64) -> Self {
+        assert!(
+            factor > 0.0 && factor < 1.0,
+            "GradScaler: backoff factor must be in (0, 1), got {factor}"
+        );
+        self.backoff_factor = factor;
+        self
+    }
+
+    /// Turns scaling off (every method becomes a pass-through), as `enabled=False`.
+    ///
+    /// ```
+    /// let s = ferrograd_runtime::amp::GradScaler::new().enabled(false);
+    /// assert!(!s.is_enabled());
+    /// ```
+    pub fn enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+
+    /// Whether scaling is on.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The current scale (1 when disabled).
+    pub fn get_scale(&self) -> f64 {
+        if self.enabled { self.scale } else { 1.0 }
+    }
+
+    /// `loss * scale`, to call `backward` on.
+    pub fn scale(&self, loss: &Tensor) -> Tensor {
+        if self.enabled {
+            loss.mul_scalar(self.scale)
+        } else {
+            loss.clone()
+        }
+    }
+
+    /// Divides the gradients of `params` by the scale in place and records whether any
+    /// is infinite or NaN; returns that flag. Called by [`GradScaler::step`] when not
+    /// called before (call it yourself to clip gradients between). Once per iteration.
+    ///
+    /// # Panics
+    /// When called twice before [`GradScaler::update`].
+    #[track_caller]
+    pub fn unscale_(&mut self, params: &[Tensor]) -> bool {
+        assert!(
+            self.unscaled.is_none(),
+            "GradScaler::unscale_: already called since the last update()"
+        );
+        if !self.enabled {
+            self.unscaled = Some(false);
+            return false;
+        }
+        let inv = 1.0 / self.scale;
+        let mut found_inf = false;
+        crate::autograd::no_grad(|| {
+            for g in params.iter().filter_map(Tensor::grad) {
+                // 0 * x is 0 for finite x and NaN for inf/NaN: one pass, no host loop.
+                if g.mul_scalar(0.0)
+                    .sum_all()
+                    .to_dtype(DType::F64)
+                    .item::<f64>()
+                    != 0.0
+                {
+                    found_inf = true;
+                }
+                g.mul_scalar_(inv);
+            }
+        });
+        self.unscaled = Some(found_inf);
+        found_inf
+    }
+
+    /// Unscales the gradients of `params` (unless [`GradScaler::unscale_`] already did),
+    /// then runs `optimizer_step` unless a gradient overflowed. Returns its result, or
+    /// `None` for a skipped step.
+    pub fn step<R>(&mut self, params: &[Tensor], optimizer_step: impl FnOnce() -> R) -> Option<R> {
+        let found_inf = match self.unscaled {
+            Some(f) => f,
+            None => self.unscale_(params),
+        };
+        (!found_inf).then(optimizer_step)
+    }
+
+    /// Adapts the scale for the next iteration: backoff after an overflow, growth after
+    /// `growth_interval` clean steps in a row.
+    ///
+    /// # Panics
+    /// When neither [`GradScaler::step`] nor [`GradScaler::unscale_`] ran this iteration.
+    #[track_caller]
+    pub fn update(&mut self) {
+        let found_inf = self
+            .unscaled
+            .take()
+            .expect("GradScaler::update: call step() (or unscale_()) first in each iteration");
+        if !self.enabled {
+            return;
+        }
+        if found_inf {
+            self.scale *= self.backoff_factor;
+            self.growth_tracker = 0;
+        } else {
+            self.growth_tracker += 1;
+            if self.growth_tracker == self.growth_interval {
+                self.scale *= self.growth_factor;
+                self.growth_tracker = 0;
+            }
+        }
+    }
+}
