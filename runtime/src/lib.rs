@@ -21,6 +21,7 @@ mod ops;
 mod random;
 mod storage;
 mod tensor;
+pub mod testing;
 
 pub use device::Device;
 pub use error::{Error, Result};

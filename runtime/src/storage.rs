@@ -14,7 +14,7 @@ mod dummy_cuda;
 #[cfg(not(feature = "cuda"))]
 use dummy_cuda as cuda;
 
-pub(crate) use cuda::{CudaStorage, cuda_device_available};
+pub(crate) use cuda::{CudaStorage, cuda_device, cuda_device_available};
 
 /// Elements on some device.
 #[derive(Debug)]

@@ -57,6 +57,11 @@ pub(crate) fn cuda_device_available(ordinal: usize) -> bool {
     context(ordinal).is_ok()
 }
 
+/// `Ok` when device `ordinal` can be used, else why not.
+pub(crate) fn cuda_device(ordinal: usize) -> Result<()> {
+    context(ordinal).map(|_| ())
+}
+
 fn device_err(ordinal: usize) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| Error::CudaDevice {
         ordinal,

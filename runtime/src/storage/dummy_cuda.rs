@@ -30,3 +30,7 @@ impl CudaStorage {
 pub(crate) fn cuda_device_available(_ordinal: usize) -> bool {
     false
 }
+
+pub(crate) fn cuda_device(_ordinal: usize) -> Result<()> {
+    Err(Error::CudaNotCompiled)
+}

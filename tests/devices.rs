@@ -1,0 +1,361 @@
+//! The device suite: one body per behaviour, run on every device by `test_device!`
+//! (`<body>::cpu` and `<body>::cuda`; the CUDA test skips and says so without a GPU).
+//! Each op runs on fresh random inputs on the device under test and is compared with the
+//! CPU result within the dtype's tolerance; gradients are compared the same way, and
+//! gradcheck runs on the device in f64.
+
+use ferrograd::autograd::gradcheck;
+use ferrograd::prelude::*;
+use ferrograd::testing::{assert_close, test_device};
+
+type Op = fn(&[Tensor]) -> Tensor;
+
+/// Inputs for one case: shapes, and whether each is positive (for log/sqrt/pow).
+struct Case {
+    name: &'static str,
+    shapes: &'static [&'static [usize]],
+    positive: bool,
+    op: Op,
+}
+
+const fn case(name: &'static str, shapes: &'static [&'static [usize]], op: Op) -> Case {
+    Case {
+        name,
+        shapes,
+        positive: false,
+        op,
+    }
+}
+
+const fn positive(name: &'static str, shapes: &'static [&'static [usize]], op: Op) -> Case {
+    Case {
+        name,
+        shapes,
+        positive: true,
+        op,
+    }
+}
+
+/// Every differentiable float op of the runtime core, with broadcasting and views.
+const FLOAT_CASES: &[Case] = &[
+    case("add broadcast", &[&[4, 1, 5], &[3, 1]], |x| x[0].add(&x[1])),
+    case("sub", &[&[3, 5], &[3, 5]], |x| x[0].sub(&x[1])),
+    case("mul transposed", &[&[5, 3], &[3, 5]], |x| {
+        x[0].t().mul(&x[1])
+    }),
+    positive("div", &[&[3, 5], &[5]], |x| x[0].div(&x[1])),
+    positive("pow", &[&[3, 4], &[3, 4]], |x| x[0].pow(&x[1])),
+    case("maximum", &[&[3, 4], &[4]], |x| x[0].maximum(&x[1])),
+    case("minimum", &[&[3, 4], &[3, 1]], |x| x[0].minimum(&x[1])),
+    case("scalar ops", &[&[6]], |x| {
+        x[0].mul_scalar(3.0)
+            .add_scalar(1.0)
+            .div_scalar(2.0)
+            .rsub_scalar(1.0)
+    }),
+    case("neg abs", &[&[7]], |x| x[0].neg().abs()),
+    case("exp", &[&[3, 4]], |x| x[0].exp()),
+    positive("log", &[&[3, 4]], |x| x[0].log()),
+    positive("sqrt rsqrt", &[&[3, 4]], |x| x[0].sqrt().add(&x[0].rsqrt())),
+    case("sin cos", &[&[3, 4]], |x| x[0].sin().mul(&x[0].cos())),
+    case("tanh sigmoid", &[&[3, 4]], |x| {
+        x[0].tanh().add(&x[0].sigmoid())
+    }),
+    case("relu gelu silu", &[&[3, 4]], |x| {
+        x[0].relu()
+            .add(&x[0].gelu())
+            .add(&x[0].gelu_tanh())
+            .add(&x[0].silu())
+    }),
+    case("clamp", &[&[3, 4]], |x| x[0].clamp(-0.5, 0.5)),
+    case("where masked_fill", &[&[3, 4], &[3, 4]], |x| {
+        let m = x[0].gt_scalar(0.0);
+        Tensor::where_cond(&m, &x[0], &x[1]).masked_fill(&x[1].lt_scalar(-0.5), 2.0)
+    }),
+    case("sum mean", &[&[3, 4, 5]], |x| {
+        x[0].sum(&[0, 2], false).add(&x[0].mean(&[0, 2], false))
+    }),
+    case("max min dim", &[&[3, 4, 5]], |x| {
+        x[0].max_dim(1, false)
+            .0
+            .add(&x[0].min_dim(-1, false).0.sum(&[1], true))
+    }),
+    case("var std", &[&[4, 6]], |x| {
+        x[0].var(&[1], true, false)
+            .add(&x[0].std(&[0], false, false).sum_all())
+    }),
+    case("prod", &[&[3, 4]], |x| x[0].prod(1, false)),
+    case("logsumexp", &[&[3, 4]], |x| x[0].logsumexp(&[1], true)),
+    case("softmax", &[&[3, 7]], |x| x[0].softmax(-1)),
+    case("log_softmax dim 0", &[&[5, 3]], |x| x[0].log_softmax(0)),
+    case("norm", &[&[3, 4]], |x| x[0].norm(2.0, &[1], false)),
+    case("cumsum", &[&[3, 4]], |x| x[0].cumsum(1)),
+    case("matmul batched broadcast", &[&[2, 3, 4], &[4, 5]], |x| {
+        x[0].matmul(&x[1])
+    }),
+    case("matmul vector", &[&[4], &[3, 4, 2]], |x| x[0].matmul(&x[1])),
+    case("bmm transposed", &[&[2, 4, 3], &[2, 4, 5]], |x| {
+        x[0].transpose(1, 2).bmm(&x[1])
+    }),
+    case("views", &[&[2, 3, 4]], |x| {
+        x[0].permute(&[2, 0, 1])
+            .slice(0, 1, 4, 2)
+            .reshape(&[2, 6])
+            .contiguous()
+    }),
+    case("cat stack", &[&[2, 3], &[2, 3]], |x| {
+        Tensor::cat(&[&x[0], &x[1]], 1).add(&Tensor::stack(&[&x[0], &x[1]], 1).reshape(&[2, 6]))
+    }),
+    case("index_select gather", &[&[4, 5]], |x| {
+        let i = Tensor::from_vec(vec![3i64, 0, 3], &[3])
+            .to_device(&x[0].device())
+            .unwrap();
+        let g = Tensor::from_vec(vec![4i64, 0, 1, 2], &[4, 1])
+            .to_device(&x[0].device())
+            .unwrap();
+        x[0].index_select(0, &i)
+            .sum_all()
+            .add(&x[0].gather(1, &g).sum_all())
+    }),
+    case("scatter_add tril", &[&[4, 4], &[2, 4]], |x| {
+        let i = Tensor::from_vec(vec![1i64, 1, 0, 3, 1, 1, 2, 0], &[2, 4])
+            .to_device(&x[0].device())
+            .unwrap();
+        x[0].scatter_add(0, &i, &x[1]).tril(0)
+    }),
+    case("conv2d", &[&[2, 3, 7, 7], &[4, 3, 3, 3], &[4]], |x| {
+        F::conv2d(
+            &x[0],
+            &x[1],
+            Some(&x[2]),
+            &F::Conv2dArgs::default().padding(1).stride(2),
+        )
+    }),
+    case(
+        "conv2d groups dilation",
+        &[&[1, 4, 8, 8], &[6, 2, 3, 3]],
+        |x| {
+            F::conv2d(
+                &x[0],
+                &x[1],
+                None,
+                &F::Conv2dArgs::default().groups(2).dilation(2),
+            )
+        },
+    ),
+    case("pools", &[&[2, 3, 6, 6]], |x| {
+        F::max_pool2d(&x[0], 2)
+            .add(&F::avg_pool2d(&x[0], 2))
+            .sum_all()
+            .add(&F::adaptive_avg_pool2d(&x[0], [2, 2]).sum_all())
+    }),
+    case("layer_norm", &[&[3, 8], &[8], &[8]], |x| {
+        F::layer_norm(&x[0], &[8], Some(&x[1]), Some(&x[2]), 1e-5)
+    }),
+    case("cross_entropy", &[&[6, 5]], |x| {
+        let t = Tensor::from_vec(vec![0i64, 4, 2, 2, 1, 3], &[6])
+            .to_device(&x[0].device())
+            .unwrap();
+        F::cross_entropy(&x[0], &t)
+    }),
+    case("mse bce", &[&[3, 4], &[3, 4]], |x| {
+        F::mse_loss(&x[0], &x[1], F::Reduction::Mean).add(&F::binary_cross_entropy_with_logits(
+            &x[0],
+            &x[1].sigmoid(),
+            F::Reduction::Sum,
+        ))
+    }),
+];
+
+fn inputs(case: &Case, dtype: DType) -> Vec<Tensor> {
+    case.shapes
+        .iter()
+        .map(|s| {
+            let t = Tensor::randn(s, DType::F64, &Device::Cpu);
+            let t = if case.positive {
+                t.abs().add_scalar(0.5)
+            } else {
+                t
+            };
+            t.to_dtype(dtype)
+        })
+        .collect()
+}
+
+fn to(dev: &Device, ts: &[Tensor]) -> Vec<Tensor> {
+    ts.iter()
+        .map(|t| {
+            t.to_device(dev)
+                .unwrap_or_else(|e| panic!("moving to {dev}: {e}"))
+                .requires_grad(t.dtype().is_float())
+        })
+        .collect()
+}
+
+/// Forward values and the gradients of every input agree with the CPU.
+fn ops_match_the_cpu_forward_and_backward(dev: &Device) {
+    manual_seed(10);
+    for dtype in [DType::F32, DType::F64] {
+        for case in FLOAT_CASES {
+            let host = inputs(case, dtype);
+            let (cpu_in, dev_in) = (to(&Device::Cpu, &host), to(dev, &host));
+            let (expected, actual) = ((case.op)(&cpu_in), (case.op)(&dev_in));
+            assert_eq!(
+                actual.device(),
+                *dev,
+                "{} ran on the wrong device",
+                case.name
+            );
+            assert_close(&actual, &expected, dtype);
+            // Backward with the same random upstream gradient on both devices.
+            let g = Tensor::randn(expected.shape(), dtype, &Device::Cpu);
+            expected.backward_with(&g);
+            actual.backward_with(&g.to_device(dev).unwrap());
+            for (i, (c, d)) in cpu_in.iter().zip(&dev_in).enumerate() {
+                match (c.grad(), d.grad()) {
+                    (Some(gc), Some(gd)) => {
+                        assert_eq!(gd.device(), *dev);
+                        assert_close(&gd, &gc, dtype)
+                    }
+                    (None, None) => {}
+                    _ => panic!("{}: input {i} got a gradient on one device only", case.name),
+                }
+            }
+        }
+    }
+}
+test_device!(ops_match_the_cpu_forward_and_backward);
+
+/// Half types: forward parity of the ops that matter in mixed precision.
+fn half_precision_ops_match_the_cpu(dev: &Device) {
+    manual_seed(11);
+    let cases = [
+        "add broadcast",
+        "mul transposed",
+        "exp",
+        "relu gelu silu",
+        "sum mean",
+        "softmax",
+        "log_softmax dim 0",
+        "matmul batched broadcast",
+        "layer_norm",
+        "cross_entropy",
+    ];
+    for dtype in [DType::F16, DType::BF16] {
+        for case in FLOAT_CASES.iter().filter(|c| cases.contains(&c.name)) {
+            let host = inputs(case, dtype);
+            let expected = (case.op)(&host);
+            let actual = (case.op)(&to(dev, &host));
+            assert_eq!(actual.dtype(), expected.dtype(), "{}", case.name);
+            assert_close(&actual, &expected, dtype);
+        }
+    }
+}
+test_device!(half_precision_ops_match_the_cpu);
+
+/// Finite differences in f64 on the device itself.
+fn gradcheck_on_the_device(dev: &Device) {
+    manual_seed(12);
+    for name in [
+        "mul transposed",
+        "softmax",
+        "matmul batched broadcast",
+        "conv2d",
+        "layer_norm",
+        "cross_entropy",
+        "logsumexp",
+        "pools",
+    ] {
+        let case = FLOAT_CASES.iter().find(|c| c.name == name).unwrap();
+        let xs = to(dev, &inputs(case, DType::F64));
+        gradcheck(|x| (case.op)(x), &xs).unwrap_or_else(|e| panic!("{name} on {dev}: {e}"));
+    }
+}
+test_device!(gradcheck_on_the_device);
+
+/// Integer and bool ops, exact.
+fn integer_ops_match_the_cpu(dev: &Device) {
+    let a = Tensor::randint(-5, 5, &[4, 6], &Device::Cpu);
+    let b = Tensor::randint(1, 5, &[6], &Device::Cpu);
+    let (da, db) = (a.to_device(dev).unwrap(), b.to_device(dev).unwrap());
+    for (expected, actual) in [
+        (a.add(&b), da.add(&db)),
+        (a.mul(&b), da.mul(&db)),
+        (a.sum(&[1], false), da.sum(&[1], false)),
+        (a.argmax(1, false), da.argmax(1, false)),
+        (
+            a.gt(&b).logical_not().to_dtype(DType::I64),
+            da.gt(&db).logical_not().to_dtype(DType::I64),
+        ),
+        (
+            a.abs().one_hot(6).sum(&[0], false),
+            da.abs().one_hot(6).sum(&[0], false),
+        ),
+        (a.cumsum(0), da.cumsum(0)),
+    ] {
+        assert_close(&actual, &expected, DType::I64);
+    }
+}
+test_device!(integer_ops_match_the_cpu);
+
+/// A LeNet-style training step: the loss and every parameter's gradient agree.
+fn a_training_step_matches_the_cpu(dev: &Device) {
+    manual_seed(13);
+    let x = Tensor::randn(&[8, 1, 12, 12], DType::F32, &Device::Cpu);
+    let y = Tensor::randint(0, 10, &[8], &Device::Cpu);
+    let params: Vec<Tensor> = [&[4usize, 1, 3, 3][..], &[4], &[10, 100], &[10]]
+        .iter()
+        .map(|s| Tensor::randn(s, DType::F32, &Device::Cpu).mul_scalar(0.3))
+        .collect();
+    let step = |dev: &Device| {
+        let p = to(dev, &params);
+        let (x, y) = (x.to_device(dev).unwrap(), y.to_device(dev).unwrap());
+        let h = F::conv2d(&x, &p[0], Some(&p[1]), &Default::default()).relu();
+        let h = F::max_pool2d(&h, 2).flatten(1, -1);
+        let loss = F::cross_entropy(&F::linear(&h, &p[2], Some(&p[3])), &y);
+        loss.backward();
+        (
+            loss,
+            p.iter().map(|t| t.grad().unwrap()).collect::<Vec<_>>(),
+        )
+    };
+    let (l_cpu, g_cpu) = step(&Device::Cpu);
+    let (l_dev, g_dev) = step(dev);
+    assert_close(&l_dev, &l_cpu, DType::F32);
+    for (d, c) in g_dev.iter().zip(&g_cpu) {
+        assert_close(d, c, DType::F32);
+    }
+}
+test_device!(a_training_step_matches_the_cpu);
+
+/// Moving back and forth keeps values, dtype and gradients.
+fn to_device_round_trips(dev: &Device) {
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+    ] {
+        let t = Tensor::randn(&[3, 5], DType::F32, &Device::Cpu).to_dtype(dtype);
+        let view = t.t().slice(0, 1, 5, 2);
+        let moved = view.to_device(dev).unwrap();
+        assert_eq!((moved.device(), moved.dtype()), (*dev, dtype));
+        let back = moved.to_device(&Device::Cpu).unwrap();
+        assert_close(&back, &view, dtype);
+    }
+    let w = Tensor::randn(&[4], DType::F32, &Device::Cpu).requires_grad(true);
+    w.to_device(dev)
+        .unwrap()
+        .mul_scalar(2.0)
+        .sum_all()
+        .backward();
+    assert_eq!(
+        w.grad().unwrap().to_vec::<f32>(),
+        vec![2.0; 4],
+        "grad flows back to the host leaf"
+    );
+}
+test_device!(to_device_round_trips);
