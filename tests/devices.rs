@@ -359,3 +359,50 @@ fn to_device_round_trips(dev: &Device) {
     );
 }
 test_device!(to_device_round_trips);
+
+/// Device memory comes from the caching allocator: counted, reused, released on request.
+/// CPU tensors never touch it.
+fn device_memory_is_cached_and_counted(dev: &Device) {
+    use ferrograd::cuda;
+    let Device::Cuda(i) = *dev else {
+        let before = cuda::memory_stats(0);
+        let t = Tensor::zeros(&[1 << 16], DType::F32, dev);
+        assert_eq!(
+            cuda::memory_stats(0),
+            before,
+            "a CPU tensor changed device statistics"
+        );
+        drop(t);
+        return;
+    };
+    let mib4 = 4 << 20;
+    cuda::synchronize(i).unwrap();
+    let base = cuda::memory_allocated(i);
+    cuda::reset_peak_memory_stats(i);
+    let host = Tensor::zeros(&[1 << 20], DType::F32, &Device::Cpu);
+    let t = host.to_device(dev).unwrap();
+    assert_eq!(cuda::memory_allocated(i), base + mib4);
+    assert!(cuda::memory_reserved(i) >= cuda::memory_allocated(i));
+    let segments = cuda::memory_stats(i).segments_allocated;
+    drop(t);
+    assert_eq!(
+        cuda::memory_allocated(i),
+        base,
+        "freed blocks are not counted"
+    );
+    assert_eq!(cuda::max_memory_allocated(i), base + mib4);
+    let reserved = cuda::memory_reserved(i);
+    let again = host.to_device(dev).unwrap();
+    assert_eq!(
+        cuda::memory_stats(i).segments_allocated,
+        segments,
+        "the cached block was not reused"
+    );
+    drop(again);
+    cuda::empty_cache();
+    assert!(
+        cuda::memory_reserved(i) < reserved,
+        "empty_cache released nothing"
+    );
+}
+test_device!(device_memory_is_cached_and_counted);

@@ -33,6 +33,14 @@ pub enum Error {
         /// The driver's explanation.
         reason: String,
     },
+    /// The device's memory is exhausted, even after the allocator's cache was emptied.
+    #[error("{device}: {source}")]
+    OutOfMemory {
+        /// The device.
+        device: crate::Device,
+        /// Sizes and the driver's message.
+        source: crate::memory::OutOfMemory,
+    },
     /// This dtype cannot live on the requested device.
     #[error("{dtype} tensors are not supported on {device}")]
     UnsupportedDType {

@@ -13,6 +13,7 @@
 
 pub mod amp;
 pub mod autograd;
+pub mod cuda;
 mod device;
 mod error;
 pub mod memory;

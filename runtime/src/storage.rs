@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) mod cuda;
 #[cfg(not(feature = "cuda"))]
-mod dummy_cuda;
+pub(crate) mod dummy_cuda;
 #[cfg(not(feature = "cuda"))]
-use dummy_cuda as cuda;
+pub(crate) use dummy_cuda as cuda;
 
 pub(crate) use cuda::{CudaStorage, cuda_device, cuda_device_available};
 

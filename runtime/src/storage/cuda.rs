@@ -1,33 +1,114 @@
 //! CUDA storage through `cudarc` (libraries loaded at run time, so building needs no CUDA
-//! install). Kernels for ops on this storage arrive with the CUDA backend; for now tensors
-//! move to and from the GPU.
+//! install): device buffers come from a per-device [`CachingAllocator`] over the driver's
+//! `cuMemAlloc`. Kernels for ops on this storage arrive with the CUDA backend; for now
+//! tensors move to and from the GPU.
 
+use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory};
 use crate::{Device, Error, Result};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 use ferrograd_kernels::cpu::{CpuStorage, unary_map};
 use ferrograd_kernels::{DType, Element, Layout, with_dtype};
-use half::{bf16, f16};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Device buffers, one variant per dtype.
-#[derive(Debug)]
-pub(crate) enum CudaData {
-    F32(CudaSlice<f32>),
-    F64(CudaSlice<f64>),
-    F16(CudaSlice<f16>),
-    BF16(CudaSlice<bf16>),
-    I64(CudaSlice<i64>),
-    U8(CudaSlice<u8>),
-    Bool(CudaSlice<bool>),
-}
-
-/// A contiguous device buffer and the stream that orders work on it.
+/// A contiguous device buffer of `len` elements of `dtype`, in a block of the device's
+/// caching allocator (returned to it on drop), and the stream that orders work on it.
 #[derive(Debug)]
 pub(crate) struct CudaStorage {
-    data: CudaData,
+    block: Option<Block>,
+    len: usize,
+    dtype: DType,
     stream: Arc<CudaStream>,
     ordinal: usize,
+}
+
+impl Drop for CudaStorage {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            // Back to the cache, not the device: reuse is ordered by the device's stream.
+            let _ = with_allocator(self.ordinal, |a| a.free(block));
+        }
+    }
+}
+
+/// The driver's allocator under the cache of one device.
+#[derive(Debug)]
+struct DriverMemory {
+    ctx: Arc<CudaContext>,
+}
+
+impl RawMemory for DriverMemory {
+    fn malloc(&mut self, bytes: usize) -> std::result::Result<u64, OutOfMemory> {
+        let oom = |e: cudarc::driver::DriverError| OutOfMemory::device(bytes, e.to_string());
+        self.ctx.bind_to_thread().map_err(oom)?;
+        // SAFETY: the context is current on this thread; the segment belongs to the caching
+        // allocator until it hands it back through `free`.
+        unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(oom)
+    }
+
+    fn free(&mut self, address: u64, _bytes: usize) {
+        if self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        // Work queued earlier may still use blocks of this segment: wait for it.
+        let _ = self.ctx.synchronize();
+        // SAFETY: `address` came from `malloc_sync` in this context, and the allocator only
+        // frees segments none of whose blocks is in use.
+        let _ = unsafe { cudarc::driver::result::free_sync(address) };
+    }
+}
+
+type Allocators = HashMap<usize, CachingAllocator<DriverMemory>>;
+static ALLOCATORS: Mutex<Option<Allocators>> = Mutex::new(None);
+
+/// Runs `f` on device `ordinal`'s caching allocator, creating it on first use.
+fn with_allocator<R>(
+    ordinal: usize,
+    f: impl FnOnce(&mut CachingAllocator<DriverMemory>) -> R,
+) -> Result<R> {
+    let ctx = context(ordinal)?;
+    let mut guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
+    let allocator = guard
+        .get_or_insert_with(HashMap::new)
+        .entry(ordinal)
+        .or_insert_with(|| CachingAllocator::new(DriverMemory { ctx }));
+    Ok(f(allocator))
+}
+
+/// Statistics of device `ordinal`'s allocator (all zero before its first allocation).
+pub(crate) fn memory_stats(ordinal: usize) -> MemoryStats {
+    let guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
+    guard
+        .as_ref()
+        .and_then(|m| m.get(&ordinal))
+        .map(CachingAllocator::stats)
+        .unwrap_or_default()
+}
+
+pub(crate) fn reset_peak_memory_stats(ordinal: usize) {
+    let mut guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(a) = guard.as_mut().and_then(|m| m.get_mut(&ordinal)) {
+        a.reset_peak_stats();
+    }
+}
+
+pub(crate) fn empty_cache() {
+    let mut guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
+    for a in guard.iter_mut().flat_map(|m| m.values_mut()) {
+        a.empty_cache();
+    }
+}
+
+pub(crate) fn device_count() -> usize {
+    // SAFETY: only tries to dlopen the driver library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
+pub(crate) fn synchronize(ordinal: usize) -> Result<()> {
+    context(ordinal)?.synchronize().map_err(device_err(ordinal))
 }
 
 static CONTEXTS: Mutex<Option<HashMap<usize, Arc<CudaContext>>>> = Mutex::new(None);
@@ -71,33 +152,33 @@ fn device_err(ordinal: usize) -> impl Fn(cudarc::driver::DriverError) -> Error {
 
 impl CudaStorage {
     pub(crate) fn dtype(&self) -> DType {
-        match self.data {
-            CudaData::F32(_) => DType::F32,
-            CudaData::F64(_) => DType::F64,
-            CudaData::F16(_) => DType::F16,
-            CudaData::BF16(_) => DType::BF16,
-            CudaData::I64(_) => DType::I64,
-            CudaData::U8(_) => DType::U8,
-            CudaData::Bool(_) => DType::Bool,
-        }
+        self.dtype
     }
 
     pub(crate) fn ordinal(&self) -> usize {
         self.ordinal
     }
 
-    /// Copies the elements of `layout` (a view of this buffer) to host memory.
+    fn address(&self) -> u64 {
+        self.block
+            .as_ref()
+            .expect("live storage has a block")
+            .address
+    }
+
+    /// Copies the elements of `layout` (a view of this buffer) to host memory, after the
+    /// work queued on the stream has finished.
     pub(crate) fn to_cpu(&self, layout: &Layout) -> Result<CpuStorage> {
         let err = device_err(self.ordinal);
-        let full = match &self.data {
-            CudaData::F32(s) => CpuStorage::F32(self.stream.clone_dtoh(s).map_err(&err)?),
-            CudaData::F64(s) => CpuStorage::F64(self.stream.clone_dtoh(s).map_err(&err)?),
-            CudaData::F16(s) => CpuStorage::F16(self.stream.clone_dtoh(s).map_err(&err)?),
-            CudaData::BF16(s) => CpuStorage::BF16(self.stream.clone_dtoh(s).map_err(&err)?),
-            CudaData::I64(s) => CpuStorage::I64(self.stream.clone_dtoh(s).map_err(&err)?),
-            CudaData::U8(s) => CpuStorage::U8(self.stream.clone_dtoh(s).map_err(&err)?),
-            CudaData::Bool(s) => CpuStorage::Bool(self.stream.clone_dtoh(s).map_err(&err)?),
-        };
+        self.stream.synchronize().map_err(&err)?;
+        let (len, address) = (self.len, self.address());
+        let full = with_dtype!(self.dtype, T => {
+            let mut host = vec![T::default(); len];
+            // SAFETY: the block holds `len` initialised elements of `T` written by an upload
+            // or a kernel, and the stream is idle, so nothing writes it during the copy.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, address) }.map_err(&err)?;
+            T::into_storage(host)
+        });
         Ok(
             with_dtype!(full.dtype(), T => T::into_storage(unary_map(full.typed::<T>(), layout, |x| x))),
         )
@@ -111,25 +192,25 @@ impl CudaStorage {
         let ctx = context(ordinal)?;
         let stream = ctx.default_stream();
         let err = device_err(ordinal);
-        macro_rules! upload {
-            ($variant:ident, $t:ty) => {{
-                let host: Vec<$t> = unary_map(src.typed::<$t>(), layout, |x| x);
-                CudaData::$variant(stream.clone_htod(&host).map_err(&err)?)
-            }};
-        }
-        let data = match src.dtype() {
-            DType::F32 => upload!(F32, f32),
-            DType::F64 => upload!(F64, f64),
-            DType::F16 => upload!(F16, f16),
-            DType::BF16 => upload!(BF16, bf16),
-            DType::I64 => upload!(I64, i64),
-            DType::U8 => upload!(U8, u8),
-            DType::Bool => upload!(Bool, bool),
-        };
-        Ok(CudaStorage {
-            data,
-            stream,
-            ordinal,
+        let dtype = src.dtype();
+        with_dtype!(dtype, T => {
+            let host: Vec<T> = unary_map(src.typed::<T>(), layout, |x| x);
+            let bytes = host.len() * std::mem::size_of::<T>();
+            let block = with_allocator(ordinal, |a| a.allocate(bytes))?
+                .map_err(|source| Error::OutOfMemory { device, source })?;
+            let storage = CudaStorage {
+                len: host.len(),
+                block: Some(block),
+                dtype,
+                stream,
+                ordinal,
+            };
+            ctx.bind_to_thread().map_err(&err)?;
+            // SAFETY: the block is at least `bytes` long and owned by `storage`; the copy is
+            // synchronous, so `host` outlives it.
+            unsafe { cudarc::driver::result::memcpy_htod_sync(storage.address(), &host) }
+                .map_err(&err)?;
+            Ok(storage)
         })
     }
 }

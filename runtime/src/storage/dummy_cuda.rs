@@ -34,3 +34,19 @@ pub(crate) fn cuda_device_available(_ordinal: usize) -> bool {
 pub(crate) fn cuda_device(_ordinal: usize) -> Result<()> {
     Err(Error::CudaNotCompiled)
 }
+
+pub(crate) fn memory_stats(_ordinal: usize) -> crate::memory::MemoryStats {
+    Default::default()
+}
+
+pub(crate) fn reset_peak_memory_stats(_ordinal: usize) {}
+
+pub(crate) fn empty_cache() {}
+
+pub(crate) fn device_count() -> usize {
+    0
+}
+
+pub(crate) fn synchronize(_ordinal: usize) -> Result<()> {
+    Err(Error::CudaNotCompiled)
+}
