@@ -252,29 +252,55 @@ fn display_matches_pytorch_layout() {
 /// `x = [1000, 3]`: the scalar is not rounded to the half type before the op.
 #[test]
 fn scalar_ops_on_half_tensors_keep_the_scalar_in_f32() {
-    let f16 = Tensor::from_vec(vec![1000.0f32, 3.0], &[2]).to_dtype(DType::F16);
-    let as_f64 = |t: Tensor| t.to_dtype(DType::F64).to_vec::<f64>();
-    assert_eq!(
-        as_f64(f16.mul_scalar(1e-8)),
-        [1.0013580322265625e-05, 5.960464477539063e-08]
-    );
-    assert_eq!(as_f64(f16.add_scalar(1e-3)), [1000.0, 3.001953125]);
-    assert_eq!(
-        as_f64(f16.div_scalar(3e5)),
-        [0.00333404541015625, 1.0013580322265625e-05]
-    );
-    assert_eq!(
-        as_f64(f16.mul_scalar(1e-4)),
-        [0.0999755859375, 0.0002999305725097656]
-    );
-    let bf16 = f16.to_dtype(DType::BF16);
-    assert_eq!(
-        as_f64(bf16.mul_scalar(1e-8)),
-        [1.0013580322265625e-05, 3.003515303134918e-08]
-    );
-    assert_eq!(as_f64(bf16.add_scalar(1e-3)), [1000.0, 3.0]);
-    assert_eq!(
-        as_f64(bf16.div_scalar(3e5)),
-        [0.003326416015625, 1.0013580322265625e-05]
-    );
+    type ScalarOp = fn(&Tensor) -> Tensor;
+    fn in_place(t: &Tensor, f: fn(&Tensor)) -> Tensor {
+        let t = t.deep_copy();
+        f(&t);
+        t
+    }
+    let cases: [(DType, ScalarOp, [f64; 2]); 9] = [
+        (
+            DType::F16,
+            |t| t.mul_scalar(1e-8),
+            [1.0013580322265625e-05, 5.960464477539063e-08],
+        ),
+        (DType::F16, |t| t.add_scalar(1e-3), [1000.0, 3.001953125]),
+        (
+            DType::F16,
+            |t| t.div_scalar(3e5),
+            [0.00333404541015625, 1.0013580322265625e-05],
+        ),
+        (
+            DType::F16,
+            |t| t.mul_scalar(1e-4),
+            [0.0999755859375, 0.0002999305725097656],
+        ),
+        (
+            DType::BF16,
+            |t| t.mul_scalar(1e-8),
+            [1.0013580322265625e-05, 3.003515303134918e-08],
+        ),
+        (DType::BF16, |t| t.add_scalar(1e-3), [1000.0, 3.0]),
+        (
+            DType::BF16,
+            |t| t.div_scalar(3e5),
+            [0.003326416015625, 1.0013580322265625e-05],
+        ),
+        // The in-place forms (`x.mul_(1e-8)`, `x.add_(1e-3)`) follow the same rule.
+        (
+            DType::F16,
+            |t| in_place(t, |t| _ = t.mul_scalar_(1e-8)),
+            [1.0013580322265625e-05, 5.960464477539063e-08],
+        ),
+        (
+            DType::F16,
+            |t| in_place(t, |t| _ = t.add_scalar_(1e-3)),
+            [1000.0, 3.001953125],
+        ),
+    ];
+    let x = Tensor::from_vec(vec![1000.0f32, 3.0], &[2]);
+    for (i, (dtype, op, expected)) in cases.into_iter().enumerate() {
+        let got = op(&x.to_dtype(dtype)).to_dtype(DType::F64).to_vec::<f64>();
+        assert_eq!(got, expected, "case {i} ({dtype:?})");
+    }
 }

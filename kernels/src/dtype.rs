@@ -65,6 +65,16 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
+    /// Whether this is a 16-bit float (f16 or bf16), computed in f32.
+    ///
+    /// ```
+    /// assert!(ferrograd_kernels::DType::BF16.is_half());
+    /// assert!(!ferrograd_kernels::DType::F32.is_half());
+    /// ```
+    pub const fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
     /// PyTorch's name for the dtype (`float32`, `int64`, ...).
     ///
     /// ```

@@ -53,7 +53,7 @@ fn with_state<R>(state: Option<DType>, f: impl FnOnce() -> R) -> R {
 #[track_caller]
 pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> R {
     assert!(
-        matches!(dtype, DType::BF16 | DType::F16),
+        dtype.is_half(),
         "autocast: expected DType::BF16 or DType::F16, got {dtype:?}"
     );
     with_state(Some(dtype), f)
@@ -86,7 +86,7 @@ pub fn autocast_dtype() -> Option<DType> {
 /// autocast is on and `t` is an f32/f16/bf16 tensor of another dtype, else `None`.
 pub(crate) fn low_precision(t: &Tensor) -> Option<Tensor> {
     let target = autocast_dtype()?;
-    let eligible = matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16);
+    let eligible = t.dtype() == DType::F32 || t.dtype().is_half();
     (eligible && t.dtype() != target).then(|| t.to_dtype(target))
 }
 
@@ -94,7 +94,7 @@ pub(crate) fn low_precision(t: &Tensor) -> Option<Tensor> {
 /// is f16/bf16, else `None`.
 pub(crate) fn full_precision(t: &Tensor) -> Option<Tensor> {
     autocast_dtype()?;
-    matches!(t.dtype(), DType::F16 | DType::BF16).then(|| t.to_dtype(DType::F32))
+    t.dtype().is_half().then(|| t.to_dtype(DType::F32))
 }
 
 /// Applies [`low_precision`] to every tensor, or `None` when none needs a cast (so the

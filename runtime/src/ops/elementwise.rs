@@ -88,9 +88,9 @@ impl UnaryKernel for PowScalarK {
 /// `x * mul + add` with the constants in the accumulation type: for f16/bf16 tensors a
 /// scalar operand is not rounded to the tensor's dtype first (PyTorch's opmath rule), so
 /// `x * 1e-8` does not become `x * 0`.
-struct AffineK {
-    mul: f64,
-    add: f64,
+pub(crate) struct AffineK {
+    pub(crate) mul: f64,
+    pub(crate) add: f64,
 }
 impl UnaryKernel for AffineK {
     #[inline(always)]
@@ -461,7 +461,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1i64], &[1]).add_scalar(2.0).to_vec::<i64>(), vec![3]);
     /// ```
     pub fn add_scalar(&self, value: f64) -> Tensor {
-        if self.is_half() {
+        if self.dtype().is_half() {
             return self.affine("add", 1.0, value);
         }
         self.add(&self.scalar_operand(value))
@@ -474,7 +474,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).sub_scalar(2.0).to_vec::<f32>(), vec![-1.0]);
     /// ```
     pub fn sub_scalar(&self, value: f64) -> Tensor {
-        if self.is_half() {
+        if self.dtype().is_half() {
             return self.affine("sub", 1.0, -value);
         }
         self.sub(&self.scalar_operand(value))
@@ -487,7 +487,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).rsub_scalar(3.0).to_vec::<f32>(), vec![2.0]);
     /// ```
     pub fn rsub_scalar(&self, value: f64) -> Tensor {
-        if self.is_half() {
+        if self.dtype().is_half() {
             return self.affine("rsub", -1.0, value);
         }
         self.scalar_operand(value).sub(self)
@@ -500,14 +500,10 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.5f32], &[1]).mul_scalar(2.0).to_vec::<f32>(), vec![3.0]);
     /// ```
     pub fn mul_scalar(&self, value: f64) -> Tensor {
-        if self.is_half() {
+        if self.dtype().is_half() {
             return self.affine("mul", value, 0.0);
         }
         self.mul(&self.scalar_operand(value))
-    }
-
-    fn is_half(&self) -> bool {
-        matches!(self.dtype(), DType::F16 | DType::BF16)
     }
 
     /// `self * mul + add` for f16/bf16 tensors, with the scalars kept in f32.
@@ -522,7 +518,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).div_scalar(2.0).to_vec::<f32>(), vec![1.5]);
     /// ```
     pub fn div_scalar(&self, value: f64) -> Tensor {
-        if self.is_half() {
+        if self.dtype().is_half() {
             return self.unary_op("div", DivScalarK(value), move |_, _, g| g.div_scalar(value));
         }
         self.div(&self.scalar_operand(value))

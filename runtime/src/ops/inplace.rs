@@ -1,12 +1,14 @@
 //! In-place ops (`add_`, `mul_`, `fill_`, ...). Each bumps the storage version, so a tensor
 //! saved for backward and then modified is caught when backward runs.
 
-use super::elementwise::{AddK, BinaryKernel, DivK, MulK, SubK};
+use super::elementwise::{AddK, AffineK, BinaryKernel, DivK, MulK, SubK, UnaryKernel};
 use crate::autograd::{AutogradMeta, is_grad_enabled};
 use crate::storage::Storage;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{binary_inplace, fill_strided, unary_inplace};
-use ferrograd_kernels::{Element, NumElement, broadcast_shapes, with_dtype, with_num_dtype};
+use ferrograd_kernels::{
+    Element, NumElement, broadcast_shapes, with_dtype, with_float_dtype, with_num_dtype,
+};
 
 impl Tensor {
     #[track_caller]
@@ -150,6 +152,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add_scalar_(&self, value: f64) -> &Tensor {
+        if self.dtype().is_half() {
+            return self.affine_("add_scalar_", 1.0, value);
+        }
         self.inplace_binary(&Tensor::scalar(value, self.dtype()), "add_", &AddK)
     }
 
@@ -163,7 +168,21 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul_scalar_(&self, value: f64) -> &Tensor {
+        if self.dtype().is_half() {
+            return self.affine_("mul_scalar_", value, 0.0);
+        }
         self.inplace_binary(&Tensor::scalar(value, self.dtype()), "mul_", &MulK)
+    }
+
+    /// `self = self * mul + add` in place for f16/bf16, with the scalars kept in f32 (the
+    /// in-place twin of the out-of-place scalar ops; see `AffineK`).
+    #[track_caller]
+    fn affine_(&self, op: &str, mul: f64, add: f64) -> &Tensor {
+        let kernel = AffineK { mul, add };
+        self.inplace_map(op, |dst, layout| {
+            with_float_dtype!(dst.dtype(), T => unary_inplace(dst.typed_mut::<T>(), layout,
+                |x: T| T::from_acc(kernel.apply(x.to_acc()))), else unreachable!("half dtype"))
+        })
     }
 
     /// `self += alpha * other` in place (`add_(other, alpha=alpha)`), the optimizer update.
