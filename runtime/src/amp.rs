@@ -140,11 +140,8 @@ fn cast_all<const N: usize>(
     if cast.iter().all(Option::is_none) {
         return None;
     }
-    let mut i = 0;
-    Some(cast.map(|c| {
-        let t = c.unwrap_or_else(|| ts[i].clone());
-        i += 1;
-        t
+    Some(std::array::from_fn(|i| {
+        cast[i].clone().unwrap_or_else(|| ts[i].clone())
     }))
 }
 
@@ -303,20 +300,19 @@ impl GradScaler {
             return false;
         }
         let inv = 1.0 / self.scale;
-        let mut found_inf = false;
-        crate::autograd::no_grad(|| {
+        let found_inf = crate::autograd::no_grad(|| {
+            // 0 * x is 0 for finite x and NaN for inf/NaN, so the sum of these over all
+            // gradients is 0 exactly when every one is finite: one host read in all.
+            let mut nonfinite: Option<Tensor> = None;
             for g in params.iter().filter_map(Tensor::grad) {
-                // 0 * x is 0 for finite x and NaN for inf/NaN: one pass, no host loop.
-                if g.mul_scalar(0.0)
-                    .sum_all()
-                    .to_dtype(DType::F64)
-                    .item::<f64>()
-                    != 0.0
-                {
-                    found_inf = true;
-                }
+                let check = g.mul_scalar(0.0).sum_all().to_dtype(DType::F32);
+                nonfinite = Some(match nonfinite {
+                    Some(acc) => acc.add(&check),
+                    None => check,
+                });
                 g.mul_scalar_(inv);
             }
+            nonfinite.is_some_and(|n| n.item::<f32>() != 0.0)
         });
         self.unscaled = Some(found_inf);
         found_inf
