@@ -26,7 +26,7 @@ impl Drop for CudaStorage {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             // Back to the cache, not the device: reuse is ordered by the device's stream.
-            let _ = with_allocator(self.ordinal, |a| a.free(block));
+            with_existing(self.ordinal, |a| a.free(block));
         }
     }
 }
@@ -61,35 +61,38 @@ impl RawMemory for DriverMemory {
 type Allocators = HashMap<usize, CachingAllocator<DriverMemory>>;
 static ALLOCATORS: Mutex<Option<Allocators>> = Mutex::new(None);
 
-/// Runs `f` on device `ordinal`'s caching allocator, creating it on first use.
-fn with_allocator<R>(
-    ordinal: usize,
-    f: impl FnOnce(&mut CachingAllocator<DriverMemory>) -> R,
-) -> Result<R> {
+/// A block of `bytes` from device `ordinal`'s caching allocator (created on first use).
+fn allocate(ordinal: usize, bytes: usize) -> Result<Block> {
     let ctx = context(ordinal)?;
     let mut guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
-    let allocator = guard
+    guard
         .get_or_insert_with(HashMap::new)
         .entry(ordinal)
-        .or_insert_with(|| CachingAllocator::new(DriverMemory { ctx }));
-    Ok(f(allocator))
+        .or_insert_with(|| CachingAllocator::new(DriverMemory { ctx }))
+        .allocate(bytes)
+        .map_err(|source| Error::OutOfMemory {
+            device: Device::Cuda(ordinal),
+            source,
+        })
+}
+
+/// Runs `f` on device `ordinal`'s allocator if it exists (it does once a block was
+/// handed out), without touching the driver.
+fn with_existing<R>(
+    ordinal: usize,
+    f: impl FnOnce(&mut CachingAllocator<DriverMemory>) -> R,
+) -> Option<R> {
+    let mut guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_mut()?.get_mut(&ordinal).map(f)
 }
 
 /// Statistics of device `ordinal`'s allocator (all zero before its first allocation).
 pub(crate) fn memory_stats(ordinal: usize) -> MemoryStats {
-    let guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
-    guard
-        .as_ref()
-        .and_then(|m| m.get(&ordinal))
-        .map(CachingAllocator::stats)
-        .unwrap_or_default()
+    with_existing(ordinal, |a| a.stats()).unwrap_or_default()
 }
 
 pub(crate) fn reset_peak_memory_stats(ordinal: usize) {
-    let mut guard = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(a) = guard.as_mut().and_then(|m| m.get_mut(&ordinal)) {
-        a.reset_peak_stats();
-    }
+    with_existing(ordinal, CachingAllocator::reset_peak_stats);
 }
 
 pub(crate) fn empty_cache() {
@@ -196,8 +199,7 @@ impl CudaStorage {
         with_dtype!(dtype, T => {
             let host: Vec<T> = unary_map(src.typed::<T>(), layout, |x| x);
             let bytes = host.len() * std::mem::size_of::<T>();
-            let block = with_allocator(ordinal, |a| a.allocate(bytes))?
-                .map_err(|source| Error::OutOfMemory { device, source })?;
+            let block = allocate(ordinal, bytes)?;
             let storage = CudaStorage {
                 len: host.len(),
                 block: Some(block),
