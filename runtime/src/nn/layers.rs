@@ -14,6 +14,28 @@ fn uniform_param(shape: &[usize], fan_in: usize, device: &Device) -> Tensor {
     on(t, device).requires_grad(true)
 }
 
+/// Weight `[out, in/groups, *kernel]` and bias `[out]` of a convolution, initialised
+/// like PyTorch's (uniform in ±1/sqrt(fan_in), fan_in = in/groups * kernel size).
+fn conv_params(
+    in_channels: usize,
+    out_channels: usize,
+    groups: usize,
+    kernel: &[usize],
+    device: &Device,
+) -> (Tensor, Option<Tensor>) {
+    let per_group = in_channels / groups.max(1);
+    let fan_in = per_group * kernel.iter().product::<usize>();
+    let shape: Vec<usize> = [out_channels, per_group]
+        .iter()
+        .chain(kernel)
+        .copied()
+        .collect();
+    (
+        uniform_param(&shape, fan_in, device),
+        Some(uniform_param(&[out_channels], fan_in, device)),
+    )
+}
+
 fn on(t: Tensor, device: &Device) -> Tensor {
     t.to_device(device)
         .unwrap_or_else(|e| panic!("cannot create a layer on {device}: {e}"))
@@ -95,17 +117,8 @@ impl Conv2d {
         args: Conv2dArgs,
         device: &Device,
     ) -> Self {
-        let groups = args.groups.max(1);
-        let fan_in = in_channels / groups * kernel[0] * kernel[1];
-        Conv2d {
-            weight: uniform_param(
-                &[out_channels, in_channels / groups, kernel[0], kernel[1]],
-                fan_in,
-                device,
-            ),
-            bias: Some(uniform_param(&[out_channels], fan_in, device)),
-            args,
-        }
+        let (weight, bias) = conv_params(in_channels, out_channels, args.groups, &kernel, device);
+        Conv2d { weight, bias, args }
     }
 
     /// Applies the convolution to `[N, C, H, W]`.
@@ -146,17 +159,8 @@ impl Conv1d {
         args: Conv1dArgs,
         device: &Device,
     ) -> Self {
-        let groups = args.groups.max(1);
-        let fan_in = in_channels / groups * kernel;
-        Conv1d {
-            weight: uniform_param(
-                &[out_channels, in_channels / groups, kernel],
-                fan_in,
-                device,
-            ),
-            bias: Some(uniform_param(&[out_channels], fan_in, device)),
-            args,
-        }
+        let (weight, bias) = conv_params(in_channels, out_channels, args.groups, &[kernel], device);
+        Conv1d { weight, bias, args }
     }
 
     /// Applies the convolution to `[N, C, L]`.
