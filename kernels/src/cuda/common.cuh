@@ -32,27 +32,71 @@ __device__ __forceinline__ BFloat float_to_bfloat(float f) {
     return b;
 }
 
-// Storage type -> accumulator type, as the CPU kernels do (f32 for half types).
+// Storage type -> accumulator type, as the CPU kernels do (f32 for half types, the type
+// itself for integers), plus the conversions through f64 that the CPU's casts use
+// (`U::from_f64(x.to_f64())`: integers truncate towards zero and saturate, NaN gives 0).
 template <typename T> struct Elem;
 template <> struct Elem<float> {
     typedef float Acc;
     static __device__ __forceinline__ float load(float x) { return x; }
     static __device__ __forceinline__ float store(float x) { return x; }
+    static __device__ __forceinline__ double to_f64(float x) { return (double)x; }
+    static __device__ __forceinline__ float from_f64(double v) { return (float)v; }
 };
 template <> struct Elem<double> {
     typedef double Acc;
     static __device__ __forceinline__ double load(double x) { return x; }
     static __device__ __forceinline__ double store(double x) { return x; }
+    static __device__ __forceinline__ double to_f64(double x) { return x; }
+    static __device__ __forceinline__ double from_f64(double v) { return v; }
 };
 template <> struct Elem<Half> {
     typedef float Acc;
     static __device__ __forceinline__ float load(Half x) { return half_to_float(x); }
     static __device__ __forceinline__ Half store(float x) { return float_to_half(x); }
+    static __device__ __forceinline__ double to_f64(Half x) { return (double)half_to_float(x); }
+    static __device__ __forceinline__ Half from_f64(double v) {
+        Half h;
+        asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h.bits) : "d"(v));  // one rounding, as half::f16::from_f64
+        return h;
+    }
 };
 template <> struct Elem<BFloat> {
     typedef float Acc;
     static __device__ __forceinline__ float load(BFloat x) { return bfloat_to_float(x); }
     static __device__ __forceinline__ BFloat store(float x) { return float_to_bfloat(x); }
+    static __device__ __forceinline__ double to_f64(BFloat x) { return (double)bfloat_to_float(x); }
+    static __device__ __forceinline__ BFloat from_f64(double v) { return float_to_bfloat((float)v); }
+};
+template <> struct Elem<long long> {
+    typedef long long Acc;
+    static __device__ __forceinline__ long long load(long long x) { return x; }
+    static __device__ __forceinline__ long long store(long long x) { return x; }
+    static __device__ __forceinline__ double to_f64(long long x) { return (double)x; }
+    static __device__ __forceinline__ long long from_f64(double v) {
+        if (v != v) return 0;
+        if (v >= 9223372036854775807.0) return 9223372036854775807LL;
+        if (v <= -9223372036854775808.0) return (-9223372036854775807LL - 1);
+        return (long long)v;
+    }
+};
+template <> struct Elem<unsigned char> {
+    typedef unsigned char Acc;
+    static __device__ __forceinline__ unsigned char load(unsigned char x) { return x; }
+    static __device__ __forceinline__ unsigned char store(unsigned char x) { return x; }
+    static __device__ __forceinline__ double to_f64(unsigned char x) { return (double)x; }
+    static __device__ __forceinline__ unsigned char from_f64(double v) {
+        if (v != v || v <= 0.0) return 0;
+        if (v >= 255.0) return 255;
+        return (unsigned char)v;
+    }
+};
+template <> struct Elem<bool> {
+    typedef bool Acc;
+    static __device__ __forceinline__ bool load(bool x) { return x; }
+    static __device__ __forceinline__ bool store(bool x) { return x; }
+    static __device__ __forceinline__ double to_f64(bool x) { return x ? 1.0 : 0.0; }
+    static __device__ __forceinline__ bool from_f64(double v) { return v != 0.0; }
 };
 
 // Overloads so templates pick the f32 or f64 device function.
@@ -82,12 +126,33 @@ template <typename A> __device__ __forceinline__ A neg_infinity();
 template <> __device__ __forceinline__ float neg_infinity<float>() { return __int_as_float(0xff800000); }
 template <> __device__ __forceinline__ double neg_infinity<double>() { return __longlong_as_double(0xfff0000000000000LL); }
 
-// The storage offset of the i-th element (row-major) of a strided view.
-__device__ __forceinline__ usize strided_offset(usize i, unsigned int rank, const usize* shape, const usize* strides) {
+// The index space of an elementwise launch after the host merged contiguous dims: at most
+// MAX_DIMS dims, and per operand (up to three) its strides. Passed by value (200 bytes of
+// kernel parameters), so a launch needs no device allocation. Bit k of `contiguous` says
+// operand k is laid out as the index space itself (element i at i), the fast path.
+#define MAX_DIMS 6
+struct Geometry {
+    usize shape[MAX_DIMS];
+    usize strides[3][MAX_DIMS];
+    unsigned int rank;
+    unsigned int contiguous;
+};
+
+// The element offset of the i-th element (row-major) of operand k.
+__device__ __forceinline__ usize geo_offset(const Geometry& g, int k, usize i) {
+    if (g.contiguous & (1u << k)) return i;
     usize offset = 0;
-    for (int d = (int)rank - 1; d >= 0; --d) {
-        offset += (i % shape[d]) * strides[d];
-        i /= shape[d];
+    for (int d = (int)g.rank - 1; d >= 0; --d) {
+        usize s = g.shape[d];
+        offset += (i % s) * g.strides[k][d];
+        i /= s;
     }
     return offset;
 }
+
+#define GRID_STRIDE(i, n) for (usize i = blockIdx.x * (usize)blockDim.x + threadIdx.x; i < (n); i += (usize)blockDim.x * gridDim.x)
+
+// Instantiation lists: F(TYPE, SUFFIX) for each element type of a category.
+#define FOR_FLOATS(F) F(float, f32) F(double, f64) F(Half, f16) F(BFloat, bf16)
+#define FOR_NUMS(F) FOR_FLOATS(F) F(long long, i64) F(unsigned char, u8)
+#define FOR_ALL(F) FOR_NUMS(F) F(bool, bool)

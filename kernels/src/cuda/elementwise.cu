@@ -1,117 +1,259 @@
-// Elementwise kernels over strided, broadcast views; the output is contiguous.
-// `info` holds [shape (rank), lhs strides (rank), rhs strides (rank)]; rank 0 means both
-// inputs are contiguous, the fast path. Grid-stride loops: any launch size is correct.
+// Elementwise kernels over strided, broadcast views (see `Geometry`): binary and unary
+// ops, scalar ops, comparisons, `where`, casts and copies, fills, and the in-place forms
+// that write through a strided destination. Grid-stride loops: any launch size is correct.
+// Every op computes in the accumulator type (f32 for half types), as the CPU kernels do.
+
+// ---- binary ops ---------------------------------------------------------------------------
 
 struct AddOp { template <typename A> static __device__ A apply(A a, A b) { return a + b; } };
 struct SubOp { template <typename A> static __device__ A apply(A a, A b) { return a - b; } };
 struct MulOp { template <typename A> static __device__ A apply(A a, A b) { return a * b; } };
 struct DivOp { template <typename A> static __device__ A apply(A a, A b) { return a / b; } };
-// NaN propagates, as in PyTorch's maximum/minimum.
+// NaN propagates, as in PyTorch's maximum/minimum (a != a is false for integers).
 struct MaxOp { template <typename A> static __device__ A apply(A a, A b) { return (a != a || a > b) ? a : b; } };
 struct MinOp { template <typename A> static __device__ A apply(A a, A b) { return (a != a || a < b) ? a : b; } };
 struct PowOp { template <typename A> static __device__ A apply(A a, A b) { return d_pow(a, b); } };
+// `copy_` and region writes: the destination takes the source.
+struct AssignOp { template <typename A> static __device__ A apply(A, A b) { return b; } };
 
+// out[i] = op(a[i], b[i]); out is contiguous.
 template <typename T, typename Op>
-__device__ void binary(usize n, unsigned int rank, const usize* info, const T* lhs, usize lhs_offset,
-                       const T* rhs, usize rhs_offset, T* out) {
+__device__ void binary(usize n, const Geometry& g, const T* a, const T* b, T* out) {
     typedef typename Elem<T>::Acc A;
-    for (usize i = blockIdx.x * (usize)blockDim.x + threadIdx.x; i < n; i += (usize)blockDim.x * gridDim.x) {
-        usize lo = lhs_offset + i, ro = rhs_offset + i;
-        if (rank > 0) {
-            lo = lhs_offset + strided_offset(i, rank, info, info + rank);
-            ro = rhs_offset + strided_offset(i, rank, info, info + 2 * rank);
-        }
-        A a = Elem<T>::load(lhs[lo]);
-        A b = Elem<T>::load(rhs[ro]);
-        out[i] = Elem<T>::store(Op::template apply<A>(a, b));
+    GRID_STRIDE(i, n) {
+        A x = Elem<T>::load(a[geo_offset(g, 0, i)]);
+        A y = Elem<T>::load(b[geo_offset(g, 1, i)]);
+        out[i] = Elem<T>::store(Op::template apply<A>(x, y));
     }
 }
 
-#define BINARY(NAME, OP, T, SUFFIX)                                                                    \
-    extern "C" __global__ void NAME##_##SUFFIX(usize n, unsigned int rank, const usize* info,         \
-                                               const T* lhs, usize lhs_offset, const T* rhs,           \
-                                               usize rhs_offset, T* out) {                             \
-        binary<T, OP>(n, rank, info, lhs, lhs_offset, rhs, rhs_offset, out);                           \
+// dst[i] = op(dst[i], src[i]) through dst's strides (operand 0) and src's (operand 1).
+template <typename T, typename Op>
+__device__ void binary_inplace(usize n, const Geometry& g, T* dst, const T* src) {
+    typedef typename Elem<T>::Acc A;
+    GRID_STRIDE(i, n) {
+        usize o = geo_offset(g, 0, i);
+        A x = Elem<T>::load(dst[o]);
+        A y = Elem<T>::load(src[geo_offset(g, 1, i)]);
+        dst[o] = Elem<T>::store(Op::template apply<A>(x, y));
+    }
+}
+
+#define BINARY_ONE(NAME, OP, T, SUFFIX)                                                                  \
+    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* a, const T* b, T* out) {   \
+        binary<T, OP>(n, g, a, b, out);                                                                  \
+    }                                                                                                    \
+    extern "C" __global__ void NAME##_inplace_##SUFFIX(usize n, Geometry g, T* dst, const T* src) {     \
+        binary_inplace<T, OP>(n, g, dst, src);                                                           \
     }
 
-#define BINARY_ALL(NAME, OP)        \
-    BINARY(NAME, OP, float, f32)    \
-    BINARY(NAME, OP, double, f64)   \
-    BINARY(NAME, OP, Half, f16)     \
-    BINARY(NAME, OP, BFloat, bf16)
+#define ADD_F(T, S) BINARY_ONE(add, AddOp, T, S)
+#define SUB_F(T, S) BINARY_ONE(sub, SubOp, T, S)
+#define MUL_F(T, S) BINARY_ONE(mul, MulOp, T, S)
+#define DIV_F(T, S) BINARY_ONE(div, DivOp, T, S)
+#define MAX_F(T, S) BINARY_ONE(maximum, MaxOp, T, S)
+#define MIN_F(T, S) BINARY_ONE(minimum, MinOp, T, S)
+#define POW_F(T, S) BINARY_ONE(pow, PowOp, T, S)
+#define ASSIGN_F(T, S) BINARY_ONE(assign, AssignOp, T, S)
+FOR_NUMS(ADD_F)
+FOR_NUMS(SUB_F)
+FOR_NUMS(MUL_F)
+FOR_NUMS(DIV_F)
+FOR_NUMS(MAX_F)
+FOR_NUMS(MIN_F)
+FOR_FLOATS(POW_F)
+FOR_ALL(ASSIGN_F)
 
-BINARY_ALL(add, AddOp)
-BINARY_ALL(sub, SubOp)
-BINARY_ALL(mul, MulOp)
-BINARY_ALL(div, DivOp)
-BINARY_ALL(maximum, MaxOp)
-BINARY_ALL(minimum, MinOp)
-BINARY_ALL(pow, PowOp)
+// out = a && b for bool tensors.
+extern "C" __global__ void logical_and_bool(usize n, Geometry g, const bool* a, const bool* b, bool* out) {
+    GRID_STRIDE(i, n) { out[i] = a[geo_offset(g, 0, i)] && b[geo_offset(g, 1, i)]; }
+}
 
-// Unary kernels: `info` holds [shape, strides]; rank 0 means contiguous input.
-struct ExpOp { template <typename A> static __device__ A apply(A x) { return d_exp(x); } };
-struct LogOp { template <typename A> static __device__ A apply(A x) { return d_log(x); } };
-struct SqrtOp { template <typename A> static __device__ A apply(A x) { return d_sqrt(x); } };
-struct RsqrtOp { template <typename A> static __device__ A apply(A x) { return d_rsqrt(x); } };
-struct SinOp { template <typename A> static __device__ A apply(A x) { return d_sin(x); } };
-struct CosOp { template <typename A> static __device__ A apply(A x) { return d_cos(x); } };
-struct TanhOp { template <typename A> static __device__ A apply(A x) { return d_tanh(x); } };
-struct NegOp { template <typename A> static __device__ A apply(A x) { return -x; } };
-struct AbsOp { template <typename A> static __device__ A apply(A x) { return d_abs(x); } };
-struct ReluOp { template <typename A> static __device__ A apply(A x) { return x > A(0) ? x : A(0); } };
-struct ErfOp { template <typename A> static __device__ A apply(A x) { return d_erf(x); } };
+// ---- unary float ops, with up to two scalar parameters ------------------------------------
+
+// Parameters arrive as f64 and are converted to the accumulator type, as the CPU does.
+struct ExpOp { template <typename A> static __device__ A apply(A x, A, A) { return d_exp(x); } };
+struct LogOp { template <typename A> static __device__ A apply(A x, A, A) { return d_log(x); } };
+struct SqrtOp { template <typename A> static __device__ A apply(A x, A, A) { return d_sqrt(x); } };
+struct RsqrtOp { template <typename A> static __device__ A apply(A x, A, A) { return A(1) / d_sqrt(x); } };
+struct SinOp { template <typename A> static __device__ A apply(A x, A, A) { return d_sin(x); } };
+struct CosOp { template <typename A> static __device__ A apply(A x, A, A) { return d_cos(x); } };
+struct TanhOp { template <typename A> static __device__ A apply(A x, A, A) { return d_tanh(x); } };
+struct NegOp { template <typename A> static __device__ A apply(A x, A, A) { return -x; } };
+struct AbsOp { template <typename A> static __device__ A apply(A x, A, A) { return d_abs(x); } };
+struct SignOp { template <typename A> static __device__ A apply(A x, A, A) { return x > A(0) ? A(1) : (x < A(0) ? A(-1) : A(0)); } };
+struct ReluOp { template <typename A> static __device__ A apply(A x, A, A) { return x > A(0) ? x : A(0); } };
+struct ErfOp { template <typename A> static __device__ A apply(A x, A, A) { return d_erf(x); } };
 // Stable for either sign: e^-|x| never overflows.
 struct SigmoidOp {
-    template <typename A> static __device__ A apply(A x) {
+    template <typename A> static __device__ A apply(A x, A, A) {
         A e = d_exp(-d_abs(x));
         A r = A(1) / (A(1) + e);
         return x >= A(0) ? r : e * r;
     }
 };
-struct SiluOp { template <typename A> static __device__ A apply(A x) { return x / (A(1) + d_exp(-x)); } };
+struct SiluOp { template <typename A> static __device__ A apply(A x, A, A) { return x / (A(1) + d_exp(-x)); } };
 struct GeluOp {
-    template <typename A> static __device__ A apply(A x) { return A(0.5) * x * (A(1) + d_erf(x * A(0.70710678118654752440))); }
+    template <typename A> static __device__ A apply(A x, A, A) { return A(0.5) * x * (A(1) + d_erf(x * A(0.70710678118654752440))); }
 };
 struct GeluTanhOp {
-    template <typename A> static __device__ A apply(A x) {
+    template <typename A> static __device__ A apply(A x, A, A) {
         A inner = A(0.79788456080286535588) * (x + A(0.044715) * x * x * x);
         return A(0.5) * x * (A(1) + d_tanh(inner));
     }
 };
+// x * p0 + p1 (scalar add/sub/mul and their in-place forms).
+struct AffineOp { template <typename A> static __device__ A apply(A x, A mul, A add) { return x * mul + add; } };
+struct DivScalarOp { template <typename A> static __device__ A apply(A x, A d, A) { return x / d; } };
+struct RdivScalarOp { template <typename A> static __device__ A apply(A x, A v, A) { return v / x; } };
+struct PowScalarOp { template <typename A> static __device__ A apply(A x, A e, A) { return e == A(2) ? x * x : d_pow(x, e); } };
+// NaN propagates (both comparisons are false).
+struct ClampOp { template <typename A> static __device__ A apply(A x, A lo, A hi) { return x < lo ? lo : (x > hi ? hi : x); } };
 
 template <typename T, typename Op>
-__device__ void unary(usize n, unsigned int rank, const usize* info, const T* src, usize src_offset, T* out) {
+__device__ void unary(usize n, const Geometry& g, const T* src, T* out, double p0, double p1) {
     typedef typename Elem<T>::Acc A;
-    for (usize i = blockIdx.x * (usize)blockDim.x + threadIdx.x; i < n; i += (usize)blockDim.x * gridDim.x) {
-        usize o = rank > 0 ? src_offset + strided_offset(i, rank, info, info + rank) : src_offset + i;
-        out[i] = Elem<T>::store(Op::template apply<A>(Elem<T>::load(src[o])));
+    A a0 = (A)p0, a1 = (A)p1;
+    GRID_STRIDE(i, n) { out[i] = Elem<T>::store(Op::template apply<A>(Elem<T>::load(src[geo_offset(g, 0, i)]), a0, a1)); }
+}
+
+template <typename T, typename Op>
+__device__ void unary_inplace(usize n, const Geometry& g, T* dst, double p0, double p1) {
+    typedef typename Elem<T>::Acc A;
+    A a0 = (A)p0, a1 = (A)p1;
+    GRID_STRIDE(i, n) {
+        usize o = geo_offset(g, 0, i);
+        dst[o] = Elem<T>::store(Op::template apply<A>(Elem<T>::load(dst[o]), a0, a1));
     }
 }
 
-#define UNARY(NAME, OP, T, SUFFIX)                                                                     \
-    extern "C" __global__ void NAME##_##SUFFIX(usize n, unsigned int rank, const usize* info,         \
-                                               const T* src, usize src_offset, T* out) {               \
-        unary<T, OP>(n, rank, info, src, src_offset, out);                                             \
+#define UNARY_ONE(NAME, OP, T, SUFFIX)                                                                        \
+    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* src, T* out, double p0, double p1) { \
+        unary<T, OP>(n, g, src, out, p0, p1);                                                                 \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_inplace_##SUFFIX(usize n, Geometry g, T* dst, double p0, double p1) {   \
+        unary_inplace<T, OP>(n, g, dst, p0, p1);                                                              \
     }
 
-#define UNARY_ALL(NAME, OP)        \
-    UNARY(NAME, OP, float, f32)    \
-    UNARY(NAME, OP, double, f64)   \
-    UNARY(NAME, OP, Half, f16)     \
-    UNARY(NAME, OP, BFloat, bf16)
+#define EXP_F(T, S) UNARY_ONE(exp, ExpOp, T, S)
+#define LOG_F(T, S) UNARY_ONE(log, LogOp, T, S)
+#define SQRT_F(T, S) UNARY_ONE(sqrt, SqrtOp, T, S)
+#define RSQRT_F(T, S) UNARY_ONE(rsqrt, RsqrtOp, T, S)
+#define SIN_F(T, S) UNARY_ONE(sin, SinOp, T, S)
+#define COS_F(T, S) UNARY_ONE(cos, CosOp, T, S)
+#define TANH_F(T, S) UNARY_ONE(tanh, TanhOp, T, S)
+#define NEG_F(T, S) UNARY_ONE(neg, NegOp, T, S)
+#define ABS_F(T, S) UNARY_ONE(abs, AbsOp, T, S)
+#define SIGN_F(T, S) UNARY_ONE(sign, SignOp, T, S)
+#define RELU_F(T, S) UNARY_ONE(relu, ReluOp, T, S)
+#define ERF_F(T, S) UNARY_ONE(erf, ErfOp, T, S)
+#define SIGMOID_F(T, S) UNARY_ONE(sigmoid, SigmoidOp, T, S)
+#define SILU_F(T, S) UNARY_ONE(silu, SiluOp, T, S)
+#define GELU_F(T, S) UNARY_ONE(gelu, GeluOp, T, S)
+#define GELU_TANH_F(T, S) UNARY_ONE(gelu_tanh, GeluTanhOp, T, S)
+#define AFFINE_F(T, S) UNARY_ONE(affine, AffineOp, T, S)
+#define DIV_SCALAR_F(T, S) UNARY_ONE(div_scalar, DivScalarOp, T, S)
+#define RDIV_SCALAR_F(T, S) UNARY_ONE(rdiv_scalar, RdivScalarOp, T, S)
+#define POW_SCALAR_F(T, S) UNARY_ONE(pow_scalar, PowScalarOp, T, S)
+#define CLAMP_F(T, S) UNARY_ONE(clamp, ClampOp, T, S)
+FOR_FLOATS(EXP_F)
+FOR_FLOATS(LOG_F)
+FOR_FLOATS(SQRT_F)
+FOR_FLOATS(RSQRT_F)
+FOR_FLOATS(SIN_F)
+FOR_FLOATS(COS_F)
+FOR_FLOATS(TANH_F)
+FOR_FLOATS(NEG_F)
+FOR_FLOATS(ABS_F)
+FOR_FLOATS(SIGN_F)
+FOR_FLOATS(RELU_F)
+FOR_FLOATS(ERF_F)
+FOR_FLOATS(SIGMOID_F)
+FOR_FLOATS(SILU_F)
+FOR_FLOATS(GELU_F)
+FOR_FLOATS(GELU_TANH_F)
+FOR_FLOATS(AFFINE_F)
+FOR_FLOATS(DIV_SCALAR_F)
+FOR_FLOATS(RDIV_SCALAR_F)
+FOR_FLOATS(POW_SCALAR_F)
+FOR_FLOATS(CLAMP_F)
 
-UNARY_ALL(exp, ExpOp)
-UNARY_ALL(log, LogOp)
-UNARY_ALL(sqrt, SqrtOp)
-UNARY_ALL(rsqrt, RsqrtOp)
-UNARY_ALL(sin, SinOp)
-UNARY_ALL(cos, CosOp)
-UNARY_ALL(tanh, TanhOp)
-UNARY_ALL(neg, NegOp)
-UNARY_ALL(abs, AbsOp)
-UNARY_ALL(relu, ReluOp)
-UNARY_ALL(erf, ErfOp)
-UNARY_ALL(sigmoid, SigmoidOp)
-UNARY_ALL(silu, SiluOp)
-UNARY_ALL(gelu, GeluOp)
-UNARY_ALL(gelu_tanh, GeluTanhOp)
+// ---- comparisons and where ----------------------------------------------------------------
+
+struct EqCmp { template <typename A> static __device__ bool apply(A a, A b) { return a == b; } };
+struct NeCmp { template <typename A> static __device__ bool apply(A a, A b) { return a != b; } };
+struct LtCmp { template <typename A> static __device__ bool apply(A a, A b) { return a < b; } };
+struct LeCmp { template <typename A> static __device__ bool apply(A a, A b) { return a <= b; } };
+struct GtCmp { template <typename A> static __device__ bool apply(A a, A b) { return a > b; } };
+struct GeCmp { template <typename A> static __device__ bool apply(A a, A b) { return a >= b; } };
+
+template <typename T, typename Cmp>
+__device__ void compare(usize n, const Geometry& g, const T* a, const T* b, bool* out) {
+    typedef typename Elem<T>::Acc A;
+    GRID_STRIDE(i, n) {
+        A x = Elem<T>::load(a[geo_offset(g, 0, i)]);
+        A y = Elem<T>::load(b[geo_offset(g, 1, i)]);
+        out[i] = Cmp::template apply<A>(x, y);
+    }
+}
+
+#define CMP_ONE(NAME, CMP, T, SUFFIX)                                                                       \
+    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* a, const T* b, bool* out) {   \
+        compare<T, CMP>(n, g, a, b, out);                                                                   \
+    }
+#define EQ_F(T, S) CMP_ONE(eq, EqCmp, T, S)
+#define NE_F(T, S) CMP_ONE(ne, NeCmp, T, S)
+#define LT_F(T, S) CMP_ONE(lt, LtCmp, T, S)
+#define LE_F(T, S) CMP_ONE(le, LeCmp, T, S)
+#define GT_F(T, S) CMP_ONE(gt, GtCmp, T, S)
+#define GE_F(T, S) CMP_ONE(ge, GeCmp, T, S)
+FOR_ALL(EQ_F)
+FOR_ALL(NE_F)
+FOR_ALL(LT_F)
+FOR_ALL(LE_F)
+FOR_ALL(GT_F)
+FOR_ALL(GE_F)
+
+// out[i] = cond ? a : b; the condition is operand 0, a and b operands 1 and 2.
+#define WHERE_F(T, SUFFIX)                                                                                    \
+    extern "C" __global__ void where_##SUFFIX(usize n, Geometry g, const bool* c, const T* a, const T* b, T* out) { \
+        GRID_STRIDE(i, n) { out[i] = c[geo_offset(g, 0, i)] ? a[geo_offset(g, 1, i)] : b[geo_offset(g, 2, i)]; } \
+    }
+FOR_ALL(WHERE_F)
+
+// ---- casts, copies and fills --------------------------------------------------------------
+
+// out[i] = D::from_f64(S::to_f64(src[i])): the CPU's conversion, for every pair of dtypes
+// (a same-type pair is a strided copy, as `contiguous`).
+template <typename S, typename D>
+__device__ void cast(usize n, const Geometry& g, const S* src, D* out) {
+    GRID_STRIDE(i, n) { out[i] = Elem<D>::from_f64(Elem<S>::to_f64(src[geo_offset(g, 0, i)])); }
+}
+template <typename T>
+__device__ void copy(usize n, const Geometry& g, const T* src, T* out) {
+    GRID_STRIDE(i, n) { out[i] = src[geo_offset(g, 0, i)]; }
+}
+
+#define CAST_PAIR(S, SS, D, DS)                                                                            \
+    extern "C" __global__ void cast_##SS##_##DS(usize n, Geometry g, const S* src, D* out) { cast<S, D>(n, g, src, out); }
+#define CAST_TO_ALL(S, SS)           \
+    CAST_PAIR(S, SS, float, f32)     \
+    CAST_PAIR(S, SS, double, f64)    \
+    CAST_PAIR(S, SS, Half, f16)      \
+    CAST_PAIR(S, SS, BFloat, bf16)   \
+    CAST_PAIR(S, SS, long long, i64) \
+    CAST_PAIR(S, SS, unsigned char, u8) \
+    CAST_PAIR(S, SS, bool, bool)
+FOR_ALL(CAST_TO_ALL)
+
+#define COPY_F(T, SUFFIX)                                                                                  \
+    extern "C" __global__ void copy_##SUFFIX(usize n, Geometry g, const T* src, T* out) { copy<T>(n, g, src, out); }
+FOR_ALL(COPY_F)
+
+// dst[i] = value through dst's strides (fill_, zeros, full).
+#define FILL_F(T, SUFFIX)                                                                                  \
+    extern "C" __global__ void fill_##SUFFIX(usize n, Geometry g, T* dst, double value) {                  \
+        T v = Elem<T>::from_f64(value);                                                                    \
+        GRID_STRIDE(i, n) { dst[geo_offset(g, 0, i)] = v; }                                                \
+    }
+FOR_ALL(FILL_F)

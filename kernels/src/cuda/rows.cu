@@ -1,17 +1,26 @@
-// Row-wise kernels over a contiguous [rows, len] buffer, one block per row: sum,
-// softmax and log-softmax in one launch each (max, exponentials and their sum reduced
-// in shared memory), accumulating in f32 for half types.
+// Reductions over one dim of a contiguous [outer, r, inner] buffer, the fused softmax
+// family and cumsum. Two shapes of launch: when inner == 1 the reduced elements are
+// adjacent, and one block reduces a row through shared memory (`*_rows_*`); otherwise
+// adjacent threads own adjacent outputs and walk r with coalesced loads (`*_cols_*`).
+// Half types accumulate in f32, as the CPU kernels do.
 
-template <typename A>
-__device__ A block_reduce(A value, A* scratch, bool is_max) {
+struct SumRed {
+    template <typename A> static __device__ A init() { return A(0); }
+    template <typename A> static __device__ A combine(A a, A b) { return a + b; }
+};
+struct ProdRed {
+    template <typename A> static __device__ A init() { return A(1); }
+    template <typename A> static __device__ A combine(A a, A b) { return a * b; }
+};
+
+// Reduces `value` over the block (blockDim.x a power of two); every thread gets the result.
+template <typename A, typename Red>
+__device__ A block_reduce(A value, A* scratch) {
     unsigned int t = threadIdx.x;
     scratch[t] = value;
     __syncthreads();
     for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (t < stride) {
-            A other = scratch[t + stride];
-            scratch[t] = is_max ? ((other > scratch[t] || other != other) ? other : scratch[t]) : scratch[t] + other;
-        }
+        if (t < stride) scratch[t] = Red::template combine<A>(scratch[t], scratch[t + stride]);
         __syncthreads();
     }
     A result = scratch[0];
@@ -19,17 +28,131 @@ __device__ A block_reduce(A value, A* scratch, bool is_max) {
     return result;
 }
 
-template <typename T>
-__device__ void sum_rows(usize len, const T* src, T* out) {
+struct MaxRed {
+    // NaN wins, as in PyTorch's max.
+    template <typename A> static __device__ A combine(A a, A b) { return (b > a || b != b) ? b : a; }
+};
+
+template <typename T, typename Red>
+__device__ void reduce_rows(usize len, const T* src, T* out) {
     typedef typename Elem<T>::Acc A;
     extern __shared__ unsigned char shared_bytes[];
     A* scratch = reinterpret_cast<A*>(shared_bytes);
     const T* row = src + blockIdx.x * len;
-    A acc = A(0);
-    for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += Elem<T>::load(row[j]);
-    A total = block_reduce(acc, scratch, false);
+    A acc = Red::template init<A>();
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) acc = Red::template combine<A>(acc, Elem<T>::load(row[j]));
+    A total = block_reduce<A, Red>(acc, scratch);
     if (threadIdx.x == 0) out[blockIdx.x] = Elem<T>::store(total);
 }
+
+template <typename T, typename Red>
+__device__ void reduce_cols(usize outer, usize r, usize inner, const T* src, T* out) {
+    typedef typename Elem<T>::Acc A;
+    GRID_STRIDE(k, outer * inner) {
+        usize o = k / inner, i = k % inner;
+        const T* p = src + o * r * inner + i;
+        A acc = Red::template init<A>();
+        for (usize j = 0; j < r; ++j) acc = Red::template combine<A>(acc, Elem<T>::load(p[j * inner]));
+        out[k] = Elem<T>::store(acc);
+    }
+}
+
+#define REDUCE_ONE(NAME, RED, T, SUFFIX)                                                                      \
+    extern "C" __global__ void NAME##_rows_##SUFFIX(usize len, const T* src, T* out) {                        \
+        reduce_rows<T, RED>(len, src, out);                                                                   \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_cols_##SUFFIX(usize outer, usize r, usize inner, const T* src, T* out) { \
+        reduce_cols<T, RED>(outer, r, inner, src, out);                                                       \
+    }
+#define SUM_F(T, S) REDUCE_ONE(sum, SumRed, T, S)
+#define PROD_F(T, S) REDUCE_ONE(prod, ProdRed, T, S)
+FOR_FLOATS(SUM_F)
+FOR_FLOATS(PROD_F)
+REDUCE_ONE(sum, SumRed, long long, i64)
+REDUCE_ONE(prod, ProdRed, long long, i64)
+
+// ---- max/min with their index: the first NaN wins and stays, else the first strictly
+// better value (the CPU's `arg_reduce_dim`). ---------------------------------------------
+
+template <typename A, bool IS_MAX>
+__device__ __forceinline__ bool arg_better(A v, long long j, A best, long long best_j) {
+    bool best_nan = best != best, v_nan = v != v;
+    if (best_nan) return v_nan && j < best_j;
+    if (v_nan) return true;
+    if (IS_MAX ? v > best : v < best) return true;
+    return v == best && j < best_j;
+}
+
+template <typename T, bool IS_MAX>
+__device__ void arg_reduce_rows(usize len, const T* src, T* values, long long* indices) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* vals = reinterpret_cast<A*>(shared_bytes);
+    long long* idxs = reinterpret_cast<long long*>(shared_bytes + blockDim.x * sizeof(A) + (8 - (blockDim.x * sizeof(A)) % 8) % 8);
+    const T* row = src + blockIdx.x * len;
+    unsigned int t = threadIdx.x;
+    A best = A(0);
+    long long best_j = -1;
+    for (usize j = t; j < len; j += blockDim.x) {
+        A v = Elem<T>::load(row[j]);
+        if (best_j < 0 || arg_better<A, IS_MAX>(v, (long long)j, best, best_j)) {
+            best = v;
+            best_j = (long long)j;
+        }
+    }
+    vals[t] = best;
+    idxs[t] = best_j;
+    __syncthreads();
+    for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (t < stride) {
+            long long oj = idxs[t + stride];
+            if (oj >= 0 && (idxs[t] < 0 || arg_better<A, IS_MAX>(vals[t + stride], oj, vals[t], idxs[t]))) {
+                vals[t] = vals[t + stride];
+                idxs[t] = oj;
+            }
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        values[blockIdx.x] = Elem<T>::store(vals[0]);
+        indices[blockIdx.x] = idxs[0];
+    }
+}
+
+template <typename T, bool IS_MAX>
+__device__ void arg_reduce_cols(usize outer, usize r, usize inner, const T* src, T* values, long long* indices) {
+    typedef typename Elem<T>::Acc A;
+    GRID_STRIDE(k, outer * inner) {
+        usize o = k / inner, i = k % inner;
+        const T* p = src + o * r * inner + i;
+        A best = Elem<T>::load(p[0]);
+        long long best_j = 0;
+        for (usize j = 1; j < r; ++j) {
+            A v = Elem<T>::load(p[j * inner]);
+            if (arg_better<A, IS_MAX>(v, (long long)j, best, best_j)) {
+                best = v;
+                best_j = (long long)j;
+            }
+        }
+        values[k] = Elem<T>::store(best);
+        indices[k] = best_j;
+    }
+}
+
+#define ARG_ONE(NAME, IS_MAX, T, SUFFIX)                                                                       \
+    extern "C" __global__ void NAME##_rows_##SUFFIX(usize len, const T* src, T* values, long long* indices) {   \
+        arg_reduce_rows<T, IS_MAX>(len, src, values, indices);                                                 \
+    }                                                                                                          \
+    extern "C" __global__ void NAME##_cols_##SUFFIX(usize outer, usize r, usize inner, const T* src, T* values, \
+                                                    long long* indices) {                                      \
+        arg_reduce_cols<T, IS_MAX>(outer, r, inner, src, values, indices);                                     \
+    }
+#define ARGMAX_F(T, S) ARG_ONE(argmax, true, T, S)
+#define ARGMIN_F(T, S) ARG_ONE(argmin, false, T, S)
+FOR_ALL(ARGMAX_F)
+FOR_ALL(ARGMIN_F)
+
+// ---- softmax and log-softmax, one block per row of a contiguous [rows, len] buffer -------
 
 template <typename T>
 __device__ void softmax_rows(usize len, const T* src, T* out, bool log) {
@@ -39,33 +162,48 @@ __device__ void softmax_rows(usize len, const T* src, T* out, bool log) {
     const T* row = src + blockIdx.x * len;
     T* dst = out + blockIdx.x * len;
     A m = neg_infinity<A>();
-    for (usize j = threadIdx.x; j < len; j += blockDim.x) {
-        A v = Elem<T>::load(row[j]);
-        m = (v > m || v != v) ? v : m;
-    }
-    A max = block_reduce(m, scratch, true);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) m = MaxRed::combine<A>(m, Elem<T>::load(row[j]));
+    A max = block_reduce<A, MaxRed>(m, scratch);
+    // An all -inf row: shift by 0 so the result is NaN-free where PyTorch's is.
+    A shift0 = (max == neg_infinity<A>()) ? A(0) : max;
     A acc = A(0);
-    for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += d_exp(Elem<T>::load(row[j]) - max);
-    A total = block_reduce(acc, scratch, false);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += d_exp(Elem<T>::load(row[j]) - shift0);
+    A total = block_reduce<A, SumRed>(acc, scratch);
     if (log) {
-        A shift = max + d_log(total);
+        A shift = shift0 + d_log(total);
         for (usize j = threadIdx.x; j < len; j += blockDim.x) dst[j] = Elem<T>::store(Elem<T>::load(row[j]) - shift);
     } else {
         A inv = A(1) / total;
-        for (usize j = threadIdx.x; j < len; j += blockDim.x) dst[j] = Elem<T>::store(d_exp(Elem<T>::load(row[j]) - max) * inv);
+        for (usize j = threadIdx.x; j < len; j += blockDim.x) dst[j] = Elem<T>::store(d_exp(Elem<T>::load(row[j]) - shift0) * inv);
     }
 }
 
-#define ROWS(T, SUFFIX)                                                                                          \
-    extern "C" __global__ void sum_rows_##SUFFIX(usize len, const T* src, T* out) { sum_rows<T>(len, src, out); } \
-    extern "C" __global__ void softmax_rows_##SUFFIX(usize len, const T* src, T* out) {                          \
-        softmax_rows<T>(len, src, out, false);                                                                   \
-    }                                                                                                            \
-    extern "C" __global__ void log_softmax_rows_##SUFFIX(usize len, const T* src, T* out) {                      \
-        softmax_rows<T>(len, src, out, true);                                                                    \
+// Inclusive prefix sums along the middle dim of a contiguous [outer, r, inner] buffer,
+// one thread per (outer, inner) line, accumulating in order as the CPU does.
+template <typename T>
+__device__ void cumsum_cols(usize outer, usize r, usize inner, const T* src, T* out) {
+    typedef typename Elem<T>::Acc A;
+    GRID_STRIDE(k, outer * inner) {
+        usize base = (k / inner) * r * inner + k % inner;
+        A acc = A(0);
+        for (usize j = 0; j < r; ++j) {
+            acc += Elem<T>::load(src[base + j * inner]);
+            out[base + j * inner] = Elem<T>::store(acc);
+        }
     }
+}
 
-ROWS(float, f32)
-ROWS(double, f64)
-ROWS(Half, f16)
-ROWS(BFloat, bf16)
+#define SOFTMAX_F(T, SUFFIX)                                                                                  \
+    extern "C" __global__ void softmax_rows_##SUFFIX(usize len, const T* src, T* out) {                       \
+        softmax_rows<T>(len, src, out, false);                                                                \
+    }                                                                                                         \
+    extern "C" __global__ void log_softmax_rows_##SUFFIX(usize len, const T* src, T* out) {                   \
+        softmax_rows<T>(len, src, out, true);                                                                 \
+    }                                                                                                         \
+    extern "C" __global__ void cumsum_cols_##SUFFIX(usize outer, usize r, usize inner, const T* src, T* out) { \
+        cumsum_cols<T>(outer, r, inner, src, out);                                                            \
+    }
+FOR_FLOATS(SOFTMAX_F)
+extern "C" __global__ void cumsum_cols_i64(usize outer, usize r, usize inner, const long long* src, long long* out) {
+    cumsum_cols<long long>(outer, r, inner, src, out);
+}
