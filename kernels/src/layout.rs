@@ -292,8 +292,18 @@ impl Layout {
 }
 
 /// Merges adjacent dims that are contiguous with each other in every operand, so that
-/// strided loops run over as few, as long rows as possible.
-pub(crate) fn coalesce<const K: usize>(
+/// strided loops run over as few, as long rows as possible. Size-1 dims are dropped; an
+/// index space of one element becomes `[1]` with stride 0.
+///
+/// ```
+/// use ferrograd_kernels::coalesce;
+/// // a contiguous [2, 3] operand and a broadcast row: the first merges, the second can't
+/// let (shape, [a, b]) = coalesce(&[2, 3], [&[3, 1], &[0, 1]]);
+/// assert_eq!((shape.as_slice(), a.as_slice(), b.as_slice()), (&[2, 3][..], &[3, 1][..], &[0, 1][..]));
+/// let (shape, [a]) = coalesce(&[2, 3], [&[3, 1]]);
+/// assert_eq!((shape.as_slice(), a.as_slice()), (&[6][..], &[1][..]));
+/// ```
+pub fn coalesce<const K: usize>(
     shape: &[usize],
     strides: [&[usize]; K],
 ) -> (Dims, [Dims; K]) {

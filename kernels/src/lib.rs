@@ -21,7 +21,7 @@ mod dtype;
 mod layout;
 
 pub use dtype::{DType, Element, FloatElement, NumElement, Real};
-pub use layout::{Dims, Layout, broadcast_shapes};
+pub use layout::{Dims, Layout, broadcast_shapes, coalesce};
 
 #[doc(hidden)]
 pub use half;

@@ -1,7 +1,7 @@
 //! Elementwise ops: binary arithmetic with broadcasting and type promotion, unary math,
 //! comparisons, `where`, and the operator impls.
 
-use super::{broadcast_shape, check_same_device};
+use super::{broadcast_shape, check_same_device, gpu};
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
 use crate::{DType, Tensor};
@@ -11,11 +11,21 @@ use ferrograd_kernels::{Element, NumElement, Real, with_dtype, with_float_dtype,
 /// A scalar function applied in the accumulator type (f32 for half types).
 pub(crate) trait UnaryKernel: Sync {
     fn apply<A: Real>(&self, x: A) -> A;
+
+    /// The CUDA kernel computing the same function, with its two scalar parameters.
+    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
+        None
+    }
 }
 
 /// A binary function applied in the accumulator type.
 pub(crate) trait BinaryKernel: Sync {
     fn apply<A: NumElement>(&self, a: A, b: A) -> A;
+
+    /// The CUDA kernel computing the same function (`add`, `assign`, ...).
+    fn cuda(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A binary function that needs floating-point math.
@@ -29,43 +39,46 @@ fn c<A: Real>(v: f64) -> A {
 }
 
 macro_rules! unary_kernel {
-    ($name:ident, |$x:ident| $body:expr) => {
+    ($name:ident, $cuda:literal, |$x:ident| $body:expr) => {
         pub(crate) struct $name;
         impl UnaryKernel for $name {
             #[inline(always)]
             fn apply<A: Real>(&self, $x: A) -> A {
                 $body
             }
+            fn cuda(&self) -> Option<(&'static str, f64, f64)> {
+                Some(($cuda, 0.0, 0.0))
+            }
         }
     };
 }
 
-unary_kernel!(ExpK, |x| x.exp_vec());
-unary_kernel!(LogK, |x| x.ln());
-unary_kernel!(SqrtK, |x| x.sqrt());
-unary_kernel!(RsqrtK, |x| x.sqrt().recip());
-unary_kernel!(SinK, |x| x.sin());
-unary_kernel!(CosK, |x| x.cos());
-unary_kernel!(TanhK, |x| x.tanh());
+unary_kernel!(ExpK, "exp", |x| x.exp_vec());
+unary_kernel!(LogK, "log", |x| x.ln());
+unary_kernel!(SqrtK, "sqrt", |x| x.sqrt());
+unary_kernel!(RsqrtK, "rsqrt", |x| x.sqrt().recip());
+unary_kernel!(SinK, "sin", |x| x.sin());
+unary_kernel!(CosK, "cos", |x| x.cos());
+unary_kernel!(TanhK, "tanh", |x| x.tanh());
 // e^-|x| never overflows, so both branches are stable; the select vectorises.
-unary_kernel!(SigmoidK, |x| {
+unary_kernel!(SigmoidK, "sigmoid", |x| {
     let e = (-x.abs()).exp_vec();
     let r = A::one() / (A::one() + e);
     if x >= A::zero() { r } else { e * r }
 });
-unary_kernel!(ReluK, |x| if x > A::zero() { x } else { A::zero() });
-unary_kernel!(ErfK, |x| x.erf());
-unary_kernel!(GeluErfK, |x| c::<A>(0.5)
+unary_kernel!(ReluK, "relu", |x| if x > A::zero() { x } else { A::zero() });
+unary_kernel!(ErfK, "erf", |x| x.erf());
+unary_kernel!(GeluErfK, "gelu", |x| c::<A>(0.5)
     * x
     * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf()));
-unary_kernel!(GeluTanhK, |x| {
+unary_kernel!(GeluTanhK, "gelu_tanh", |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
     c::<A>(0.5) * x * (A::one() + inner.tanh())
 });
-unary_kernel!(SiluK, |x| x / (A::one() + (-x).exp_vec()));
-unary_kernel!(NegK, |x| -x);
-unary_kernel!(AbsK, |x| x.abs());
-unary_kernel!(SignK, |x| if x > A::zero() {
+unary_kernel!(SiluK, "silu", |x| x / (A::one() + (-x).exp_vec()));
+unary_kernel!(NegK, "neg", |x| -x);
+unary_kernel!(AbsK, "abs", |x| x.abs());
+unary_kernel!(SignK, "sign", |x| if x > A::zero() {
     A::one()
 } else if x < A::zero() {
     -A::one()
@@ -83,6 +96,9 @@ impl UnaryKernel for PowScalarK {
             x.powf(c(self.0))
         }
     }
+    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
+        Some(("pow_scalar", self.0, 0.0))
+    }
 }
 
 /// `x * mul + add` with the constants in the accumulation type: for f16/bf16 tensors a
@@ -97,6 +113,9 @@ impl UnaryKernel for AffineK {
     fn apply<A: Real>(&self, x: A) -> A {
         x * c::<A>(self.mul) + c::<A>(self.add)
     }
+    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
+        Some(("affine", self.mul, self.add))
+    }
 }
 
 /// `x / divisor` in the accumulation type (see [`AffineK`]).
@@ -105,6 +124,9 @@ impl UnaryKernel for DivScalarK {
     #[inline(always)]
     fn apply<A: Real>(&self, x: A) -> A {
         x / c::<A>(self.0)
+    }
+    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
+        Some(("div_scalar", self.0, 0.0))
     }
 }
 
@@ -122,32 +144,38 @@ impl UnaryKernel for ClampK {
             x
         }
     }
+    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
+        Some(("clamp", self.0, self.1))
+    }
 }
 
 macro_rules! binary_kernel {
-    ($name:ident, |$a:ident, $b:ident| $body:expr) => {
+    ($name:ident, $cuda:literal, |$a:ident, $b:ident| $body:expr) => {
         pub(crate) struct $name;
         impl BinaryKernel for $name {
             #[inline(always)]
             fn apply<A: NumElement>(&self, $a: A, $b: A) -> A {
                 $body
             }
+            fn cuda(&self) -> Option<&'static str> {
+                Some($cuda)
+            }
         }
     };
 }
 
-binary_kernel!(AddK, |a, b| a + b);
-binary_kernel!(SubK, |a, b| a - b);
-binary_kernel!(MulK, |a, b| a * b);
-binary_kernel!(DivK, |a, b| a / b);
+binary_kernel!(AddK, "add", |a, b| a + b);
+binary_kernel!(SubK, "sub", |a, b| a - b);
+binary_kernel!(MulK, "mul", |a, b| a * b);
+binary_kernel!(DivK, "div", |a, b| a / b);
 
-binary_kernel!(MaxK, |a, b| if a.partial_cmp(&a).is_none() || a > b {
+binary_kernel!(MaxK, "maximum", |a, b| if a.partial_cmp(&a).is_none() || a > b {
     a
 } else {
     b
 });
 
-binary_kernel!(MinK, |a, b| if a.partial_cmp(&a).is_none() || a < b {
+binary_kernel!(MinK, "minimum", |a, b| if a.partial_cmp(&a).is_none() || a < b {
     a
 } else {
     b
@@ -173,6 +201,18 @@ enum Cmp {
 }
 
 impl Cmp {
+    /// The CUDA kernel of this comparison.
+    fn cuda(self) -> &'static str {
+        match self {
+            Cmp::Eq => "eq",
+            Cmp::Ne => "ne",
+            Cmp::Lt => "lt",
+            Cmp::Le => "le",
+            Cmp::Gt => "gt",
+            Cmp::Ge => "ge",
+        }
+    }
+
     #[inline(always)]
     fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
@@ -192,6 +232,11 @@ impl Tensor {
     fn map_float<K: UnaryKernel>(&self, op: &'static str, kernel: &K) -> Tensor {
         if !self.dtype().is_float() {
             return self.to_dtype(DType::F32).map_float(op, kernel);
+        }
+        if let Some((name, p0, p1)) = kernel.cuda()
+            && let Some(out) = gpu::unary(self, op, name, p0, p1)
+        {
+            return out;
         }
         self.map_storage(op, |s, l| {
             with_float_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x: T| T::from_acc(kernel.apply(x.to_acc())))),
@@ -226,6 +271,11 @@ impl Tensor {
     ) -> Tensor {
         let la = a.layout().broadcast_to(shape);
         let lb = b.layout().broadcast_to(shape);
+        if let Some(name) = kernel.cuda()
+            && let Some(out) = gpu::binary(a, &la, b, &lb, shape, op, name, a.dtype())
+        {
+            return out;
+        }
         let storage = a.with_cpu(op, |sa, _| {
             b.with_cpu(op, |sb, _| {
                 with_num_dtype!(sa.dtype(), T => T::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
@@ -233,7 +283,7 @@ impl Tensor {
                     else panic!("{op}: not supported for bool tensors (shapes {:?} and {:?})", a.shape(), b.shape()))
             })
         });
-        Tensor::from_cpu(storage, shape)
+        Tensor::from_cpu_on(storage, shape, a.device())
     }
 
     /// Elementwise sum with broadcasting (`a + b`).
@@ -350,13 +400,15 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        let storage = a.with_cpu("pow", |sa, _| {
-            b.with_cpu("pow", |sb, _| {
-                with_float_dtype!(sa.dtype(), T => T::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
-                    |x: T, y: T| T::from_acc(PowK.apply(x.to_acc(), y.to_acc())))), else unreachable!("float result"))
-            })
+        let out = gpu::binary(&a, &la, &b, &lb, &shape, "pow", "pow", a.dtype()).unwrap_or_else(|| {
+            let storage = a.with_cpu("pow", |sa, _| {
+                b.with_cpu("pow", |sb, _| {
+                    with_float_dtype!(sa.dtype(), T => T::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
+                        |x: T, y: T| T::from_acc(PowK.apply(x.to_acc(), y.to_acc())))), else unreachable!("float result"))
+                })
+            });
+            Tensor::from_cpu_on(storage, &shape, a.device())
         });
-        let out = Tensor::from_cpu(storage, &shape);
         record(out.clone(), "pow", &[&a, &b], || {
             let (sa, sb, so) = (
                 SavedTensor::new(&a),
@@ -454,6 +506,13 @@ impl Tensor {
             .expect("scalar on an existing device")
     }
 
+    /// Whether a scalar operand is applied inside a unary kernel (`AffineK`) instead of
+    /// as a 0-d tensor: for f16/bf16 (the scalar stays in f32), and for float tensors on a
+    /// device (no upload of the scalar). The results are the same for f32/f64.
+    pub(crate) fn scalar_in_kernel(&self) -> bool {
+        self.dtype().is_half() || (self.dtype().is_float() && self.device().is_cuda())
+    }
+
     /// `self + value`.
     ///
     /// ```
@@ -461,7 +520,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1i64], &[1]).add_scalar(2.0).to_vec::<i64>(), vec![3]);
     /// ```
     pub fn add_scalar(&self, value: f64) -> Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.affine("add", 1.0, value);
         }
         self.add(&self.scalar_operand(value))
@@ -474,7 +533,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).sub_scalar(2.0).to_vec::<f32>(), vec![-1.0]);
     /// ```
     pub fn sub_scalar(&self, value: f64) -> Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.affine("sub", 1.0, -value);
         }
         self.sub(&self.scalar_operand(value))
@@ -487,7 +546,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).rsub_scalar(3.0).to_vec::<f32>(), vec![2.0]);
     /// ```
     pub fn rsub_scalar(&self, value: f64) -> Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.affine("rsub", -1.0, value);
         }
         self.scalar_operand(value).sub(self)
@@ -500,7 +559,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.5f32], &[1]).mul_scalar(2.0).to_vec::<f32>(), vec![3.0]);
     /// ```
     pub fn mul_scalar(&self, value: f64) -> Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.affine("mul", value, 0.0);
         }
         self.mul(&self.scalar_operand(value))
@@ -518,7 +577,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).div_scalar(2.0).to_vec::<f32>(), vec![1.5]);
     /// ```
     pub fn div_scalar(&self, value: f64) -> Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.unary_op("div", DivScalarK(value), move |_, _, g| g.div_scalar(value));
         }
         self.div(&self.scalar_operand(value))
@@ -839,12 +898,15 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
+        if let Some(out) = gpu::binary(&a, &la, &b, &lb, &shape, op, cmp.cuda(), DType::Bool) {
+            return out;
+        }
         let storage = a.with_cpu(op, |sa, _| {
             b.with_cpu(op, |sb, _| {
                 with_dtype!(dtype, T => bool::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb, |x: T, y: T| cmp.eval(x, y))))
             })
         });
-        Tensor::from_cpu(storage, &shape)
+        Tensor::from_cpu_on(storage, &shape, a.device())
     }
 
     fn compare_scalar(&self, value: f64, cmp: Cmp, op: &str) -> Tensor {
@@ -935,6 +997,11 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
+        if let Some(out) =
+            gpu::binary(&a, &la, &b, &lb, &shape, "logical_and", "logical_and", DType::Bool)
+        {
+            return out;
+        }
         let storage = a.with_cpu("logical_and", |sa, _| {
             b.with_cpu("logical_and", |sb, _| {
                 bool::into_storage(binary_map(
@@ -946,7 +1013,7 @@ impl Tensor {
                 ))
             })
         });
-        Tensor::from_cpu(storage, &shape)
+        Tensor::from_cpu_on(storage, &shape, a.device())
     }
 
     /// Elementwise logical not of a bool tensor.
@@ -986,15 +1053,17 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        let storage = cond.with_cpu("where", |sc, _| {
-            a.with_cpu("where", |sa, _| {
-                b.with_cpu("where", |sb, _| {
-                    with_dtype!(sa.dtype(), T => T::into_storage(ternary_map(sc.typed::<bool>(), &lc, sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
-                        |c: bool, x: T, y: T| if c { x } else { y })))
+        let out = gpu::where_(&cond, &lc, &a, &la, &b, &lb, &shape).unwrap_or_else(|| {
+            let storage = cond.with_cpu("where", |sc, _| {
+                a.with_cpu("where", |sa, _| {
+                    b.with_cpu("where", |sb, _| {
+                        with_dtype!(sa.dtype(), T => T::into_storage(ternary_map(sc.typed::<bool>(), &lc, sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
+                            |c: bool, x: T, y: T| if c { x } else { y })))
+                    })
                 })
-            })
+            });
+            Tensor::from_cpu_on(storage, &shape, a.device())
         });
-        let out = Tensor::from_cpu(storage, &shape);
         record(out, "where", &[&a, &b], || {
             let (sa, sb) = (Shape(a.shape().into()), Shape(b.shape().into()));
             move |ctx, g: &Tensor| {

@@ -1,9 +1,9 @@
 //! In-place ops (`add_`, `mul_`, `fill_`, ...). Each bumps the storage version, so a tensor
 //! saved for backward and then modified is caught when backward runs.
 
+use super::gpu;
 use super::elementwise::{AddK, AffineK, BinaryKernel, DivK, MulK, SubK, UnaryKernel};
 use crate::autograd::{AutogradMeta, is_grad_enabled};
-use crate::storage::Storage;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{binary_inplace, fill_strided, unary_inplace};
 use ferrograd_kernels::{
@@ -58,15 +58,15 @@ impl Tensor {
             other
         };
         let other_layout = other.layout().broadcast_to(self.shape());
-        let mut guard = self.storage_cell().write();
-        let Storage::Cpu(dst) = &mut *guard else {
-            panic!(
-                "{op}: CUDA kernels are not available yet (tensor on {})",
-                self.device()
-            )
-        };
-        other.with_cpu(op, |src, _| {
-            with_num_dtype!(dst.dtype(), T => binary_inplace(dst.typed_mut::<T>(), self.layout(), src.typed::<T>(), &other_layout,
+        if let Some(name) = kernel.cuda()
+            && gpu::binary_inplace(self, self.layout(), &other, &other_layout, op, name)
+        {
+            return self;
+        }
+        // Read the operand before locking this storage for writing.
+        let src = other.with_cpu(op, |src, _| src.clone());
+        self.with_cpu_mut(op, |dst, layout| {
+            with_num_dtype!(dst.dtype(), T => binary_inplace(dst.typed_mut::<T>(), layout, src.typed::<T>(), &other_layout,
                 |a: T, b: T| T::from_acc(kernel.apply(a.to_acc(), b.to_acc()))), else unreachable!("bool rejected"))
         });
         self
@@ -79,14 +79,7 @@ impl Tensor {
         f: impl FnOnce(&mut ferrograd_kernels::cpu::CpuStorage, &ferrograd_kernels::Layout),
     ) -> &Tensor {
         self.check_inplace(op);
-        let mut guard = self.storage_cell().write();
-        let Storage::Cpu(dst) = &mut *guard else {
-            panic!(
-                "{op}: CUDA kernels are not available yet (tensor on {})",
-                self.device()
-            )
-        };
-        f(dst, self.layout());
+        self.with_cpu_mut(op, f);
         self
     }
 
@@ -152,10 +145,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add_scalar_(&self, value: f64) -> &Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.affine_("add_scalar_", 1.0, value);
         }
-        self.inplace_binary(&Tensor::scalar(value, self.dtype()), "add_", &AddK)
+        self.inplace_binary(&self.scalar_on_device(value), "add_", &AddK)
     }
 
     /// `self *= value` in place.
@@ -168,10 +161,17 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul_scalar_(&self, value: f64) -> &Tensor {
-        if self.dtype().is_half() {
+        if self.scalar_in_kernel() {
             return self.affine_("mul_scalar_", value, 0.0);
         }
-        self.inplace_binary(&Tensor::scalar(value, self.dtype()), "mul_", &MulK)
+        self.inplace_binary(&self.scalar_on_device(value), "mul_", &MulK)
+    }
+
+    /// `value` as a 0-d tensor of this dtype on this device.
+    fn scalar_on_device(&self, value: f64) -> Tensor {
+        Tensor::scalar(value, self.dtype())
+            .to_device(&self.device())
+            .expect("scalar on an existing device")
     }
 
     /// `self = self * mul + add` in place for f16/bf16, with the scalars kept in f32 (the
@@ -179,6 +179,10 @@ impl Tensor {
     #[track_caller]
     fn affine_(&self, op: &str, mul: f64, add: f64) -> &Tensor {
         let kernel = AffineK { mul, add };
+        self.check_inplace(op);
+        if gpu::unary_inplace(self, op, "affine", mul, add) {
+            return self;
+        }
         self.inplace_map(op, |dst, layout| {
             with_float_dtype!(dst.dtype(), T => unary_inplace(dst.typed_mut::<T>(), layout,
                 |x: T| T::from_acc(kernel.apply(x.to_acc()))), else unreachable!("half dtype"))
@@ -202,6 +206,10 @@ impl Tensor {
                 a + A::from_f64(self.0) * b
             }
         }
+        if self.device().is_cuda() && self.dtype().is_float() {
+            // One scaling launch, then the in-place add (no fused axpy kernel yet).
+            return self.add_(&other.detach().to_dtype(self.dtype()).mul_scalar(alpha));
+        }
         self.inplace_binary(other, "add_", &Axpy(alpha))
     }
 
@@ -215,6 +223,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn fill_(&self, value: f64) -> &Tensor {
+        self.check_inplace("fill_");
+        if gpu::unary_inplace(self, "fill_", "fill", value, 0.0) {
+            return self;
+        }
         self.inplace_map("fill_", |dst, layout| {
             with_dtype!(dst.dtype(), T => fill_strided(dst.typed_mut::<T>(), layout, T::from_f64(value)))
         })
@@ -249,6 +261,9 @@ impl Tensor {
             fn apply<A: NumElement>(&self, _: A, b: A) -> A {
                 b
             }
+            fn cuda(&self) -> Option<&'static str> {
+                Some("assign")
+            }
         }
         if self.dtype() == DType::Bool {
             self.check_inplace("copy_");
@@ -273,6 +288,10 @@ impl Tensor {
             min <= max,
             "clamp_: min ({min}) must not exceed max ({max})"
         );
+        self.check_inplace("clamp_");
+        if gpu::unary_inplace(self, "clamp_", "clamp", min, max) {
+            return self;
+        }
         self.inplace_map("clamp_", |dst, layout| {
             with_dtype!(dst.dtype(), T => unary_inplace(dst.typed_mut::<T>(), layout, |x: T| {
                 let v = x.to_f64();

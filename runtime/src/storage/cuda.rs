@@ -1,12 +1,15 @@
 //! CUDA storage through `cudarc` (libraries loaded at run time, so building needs no CUDA
 //! install): device buffers come from a per-device [`CachingAllocator`] over the driver's
-//! `cuMemAlloc`. Kernels for ops on this storage arrive with the CUDA backend; for now
-//! tensors move to and from the GPU.
+//! `cuMemAlloc`; work is queued on the device's stream and the host waits only when it
+//! reads. [`ops`] launches the NVRTC-compiled kernels and cuBLAS on this storage.
+
+pub(crate) mod ops;
 
 use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory};
 use crate::{Device, Error, Result};
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use ferrograd_kernels::cpu::{CpuStorage, unary_map};
+use ferrograd_kernels::cuda::KernelModule;
 use ferrograd_kernels::{DType, Element, Layout, with_dtype};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -114,9 +117,89 @@ pub(crate) fn synchronize(ordinal: usize) -> Result<()> {
     context(ordinal)?.synchronize().map_err(device_err(ordinal))
 }
 
-static CONTEXTS: Mutex<Option<HashMap<usize, Arc<CudaContext>>>> = Mutex::new(None);
+/// One GPU as the runtime uses it: its context, the stream all its work is queued on,
+/// its architecture, the kernels loaded so far and the cuBLAS handle.
+pub(crate) struct GpuDevice {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: String,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    blas: Mutex<Option<ops::Blas>>,
+}
 
-fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
+impl std::fmt::Debug for GpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuDevice(cuda:{}, {})", self.ordinal, self.arch)
+    }
+}
+
+impl GpuDevice {
+    /// The kernel `name` of `module`, compiled (NVRTC, cached per process) and loaded into
+    /// this context on first use.
+    pub(crate) fn function(&self, module: KernelModule, name: &str) -> Result<CudaFunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = functions.get(name) {
+            return Ok(f.clone());
+        }
+        let loaded = {
+            let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+            match modules.get(module.name) {
+                Some(m) => m.clone(),
+                None => {
+                    if !ferrograd_kernels::cuda::nvrtc_available() {
+                        return Err(Error::CudaLibraryMissing {
+                            library: "libnvrtc (CUDA's run-time compiler)",
+                        });
+                    }
+                    let image = module.compile_cached(&self.arch).map_err(|e| {
+                        Error::CudaDevice {
+                            ordinal: self.ordinal,
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    let m = self
+                        .ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
+                        .map_err(device_err(self.ordinal))?;
+                    modules.insert(module.name, m.clone());
+                    m
+                }
+            }
+        };
+        let f = loaded
+            .load_function(name)
+            .map_err(device_err(self.ordinal))?;
+        functions.insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// A new buffer of `len` elements of `dtype` on this device (contents undefined).
+    pub(crate) fn alloc(self: &Arc<Self>, dtype: DType, len: usize) -> Result<CudaStorage> {
+        let block = allocate(self.ordinal, (len * dtype.size_in_bytes()).max(1))?;
+        Ok(CudaStorage {
+            block: Some(block),
+            len,
+            dtype,
+            stream: self.stream.clone(),
+            ordinal: self.ordinal,
+        })
+    }
+}
+
+static DEVICES: Mutex<Option<HashMap<usize, Arc<GpuDevice>>>> = Mutex::new(None);
+
+/// Device `ordinal`, opened on first use.
+pub(crate) fn gpu(ordinal: usize) -> Result<Arc<GpuDevice>> {
     // SAFETY: `is_culib_present` only tries to dlopen the driver library and reports
     // whether that worked; it touches no CUDA state.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
@@ -124,17 +207,29 @@ fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
             library: "libcuda (the NVIDIA driver)",
         });
     }
-    let mut guard = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
     let map = guard.get_or_insert_with(HashMap::new);
-    if let Some(ctx) = map.get(&ordinal) {
-        return Ok(ctx.clone());
+    if let Some(dev) = map.get(&ordinal) {
+        return Ok(dev.clone());
     }
-    let ctx = CudaContext::new(ordinal).map_err(|e| Error::CudaDevice {
+    let err = device_err(ordinal);
+    let ctx = CudaContext::new(ordinal).map_err(&err)?;
+    let (major, minor) = ctx.compute_capability().map_err(&err)?;
+    let dev = Arc::new(GpuDevice {
         ordinal,
-        reason: e.to_string(),
-    })?;
-    map.insert(ordinal, ctx.clone());
-    Ok(ctx)
+        stream: ctx.default_stream(),
+        ctx,
+        arch: format!("sm_{major}{minor}"),
+        modules: Mutex::new(HashMap::new()),
+        functions: Mutex::new(HashMap::new()),
+        blas: Mutex::new(None),
+    });
+    map.insert(ordinal, dev.clone());
+    Ok(dev)
+}
+
+fn context(ordinal: usize) -> Result<Arc<CudaContext>> {
+    gpu(ordinal).map(|d| d.ctx.clone())
 }
 
 pub(crate) fn cuda_device_available(ordinal: usize) -> bool {
@@ -162,26 +257,62 @@ impl CudaStorage {
         self.ordinal
     }
 
-    fn address(&self) -> u64 {
-        self.block
-            .as_ref()
-            .expect("live storage has a block")
-            .address
+    /// The number of elements in the buffer.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The device address of element `offset`.
+    pub(crate) fn address_of(&self, offset: usize) -> u64 {
+        let block = self.block.as_ref().expect("live storage has a block");
+        block.address + (offset * self.dtype.size_in_bytes()) as u64
+    }
+
+    /// The device this buffer lives on.
+    pub(crate) fn device(&self) -> Arc<GpuDevice> {
+        gpu(self.ordinal).expect("a device that holds storage is open")
+    }
+
+    /// The whole buffer in host memory, after the work queued on the stream has finished.
+    pub(crate) fn download(&self) -> Result<CpuStorage> {
+        let err = device_err(self.ordinal);
+        self.stream.synchronize().map_err(&err)?;
+        let (len, address) = (self.len, self.address_of(0));
+        Ok(with_dtype!(self.dtype, T => {
+            let mut host = vec![T::default(); len];
+            if len > 0 {
+                // SAFETY: the block holds `len` initialised elements of `T` written by an
+                // upload or a kernel, and the stream is idle, so nothing writes it meanwhile.
+                unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, address) }.map_err(&err)?;
+            }
+            T::into_storage(host)
+        }))
+    }
+
+    /// Overwrites the whole buffer with `host` (same dtype and length).
+    pub(crate) fn upload(&mut self, host: &CpuStorage) -> Result<()> {
+        assert!(
+            host.dtype() == self.dtype && host.len() == self.len,
+            "upload: host buffer does not match the device buffer"
+        );
+        let err = device_err(self.ordinal);
+        let address = self.address_of(0);
+        context(self.ordinal)?.bind_to_thread().map_err(&err)?;
+        with_dtype!(self.dtype, T => {
+            let data = host.typed::<T>();
+            if !data.is_empty() {
+                // SAFETY: the block holds `len` elements of `T`; the copy is synchronous and
+                // ordered after the work queued on the (legacy default) stream.
+                unsafe { cudarc::driver::result::memcpy_htod_sync(address, data) }.map_err(&err)?;
+            }
+        });
+        Ok(())
     }
 
     /// Copies the elements of `layout` (a view of this buffer) to host memory, after the
     /// work queued on the stream has finished.
     pub(crate) fn to_cpu(&self, layout: &Layout) -> Result<CpuStorage> {
-        let err = device_err(self.ordinal);
-        self.stream.synchronize().map_err(&err)?;
-        let (len, address) = (self.len, self.address());
-        let full = with_dtype!(self.dtype, T => {
-            let mut host = vec![T::default(); len];
-            // SAFETY: the block holds `len` initialised elements of `T` written by an upload
-            // or a kernel, and the stream is idle, so nothing writes it during the copy.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, address) }.map_err(&err)?;
-            T::into_storage(host)
-        });
+        let full = self.download()?;
         Ok(
             with_dtype!(full.dtype(), T => T::into_storage(unary_map(full.typed::<T>(), layout, |x| x))),
         )
@@ -192,27 +323,15 @@ impl CudaStorage {
         let Device::Cuda(ordinal) = device else {
             unreachable!("from_cpu called for {device}")
         };
-        let ctx = context(ordinal)?;
-        let stream = ctx.default_stream();
-        let err = device_err(ordinal);
-        let dtype = src.dtype();
-        with_dtype!(dtype, T => {
-            let host: Vec<T> = unary_map(src.typed::<T>(), layout, |x| x);
-            let bytes = host.len() * std::mem::size_of::<T>();
-            let block = allocate(ordinal, bytes)?;
-            let storage = CudaStorage {
-                len: host.len(),
-                block: Some(block),
-                dtype,
-                stream,
-                ordinal,
-            };
-            ctx.bind_to_thread().map_err(&err)?;
-            // SAFETY: the block is at least `bytes` long and owned by `storage`; the copy is
-            // synchronous, so `host` outlives it.
-            unsafe { cudarc::driver::result::memcpy_htod_sync(storage.address(), &host) }
-                .map_err(&err)?;
-            Ok(storage)
-        })
+        let dev = gpu(ordinal)?;
+        let host = if layout.contiguous_range() == Some(0..src.len()) {
+            None
+        } else {
+            Some(with_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout, |x| x))))
+        };
+        let host = host.as_ref().unwrap_or(src);
+        let mut storage = dev.alloc(host.dtype(), host.len())?;
+        storage.upload(host)?;
+        Ok(storage)
     }
 }

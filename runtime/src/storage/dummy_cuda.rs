@@ -18,7 +18,19 @@ impl CudaStorage {
         match *self {}
     }
 
+    pub(crate) fn len(&self) -> usize {
+        match *self {}
+    }
+
     pub(crate) fn to_cpu(&self, _layout: &Layout) -> Result<CpuStorage> {
+        match *self {}
+    }
+
+    pub(crate) fn download(&self) -> Result<CpuStorage> {
+        match *self {}
+    }
+
+    pub(crate) fn upload(&mut self, _host: &CpuStorage) -> Result<()> {
         match *self {}
     }
 

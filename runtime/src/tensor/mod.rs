@@ -113,22 +113,58 @@ impl Tensor {
     fn storage_len(&self) -> usize {
         match &*self.0.storage.read() {
             Storage::Cpu(s) => s.len(),
-            Storage::Cuda(_) => usize::MAX,
+            Storage::Cuda(s) => s.len(),
         }
     }
 
-    /// Runs `f` on the CPU elements of this tensor; names `op` when the tensor is elsewhere.
+    /// Runs `f` on the CPU elements of this tensor. A tensor on another device is read
+    /// whole into host memory first (the host fallback for ops without a device kernel:
+    /// it waits for the device, and is counted in `cuda::host_fallbacks`); the layout stays
+    /// valid because the whole buffer is copied.
     #[track_caller]
     pub(crate) fn with_cpu<R>(&self, op: &str, f: impl FnOnce(&CpuStorage, &Layout) -> R) -> R {
         let guard = self.0.storage.read();
         match &*guard {
             Storage::Cpu(s) => f(s, &self.0.layout),
-            Storage::Cuda(_) => panic!(
-                "{op}: CUDA kernels are not available yet (tensor on {}); move it to the CPU with \
-                 `.to_device(&Device::Cpu)`",
-                self.device()
-            ),
+            Storage::Cuda(s) => {
+                crate::ops::gpu::note_host_fallback(op);
+                let host = s
+                    .download()
+                    .unwrap_or_else(|e| panic!("{op}: reading from {} failed: {e}", self.device()));
+                f(&host, &self.0.layout)
+            }
         }
+    }
+
+    /// Runs `f` on this tensor's elements for writing; on a device, through a host copy of
+    /// the whole buffer that is written back afterwards (the host fallback).
+    #[track_caller]
+    pub(crate) fn with_cpu_mut<R>(&self, op: &str, f: impl FnOnce(&mut CpuStorage, &Layout) -> R) -> R {
+        let mut guard = self.0.storage.write();
+        match &mut *guard {
+            Storage::Cpu(s) => f(s, &self.0.layout),
+            Storage::Cuda(s) => {
+                crate::ops::gpu::note_host_fallback(op);
+                let device = self.0.device;
+                let fail = |e: crate::Error| -> ! { panic!("{op}: on {device} failed: {e}") };
+                let mut host = s.download().unwrap_or_else(|e| fail(e));
+                let out = f(&mut host, &self.0.layout);
+                s.upload(&host).unwrap_or_else(|e| fail(e));
+                out
+            }
+        }
+    }
+
+    /// A contiguous tensor of `shape` holding `storage` (computed on the host), placed on
+    /// `device`: the end of a host-fallback op on a device tensor.
+    #[track_caller]
+    pub(crate) fn from_cpu_on(storage: CpuStorage, shape: &[usize], device: Device) -> Tensor {
+        let t = Tensor::from_cpu(storage, shape);
+        if device == Device::Cpu {
+            return t;
+        }
+        t.to_device(&device)
+            .unwrap_or_else(|e| panic!("writing a result to {device} failed: {e}"))
     }
 
     pub(crate) fn read_storage(&self) -> RwLockReadGuard<'_, Storage> {
@@ -490,8 +526,10 @@ impl Tensor {
     /// assert_eq!(a.to_vec::<f32>(), vec![0.0, 0.0]);
     /// ```
     pub fn deep_copy(&self) -> Tensor {
-        let out = self.map_storage("clone", |s, l| {
-            with_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x| x)))
+        let out = crate::ops::gpu::cast(self, self.dtype(), "clone").unwrap_or_else(|| {
+            self.map_storage("clone", |s, l| {
+                with_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x| x)))
+            })
         });
         autograd::record(out, "clone", &[self], || {
             |_, g: &Tensor| vec![Some(g.clone())]
@@ -506,7 +544,7 @@ impl Tensor {
         f: impl FnOnce(&CpuStorage, &Layout) -> CpuStorage,
     ) -> Tensor {
         let storage = self.with_cpu(op, f);
-        Tensor::from_cpu(storage, self.shape())
+        Tensor::from_cpu_on(storage, self.shape(), self.device())
     }
 
     /// Converts to another dtype (`tensor.to(dtype)`); differentiable between float types.
@@ -520,8 +558,10 @@ impl Tensor {
         if dtype == self.dtype() {
             return self.clone();
         }
-        let out = self.map_storage("to_dtype", |s, l| {
-            with_dtype!(s.dtype(), T => with_dtype!(dtype, U => U::into_storage(cast::<T, U>(s.typed::<T>(), l))))
+        let out = crate::ops::gpu::cast(self, dtype, "to_dtype").unwrap_or_else(|| {
+            self.map_storage("to_dtype", |s, l| {
+                with_dtype!(s.dtype(), T => with_dtype!(dtype, U => U::into_storage(cast::<T, U>(s.typed::<T>(), l))))
+            })
         });
         let from = self.dtype();
         autograd::record(out, "to_dtype", &[self], move || {

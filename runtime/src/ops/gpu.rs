@@ -1,0 +1,348 @@
+//! Device dispatch: each function runs an op on CUDA tensors with a native kernel and
+//! returns its result, or `None`/`false` when the tensors are not all on a CUDA device or
+//! no kernel covers the dtype — the caller then takes its CPU path, which for CUDA tensors
+//! is the host fallback (download, CPU kernel, upload; counted in [`host_fallbacks`]).
+//! Without the `cuda` feature every function is `None`/`false` and compiles to nothing.
+//!
+//! A kernel launch that fails panics with the op's name, as PyTorch raises: tensor ops
+//! return tensors, not `Result`s.
+
+use crate::Tensor;
+use ferrograd_kernels::cpu::Conv2dGeometry;
+use ferrograd_kernels::{DType, Layout};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+static FALLBACKS: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+
+/// Notes that `op` ran on the host for a device tensor.
+pub(crate) fn note_host_fallback(op: &str) {
+    let mut map = FALLBACKS.lock().unwrap_or_else(|e| e.into_inner());
+    *map.entry(op.to_string()).or_default() += 1;
+}
+
+/// The ops that ran through the host for device tensors so far, with how often.
+pub(crate) fn host_fallbacks() -> Vec<(String, usize)> {
+    let map = FALLBACKS.lock().unwrap_or_else(|e| e.into_inner());
+    map.iter().map(|(k, v)| (k.clone(), *v)).collect()
+}
+
+pub(crate) fn clear_host_fallbacks() {
+    FALLBACKS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// Declares each dispatch function once: the CUDA implementation in `imp` with the
+/// feature, `Default` (None / false) without it.
+macro_rules! dispatch {
+    ($( $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty; )*) => {
+        $(
+            $(#[$m])*
+            #[cfg(feature = "cuda")]
+            #[inline]
+            #[track_caller]
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) fn $name($($arg: $ty),*) -> $ret {
+                imp::$name($($arg),*)
+            }
+
+            $(#[$m])*
+            #[cfg(not(feature = "cuda"))]
+            #[inline(always)]
+            #[allow(unused_variables, clippy::too_many_arguments)]
+            pub(crate) fn $name($($arg: $ty),*) -> $ret {
+                Default::default()
+            }
+        )*
+    };
+}
+
+dispatch! {
+    /// `kernel(x, p0, p1)` for a float tensor (`exp`, `affine`, `clamp`, ...).
+    fn unary(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> Option<Tensor>;
+    /// `a kernel b` over `shape` with broadcast layouts; `out_dtype` is bool for comparisons.
+    fn binary(a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout, shape: &[usize], op: &str, kernel: &str, out_dtype: DType) -> Option<Tensor>;
+    /// `torch.where` over `shape`.
+    fn where_(c: &Tensor, lc: &Layout, a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout, shape: &[usize]) -> Option<Tensor>;
+    /// A contiguous copy of `x` converted to `dtype`.
+    fn cast(x: &Tensor, dtype: DType, op: &str) -> Option<Tensor>;
+    /// A new tensor filled with `value` on a CUDA `device`.
+    fn full(shape: &[usize], value: f64, dtype: DType, device: &crate::Device) -> Option<Tensor>;
+    /// `x = kernel(x, p0, p1)` in place (`fill` writes p0).
+    fn unary_inplace(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> bool;
+    /// `dst[region] = dst[region] kernel src` in place (`assign` copies); `src` is another
+    /// buffer, `lsrc` broadcast to the region.
+    fn binary_inplace(dst: &Tensor, region: &Layout, src: &Tensor, lsrc: &Layout, op: &str, kernel: &str) -> bool;
+    /// `kernel` (`sum`, `prod`) over the middle dim of contiguous `x` seen as `[outer, r, inner]`.
+    fn reduce(x: &Tensor, op: &str, kernel: &str, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
+    /// Max or min over the middle dim with first-occurrence indices.
+    fn arg_reduce(x: &Tensor, op: &str, is_max: bool, dims: [usize; 3], out_shape: &[usize]) -> Option<(Tensor, Tensor)>;
+    /// Softmax or log-softmax of each row of contiguous `x` (`kernel` names which).
+    fn softmax_rows(x: &Tensor, op: &str, kernel: &str, rows: usize, len: usize) -> Option<Tensor>;
+    /// Inclusive prefix sums along the middle dim of contiguous `x`.
+    fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor>;
+    /// `index_select` on contiguous `x`.
+    fn index_select(x: &Tensor, index: &[i64], dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
+    /// `gather` along `dim`.
+    fn gather(x: &Tensor, index: &[i64], index_shape: &[usize], dim: usize) -> Option<Tensor>;
+    /// `out[index] += src` along `dim` in place (`out` contiguous and fresh).
+    fn scatter_add_(out: &Tensor, index: &[i64], src: &Tensor, src_view: &Layout, dim: usize) -> bool;
+    /// im2col (`fold` false) or its adjoint of contiguous `x`.
+    fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
+    /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
+    fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor>;
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::*;
+    use crate::storage::cuda::{self as backend, CudaStorage, ops as k};
+    use crate::storage::{Storage, StorageCell};
+    use std::sync::RwLockReadGuard;
+
+    /// The CUDA storage behind a tensor, read-locked.
+    struct Dev<'a>(RwLockReadGuard<'a, Storage>);
+
+    impl Dev<'_> {
+        fn get(&self) -> &CudaStorage {
+            match &*self.0 {
+                Storage::Cuda(s) => s,
+                Storage::Cpu(_) => unreachable!("checked to be on CUDA"),
+            }
+        }
+    }
+
+    fn dev(t: &Tensor) -> Option<Dev<'_>> {
+        if !t.device().is_cuda() {
+            return None;
+        }
+        let guard = t.read_storage();
+        matches!(&*guard, Storage::Cuda(_)).then(|| Dev(guard))
+    }
+
+    #[track_caller]
+    fn wrap(op: &str, r: crate::Result<CudaStorage>, shape: &[usize]) -> Tensor {
+        let s = r.unwrap_or_else(|e| panic!("{op}: {e}"));
+        Tensor::from_storage(Storage::Cuda(s), Layout::contiguous(shape))
+    }
+
+    #[track_caller]
+    fn check(op: &str, r: crate::Result<()>) -> bool {
+        r.unwrap_or_else(|e| panic!("{op}: {e}"));
+        true
+    }
+
+    /// Write access to a CUDA tensor's storage (the version counter is bumped).
+    fn write(cell: &StorageCell) -> std::sync::RwLockWriteGuard<'_, Storage> {
+        cell.write()
+    }
+
+    const NUM_KERNELS: [&str; 6] = ["add", "sub", "mul", "div", "maximum", "minimum"];
+
+    /// Whether elementwise `kernel` exists for `dtype`.
+    fn elementwise_has(kernel: &str, dtype: DType) -> bool {
+        match kernel {
+            "logical_and" => dtype == DType::Bool,
+            "assign" | "eq" | "ne" | "lt" | "le" | "gt" | "ge" => true,
+            k if NUM_KERNELS.contains(&k) => dtype != DType::Bool,
+            _ => dtype.is_float(),
+        }
+    }
+
+    #[track_caller]
+    pub(super) fn unary(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> Option<Tensor> {
+        let s = dev(x)?;
+        if !x.dtype().is_float() {
+            return None;
+        }
+        Some(wrap(op, k::unary(kernel, s.get(), x.layout(), p0, p1), x.shape()))
+    }
+
+    #[track_caller]
+    pub(super) fn binary(
+        a: &Tensor,
+        la: &Layout,
+        b: &Tensor,
+        lb: &Layout,
+        shape: &[usize],
+        op: &str,
+        kernel: &str,
+        out_dtype: DType,
+    ) -> Option<Tensor> {
+        if !elementwise_has(kernel, a.dtype()) {
+            return None;
+        }
+        let (sa, sb) = (dev(a)?, dev(b)?);
+        Some(wrap(op, k::binary(kernel, sa.get(), la, sb.get(), lb, out_dtype), shape))
+    }
+
+    #[track_caller]
+    pub(super) fn where_(
+        c: &Tensor,
+        lc: &Layout,
+        a: &Tensor,
+        la: &Layout,
+        b: &Tensor,
+        lb: &Layout,
+        shape: &[usize],
+    ) -> Option<Tensor> {
+        let (sc, sa, sb) = (dev(c)?, dev(a)?, dev(b)?);
+        Some(wrap("where", k::where_(sc.get(), lc, sa.get(), la, sb.get(), lb), shape))
+    }
+
+    #[track_caller]
+    pub(super) fn cast(x: &Tensor, dtype: DType, op: &str) -> Option<Tensor> {
+        let s = dev(x)?;
+        Some(wrap(op, k::cast(s.get(), x.layout(), dtype), x.shape()))
+    }
+
+    #[track_caller]
+    pub(super) fn full(shape: &[usize], value: f64, dtype: DType, device: &crate::Device) -> Option<Tensor> {
+        let crate::Device::Cuda(ordinal) = *device else {
+            return None;
+        };
+        let d = backend::gpu(ordinal).unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"));
+        let n = shape.iter().product();
+        Some(wrap("full", k::full(&d, dtype, n, value), shape))
+    }
+
+    #[track_caller]
+    pub(super) fn unary_inplace(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> bool {
+        if !x.device().is_cuda() || (kernel != "fill" && !x.dtype().is_float()) {
+            return false;
+        }
+        let guard = write(x.storage_cell());
+        let Storage::Cuda(s) = &*guard else {
+            return false;
+        };
+        let r = if kernel == "fill" {
+            k::fill(s, x.layout(), p0)
+        } else {
+            k::unary_inplace(kernel, s, x.layout(), p0, p1)
+        };
+        check(op, r)
+    }
+
+    #[track_caller]
+    pub(super) fn binary_inplace(
+        dst: &Tensor,
+        region: &Layout,
+        src: &Tensor,
+        lsrc: &Layout,
+        op: &str,
+        kernel: &str,
+    ) -> bool {
+        if !elementwise_has(kernel, dst.dtype()) || !src.device().is_cuda() {
+            return false;
+        }
+        let Some(s) = dev(src) else {
+            return false;
+        };
+        let guard = write(dst.storage_cell());
+        let Storage::Cuda(d) = &*guard else {
+            return false;
+        };
+        check(op, k::binary_inplace(kernel, d, region, s.get(), lsrc))
+    }
+
+    fn contiguous_offset(x: &Tensor) -> usize {
+        x.layout().contiguous_range().expect("contiguous input").start
+    }
+
+    #[track_caller]
+    pub(super) fn reduce(x: &Tensor, op: &str, kernel: &str, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor> {
+        if !(x.dtype().is_float() || x.dtype() == DType::I64) {
+            return None;
+        }
+        let s = dev(x)?;
+        Some(wrap(op, k::reduce(kernel, s.get(), contiguous_offset(x), dims), out_shape))
+    }
+
+    #[track_caller]
+    pub(super) fn arg_reduce(
+        x: &Tensor,
+        op: &str,
+        is_max: bool,
+        dims: [usize; 3],
+        out_shape: &[usize],
+    ) -> Option<(Tensor, Tensor)> {
+        let s = dev(x)?;
+        let (v, i) = k::arg_reduce(is_max, s.get(), contiguous_offset(x), dims)
+            .unwrap_or_else(|e| panic!("{op}: {e}"));
+        Some((
+            Tensor::from_storage(Storage::Cuda(v), Layout::contiguous(out_shape)),
+            Tensor::from_storage(Storage::Cuda(i), Layout::contiguous(out_shape)),
+        ))
+    }
+
+    #[track_caller]
+    pub(super) fn softmax_rows(x: &Tensor, op: &str, kernel: &str, rows: usize, len: usize) -> Option<Tensor> {
+        if !x.dtype().is_float() {
+            return None;
+        }
+        let s = dev(x)?;
+        Some(wrap(op, k::softmax_rows(kernel, s.get(), contiguous_offset(x), rows, len), x.shape()))
+    }
+
+    #[track_caller]
+    pub(super) fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor> {
+        if !(x.dtype().is_float() || x.dtype() == DType::I64) {
+            return None;
+        }
+        let s = dev(x)?;
+        Some(wrap("cumsum", k::cumsum(s.get(), contiguous_offset(x), dims), x.shape()))
+    }
+
+    #[track_caller]
+    pub(super) fn index_select(x: &Tensor, index: &[i64], dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor> {
+        let s = dev(x)?;
+        Some(wrap(
+            "index_select",
+            k::index_select(s.get(), contiguous_offset(x), dims, index),
+            out_shape,
+        ))
+    }
+
+    #[track_caller]
+    pub(super) fn gather(x: &Tensor, index: &[i64], index_shape: &[usize], dim: usize) -> Option<Tensor> {
+        let s = dev(x)?;
+        Some(wrap("gather", k::gather(s.get(), x.layout(), index, index_shape, dim), index_shape))
+    }
+
+    #[track_caller]
+    pub(super) fn scatter_add_(out: &Tensor, index: &[i64], src: &Tensor, src_view: &Layout, dim: usize) -> bool {
+        if out.dtype() == DType::Bool {
+            return false;
+        }
+        let Some(s) = dev(src) else {
+            return false;
+        };
+        let guard = write(out.storage_cell());
+        let Storage::Cuda(d) = &*guard else {
+            return false;
+        };
+        check("scatter_add", k::scatter_add(d, out.shape(), index, s.get(), src_view, dim))
+    }
+
+    #[track_caller]
+    pub(super) fn conv_columns(
+        x: &Tensor,
+        op: &str,
+        fold: bool,
+        g: &Conv2dGeometry,
+        out_shape: &[usize],
+    ) -> Option<Tensor> {
+        if x.dtype() == DType::Bool {
+            return None;
+        }
+        let s = dev(x)?;
+        Some(wrap(op, k::conv_columns(fold, s.get(), contiguous_offset(x), g), out_shape))
+    }
+
+    #[track_caller]
+    pub(super) fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor> {
+        let (sa, sb) = (dev(a)?, dev(b)?);
+        let out = k::matmul(sa.get(), a.layout(), sb.get(), b.layout())
+            .unwrap_or_else(|e| panic!("matmul: {e}"))?;
+        Some(Tensor::from_storage(Storage::Cuda(out), Layout::contiguous(out_shape)))
+    }
+}
