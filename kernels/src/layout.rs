@@ -303,10 +303,7 @@ impl Layout {
 /// let (shape, [a]) = coalesce(&[2, 3], [&[3, 1]]);
 /// assert_eq!((shape.as_slice(), a.as_slice()), (&[6][..], &[1][..]));
 /// ```
-pub fn coalesce<const K: usize>(
-    shape: &[usize],
-    strides: [&[usize]; K],
-) -> (Dims, [Dims; K]) {
+pub fn coalesce<const K: usize>(shape: &[usize], strides: [&[usize]; K]) -> (Dims, [Dims; K]) {
     let mut out_shape = Dims::new();
     let mut out_strides: [Dims; K] = std::array::from_fn(|_| Dims::new());
     for d in 0..shape.len() {

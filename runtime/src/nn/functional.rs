@@ -139,12 +139,15 @@ fn unfold_columns(
         )
     });
     let x = input.detach().contiguous();
-    let storage = x.with_cpu(op, |s, l| {
-        let range = l.contiguous_range().expect("contiguous");
-        with_num_dtype!(s.dtype(), T => T::into_storage(unfold2d(&s.typed::<T>()[range], &g)),
-            else panic!("{op}: not supported for bool tensors"))
+    let shape = [g.c * kernel[0] * kernel[1], g.n * oh * ow];
+    let out = crate::ops::gpu::conv_columns(&x, op, false, &g, &shape).unwrap_or_else(|| {
+        let storage = x.with_cpu(op, |s, l| {
+            let range = l.contiguous_range().expect("contiguous");
+            with_num_dtype!(s.dtype(), T => T::into_storage(unfold2d(&s.typed::<T>()[range], &g)),
+                else panic!("{op}: not supported for bool tensors"))
+        });
+        Tensor::from_cpu_on(storage, &shape, x.device())
     });
-    let out = Tensor::from_cpu(storage, &[g.c * kernel[0] * kernel[1], g.n * oh * ow]);
     (
         record(out, "unfold", &[input], || {
             move |_, grad: &Tensor| vec![Some(fold_columns(grad, &g))]
@@ -157,11 +160,14 @@ fn unfold_columns(
 fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
     let g = *g;
     let x = cols.detach().contiguous();
-    let storage = x.with_cpu("fold", |s, l| {
-        let range = l.contiguous_range().expect("contiguous");
-        with_num_dtype!(s.dtype(), T => T::into_storage(fold2d(&s.typed::<T>()[range], &g)), else unreachable!("bool rejected by unfold"))
+    let shape = [g.n, g.c, g.input[0], g.input[1]];
+    let out = crate::ops::gpu::conv_columns(&x, "fold", true, &g, &shape).unwrap_or_else(|| {
+        let storage = x.with_cpu("fold", |s, l| {
+            let range = l.contiguous_range().expect("contiguous");
+            with_num_dtype!(s.dtype(), T => T::into_storage(fold2d(&s.typed::<T>()[range], &g)), else unreachable!("bool rejected by unfold"))
+        });
+        Tensor::from_cpu_on(storage, &shape, x.device())
     });
-    let out = Tensor::from_cpu(storage, &[g.n, g.c, g.input[0], g.input[1]]);
     record(out, "fold", &[cols], || {
         move |_, grad: &Tensor| {
             vec![Some(

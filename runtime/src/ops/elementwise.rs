@@ -169,17 +169,25 @@ binary_kernel!(SubK, "sub", |a, b| a - b);
 binary_kernel!(MulK, "mul", |a, b| a * b);
 binary_kernel!(DivK, "div", |a, b| a / b);
 
-binary_kernel!(MaxK, "maximum", |a, b| if a.partial_cmp(&a).is_none() || a > b {
-    a
-} else {
-    b
-});
+binary_kernel!(
+    MaxK,
+    "maximum",
+    |a, b| if a.partial_cmp(&a).is_none() || a > b {
+        a
+    } else {
+        b
+    }
+);
 
-binary_kernel!(MinK, "minimum", |a, b| if a.partial_cmp(&a).is_none() || a < b {
-    a
-} else {
-    b
-});
+binary_kernel!(
+    MinK,
+    "minimum",
+    |a, b| if a.partial_cmp(&a).is_none() || a < b {
+        a
+    } else {
+        b
+    }
+);
 
 struct PowK;
 impl BinaryFloatKernel for PowK {
@@ -997,9 +1005,16 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        if let Some(out) =
-            gpu::binary(&a, &la, &b, &lb, &shape, "logical_and", "logical_and", DType::Bool)
-        {
+        if let Some(out) = gpu::binary(
+            &a,
+            &la,
+            &b,
+            &lb,
+            &shape,
+            "logical_and",
+            "logical_and",
+            DType::Bool,
+        ) {
             return out;
         }
         let storage = a.with_cpu("logical_and", |sa, _| {

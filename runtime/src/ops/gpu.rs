@@ -154,7 +154,11 @@ mod imp {
         if !x.dtype().is_float() {
             return None;
         }
-        Some(wrap(op, k::unary(kernel, s.get(), x.layout(), p0, p1), x.shape()))
+        Some(wrap(
+            op,
+            k::unary(kernel, s.get(), x.layout(), p0, p1),
+            x.shape(),
+        ))
     }
 
     #[track_caller]
@@ -172,7 +176,11 @@ mod imp {
             return None;
         }
         let (sa, sb) = (dev(a)?, dev(b)?);
-        Some(wrap(op, k::binary(kernel, sa.get(), la, sb.get(), lb, out_dtype), shape))
+        Some(wrap(
+            op,
+            k::binary(kernel, sa.get(), la, sb.get(), lb, out_dtype),
+            shape,
+        ))
     }
 
     #[track_caller]
@@ -186,7 +194,11 @@ mod imp {
         shape: &[usize],
     ) -> Option<Tensor> {
         let (sc, sa, sb) = (dev(c)?, dev(a)?, dev(b)?);
-        Some(wrap("where", k::where_(sc.get(), lc, sa.get(), la, sb.get(), lb), shape))
+        Some(wrap(
+            "where",
+            k::where_(sc.get(), lc, sa.get(), la, sb.get(), lb),
+            shape,
+        ))
     }
 
     #[track_caller]
@@ -196,11 +208,17 @@ mod imp {
     }
 
     #[track_caller]
-    pub(super) fn full(shape: &[usize], value: f64, dtype: DType, device: &crate::Device) -> Option<Tensor> {
+    pub(super) fn full(
+        shape: &[usize],
+        value: f64,
+        dtype: DType,
+        device: &crate::Device,
+    ) -> Option<Tensor> {
         let crate::Device::Cuda(ordinal) = *device else {
             return None;
         };
-        let d = backend::gpu(ordinal).unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"));
+        let d = backend::gpu(ordinal)
+            .unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"));
         let n = shape.iter().product();
         Some(wrap("full", k::full(&d, dtype, n, value), shape))
     }
@@ -245,16 +263,29 @@ mod imp {
     }
 
     fn contiguous_offset(x: &Tensor) -> usize {
-        x.layout().contiguous_range().expect("contiguous input").start
+        x.layout()
+            .contiguous_range()
+            .expect("contiguous input")
+            .start
     }
 
     #[track_caller]
-    pub(super) fn reduce(x: &Tensor, op: &str, kernel: &str, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor> {
+    pub(super) fn reduce(
+        x: &Tensor,
+        op: &str,
+        kernel: &str,
+        dims: [usize; 3],
+        out_shape: &[usize],
+    ) -> Option<Tensor> {
         if !(x.dtype().is_float() || x.dtype() == DType::I64) {
             return None;
         }
         let s = dev(x)?;
-        Some(wrap(op, k::reduce(kernel, s.get(), contiguous_offset(x), dims), out_shape))
+        Some(wrap(
+            op,
+            k::reduce(kernel, s.get(), contiguous_offset(x), dims),
+            out_shape,
+        ))
     }
 
     #[track_caller]
@@ -275,12 +306,22 @@ mod imp {
     }
 
     #[track_caller]
-    pub(super) fn softmax_rows(x: &Tensor, op: &str, kernel: &str, rows: usize, len: usize) -> Option<Tensor> {
+    pub(super) fn softmax_rows(
+        x: &Tensor,
+        op: &str,
+        kernel: &str,
+        rows: usize,
+        len: usize,
+    ) -> Option<Tensor> {
         if !x.dtype().is_float() {
             return None;
         }
         let s = dev(x)?;
-        Some(wrap(op, k::softmax_rows(kernel, s.get(), contiguous_offset(x), rows, len), x.shape()))
+        Some(wrap(
+            op,
+            k::softmax_rows(kernel, s.get(), contiguous_offset(x), rows, len),
+            x.shape(),
+        ))
     }
 
     #[track_caller]
@@ -289,11 +330,20 @@ mod imp {
             return None;
         }
         let s = dev(x)?;
-        Some(wrap("cumsum", k::cumsum(s.get(), contiguous_offset(x), dims), x.shape()))
+        Some(wrap(
+            "cumsum",
+            k::cumsum(s.get(), contiguous_offset(x), dims),
+            x.shape(),
+        ))
     }
 
     #[track_caller]
-    pub(super) fn index_select(x: &Tensor, index: &[i64], dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor> {
+    pub(super) fn index_select(
+        x: &Tensor,
+        index: &[i64],
+        dims: [usize; 3],
+        out_shape: &[usize],
+    ) -> Option<Tensor> {
         let s = dev(x)?;
         Some(wrap(
             "index_select",
@@ -303,13 +353,28 @@ mod imp {
     }
 
     #[track_caller]
-    pub(super) fn gather(x: &Tensor, index: &[i64], index_shape: &[usize], dim: usize) -> Option<Tensor> {
+    pub(super) fn gather(
+        x: &Tensor,
+        index: &[i64],
+        index_shape: &[usize],
+        dim: usize,
+    ) -> Option<Tensor> {
         let s = dev(x)?;
-        Some(wrap("gather", k::gather(s.get(), x.layout(), index, index_shape, dim), index_shape))
+        Some(wrap(
+            "gather",
+            k::gather(s.get(), x.layout(), index, index_shape, dim),
+            index_shape,
+        ))
     }
 
     #[track_caller]
-    pub(super) fn scatter_add_(out: &Tensor, index: &[i64], src: &Tensor, src_view: &Layout, dim: usize) -> bool {
+    pub(super) fn scatter_add_(
+        out: &Tensor,
+        index: &[i64],
+        src: &Tensor,
+        src_view: &Layout,
+        dim: usize,
+    ) -> bool {
         if out.dtype() == DType::Bool {
             return false;
         }
@@ -320,7 +385,10 @@ mod imp {
         let Storage::Cuda(d) = &*guard else {
             return false;
         };
-        check("scatter_add", k::scatter_add(d, out.shape(), index, s.get(), src_view, dim))
+        check(
+            "scatter_add",
+            k::scatter_add(d, out.shape(), index, s.get(), src_view, dim),
+        )
     }
 
     #[track_caller]
@@ -335,7 +403,11 @@ mod imp {
             return None;
         }
         let s = dev(x)?;
-        Some(wrap(op, k::conv_columns(fold, s.get(), contiguous_offset(x), g), out_shape))
+        Some(wrap(
+            op,
+            k::conv_columns(fold, s.get(), contiguous_offset(x), g),
+            out_shape,
+        ))
     }
 
     #[track_caller]
@@ -343,6 +415,9 @@ mod imp {
         let (sa, sb) = (dev(a)?, dev(b)?);
         let out = k::matmul(sa.get(), a.layout(), sb.get(), b.layout())
             .unwrap_or_else(|e| panic!("matmul: {e}"))?;
-        Some(Tensor::from_storage(Storage::Cuda(out), Layout::contiguous(out_shape)))
+        Some(Tensor::from_storage(
+            Storage::Cuda(out),
+            Layout::contiguous(out_shape),
+        ))
     }
 }

@@ -1,6 +1,6 @@
 //! Indexing: index_select, gather, scatter_add, one_hot, tril/triu.
 
-use super::check_same_device;
+use super::{check_same_device, gpu};
 use crate::autograd::record;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{gather, index_select, scatter_add};
@@ -50,13 +50,15 @@ impl Tensor {
         let outer: usize = x.shape()[..d].iter().product();
         let inner: usize = x.shape()[d + 1..].iter().product();
         let r = x.shape()[d];
-        let storage = x.with_cpu("index_select", |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            with_dtype!(s.dtype(), T => T::into_storage(index_select(&s.typed::<T>()[range], outer, r, inner, &idx)))
-        });
         let mut shape = Dims::from_slice(self.shape());
         shape[d] = idx.len();
-        let out = Tensor::from_cpu(storage, &shape);
+        let out = gpu::index_select(&x, &idx, [outer, r, inner], &shape).unwrap_or_else(|| {
+            let storage = x.with_cpu("index_select", |s, l| {
+                let range = l.contiguous_range().expect("contiguous");
+                with_dtype!(s.dtype(), T => T::into_storage(index_select(&s.typed::<T>()[range], outer, r, inner, &idx)))
+            });
+            Tensor::from_cpu_on(storage, &shape, x.device())
+        });
         let (input_shape, index) = (Dims::from_slice(self.shape()), index.reshape(&[idx.len()]));
         record(out, "index_select", &[self], || {
             move |_, g: &Tensor| {
@@ -109,10 +111,12 @@ impl Tensor {
         let d = self.normalize_dim("gather", dim);
         self.check_scatter_shapes("gather", index, d, None);
         let idx = self.checked_indices("gather", index, d);
-        let storage = self.with_cpu("gather", |s, l| {
-            with_dtype!(s.dtype(), T => T::into_storage(gather(s.typed::<T>(), l, &idx, index.shape(), d)))
+        let out = gpu::gather(self, &idx, index.shape(), d).unwrap_or_else(|| {
+            let storage = self.with_cpu("gather", |s, l| {
+                with_dtype!(s.dtype(), T => T::into_storage(gather(s.typed::<T>(), l, &idx, index.shape(), d)))
+            });
+            Tensor::from_cpu_on(storage, index.shape(), self.device())
         });
-        let out = Tensor::from_cpu(storage, index.shape());
         let (input_shape, index) = (Dims::from_slice(self.shape()), index.clone());
         record(out, "gather", &[self], || {
             move |_, g: &Tensor| {
@@ -164,12 +168,9 @@ impl Tensor {
         let src = src.to_dtype(self.dtype());
         let out = self.detach().deep_copy();
         let src_view = src.layout().slice_to(index.shape());
-        {
-            let mut guard = out.storage_cell().write();
-            let crate::storage::Storage::Cpu(dst) = &mut *guard else {
-                unreachable!("cpu")
-            };
-            src.with_cpu("scatter_add", |s, _| {
+        if !gpu::scatter_add_(&out, &idx, &src, &src_view, d) {
+            let s = src.with_cpu("scatter_add", |s, _| s.clone());
+            out.with_cpu_mut("scatter_add", |dst, _| {
                 with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
                     else panic!("scatter_add: not implemented for bool tensors"))
             });

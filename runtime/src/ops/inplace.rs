@@ -1,8 +1,8 @@
 //! In-place ops (`add_`, `mul_`, `fill_`, ...). Each bumps the storage version, so a tensor
 //! saved for backward and then modified is caught when backward runs.
 
-use super::gpu;
 use super::elementwise::{AddK, AffineK, BinaryKernel, DivK, MulK, SubK, UnaryKernel};
+use super::gpu;
 use crate::autograd::{AutogradMeta, is_grad_enabled};
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{binary_inplace, fill_strided, unary_inplace};

@@ -136,12 +136,15 @@ impl Tensor {
             }
         };
         let (a3, b3) = (as3(a), as3(b));
+        if let Some(out) = super::gpu::matmul(&a3, &b3, out_shape) {
+            return out;
+        }
         let storage = a3.with_cpu("matmul", |sa, la| {
             b3.with_cpu("matmul", |sb, lb| {
                 with_num_dtype!(sa.dtype(), T => T::into_storage(matmul(sa.typed::<T>(), la, sb.typed::<T>(), lb)),
                     else panic!("matmul: not implemented for bool tensors"))
             })
         });
-        Tensor::from_cpu(storage, out_shape)
+        Tensor::from_cpu_on(storage, out_shape, a3.device())
     }
 }

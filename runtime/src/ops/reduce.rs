@@ -1,5 +1,6 @@
 //! Reductions over dims (with `keepdim`), the fused softmax family, and cumsum.
 
+use super::gpu;
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
 use crate::{DType, Tensor};
@@ -61,6 +62,11 @@ impl Tensor {
     ) -> Tensor {
         let x = self.contiguous();
         let (outer, r, inner) = split_at_dim(x.shape(), d);
+        let mut shape = Dims::from_slice(x.shape());
+        shape[d] = 1;
+        if let Some(out) = gpu::reduce(&x, op, op, [outer, r, inner], &shape) {
+            return out;
+        }
         let storage = x.with_cpu(op, |s, l| {
             kernel(
                 s,
@@ -70,9 +76,7 @@ impl Tensor {
                 inner,
             )
         });
-        let mut shape = Dims::from_slice(x.shape());
-        shape[d] = 1;
-        Tensor::from_cpu(storage, &shape)
+        Tensor::from_cpu_on(storage, &shape, x.device())
     }
 
     fn sum_raw(&self, dims: &[usize]) -> Tensor {
@@ -183,25 +187,32 @@ impl Tensor {
         );
         let x = self.detach().contiguous();
         let (outer, r, inner) = split_at_dim(x.shape(), d);
-        let (values, indices) = x.with_cpu(op, |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            with_dtype!(s.dtype(), T => {
-                let (v, i) = if is_max {
-                    arg_reduce_dim(&s.typed::<T>()[range], outer, r, inner, |c: T, b: T| c > b)
-                } else {
-                    arg_reduce_dim(&s.typed::<T>()[range], outer, r, inner, |c: T, b: T| c < b)
-                };
-                (T::into_storage(v), CpuStorage::I64(i))
-            })
-        });
         let keep = keepdim_shape(self.shape(), &[d]);
+        let native = gpu::arg_reduce(&x, op, is_max, [outer, r, inner], &keep);
+        let (values, indices) = native.unwrap_or_else(|| {
+            let (v, i) = x.with_cpu(op, |s, l| {
+                let range = l.contiguous_range().expect("contiguous");
+                with_dtype!(s.dtype(), T => {
+                    let (v, i) = if is_max {
+                        arg_reduce_dim(&s.typed::<T>()[range], outer, r, inner, |c: T, b: T| c > b)
+                    } else {
+                        arg_reduce_dim(&s.typed::<T>()[range], outer, r, inner, |c: T, b: T| c < b)
+                    };
+                    (T::into_storage(v), CpuStorage::I64(i))
+                })
+            });
+            (
+                Tensor::from_cpu_on(v, &keep, x.device()),
+                Tensor::from_cpu_on(i, &keep, x.device()),
+            )
+        });
         let final_shape = if keepdim {
             keep.clone()
         } else {
             dropped_shape(self.shape(), &[d])
         };
-        let values = Tensor::from_cpu(values, &final_shape);
-        let indices = Tensor::from_cpu(indices, &final_shape);
+        let values = values.reshape(&final_shape);
+        let indices = indices.reshape(&final_shape);
         let input_shape = Dims::from_slice(self.shape());
         let idx = indices.reshape(&keep);
         let values = record(values, op, &[self], || {
@@ -401,10 +412,12 @@ impl Tensor {
         };
         let len = moved.shape().last().copied().unwrap_or(1);
         let rows = moved.numel() / len.max(1);
-        let storage = moved.with_cpu(op, |s, l| {
-            kernel(s, l.contiguous_range().expect("contiguous"), rows, len)
+        let out = gpu::softmax_rows(&moved, op, op, rows, len).unwrap_or_else(|| {
+            let storage = moved.with_cpu(op, |s, l| {
+                kernel(s, l.contiguous_range().expect("contiguous"), rows, len)
+            });
+            Tensor::from_cpu_on(storage, moved.shape(), moved.device())
         });
-        let out = Tensor::from_cpu(storage, moved.shape());
         if d == last {
             out
         } else {
@@ -526,9 +539,11 @@ impl Tensor {
             _ => self.detach().contiguous(),
         };
         let (outer, r, inner) = split_at_dim(x.shape(), d);
-        let out = x.map_storage("cumsum", |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            with_num_dtype!(s.dtype(), T => T::into_storage(cumsum_dim(&s.typed::<T>()[range], outer, r, inner)), else unreachable!())
+        let out = gpu::cumsum(&x, [outer, r, inner]).unwrap_or_else(|| {
+            x.map_storage("cumsum", |s, l| {
+                let range = l.contiguous_range().expect("contiguous");
+                with_num_dtype!(s.dtype(), T => T::into_storage(cumsum_dim(&s.typed::<T>()[range], outer, r, inner)), else unreachable!())
+            })
         });
         record(out, "cumsum", &[self], || {
             move |_, g: &Tensor| {

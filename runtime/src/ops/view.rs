@@ -375,11 +375,11 @@ impl Tensor {
     pub(crate) fn write_region(&self, region: &Layout, src: &Tensor) {
         let src = src.to_dtype(self.dtype());
         let src_layout = src.layout().broadcast_to(region.shape());
-        let mut dst = self.storage_cell().write();
-        let crate::storage::Storage::Cpu(dst) = &mut *dst else {
-            panic!("write_region: CUDA kernels are not available yet")
-        };
-        src.with_cpu("copy", |s, _| {
+        if super::gpu::binary_inplace(self, region, &src, &src_layout, "copy", "assign") {
+            return;
+        }
+        let s = src.with_cpu("copy", |s, _| s.clone());
+        self.with_cpu_mut("copy", |dst, _| {
             with_dtype!(s.dtype(), T => binary_inplace(dst.typed_mut::<T>(), region, s.typed::<T>(), &src_layout, |_, v| v))
         });
     }

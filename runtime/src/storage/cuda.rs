@@ -153,12 +153,13 @@ impl GpuDevice {
                             library: "libnvrtc (CUDA's run-time compiler)",
                         });
                     }
-                    let image = module.compile_cached(&self.arch).map_err(|e| {
-                        Error::CudaDevice {
-                            ordinal: self.ordinal,
-                            reason: e.to_string(),
-                        }
-                    })?;
+                    let image =
+                        module
+                            .compile_cached(&self.arch)
+                            .map_err(|e| Error::CudaDevice {
+                                ordinal: self.ordinal,
+                                reason: e.to_string(),
+                            })?;
                     let m = self
                         .ctx
                         .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
@@ -327,7 +328,9 @@ impl CudaStorage {
         let host = if layout.contiguous_range() == Some(0..src.len()) {
             None
         } else {
-            Some(with_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout, |x| x))))
+            Some(
+                with_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout, |x| x))),
+            )
         };
         let host = host.as_ref().unwrap_or(src);
         let mut storage = dev.alloc(host.dtype(), host.len())?;

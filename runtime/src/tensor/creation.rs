@@ -66,6 +66,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Tensor {
+        if let Some(t) = crate::ops::gpu::full(shape, value, dtype, device) {
+            return t;
+        }
         Tensor::from_cpu(
             CpuStorage::full(dtype, shape.iter().product(), value),
             shape,

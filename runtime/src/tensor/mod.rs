@@ -93,6 +93,7 @@ impl Tensor {
         self.0.storage.version()
     }
 
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn storage_cell(&self) -> &Arc<StorageCell> {
         &self.0.storage
     }
@@ -139,7 +140,11 @@ impl Tensor {
     /// Runs `f` on this tensor's elements for writing; on a device, through a host copy of
     /// the whole buffer that is written back afterwards (the host fallback).
     #[track_caller]
-    pub(crate) fn with_cpu_mut<R>(&self, op: &str, f: impl FnOnce(&mut CpuStorage, &Layout) -> R) -> R {
+    pub(crate) fn with_cpu_mut<R>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&mut CpuStorage, &Layout) -> R,
+    ) -> R {
         let mut guard = self.0.storage.write();
         match &mut *guard {
             Storage::Cpu(s) => f(s, &self.0.layout),

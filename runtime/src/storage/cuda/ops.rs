@@ -7,10 +7,9 @@ use super::{CudaStorage, GpuDevice, device_err};
 use crate::{Error, Result};
 use cudarc::cublas::{CudaBlas, sys as blas};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use ferrograd_kernels::cuda::{ELEMENTWISE, INDEX, KernelModule, ROWS};
+use ferrograd_kernels::cuda::{ELEMENTWISE, INDEX, ROWS};
 use ferrograd_kernels::{DType, Layout, coalesce};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most dims an elementwise launch takes after merging contiguous ones.
 pub(crate) const MAX_DIMS: usize = 6;
@@ -153,7 +152,8 @@ pub(crate) fn unary(
     if n == 0 {
         return Ok(out);
     }
-    let g = Geometry::new(layout.shape(), [layout]).ok_or_else(|| too_many_dims(name, layout.shape(), &dev))?;
+    let g = Geometry::new(layout.shape(), [layout])
+        .ok_or_else(|| too_many_dims(name, layout.shape(), &dev))?;
     let (nn, a, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
     let kernel = format!("{name}_{}", suffix(src.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, a, o, p0, p1)?;
@@ -161,13 +161,20 @@ pub(crate) fn unary(
 }
 
 /// `dst = f(dst)` in place through `layout`.
-pub(crate) fn unary_inplace(name: &str, dst: &CudaStorage, layout: &Layout, p0: f64, p1: f64) -> Result<()> {
+pub(crate) fn unary_inplace(
+    name: &str,
+    dst: &CudaStorage,
+    layout: &Layout,
+    p0: f64,
+    p1: f64,
+) -> Result<()> {
     let n = layout.numel();
     if n == 0 {
         return Ok(());
     }
     let dev = dst.device();
-    let g = Geometry::new(layout.shape(), [layout]).ok_or_else(|| too_many_dims(name, layout.shape(), &dev))?;
+    let g = Geometry::new(layout.shape(), [layout])
+        .ok_or_else(|| too_many_dims(name, layout.shape(), &dev))?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
     let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, p0, p1)
@@ -216,8 +223,13 @@ pub(crate) fn binary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = Geometry::new(ldst.shape(), [ldst, lsrc]).ok_or_else(|| too_many_dims(name, ldst.shape(), &dev))?;
-    let (nn, d, s) = (n as u64, dst.address_of(ldst.offset()), src.address_of(lsrc.offset()));
+    let g = Geometry::new(ldst.shape(), [ldst, lsrc])
+        .ok_or_else(|| too_many_dims(name, ldst.shape(), &dev))?;
+    let (nn, d, s) = (
+        n as u64,
+        dst.address_of(ldst.offset()),
+        src.address_of(lsrc.offset()),
+    );
     let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, s)
 }
@@ -238,7 +250,8 @@ pub(crate) fn where_(
     if n == 0 {
         return Ok(out);
     }
-    let g = Geometry::new(shape, [lc, la, lb]).ok_or_else(|| too_many_dims("where", shape, &dev))?;
+    let g =
+        Geometry::new(shape, [lc, la, lb]).ok_or_else(|| too_many_dims("where", shape, &dev))?;
     let (nn, pc, pa, pb, o) = (
         n as u64,
         c.address_of(lc.offset()),
@@ -260,7 +273,8 @@ pub(crate) fn cast(src: &CudaStorage, layout: &Layout, dtype: DType) -> Result<C
     if n == 0 {
         return Ok(out);
     }
-    let g = Geometry::new(layout.shape(), [layout]).ok_or_else(|| too_many_dims("cast", layout.shape(), &dev))?;
+    let g = Geometry::new(layout.shape(), [layout])
+        .ok_or_else(|| too_many_dims("cast", layout.shape(), &dev))?;
     let (nn, s, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
     let kernel = if dtype == src.dtype() {
         format!("copy_{}", suffix(dtype))
@@ -278,14 +292,20 @@ pub(crate) fn fill(dst: &CudaStorage, layout: &Layout, value: f64) -> Result<()>
         return Ok(());
     }
     let dev = dst.device();
-    let g = Geometry::new(layout.shape(), [layout]).ok_or_else(|| too_many_dims("fill", layout.shape(), &dev))?;
+    let g = Geometry::new(layout.shape(), [layout])
+        .ok_or_else(|| too_many_dims("fill", layout.shape(), &dev))?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
     let kernel = format!("fill_{}", suffix(dst.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, value)
 }
 
 /// A new buffer of `len` elements all equal to `value`.
-pub(crate) fn full(dev: &Arc<GpuDevice>, dtype: DType, len: usize, value: f64) -> Result<CudaStorage> {
+pub(crate) fn full(
+    dev: &Arc<GpuDevice>,
+    dtype: DType,
+    len: usize,
+    value: f64,
+) -> Result<CudaStorage> {
     let out = output(dev, dtype, len)?;
     fill(&out, &Layout::contiguous(&[len]), value)?;
     Ok(out)
@@ -334,7 +354,11 @@ pub(crate) fn arg_reduce(
         return Ok((values, indices));
     }
     let name = if is_max { "argmax" } else { "argmin" };
-    let (s, v, i) = (src.address_of(offset), values.address_of(0), indices.address_of(0));
+    let (s, v, i) = (
+        src.address_of(offset),
+        values.address_of(0),
+        indices.address_of(0),
+    );
     if inner == 1 {
         let len = r as u64;
         let kernel = format!("{name}_rows_{}", suffix(dtype));
@@ -352,7 +376,13 @@ pub(crate) fn arg_reduce(
 
 /// Softmax or log-softmax (`name`) of each row of the contiguous `[rows, len]` elements
 /// starting at `offset`.
-pub(crate) fn softmax_rows(name: &str, src: &CudaStorage, offset: usize, rows: usize, len: usize) -> Result<CudaStorage> {
+pub(crate) fn softmax_rows(
+    name: &str,
+    src: &CudaStorage,
+    offset: usize,
+    rows: usize,
+    len: usize,
+) -> Result<CudaStorage> {
     let dev = src.device();
     let dtype = src.dtype();
     let out = output(&dev, dtype, rows * len)?;
@@ -366,17 +396,26 @@ pub(crate) fn softmax_rows(name: &str, src: &CudaStorage, offset: usize, rows: u
 }
 
 /// Inclusive prefix sums along the middle dim of contiguous `[outer, r, inner]`.
-pub(crate) fn cumsum(src: &CudaStorage, offset: usize, [outer, r, inner]: [usize; 3]) -> Result<CudaStorage> {
+pub(crate) fn cumsum(
+    src: &CudaStorage,
+    offset: usize,
+    [outer, r, inner]: [usize; 3],
+) -> Result<CudaStorage> {
     let dev = src.device();
     let dtype = src.dtype();
     let out = output(&dev, dtype, outer * r * inner)?;
     if outer * r * inner == 0 {
         return Ok(out);
     }
-    let (a, b, c, s, o) = (outer as u64, r as u64, inner as u64, src.address_of(offset), out.address_of(0));
+    let (a, b, c, s, o) = (
+        outer as u64,
+        r as u64,
+        inner as u64,
+        src.address_of(offset),
+        out.address_of(0),
+    );
     let kernel = format!("cumsum_cols_{}", suffix(dtype));
-    launch!(&dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o)
-        .map(|_| out)
+    launch!(&dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o).map(|_| out)
 }
 
 /// Uploads bounds-checked indices for an index kernel.
@@ -409,12 +448,21 @@ pub(crate) fn index_select(
 
 /// Operand 0 of gather/scatter: `layout`'s strides over the index's shape with `dim`'s
 /// stride zeroed (the index supplies that coordinate), and `dim`'s stride.
-fn index_walk(layout_strides: &[usize], index_shape: &[usize], dim: usize, offset: usize) -> (Layout, u64) {
+fn index_walk(
+    layout_strides: &[usize],
+    index_shape: &[usize],
+    dim: usize,
+    offset: usize,
+) -> (Layout, u64) {
     let mut strides = ferrograd_kernels::Dims::from_slice(layout_strides);
     let dim_stride = strides[dim] as u64;
     strides[dim] = 0;
     (
-        Layout::from_parts(ferrograd_kernels::Dims::from_slice(index_shape), strides, offset),
+        Layout::from_parts(
+            ferrograd_kernels::Dims::from_slice(index_shape),
+            strides,
+            offset,
+        ),
         dim_stride,
     )
 }
@@ -434,9 +482,15 @@ pub(crate) fn gather(
         return Ok(out);
     }
     let (walk, dim_stride) = index_walk(layout.strides(), index_shape, dim, layout.offset());
-    let g = Geometry::new(index_shape, [&walk]).ok_or_else(|| too_many_dims("gather", index_shape, &dev))?;
+    let g = Geometry::new(index_shape, [&walk])
+        .ok_or_else(|| too_many_dims("gather", index_shape, &dev))?;
     let idx = upload_indices(&dev, index)?;
-    let (nn, pi, s, o) = (n as u64, idx.address_of(0), src.address_of(walk.offset()), out.address_of(0));
+    let (nn, pi, s, o) = (
+        n as u64,
+        idx.address_of(0),
+        src.address_of(walk.offset()),
+        out.address_of(0),
+    );
     let kernel = format!("gather_{}", suffix(src.dtype()));
     launch!(&dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, s, o)?;
     Ok(out)
@@ -460,9 +514,15 @@ pub(crate) fn scatter_add(
     let contiguous = Layout::contiguous(dst_shape);
     let (walk, dim_stride) = index_walk(contiguous.strides(), src_view.shape(), dim, 0);
     let shape = src_view.shape();
-    let g = Geometry::new(shape, [&walk, src_view]).ok_or_else(|| too_many_dims("scatter_add", shape, &dev))?;
+    let g = Geometry::new(shape, [&walk, src_view])
+        .ok_or_else(|| too_many_dims("scatter_add", shape, &dev))?;
     let idx = upload_indices(&dev, index)?;
-    let (nn, pi, d, s) = (n as u64, idx.address_of(0), dst.address_of(0), src.address_of(src_view.offset()));
+    let (nn, pi, d, s) = (
+        n as u64,
+        idx.address_of(0),
+        dst.address_of(0),
+        src.address_of(src_view.offset()),
+    );
     let kernel = format!("scatter_add_{}", suffix(dst.dtype()));
     launch!(&dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, d, s)?;
     // The index buffer must outlive the kernel: the allocator hands it out again only to
@@ -483,8 +543,20 @@ impl ConvGeometry {
     fn new(g: &ferrograd_kernels::cpu::Conv2dGeometry) -> Option<Self> {
         let [oh, ow] = g.output()?;
         let v = [
-            g.n, g.c, g.input[0], g.input[1], g.kernel[0], g.kernel[1], g.stride[0], g.stride[1],
-            g.padding[0], g.padding[1], g.dilation[0], g.dilation[1], oh, ow,
+            g.n,
+            g.c,
+            g.input[0],
+            g.input[1],
+            g.kernel[0],
+            g.kernel[1],
+            g.stride[0],
+            g.stride[1],
+            g.padding[0],
+            g.padding[1],
+            g.dilation[0],
+            g.dilation[1],
+            oh,
+            ow,
         ];
         Some(ConvGeometry(v.map(|x| x as u64)))
     }
@@ -519,17 +591,6 @@ pub(crate) fn conv_columns(
 
 // ---- matrix products through cuBLAS ---------------------------------------------------------
 
-static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
-
-/// Whether f32 matrix products may use TF32 tensor cores.
-pub(crate) fn allow_tf32() -> bool {
-    ALLOW_TF32.load(Ordering::Relaxed)
-}
-
-pub(crate) fn set_allow_tf32(allow: bool) {
-    ALLOW_TF32.store(allow, Ordering::Relaxed);
-}
-
 /// A device's cuBLAS handle, bound to its stream.
 pub(crate) struct Blas(CudaBlas);
 
@@ -554,17 +615,34 @@ fn blas_operand(rows: usize, cols: usize, sr: usize, sc: usize) -> Option<(bool,
 
 /// `[batch, m, k] x [batch, k, n]` for float dtypes; layouts are 3-D views (batch stride 0
 /// broadcasts). `Ok(None)` for dtypes cuBLAS does not take (the caller falls back).
-pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout) -> Result<Option<CudaStorage>> {
+pub(crate) fn matmul(
+    a: &CudaStorage,
+    la: &Layout,
+    b: &CudaStorage,
+    lb: &Layout,
+) -> Result<Option<CudaStorage>> {
     let dtype = a.dtype();
     let (data_type, compute) = match dtype {
-        DType::F32 if allow_tf32() => (
+        DType::F32 if crate::cuda::allow_tf32() => (
             blas::cudaDataType::CUDA_R_32F,
             blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
         ),
-        DType::F32 => (blas::cudaDataType::CUDA_R_32F, blas::cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        DType::F64 => (blas::cudaDataType::CUDA_R_64F, blas::cublasComputeType_t::CUBLAS_COMPUTE_64F),
-        DType::F16 => (blas::cudaDataType::CUDA_R_16F, blas::cublasComputeType_t::CUBLAS_COMPUTE_32F),
-        DType::BF16 => (blas::cudaDataType::CUDA_R_16BF, blas::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        DType::F32 => (
+            blas::cudaDataType::CUDA_R_32F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::F64 => (
+            blas::cudaDataType::CUDA_R_64F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
+        ),
+        DType::F16 => (
+            blas::cudaDataType::CUDA_R_16F,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::BF16 => (
+            blas::cudaDataType::CUDA_R_16BF,
+            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
         _ => return Ok(None),
     };
     let (sa, sb) = (la.shape(), lb.shape());
@@ -595,8 +673,10 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
             (&owned_b, Layout::contiguous(sb))
         }
     };
-    let (ta, lda) = blas_operand(m, k, la.strides()[1], la.strides()[2]).expect("usable after copy");
-    let (tb, ldb) = blas_operand(k, n, lb.strides()[1], lb.strides()[2]).expect("usable after copy");
+    let (ta, lda) =
+        blas_operand(m, k, la.strides()[1], la.strides()[2]).expect("usable after copy");
+    let (tb, ldb) =
+        blas_operand(k, n, lb.strides()[1], lb.strides()[2]).expect("usable after copy");
     let batch_stride = |l: &Layout| if batch == 1 { 0 } else { l.strides()[0] as i64 };
     let int = |v: usize| i32::try_from(v).ok();
     let (Some(mi), Some(ni), Some(ki), Some(bi), Some(lda), Some(ldb)) =
@@ -628,9 +708,15 @@ pub(crate) fn matmul(a: &CudaStorage, la: &Layout, b: &CudaStorage, lb: &Layout)
     let handle = *guard.as_ref().expect("created above").0.handle();
     let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
     let (alpha, beta): (*const std::ffi::c_void, *const std::ffi::c_void) = if dtype == DType::F64 {
-        ((&one64 as *const f64).cast(), (&zero64 as *const f64).cast())
+        (
+            (&one64 as *const f64).cast(),
+            (&zero64 as *const f64).cast(),
+        )
     } else {
-        ((&one32 as *const f32).cast(), (&zero32 as *const f32).cast())
+        (
+            (&one32 as *const f32).cast(),
+            (&zero32 as *const f32).cast(),
+        )
     };
     // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS gets B first.
     // SAFETY: the handle is bound to this device's stream; the pointers address live
