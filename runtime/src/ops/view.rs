@@ -5,7 +5,7 @@ use super::check_same_device;
 use crate::autograd::record;
 use crate::tensor::normalize_dim;
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::{binary_inplace, unary_map};
+use ferrograd_kernels::cpu::binary_inplace;
 use ferrograd_kernels::{Dims, Element, Layout, with_dtype};
 
 impl Tensor {
@@ -543,6 +543,7 @@ impl Tensor {
 
     /// Copies the elements of a view out into a fresh contiguous `Vec` of element type `T`.
     pub(crate) fn contiguous_vec<T: Element>(&self) -> Vec<T> {
-        self.with_cpu("read", |s, l| unary_map(s.typed::<T>(), l, |x| x))
+        // A deliberate read (index checks), not a host fallback.
+        self.to_vec::<T>()
     }
 }
