@@ -11,6 +11,7 @@ use cudarc::nvrtc::{result, sys};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 const COMMON: &str = include_str!("common.cuh");
@@ -115,7 +116,9 @@ impl KernelModule {
         image
     }
 
-    /// [`KernelModule::compile`], once per module and architecture for the process.
+    /// [`KernelModule::compile`], once per module and architecture for the process, and
+    /// kept on disk between runs (see [`kernel_cache_dir`]), so only the first run on a
+    /// machine waits for NVRTC.
     pub fn compile_cached(&self, arch: &str) -> Result<Arc<Vec<u8>>, CompileError> {
         static CACHE: Mutex<Option<ImageCache>> = Mutex::new(None);
         let key = (self.name, arch.to_string());
@@ -128,7 +131,7 @@ impl KernelModule {
             return Ok(image.clone());
         }
         // Compile outside the lock: NVRTC takes a while and other modules may be wanted.
-        let image = Arc::new(self.compile(arch)?);
+        let image = Arc::new(self.compile_or_load(arch, kernel_cache_dir().as_deref())?);
         CACHE
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -136,6 +139,58 @@ impl KernelModule {
             .insert(key, image.clone());
         Ok(image)
     }
+}
+
+impl KernelModule {
+    /// The cached image's file name: the module, the architecture and a hash of the
+    /// source, so an edited kernel or another GPU never picks up a stale image.
+    fn cache_file(&self, arch: &str) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.source(), arch).hash(&mut h);
+        format!("{}-{arch}-{:016x}.cubin", self.name, h.finish())
+    }
+
+    /// The image from `dir` when cached there, else compiled and stored there (written to
+    /// a temporary file and renamed, so a reader never sees half a file). A cache that
+    /// cannot be read or written is skipped.
+    fn compile_or_load(&self, arch: &str, dir: Option<&Path>) -> Result<Vec<u8>, CompileError> {
+        let path = dir.map(|d| d.join(self.cache_file(arch)));
+        if let Some(image) = path.as_ref().and_then(|p| std::fs::read(p).ok())
+            && image.starts_with(b"\x7fELF")
+        {
+            return Ok(image);
+        }
+        let image = self.compile(arch)?;
+        if let (Some(dir), Some(path)) = (dir, path) {
+            let tmp = dir.join(format!(".{}.{}", self.cache_file(arch), std::process::id()));
+            let stored = std::fs::create_dir_all(dir)
+                .and_then(|()| std::fs::write(&tmp, &image))
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            if stored.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+        Ok(image)
+    }
+}
+
+/// Where compiled kernels are kept between runs: `$FERROGRAD_KERNEL_CACHE`, else
+/// `$XDG_CACHE_HOME/ferrograd/kernels`, else `~/.cache/ferrograd/kernels`; `None` (no disk
+/// cache) when `FERROGRAD_KERNEL_CACHE` is empty or no home is known.
+///
+/// ```
+/// let dir = ferrograd_kernels::cuda::kernel_cache_dir();
+/// assert!(dir.is_none() || dir.unwrap().is_absolute() || std::env::var_os("FERROGRAD_KERNEL_CACHE").is_some());
+/// ```
+pub fn kernel_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("FERROGRAD_KERNEL_CACHE") {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("ferrograd").join("kernels"))
 }
 
 /// The CUBIN of a compiled program.
@@ -228,6 +283,33 @@ mod tests {
             ROWS.compile_cached("sm_90").unwrap(),
         );
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn compiled_images_are_kept_on_disk_and_reused() {
+        if !nvrtc_available() {
+            println!("skipped: NVRTC not found");
+            return;
+        }
+        let dir =
+            std::env::temp_dir().join(format!("ferrograd-kernel-cache-{}", std::process::id()));
+        let tiny = KernelModule {
+            name: "tiny",
+            body: "extern \"C\" __global__ void one(float* x) { x[0] = 1.0f; }",
+        };
+        let first = tiny.compile_or_load("sm_90", Some(&dir)).unwrap();
+        let file = dir.join(tiny.cache_file("sm_90"));
+        assert_eq!(std::fs::read(&file).unwrap(), first);
+        // A planted image under the same name is what the next run loads.
+        let mut planted = first.clone();
+        planted.extend_from_slice(b"marker");
+        std::fs::write(&file, &planted).unwrap();
+        assert_eq!(tiny.compile_or_load("sm_90", Some(&dir)).unwrap(), planted);
+        // Another architecture or source is another file; garbage is recompiled over.
+        assert_ne!(tiny.cache_file("sm_80"), tiny.cache_file("sm_90"));
+        std::fs::write(&file, b"not a cubin").unwrap();
+        assert_eq!(tiny.compile_or_load("sm_90", Some(&dir)).unwrap(), first);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The CUDA test suite and the GPU benchmark of issue #4, in one device call.
+#
+#   bench/gpu.sh build   # here: builds the CUDA test and bench binaries into target/gpu-bundle
+#   bench/gpu.sh run     # on the GPU machine (no Rust there): runs them, then PyTorch's
+#                        # twin of the benchmark, and prints a table (ratio = PyTorch / ours)
+#
+# With the `device` tool: build here, then run `bench/gpu.sh run` carrying target/gpu-bundle.
+# The binaries load libcuda, libnvrtc and libcublas at run time; `run` puts the CUDA
+# toolkit's and PyTorch's NVIDIA wheels' library folders on LD_LIBRARY_PATH.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bundle="$root/target/gpu-bundle"
+
+build() {
+    rm -rf "$bundle" && mkdir -p "$bundle"
+    cd "$root"
+    # Test binaries that need no files from this checkout: the device suites, amp, and the
+    # runtime and kernel unit tests (allocator, NVRTC compilation, launch geometry).
+    cargo test --release --features cuda --no-run --message-format=json \
+        -p ferrograd-kernels -p ferrograd-runtime --lib \
+        --test devices --test cuda_native --test amp -p ferrograd 2>/dev/null |
+        python3 -c '
+import json, sys, shutil, os
+for line in sys.stdin:
+    m = json.loads(line)
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and m["profile"]["test"]:
+        name = m["target"]["name"]
+        shutil.copy(exe, os.path.join(sys.argv[1], "test-" + name))
+' "$bundle"
+    cargo build --release --features cuda --bench gpu --message-format=json 2>/dev/null |
+        python3 -c '
+import json, sys, shutil, os
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+        shutil.copy(m["executable"], os.path.join(sys.argv[1], "bench-gpu"))
+' "$bundle"
+    strip "$bundle"/* 2>/dev/null || true
+    ls -la "$bundle"
+    du -sh "$bundle"
+}
+
+run() {
+    cd "$root"
+    local libs
+    libs="$(python3 -c 'import glob, os, site
+dirs = set()
+for base in site.getsitepackages():
+    for lib in glob.glob(os.path.join(base, "nvidia", "**", "lib*.so*"), recursive=True):
+        dirs.add(os.path.dirname(lib))
+print(":".join(sorted(dirs)))' 2>/dev/null || true)"
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${libs}:${LD_LIBRARY_PATH:-}"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    local failed=0
+    local log
+    log="$(mktemp)"
+    for t in "$bundle"/test-*; do
+        echo "== $(basename "$t")"
+        if ! "$t" --test-threads=4 --nocapture >"$log" 2>&1; then failed=1; fi
+        grep -E "^test |skipped|panicked|FAILED|test result" "$log" | tail -n 80
+    done
+    echo "== benchmark"
+    local ours torch
+    ours="$("$bundle/bench-gpu")"
+    torch="$(python3 bench/pytorch_gpu_workloads.py)"
+    python3 - "$ours" "$torch" <<'EOF'
+import json, sys
+ours, torch = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+flops = {"matmul_bf16_8192": 2 * 8192 ** 3, "matmul_f32_8192": 2 * 8192 ** 3, "matmul_tf32_8192": 2 * 8192 ** 3}
+print(f"ferrograd vs PyTorch {torch['torch']} on {torch['device']} (ratio = PyTorch time / ferrograd time)")
+print(f"{'workload':<28}{'ferrograd':>14}{'pytorch':>14}{'ratio':>8}")
+for name, t in torch["results"].items():
+    o = ours.get(name)
+    fmt = lambda s: f"{s * 1e3:10.3f} ms"
+    if o is None:
+        print(f"{name:<28}{'missing':>14}{fmt(t):>14}")
+        continue
+    extra = f"   ({flops[name] / o / 1e12:.0f} vs {flops[name] / t / 1e12:.0f} TFLOP/s)" if name in flops else ""
+    print(f"{name:<28}{fmt(o):>14}{fmt(t):>14}{t / o:8.2f}{extra}")
+EOF
+    return $failed
+}
+
+case "${1:-}" in
+    build) build ;;
+    run) run ;;
+    *) echo "usage: bench/gpu.sh build|run" >&2; exit 2 ;;
+esac
