@@ -162,6 +162,7 @@ mod imp {
     }
 
     #[track_caller]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn binary(
         a: &Tensor,
         la: &Layout,
