@@ -250,9 +250,31 @@ mod imp {
         op: &str,
         kernel: &str,
     ) -> bool {
-        if !elementwise_has(kernel, dst.dtype()) || !src.device().is_cuda() {
+        if !elementwise_has(kernel, dst.dtype()) {
             return false;
         }
+        write_from(dst, src, op, |d, s| {
+            k::binary_inplace(kernel, d, region, s, lsrc)
+        })
+    }
+
+    /// Runs `f` on `dst`'s storage (write-locked, version bumped) and `src`'s (read), both
+    /// on CUDA; `false` when either is elsewhere. They must be different buffers (callers
+    /// copy an aliasing operand first): one thread cannot hold both locks of one storage.
+    #[track_caller]
+    fn write_from(
+        dst: &Tensor,
+        src: &Tensor,
+        op: &str,
+        f: impl FnOnce(&CudaStorage, &CudaStorage) -> crate::Result<()>,
+    ) -> bool {
+        if !dst.device().is_cuda() || !src.device().is_cuda() {
+            return false;
+        }
+        assert!(
+            !dst.shares_storage(src),
+            "{op}: the source aliases the destination"
+        );
         let Some(s) = dev(src) else {
             return false;
         };
@@ -260,7 +282,7 @@ mod imp {
         let Storage::Cuda(d) = &*guard else {
             return false;
         };
-        check(op, k::binary_inplace(kernel, d, region, s.get(), lsrc))
+        check(op, f(d, s.get()))
     }
 
     fn contiguous_offset(x: &Tensor) -> usize {
@@ -379,17 +401,9 @@ mod imp {
         if out.dtype() == DType::Bool {
             return false;
         }
-        let Some(s) = dev(src) else {
-            return false;
-        };
-        let guard = write(out.storage_cell());
-        let Storage::Cuda(d) = &*guard else {
-            return false;
-        };
-        check(
-            "scatter_add",
-            k::scatter_add(d, out.shape(), index, s.get(), src_view, dim),
-        )
+        write_from(out, src, "scatter_add", |d, s| {
+            k::scatter_add(d, out.shape(), index, s, src_view, dim)
+        })
     }
 
     #[track_caller]

@@ -622,27 +622,16 @@ pub(crate) fn matmul(
     lb: &Layout,
 ) -> Result<Option<CudaStorage>> {
     let dtype = a.dtype();
+    use blas::cublasComputeType_t as Compute;
+    use blas::cudaDataType as Data;
     let (data_type, compute) = match dtype {
-        DType::F32 if crate::cuda::allow_tf32() => (
-            blas::cudaDataType::CUDA_R_32F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-        ),
-        DType::F32 => (
-            blas::cudaDataType::CUDA_R_32F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        DType::F64 => (
-            blas::cudaDataType::CUDA_R_64F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_64F,
-        ),
-        DType::F16 => (
-            blas::cudaDataType::CUDA_R_16F,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
-        DType::BF16 => (
-            blas::cudaDataType::CUDA_R_16BF,
-            blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        ),
+        DType::F32 if crate::cuda::allow_tf32() => {
+            (Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F_FAST_TF32)
+        }
+        DType::F32 => (Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),
+        DType::F64 => (Data::CUDA_R_64F, Compute::CUBLAS_COMPUTE_64F),
+        DType::F16 => (Data::CUDA_R_16F, Compute::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (Data::CUDA_R_16BF, Compute::CUBLAS_COMPUTE_32F),
         _ => return Ok(None),
     };
     let (sa, sb) = (la.shape(), lb.shape());
