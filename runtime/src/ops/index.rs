@@ -169,10 +169,11 @@ impl Tensor {
         let out = self.detach().deep_copy();
         let src_view = src.layout().slice_to(index.shape());
         if !gpu::scatter_add_(&out, &idx, &src, &src_view, d) {
-            let s = src.with_cpu("scatter_add", |s, _| s.clone());
-            out.with_cpu_mut("scatter_add", |dst, _| {
-                with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
-                    else panic!("scatter_add: not implemented for bool tensors"))
+            src.with_cpu("scatter_add", |s, _| {
+                out.with_cpu_mut("scatter_add", |dst, _| {
+                    with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
+                        else panic!("scatter_add: not implemented for bool tensors"))
+                })
             });
         }
         let index = index.clone();

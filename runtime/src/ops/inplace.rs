@@ -63,11 +63,12 @@ impl Tensor {
         {
             return self;
         }
-        // Read the operand before locking this storage for writing.
-        let src = other.with_cpu(op, |src, _| src.clone());
-        self.with_cpu_mut(op, |dst, layout| {
-            with_num_dtype!(dst.dtype(), T => binary_inplace(dst.typed_mut::<T>(), layout, src.typed::<T>(), &other_layout,
-                |a: T, b: T| T::from_acc(kernel.apply(a.to_acc(), b.to_acc()))), else unreachable!("bool rejected"))
+        // Two different buffers (an aliasing operand was copied above): read one, write the other.
+        other.with_cpu(op, |src, _| {
+            self.with_cpu_mut(op, |dst, layout| {
+                with_num_dtype!(dst.dtype(), T => binary_inplace(dst.typed_mut::<T>(), layout, src.typed::<T>(), &other_layout,
+                    |a: T, b: T| T::from_acc(kernel.apply(a.to_acc(), b.to_acc()))), else unreachable!("bool rejected"))
+            })
         });
         self
     }

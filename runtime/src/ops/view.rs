@@ -378,9 +378,10 @@ impl Tensor {
         if super::gpu::binary_inplace(self, region, &src, &src_layout, "copy", "assign") {
             return;
         }
-        let s = src.with_cpu("copy", |s, _| s.clone());
-        self.with_cpu_mut("copy", |dst, _| {
-            with_dtype!(s.dtype(), T => binary_inplace(dst.typed_mut::<T>(), region, s.typed::<T>(), &src_layout, |_, v| v))
+        src.with_cpu("copy", |s, _| {
+            self.with_cpu_mut("copy", |dst, _| {
+                with_dtype!(s.dtype(), T => binary_inplace(dst.typed_mut::<T>(), region, s.typed::<T>(), &src_layout, |_, v| v))
+            })
         });
     }
 
