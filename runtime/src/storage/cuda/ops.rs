@@ -127,6 +127,37 @@ fn output(dev: &Arc<GpuDevice>, dtype: DType, len: usize) -> Result<CudaStorage>
     dev.alloc(dtype, len)
 }
 
+/// The launch geometry of `shape` over `layouts`, or an error naming `op` when too many
+/// dims remain.
+fn geometry<const K: usize>(
+    dev: &GpuDevice,
+    op: &str,
+    shape: &[usize],
+    layouts: [&Layout; K],
+) -> Result<Geometry> {
+    Geometry::new(shape, layouts).ok_or_else(|| too_many_dims(op, shape, dev))
+}
+
+/// For an op writing a new contiguous output of `dtype` over `shape`: the device, the
+/// output, and the geometry (`None` for an empty output: nothing to launch).
+fn prepare<const K: usize>(
+    src: &CudaStorage,
+    dtype: DType,
+    op: &str,
+    shape: &[usize],
+    layouts: [&Layout; K],
+) -> Result<(Arc<GpuDevice>, CudaStorage, Option<Geometry>)> {
+    let dev = src.device();
+    let n = shape.iter().product();
+    let out = output(&dev, dtype, n)?;
+    let g = if n == 0 {
+        None
+    } else {
+        Some(geometry(&dev, op, shape, layouts)?)
+    };
+    Ok((dev, out, g))
+}
+
 fn too_many_dims(op: &str, shape: &[usize], dev: &GpuDevice) -> Error {
     Error::CudaDevice {
         ordinal: dev.ordinal(),
@@ -146,14 +177,9 @@ pub(crate) fn unary(
     p0: f64,
     p1: f64,
 ) -> Result<CudaStorage> {
-    let dev = src.device();
+    let (dev, out, g) = prepare(src, src.dtype(), name, layout.shape(), [layout])?;
+    let Some(g) = g else { return Ok(out) };
     let n = layout.numel();
-    let out = output(&dev, src.dtype(), n)?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let g = Geometry::new(layout.shape(), [layout])
-        .ok_or_else(|| too_many_dims(name, layout.shape(), &dev))?;
     let (nn, a, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
     let kernel = format!("{name}_{}", suffix(src.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, a, o, p0, p1)?;
@@ -173,8 +199,7 @@ pub(crate) fn unary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = Geometry::new(layout.shape(), [layout])
-        .ok_or_else(|| too_many_dims(name, layout.shape(), &dev))?;
+    let g = geometry(&dev, name, layout.shape(), [layout])?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
     let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, p0, p1)
@@ -190,14 +215,9 @@ pub(crate) fn binary(
     lb: &Layout,
     out_dtype: DType,
 ) -> Result<CudaStorage> {
-    let dev = a.device();
-    let shape = la.shape();
+    let (dev, out, g) = prepare(a, out_dtype, name, la.shape(), [la, lb])?;
+    let Some(g) = g else { return Ok(out) };
     let n = la.numel();
-    let out = output(&dev, out_dtype, n)?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let g = Geometry::new(shape, [la, lb]).ok_or_else(|| too_many_dims(name, shape, &dev))?;
     let (nn, pa, pb, o) = (
         n as u64,
         a.address_of(la.offset()),
@@ -223,8 +243,7 @@ pub(crate) fn binary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = Geometry::new(ldst.shape(), [ldst, lsrc])
-        .ok_or_else(|| too_many_dims(name, ldst.shape(), &dev))?;
+    let g = geometry(&dev, name, ldst.shape(), [ldst, lsrc])?;
     let (nn, d, s) = (
         n as u64,
         dst.address_of(ldst.offset()),
@@ -243,15 +262,9 @@ pub(crate) fn where_(
     b: &CudaStorage,
     lb: &Layout,
 ) -> Result<CudaStorage> {
-    let dev = a.device();
-    let shape = lc.shape();
+    let (dev, out, g) = prepare(a, a.dtype(), "where", lc.shape(), [lc, la, lb])?;
+    let Some(g) = g else { return Ok(out) };
     let n = lc.numel();
-    let out = output(&dev, a.dtype(), n)?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let g =
-        Geometry::new(shape, [lc, la, lb]).ok_or_else(|| too_many_dims("where", shape, &dev))?;
     let (nn, pc, pa, pb, o) = (
         n as u64,
         c.address_of(lc.offset()),
@@ -267,14 +280,9 @@ pub(crate) fn where_(
 /// The view `layout` of `src` as a new contiguous buffer of `dtype` (a copy when the
 /// dtypes agree, else the CPU's conversion).
 pub(crate) fn cast(src: &CudaStorage, layout: &Layout, dtype: DType) -> Result<CudaStorage> {
-    let dev = src.device();
+    let (dev, out, g) = prepare(src, dtype, "cast", layout.shape(), [layout])?;
+    let Some(g) = g else { return Ok(out) };
     let n = layout.numel();
-    let out = output(&dev, dtype, n)?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let g = Geometry::new(layout.shape(), [layout])
-        .ok_or_else(|| too_many_dims("cast", layout.shape(), &dev))?;
     let (nn, s, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
     let kernel = if dtype == src.dtype() {
         format!("copy_{}", suffix(dtype))
@@ -292,8 +300,7 @@ pub(crate) fn fill(dst: &CudaStorage, layout: &Layout, value: f64) -> Result<()>
         return Ok(());
     }
     let dev = dst.device();
-    let g = Geometry::new(layout.shape(), [layout])
-        .ok_or_else(|| too_many_dims("fill", layout.shape(), &dev))?;
+    let g = geometry(&dev, "fill", layout.shape(), [layout])?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
     let kernel = format!("fill_{}", suffix(dst.dtype()));
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, value)
@@ -482,8 +489,7 @@ pub(crate) fn gather(
         return Ok(out);
     }
     let (walk, dim_stride) = index_walk(layout.strides(), index_shape, dim, layout.offset());
-    let g = Geometry::new(index_shape, [&walk])
-        .ok_or_else(|| too_many_dims("gather", index_shape, &dev))?;
+    let g = geometry(&dev, "gather", index_shape, [&walk])?;
     let idx = upload_indices(&dev, index)?;
     let (nn, pi, s, o) = (
         n as u64,
@@ -514,8 +520,7 @@ pub(crate) fn scatter_add(
     let contiguous = Layout::contiguous(dst_shape);
     let (walk, dim_stride) = index_walk(contiguous.strides(), src_view.shape(), dim, 0);
     let shape = src_view.shape();
-    let g = Geometry::new(shape, [&walk, src_view])
-        .ok_or_else(|| too_many_dims("scatter_add", shape, &dev))?;
+    let g = geometry(&dev, "scatter_add", shape, [&walk, src_view])?;
     let idx = upload_indices(&dev, index)?;
     let (nn, pi, d, s) = (
         n as u64,
