@@ -16,35 +16,45 @@ struct PowOp { template <typename A> static __device__ A apply(A a, A b) { retur
 // `copy_` and region writes: the destination takes the source.
 struct AssignOp { template <typename A> static __device__ A apply(A, A b) { return b; } };
 
-// out[i] = op(a[i], b[i]); out is contiguous.
+// Every binary kernel scales its second operand by `alpha` first (in the accumulator
+// type, skipped when it is 1), so `add` with alpha is PyTorch's `add(b, alpha=...)` and
+// the optimizer update `p += -lr * g` is one launch.
+template <typename A>
+__device__ __forceinline__ A scaled(A y, double alpha) {
+    return alpha == 1.0 ? y : (A)(y * (A)alpha);
+}
+
+// out[i] = op(a[i], alpha * b[i]); out is contiguous.
 template <typename T, typename Op>
-__device__ void binary(usize n, const Geometry& g, const T* a, const T* b, T* out) {
+__device__ void binary(usize n, const Geometry& g, const T* a, const T* b, T* out, double alpha) {
     typedef typename Elem<T>::Acc A;
     GRID_STRIDE(i, n) {
         A x = Elem<T>::load(a[geo_offset(g, 0, i)]);
-        A y = Elem<T>::load(b[geo_offset(g, 1, i)]);
+        A y = scaled(Elem<T>::load(b[geo_offset(g, 1, i)]), alpha);
         out[i] = Elem<T>::store(Op::template apply<A>(x, y));
     }
 }
 
-// dst[i] = op(dst[i], src[i]) through dst's strides (operand 0) and src's (operand 1).
+// dst[i] = op(dst[i], alpha * src[i]) through dst's strides (operand 0) and src's (operand 1).
 template <typename T, typename Op>
-__device__ void binary_inplace(usize n, const Geometry& g, T* dst, const T* src) {
+__device__ void binary_inplace(usize n, const Geometry& g, T* dst, const T* src, double alpha) {
     typedef typename Elem<T>::Acc A;
     GRID_STRIDE(i, n) {
         usize o = geo_offset(g, 0, i);
         A x = Elem<T>::load(dst[o]);
-        A y = Elem<T>::load(src[geo_offset(g, 1, i)]);
+        A y = scaled(Elem<T>::load(src[geo_offset(g, 1, i)]), alpha);
         dst[o] = Elem<T>::store(Op::template apply<A>(x, y));
     }
 }
 
 #define BINARY_ONE(NAME, OP, T, SUFFIX)                                                                  \
-    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* a, const T* b, T* out) {   \
-        binary<T, OP>(n, g, a, b, out);                                                                  \
+    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* a, const T* b, T* out,     \
+                                               double alpha) {                                           \
+        binary<T, OP>(n, g, a, b, out, alpha);                                                           \
     }                                                                                                    \
-    extern "C" __global__ void NAME##_inplace_##SUFFIX(usize n, Geometry g, T* dst, const T* src) {     \
-        binary_inplace<T, OP>(n, g, dst, src);                                                           \
+    extern "C" __global__ void NAME##_inplace_##SUFFIX(usize n, Geometry g, T* dst, const T* src,       \
+                                                       double alpha) {                                   \
+        binary_inplace<T, OP>(n, g, dst, src, alpha);                                                    \
     }
 
 #define ADD_F(T, S) BINARY_ONE(add, AddOp, T, S)
@@ -64,8 +74,8 @@ FOR_NUMS(MIN_F)
 FOR_FLOATS(POW_F)
 FOR_ALL(ASSIGN_F)
 
-// out = a && b for bool tensors.
-extern "C" __global__ void logical_and_bool(usize n, Geometry g, const bool* a, const bool* b, bool* out) {
+// out = a && b for bool tensors (`alpha` is the binary kernels' shared parameter, unused).
+extern "C" __global__ void logical_and_bool(usize n, Geometry g, const bool* a, const bool* b, bool* out, double) {
     GRID_STRIDE(i, n) { out[i] = a[geo_offset(g, 0, i)] && b[geo_offset(g, 1, i)]; }
 }
 
@@ -197,8 +207,10 @@ __device__ void compare(usize n, const Geometry& g, const T* a, const T* b, bool
     }
 }
 
+// Launched like the binary kernels, so they take (and ignore) `alpha` too.
 #define CMP_ONE(NAME, CMP, T, SUFFIX)                                                                       \
-    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* a, const T* b, bool* out) {   \
+    extern "C" __global__ void NAME##_##SUFFIX(usize n, Geometry g, const T* a, const T* b, bool* out,     \
+                                               double) {                                                    \
         compare<T, CMP>(n, g, a, b, out);                                                                   \
     }
 #define EQ_F(T, S) CMP_ONE(eq, EqCmp, T, S)

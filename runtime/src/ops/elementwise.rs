@@ -22,8 +22,9 @@ pub(crate) trait UnaryKernel: Sync {
 pub(crate) trait BinaryKernel: Sync {
     fn apply<A: NumElement>(&self, a: A, b: A) -> A;
 
-    /// The CUDA kernel computing the same function (`add`, `assign`, ...).
-    fn cuda(&self) -> Option<&'static str> {
+    /// The CUDA kernel computing the same function (`add`, `assign`, ...) and the scale
+    /// it applies to the second operand first (1 but for `Axpy`).
+    fn cuda(&self) -> Option<(&'static str, f64)> {
         None
     }
 }
@@ -157,8 +158,8 @@ macro_rules! binary_kernel {
             fn apply<A: NumElement>(&self, $a: A, $b: A) -> A {
                 $body
             }
-            fn cuda(&self) -> Option<&'static str> {
-                Some($cuda)
+            fn cuda(&self) -> Option<(&'static str, f64)> {
+                Some(($cuda, 1.0))
             }
         }
     };
@@ -279,8 +280,8 @@ impl Tensor {
     ) -> Tensor {
         let la = a.layout().broadcast_to(shape);
         let lb = b.layout().broadcast_to(shape);
-        if let Some(name) = kernel.cuda()
-            && let Some(out) = gpu::binary(a, &la, b, &lb, shape, op, name, a.dtype())
+        if let Some(cuda) = kernel.cuda()
+            && let Some(out) = gpu::binary(a, &la, b, &lb, op, cuda, a.dtype())
         {
             return out;
         }
@@ -408,7 +409,7 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        let out = gpu::binary(&a, &la, &b, &lb, &shape, "pow", "pow", a.dtype()).unwrap_or_else(|| {
+        let out = gpu::binary(&a, &la, &b, &lb, "pow", ("pow", 1.0), a.dtype()).unwrap_or_else(|| {
             let storage = a.with_cpu("pow", |sa, _| {
                 b.with_cpu("pow", |sb, _| {
                     with_float_dtype!(sa.dtype(), T => T::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
@@ -906,7 +907,7 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        if let Some(out) = gpu::binary(&a, &la, &b, &lb, &shape, op, cmp.cuda(), DType::Bool) {
+        if let Some(out) = gpu::binary(&a, &la, &b, &lb, op, (cmp.cuda(), 1.0), DType::Bool) {
             return out;
         }
         let storage = a.with_cpu(op, |sa, _| {
@@ -1010,9 +1011,8 @@ impl Tensor {
             &la,
             &b,
             &lb,
-            &shape,
             "logical_and",
-            "logical_and",
+            ("logical_and", 1.0),
             DType::Bool,
         ) {
             return out;
@@ -1068,7 +1068,7 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        let out = gpu::where_(&cond, &lc, &a, &la, &b, &lb, &shape).unwrap_or_else(|| {
+        let out = gpu::where_(&cond, &lc, &a, &la, &b, &lb).unwrap_or_else(|| {
             let storage = cond.with_cpu("where", |sc, _| {
                 a.with_cpu("where", |sa, _| {
                     b.with_cpu("where", |sb, _| {

@@ -59,25 +59,27 @@ macro_rules! dispatch {
 dispatch! {
     /// `kernel(x, p0, p1)` for a float tensor (`exp`, `affine`, `clamp`, ...).
     fn unary(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> Option<Tensor>;
-    /// `a kernel b` over `shape` with broadcast layouts; `out_dtype` is bool for comparisons.
-    fn binary(a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout, shape: &[usize], op: &str, kernel: &str, out_dtype: DType) -> Option<Tensor>;
-    /// `torch.where` over `shape`.
-    fn where_(c: &Tensor, lc: &Layout, a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout, shape: &[usize]) -> Option<Tensor>;
+    /// `a kernel (alpha * b)` over the layouts' common (broadcast) shape; `out_dtype` is
+    /// bool for comparisons.
+    fn binary(a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout, op: &str, kernel: (&str, f64), out_dtype: DType) -> Option<Tensor>;
+    /// `torch.where` over the layouts' common (broadcast) shape.
+    fn where_(c: &Tensor, lc: &Layout, a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout) -> Option<Tensor>;
     /// A contiguous copy of `x` converted to `dtype`.
     fn cast(x: &Tensor, dtype: DType, op: &str) -> Option<Tensor>;
     /// A new tensor filled with `value` on a CUDA `device`.
     fn full(shape: &[usize], value: f64, dtype: DType, device: &crate::Device) -> Option<Tensor>;
     /// `x = kernel(x, p0, p1)` in place (`fill` writes p0).
     fn unary_inplace(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> bool;
-    /// `dst[region] = dst[region] kernel src` in place (`assign` copies); `src` is another
-    /// buffer, `lsrc` broadcast to the region.
-    fn binary_inplace(dst: &Tensor, region: &Layout, src: &Tensor, lsrc: &Layout, op: &str, kernel: &str) -> bool;
-    /// `kernel` (`sum`, `prod`) over the middle dim of contiguous `x` seen as `[outer, r, inner]`.
-    fn reduce(x: &Tensor, op: &str, kernel: &str, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
+    /// `dst[region] = dst[region] kernel (alpha * src)` in place (`assign` copies); `src` is
+    /// another buffer, `lsrc` broadcast to the region.
+    fn binary_inplace(dst: &Tensor, region: &Layout, src: &Tensor, lsrc: &Layout, op: &str, kernel: (&str, f64)) -> bool;
+    /// `op` (`sum`, `prod`: also the kernel) over the middle dim of contiguous `x` seen as
+    /// `[outer, r, inner]`.
+    fn reduce(x: &Tensor, op: &str, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
     /// Max or min over the middle dim with first-occurrence indices.
     fn arg_reduce(x: &Tensor, op: &str, is_max: bool, dims: [usize; 3], out_shape: &[usize]) -> Option<(Tensor, Tensor)>;
-    /// Softmax or log-softmax of each row of contiguous `x` (`kernel` names which).
-    fn softmax_rows(x: &Tensor, op: &str, kernel: &str, rows: usize, len: usize) -> Option<Tensor>;
+    /// `op` (`softmax` or `log_softmax`) of each row of contiguous `x`.
+    fn softmax_rows(x: &Tensor, op: &str, rows: usize, len: usize) -> Option<Tensor>;
     /// Inclusive prefix sums along the middle dim of contiguous `x`.
     fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor>;
     /// `index_select` on contiguous `x`.
@@ -162,15 +164,13 @@ mod imp {
     }
 
     #[track_caller]
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn binary(
         a: &Tensor,
         la: &Layout,
         b: &Tensor,
         lb: &Layout,
-        shape: &[usize],
         op: &str,
-        kernel: &str,
+        (kernel, alpha): (&str, f64),
         out_dtype: DType,
     ) -> Option<Tensor> {
         if !elementwise_has(kernel, a.dtype()) {
@@ -179,8 +179,8 @@ mod imp {
         let (sa, sb) = (dev(a)?, dev(b)?);
         Some(wrap(
             op,
-            k::binary(kernel, sa.get(), la, sb.get(), lb, out_dtype),
-            shape,
+            k::binary(kernel, sa.get(), la, sb.get(), lb, alpha, out_dtype),
+            la.shape(),
         ))
     }
 
@@ -192,13 +192,12 @@ mod imp {
         la: &Layout,
         b: &Tensor,
         lb: &Layout,
-        shape: &[usize],
     ) -> Option<Tensor> {
         let (sc, sa, sb) = (dev(c)?, dev(a)?, dev(b)?);
         Some(wrap(
             "where",
             k::where_(sc.get(), lc, sa.get(), la, sb.get(), lb),
-            shape,
+            lc.shape(),
         ))
     }
 
@@ -248,13 +247,13 @@ mod imp {
         src: &Tensor,
         lsrc: &Layout,
         op: &str,
-        kernel: &str,
+        (kernel, alpha): (&str, f64),
     ) -> bool {
         if !elementwise_has(kernel, dst.dtype()) {
             return false;
         }
         write_from(dst, src, op, |d, s| {
-            k::binary_inplace(kernel, d, region, s, lsrc)
+            k::binary_inplace(kernel, d, region, s, lsrc, alpha)
         })
     }
 
@@ -296,7 +295,6 @@ mod imp {
     pub(super) fn reduce(
         x: &Tensor,
         op: &str,
-        kernel: &str,
         dims: [usize; 3],
         out_shape: &[usize],
     ) -> Option<Tensor> {
@@ -306,7 +304,7 @@ mod imp {
         let s = dev(x)?;
         Some(wrap(
             op,
-            k::reduce(kernel, s.get(), contiguous_offset(x), dims),
+            k::reduce(op, s.get(), contiguous_offset(x), dims),
             out_shape,
         ))
     }
@@ -329,20 +327,14 @@ mod imp {
     }
 
     #[track_caller]
-    pub(super) fn softmax_rows(
-        x: &Tensor,
-        op: &str,
-        kernel: &str,
-        rows: usize,
-        len: usize,
-    ) -> Option<Tensor> {
+    pub(super) fn softmax_rows(x: &Tensor, op: &str, rows: usize, len: usize) -> Option<Tensor> {
         if !x.dtype().is_float() {
             return None;
         }
         let s = dev(x)?;
         Some(wrap(
             op,
-            k::softmax_rows(kernel, s.get(), contiguous_offset(x), rows, len),
+            k::softmax_rows(op, s.get(), contiguous_offset(x), rows, len),
             x.shape(),
         ))
     }

@@ -58,8 +58,8 @@ impl Tensor {
             other
         };
         let other_layout = other.layout().broadcast_to(self.shape());
-        if let Some(name) = kernel.cuda()
-            && gpu::binary_inplace(self, self.layout(), &other, &other_layout, op, name)
+        if let Some(cuda) = kernel.cuda()
+            && gpu::binary_inplace(self, self.layout(), &other, &other_layout, op, cuda)
         {
             return self;
         }
@@ -206,10 +206,9 @@ impl Tensor {
             fn apply<A: NumElement>(&self, a: A, b: A) -> A {
                 a + A::from_f64(self.0) * b
             }
-        }
-        if self.device().is_cuda() && self.dtype().is_float() {
-            // One scaling launch, then the in-place add (no fused axpy kernel yet).
-            return self.add_(&other.detach().to_dtype(self.dtype()).mul_scalar(alpha));
+            fn cuda(&self) -> Option<(&'static str, f64)> {
+                Some(("add", self.0))
+            }
         }
         self.inplace_binary(other, "add_", &Axpy(alpha))
     }
@@ -262,8 +261,8 @@ impl Tensor {
             fn apply<A: NumElement>(&self, _: A, b: A) -> A {
                 b
             }
-            fn cuda(&self) -> Option<&'static str> {
-                Some("assign")
+            fn cuda(&self) -> Option<(&'static str, f64)> {
+                Some(("assign", 1.0))
             }
         }
         if self.dtype() == DType::Bool {

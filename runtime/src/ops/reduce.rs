@@ -64,7 +64,7 @@ impl Tensor {
         let (outer, r, inner) = split_at_dim(x.shape(), d);
         let mut shape = Dims::from_slice(x.shape());
         shape[d] = 1;
-        if let Some(out) = gpu::reduce(&x, op, op, [outer, r, inner], &shape) {
+        if let Some(out) = gpu::reduce(&x, op, [outer, r, inner], &shape) {
             return out;
         }
         let storage = x.with_cpu(op, |s, l| {
@@ -412,7 +412,7 @@ impl Tensor {
         };
         let len = moved.shape().last().copied().unwrap_or(1);
         let rows = moved.numel() / len.max(1);
-        let out = gpu::softmax_rows(&moved, op, op, rows, len).unwrap_or_else(|| {
+        let out = gpu::softmax_rows(&moved, op, rows, len).unwrap_or_else(|| {
             let storage = moved.with_cpu(op, |s, l| {
                 kernel(s, l.contiguous_range().expect("contiguous"), rows, len)
             });

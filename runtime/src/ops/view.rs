@@ -375,7 +375,7 @@ impl Tensor {
     pub(crate) fn write_region(&self, region: &Layout, src: &Tensor) {
         let src = src.to_dtype(self.dtype());
         let src_layout = src.layout().broadcast_to(region.shape());
-        if super::gpu::binary_inplace(self, region, &src, &src_layout, "copy", "assign") {
+        if super::gpu::binary_inplace(self, region, &src, &src_layout, "copy", ("assign", 1.0)) {
             return;
         }
         src.with_cpu("copy", |s, _| {

@@ -205,14 +205,15 @@ pub(crate) fn unary_inplace(
     launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, p0, p1)
 }
 
-/// `out = a op b` over `shape` (layouts already broadcast to it); `compare` kernels
-/// produce bool.
+/// `out = a op (alpha * b)` over `la`'s shape (`lb` already broadcast to it); `compare`
+/// kernels produce bool and ignore `alpha`.
 pub(crate) fn binary(
     name: &str,
     a: &CudaStorage,
     la: &Layout,
     b: &CudaStorage,
     lb: &Layout,
+    alpha: f64,
     out_dtype: DType,
 ) -> Result<CudaStorage> {
     let (dev, out, g) = prepare(a, out_dtype, name, la.shape(), [la, lb])?;
@@ -225,18 +226,19 @@ pub(crate) fn binary(
         out.address_of(0),
     );
     let kernel = format!("{name}_{}", suffix(a.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, pa, pb, o)?;
+    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, pa, pb, o, alpha)?;
     Ok(out)
 }
 
-/// `dst = dst op src` in place through `ldst` (`src`'s layout broadcast to it; `src` is
-/// another buffer). `assign` copies.
+/// `dst = dst op (alpha * src)` in place through `ldst` (`src`'s layout broadcast to it;
+/// `src` is another buffer). `assign` copies.
 pub(crate) fn binary_inplace(
     name: &str,
     dst: &CudaStorage,
     ldst: &Layout,
     src: &CudaStorage,
     lsrc: &Layout,
+    alpha: f64,
 ) -> Result<()> {
     let n = ldst.numel();
     if n == 0 {
@@ -250,7 +252,7 @@ pub(crate) fn binary_inplace(
         src.address_of(lsrc.offset()),
     );
     let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, s)
+    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, s, alpha)
 }
 
 /// `out = cond ? a : b` over `lc.shape()`.
