@@ -280,29 +280,25 @@ fn visit_items_mut<M: Module>(
     }
 }
 
-impl<M: Module> Module for Vec<M> {
-    fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
-        visit_items(self, prefix, f);
-    }
-    fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {
-        visit_items_mut(self, prefix, f);
-    }
-    fn set_training(&mut self, training: bool) {
-        self.iter_mut().for_each(|m| m.set_training(training));
-    }
+/// `Vec<M>` and `[M; N]`: items under `prefix.0`, `prefix.1`, ... as `nn.ModuleList`.
+macro_rules! sequence_module {
+    ([$($generics:tt)*] $ty:ty) => {
+        impl<$($generics)*> Module for $ty {
+            fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
+                visit_items(self, prefix, f);
+            }
+            fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {
+                visit_items_mut(self, prefix, f);
+            }
+            fn set_training(&mut self, training: bool) {
+                self.iter_mut().for_each(|m| m.set_training(training));
+            }
+        }
+    };
 }
 
-impl<M: Module, const N: usize> Module for [M; N] {
-    fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
-        visit_items(self, prefix, f);
-    }
-    fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {
-        visit_items_mut(self, prefix, f);
-    }
-    fn set_training(&mut self, training: bool) {
-        self.iter_mut().for_each(|m| m.set_training(training));
-    }
-}
+sequence_module!([M: Module] Vec<M>);
+sequence_module!([M: Module, const N: usize] [M; N]);
 
 /// `None` has no tensors; `Some(m)` is `m` under the same path (no extra segment).
 impl<M: Module> Module for Option<M> {

@@ -97,8 +97,8 @@ dispatch! {
 #[cfg(feature = "cuda")]
 mod imp {
     use super::*;
+    use crate::storage::Storage;
     use crate::storage::cuda::{self as backend, CudaStorage, ops as k};
-    use crate::storage::{Storage, StorageCell};
     use std::sync::RwLockReadGuard;
 
     /// The CUDA storage behind a tensor, read-locked.
@@ -131,11 +131,6 @@ mod imp {
     fn check(op: &str, r: crate::Result<()>) -> bool {
         r.unwrap_or_else(|e| panic!("{op}: {e}"));
         true
-    }
-
-    /// Write access to a CUDA tensor's storage (the version counter is bumped).
-    fn write(cell: &StorageCell) -> std::sync::RwLockWriteGuard<'_, Storage> {
-        cell.write()
     }
 
     const NUM_KERNELS: [&str; 6] = ["add", "sub", "mul", "div", "maximum", "minimum"];
@@ -228,7 +223,7 @@ mod imp {
         if !x.device().is_cuda() || (kernel != "fill" && !x.dtype().is_float()) {
             return false;
         }
-        let guard = write(x.storage_cell());
+        let guard = x.storage_cell().write(); // bumps the version
         let Storage::Cuda(s) = &*guard else {
             return false;
         };
@@ -277,7 +272,7 @@ mod imp {
         let Some(s) = dev(src) else {
             return false;
         };
-        let guard = write(dst.storage_cell());
+        let guard = dst.storage_cell().write(); // bumps the version
         let Storage::Cuda(d) = &*guard else {
             return false;
         };
