@@ -15,21 +15,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A contiguous device buffer of `len` elements of `dtype`, in a block of the device's
-/// caching allocator (returned to it on drop), and the stream that orders work on it.
+/// caching allocator (returned to it on drop), and the device (whose stream orders all
+/// work on it).
 #[derive(Debug)]
 pub(crate) struct CudaStorage {
     block: Option<Block>,
     len: usize,
     dtype: DType,
-    stream: Arc<CudaStream>,
-    ordinal: usize,
+    dev: Arc<GpuDevice>,
 }
 
 impl Drop for CudaStorage {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             // Back to the cache, not the device: reuse is ordered by the device's stream.
-            with_existing(self.ordinal, |a| a.free(block));
+            with_existing(self.dev.ordinal, |a| a.free(block));
         }
     }
 }
@@ -191,8 +191,7 @@ impl GpuDevice {
             block: Some(block),
             len,
             dtype,
-            stream: self.stream.clone(),
-            ordinal: self.ordinal,
+            dev: self.clone(),
         })
     }
 }
@@ -255,7 +254,7 @@ impl CudaStorage {
     }
 
     pub(crate) fn ordinal(&self) -> usize {
-        self.ordinal
+        self.dev.ordinal
     }
 
     /// The number of elements in the buffer.
@@ -270,14 +269,14 @@ impl CudaStorage {
     }
 
     /// The device this buffer lives on.
-    pub(crate) fn device(&self) -> Arc<GpuDevice> {
-        gpu(self.ordinal).expect("a device that holds storage is open")
+    pub(crate) fn device(&self) -> &Arc<GpuDevice> {
+        &self.dev
     }
 
     /// The whole buffer in host memory, after the work queued on the stream has finished.
     pub(crate) fn download(&self) -> Result<CpuStorage> {
-        let err = device_err(self.ordinal);
-        self.stream.synchronize().map_err(&err)?;
+        let err = device_err(self.dev.ordinal);
+        self.dev.stream.synchronize().map_err(&err)?;
         let (len, address) = (self.len, self.address_of(0));
         Ok(with_dtype!(self.dtype, T => {
             let mut host = vec![T::default(); len];
@@ -296,9 +295,9 @@ impl CudaStorage {
             host.dtype() == self.dtype && host.len() == self.len,
             "upload: host buffer does not match the device buffer"
         );
-        let err = device_err(self.ordinal);
+        let err = device_err(self.dev.ordinal);
         let address = self.address_of(0);
-        context(self.ordinal)?.bind_to_thread().map_err(&err)?;
+        self.dev.ctx.bind_to_thread().map_err(&err)?;
         with_dtype!(self.dtype, T => {
             let data = host.typed::<T>();
             if !data.is_empty() {

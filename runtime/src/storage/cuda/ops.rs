@@ -140,20 +140,20 @@ fn geometry<const K: usize>(
 
 /// For an op writing a new contiguous output of `dtype` over `shape`: the device, the
 /// output, and the geometry (`None` for an empty output: nothing to launch).
-fn prepare<const K: usize>(
-    src: &CudaStorage,
+fn prepare<'a, const K: usize>(
+    src: &'a CudaStorage,
     dtype: DType,
     op: &str,
     shape: &[usize],
     layouts: [&Layout; K],
-) -> Result<(Arc<GpuDevice>, CudaStorage, Option<Geometry>)> {
+) -> Result<(&'a Arc<GpuDevice>, CudaStorage, Option<Geometry>)> {
     let dev = src.device();
     let n = shape.iter().product();
-    let out = output(&dev, dtype, n)?;
+    let out = output(dev, dtype, n)?;
     let g = if n == 0 {
         None
     } else {
-        Some(geometry(&dev, op, shape, layouts)?)
+        Some(geometry(dev, op, shape, layouts)?)
     };
     Ok((dev, out, g))
 }
@@ -182,7 +182,7 @@ pub(crate) fn unary(
     let n = layout.numel();
     let (nn, a, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
     let kernel = format!("{name}_{}", suffix(src.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, a, o, p0, p1)?;
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, a, o, p0, p1)?;
     Ok(out)
 }
 
@@ -199,10 +199,10 @@ pub(crate) fn unary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = geometry(&dev, name, layout.shape(), [layout])?;
+    let g = geometry(dev, name, layout.shape(), [layout])?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
     let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, p0, p1)
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, d, p0, p1)
 }
 
 /// `out = a op (alpha * b)` over `la`'s shape (`lb` already broadcast to it); `compare`
@@ -226,7 +226,7 @@ pub(crate) fn binary(
         out.address_of(0),
     );
     let kernel = format!("{name}_{}", suffix(a.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, pa, pb, o, alpha)?;
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, pa, pb, o, alpha)?;
     Ok(out)
 }
 
@@ -245,14 +245,14 @@ pub(crate) fn binary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = geometry(&dev, name, ldst.shape(), [ldst, lsrc])?;
+    let g = geometry(dev, name, ldst.shape(), [ldst, lsrc])?;
     let (nn, d, s) = (
         n as u64,
         dst.address_of(ldst.offset()),
         src.address_of(lsrc.offset()),
     );
     let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, s, alpha)
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, d, s, alpha)
 }
 
 /// `out = cond ? a : b` over `lc.shape()`.
@@ -275,7 +275,7 @@ pub(crate) fn where_(
         out.address_of(0),
     );
     let kernel = format!("where_{}", suffix(a.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, pc, pa, pb, o)?;
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, pc, pa, pb, o)?;
     Ok(out)
 }
 
@@ -291,7 +291,7 @@ pub(crate) fn cast(src: &CudaStorage, layout: &Layout, dtype: DType) -> Result<C
     } else {
         format!("cast_{}_{}", suffix(src.dtype()), suffix(dtype))
     };
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, s, o)?;
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, s, o)?;
     Ok(out)
 }
 
@@ -302,10 +302,10 @@ pub(crate) fn fill(dst: &CudaStorage, layout: &Layout, value: f64) -> Result<()>
         return Ok(());
     }
     let dev = dst.device();
-    let g = geometry(&dev, "fill", layout.shape(), [layout])?;
+    let g = geometry(dev, "fill", layout.shape(), [layout])?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
     let kernel = format!("fill_{}", suffix(dst.dtype()));
-    launch!(&dev, ELEMENTWISE, kernel, spread(n); nn, g, d, value)
+    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, d, value)
 }
 
 /// A new buffer of `len` elements all equal to `value`.
@@ -330,7 +330,7 @@ pub(crate) fn reduce(
 ) -> Result<CudaStorage> {
     let dev = src.device();
     let dtype = src.dtype();
-    let out = output(&dev, dtype, outer * inner)?;
+    let out = output(dev, dtype, outer * inner)?;
     if outer * inner == 0 {
         return Ok(out);
     }
@@ -338,11 +338,11 @@ pub(crate) fn reduce(
     if inner == 1 {
         let len = r as u64;
         let kernel = format!("{name}_rows_{}", suffix(dtype));
-        launch!(&dev, ROWS, kernel, per_row(outer, r, acc_size(dtype)); len, s, o)?;
+        launch!(dev, ROWS, kernel, per_row(outer, r, acc_size(dtype)); len, s, o)?;
     } else {
         let (a, b, c) = (outer as u64, r as u64, inner as u64);
         let kernel = format!("{name}_cols_{}", suffix(dtype));
-        launch!(&dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o)?;
+        launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o)?;
     }
     Ok(out)
 }
@@ -357,8 +357,8 @@ pub(crate) fn arg_reduce(
 ) -> Result<(CudaStorage, CudaStorage)> {
     let dev = src.device();
     let dtype = src.dtype();
-    let values = output(&dev, dtype, outer * inner)?;
-    let indices = output(&dev, DType::I64, outer * inner)?;
+    let values = output(dev, dtype, outer * inner)?;
+    let indices = output(dev, DType::I64, outer * inner)?;
     if outer * inner == 0 {
         return Ok((values, indices));
     }
@@ -374,11 +374,11 @@ pub(crate) fn arg_reduce(
         // values, 8-byte alignment padding, then the indices
         let mut cfg = per_row(outer, r, acc_size(dtype) + 8);
         cfg.shared_mem_bytes += 8;
-        launch!(&dev, ROWS, kernel, cfg; len, s, v, i)?;
+        launch!(dev, ROWS, kernel, cfg; len, s, v, i)?;
     } else {
         let (a, b, c) = (outer as u64, r as u64, inner as u64);
         let kernel = format!("{name}_cols_{}", suffix(dtype));
-        launch!(&dev, ROWS, kernel, spread(outer * inner); a, b, c, s, v, i)?;
+        launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, v, i)?;
     }
     Ok((values, indices))
 }
@@ -394,13 +394,13 @@ pub(crate) fn softmax_rows(
 ) -> Result<CudaStorage> {
     let dev = src.device();
     let dtype = src.dtype();
-    let out = output(&dev, dtype, rows * len)?;
+    let out = output(dev, dtype, rows * len)?;
     if rows * len == 0 {
         return Ok(out);
     }
     let (l, s, o) = (len as u64, src.address_of(offset), out.address_of(0));
     let kernel = format!("{name}_rows_{}", suffix(dtype));
-    launch!(&dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, s, o)?;
+    launch!(dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, s, o)?;
     Ok(out)
 }
 
@@ -412,7 +412,7 @@ pub(crate) fn cumsum(
 ) -> Result<CudaStorage> {
     let dev = src.device();
     let dtype = src.dtype();
-    let out = output(&dev, dtype, outer * r * inner)?;
+    let out = output(dev, dtype, outer * r * inner)?;
     if outer * r * inner == 0 {
         return Ok(out);
     }
@@ -424,7 +424,7 @@ pub(crate) fn cumsum(
         out.address_of(0),
     );
     let kernel = format!("cumsum_cols_{}", suffix(dtype));
-    launch!(&dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o).map(|_| out)
+    launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o).map(|_| out)
 }
 
 /// Uploads bounds-checked indices for an index kernel.
@@ -443,15 +443,15 @@ pub(crate) fn index_select(
 ) -> Result<CudaStorage> {
     let dev = src.device();
     let m = index.len();
-    let out = output(&dev, src.dtype(), outer * m * inner)?;
+    let out = output(dev, src.dtype(), outer * m * inner)?;
     if outer * m * inner == 0 {
         return Ok(out);
     }
-    let idx = upload_indices(&dev, index)?;
+    let idx = upload_indices(dev, index)?;
     let (a, b, c, mm) = (outer as u64, r as u64, inner as u64, m as u64);
     let (pi, s, o) = (idx.address_of(0), src.address_of(offset), out.address_of(0));
     let kernel = format!("index_select_{}", suffix(src.dtype()));
-    launch!(&dev, INDEX, kernel, spread(outer * m * inner); a, b, c, mm, pi, s, o)?;
+    launch!(dev, INDEX, kernel, spread(outer * m * inner); a, b, c, mm, pi, s, o)?;
     Ok(out)
 }
 
@@ -486,13 +486,13 @@ pub(crate) fn gather(
 ) -> Result<CudaStorage> {
     let dev = src.device();
     let n = index.len();
-    let out = output(&dev, src.dtype(), n)?;
+    let out = output(dev, src.dtype(), n)?;
     if n == 0 {
         return Ok(out);
     }
     let (walk, dim_stride) = index_walk(layout.strides(), index_shape, dim, layout.offset());
-    let g = geometry(&dev, "gather", index_shape, [&walk])?;
-    let idx = upload_indices(&dev, index)?;
+    let g = geometry(dev, "gather", index_shape, [&walk])?;
+    let idx = upload_indices(dev, index)?;
     let (nn, pi, s, o) = (
         n as u64,
         idx.address_of(0),
@@ -500,7 +500,7 @@ pub(crate) fn gather(
         out.address_of(0),
     );
     let kernel = format!("gather_{}", suffix(src.dtype()));
-    launch!(&dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, s, o)?;
+    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, s, o)?;
     Ok(out)
 }
 
@@ -522,8 +522,8 @@ pub(crate) fn scatter_add(
     let contiguous = Layout::contiguous(dst_shape);
     let (walk, dim_stride) = index_walk(contiguous.strides(), src_view.shape(), dim, 0);
     let shape = src_view.shape();
-    let g = geometry(&dev, "scatter_add", shape, [&walk, src_view])?;
-    let idx = upload_indices(&dev, index)?;
+    let g = geometry(dev, "scatter_add", shape, [&walk, src_view])?;
+    let idx = upload_indices(dev, index)?;
     let (nn, pi, d, s) = (
         n as u64,
         idx.address_of(0),
@@ -531,7 +531,7 @@ pub(crate) fn scatter_add(
         src.address_of(src_view.offset()),
     );
     let kernel = format!("scatter_add_{}", suffix(dst.dtype()));
-    launch!(&dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, d, s)?;
+    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, d, s)?;
     // The index buffer must outlive the kernel: the allocator hands it out again only to
     // work queued after this launch on the same stream.
     drop(idx);
@@ -583,7 +583,7 @@ pub(crate) fn conv_columns(
     } else {
         ("unfold2d", g.c * g.kernel[0] * g.kernel[1] * g.n * oh * ow)
     };
-    let out = output(&dev, src.dtype(), len)?;
+    let out = output(dev, src.dtype(), len)?;
     let Some(geometry) = ConvGeometry::new(g) else {
         return Ok(out);
     };
@@ -592,7 +592,7 @@ pub(crate) fn conv_columns(
     }
     let (s, o) = (src.address_of(offset), out.address_of(0));
     let kernel = format!("{name}_{}", suffix(src.dtype()));
-    launch!(&dev, INDEX, kernel, spread(len); geometry, s, o)?;
+    launch!(dev, INDEX, kernel, spread(len); geometry, s, o)?;
     Ok(out)
 }
 
@@ -644,7 +644,7 @@ pub(crate) fn matmul(
     let (sa, sb) = (la.shape(), lb.shape());
     let (batch, m, k, n) = (sa[0], sa[1], sa[2], sb[2]);
     let dev = a.device();
-    let out = output(&dev, dtype, batch * m * n)?;
+    let out = output(dev, dtype, batch * m * n)?;
     if batch * m * n == 0 {
         return Ok(Some(out));
     }
