@@ -19,6 +19,7 @@ mod error;
 pub mod memory;
 pub mod nn;
 mod ops;
+pub mod optim;
 mod random;
 mod storage;
 mod tensor;

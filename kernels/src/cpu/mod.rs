@@ -3,6 +3,7 @@
 mod index;
 mod map;
 mod matmul;
+mod optim;
 mod par;
 mod reduce;
 mod simd;
@@ -13,6 +14,7 @@ pub use map::{
     binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map,
 };
 pub use matmul::{MatmulShape, matmul};
+pub use optim::{AdamStep, SgdStep, adam_step, sgd_step};
 pub use par::{for_each_chunk_mut, run_tasks};
 pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
 pub use unfold::{Conv2dGeometry, fold2d, unfold2d};

@@ -68,8 +68,14 @@ pub const INDEX: KernelModule = KernelModule {
     body: include_str!("index.cu"),
 };
 
+/// Multi-tensor optimizer steps (Adam/AdamW, SGD): every parameter of a dtype in one launch.
+pub const OPTIM: KernelModule = KernelModule {
+    name: "optim",
+    body: include_str!("optim.cu"),
+};
+
 /// Every module, for tests and ahead-of-use compilation.
-pub const MODULES: [KernelModule; 3] = [ELEMENTWISE, ROWS, INDEX];
+pub const MODULES: [KernelModule; 4] = [ELEMENTWISE, ROWS, INDEX, OPTIM];
 
 impl KernelModule {
     /// The full CUDA C++ source: the shared header, then the module.
@@ -263,6 +269,12 @@ mod tests {
                     "softmax_rows_f64",
                     "log_softmax_rows_bf16",
                     "cumsum_cols_i64",
+                ],
+                "optim" => &[
+                    "adam_multi_f32",
+                    "adam_multi_bf16",
+                    "sgd_multi_f64",
+                    "sgd_multi_f16",
                 ],
                 _ => &[
                     "index_select_bool",

@@ -8,7 +8,7 @@
 //! return tensors, not `Result`s.
 
 use crate::Tensor;
-use ferrograd_kernels::cpu::Conv2dGeometry;
+use ferrograd_kernels::cpu::{AdamStep, Conv2dGeometry, SgdStep};
 use ferrograd_kernels::{DType, Layout};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -92,6 +92,23 @@ dispatch! {
     fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
     /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
     fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor>;
+    /// One Adam/AdamW step of every slot (param, grad, exp_avg, exp_avg_sq, optional
+    /// max_exp_avg_sq), all CUDA tensors of one dtype on one device, in one launch.
+    fn adam_multi(slots: &[StepSlot<'_>], hyper: &AdamStep) -> bool;
+    /// One SGD step of every slot (param, grad, optional momentum buffer) in one launch.
+    fn sgd_multi(slots: &[StepSlot<'_>], hyper: &SgdStep) -> bool;
+}
+
+/// One parameter of a fused optimizer step: its tensors (parameter, gradient, then the
+/// optimizer's state buffers; all contiguous, distinct buffers) and per-parameter scalars.
+pub(crate) struct StepSlot<'a> {
+    pub(crate) tensors: [Option<&'a Tensor>; 5],
+    /// Bit 0: max_exp_avg_sq present; bit 1: first SGD step.
+    pub(crate) flags: u64,
+    /// Adam: `lr / (1 - beta1^step)`.
+    pub(crate) step_size: f64,
+    /// Adam: `sqrt(1 - beta2^step)`.
+    pub(crate) bc2_sqrt: f64,
 }
 
 #[cfg(feature = "cuda")]
@@ -99,7 +116,7 @@ mod imp {
     use super::*;
     use crate::storage::Storage;
     use crate::storage::cuda::{self as backend, CudaStorage, ops as k};
-    use std::sync::RwLockReadGuard;
+    use std::sync::{Arc, RwLockReadGuard};
 
     /// The CUDA storage behind a tensor, read-locked.
     struct Dev<'a>(RwLockReadGuard<'a, Storage>);
@@ -421,5 +438,126 @@ mod imp {
             Storage::Cuda(out),
             Layout::contiguous(out_shape),
         ))
+    }
+
+    /// A storage lock held for a multi-tensor launch.
+    enum Guard<'a> {
+        Read(RwLockReadGuard<'a, Storage>),
+        Write(std::sync::RwLockWriteGuard<'a, Storage>),
+    }
+
+    impl Guard<'_> {
+        fn cuda(&self) -> Option<&CudaStorage> {
+            let s: &Storage = match self {
+                Guard::Read(r) => r,
+                Guard::Write(w) => w,
+            };
+            match s {
+                Storage::Cuda(c) => Some(c),
+                Storage::Cpu(_) => None,
+            }
+        }
+    }
+
+    /// Locks every tensor of `slots` (gradients for reading, the rest for writing, which
+    /// bumps their versions) when all are CUDA tensors of one dtype on one device, and
+    /// runs `f` on their storages.
+    fn with_slots(
+        slots: &[StepSlot<'_>],
+        op: &str,
+        f: impl FnOnce(&Arc<backend::GpuDevice>, DType, &[k::OptSlot<'_>]) -> crate::Result<()>,
+    ) -> bool {
+        let Some(first) = slots.first().and_then(|s| s.tensors[0]) else {
+            return true;
+        };
+        let (device, dtype) = (first.device(), first.dtype());
+        let all_there = slots
+            .iter()
+            .flat_map(|s| s.tensors.iter().flatten())
+            .all(|t| {
+                t.device() == device
+                    && t.dtype() == dtype
+                    && t.layout().contiguous_range().is_some()
+            });
+        if !device.is_cuda() || !all_there {
+            return false;
+        }
+        // One storage locked twice would deadlock: views of one buffer take the host path.
+        let mut seen = std::collections::HashSet::new();
+        let distinct = slots
+            .iter()
+            .flat_map(|s| s.tensors.iter().flatten())
+            .all(|t| seen.insert(Arc::as_ptr(t.storage_cell())));
+        if !distinct {
+            return false;
+        }
+        let mut guards = Vec::with_capacity(slots.len() * 5);
+        for s in slots {
+            for (i, t) in s.tensors.iter().enumerate() {
+                guards.push(t.map(|t| {
+                    if i == 1 {
+                        Guard::Read(t.read_storage())
+                    } else {
+                        Guard::Write(t.storage_cell().write())
+                    }
+                }));
+            }
+        }
+        let mut table = Vec::with_capacity(slots.len());
+        for (s, g) in slots.iter().zip(guards.chunks(5)) {
+            let mut buffers = [None; 5];
+            for i in 0..5 {
+                if let Some(t) = s.tensors[i] {
+                    let Some(c) = g[i].as_ref().and_then(Guard::cuda) else {
+                        return false;
+                    };
+                    buffers[i] = Some((c, contiguous_offset(t)));
+                }
+            }
+            table.push(k::OptSlot {
+                buffers,
+                n: first_numel(s),
+                flags: s.flags,
+                step_size: s.step_size,
+                bc2_sqrt: s.bc2_sqrt,
+            });
+        }
+        let dev = table[0].buffers[0].expect("a parameter").0.device().clone();
+        check(op, f(&dev, dtype, &table))
+    }
+
+    fn first_numel(s: &StepSlot<'_>) -> usize {
+        s.tensors[0].map_or(0, |t| t.numel())
+    }
+
+    #[track_caller]
+    pub(super) fn adam_multi(slots: &[StepSlot<'_>], h: &AdamStep) -> bool {
+        let hyper = k::AdamHyper {
+            lr: h.lr,
+            beta1: h.betas.0,
+            beta2: h.betas.1,
+            eps: h.eps,
+            weight_decay: h.weight_decay,
+            decoupled: h.decoupled as u32,
+            maximize: h.maximize as u32,
+        };
+        with_slots(slots, "Adam.step", |dev, dtype, table| {
+            k::adam_multi(dev, dtype, table, hyper)
+        })
+    }
+
+    #[track_caller]
+    pub(super) fn sgd_multi(slots: &[StepSlot<'_>], h: &SgdStep) -> bool {
+        let hyper = k::SgdHyper {
+            lr: h.lr,
+            momentum: h.momentum,
+            dampening: h.dampening,
+            weight_decay: h.weight_decay,
+            nesterov: h.nesterov as u32,
+            maximize: h.maximize as u32,
+        };
+        with_slots(slots, "SGD.step", |dev, dtype, table| {
+            k::sgd_multi(dev, dtype, table, hyper)
+        })
     }
 }

@@ -7,7 +7,7 @@ use super::{CudaStorage, GpuDevice, device_err};
 use crate::{Error, Result};
 use cudarc::cublas::{CudaBlas, sys as blas};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use ferrograd_kernels::cuda::{ELEMENTWISE, INDEX, ROWS};
+use ferrograd_kernels::cuda::{ELEMENTWISE, INDEX, OPTIM, ROWS};
 use ferrograd_kernels::{DType, Layout, coalesce};
 use std::sync::Arc;
 
@@ -596,6 +596,116 @@ pub(crate) fn conv_columns(
     Ok(out)
 }
 
+// ---- multi-tensor optimizer steps ----------------------------------------------------------
+
+/// Elements per block of the multi-tensor kernels (`OPT_CHUNK` in optim.cu).
+const OPT_CHUNK: usize = 4096;
+
+/// One parameter of a multi-tensor step: its buffers (parameter, gradient, up to three
+/// state buffers, all contiguous from `offsets`), and the `OptSlot` scalars.
+pub(crate) struct OptSlot<'a> {
+    pub(crate) buffers: [Option<(&'a CudaStorage, usize)>; 5],
+    pub(crate) n: usize,
+    pub(crate) flags: u64,
+    pub(crate) step_size: f64,
+    pub(crate) bc2_sqrt: f64,
+}
+
+/// `AdamHyper` of optim.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AdamHyper {
+    pub(crate) lr: f64,
+    pub(crate) beta1: f64,
+    pub(crate) beta2: f64,
+    pub(crate) eps: f64,
+    pub(crate) weight_decay: f64,
+    pub(crate) decoupled: u32,
+    pub(crate) maximize: u32,
+}
+
+/// `SgdHyper` of optim.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SgdHyper {
+    pub(crate) lr: f64,
+    pub(crate) momentum: f64,
+    pub(crate) dampening: f64,
+    pub(crate) weight_decay: f64,
+    pub(crate) nesterov: u32,
+    pub(crate) maximize: u32,
+}
+
+// SAFETY: plain data, `repr(C)`, fields in the order and of the sizes of the CUDA structs
+// `AdamHyper` and `SgdHyper` in optim.cu (double = f64, unsigned int = u32).
+unsafe impl DeviceRepr for AdamHyper {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for SgdHyper {}
+
+/// The slot table as the kernels read it (`OptSlot`: ten 8-byte words per parameter) and
+/// the number of chunks (blocks) it spans.
+fn slot_table(slots: &[&OptSlot<'_>]) -> (Vec<i64>, usize) {
+    let mut words = Vec::with_capacity(slots.len() * 10);
+    let mut chunks = 0usize;
+    for s in slots {
+        for b in &s.buffers {
+            words.push(b.map_or(0, |(buf, offset)| buf.address_of(offset)) as i64);
+        }
+        words.push(s.n as i64);
+        words.push(chunks as i64);
+        words.push(s.flags as i64);
+        words.push(s.step_size.to_bits() as i64);
+        words.push(s.bc2_sqrt.to_bits() as i64);
+        chunks += s.n.div_ceil(OPT_CHUNK);
+    }
+    (words, chunks)
+}
+
+/// Launches `kernel` (`adam_multi` or `sgd_multi`) of `dtype` over every slot at once.
+fn multi_tensor<H: DeviceRepr + Copy>(
+    dev: &Arc<GpuDevice>,
+    kernel: &str,
+    dtype: DType,
+    slots: &[OptSlot<'_>],
+    hyper: H,
+) -> Result<()> {
+    let slots: Vec<&OptSlot<'_>> = slots.iter().filter(|s| s.n > 0).collect();
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let (words, chunks) = slot_table(&slots);
+    let table = upload_indices(dev, &words)?;
+    let (t, count, h) = (table.address_of(0), slots.len() as u32, hyper);
+    let cfg = LaunchConfig {
+        grid_dim: (chunks as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let name = format!("{kernel}_{}", suffix(dtype));
+    launch!(dev, OPTIM, name, cfg; t, count, h)
+}
+
+/// One Adam/AdamW step of every parameter in `slots` (buffers: param, grad, exp_avg,
+/// exp_avg_sq, max_exp_avg_sq), all of `dtype` on `dev`, in one launch.
+pub(crate) fn adam_multi(
+    dev: &Arc<GpuDevice>,
+    dtype: DType,
+    slots: &[OptSlot<'_>],
+    hyper: AdamHyper,
+) -> Result<()> {
+    multi_tensor(dev, "adam_multi", dtype, slots, hyper)
+}
+
+/// One SGD step of every parameter in `slots` (buffers: param, grad, momentum buffer).
+pub(crate) fn sgd_multi(
+    dev: &Arc<GpuDevice>,
+    dtype: DType,
+    slots: &[OptSlot<'_>],
+    hyper: SgdHyper,
+) -> Result<()> {
+    multi_tensor(dev, "sgd_multi", dtype, slots, hyper)
+}
+
 // ---- matrix products through cuBLAS ---------------------------------------------------------
 
 /// A device's cuBLAS handle, bound to its stream.
@@ -794,5 +904,13 @@ mod tests {
         // single rows and columns take any stride
         assert_eq!(blas_operand(1, 5, 0, 1), Some((false, 5)));
         assert_eq!(blas_operand(5, 1, 1, 0), Some((false, 1)));
+    }
+
+    #[test]
+    fn optimizer_structs_match_the_kernel_layout() {
+        // optim.cu: AdamHyper is five doubles and two unsigned ints, SgdHyper four and two.
+        assert_eq!(std::mem::size_of::<AdamHyper>(), 48);
+        assert_eq!(std::mem::size_of::<SgdHyper>(), 40);
+        assert_eq!(OPT_CHUNK, 4096);
     }
 }

@@ -1,0 +1,332 @@
+//! Fused optimizer updates: one pass over a parameter, its gradient and its state per
+//! step, computed in the element type's accumulator (f32 for the half types), with
+//! PyTorch's formulas (`torch.optim.Adam`/`AdamW`/`SGD`, single-tensor variant).
+
+use super::{PARALLEL_THRESHOLD, run_tasks};
+use crate::FloatElement;
+use num_traits::{Float, One, Zero};
+use std::sync::Mutex;
+
+/// The hyper-parameters of one Adam/AdamW update of one parameter.
+///
+/// ```
+/// let h = ferrograd_kernels::cpu::AdamStep::new(1e-3, (0.9, 0.999), 1e-8, 0.0, 1);
+/// assert!((h.step_size - 1e-2).abs() < 1e-12); // lr / (1 - 0.9)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamStep {
+    /// Learning rate.
+    pub lr: f64,
+    /// `beta1`, `beta2`: decay of the first and second moment averages.
+    pub betas: (f64, f64),
+    /// Added to the denominator.
+    pub eps: f64,
+    /// L2 penalty (Adam: added to the gradient; AdamW: decays the parameter).
+    pub weight_decay: f64,
+    /// AdamW's decoupled weight decay instead of Adam's L2 term.
+    pub decoupled: bool,
+    /// Keep the running maximum of the second moment (AMSGrad).
+    pub amsgrad: bool,
+    /// Ascend instead of descend.
+    pub maximize: bool,
+    /// `lr / (1 - beta1^step)`.
+    pub step_size: f64,
+    /// `sqrt(1 - beta2^step)`.
+    pub bias_correction2_sqrt: f64,
+}
+
+impl AdamStep {
+    /// The update of step `step` (counted from 1) with the bias corrections filled in;
+    /// Adam's coupled weight decay, no AMSGrad, minimising.
+    pub fn new(lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64, step: u64) -> Self {
+        let step = step as f64;
+        AdamStep {
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            decoupled: false,
+            amsgrad: false,
+            maximize: false,
+            step_size: lr / (1.0 - betas.0.powf(step)),
+            bias_correction2_sqrt: (1.0 - betas.1.powf(step)).sqrt(),
+        }
+    }
+}
+
+/// The hyper-parameters of one SGD update.
+///
+/// ```
+/// let h = ferrograd_kernels::cpu::SgdStep { lr: 0.1, momentum: 0.9, dampening: 0.0,
+///     weight_decay: 0.0, nesterov: false, maximize: false, first: true };
+/// assert_eq!(h.momentum, 0.9);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdStep {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor (0: plain SGD, no buffer).
+    pub momentum: f64,
+    /// Dampening of the momentum's gradient term.
+    pub dampening: f64,
+    /// L2 penalty added to the gradient.
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+    /// Ascend instead of descend.
+    pub maximize: bool,
+    /// This parameter's first update: the momentum buffer starts as the gradient.
+    pub first: bool,
+}
+
+/// Elements per parallel task.
+const CHUNK: usize = 1 << 14;
+
+/// Splits the update of `n` elements into tasks of [`CHUNK`] elements, one pass each;
+/// serial below the parallel threshold. `pieces[i]` holds the i-th chunk of every slice.
+fn run_chunked<P: Send>(n: usize, pieces: Vec<P>, f: impl Fn(P) + Sync) {
+    if n < PARALLEL_THRESHOLD {
+        pieces.into_iter().for_each(f);
+        return;
+    }
+    let slots: Vec<Mutex<Option<P>>> = pieces.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    run_tasks(slots.len(), |i| {
+        let piece = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(piece) = piece {
+            f(piece);
+        }
+    });
+}
+
+/// One Adam/AdamW step in place: `param`, `exp_avg`, `exp_avg_sq` (and `max_exp_avg_sq`
+/// with AMSGrad) are updated from `grad`; all slices have the same length.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{adam_step, AdamStep};
+/// let (mut p, g, mut m, mut v) = (vec![1.0f64], vec![0.5], vec![0.0], vec![0.0]);
+/// adam_step(&mut p, &g, &mut m, &mut v, None, &AdamStep::new(0.1, (0.9, 0.999), 1e-8, 0.0, 1));
+/// assert!((p[0] - 0.9).abs() < 1e-6); // the first step moves by lr in the gradient's sign
+/// ```
+pub fn adam_step<T: FloatElement>(
+    param: &mut [T],
+    grad: &[T],
+    exp_avg: &mut [T],
+    exp_avg_sq: &mut [T],
+    max_exp_avg_sq: Option<&mut [T]>,
+    h: &AdamStep,
+) {
+    let n = param.len();
+    assert!(
+        grad.len() == n && exp_avg.len() == n && exp_avg_sq.len() == n,
+        "adam_step: parameter, gradient and state lengths differ"
+    );
+    let acc = |v: f64| <T::Acc as crate::Element>::from_f64(v);
+    let (lr, b2, eps, wd) = (acc(h.lr), acc(h.betas.1), acc(h.eps), acc(h.weight_decay));
+    let (one_b1, one_b2) = (acc(1.0 - h.betas.0), acc(1.0 - h.betas.1));
+    let (step_size, bc2) = (acc(h.step_size), acc(h.bias_correction2_sqrt));
+    let decay = (h.decoupled && h.weight_decay != 0.0).then(|| T::Acc::one() - lr * wd);
+    let l2 = (!h.decoupled && h.weight_decay != 0.0).then_some(wd);
+    let update = |p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], mut vmax: Option<&mut [T]>| {
+        for i in 0..p.len() {
+            let mut pi = p[i].to_acc();
+            let mut gi = g[i].to_acc();
+            if h.maximize {
+                gi = T::Acc::zero() - gi;
+            }
+            if let Some(wd) = l2 {
+                gi = gi + wd * pi;
+            }
+            if let Some(decay) = decay {
+                pi = pi * decay;
+            }
+            // lerp(m, g, 1 - beta1) as PyTorch's lerp_ computes it for weights below 0.5.
+            let mi = m[i].to_acc();
+            let mi = mi + one_b1 * (gi - mi);
+            let vi = v[i].to_acc() * b2 + one_b2 * gi * gi;
+            // Stored in the parameter's dtype and read back from there, as the unfused ops do.
+            m[i] = T::from_acc(mi);
+            v[i] = T::from_acc(vi);
+            let (mi, vi) = (m[i].to_acc(), v[i].to_acc());
+            let second = match vmax.as_deref_mut() {
+                Some(vmax) => {
+                    let top = Float::max(vmax[i].to_acc(), vi);
+                    vmax[i] = T::from_acc(top);
+                    top
+                }
+                None => vi,
+            };
+            let denom = Float::sqrt(second) / bc2 + eps;
+            p[i] = T::from_acc(pi - step_size * (mi / denom));
+        }
+    };
+    let chunks = n.div_ceil(CHUNK);
+    let mut vmax_chunks: Vec<Option<&mut [T]>> = match max_exp_avg_sq {
+        Some(s) => {
+            assert!(s.len() == n, "adam_step: max_exp_avg_sq length differs");
+            s.chunks_mut(CHUNK).map(Some).collect()
+        }
+        None => (0..chunks).map(|_| None).collect(),
+    };
+    let pieces: Vec<_> = param
+        .chunks_mut(CHUNK)
+        .zip(grad.chunks(CHUNK))
+        .zip(exp_avg.chunks_mut(CHUNK))
+        .zip(exp_avg_sq.chunks_mut(CHUNK))
+        .zip(vmax_chunks.drain(..))
+        .map(|((((p, g), m), v), x)| (p, g, m, v, x))
+        .collect();
+    run_chunked(n, pieces, |(p, g, m, v, x)| update(p, g, m, v, x));
+}
+
+/// One SGD step in place: `param` (and the momentum buffer `buf`, when momentum is not 0)
+/// from `grad`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{sgd_step, SgdStep};
+/// let (mut p, g) = (vec![1.0f32, 2.0], vec![1.0, -1.0]);
+/// let h = SgdStep { lr: 0.5, momentum: 0.0, dampening: 0.0, weight_decay: 0.0,
+///     nesterov: false, maximize: false, first: true };
+/// sgd_step(&mut p, &g, None, &h);
+/// assert_eq!(p, vec![0.5, 2.5]);
+/// ```
+pub fn sgd_step<T: FloatElement>(param: &mut [T], grad: &[T], buf: Option<&mut [T]>, h: &SgdStep) {
+    let n = param.len();
+    assert!(
+        grad.len() == n,
+        "sgd_step: parameter and gradient lengths differ"
+    );
+    let acc = |v: f64| <T::Acc as crate::Element>::from_f64(v);
+    let (lr, mom, damp, wd) = (
+        acc(h.lr),
+        acc(h.momentum),
+        acc(1.0 - h.dampening),
+        acc(h.weight_decay),
+    );
+    let update = |p: &mut [T], g: &[T], mut b: Option<&mut [T]>| {
+        for i in 0..p.len() {
+            let pi = p[i].to_acc();
+            let mut gi = g[i].to_acc();
+            if h.maximize {
+                gi = T::Acc::zero() - gi;
+            }
+            if h.weight_decay != 0.0 {
+                gi = gi + wd * pi;
+            }
+            if let Some(b) = b.as_deref_mut() {
+                let bi = if h.first {
+                    gi
+                } else {
+                    b[i].to_acc() * mom + damp * gi
+                };
+                // The buffer is stored in the parameter's dtype and read back from there.
+                b[i] = T::from_acc(bi);
+                let bi = b[i].to_acc();
+                gi = if h.nesterov { gi + mom * bi } else { bi };
+            }
+            p[i] = T::from_acc(pi - lr * gi);
+        }
+    };
+    let chunks = n.div_ceil(CHUNK);
+    let buf_chunks: Vec<Option<&mut [T]>> = match buf {
+        Some(b) => {
+            assert!(b.len() == n, "sgd_step: momentum buffer length differs");
+            b.chunks_mut(CHUNK).map(Some).collect()
+        }
+        None => (0..chunks).map(|_| None).collect(),
+    };
+    let pieces: Vec<_> = param
+        .chunks_mut(CHUNK)
+        .zip(grad.chunks(CHUNK))
+        .zip(buf_chunks)
+        .map(|((p, g), b)| (p, g, b))
+        .collect();
+    run_chunked(n, pieces, |(p, g, b)| update(p, g, b));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The unfused PyTorch sequence in f64, for one element.
+    fn reference(p: f64, g: f64, m: f64, v: f64, h: &AdamStep) -> (f64, f64, f64) {
+        let g = if h.weight_decay != 0.0 && !h.decoupled {
+            g + h.weight_decay * p
+        } else {
+            g
+        };
+        let p = if h.decoupled {
+            p * (1.0 - h.lr * h.weight_decay)
+        } else {
+            p
+        };
+        let m = m + (1.0 - h.betas.0) * (g - m);
+        let v = v * h.betas.1 + (1.0 - h.betas.1) * g * g;
+        let denom = v.sqrt() / h.bias_correction2_sqrt + h.eps;
+        (p - h.step_size * m / denom, m, v)
+    }
+
+    #[test]
+    fn adam_matches_the_unfused_formula_serial_and_parallel() {
+        for n in [5, PARALLEL_THRESHOLD * 3 + 7] {
+            for decoupled in [false, true] {
+                let mut h = AdamStep::new(0.01, (0.9, 0.99), 1e-8, 0.1, 3);
+                h.decoupled = decoupled;
+                let p0: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+                let g: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+                let m0: Vec<f64> = (0..n).map(|i| (i % 7) as f64 * 0.01).collect();
+                let v0: Vec<f64> = (0..n).map(|i| (i % 5) as f64 * 0.02).collect();
+                let (mut p, mut m, mut v) = (p0.clone(), m0.clone(), v0.clone());
+                adam_step(&mut p, &g, &mut m, &mut v, None, &h);
+                for i in [0, n / 2, n - 1] {
+                    let (pe, me, ve) = reference(p0[i], g[i], m0[i], v0[i], &h);
+                    assert!((p[i] - pe).abs() < 1e-14, "{i}: {} vs {pe}", p[i]);
+                    assert!((m[i] - me).abs() < 1e-15 && (v[i] - ve).abs() < 1e-15);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn amsgrad_keeps_the_running_maximum() {
+        let mut h = AdamStep::new(0.1, (0.9, 0.999), 1e-8, 0.0, 2);
+        h.amsgrad = true;
+        let (mut p, g, mut m, mut v, mut vmax) = (
+            vec![0.0f32; 2],
+            vec![0.0f32; 2],
+            vec![0.0; 2],
+            vec![1.0, 0.0],
+            vec![0.5, 2.0],
+        );
+        adam_step(&mut p, &g, &mut m, &mut v, Some(&mut vmax), &h);
+        assert_eq!(vmax, vec![0.999, 2.0]);
+        assert_eq!(v, vec![0.999, 0.0]);
+    }
+
+    #[test]
+    fn sgd_momentum_nesterov_and_maximize() {
+        let h = SgdStep {
+            lr: 0.1,
+            momentum: 0.9,
+            dampening: 0.5,
+            weight_decay: 0.0,
+            nesterov: false,
+            maximize: false,
+            first: true,
+        };
+        let (mut p, g, mut b) = (vec![1.0f64], vec![2.0], vec![0.0]);
+        sgd_step(&mut p, &g, Some(&mut b), &h);
+        assert_eq!((p[0], b[0]), (0.8, 2.0)); // first step: buf = g, no dampening
+        sgd_step(&mut p, &g, Some(&mut b), &SgdStep { first: false, ..h });
+        assert!((b[0] - 2.8).abs() < 1e-15 && (p[0] - 0.52).abs() < 1e-15);
+        let nesterov = SgdStep {
+            nesterov: true,
+            dampening: 0.0,
+            maximize: true,
+            ..h
+        };
+        let (mut p, mut b) = (vec![1.0f64], vec![0.0]);
+        sgd_step(&mut p, &g, Some(&mut b), &nesterov);
+        // g = -2, buf = -2, step = g + 0.9 * buf = -3.8
+        assert!((p[0] - 1.38).abs() < 1e-15 && b[0] == -2.0);
+    }
+}

@@ -1,0 +1,702 @@
+//! Optimizers (`torch.optim`): [`Sgd`], [`Adam`] and [`AdamW`], with PyTorch's update
+//! formulas and defaults.
+//!
+//! Each step is fused: on the CPU one pass per parameter updates the parameter and its
+//! state together (in parallel above a size threshold); on CUDA one kernel launch updates
+//! every parameter of a dtype (PyTorch's `fused=True`). Parameters without a gradient are
+//! skipped, as in PyTorch.
+//!
+//! ```
+//! use ferrograd_runtime::prelude::*;
+//! use ferrograd_runtime::optim::{Adam, AdamConfig, Optimizer};
+//! let w = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).requires_grad(true);
+//! let mut opt = Adam::new(vec![w.clone()], AdamConfig::default().lr(0.1));
+//! for _ in 0..100 {
+//!     opt.zero_grad();
+//!     (&w * &w).sum_all().backward();
+//!     opt.step();
+//! }
+//! assert!(w.abs().max_all().item::<f32>() < 0.1);
+//! ```
+
+use crate::autograd::no_grad;
+use crate::ops::gpu::{self, StepSlot};
+use crate::{DType, Device, Tensor};
+use ferrograd_kernels::cpu::{AdamStep, SgdStep, adam_step, sgd_step};
+use ferrograd_kernels::with_float_dtype;
+
+/// What every optimizer does (`torch.optim.Optimizer`).
+pub trait Optimizer {
+    /// Updates every parameter that has a gradient.
+    fn step(&mut self);
+
+    /// Clears the gradients of every parameter (`zero_grad(set_to_none=True)`).
+    fn zero_grad(&mut self) {
+        for p in self.params() {
+            p.zero_grad();
+        }
+    }
+
+    /// The parameters being optimised.
+    fn params(&self) -> &[Tensor];
+
+    /// The learning rate.
+    fn lr(&self) -> f64;
+
+    /// Sets the learning rate (for schedules).
+    fn set_lr(&mut self, lr: f64);
+}
+
+/// The parameters with duplicates (the same tensor twice, as with tied weights) removed,
+/// so that no parameter is updated twice per step.
+#[track_caller]
+fn unique_params(op: &str, params: Vec<Tensor>) -> Vec<Tensor> {
+    let mut out: Vec<Tensor> = Vec::with_capacity(params.len());
+    for p in params {
+        assert!(
+            p.dtype().is_float(),
+            "{op}: can only optimize floating-point tensors, got {:?} (shape {:?})",
+            p.dtype(),
+            p.shape()
+        );
+        assert!(
+            p.is_leaf() && p.requires_grad_flag(),
+            "{op}: parameters must be leaf tensors that require grad (shape {:?})",
+            p.shape()
+        );
+        if !out
+            .iter()
+            .any(|q| q.shares_storage(&p) && q.layout() == p.layout())
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[track_caller]
+fn check_hyper(op: &str, name: &str, value: f64, ok: bool) {
+    assert!(ok, "{op}: invalid {name}: {value}");
+}
+
+/// A parameter's gradient as the fused kernels read it: contiguous, detached, same dtype.
+#[track_caller]
+fn gradient_of(op: &str, p: &Tensor) -> Option<Tensor> {
+    let g = p.grad()?;
+    assert!(
+        g.dtype() == p.dtype() && g.shape() == p.shape() && g.device() == p.device(),
+        "{op}: gradient of {:?} {} on {} does not match its parameter ({:?} {:?} on {})",
+        g.shape(),
+        g.dtype(),
+        g.device(),
+        p.shape(),
+        p.dtype(),
+        p.device()
+    );
+    Some(g.detach().contiguous())
+}
+
+/// Runs `update` on a contiguous working view of `p` and writes it back when `p` itself
+/// is not contiguous (a parameter created from a transposed view, say).
+fn with_contiguous(p: &Tensor, update: impl FnOnce(&Tensor)) {
+    if p.layout().contiguous_range().is_some() {
+        update(&p.detach());
+    } else {
+        let work = p.detach().contiguous();
+        update(&work);
+        p.detach().copy_(&work);
+    }
+}
+
+/// A new zero state buffer shaped like `p`.
+fn zeros_like(p: &Tensor) -> Tensor {
+    Tensor::zeros(p.shape(), p.dtype(), &p.device())
+}
+
+/// Parameters' fused updates grouped by (device, dtype), so each group is one CUDA launch.
+#[derive(Default)]
+struct Groups<'a>(Vec<((Device, DType), Vec<StepSlot<'a>>)>);
+
+impl<'a> Groups<'a> {
+    fn push(&mut self, slot: StepSlot<'a>) {
+        let p = slot.tensors[0].expect("a slot holds its parameter");
+        let key = (p.device(), p.dtype());
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, slots)) => slots.push(slot),
+            None => self.0.push((key, vec![slot])),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[StepSlot<'a>]> {
+        self.0.iter().map(|(_, slots)| slots.as_slice())
+    }
+}
+
+/// Options of [`Sgd`], with PyTorch's defaults (`torch.optim.SGD`).
+///
+/// ```
+/// use ferrograd_runtime::optim::SgdConfig;
+/// let c = SgdConfig::new(0.1).momentum(0.9).nesterov(true);
+/// assert_eq!((c.lr, c.momentum, c.dampening, c.nesterov), (0.1, 0.9, 0.0, true));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor; 0 keeps no buffer.
+    pub momentum: f64,
+    /// Dampening of the gradient term in the momentum buffer.
+    pub dampening: f64,
+    /// L2 penalty added to the gradient.
+    pub weight_decay: f64,
+    /// Nesterov momentum (needs momentum > 0 and no dampening).
+    pub nesterov: bool,
+    /// Maximise the objective instead.
+    pub maximize: bool,
+}
+
+impl SgdConfig {
+    /// Plain SGD with learning rate `lr`.
+    pub fn new(lr: f64) -> Self {
+        SgdConfig {
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            maximize: false,
+        }
+    }
+    /// Sets the momentum factor.
+    pub fn momentum(mut self, momentum: f64) -> Self {
+        self.momentum = momentum;
+        self
+    }
+    /// Sets the dampening.
+    pub fn dampening(mut self, dampening: f64) -> Self {
+        self.dampening = dampening;
+        self
+    }
+    /// Sets the L2 penalty.
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+    /// Turns Nesterov momentum on or off.
+    pub fn nesterov(mut self, nesterov: bool) -> Self {
+        self.nesterov = nesterov;
+        self
+    }
+    /// Maximises instead of minimising.
+    pub fn maximize(mut self, maximize: bool) -> Self {
+        self.maximize = maximize;
+        self
+    }
+}
+
+/// Stochastic gradient descent with optional momentum, dampening, Nesterov momentum and
+/// weight decay (`torch.optim.SGD`).
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::optim::{Optimizer, Sgd, SgdConfig};
+/// let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+/// let mut opt = Sgd::new(vec![w.clone()], SgdConfig::new(0.1));
+/// (&w * 3.0).sum_all().backward();
+/// opt.step();
+/// assert!((w.item::<f64>() - 0.7).abs() < 1e-12);
+/// ```
+pub struct Sgd {
+    params: Vec<Tensor>,
+    config: SgdConfig,
+    momentum_buffers: Vec<Option<Tensor>>,
+}
+
+impl Sgd {
+    /// An optimizer over `params` (duplicates are updated once).
+    ///
+    /// # Panics
+    /// On a negative learning rate, momentum or weight decay, on Nesterov momentum without
+    /// momentum or with dampening (PyTorch's `ValueError`s), and on parameters that are
+    /// not floating-point leaves requiring grad.
+    #[track_caller]
+    pub fn new(params: Vec<Tensor>, config: SgdConfig) -> Self {
+        let op = "SGD";
+        check_hyper(op, "learning rate", config.lr, config.lr >= 0.0);
+        check_hyper(
+            op,
+            "momentum value",
+            config.momentum,
+            config.momentum >= 0.0,
+        );
+        check_hyper(
+            op,
+            "weight_decay value",
+            config.weight_decay,
+            config.weight_decay >= 0.0,
+        );
+        assert!(
+            !config.nesterov || (config.momentum > 0.0 && config.dampening == 0.0),
+            "SGD: Nesterov momentum requires a momentum and zero dampening"
+        );
+        let params = unique_params(op, params);
+        let momentum_buffers = vec![None; params.len()];
+        Sgd {
+            params,
+            config,
+            momentum_buffers,
+        }
+    }
+
+    /// The options.
+    pub fn config(&self) -> &SgdConfig {
+        &self.config
+    }
+
+    /// The momentum buffer of parameter `i`, once it has one.
+    pub fn momentum_buffer(&self, i: usize) -> Option<&Tensor> {
+        self.momentum_buffers.get(i)?.as_ref()
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self) {
+        let c = &self.config;
+        let base = SgdStep {
+            lr: c.lr,
+            momentum: c.momentum,
+            dampening: c.dampening,
+            weight_decay: c.weight_decay,
+            nesterov: c.nesterov,
+            maximize: c.maximize,
+            first: false,
+        };
+        no_grad(|| {
+            let mut work = Vec::new();
+            for (p, buf) in self.params.iter().zip(&mut self.momentum_buffers) {
+                let Some(g) = gradient_of("SGD.step", p) else {
+                    continue;
+                };
+                let first = buf.is_none();
+                if c.momentum != 0.0 && first {
+                    *buf = Some(zeros_like(p));
+                }
+                work.push((p, g, buf.clone(), first));
+            }
+            let mut groups = Groups::default();
+            for (p, g, buf, first) in &work {
+                if p.layout().contiguous_range().is_some() {
+                    groups.push(sgd_slot(p, g, buf.as_ref(), *first));
+                } else {
+                    with_contiguous(p, |w| {
+                        sgd_on_cpu(&sgd_slot(w, g, buf.as_ref(), *first), &base)
+                    });
+                }
+            }
+            for slots in groups.iter() {
+                if !gpu::sgd_multi(slots, &base) {
+                    slots.iter().for_each(|s| sgd_on_cpu(s, &base));
+                }
+            }
+        });
+    }
+
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.config.lr = lr;
+    }
+}
+
+fn sgd_slot<'a>(
+    p: &'a Tensor,
+    g: &'a Tensor,
+    buf: Option<&'a Tensor>,
+    first: bool,
+) -> StepSlot<'a> {
+    StepSlot {
+        tensors: [Some(p), Some(g), buf, None, None],
+        flags: if first { 2 } else { 0 },
+        step_size: 0.0,
+        bc2_sqrt: 0.0,
+    }
+}
+
+/// The fused SGD update of one contiguous parameter on the host (the host fallback for a
+/// device tensor).
+fn sgd_on_cpu(slot: &StepSlot<'_>, base: &SgdStep) {
+    let [Some(p), Some(g), buf, ..] = slot.tensors else {
+        unreachable!("a slot holds a parameter and its gradient")
+    };
+    let h = &SgdStep {
+        first: slot.flags & 2 != 0,
+        ..*base
+    };
+    let range = |t: &Tensor| t.layout().contiguous_range().expect("contiguous");
+    g.with_cpu("SGD.step", |gs, _| {
+        p.with_cpu_mut("SGD.step", |ps, _| {
+            with_float_dtype!(ps.dtype(), T => {
+                let grad = &gs.typed::<T>()[range(g)];
+                let param = &mut ps.typed_mut::<T>()[range(p)];
+                match buf {
+                    Some(b) => b.with_cpu_mut("SGD.step", |bs, _| {
+                        sgd_step(param, grad, Some(&mut bs.typed_mut::<T>()[range(b)]), h)
+                    }),
+                    None => sgd_step(param, grad, None, h),
+                }
+            }, else unreachable!("parameters are floats"))
+        })
+    });
+}
+
+/// Options of [`Adam`] and [`AdamW`], with PyTorch's defaults (`torch.optim.Adam`;
+/// [`AdamW::new`] takes `weight_decay = 0.01` unless set).
+///
+/// ```
+/// use ferrograd_runtime::optim::AdamConfig;
+/// let c = AdamConfig::default();
+/// assert_eq!((c.lr, c.betas, c.eps, c.weight_decay, c.amsgrad), (1e-3, (0.9, 0.999), 1e-8, 0.0, false));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Decay rates of the first and second moment averages.
+    pub betas: (f64, f64),
+    /// Added to the denominator for stability.
+    pub eps: f64,
+    /// Weight decay: an L2 term for [`Adam`], decoupled decay for [`AdamW`]. Unless set
+    /// with [`AdamConfig::weight_decay`], [`AdamW::new`] uses 0.01 (PyTorch's default).
+    pub weight_decay: f64,
+    /// Whether `weight_decay` was set explicitly (AdamW's default applies otherwise).
+    weight_decay_set: bool,
+    /// Use the running maximum of the second moment (AMSGrad).
+    pub amsgrad: bool,
+    /// Maximise the objective instead.
+    pub maximize: bool,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            weight_decay_set: false,
+            amsgrad: false,
+            maximize: false,
+        }
+    }
+}
+
+impl AdamConfig {
+    /// Sets the learning rate.
+    pub fn lr(mut self, lr: f64) -> Self {
+        self.lr = lr;
+        self
+    }
+    /// Sets `(beta1, beta2)`.
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        self.betas = (beta1, beta2);
+        self
+    }
+    /// Sets epsilon.
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.eps = eps;
+        self
+    }
+    /// Sets the weight decay.
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self.weight_decay_set = true;
+        self
+    }
+    /// Turns AMSGrad on or off.
+    pub fn amsgrad(mut self, amsgrad: bool) -> Self {
+        self.amsgrad = amsgrad;
+        self
+    }
+    /// Maximises instead of minimising.
+    pub fn maximize(mut self, maximize: bool) -> Self {
+        self.maximize = maximize;
+        self
+    }
+}
+
+/// The state of one parameter under Adam.
+#[derive(Clone, Debug)]
+pub struct AdamState {
+    /// Steps taken (the parameter's own count: steps without a gradient do not count).
+    pub step: u64,
+    /// First moment average.
+    pub exp_avg: Tensor,
+    /// Second moment average.
+    pub exp_avg_sq: Tensor,
+    /// Running maximum of `exp_avg_sq` (AMSGrad only).
+    pub max_exp_avg_sq: Option<Tensor>,
+}
+
+/// Adam (`torch.optim.Adam`): adaptive moment estimation, with an optional L2 term
+/// added to the gradient and AMSGrad.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::optim::{Adam, AdamConfig, Optimizer};
+/// let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+/// let mut opt = Adam::new(vec![w.clone()], AdamConfig::default().lr(0.5));
+/// (&w * 3.0).sum_all().backward();
+/// opt.step(); // the first step moves by about lr, whatever the gradient's size
+/// assert!((w.item::<f64>() - 0.5).abs() < 1e-6);
+/// assert_eq!(opt.state(0).unwrap().step, 1);
+/// ```
+pub struct Adam {
+    params: Vec<Tensor>,
+    config: AdamConfig,
+    decoupled: bool,
+    state: Vec<Option<AdamState>>,
+}
+
+impl Adam {
+    /// Adam over `params` (duplicates are updated once).
+    ///
+    /// # Panics
+    /// On a negative learning rate, epsilon or weight decay, betas outside `[0, 1)`
+    /// (PyTorch's `ValueError`s), and on parameters that are not floating-point leaves
+    /// requiring grad.
+    #[track_caller]
+    pub fn new(params: Vec<Tensor>, config: AdamConfig) -> Self {
+        Self::with_decay_mode("Adam", params, config, false)
+    }
+
+    #[track_caller]
+    fn with_decay_mode(
+        op: &str,
+        params: Vec<Tensor>,
+        mut config: AdamConfig,
+        decoupled: bool,
+    ) -> Self {
+        if decoupled && !config.weight_decay_set {
+            config.weight_decay = 1e-2;
+        }
+        check_hyper(op, "learning rate", config.lr, config.lr >= 0.0);
+        check_hyper(op, "epsilon value", config.eps, config.eps >= 0.0);
+        check_hyper(
+            op,
+            "beta parameter at index 0",
+            config.betas.0,
+            (0.0..1.0).contains(&config.betas.0),
+        );
+        check_hyper(
+            op,
+            "beta parameter at index 1",
+            config.betas.1,
+            (0.0..1.0).contains(&config.betas.1),
+        );
+        check_hyper(
+            op,
+            "weight_decay value",
+            config.weight_decay,
+            config.weight_decay >= 0.0,
+        );
+        let params = unique_params(op, params);
+        let state = vec![None; params.len()];
+        Adam {
+            params,
+            config,
+            decoupled,
+            state,
+        }
+    }
+
+    /// The options.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+
+    /// The state of parameter `i`, once it has taken a step.
+    pub fn state(&self, i: usize) -> Option<&AdamState> {
+        self.state.get(i)?.as_ref()
+    }
+
+    fn name(&self) -> &'static str {
+        if self.decoupled { "AdamW" } else { "Adam" }
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self) {
+        let c = &self.config;
+        let op = if self.decoupled {
+            "AdamW.step"
+        } else {
+            "Adam.step"
+        };
+        let mut base = AdamStep::new(c.lr, c.betas, c.eps, c.weight_decay, 1);
+        base.decoupled = self.decoupled;
+        base.amsgrad = c.amsgrad;
+        base.maximize = c.maximize;
+        no_grad(|| {
+            let mut work = Vec::new();
+            for (p, state) in self.params.iter().zip(&mut self.state) {
+                let Some(g) = gradient_of(op, p) else {
+                    continue;
+                };
+                let s = state.get_or_insert_with(|| AdamState {
+                    step: 0,
+                    exp_avg: zeros_like(p),
+                    exp_avg_sq: zeros_like(p),
+                    max_exp_avg_sq: c.amsgrad.then(|| zeros_like(p)),
+                });
+                s.step += 1;
+                let h = AdamStep {
+                    decoupled: base.decoupled,
+                    amsgrad: base.amsgrad,
+                    maximize: base.maximize,
+                    ..AdamStep::new(c.lr, c.betas, c.eps, c.weight_decay, s.step)
+                };
+                work.push((p, g, s.clone(), h));
+            }
+            let mut groups = Groups::default();
+            for (p, g, s, h) in &work {
+                if p.layout().contiguous_range().is_some() {
+                    groups.push(adam_slot(p, g, s, h));
+                } else {
+                    with_contiguous(p, |w| adam_on_cpu(op, &adam_slot(w, g, s, h), &base));
+                }
+            }
+            for slots in groups.iter() {
+                if !gpu::adam_multi(slots, &base) {
+                    slots.iter().for_each(|s| adam_on_cpu(op, s, &base));
+                }
+            }
+        });
+    }
+
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.config.lr = lr;
+    }
+}
+
+fn adam_slot<'a>(p: &'a Tensor, g: &'a Tensor, s: &'a AdamState, h: &AdamStep) -> StepSlot<'a> {
+    StepSlot {
+        tensors: [
+            Some(p),
+            Some(g),
+            Some(&s.exp_avg),
+            Some(&s.exp_avg_sq),
+            s.max_exp_avg_sq.as_ref(),
+        ],
+        flags: s.max_exp_avg_sq.is_some() as u64,
+        step_size: h.step_size,
+        bc2_sqrt: h.bias_correction2_sqrt,
+    }
+}
+
+/// The fused Adam update of one contiguous parameter on the host.
+fn adam_on_cpu(op: &str, slot: &StepSlot<'_>, base: &AdamStep) {
+    let [Some(p), Some(g), Some(m_t), Some(v_t), max_t] = slot.tensors else {
+        unreachable!("an Adam slot holds a parameter, its gradient and two moments")
+    };
+    let h = &AdamStep {
+        step_size: slot.step_size,
+        bias_correction2_sqrt: slot.bc2_sqrt,
+        ..*base
+    };
+    let range = |t: &Tensor| t.layout().contiguous_range().expect("contiguous");
+    g.with_cpu(op, |gs, _| {
+        p.with_cpu_mut(op, |ps, _| {
+            m_t.with_cpu_mut(op, |ms, _| {
+                v_t.with_cpu_mut(op, |vs, _| {
+                    with_float_dtype!(ps.dtype(), T => {
+                        let grad = &gs.typed::<T>()[range(g)];
+                        let param = &mut ps.typed_mut::<T>()[range(p)];
+                        let m = &mut ms.typed_mut::<T>()[range(m_t)];
+                        let v = &mut vs.typed_mut::<T>()[range(v_t)];
+                        match max_t {
+                            Some(x) => x.with_cpu_mut(op, |xs, _| {
+                                adam_step(param, grad, m, v, Some(&mut xs.typed_mut::<T>()[range(x)]), h)
+                            }),
+                            None => adam_step(param, grad, m, v, None, h),
+                        }
+                    }, else unreachable!("parameters are floats"))
+                })
+            })
+        })
+    });
+}
+
+/// AdamW (`torch.optim.AdamW`): Adam with decoupled weight decay (the parameter shrinks
+/// by `lr * weight_decay` each step instead of an L2 term in the gradient); weight decay
+/// defaults to 0.01.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::optim::{AdamConfig, AdamW, Optimizer};
+/// let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+/// let mut opt = AdamW::new(vec![w.clone()], AdamConfig::default().lr(0.1));
+/// assert_eq!(opt.config().weight_decay, 0.01);
+/// w.set_grad(Some(Tensor::zeros(&[1], DType::F64, &Device::Cpu)));
+/// opt.step(); // a zero gradient leaves only the decay: 1 * (1 - 0.1 * 0.01)
+/// assert!((w.item::<f64>() - 0.999).abs() < 1e-12);
+/// ```
+pub struct AdamW(Adam);
+
+impl AdamW {
+    /// AdamW over `params` (duplicates are updated once); `weight_decay` defaults to 0.01.
+    ///
+    /// # Panics
+    /// As [`Adam::new`].
+    #[track_caller]
+    pub fn new(params: Vec<Tensor>, config: AdamConfig) -> Self {
+        AdamW(Adam::with_decay_mode("AdamW", params, config, true))
+    }
+
+    /// The options.
+    pub fn config(&self) -> &AdamConfig {
+        self.0.config()
+    }
+
+    /// The state of parameter `i`, once it has taken a step.
+    pub fn state(&self, i: usize) -> Option<&AdamState> {
+        self.0.state(i)
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self) {
+        self.0.step()
+    }
+    fn params(&self) -> &[Tensor] {
+        self.0.params()
+    }
+    fn lr(&self) -> f64 {
+        self.0.lr()
+    }
+    fn set_lr(&mut self, lr: f64) {
+        self.0.set_lr(lr)
+    }
+}
+
+impl std::fmt::Debug for Adam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(self.name())
+            .field("params", &self.params.len())
+            .field("config", &self.config)
+            .finish()
+    }
+}
