@@ -15,11 +15,12 @@ bundle="$root/target/gpu-bundle"
 build() {
     rm -rf "$bundle" && mkdir -p "$bundle"
     cd "$root"
-    # Test binaries that need no files from this checkout: the device suites, amp, and the
+    # Test binaries that need no files from this checkout: the device suites, amp, the
+    # optimizers (fixtures embedded), and the
     # runtime and kernel unit tests (allocator, NVRTC compilation, launch geometry).
     cargo test --release --features cuda --no-run --message-format=json \
         -p ferrograd-kernels -p ferrograd-runtime --lib \
-        --test devices --test cuda_native --test amp -p ferrograd 2>/dev/null |
+        --test devices --test cuda_native --test amp --test optim -p ferrograd 2>/dev/null |
         python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:

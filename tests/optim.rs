@@ -13,12 +13,9 @@ use std::collections::HashMap;
 const STEPS: usize = 5;
 
 fn fixtures() -> HashMap<String, Tensor> {
-    let bytes = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/torch_optim.safetensors"
-    ))
-    .expect("fixture file");
-    let st = SafeTensors::deserialize(&bytes).expect("valid safetensors");
+    // Embedded, so the test binary runs anywhere (the GPU machine has no checkout path).
+    let bytes = include_bytes!("fixtures/torch_optim.safetensors");
+    let st = SafeTensors::deserialize(bytes).expect("valid safetensors");
     st.tensors()
         .into_iter()
         .map(|(name, view)| {
