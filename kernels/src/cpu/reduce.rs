@@ -8,7 +8,7 @@ use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
 
 /// Runs `body(o, out_row)` for every outer index, in parallel when the work is large.
-fn for_each_outer<U: Send>(
+pub(crate) fn for_each_outer<U: Send>(
     out: &mut [U],
     outer: usize,
     work_per_outer: usize,
@@ -77,7 +77,7 @@ pub fn reduce_dim<T: Element, A: Copy + Send + Sync, U: Element>(
 /// Sums a contiguous slice in the accumulator type with several independent lanes, so the
 /// loop vectorises and the rounding error grows more slowly than a serial sum.
 #[inline(always)]
-fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
+pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
     const LANES: usize = 8;
     let mut lanes = [T::Acc::ZERO; LANES];
     let chunks = x.chunks_exact(LANES);

@@ -56,7 +56,8 @@ pub const ELEMENTWISE: KernelModule = KernelModule {
     body: include_str!("elementwise.cu"),
 };
 
-/// Reductions along a dim (sum, prod, max/min with indices), softmax, log-softmax, cumsum.
+/// Reductions along a dim (sum, prod, max/min with indices), softmax, log-softmax, cumsum,
+/// and the fused row ops: layer norm forward/backward and cross-entropy forward/backward.
 pub const ROWS: KernelModule = KernelModule {
     name: "rows",
     body: include_str!("rows.cu"),
@@ -269,6 +270,11 @@ mod tests {
                     "softmax_rows_f64",
                     "log_softmax_rows_bf16",
                     "cumsum_cols_i64",
+                    "layer_norm_rows_bf16",
+                    "layer_norm_backward_rows_f32",
+                    "layer_norm_param_partials_f16",
+                    "cross_entropy_rows_f64",
+                    "cross_entropy_backward_rows_bf16",
                 ],
                 "optim" => &[
                     "adam_multi_f32",

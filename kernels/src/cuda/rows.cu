@@ -207,3 +207,190 @@ FOR_FLOATS(SOFTMAX_F)
 extern "C" __global__ void cumsum_cols_i64(usize outer, usize r, usize inner, const long long* src, long long* out) {
     cumsum_cols<long long>(outer, r, inner, src, out);
 }
+
+// ---- fused layer norm, one block per row of a contiguous [rows, len] buffer --------------
+// Forward writes y and the row's mean and 1/sqrt(var + eps) in the accumulator type (two
+// passes over the row: mean, then squared deviations, as the CPU kernel). `weight`/`bias`
+// are null when absent.
+
+template <typename T>
+__device__ void layer_norm_rows(usize len, const T* x, const T* weight, const T* bias, double eps, T* y,
+                                typename Elem<T>::Acc* mean_out, typename Elem<T>::Acc* rstd_out) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* scratch = reinterpret_cast<A*>(shared_bytes);
+    const T* row = x + blockIdx.x * len;
+    T* dst = y + blockIdx.x * len;
+    A s = A(0);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) s += Elem<T>::load(row[j]);
+    A mean = block_reduce<A, SumRed>(s, scratch) / (A)len;
+    A q = A(0);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) {
+        A d = Elem<T>::load(row[j]) - mean;
+        q += d * d;
+    }
+    A var = block_reduce<A, SumRed>(q, scratch) / (A)len;
+    A rstd = A(1) / d_sqrt(var + (A)eps);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) {
+        A o = (Elem<T>::load(row[j]) - mean) * rstd;
+        if (weight) o *= Elem<T>::load(weight[j]);
+        if (bias) o += Elem<T>::load(bias[j]);
+        dst[j] = Elem<T>::store(o);
+    }
+    if (threadIdx.x == 0) {
+        mean_out[blockIdx.x] = mean;
+        rstd_out[blockIdx.x] = rstd;
+    }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight, per row.
+template <typename T>
+__device__ void layer_norm_backward_rows(usize len, const T* dy, const T* x, const typename Elem<T>::Acc* mean,
+                                         const typename Elem<T>::Acc* rstd, const T* weight, T* dx) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* scratch = reinterpret_cast<A*>(shared_bytes);
+    usize base = blockIdx.x * len;
+    A mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+    A sg = A(0), sgx = A(0);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) {
+        A g = Elem<T>::load(dy[base + j]);
+        if (weight) g *= Elem<T>::load(weight[j]);
+        sg += g;
+        sgx += g * (Elem<T>::load(x[base + j]) - mu) * rs;
+    }
+    A mean_g = block_reduce<A, SumRed>(sg, scratch) / (A)len;
+    A mean_gx = block_reduce<A, SumRed>(sgx, scratch) / (A)len;
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) {
+        A g = Elem<T>::load(dy[base + j]);
+        if (weight) g *= Elem<T>::load(weight[j]);
+        A xhat = (Elem<T>::load(x[base + j]) - mu) * rs;
+        dx[base + j] = Elem<T>::store(rs * (g - mean_g - xhat * mean_gx));
+    }
+}
+
+// Partial sums of dweight (dy * xhat) and dbias (dy) over a band of rows: grid
+// (ceil(len / blockDim.x), parts); column j of part p sums rows p*band .. (p+1)*band into
+// dw_part[p * len + j] / db_part[p * len + j] (accumulator type; the host sums the parts).
+template <typename T>
+__device__ void layer_norm_param_partials(usize rows, usize len, usize band, const T* dy, const T* x,
+                                          const typename Elem<T>::Acc* mean, const typename Elem<T>::Acc* rstd,
+                                          typename Elem<T>::Acc* dw_part, typename Elem<T>::Acc* db_part) {
+    typedef typename Elem<T>::Acc A;
+    usize j = blockIdx.x * (usize)blockDim.x + threadIdx.x;
+    if (j >= len) return;
+    usize start = blockIdx.y * band, end = start + band < rows ? start + band : rows;
+    A sw = A(0), sb = A(0);
+    for (usize r = start; r < end; ++r) {
+        A g = Elem<T>::load(dy[r * len + j]);
+        sw += g * (Elem<T>::load(x[r * len + j]) - mean[r]) * rstd[r];
+        sb += g;
+    }
+    dw_part[blockIdx.y * len + j] = sw;
+    db_part[blockIdx.y * len + j] = sb;
+}
+
+// ---- fused cross-entropy over class-index targets, one block per row of [rows, classes] --
+// Per row: lse = log(sum(exp(x))) and, with w_c the class weights (1 when `weight` is
+// null) and eps the label smoothing, loss = (1 - eps) * w_t * (lse - x_t) +
+// eps / C * sum_c w_c * (lse - x_c), and the row's weight w_t; both 0 for an ignored row.
+
+template <typename T>
+__device__ void cross_entropy_rows(usize len, const T* x, const long long* target, const T* weight,
+                                   long long ignore_index, double smoothing, T* loss, T* row_weight,
+                                   typename Elem<T>::Acc* lse_out) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* scratch = reinterpret_cast<A*>(shared_bytes);
+    const T* row = x + blockIdx.x * len;
+    A m = neg_infinity<A>();
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) m = MaxRed::combine<A>(m, Elem<T>::load(row[j]));
+    A max = block_reduce<A, MaxRed>(m, scratch);
+    A shift = (max == neg_infinity<A>()) ? A(0) : max;
+    A acc = A(0);
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += d_exp(Elem<T>::load(row[j]) - shift);
+    A lse = shift + d_log(block_reduce<A, SumRed>(acc, scratch));
+    A smooth = A(0);
+    if (smoothing != 0.0) {
+        A s = A(0);
+        for (usize j = threadIdx.x; j < len; j += blockDim.x) {
+            A w = weight ? Elem<T>::load(weight[j]) : A(1);
+            s += w * (lse - Elem<T>::load(row[j]));
+        }
+        smooth = block_reduce<A, SumRed>(s, scratch);
+    }
+    if (threadIdx.x == 0) {
+        long long t = target[blockIdx.x];
+        bool valid = t != ignore_index;
+        A wt = A(0), l = A(0);
+        if (valid) {
+            wt = weight ? Elem<T>::load(weight[t]) : A(1);
+            A e = (A)smoothing;
+            l = (A(1) - e) * wt * (lse - Elem<T>::load(row[t])) + e / (A)len * smooth;
+        }
+        loss[blockIdx.x] = Elem<T>::store(l);
+        row_weight[blockIdx.x] = Elem<T>::store(wt);
+        lse_out[blockIdx.x] = lse;
+    }
+}
+
+// d loss_i / d x_c = (1 - eps) * w_t * (p_c - [c == t]) + eps / C * (p_c * W - w_c), with
+// p = softmax(x_i) from the saved lse and W = sum_c w_c; scaled by the row's upstream
+// gradient grad[i * grad_stride] (stride 0: one scalar for every row).
+template <typename T>
+__device__ void cross_entropy_backward_rows(usize len, const T* x, const long long* target, const T* weight,
+                                            long long ignore_index, double smoothing,
+                                            const typename Elem<T>::Acc* lse, const T* grad, usize grad_stride,
+                                            T* dx) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* scratch = reinterpret_cast<A*>(shared_bytes);
+    usize base = blockIdx.x * len;
+    long long t = target[blockIdx.x];
+    bool valid = t != ignore_index;
+    A e = (A)smoothing;
+    A total_w = (A)len;
+    if (weight && smoothing != 0.0) {
+        A s = A(0);
+        for (usize j = threadIdx.x; j < len; j += blockDim.x) s += Elem<T>::load(weight[j]);
+        total_w = block_reduce<A, SumRed>(s, scratch);
+    }
+    A g = valid ? Elem<T>::load(grad[blockIdx.x * grad_stride]) : A(0);
+    A wt = valid ? (weight ? Elem<T>::load(weight[t]) : A(1)) : A(0);
+    A l = lse[blockIdx.x];
+    for (usize j = threadIdx.x; j < len; j += blockDim.x) {
+        A p = d_exp(Elem<T>::load(x[base + j]) - l);
+        A d = (A(1) - e) * wt * (p - ((long long)j == t ? A(1) : A(0)));
+        if (smoothing != 0.0) d += e / (A)len * (p * total_w - (weight ? Elem<T>::load(weight[j]) : A(1)));
+        dx[base + j] = Elem<T>::store(valid ? g * d : A(0));
+    }
+}
+
+#define FUSED_F(T, S)                                                                                           \
+    extern "C" __global__ void layer_norm_rows_##S(usize len, const T* x, const T* w, const T* b, double eps,    \
+                                                   T* y, Elem<T>::Acc* mean, Elem<T>::Acc* rstd) {             \
+        layer_norm_rows<T>(len, x, w, b, eps, y, mean, rstd);                                                    \
+    }                                                                                                           \
+    extern "C" __global__ void layer_norm_backward_rows_##S(usize len, const T* dy, const T* x,                 \
+                                                            const Elem<T>::Acc* mean, const Elem<T>::Acc* rstd, \
+                                                            const T* w, T* dx) {                                \
+        layer_norm_backward_rows<T>(len, dy, x, mean, rstd, w, dx);                                              \
+    }                                                                                                           \
+    extern "C" __global__ void layer_norm_param_partials_##S(usize rows, usize len, usize band, const T* dy,    \
+                                                             const T* x, const Elem<T>::Acc* mean,              \
+                                                             const Elem<T>::Acc* rstd, Elem<T>::Acc* dw,        \
+                                                             Elem<T>::Acc* db) {                                \
+        layer_norm_param_partials<T>(rows, len, band, dy, x, mean, rstd, dw, db);                                \
+    }                                                                                                           \
+    extern "C" __global__ void cross_entropy_rows_##S(usize len, const T* x, const long long* target,           \
+                                                      const T* w, long long ignore_index, double smoothing,     \
+                                                      T* loss, T* row_weight, Elem<T>::Acc* lse) {              \
+        cross_entropy_rows<T>(len, x, target, w, ignore_index, smoothing, loss, row_weight, lse);                \
+    }                                                                                                           \
+    extern "C" __global__ void cross_entropy_backward_rows_##S(usize len, const T* x, const long long* target,  \
+                                                               const T* w, long long ignore_index,              \
+                                                               double smoothing, const Elem<T>::Acc* lse,       \
+                                                               const T* grad, usize grad_stride, T* dx) {       \
+        cross_entropy_backward_rows<T>(len, x, target, w, ignore_index, smoothing, lse, grad, grad_stride, dx);  \
+    }
+FOR_FLOATS(FUSED_F)

@@ -1,0 +1,243 @@
+//! Fused layer normalisation over contiguous rows: the forward pass writes the output and
+//! each row's mean and reciprocal standard deviation (kept for backward, in the
+//! accumulator type); the backward pass turns the output gradient into the input gradient
+//! in one pass per row, and the weight and bias gradients from per-task partial sums.
+
+use super::reduce::for_each_outer;
+use super::{PARALLEL_THRESHOLD, run_tasks};
+use crate::{Element, FloatElement, NumElement};
+use num_traits::Float;
+use std::sync::Mutex;
+
+/// The results of [`layer_norm_rows`]: output, per-row mean and reciprocal std.
+pub struct LayerNormOutput<T: NumElement> {
+    /// Normalised, scaled and shifted rows.
+    pub y: Vec<T>,
+    /// Each row's mean.
+    pub mean: Vec<T::Acc>,
+    /// Each row's `1 / sqrt(var + eps)` (biased variance).
+    pub rstd: Vec<T::Acc>,
+}
+
+/// Layer norm of `rows` contiguous rows of `len`: `(x - mean) * rstd * weight + bias`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::layer_norm_rows;
+/// let out = layer_norm_rows(&[1.0f64, 3.0], 1, 2, None, None, 0.0);
+/// assert_eq!((out.y, out.mean, out.rstd), (vec![-1.0, 1.0], vec![2.0], vec![1.0]));
+/// ```
+pub fn layer_norm_rows<T: FloatElement>(
+    x: &[T],
+    rows: usize,
+    len: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    eps: f64,
+) -> LayerNormOutput<T> {
+    assert!(
+        x.len() == rows * len,
+        "layer_norm_rows: {} elements are not {rows} rows of {len}",
+        x.len()
+    );
+    let mut y = vec![T::ZERO; rows * len];
+    let mut stats = vec![(T::Acc::ZERO, T::Acc::ZERO); rows];
+    let eps = <T::Acc as Element>::from_f64(eps);
+    let n = <T::Acc as Element>::from_f64(len as f64);
+    // Rows and their statistics in the same tasks: pair them up first.
+    let mut pieces: Vec<(&mut [T], &mut (T::Acc, T::Acc))> =
+        y.chunks_mut(len.max(1)).zip(stats.iter_mut()).collect();
+    let body = |r: usize, (dst, stat): &mut (&mut [T], &mut (T::Acc, T::Acc))| {
+        let row = &x[r * len..(r + 1) * len];
+        let mean = row.iter().fold(T::Acc::ZERO, |s, &v| s + v.to_acc()) / n;
+        let var = row.iter().fold(T::Acc::ZERO, |s, &v| {
+            let d = v.to_acc() - mean;
+            s + d * d
+        }) / n;
+        let rstd = T::Acc::ONE / Float::sqrt(var + eps);
+        for (j, (d, &v)) in dst.iter_mut().zip(row).enumerate() {
+            let mut o = (v.to_acc() - mean) * rstd;
+            if let Some(w) = weight {
+                o = o * w[j].to_acc();
+            }
+            if let Some(b) = bias {
+                o = o + b[j].to_acc();
+            }
+            *d = T::from_acc(o);
+        }
+        **stat = (mean, rstd);
+    };
+    if len > 0 {
+        for_each_outer(&mut pieces, rows, len * 3, |r, piece| {
+            body(r, &mut piece[0])
+        });
+    }
+    let (mean, rstd) = stats.into_iter().unzip();
+    LayerNormOutput { y, mean, rstd }
+}
+
+/// Gradients of [`layer_norm_rows`]: `(dx, dweight, dbias)`, the last two only when asked
+/// for (`want_weight`, `want_bias`). `weight` is the forward's (or `None`).
+///
+/// ```
+/// use ferrograd_kernels::cpu::{layer_norm_rows, layer_norm_backward_rows};
+/// let x = [1.0f64, 3.0];
+/// let f = layer_norm_rows(&x, 1, 2, None, None, 0.0);
+/// let (dx, dw, db) = layer_norm_backward_rows(&[1.0, 1.0], &x, &f.mean, &f.rstd, None, 1, 2, true, true);
+/// assert_eq!(dx, vec![0.0, 0.0]); // shifting every input leaves the output unchanged
+/// assert_eq!((dw.unwrap(), db.unwrap()), (vec![-1.0, 1.0], vec![1.0, 1.0]));
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward_rows<T: FloatElement>(
+    dy: &[T],
+    x: &[T],
+    mean: &[T::Acc],
+    rstd: &[T::Acc],
+    weight: Option<&[T]>,
+    rows: usize,
+    len: usize,
+    want_weight: bool,
+    want_bias: bool,
+) -> (Vec<T>, Option<Vec<T>>, Option<Vec<T>>) {
+    let mut dx = vec![T::ZERO; rows * len];
+    let n = <T::Acc as Element>::from_f64(len as f64);
+    // Rows per task: about PARALLEL_THRESHOLD elements each, one task when small.
+    let per_task = if rows * len < PARALLEL_THRESHOLD {
+        rows.max(1)
+    } else {
+        (PARALLEL_THRESHOLD / len.max(1)).clamp(1, rows.max(1))
+    };
+    let tasks = rows.div_ceil(per_task);
+    let params = want_weight || want_bias;
+    let partials: Vec<Mutex<(Vec<T::Acc>, Vec<T::Acc>)>> = (0..if params { tasks } else { 0 })
+        .map(|_| Mutex::new((vec![T::Acc::ZERO; len], vec![T::Acc::ZERO; len])))
+        .collect();
+    let pieces: Vec<Mutex<&mut [T]>> = dx
+        .chunks_mut((per_task * len).max(1))
+        .map(Mutex::new)
+        .collect();
+    let task = |t: usize| {
+        let mut dst = pieces[t].lock().unwrap_or_else(|e| e.into_inner());
+        let mut part = partials
+            .get(t)
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()));
+        for (i, dxr) in dst.chunks_mut(len).enumerate() {
+            let r = t * per_task + i;
+            let (row, g) = (&x[r * len..(r + 1) * len], &dy[r * len..(r + 1) * len]);
+            let (mu, rs) = (mean[r], rstd[r]);
+            let (mut sum_g, mut sum_gx) = (T::Acc::ZERO, T::Acc::ZERO);
+            for j in 0..len {
+                let xhat = (row[j].to_acc() - mu) * rs;
+                let gj = g[j].to_acc();
+                let gw = weight.map_or(gj, |w| gj * w[j].to_acc());
+                sum_g = sum_g + gw;
+                sum_gx = sum_gx + gw * xhat;
+                if let Some((pw, pb)) = part.as_deref_mut().map(|p| (&mut p.0, &mut p.1)) {
+                    pw[j] = pw[j] + gj * xhat;
+                    pb[j] = pb[j] + gj;
+                }
+            }
+            let (mean_g, mean_gx) = (sum_g / n, sum_gx / n);
+            for j in 0..len {
+                let xhat = (row[j].to_acc() - mu) * rs;
+                let gj = g[j].to_acc();
+                let gw = weight.map_or(gj, |w| gj * w[j].to_acc());
+                dxr[j] = T::from_acc(rs * (gw - mean_g - xhat * mean_gx));
+            }
+        }
+    };
+    if len > 0 {
+        run_tasks(tasks, task);
+    }
+    drop(pieces);
+    let (dw, db) = if params {
+        let mut dw = vec![T::Acc::ZERO; len];
+        let mut db = vec![T::Acc::ZERO; len];
+        for p in partials {
+            let (pw, pb) = p.into_inner().unwrap_or_else(|e| e.into_inner());
+            for j in 0..len {
+                dw[j] = dw[j] + pw[j];
+                db[j] = db[j] + pb[j];
+            }
+        }
+        let narrow = |v: Vec<T::Acc>| v.into_iter().map(T::from_acc).collect::<Vec<T>>();
+        (
+            want_weight.then(|| narrow(dw)),
+            want_bias.then(|| narrow(db)),
+        )
+    } else {
+        (None, None)
+    };
+    (dx, dw, db)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Central differences of `sum(dy * layer_norm(x))` in f64.
+    #[test]
+    fn backward_matches_finite_differences_serial_and_parallel() {
+        for (rows, len) in [(3, 5), (PARALLEL_THRESHOLD / 8 + 3, 16)] {
+            let x: Vec<f64> = (0..rows * len)
+                .map(|i| ((i * 7919) % 101) as f64 / 17.0)
+                .collect();
+            let dy: Vec<f64> = (0..rows * len)
+                .map(|i| ((i * 31) % 13) as f64 / 5.0 - 1.0)
+                .collect();
+            let w: Vec<f64> = (0..len).map(|j| 0.5 + j as f64 / 7.0).collect();
+            let b: Vec<f64> = (0..len).map(|j| j as f64 / 3.0).collect();
+            let f = layer_norm_rows(&x, rows, len, Some(&w), Some(&b), 1e-5);
+            let (dx, dw, db) = layer_norm_backward_rows(
+                &dy,
+                &x,
+                &f.mean,
+                &f.rstd,
+                Some(&w),
+                rows,
+                len,
+                true,
+                true,
+            );
+            let loss = |x: &[f64], w: &[f64], b: &[f64]| -> f64 {
+                let y = layer_norm_rows(x, rows, len, Some(w), Some(b), 1e-5).y;
+                y.iter().zip(&dy).map(|(a, g)| a * g).sum()
+            };
+            // Large steps: the function is smooth, and a long sum's rounding would dominate.
+            let h = 1e-4;
+            for i in [0, len + 1, rows * len - 1] {
+                let (mut xp, mut xm) = (x.clone(), x.clone());
+                xp[i] += h;
+                xm[i] -= h;
+                let fd = (loss(&xp, &w, &b) - loss(&xm, &w, &b)) / (2.0 * h);
+                assert!(
+                    (fd - dx[i]).abs() < 1e-5 * (1.0 + fd.abs()),
+                    "dx[{i}]: {fd} vs {}",
+                    dx[i]
+                );
+            }
+            for j in [0, len - 1] {
+                let (mut wp, mut wm) = (w.clone(), w.clone());
+                wp[j] += h;
+                wm[j] -= h;
+                let fd = (loss(&x, &wp, &b) - loss(&x, &wm, &b)) / (2.0 * h);
+                let dw = dw.as_ref().unwrap()[j];
+                assert!(
+                    (fd - dw).abs() < 1e-5 * (1.0 + fd.abs()),
+                    "dw[{j}]: {fd} vs {dw}"
+                );
+                let db_expected: f64 = (0..rows).map(|r| dy[r * len + j]).sum();
+                assert!((db.as_ref().unwrap()[j] - db_expected).abs() < 1e-9);
+            }
+        }
+    }
+
+    #[test]
+    fn half_rows_accumulate_in_f32() {
+        let x: Vec<half::f16> = [1000.0f32, 1001.0, 1002.0, 1003.0]
+            .map(half::f16::from_f32)
+            .to_vec();
+        let f = layer_norm_rows(&x, 1, 4, None, None, 0.0);
+        assert_eq!(f.mean, vec![1001.5f32]);
+        assert!((f.y[0].to_f32() + 1.3416).abs() < 0.01);
+    }
+}
