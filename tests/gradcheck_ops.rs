@@ -541,6 +541,19 @@ fn second_order_gradients_pass_gradcheck() {
                 + a.var(&[0], true, false).sum_all()
         }),
         ("log_softmax", |a, b| (a.log_softmax(1) * b).sum_all()),
+        // The fused ops' backward runs as tensor ops under create_graph.
+        ("layer_norm", |a, b| {
+            let w = b.sum(&[0], false);
+            (F::layer_norm(a, &[3], Some(&w), None, 1e-5) * b).sum_all()
+        }),
+        ("cross_entropy", |a, b| {
+            let args = F::CrossEntropyArgs {
+                weight: Some(Tensor::from_vec(vec![0.5f64, 2.0, 1.0], &[3])),
+                label_smoothing: 0.1,
+                ..Default::default()
+            };
+            F::cross_entropy_with(&(a * b), &Tensor::from_vec(vec![2i64, 0, 1], &[3]), &args)
+        }),
     ];
     for (name, f) in cases {
         let inputs = vec![input(&[3, 3], 11), input(&[3, 3], 12).detach()];

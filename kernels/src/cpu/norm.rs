@@ -9,6 +9,12 @@ use crate::{Element, FloatElement, NumElement};
 use num_traits::Float;
 use std::sync::Mutex;
 
+/// A row's (mean, reciprocal std).
+type Stats<A> = (A, A);
+
+/// One task's partial sums of the weight and bias gradients.
+type Partial<A> = Mutex<(Vec<A>, Vec<A>)>;
+
 /// The results of [`layer_norm_rows`]: output, per-row mean and reciprocal std.
 pub struct LayerNormOutput<T: NumElement> {
     /// Normalised, scaled and shifted rows.
@@ -44,7 +50,7 @@ pub fn layer_norm_rows<T: FloatElement>(
     let eps = <T::Acc as Element>::from_f64(eps);
     let n = <T::Acc as Element>::from_f64(len as f64);
     // Rows and their statistics in the same tasks: pair them up first.
-    let mut pieces: Vec<(&mut [T], &mut (T::Acc, T::Acc))> =
+    let mut pieces: Vec<(&mut [T], &mut Stats<T::Acc>)> =
         y.chunks_mut(len.max(1)).zip(stats.iter_mut()).collect();
     let body = |r: usize, (dst, stat): &mut (&mut [T], &mut (T::Acc, T::Acc))| {
         let row = &x[r * len..(r + 1) * len];
@@ -108,7 +114,7 @@ pub fn layer_norm_backward_rows<T: FloatElement>(
     };
     let tasks = rows.div_ceil(per_task);
     let params = want_weight || want_bias;
-    let partials: Vec<Mutex<(Vec<T::Acc>, Vec<T::Acc>)>> = (0..if params { tasks } else { 0 })
+    let partials: Vec<Partial<T::Acc>> = (0..if params { tasks } else { 0 })
         .map(|_| Mutex::new((vec![T::Acc::ZERO; len], vec![T::Acc::ZERO; len])))
         .collect();
     let pieces: Vec<Mutex<&mut [T]>> = dx

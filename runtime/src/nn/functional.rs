@@ -593,28 +593,27 @@ pub fn layer_norm(
             .join(", "),
         input.shape()
     );
-    let dims: Vec<isize> = (input.dim() - k..input.dim()).map(|d| d as isize).collect();
-    let mean = input.mean(&dims, true);
-    let centered = input.sub(&mean);
-    let var = centered.mul(&centered).mean(&dims, true);
-    let mut y = centered.mul(&var.add_scalar(eps).rsqrt());
-    if let Some(w) = weight {
-        assert!(
-            w.shape() == normalized_shape,
-            "layer_norm: weight of shape {:?} must have shape {normalized_shape:?}",
-            w.shape()
-        );
-        y = y.mul(w);
+    assert!(
+        input.dtype().is_float(),
+        "layer_norm: expected a floating-point input, got {:?} (shape {:?})",
+        input.dtype(),
+        input.shape()
+    );
+    for (name, t) in [("weight", weight), ("bias", bias)] {
+        if let Some(t) = t {
+            assert!(
+                t.shape() == normalized_shape,
+                "layer_norm: {name} of shape {:?} must have shape {normalized_shape:?}",
+                t.shape()
+            );
+        }
     }
-    if let Some(b) = bias {
-        assert!(
-            b.shape() == normalized_shape,
-            "layer_norm: bias of shape {:?} must have shape {normalized_shape:?}",
-            b.shape()
-        );
-        y = y.add(b);
-    }
-    y
+    // Fused: one pass per row forward, one backward; weight and bias follow the input's
+    // dtype (as under autocast).
+    let len = normalized_shape.iter().product();
+    let weight = weight.map(|w| w.to_dtype(input.dtype()));
+    let bias = bias.map(|b| b.to_dtype(input.dtype()));
+    super::fused::layer_norm(input, weight.as_ref(), bias.as_ref(), len, eps)
 }
 
 /// Batch normalisation over dim 1 of `[N, C, ...]` (`F.batch_norm`). In training it
@@ -814,14 +813,10 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -
     reduce_loss(losses, &weights, args.reduction, &target_shape)
 }
 
-/// Gathers `input[i, target[i]]` over `[M, C]`, with the per-row weight (0 where ignored).
+/// Checks int64 class targets against `input` `[N, C, d...]` and returns the target shape
+/// `[N, d...]`; every target is in `0..C` or the ignore index.
 #[track_caller]
-fn pick_targets(
-    op: &str,
-    input: &Tensor,
-    target: &Tensor,
-    args: &CrossEntropyArgs,
-) -> (Tensor, Tensor, Dims) {
+fn check_targets(op: &str, input: &Tensor, target: &Tensor, ignore_index: i64) -> Dims {
     assert!(
         input.dim() >= 2,
         "{op}: expected input of shape [N, C] or [N, C, d...], got {:?}",
@@ -843,26 +838,47 @@ fn pick_targets(
         input.shape(),
         target.shape()
     );
-    let flat = classes_last(input);
-    let t = target.reshape(&[target.numel()]);
-    let valid = t.ne_scalar(args.ignore_index as f64);
-    for &v in t.contiguous_vec::<i64>().iter() {
+    for &v in target.contiguous_vec::<i64>().iter() {
         assert!(
-            v == args.ignore_index || (0..c as i64).contains(&v),
+            v == ignore_index || (0..c as i64).contains(&v),
             "{op}: target {v} is out of bounds for {c} classes (input shape {:?})",
             input.shape()
         );
     }
-    let safe = Tensor::where_cond(&valid, &t, &Tensor::zeros(&[], DType::I64, &t.device()));
-    let picked = flat.gather(1, &safe.unsqueeze(1)).squeeze(1);
-    let mut weights = valid.to_dtype(input.dtype());
-    if let Some(w) = &args.weight {
+    expected
+}
+
+/// The class weights `[C]` in the input's dtype, contiguous and detached (constants).
+#[track_caller]
+fn class_weights(op: &str, input: &Tensor, args: &CrossEntropyArgs) -> Option<Tensor> {
+    let c = input.shape()[1];
+    args.weight.as_ref().map(|w| {
         assert!(
             w.shape() == [c],
             "{op}: weight should have shape [{c}], got {:?}",
             w.shape()
         );
-        weights = weights.mul(&w.to_dtype(input.dtype()).index_select(0, &safe));
+        w.detach().to_dtype(input.dtype()).contiguous()
+    })
+}
+
+/// Gathers `input[i, target[i]]` over `[M, C]`, with the per-row weight (0 where ignored).
+#[track_caller]
+fn pick_targets(
+    op: &str,
+    input: &Tensor,
+    target: &Tensor,
+    args: &CrossEntropyArgs,
+) -> (Tensor, Tensor, Dims) {
+    let expected = check_targets(op, input, target, args.ignore_index);
+    let flat = classes_last(input);
+    let t = target.reshape(&[target.numel()]);
+    let valid = t.ne_scalar(args.ignore_index as f64);
+    let safe = Tensor::where_cond(&valid, &t, &Tensor::zeros(&[], DType::I64, &t.device()));
+    let picked = flat.gather(1, &safe.unsqueeze(1)).squeeze(1);
+    let mut weights = valid.to_dtype(input.dtype());
+    if let Some(w) = class_weights(op, input, args) {
+        weights = weights.mul(&w.index_select(0, &safe));
     }
     (picked, weights, expected)
 }
@@ -906,7 +922,6 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
     if let Some([x, t]) = amp::full_precision_all([input, target]) {
         return cross_entropy_with(&x, &t, args);
     }
-    let logp = input.log_softmax(1);
     if target.dtype().is_float() {
         assert!(
             target.shape() == input.shape(),
@@ -914,6 +929,7 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
             input.shape(),
             target.shape()
         );
+        let logp = input.log_softmax(1);
         let c = input.shape()[1] as f64;
         let t = target
             .mul_scalar(1.0 - args.label_smoothing)
@@ -931,34 +947,17 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
             Reduction::Mean => losses.sum_all().div_scalar(input.shape()[0] as f64),
         };
     }
-    let (picked, weights, target_shape) = pick_targets("cross_entropy", &logp, target, args);
-    let nll = picked.neg().mul(&weights);
-    if args.label_smoothing == 0.0 {
-        return reduce_loss(nll, &weights, args.reduction, &target_shape);
-    }
-    let eps = args.label_smoothing;
-    let c = input.shape()[1];
-    let flat = classes_last(&logp);
-    let valid = weights.ne_scalar(0.0).to_dtype(logp.dtype());
-    let smooth = match &args.weight {
-        Some(w) => flat.mul(&w.to_dtype(logp.dtype())).sum(&[1], false).neg(),
-        None => flat.sum(&[1], false).neg(),
-    }
-    .mul(&valid);
-    let losses = nll
-        .mul_scalar(1.0 - eps)
-        .add(&smooth.mul_scalar(eps / c as f64));
-    match args.reduction {
-        Reduction::None => losses.reshape(&target_shape),
-        Reduction::Sum => losses.sum_all(),
-        Reduction::Mean => {
-            let nll_mean = nll.sum_all().div(&weights.sum_all());
-            let smooth_mean = smooth.sum_all().div(&weights.sum_all());
-            nll_mean
-                .mul_scalar(1.0 - eps)
-                .add(&smooth_mean.mul_scalar(eps / c as f64))
-        }
-    }
+    // Class-index targets: one fused kernel per pass over the logits.
+    let target_shape = check_targets("cross_entropy", input, target, args.ignore_index);
+    let flat = classes_last(input);
+    let opts = super::fused::CrossEntropyOpts {
+        weight: class_weights("cross_entropy", input, args),
+        ignore_index: args.ignore_index,
+        smoothing: args.label_smoothing,
+    };
+    let (losses, weights) =
+        super::fused::cross_entropy(&flat, &target.reshape(&[target.numel()]), &opts);
+    reduce_loss(losses, &weights, args.reduction, &target_shape)
 }
 
 /// Mean squared error (`F.mse_loss`).

@@ -3,6 +3,7 @@
 
 mod declared;
 pub mod functional;
+mod fused;
 mod layers;
 mod module;
 

@@ -92,6 +92,17 @@ dispatch! {
     fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
     /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
     fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor>;
+    /// Fused layer norm of contiguous `x` as `[rows, len]` (weight/bias contiguous `[len]`
+    /// of x's dtype): output, per-row mean and reciprocal std.
+    fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, rows: usize, len: usize, eps: f64) -> Option<(Tensor, Tensor, Tensor)>;
+    /// Gradients of [`layer_norm`]: dx, and (dweight, dbias) when `params`.
+    fn layer_norm_backward(dy: &Tensor, x: &Tensor, mean: &Tensor, rstd: &Tensor, weight: Option<&Tensor>, rows: usize, len: usize, params: bool) -> Option<(Tensor, Option<(Tensor, Tensor)>)>;
+    /// Fused cross-entropy of contiguous logits `[rows, classes]` at int64 `target`: per-row
+    /// losses, per-row target weights and log-sum-exps.
+    fn cross_entropy(x: &Tensor, target: &Tensor, weight: Option<&Tensor>, ignore_index: i64, smoothing: f64) -> Option<(Tensor, Tensor, Tensor)>;
+    /// The logits' gradient of [`cross_entropy`] for per-row upstream `grad` (`[rows]`, or
+    /// one element for every row).
+    fn cross_entropy_backward(x: &Tensor, target: &Tensor, weight: Option<&Tensor>, ignore_index: i64, smoothing: f64, lse: &Tensor, grad: &Tensor) -> Option<Tensor>;
     /// One Adam/AdamW step of every slot (param, grad, exp_avg, exp_avg_sq, optional
     /// max_exp_avg_sq), all CUDA tensors of one dtype on one device, in one launch.
     fn adam_multi(slots: &[StepSlot<'_>], hyper: &AdamStep) -> bool;
@@ -559,5 +570,145 @@ mod imp {
         with_slots(slots, "SGD.step", |dev, dtype, table| {
             k::sgd_multi(dev, dtype, table, hyper)
         })
+    }
+
+    /// The read-locked CUDA storages of optional operands (all on CUDA, else `None`).
+    fn devs<'a, const K: usize>(ts: [Option<&'a Tensor>; K]) -> Option<[Option<Dev<'a>>; K]> {
+        let mut out: [Option<Dev<'a>>; K] = std::array::from_fn(|_| None);
+        for (slot, t) in out.iter_mut().zip(ts) {
+            if let Some(t) = t {
+                *slot = Some(dev(t)?);
+            }
+        }
+        Some(out)
+    }
+
+    fn operand<'a>(d: &'a Option<Dev<'_>>, t: Option<&Tensor>) -> Option<k::Operand<'a>> {
+        Some((d.as_ref()?.get(), contiguous_offset(t?)))
+    }
+
+    fn cuda_tensor(s: CudaStorage, shape: &[usize]) -> Tensor {
+        Tensor::from_storage(Storage::Cuda(s), Layout::contiguous(shape))
+    }
+
+    #[track_caller]
+    pub(super) fn layer_norm(
+        x: &Tensor,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        rows: usize,
+        len: usize,
+        eps: f64,
+    ) -> Option<(Tensor, Tensor, Tensor)> {
+        if !x.dtype().is_float() {
+            return None;
+        }
+        let d = devs([Some(x), weight, bias])?;
+        let (y, mean, rstd) = k::layer_norm(
+            operand(&d[0], Some(x))?,
+            operand(&d[1], weight),
+            operand(&d[2], bias),
+            rows,
+            len,
+            eps,
+        )
+        .unwrap_or_else(|e| panic!("layer_norm: {e}"));
+        Some((
+            cuda_tensor(y, x.shape()),
+            cuda_tensor(mean, &[rows]),
+            cuda_tensor(rstd, &[rows]),
+        ))
+    }
+
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn layer_norm_backward(
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        weight: Option<&Tensor>,
+        rows: usize,
+        len: usize,
+        params: bool,
+    ) -> Option<(Tensor, Option<(Tensor, Tensor)>)> {
+        let d = devs([Some(dy), Some(x), Some(mean), Some(rstd), weight])?;
+        let (dx, grads) = k::layer_norm_backward(
+            operand(&d[0], Some(dy))?,
+            operand(&d[1], Some(x))?,
+            d[2].as_ref()?.get(),
+            d[3].as_ref()?.get(),
+            operand(&d[4], weight),
+            rows,
+            len,
+            params,
+        )
+        .unwrap_or_else(|e| panic!("layer_norm backward: {e}"));
+        Some((
+            cuda_tensor(dx, x.shape()),
+            grads.map(|(w, b)| (cuda_tensor(w, &[len]), cuda_tensor(b, &[len]))),
+        ))
+    }
+
+    #[track_caller]
+    pub(super) fn cross_entropy(
+        x: &Tensor,
+        target: &Tensor,
+        weight: Option<&Tensor>,
+        ignore_index: i64,
+        smoothing: f64,
+    ) -> Option<(Tensor, Tensor, Tensor)> {
+        if !x.dtype().is_float() {
+            return None;
+        }
+        let d = devs([Some(x), Some(target), weight])?;
+        let (rows, classes) = (x.shape()[0], x.shape()[1]);
+        let opts = k::CrossEntropy {
+            target: operand(&d[1], Some(target))?,
+            weight: operand(&d[2], weight),
+            rows,
+            classes,
+            ignore_index,
+            smoothing,
+        };
+        let (loss, row_weight, lse) = k::cross_entropy(operand(&d[0], Some(x))?, &opts)
+            .unwrap_or_else(|e| panic!("cross_entropy: {e}"));
+        Some((
+            cuda_tensor(loss, &[rows]),
+            cuda_tensor(row_weight, &[rows]),
+            cuda_tensor(lse, &[rows]),
+        ))
+    }
+
+    #[track_caller]
+    pub(super) fn cross_entropy_backward(
+        x: &Tensor,
+        target: &Tensor,
+        weight: Option<&Tensor>,
+        ignore_index: i64,
+        smoothing: f64,
+        lse: &Tensor,
+        grad: &Tensor,
+    ) -> Option<Tensor> {
+        let d = devs([Some(x), Some(target), weight, Some(lse), Some(grad)])?;
+        let (rows, classes) = (x.shape()[0], x.shape()[1]);
+        let opts = k::CrossEntropy {
+            target: operand(&d[1], Some(target))?,
+            weight: operand(&d[2], weight),
+            rows,
+            classes,
+            ignore_index,
+            smoothing,
+        };
+        let stride = if grad.numel() == 1 { 0 } else { 1 };
+        let dx = k::cross_entropy_backward(
+            operand(&d[0], Some(x))?,
+            &opts,
+            d[3].as_ref()?.get(),
+            operand(&d[4], Some(grad))?,
+            stride,
+        )
+        .unwrap_or_else(|e| panic!("cross_entropy backward: {e}"));
+        Some(cuda_tensor(dx, x.shape()))
     }
 }

@@ -404,6 +404,178 @@ pub(crate) fn softmax_rows(
     Ok(out)
 }
 
+/// A contiguous operand: a buffer and the element offset where it starts.
+pub(crate) type Operand<'a> = (&'a CudaStorage, usize);
+
+/// The device address of an optional operand (0, a null pointer, when absent).
+fn address(o: Option<Operand<'_>>) -> u64 {
+    o.map_or(0, |(s, offset)| s.address_of(offset))
+}
+
+/// The accumulator dtype of `dtype` in the kernels (f32 for the half types).
+fn acc_dtype(dtype: DType) -> DType {
+    if dtype.is_half() { DType::F32 } else { dtype }
+}
+
+/// Fused layer norm of `rows` contiguous rows of `len`: the output (dtype of `x`), and
+/// each row's mean and reciprocal std (accumulator dtype).
+pub(crate) fn layer_norm(
+    x: Operand<'_>,
+    weight: Option<Operand<'_>>,
+    bias: Option<Operand<'_>>,
+    rows: usize,
+    len: usize,
+    eps: f64,
+) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+    let dev = x.0.device();
+    let dtype = x.0.dtype();
+    let y = output(dev, dtype, rows * len)?;
+    let mean = output(dev, acc_dtype(dtype), rows)?;
+    let rstd = output(dev, acc_dtype(dtype), rows)?;
+    if rows * len == 0 {
+        return Ok((y, mean, rstd));
+    }
+    let (l, xs, w, b) = (len as u64, address(Some(x)), address(weight), address(bias));
+    let (ys, ms, rs) = (y.address_of(0), mean.address_of(0), rstd.address_of(0));
+    let kernel = format!("layer_norm_rows_{}", suffix(dtype));
+    launch!(dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, xs, w, b, eps, ys, ms, rs)?;
+    Ok((y, mean, rstd))
+}
+
+/// Gradients of [`layer_norm`]: the input's and, when `params`, the weight's and bias's
+/// (`dy * xhat` and `dy` summed over rows, in the dtype of `x`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_norm_backward(
+    dy: Operand<'_>,
+    x: Operand<'_>,
+    mean: &CudaStorage,
+    rstd: &CudaStorage,
+    weight: Option<Operand<'_>>,
+    rows: usize,
+    len: usize,
+    params: bool,
+) -> Result<(CudaStorage, Option<(CudaStorage, CudaStorage)>)> {
+    let dev = x.0.device();
+    let dtype = x.0.dtype();
+    let dx = output(dev, dtype, rows * len)?;
+    if rows * len == 0 {
+        let grads = if params {
+            let zeros = || full(dev, dtype, len, 0.0);
+            Some((zeros()?, zeros()?))
+        } else {
+            None
+        };
+        return Ok((dx, grads));
+    }
+    let (l, dys, xs, w) = (
+        len as u64,
+        address(Some(dy)),
+        address(Some(x)),
+        address(weight),
+    );
+    let (ms, rs, dxs) = (mean.address_of(0), rstd.address_of(0), dx.address_of(0));
+    let kernel = format!("layer_norm_backward_rows_{}", suffix(dtype));
+    launch!(dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, dys, xs, ms, rs, w, dxs)?;
+    if !params {
+        return Ok((dx, None));
+    }
+    // Bands of rows per partial sum: enough blocks to fill the device, few partials to add.
+    let parts = rows.div_ceil(64).clamp(1, 256);
+    let band = rows.div_ceil(parts);
+    let acc = acc_dtype(dtype);
+    let dw_part = output(dev, acc, parts * len)?;
+    let db_part = output(dev, acc, parts * len)?;
+    let (r, b) = (rows as u64, band as u64);
+    let (dwp, dbp) = (dw_part.address_of(0), db_part.address_of(0));
+    let cfg = LaunchConfig {
+        grid_dim: (len.div_ceil(256) as u32, parts as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let kernel = format!("layer_norm_param_partials_{}", suffix(dtype));
+    launch!(dev, ROWS, kernel, cfg; r, l, b, dys, xs, ms, rs, dwp, dbp)?;
+    let total = |part: &CudaStorage| -> Result<CudaStorage> {
+        let summed = reduce("sum", part, 0, [1, parts, len])?;
+        if acc == dtype {
+            Ok(summed)
+        } else {
+            cast(&summed, &Layout::contiguous(&[len]), dtype)
+        }
+    };
+    Ok((dx, Some((total(&dw_part)?, total(&db_part)?))))
+}
+
+/// The options of the fused cross-entropy kernels.
+pub(crate) struct CrossEntropy<'a> {
+    pub(crate) target: Operand<'a>,
+    pub(crate) weight: Option<Operand<'a>>,
+    pub(crate) rows: usize,
+    pub(crate) classes: usize,
+    pub(crate) ignore_index: i64,
+    pub(crate) smoothing: f64,
+}
+
+/// Fused cross-entropy of contiguous logits `[rows, classes]`: per-row loss and target
+/// weight (dtype of `x`), and log-sum-exp (accumulator dtype).
+pub(crate) fn cross_entropy(
+    x: Operand<'_>,
+    o: &CrossEntropy<'_>,
+) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
+    let dev = x.0.device();
+    let dtype = x.0.dtype();
+    let loss = output(dev, dtype, o.rows)?;
+    let row_weight = output(dev, dtype, o.rows)?;
+    let lse = output(dev, acc_dtype(dtype), o.rows)?;
+    if o.rows == 0 {
+        return Ok((loss, row_weight, lse));
+    }
+    let (c, xs, ts, w) = (
+        o.classes as u64,
+        address(Some(x)),
+        address(Some(o.target)),
+        address(o.weight),
+    );
+    let (ignore, smoothing) = (o.ignore_index, o.smoothing);
+    let (ls, ws, es) = (
+        loss.address_of(0),
+        row_weight.address_of(0),
+        lse.address_of(0),
+    );
+    let kernel = format!("cross_entropy_rows_{}", suffix(dtype));
+    let cfg = per_row(o.rows, o.classes, acc_size(dtype));
+    launch!(dev, ROWS, kernel, cfg; c, xs, ts, w, ignore, smoothing, ls, ws, es)?;
+    Ok((loss, row_weight, lse))
+}
+
+/// The logits' gradient of [`cross_entropy`]'s per-row losses, row `r` scaled by
+/// `grad[r * grad_stride]`.
+pub(crate) fn cross_entropy_backward(
+    x: Operand<'_>,
+    o: &CrossEntropy<'_>,
+    lse: &CudaStorage,
+    grad: Operand<'_>,
+    grad_stride: usize,
+) -> Result<CudaStorage> {
+    let dev = x.0.device();
+    let dtype = x.0.dtype();
+    let dx = output(dev, dtype, o.rows * o.classes)?;
+    if o.rows * o.classes == 0 {
+        return Ok(dx);
+    }
+    let (c, xs, ts, w) = (
+        o.classes as u64,
+        address(Some(x)),
+        address(Some(o.target)),
+        address(o.weight),
+    );
+    let (ignore, smoothing, es) = (o.ignore_index, o.smoothing, lse.address_of(0));
+    let (gs, stride, dxs) = (address(Some(grad)), grad_stride as u64, dx.address_of(0));
+    let kernel = format!("cross_entropy_backward_rows_{}", suffix(dtype));
+    let cfg = per_row(o.rows, o.classes, acc_size(dtype));
+    launch!(dev, ROWS, kernel, cfg; c, xs, ts, w, ignore, smoothing, es, gs, stride, dxs)?;
+    Ok(dx)
+}
+
 /// Inclusive prefix sums along the middle dim of contiguous `[outer, r, inner]`.
 pub(crate) fn cumsum(
     src: &CudaStorage,
