@@ -328,6 +328,44 @@ fn a_training_step_matches_the_cpu(dev: &Device) {
 }
 test_device!(a_training_step_matches_the_cpu);
 
+/// Dropout draws its mask from a counter-based (Philox) stream seeded by the global
+/// generator: the same seed gives the same mask on every device, in every float dtype,
+/// and the gradient is the scaled mask.
+fn dropout_masks_are_the_same_on_every_device(dev: &Device) {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let x = Tensor::randn_with(&[3, 1000], DType::F32, &Device::Cpu, &mut Generator::new(1))
+            .to_dtype(dtype);
+        let xd = x.to_device(dev).unwrap().requires_grad(true);
+        manual_seed(77);
+        let y = F::dropout(&xd, 0.3, true);
+        manual_seed(77);
+        let expected = F::dropout(&x, 0.3, true);
+        assert_close(&y, &expected, dtype);
+        let y_host = y
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .to_vec::<f64>();
+        let kept = y_host.iter().filter(|&&v| v != 0.0).count() as f64 / y_host.len() as f64;
+        assert!((kept - 0.7).abs() < 0.03, "{dtype:?}: kept {kept}");
+        y.sum_all().backward();
+        let g = xd
+            .grad()
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F64);
+        let scale = (1.0 / 0.7f64) as f32 as f64;
+        for (gv, yv) in g.to_vec::<f64>().iter().zip(&y_host) {
+            assert!(
+                (*yv == 0.0) == (*gv == 0.0) && (*gv == 0.0 || (gv - scale).abs() < 1e-2 * scale),
+                "{dtype:?}: gradient {gv} for output {yv}"
+            );
+        }
+    }
+}
+test_device!(dropout_masks_are_the_same_on_every_device);
+
 /// Moving back and forth keeps values, dtype and gradients.
 fn to_device_round_trips(dev: &Device) {
     for dtype in [

@@ -39,6 +39,11 @@ impl Generator {
         StandardNormal.sample(&mut self.rng)
     }
 
+    /// 64 uniform random bits (a seed for a counter-based stream such as dropout's).
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.rng.random::<u64>()
+    }
+
     /// A uniform integer in `[low, high)`.
     pub(crate) fn int_in(&mut self, low: i64, high: i64) -> i64 {
         self.rng.random_range(low..high)

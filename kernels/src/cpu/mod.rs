@@ -7,6 +7,7 @@ mod matmul;
 mod norm;
 mod optim;
 mod par;
+mod random;
 mod reduce;
 mod simd;
 mod unfold;
@@ -22,6 +23,7 @@ pub use matmul::{MatmulShape, matmul};
 pub use norm::{LayerNormOutput, layer_norm_backward_rows, layer_norm_rows};
 pub use optim::{AdamStep, SgdStep, adam_step, sgd_step};
 pub use par::{for_each_chunk_mut, run_tasks};
+pub use random::{dropout, philox4x32_10};
 pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
 pub use unfold::{Conv2dGeometry, fold2d, unfold2d};
 

@@ -260,6 +260,8 @@ mod tests {
                     "cast_bf16_bool",
                     "copy_f32",
                     "fill_bool",
+                    "dropout_f32",
+                    "dropout_bf16",
                 ],
                 "rows" => &[
                     "sum_rows_f32",

@@ -559,8 +559,7 @@ pub fn dropout(input: &Tensor, p: f64, training: bool) -> Tensor {
     if p == 1.0 {
         return input.mul_scalar(0.0);
     }
-    let keep = Tensor::rand(input.shape(), DType::F32, &input.device()).ge_scalar(p);
-    input.mul(&keep.to_dtype(input.dtype())).div_scalar(1.0 - p)
+    super::fused::dropout(input, p)
 }
 
 /// Layer normalisation over the trailing `normalized_shape` dims (`F.layer_norm`).

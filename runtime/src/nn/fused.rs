@@ -8,8 +8,8 @@ use crate::ops::gpu;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::CpuStorage;
 use ferrograd_kernels::cpu::{
-    CrossEntropyRows, cross_entropy_backward_rows, cross_entropy_rows, layer_norm_backward_rows,
-    layer_norm_rows,
+    CrossEntropyRows, cross_entropy_backward_rows, cross_entropy_rows, dropout as dropout_kernel,
+    layer_norm_backward_rows, layer_norm_rows,
 };
 use ferrograd_kernels::{Element, NumElement, with_float_dtype};
 use std::ops::Range;
@@ -26,6 +26,38 @@ fn with_optional<R>(op: &str, t: Option<&Tensor>, f: impl FnOnce(Option<&CpuStor
         Some(t) => t.with_cpu(op, |s, _| f(Some(s))),
         None => f(None),
     }
+}
+
+/// Dropout with probability `0 < p < 1` (checked by the caller): one kernel draws the mask
+/// from a Philox stream seeded by the global generator (the same mask on every device for
+/// a seed) and applies it; backward multiplies by the saved scaled mask. Integer inputs
+/// are refused, as in PyTorch.
+pub(crate) fn dropout(input: &Tensor, p: f64) -> Tensor {
+    assert!(
+        input.dtype().is_float(),
+        "dropout: expected a floating-point input, got {:?} (shape {:?})",
+        input.dtype(),
+        input.shape()
+    );
+    let seed = crate::random::with_global(|g| g.next_u64());
+    let scale = 1.0 / (1.0 - p);
+    let x = input.detach().contiguous();
+    let (y, mask) = gpu::dropout(&x, seed, p, scale).unwrap_or_else(|| {
+        let (y, mask) = x.with_cpu("dropout", |xs, _| {
+            with_float_dtype!(xs.dtype(), T => {
+                let (y, mask) = dropout_kernel(&xs.typed::<T>()[range(&x)], seed, p, scale);
+                (T::into_storage(y), T::into_storage(mask))
+            }, else unreachable!("checked above"))
+        });
+        let device = x.device();
+        (
+            Tensor::from_cpu_on(y, x.shape(), device),
+            Tensor::from_cpu_on(mask, x.shape(), device),
+        )
+    });
+    record(y, "dropout", &[input], move || {
+        move |_, g: &Tensor| vec![Some(g.mul(&mask))]
+    })
 }
 
 /// Layer norm over the last `len` elements of contiguous rows: the output, and each row's

@@ -92,6 +92,8 @@ dispatch! {
     fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
     /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
     fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor>;
+    /// Dropout of contiguous float `x` with the Philox stream of `seed`: `(y, mask)`.
+    fn dropout(x: &Tensor, seed: u64, p: f64, scale: f64) -> Option<(Tensor, Tensor)>;
     /// Fused layer norm of contiguous `x` as `[rows, len]` (weight/bias contiguous `[len]`
     /// of x's dtype): output, per-row mean and reciprocal std.
     fn layer_norm(x: &Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>, rows: usize, len: usize, eps: f64) -> Option<(Tensor, Tensor, Tensor)>;
@@ -710,5 +712,16 @@ mod imp {
         )
         .unwrap_or_else(|e| panic!("cross_entropy backward: {e}"));
         Some(cuda_tensor(dx, x.shape()))
+    }
+
+    #[track_caller]
+    pub(super) fn dropout(x: &Tensor, seed: u64, p: f64, scale: f64) -> Option<(Tensor, Tensor)> {
+        if !x.dtype().is_float() {
+            return None;
+        }
+        let s = dev(x)?;
+        let (y, mask) = k::dropout(s.get(), contiguous_offset(x), x.numel(), seed, p, scale)
+            .unwrap_or_else(|e| panic!("dropout: {e}"));
+        Some((cuda_tensor(y, x.shape()), cuda_tensor(mask, x.shape())))
     }
 }

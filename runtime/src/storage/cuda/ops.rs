@@ -404,6 +404,34 @@ pub(crate) fn softmax_rows(
     Ok(out)
 }
 
+/// Dropout of the contiguous `n` elements of `x` at `offset` with the Philox stream of
+/// `seed`: `(y, mask)`, mask holding `scale` where kept and 0 where dropped.
+pub(crate) fn dropout(
+    x: &CudaStorage,
+    offset: usize,
+    n: usize,
+    seed: u64,
+    p: f64,
+    scale: f64,
+) -> Result<(CudaStorage, CudaStorage)> {
+    let dev = x.device();
+    let dtype = x.dtype();
+    let y = output(dev, dtype, n)?;
+    let mask = output(dev, dtype, n)?;
+    if n == 0 {
+        return Ok((y, mask));
+    }
+    let (nn, xs, ys, ms) = (
+        n as u64,
+        x.address_of(offset),
+        y.address_of(0),
+        mask.address_of(0),
+    );
+    let kernel = format!("dropout_{}", suffix(dtype));
+    launch!(dev, ELEMENTWISE, kernel, spread(n.div_ceil(4)); nn, seed, p, scale, xs, ys, ms)?;
+    Ok((y, mask))
+}
+
 /// A contiguous operand: a buffer and the element offset where it starts.
 pub(crate) type Operand<'a> = (&'a CudaStorage, usize);
 
