@@ -33,13 +33,10 @@ def param(shape, fan_in):
     return (torch.rand(shape, device=dev) * 2 * bound - bound).requires_grad_(True)
 
 
-def sgd_step(params, forward):
-    loss = forward()
-    loss.backward()
-    with torch.no_grad():
-        for p in params:
-            p.add_(p.grad, alpha=-0.01)
-            p.grad = None
+def sgd_step(opt, forward):
+    opt.zero_grad()
+    forward().backward()
+    opt.step()
 
 
 results = {}
@@ -66,7 +63,8 @@ def mlp():
     return F.cross_entropy(F.linear(h, p[4], p[5]), y)
 
 
-results["mlp_step_b256"] = median_time(50, lambda: sgd_step(p, mlp))
+opt = torch.optim.SGD(p, lr=0.01)
+results["mlp_step_b256"] = median_time(50, lambda: sgd_step(opt, mlp))
 
 x = torch.randn(256, 1, 28, 28, device=dev)
 p = [param((6, 1, 5, 5), 25), param((6,), 25), param((16, 6, 5, 5), 150), param((16,), 150),
@@ -82,7 +80,8 @@ def lenet():
     return F.cross_entropy(F.linear(h, p[8], p[9]), y)
 
 
-results["lenet_step_b256"] = median_time(30, lambda: sgd_step(p, lenet))
+opt = torch.optim.SGD(p, lr=0.01)
+results["lenet_step_b256"] = median_time(30, lambda: sgd_step(opt, lenet))
 
 bsz, seq, d, heads, hidden = 32, 256, 512, 8, 2048
 hd = d // heads

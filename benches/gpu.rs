@@ -10,6 +10,7 @@
 //! ```
 
 use ferrograd::cuda;
+use ferrograd::optim::{Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::time::Instant;
 
@@ -54,16 +55,12 @@ fn param(shape: &[usize], fan_in: usize, dev: &Device) -> Tensor {
         .requires_grad(true)
 }
 
-/// One SGD step over `params` of the loss `forward` returns.
-fn sgd_step(params: &[Tensor], forward: &dyn Fn() -> Tensor) {
-    let loss = forward();
-    loss.backward();
-    no_grad(|| {
-        for p in params {
-            p.add_scaled_(&p.grad().expect("grad"), -0.01);
-            p.zero_grad();
-        }
-    });
+/// One training step of the loss `forward` returns: zero_grad, backward, and the
+/// optimizer's fused update (PyTorch's twin uses `torch.optim.SGD`).
+fn sgd_step(opt: &mut Sgd, forward: &dyn Fn() -> Tensor) {
+    opt.zero_grad();
+    forward().backward();
+    opt.step();
 }
 
 fn main() {
@@ -118,7 +115,11 @@ fn main() {
         let h = F::linear(&h, &p[2], Some(&p[3])).relu();
         F::cross_entropy(&F::linear(&h, &p[4], Some(&p[5])), &y)
     };
-    results.push(("mlp_step_b256", median_time(50, || sgd_step(&p, &mlp))));
+    let mut opt = Sgd::new(p.to_vec(), SgdConfig::new(0.01));
+    results.push((
+        "mlp_step_b256",
+        median_time(50, || sgd_step(&mut opt, &mlp)),
+    ));
 
     // LeNet-5 on 28x28, batch 256.
     let x = Tensor::randn(&[batch, 1, 28, 28], DType::F32, &dev);
@@ -147,7 +148,11 @@ fn main() {
         let h = F::linear(&h, &p[6], Some(&p[7])).relu();
         F::cross_entropy(&F::linear(&h, &p[8], Some(&p[9])), &y)
     };
-    results.push(("lenet_step_b256", median_time(30, || sgd_step(&p, &lenet))));
+    let mut opt = Sgd::new(p.to_vec(), SgdConfig::new(0.01));
+    results.push((
+        "lenet_step_b256",
+        median_time(30, || sgd_step(&mut opt, &lenet)),
+    ));
 
     // A pre-norm transformer block: d_model 512, 8 heads, seq 256, batch 32, MLP 2048.
     let (d, heads, hidden) = (512usize, 8usize, 2048usize);
