@@ -36,6 +36,32 @@ results["add_1e6_f32"] = median_time(lambda: a + b)
 x = torch.randn(256, 1024)
 results["softmax_256x1024"] = median_time(lambda: torch.softmax(x, -1))
 
+x = torch.randn(256, 1024, requires_grad=True)
+lw = torch.ones(1024, requires_grad=True)
+lb = torch.zeros(1024, requires_grad=True)
+
+
+def layer_norm_step():
+    F.layer_norm(x, (1024,), lw, lb, 1e-5).sum().backward()
+    x.grad = lw.grad = lb.grad = None
+
+
+results["layer_norm_fwd_bwd_256x1024"] = median_time(layer_norm_step)
+logits = torch.randn(256, 1000, requires_grad=True)
+target = torch.randint(0, 1000, (256,))
+
+
+def cross_entropy_step():
+    F.cross_entropy(logits, target).backward()
+    logits.grad = None
+
+
+results["cross_entropy_fwd_bwd_256x1000"] = median_time(cross_entropy_step)
+p = torch.randn(1_000_000, requires_grad=True)
+p.grad = torch.randn(1_000_000)
+opt = torch.optim.Adam([p])  # the default single-tensor/foreach CPU implementation
+results["adam_step_1e6"] = median_time(opt.step)
+
 x1, w1 = torch.randn(64, 1, 28, 28), torch.randn(6, 1, 5, 5)
 x2, w2 = torch.randn(64, 6, 14, 14), torch.randn(16, 6, 5, 5)
 results["conv2d_lenet1_b64"] = median_time(lambda: F.conv2d(x1, w1, padding=2))

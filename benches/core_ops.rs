@@ -2,6 +2,7 @@
 //! workloads in PyTorch and prints ratios; keep the two in step.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ferrograd::optim::{Adam, AdamConfig, Optimizer};
 use ferrograd::prelude::*;
 use std::hint::black_box;
 
@@ -32,6 +33,36 @@ fn softmax(c: &mut Criterion) {
     c.bench_function("softmax_256x1024", |bench| {
         bench.iter(|| black_box(x.softmax(-1)))
     });
+}
+
+/// The fused NN ops and an optimizer step, forward + backward where they have one.
+fn fused_ops(c: &mut Criterion) {
+    let x = Tensor::randn(&[256, 1024], DType::F32, &Device::Cpu).requires_grad(true);
+    let w = Tensor::ones(&[1024], DType::F32, &Device::Cpu).requires_grad(true);
+    let b = Tensor::zeros(&[1024], DType::F32, &Device::Cpu).requires_grad(true);
+    c.bench_function("layer_norm_fwd_bwd_256x1024", |bench| {
+        bench.iter(|| {
+            F::layer_norm(&x, &[1024], Some(&w), Some(&b), 1e-5)
+                .sum_all()
+                .backward();
+            for t in [&x, &w, &b] {
+                t.zero_grad();
+            }
+        })
+    });
+    let logits = Tensor::randn(&[256, 1000], DType::F32, &Device::Cpu).requires_grad(true);
+    let target = Tensor::randint(0, 1000, &[256], &Device::Cpu);
+    c.bench_function("cross_entropy_fwd_bwd_256x1000", |bench| {
+        bench.iter(|| {
+            F::cross_entropy(&logits, &target).backward();
+            logits.zero_grad();
+        })
+    });
+    let p = Tensor::randn(&[1_000_000], DType::F32, &Device::Cpu).requires_grad(true);
+    let g = Tensor::randn(&[1_000_000], DType::F32, &Device::Cpu);
+    let mut opt = Adam::new(vec![p.clone()], AdamConfig::default());
+    p.set_grad(Some(g));
+    c.bench_function("adam_step_1e6", |bench| bench.iter(|| opt.step()));
 }
 
 fn conv2d_lenet(c: &mut Criterion) {
@@ -85,6 +116,7 @@ criterion_group!(
     matmul,
     elementwise,
     softmax,
+    fused_ops,
     conv2d_lenet,
     per_op_overhead,
     chain10
