@@ -3,30 +3,19 @@
 //! parameters track the f32 update; the bookkeeping (skipped steps, duplicates, views,
 //! validation) follows PyTorch.
 
+mod common;
+
 use ferrograd::nn::Module;
 use ferrograd::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use ferrograd::testing::{assert_close, test_device};
-use safetensors::SafeTensors;
 use std::collections::HashMap;
 
 const STEPS: usize = 5;
 
 fn fixtures() -> HashMap<String, Tensor> {
     // Embedded, so the test binary runs anywhere (the GPU machine has no checkout path).
-    let bytes = include_bytes!("fixtures/torch_optim.safetensors");
-    let st = SafeTensors::deserialize(bytes).expect("valid safetensors");
-    st.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let data: Vec<f64> = view
-                .data()
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            (name, Tensor::from_vec(data, view.shape()))
-        })
-        .collect()
+    common::f64_tensors(include_bytes!("fixtures/torch_optim.safetensors"))
 }
 
 type Make = fn(Vec<Tensor>) -> Box<dyn Optimizer>;

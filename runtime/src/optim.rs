@@ -25,6 +25,19 @@ use crate::{DType, Device, Tensor};
 use ferrograd_kernels::cpu::{AdamStep, SgdStep, adam_step, sgd_step};
 use ferrograd_kernels::with_float_dtype;
 
+/// Builder methods that set one field each.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+}
+
 /// What every optimizer does (`torch.optim.Optimizer`).
 pub trait Optimizer {
     /// Updates every parameter that has a gradient.
@@ -167,30 +180,17 @@ impl SgdConfig {
             maximize: false,
         }
     }
-    /// Sets the momentum factor.
-    pub fn momentum(mut self, momentum: f64) -> Self {
-        self.momentum = momentum;
-        self
-    }
-    /// Sets the dampening.
-    pub fn dampening(mut self, dampening: f64) -> Self {
-        self.dampening = dampening;
-        self
-    }
-    /// Sets the L2 penalty.
-    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self
-    }
-    /// Turns Nesterov momentum on or off.
-    pub fn nesterov(mut self, nesterov: bool) -> Self {
-        self.nesterov = nesterov;
-        self
-    }
-    /// Maximises instead of minimising.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
-        self
+    setters! {
+        /// Sets the momentum factor.
+        momentum: f64;
+        /// Sets the dampening.
+        dampening: f64;
+        /// Sets the L2 penalty.
+        weight_decay: f64;
+        /// Turns Nesterov momentum on or off.
+        nesterov: bool;
+        /// Maximises instead of minimising.
+        maximize: bool;
     }
 }
 
@@ -397,35 +397,25 @@ impl Default for AdamConfig {
 }
 
 impl AdamConfig {
-    /// Sets the learning rate.
-    pub fn lr(mut self, lr: f64) -> Self {
-        self.lr = lr;
-        self
+    setters! {
+        /// Sets the learning rate.
+        lr: f64;
+        /// Sets epsilon.
+        eps: f64;
+        /// Turns AMSGrad on or off.
+        amsgrad: bool;
+        /// Maximises instead of minimising.
+        maximize: bool;
     }
     /// Sets `(beta1, beta2)`.
     pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
         self.betas = (beta1, beta2);
         self
     }
-    /// Sets epsilon.
-    pub fn eps(mut self, eps: f64) -> Self {
-        self.eps = eps;
-        self
-    }
     /// Sets the weight decay.
     pub fn weight_decay(mut self, weight_decay: f64) -> Self {
         self.weight_decay = weight_decay;
         self.weight_decay_set = true;
-        self
-    }
-    /// Turns AMSGrad on or off.
-    pub fn amsgrad(mut self, amsgrad: bool) -> Self {
-        self.amsgrad = amsgrad;
-        self
-    }
-    /// Maximises instead of minimising.
-    pub fn maximize(mut self, maximize: bool) -> Self {
-        self.maximize = maximize;
         self
     }
 }

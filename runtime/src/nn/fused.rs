@@ -257,6 +257,22 @@ pub(crate) struct CrossEntropyOpts {
     pub(crate) smoothing: f64,
 }
 
+impl CrossEntropyOpts {
+    /// The CPU kernel's options for logits `x`, with the weights' host elements `ws`.
+    fn rows<'a, T: Element>(
+        &self,
+        x: &Tensor,
+        ws: Option<&'a CpuStorage>,
+    ) -> CrossEntropyRows<'a, T> {
+        CrossEntropyRows {
+            classes: x.shape()[1],
+            weight: ws.map(|s| &s.typed::<T>()[range(self.weight.as_ref().expect("present"))]),
+            ignore_index: self.ignore_index,
+            smoothing: self.smoothing,
+        }
+    }
+}
+
 /// Per-row cross-entropy of logits `[M, C]` at int64 targets `[M]` (checked by the
 /// caller): the losses (one autograd node) and each row's target weight (a constant).
 pub(crate) fn cross_entropy(
@@ -293,12 +309,7 @@ fn cross_entropy_forward(x: &Tensor, t: &Tensor, o: &CrossEntropyOpts) -> (Tenso
         t.with_cpu(op, |ts, _| {
             with_optional(op, w, |ws| {
                 with_float_dtype!(xs.dtype(), T => {
-                    let opts = CrossEntropyRows {
-                        classes: x.shape()[1],
-                        weight: ws.map(|s| &s.typed::<T>()[range(w.expect("present"))]),
-                        ignore_index: o.ignore_index,
-                        smoothing: o.smoothing,
-                    };
+                    let opts = o.rows::<T>(x, ws);
                     let out = cross_entropy_rows(&xs.typed::<T>()[range(x)], &ts.typed::<i64>()[range(t)], &opts);
                     (T::into_storage(out.loss), T::into_storage(out.row_weight), <T as NumElement>::Acc::into_storage(out.lse))
                 }, else unreachable!("cross_entropy takes float logits"))
@@ -333,12 +344,7 @@ fn cross_entropy_backward_fused(
                 lse.with_cpu(op, |ls, _| {
                     with_optional(op, w, |ws| {
                         with_float_dtype!(xs.dtype(), T => {
-                            let opts = CrossEntropyRows {
-                                classes: x.shape()[1],
-                                weight: ws.map(|s| &s.typed::<T>()[range(w.expect("present"))]),
-                                ignore_index: o.ignore_index,
-                                smoothing: o.smoothing,
-                            };
+                            let opts = o.rows::<T>(&x, ws);
                             T::into_storage(cross_entropy_backward_rows(
                                 &xs.typed::<T>()[range(&x)],
                                 &ts.typed::<i64>()[range(t)],

@@ -652,6 +652,26 @@ mod imp {
         ))
     }
 
+    /// The kernel options of a cross-entropy launch over logits `x` `[rows, classes]`.
+    fn ce_opts<'a>(
+        x: &Tensor,
+        td: &'a Option<Dev<'_>>,
+        target: &Tensor,
+        wd: &'a Option<Dev<'_>>,
+        weight: Option<&Tensor>,
+        ignore_index: i64,
+        smoothing: f64,
+    ) -> Option<k::CrossEntropy<'a>> {
+        Some(k::CrossEntropy {
+            target: operand(td, Some(target))?,
+            weight: operand(wd, weight),
+            rows: x.shape()[0],
+            classes: x.shape()[1],
+            ignore_index,
+            smoothing,
+        })
+    }
+
     #[track_caller]
     pub(super) fn cross_entropy(
         x: &Tensor,
@@ -664,15 +684,8 @@ mod imp {
             return None;
         }
         let d = devs([Some(x), Some(target), weight])?;
-        let (rows, classes) = (x.shape()[0], x.shape()[1]);
-        let opts = k::CrossEntropy {
-            target: operand(&d[1], Some(target))?,
-            weight: operand(&d[2], weight),
-            rows,
-            classes,
-            ignore_index,
-            smoothing,
-        };
+        let rows = x.shape()[0];
+        let opts = ce_opts(x, &d[1], target, &d[2], weight, ignore_index, smoothing)?;
         let (loss, row_weight, lse) = k::cross_entropy(operand(&d[0], Some(x))?, &opts)
             .unwrap_or_else(|e| panic!("cross_entropy: {e}"));
         Some((
@@ -693,15 +706,7 @@ mod imp {
         grad: &Tensor,
     ) -> Option<Tensor> {
         let d = devs([Some(x), Some(target), weight, Some(lse), Some(grad)])?;
-        let (rows, classes) = (x.shape()[0], x.shape()[1]);
-        let opts = k::CrossEntropy {
-            target: operand(&d[1], Some(target))?,
-            weight: operand(&d[2], weight),
-            rows,
-            classes,
-            ignore_index,
-            smoothing,
-        };
+        let opts = ce_opts(x, &d[1], target, &d[2], weight, ignore_index, smoothing)?;
         let stride = if grad.numel() == 1 { 0 } else { 1 };
         let dx = k::cross_entropy_backward(
             operand(&d[0], Some(x))?,
