@@ -127,6 +127,8 @@ pub(crate) struct GpuDevice {
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     blas: Mutex<Option<ops::Blas>>,
+    /// Recently uploaded multi-tensor slot tables, newest last (see [`GpuDevice::table`]).
+    tables: Mutex<Vec<(Vec<i64>, CudaStorage)>>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -184,6 +186,31 @@ impl GpuDevice {
         self.ordinal
     }
 
+    /// The device address of a buffer holding `words`. The last few tables are kept: a
+    /// training loop asks for the same table every step (the allocator hands the same
+    /// blocks to the same tensors), and a cached one needs no upload, so no host wait. An
+    /// evicted table goes back to the allocator; work already queued that reads it runs
+    /// before any later work that could reuse the block (one stream, and uploads wait for
+    /// the stream).
+    pub(crate) fn table(self: &Arc<Self>, words: &[i64]) -> Result<u64> {
+        const KEEP: usize = 4;
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = tables.iter().position(|(w, _)| w == words) {
+            let entry = tables.remove(i);
+            let address = entry.1.address_of(0);
+            tables.push(entry);
+            return Ok(address);
+        }
+        let mut buf = self.alloc(DType::I64, words.len())?;
+        buf.upload(&CpuStorage::I64(words.to_vec()))?;
+        let address = buf.address_of(0);
+        if tables.len() == KEEP {
+            tables.remove(0);
+        }
+        tables.push((words.to_vec(), buf));
+        Ok(address)
+    }
+
     /// A new buffer of `len` elements of `dtype` on this device (contents undefined).
     pub(crate) fn alloc(self: &Arc<Self>, dtype: DType, len: usize) -> Result<CudaStorage> {
         let block = allocate(self.ordinal, (len * dtype.size_in_bytes()).max(1))?;
@@ -223,6 +250,7 @@ pub(crate) fn gpu(ordinal: usize) -> Result<Arc<GpuDevice>> {
         modules: Mutex::new(HashMap::new()),
         functions: Mutex::new(HashMap::new()),
         blas: Mutex::new(None),
+        tables: Mutex::new(Vec::new()),
     });
     map.insert(ordinal, dev.clone());
     Ok(dev)

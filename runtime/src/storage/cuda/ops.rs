@@ -874,8 +874,7 @@ fn multi_tensor<H: DeviceRepr + Copy>(
         return Ok(());
     }
     let (words, chunks) = slot_table(&slots);
-    let table = upload_indices(dev, &words)?;
-    let (t, count, h) = (table.address_of(0), slots.len() as u32, hyper);
+    let (t, count, h) = (dev.table(&words)?, slots.len() as u32, hyper);
     let cfg = LaunchConfig {
         grid_dim: (chunks as u32, 1, 1),
         block_dim: (256, 1, 1),
