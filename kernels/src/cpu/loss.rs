@@ -4,8 +4,9 @@
 //! smoothing: with `w_c` the class weights (1 without), `eps` the smoothing and `C` classes,
 //! `loss = (1 - eps) * w_t * (lse - x_t) + eps / C * sum_c w_c * (lse - x_c)`.
 
-use super::reduce::for_each_outer;
-use crate::{Element, FloatElement, NumElement};
+use super::reduce::{for_each_outer, row_max, sum_slice};
+use super::simd::{SimdKernel, with_simd};
+use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
 
 /// The options shared by forward and backward.
@@ -59,19 +60,7 @@ pub fn cross_entropy_rows<T: FloatElement>(
     let mut out = vec![(T::ZERO, T::ZERO, T::Acc::ZERO); rows];
     for_each_outer(&mut out, rows, c * 2, |r, slot| {
         let row = &x[r * c..(r + 1) * c];
-        let max = row.iter().fold(T::Acc::neg_infinity(), |m, &v| {
-            let v = v.to_acc();
-            if v > m || v.is_nan() { v } else { m }
-        });
-        let shift = if max == T::Acc::neg_infinity() {
-            T::Acc::ZERO
-        } else {
-            max
-        };
-        let total = row
-            .iter()
-            .fold(T::Acc::ZERO, |s, &v| s + (v.to_acc() - shift).exp());
-        let lse = shift + total.ln();
+        let lse = with_simd(RowLse { row });
         let t = target[r];
         slot[0] = if t == o.ignore_index {
             (T::ZERO, T::ZERO, lse)
@@ -135,18 +124,74 @@ pub fn cross_entropy_backward_rows<T: FloatElement>(
         }
         let t = t as usize;
         let g = grad[r * grad_stride].to_acc();
-        let wt = w(t);
-        for (j, (d, &v)) in dst.iter_mut().zip(&x[r * c..(r + 1) * c]).enumerate() {
-            let p = (v.to_acc() - lse[r]).exp();
-            let hot = if j == t { T::Acc::ONE } else { T::Acc::ZERO };
-            let mut v = (T::Acc::ONE - eps) * wt * (p - hot);
-            if o.smoothing != 0.0 {
-                v = v + per_class * (p * total_w - w(j));
-            }
-            *d = T::from_acc(g * v);
-        }
+        with_simd(GradRow {
+            row: &x[r * c..(r + 1) * c],
+            dst,
+            lse: lse[r],
+            // d = g * ((1 - eps) * w_t + eps / C * W) * p_j - g * eps / C * w_j,
+            // then - g * (1 - eps) * w_t at the target.
+            coef: g * ((T::Acc::ONE - eps) * w(t) + per_class * total_w),
+            offset: g * per_class,
+            weight: o.weight,
+        });
+        dst[t] = T::from_acc(dst[t].to_acc() - g * (T::Acc::ONE - eps) * w(t));
     });
     dx
+}
+
+/// A row's log-sum-exp: laned max, exponentials, laned sum (vectorises).
+struct RowLse<'a, T> {
+    row: &'a [T],
+}
+
+impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
+    type Output = T::Acc;
+    #[inline(always)]
+    fn run(self) -> T::Acc {
+        let max = row_max(self.row);
+        let shift = if max == T::Acc::neg_infinity() {
+            T::Acc::ZERO
+        } else {
+            max
+        };
+        // A pure map into scratch (vectorises), then a laned sum, as the softmax kernel.
+        let mut exps = vec![T::ZERO; self.row.len()];
+        for (e, &v) in exps.iter_mut().zip(self.row) {
+            *e = T::from_acc((v.to_acc() - shift).exp_vec());
+        }
+        let total = sum_slice(&exps);
+        shift + total.ln()
+    }
+}
+
+/// `dst[j] = coef * softmax_j - offset * w_j` over a row (w_j = 1 without weights).
+struct GradRow<'a, T: NumElement> {
+    row: &'a [T],
+    dst: &'a mut [T],
+    lse: T::Acc,
+    coef: T::Acc,
+    offset: T::Acc,
+    weight: Option<&'a [T]>,
+}
+
+impl<T: FloatElement> SimdKernel for GradRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (lse, coef, offset) = (self.lse, self.coef, self.offset);
+        match self.weight {
+            Some(w) => {
+                for ((d, &v), &wj) in self.dst.iter_mut().zip(self.row).zip(w) {
+                    *d = T::from_acc(coef * (v.to_acc() - lse).exp_vec() - offset * wj.to_acc());
+                }
+            }
+            None => {
+                for (d, &v) in self.dst.iter_mut().zip(self.row) {
+                    *d = T::from_acc(coef * (v.to_acc() - lse).exp_vec() - offset);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

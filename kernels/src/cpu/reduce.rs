@@ -187,7 +187,7 @@ pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize
 
 /// The maximum of a row in the accumulator type, over independent lanes so it vectorises.
 #[inline(always)]
-fn row_max<T: FloatElement>(row: &[T]) -> T::Acc {
+pub(crate) fn row_max<T: FloatElement>(row: &[T]) -> T::Acc {
     const LANES: usize = 8;
     let mut lanes = [T::Acc::neg_infinity(); LANES];
     let chunks = row.chunks_exact(LANES);
