@@ -361,7 +361,7 @@ fn sgd_on_cpu(slot: &StepSlot<'_>, base: &SgdStep) {
 /// ```
 /// use ferrograd_runtime::optim::AdamConfig;
 /// let c = AdamConfig::default();
-/// assert_eq!((c.lr, c.betas, c.eps, c.weight_decay, c.amsgrad), (1e-3, (0.9, 0.999), 1e-8, 0.0, false));
+/// assert_eq!((c.lr, c.betas, c.eps, c.weight_decay, c.amsgrad), (1e-3, (0.9, 0.999), 1e-8, None, false));
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdamConfig {
@@ -371,11 +371,10 @@ pub struct AdamConfig {
     pub betas: (f64, f64),
     /// Added to the denominator for stability.
     pub eps: f64,
-    /// Weight decay: an L2 term for [`Adam`], decoupled decay for [`AdamW`]. Unless set
-    /// with [`AdamConfig::weight_decay`], [`AdamW::new`] uses 0.01 (PyTorch's default).
-    pub weight_decay: f64,
-    /// Whether `weight_decay` was set explicitly (AdamW's default applies otherwise).
-    weight_decay_set: bool,
+    /// Weight decay: an L2 term for [`Adam`], decoupled decay for [`AdamW`]; `None` takes
+    /// the optimizer's default (0 for Adam, 0.01 for AdamW, as PyTorch), which the
+    /// optimizer's `config()` then shows.
+    pub weight_decay: Option<f64>,
     /// Use the running maximum of the second moment (AMSGrad).
     pub amsgrad: bool,
     /// Maximise the objective instead.
@@ -388,8 +387,7 @@ impl Default for AdamConfig {
             lr: 1e-3,
             betas: (0.9, 0.999),
             eps: 1e-8,
-            weight_decay: 0.0,
-            weight_decay_set: false,
+            weight_decay: None,
             amsgrad: false,
             maximize: false,
         }
@@ -414,8 +412,7 @@ impl AdamConfig {
     }
     /// Sets the weight decay.
     pub fn weight_decay(mut self, weight_decay: f64) -> Self {
-        self.weight_decay = weight_decay;
-        self.weight_decay_set = true;
+        self.weight_decay = Some(weight_decay);
         self
     }
 }
@@ -472,9 +469,9 @@ impl Adam {
         mut config: AdamConfig,
         decoupled: bool,
     ) -> Self {
-        if decoupled && !config.weight_decay_set {
-            config.weight_decay = 1e-2;
-        }
+        let weight_decay = *config
+            .weight_decay
+            .get_or_insert(if decoupled { 1e-2 } else { 0.0 });
         check_hyper(op, "learning rate", config.lr, config.lr >= 0.0);
         check_hyper(op, "epsilon value", config.eps, config.eps >= 0.0);
         check_hyper(
@@ -489,12 +486,7 @@ impl Adam {
             config.betas.1,
             (0.0..1.0).contains(&config.betas.1),
         );
-        check_hyper(
-            op,
-            "weight_decay value",
-            config.weight_decay,
-            config.weight_decay >= 0.0,
-        );
+        check_hyper(op, "weight_decay value", weight_decay, weight_decay >= 0.0);
         let params = unique_params(op, params);
         let state = vec![None; params.len()];
         Adam {
@@ -528,10 +520,13 @@ impl Optimizer for Adam {
         } else {
             "Adam.step"
         };
-        let mut base = AdamStep::new(c.lr, c.betas, c.eps, c.weight_decay, 1);
-        base.decoupled = self.decoupled;
-        base.amsgrad = c.amsgrad;
-        base.maximize = c.maximize;
+        let weight_decay = c.weight_decay.unwrap_or_default(); // resolved in `new`
+        let base = AdamStep {
+            decoupled: self.decoupled,
+            amsgrad: c.amsgrad,
+            maximize: c.maximize,
+            ..AdamStep::new(c.lr, c.betas, c.eps, weight_decay, 1)
+        };
         no_grad(|| {
             let mut work = Vec::new();
             for (p, state) in self.params.iter().zip(&mut self.state) {
@@ -545,13 +540,7 @@ impl Optimizer for Adam {
                     max_exp_avg_sq: c.amsgrad.then(|| zeros_like(p)),
                 });
                 s.step += 1;
-                let h = AdamStep {
-                    decoupled: base.decoupled,
-                    amsgrad: base.amsgrad,
-                    maximize: base.maximize,
-                    ..AdamStep::new(c.lr, c.betas, c.eps, c.weight_decay, s.step)
-                };
-                work.push((p, g, s.clone(), h));
+                work.push((p, g, s.clone(), base.at_step(s.step)));
             }
             let mut groups = Groups::default();
             for (p, g, s, h) in &work {
@@ -639,7 +628,7 @@ fn adam_on_cpu(op: &str, slot: &StepSlot<'_>, base: &AdamStep) {
 /// use ferrograd_runtime::optim::{AdamConfig, AdamW, Optimizer};
 /// let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
 /// let mut opt = AdamW::new(vec![w.clone()], AdamConfig::default().lr(0.1));
-/// assert_eq!(opt.config().weight_decay, 0.01);
+/// assert_eq!(opt.config().weight_decay, Some(0.01));
 /// w.set_grad(Some(Tensor::zeros(&[1], DType::F64, &Device::Cpu)));
 /// opt.step(); // a zero gradient leaves only the decay: 1 * (1 - 0.1 * 0.01)
 /// assert!((w.item::<f64>() - 0.999).abs() < 1e-12);

@@ -39,7 +39,6 @@ impl AdamStep {
     /// The update of step `step` (counted from 1) with the bias corrections filled in;
     /// Adam's coupled weight decay, no AMSGrad, minimising.
     pub fn new(lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64, step: u64) -> Self {
-        let step = step as f64;
         AdamStep {
             lr,
             betas,
@@ -48,8 +47,24 @@ impl AdamStep {
             decoupled: false,
             amsgrad: false,
             maximize: false,
-            step_size: lr / (1.0 - betas.0.powf(step)),
-            bias_correction2_sqrt: (1.0 - betas.1.powf(step)).sqrt(),
+            step_size: 0.0,
+            bias_correction2_sqrt: 0.0,
+        }
+        .at_step(step)
+    }
+
+    /// The same update at step `step` (counted from 1): the bias corrections recomputed.
+    ///
+    /// ```
+    /// let h = ferrograd_kernels::cpu::AdamStep::new(1e-3, (0.9, 0.999), 1e-8, 0.0, 1).at_step(2);
+    /// assert!((h.step_size - 1e-3 / (1.0 - 0.81)).abs() < 1e-15);
+    /// ```
+    pub fn at_step(self, step: u64) -> Self {
+        let step = step as f64;
+        AdamStep {
+            step_size: self.lr / (1.0 - self.betas.0.powf(step)),
+            bias_correction2_sqrt: (1.0 - self.betas.1.powf(step)).sqrt(),
+            ..self
         }
     }
 }
