@@ -6,6 +6,7 @@
 
 use super::reduce::{for_each_outer, row_max, sum_slice};
 use super::simd::{SimdKernel, with_simd};
+use super::{PARALLEL_THRESHOLD, for_each_chunk_mut};
 use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
 
@@ -54,25 +55,18 @@ pub fn cross_entropy_rows<T: FloatElement>(
         "cross_entropy_rows: {} logits are not {rows} rows of {c}",
         x.len()
     );
-    let acc = |v: f64| <T::Acc as Element>::from_f64(v);
-    let eps = acc(o.smoothing);
-    let w = |j: usize| o.weight.map_or(T::Acc::ONE, |w| w[j].to_acc());
     let mut out = vec![(T::ZERO, T::ZERO, T::Acc::ZERO); rows];
-    for_each_outer(&mut out, rows, c * 2, |r, slot| {
-        let row = &x[r * c..(r + 1) * c];
-        let lse = with_simd(RowLse { row });
-        let t = target[r];
-        slot[0] = if t == o.ignore_index {
-            (T::ZERO, T::ZERO, lse)
-        } else {
-            let t = t as usize;
-            let mut loss = (T::Acc::ONE - eps) * w(t) * (lse - row[t].to_acc());
-            if o.smoothing != 0.0 {
-                let smooth = (0..c).fold(T::Acc::ZERO, |s, j| s + w(j) * (lse - row[j].to_acc()));
-                loss = loss + eps / acc(c as f64) * smooth;
-            }
-            (T::from_acc(loss), T::from_acc(w(t)), lse)
-        };
+    // Tasks of several rows, each with one scratch row for the exponentials.
+    let per_task = if rows * c < PARALLEL_THRESHOLD {
+        rows.max(1)
+    } else {
+        rows.div_ceil(rayon::current_num_threads() * 4).max(1)
+    };
+    for_each_chunk_mut(&mut out, per_task, |task, slots| {
+        let mut scratch = vec![T::ZERO; c];
+        for (i, slot) in slots.iter_mut().enumerate() {
+            *slot = row_loss(x, target, o, task * per_task + i, &mut scratch);
+        }
     });
     let mut result = CrossEntropyOutput {
         loss: Vec::with_capacity(rows),
@@ -85,6 +79,33 @@ pub fn cross_entropy_rows<T: FloatElement>(
         result.lse.push(lse);
     }
     result
+}
+
+/// Row `r` of [`cross_entropy_rows`]: (loss, target weight, log-sum-exp).
+fn row_loss<T: FloatElement>(
+    x: &[T],
+    target: &[i64],
+    o: &CrossEntropyRows<'_, T>,
+    r: usize,
+    scratch: &mut [T],
+) -> (T, T, T::Acc) {
+    let c = o.classes;
+    let acc = |v: f64| <T::Acc as Element>::from_f64(v);
+    let eps = acc(o.smoothing);
+    let w = |j: usize| o.weight.map_or(T::Acc::ONE, |w| w[j].to_acc());
+    let row = &x[r * c..(r + 1) * c];
+    let lse = with_simd(RowLse { row, scratch });
+    let t = target[r];
+    if t == o.ignore_index {
+        return (T::ZERO, T::ZERO, lse);
+    }
+    let t = t as usize;
+    let mut loss = (T::Acc::ONE - eps) * w(t) * (lse - row[t].to_acc());
+    if o.smoothing != 0.0 {
+        let smooth = (0..c).fold(T::Acc::ZERO, |s, j| s + w(j) * (lse - row[j].to_acc()));
+        loss = loss + eps / acc(c as f64) * smooth;
+    }
+    (T::from_acc(loss), T::from_acc(w(t)), lse)
 }
 
 /// The gradient of [`cross_entropy_rows`]' per-row losses with respect to the logits,
@@ -142,6 +163,8 @@ pub fn cross_entropy_backward_rows<T: FloatElement>(
 /// A row's log-sum-exp: laned max, exponentials, laned sum (vectorises).
 struct RowLse<'a, T> {
     row: &'a [T],
+    /// As long as the row.
+    scratch: &'a mut [T],
 }
 
 impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
@@ -155,11 +178,10 @@ impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
             max
         };
         // A pure map into scratch (vectorises), then a laned sum, as the softmax kernel.
-        let mut exps = vec![T::ZERO; self.row.len()];
-        for (e, &v) in exps.iter_mut().zip(self.row) {
+        for (e, &v) in self.scratch.iter_mut().zip(self.row) {
             *e = T::from_acc((v.to_acc() - shift).exp_vec());
         }
-        let total = sum_slice(&exps);
+        let total = sum_slice(self.scratch);
         shift + total.ln()
     }
 }

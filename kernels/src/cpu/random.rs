@@ -3,7 +3,7 @@
 
 use super::PARALLEL_THRESHOLD;
 use super::for_each_chunk_mut;
-use crate::{Element, FloatElement, NumElement};
+use crate::{Element, FloatElement};
 
 /// Philox4x32-10 of a 128-bit `counter` under a 64-bit `key` (Salmon et al. 2011).
 ///
@@ -45,30 +45,34 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 /// ```
 pub fn dropout<T: FloatElement>(x: &[T], seed: u64, p: f64, scale: f64) -> (Vec<T>, Vec<T>) {
     let n = x.len();
-    let kept = <T::Acc as Element>::from_f64(scale);
+    let kept = T::from_acc(<T::Acc as Element>::from_f64(scale));
     let key = [seed as u32, (seed >> 32) as u32];
-    // (y, mask) pairs, filled four at a time (one Philox block each).
-    let mut out = vec![(T::ZERO, T::ZERO); n];
-    let fill = |start: usize, dst: &mut [(T, T)]| {
-        for (b, quad) in dst.chunks_mut(4).enumerate() {
-            let block = (start / 4 + b) as u64;
-            let bits = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], key);
-            for (q, slot) in quad.iter_mut().enumerate() {
-                let u = (bits[q] >> 8) as f64 * (1.0 / 16_777_216.0);
-                let m = if u >= p { kept } else { T::Acc::ZERO };
-                let i = start + b * 4 + q;
-                *slot = (T::from_acc(x[i].to_acc() * m), T::from_acc(m));
-            }
-        }
-    };
-    // Chunks are multiples of four, so no Philox block straddles two tasks.
+    // The mask, four elements (one Philox block) at a time; chunks are multiples of four,
+    // so no block straddles two tasks.
     let chunk = if n < PARALLEL_THRESHOLD {
         n.max(4)
     } else {
         1 << 14
     };
-    for_each_chunk_mut(&mut out, chunk, |i, dst| fill(i * chunk, dst));
-    out.into_iter().unzip()
+    let mut mask = vec![T::ZERO; n];
+    for_each_chunk_mut(&mut mask, chunk, |i, dst| {
+        for (b, quad) in dst.chunks_mut(4).enumerate() {
+            let block = (i * chunk / 4 + b) as u64;
+            let bits = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], key);
+            for (m, word) in quad.iter_mut().zip(bits) {
+                let u = (word >> 8) as f64 * (1.0 / 16_777_216.0);
+                *m = if u >= p { kept } else { T::ZERO };
+            }
+        }
+    });
+    let mut y = vec![T::ZERO; n];
+    for_each_chunk_mut(&mut y, chunk, |i, dst| {
+        let start = i * chunk;
+        for ((d, &v), &m) in dst.iter_mut().zip(&x[start..]).zip(&mask[start..]) {
+            *d = T::from_acc(v.to_acc() * m.to_acc());
+        }
+    });
+    (y, mask)
 }
 
 #[cfg(test)]

@@ -304,9 +304,10 @@ __device__ void dropout(usize n, usize seed, double p, double scale, const T* x,
             usize i = block * 4 + q;
             if (i >= n) break;
             double u = (double)(c[q] >> 8) * (1.0 / 16777216.0);
-            A m = u >= p ? kept : A(0);
-            mask[i] = Elem<T>::store(m);
-            y[i] = Elem<T>::store(Elem<T>::load(x[i]) * m);
+            // The stored (rounded) mask scales y, as backward does and as the CPU kernel.
+            T m = Elem<T>::store(u >= p ? kept : A(0));
+            mask[i] = m;
+            y[i] = Elem<T>::store(Elem<T>::load(x[i]) * Elem<T>::load(m));
         }
     }
 }
