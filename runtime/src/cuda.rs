@@ -3,6 +3,13 @@
 //! Without the `cuda` feature (or without a driver) there are no devices: the counts and
 //! statistics are zero and [`synchronize`] returns an error.
 //!
+//! Work on a device runs asynchronously: an op queues its kernels and returns, and the
+//! host waits only when it reads (`to_vec`, `item`, `to_device`) or calls [`synchronize`].
+//! So a mistake only a kernel can see, an index or class target out of bounds, surfaces
+//! there, as [`Error::IndexOutOfBounds`](crate::Error::IndexOutOfBounds) with the op's
+//! message (a panic from the reading tensor method). Set `CUDA_LAUNCH_BLOCKING=1`, as with
+//! PyTorch, to make such ops wait for their kernels and panic themselves.
+//!
 //! ```
 //! use ferrograd_runtime::cuda;
 //! if cuda::is_available() {
@@ -92,7 +99,9 @@ pub fn empty_cache() {
     backend::empty_cache()
 }
 
-/// Waits for all work queued on device `ordinal` (`torch.cuda.synchronize`).
+/// Waits for all work queued on device `ordinal` (`torch.cuda.synchronize`); an index
+/// that a kernel queued since the last wait found out of bounds comes back as
+/// [`Error::IndexOutOfBounds`](crate::Error::IndexOutOfBounds).
 ///
 /// ```
 /// # #[cfg(not(feature = "cuda"))]

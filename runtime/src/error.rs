@@ -41,6 +41,20 @@ pub enum Error {
         /// Sizes and the driver's message.
         source: crate::memory::OutOfMemory,
     },
+    /// A kernel met an index (or class target) out of bounds in work queued earlier on a
+    /// device. Kernels run after the op that queued them returned, so, as CUDA's own errors,
+    /// this surfaces when the host next waits for the device (a read such as `to_vec` or
+    /// `item`, `to_device`, `cuda::synchronize`); with `CUDA_LAUNCH_BLOCKING=1` the op itself
+    /// waits and panics. The kernel skipped the bad index: nothing was read out of bounds.
+    #[error(
+        "{message} (found on {device} by work queued earlier; device errors surface when the host next waits for the device, set CUDA_LAUNCH_BLOCKING=1 to stop at the op)"
+    )]
+    IndexOutOfBounds {
+        /// The device.
+        device: crate::Device,
+        /// What the op says about the index, as it would on the CPU.
+        message: String,
+    },
     /// This dtype cannot live on the requested device.
     #[error("{dtype} tensors are not supported on {device}")]
     UnsupportedDType {

@@ -152,6 +152,24 @@ __device__ __forceinline__ usize geo_offset(const Geometry& g, int k, usize i) {
 
 #define GRID_STRIDE(i, n) for (usize i = blockIdx.x * (usize)blockDim.x + threadIdx.x; i < (n); i += (usize)blockDim.x * gridDim.x)
 
+// Bounds checking of indices that live on the device (index_select, gather, scatter_add,
+// cross-entropy targets): an index must lie in [0, size). A kernel that meets a bad one
+// skips that element and records it in the device's report, `report[0]` = this launch's id
+// (ids start at 1; the first bad index of any launch wins) and `report[1]` = the value. The
+// host reads the report the next time it waits for the device and panics with the op's
+// message, as CUDA reports kernel errors asynchronously; nothing reads out of bounds.
+struct IndexCheck {
+    usize* report;
+    usize launch;
+    usize size;
+};
+
+__device__ __forceinline__ bool index_ok(const IndexCheck& c, long long v) {
+    if (v >= 0 && (usize)v < c.size) return true;
+    if (atomicCAS(c.report, 0ull, c.launch) == 0ull) c.report[1] = (usize)v;
+    return false;
+}
+
 // Instantiation lists: F(TYPE, SUFFIX) for each element type of a category.
 #define FOR_FLOATS(F) F(float, f32) F(double, f64) F(Half, f16) F(BFloat, bf16)
 #define FOR_NUMS(F) FOR_FLOATS(F) F(long long, i64) F(unsigned char, u8)

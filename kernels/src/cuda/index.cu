@@ -1,6 +1,7 @@
 // Indexing kernels (index_select, gather, scatter_add with atomics) and the im2col pair
 // behind conv2d (unfold: input -> kernel-major columns; fold: its adjoint, one thread per
-// input pixel so no atomics are needed). Indices arrive as i64 already bounds-checked.
+// input pixel so no atomics are needed). Indices are i64 on the device, checked as they are
+// read (`index_ok` in common.cuh).
 
 // ---- atomics for every numeric type -------------------------------------------------------
 
@@ -42,44 +43,55 @@ __device__ void atomic_add(unsigned char* address, unsigned char value) {
 
 // ---- index_select, gather, scatter_add ----------------------------------------------------
 
-// out[o, j, i] = src[o, index[j], i] over contiguous [outer, r, inner] and [outer, m, inner].
+// out[o, j, i] = src[o, index[j], i] over contiguous [outer, r, inner] and [outer, m, inner]
+// (r is `check.size`); an out-of-range index is reported and gives 0.
 template <typename T>
-__device__ void index_select(usize outer, usize r, usize inner, usize m, const long long* index, const T* src, T* out) {
+__device__ void index_select(usize outer, usize inner, usize m, const long long* index, IndexCheck check,
+                             const T* src, T* out) {
+    usize r = check.size;
     GRID_STRIDE(k, outer * m * inner) {
         usize i = k % inner, j = (k / inner) % m, o = k / (inner * m);
-        out[k] = src[(o * r + (usize)index[j]) * inner + i];
+        long long t = index[j];
+        out[k] = index_ok(check, t) ? src[(o * r + (usize)t) * inner + i] : T();
     }
 }
 
 // out[p] = src[p with p[dim] = index[p]]: operand 0 walks src with dim's stride zeroed, and
 // the index adds `dim_stride` per step; `index` is contiguous in the index space.
 template <typename T>
-__device__ void gather(usize n, const Geometry& g, const long long* index, usize dim_stride, const T* src, T* out) {
-    GRID_STRIDE(i, n) { out[i] = src[geo_offset(g, 0, i) + (usize)index[i] * dim_stride]; }
+__device__ void gather(usize n, const Geometry& g, const long long* index, IndexCheck check, usize dim_stride,
+                       const T* src, T* out) {
+    GRID_STRIDE(i, n) {
+        long long t = index[i];
+        out[i] = index_ok(check, t) ? src[geo_offset(g, 0, i) + (usize)t * dim_stride] : T();
+    }
 }
 
 // dst[p with p[dim] = index[p]] += src[p]: operand 0 walks the contiguous dst with dim's
 // stride zeroed, operand 1 walks the src view. Atomic, since indices may repeat.
 template <typename T>
-__device__ void scatter_add(usize n, const Geometry& g, const long long* index, usize dim_stride, T* dst, const T* src) {
+__device__ void scatter_add(usize n, const Geometry& g, const long long* index, IndexCheck check,
+                            usize dim_stride, T* dst, const T* src) {
     GRID_STRIDE(i, n) {
-        atomic_add(dst + geo_offset(g, 0, i) + (usize)index[i] * dim_stride, Elem<T>::load(src[geo_offset(g, 1, i)]));
+        long long t = index[i];
+        if (!index_ok(check, t)) continue;
+        atomic_add(dst + geo_offset(g, 0, i) + (usize)t * dim_stride, Elem<T>::load(src[geo_offset(g, 1, i)]));
     }
 }
 
 #define INDEX_ALL(T, SUFFIX)                                                                                   \
-    extern "C" __global__ void index_select_##SUFFIX(usize outer, usize r, usize inner, usize m,               \
-                                                     const long long* index, const T* src, T* out) {           \
-        index_select<T>(outer, r, inner, m, index, src, out);                                                  \
+    extern "C" __global__ void index_select_##SUFFIX(usize outer, usize inner, usize m, const long long* index, \
+                                                     IndexCheck check, const T* src, T* out) {                  \
+        index_select<T>(outer, inner, m, index, check, src, out);                                              \
     }                                                                                                          \
-    extern "C" __global__ void gather_##SUFFIX(usize n, Geometry g, const long long* index, usize dim_stride,   \
-                                               const T* src, T* out) {                                         \
-        gather<T>(n, g, index, dim_stride, src, out);                                                          \
+    extern "C" __global__ void gather_##SUFFIX(usize n, Geometry g, const long long* index, IndexCheck check,   \
+                                               usize dim_stride, const T* src, T* out) {                       \
+        gather<T>(n, g, index, check, dim_stride, src, out);                                                   \
     }
 #define SCATTER_ALL(T, SUFFIX)                                                                                 \
     extern "C" __global__ void scatter_add_##SUFFIX(usize n, Geometry g, const long long* index,               \
-                                                    usize dim_stride, T* dst, const T* src) {                  \
-        scatter_add<T>(n, g, index, dim_stride, dst, src);                                                     \
+                                                    IndexCheck check, usize dim_stride, T* dst, const T* src) { \
+        scatter_add<T>(n, g, index, check, dim_stride, dst, src);                                              \
     }
 FOR_ALL(INDEX_ALL)
 FOR_NUMS(SCATTER_ALL)

@@ -296,8 +296,8 @@ __device__ void layer_norm_param_partials(usize rows, usize len, usize band, con
 // eps / C * sum_c w_c * (lse - x_c), and the row's weight w_t; both 0 for an ignored row.
 
 template <typename T>
-__device__ void cross_entropy_rows(usize len, const T* x, const long long* target, const T* weight,
-                                   long long ignore_index, double smoothing, T* loss, T* row_weight,
+__device__ void cross_entropy_rows(usize len, const T* x, const long long* target, IndexCheck check,
+                                   const T* weight, long long ignore_index, double smoothing, T* loss, T* row_weight,
                                    typename Elem<T>::Acc* lse_out) {
     typedef typename Elem<T>::Acc A;
     extern __shared__ unsigned char shared_bytes[];
@@ -321,7 +321,7 @@ __device__ void cross_entropy_rows(usize len, const T* x, const long long* targe
     }
     if (threadIdx.x == 0) {
         long long t = target[blockIdx.x];
-        bool valid = t != ignore_index;
+        bool valid = t != ignore_index && index_ok(check, t);  // a bad target is reported, counts as ignored
         A wt = A(0), l = A(0);
         if (valid) {
             wt = weight ? Elem<T>::load(weight[t]) : A(1);
@@ -347,7 +347,7 @@ __device__ void cross_entropy_backward_rows(usize len, const T* x, const long lo
     A* scratch = reinterpret_cast<A*>(shared_bytes);
     usize base = blockIdx.x * len;
     long long t = target[blockIdx.x];
-    bool valid = t != ignore_index;
+    bool valid = t != ignore_index && t >= 0 && (usize)t < len;  // the forward pass reported bad ones
     A e = (A)smoothing;
     A total_w = (A)len;
     if (weight && smoothing != 0.0) {
@@ -383,9 +383,10 @@ __device__ void cross_entropy_backward_rows(usize len, const T* x, const long lo
         layer_norm_param_partials<T>(rows, len, band, dy, x, mean, rstd, dw, db);                                \
     }                                                                                                           \
     extern "C" __global__ void cross_entropy_rows_##S(usize len, const T* x, const long long* target,           \
-                                                      const T* w, long long ignore_index, double smoothing,     \
-                                                      T* loss, T* row_weight, Elem<T>::Acc* lse) {              \
-        cross_entropy_rows<T>(len, x, target, w, ignore_index, smoothing, loss, row_weight, lse);                \
+                                                      IndexCheck check, const T* w, long long ignore_index,     \
+                                                      double smoothing, T* loss, T* row_weight,                 \
+                                                      Elem<T>::Acc* lse) {                                      \
+        cross_entropy_rows<T>(len, x, target, check, w, ignore_index, smoothing, loss, row_weight, lse);         \
     }                                                                                                           \
     extern "C" __global__ void cross_entropy_backward_rows_##S(usize len, const T* x, const long long* target,  \
                                                                const T* w, long long ignore_index,              \

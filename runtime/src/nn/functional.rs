@@ -13,6 +13,7 @@
 
 use crate::amp;
 use crate::autograd::{no_grad, record};
+use crate::ops::{IndexBounds, check_same_device};
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{Conv2dGeometry, fold2d, unfold2d};
 use ferrograd_kernels::{Dims, Element, with_num_dtype};
@@ -812,10 +813,16 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -
     reduce_loss(losses, &weights, args.reduction, &target_shape)
 }
 
-/// Checks int64 class targets against `input` `[N, C, d...]` and returns the target shape
-/// `[N, d...]`; every target is in `0..C` or the ignore index.
+/// Checks int64 class targets against `input` `[N, C, d...]`: returns the target shape
+/// `[N, d...]` and the bound every target must meet (in `0..C` or the ignore index),
+/// checked here for host targets; kernels check targets on a device as they read them.
 #[track_caller]
-fn check_targets(op: &str, input: &Tensor, target: &Tensor, ignore_index: i64) -> Dims {
+fn check_targets(
+    op: &'static str,
+    input: &Tensor,
+    target: &Tensor,
+    ignore_index: i64,
+) -> (Dims, IndexBounds) {
     assert!(
         input.dim() >= 2,
         "{op}: expected input of shape [N, C] or [N, C, d...], got {:?}",
@@ -827,7 +834,7 @@ fn check_targets(op: &str, input: &Tensor, target: &Tensor, ignore_index: i64) -
         target.dtype(),
         target.shape()
     );
-    let c = input.shape()[1];
+    check_same_device(op, &[input, target]);
     let mut expected = Dims::from_slice(input.shape());
     expected.remove(1);
     assert!(
@@ -837,14 +844,14 @@ fn check_targets(op: &str, input: &Tensor, target: &Tensor, ignore_index: i64) -
         input.shape(),
         target.shape()
     );
-    for &v in target.contiguous_vec::<i64>().iter() {
-        assert!(
-            v == ignore_index || (0..c as i64).contains(&v),
-            "{op}: target {v} is out of bounds for {c} classes (input shape {:?})",
-            input.shape()
-        );
+    let bounds = IndexBounds::Classes {
+        op,
+        input: Dims::from_slice(input.shape()),
+    };
+    if !target.device().is_cuda() {
+        bounds.host_values(target, Some(ignore_index));
     }
-    expected
+    (expected, bounds)
 }
 
 /// The class weights `[C]` in the input's dtype, contiguous and detached (constants).
@@ -864,17 +871,19 @@ fn class_weights(op: &str, input: &Tensor, args: &CrossEntropyArgs) -> Option<Te
 /// Gathers `input[i, target[i]]` over `[M, C]`, with the per-row weight (0 where ignored).
 #[track_caller]
 fn pick_targets(
-    op: &str,
+    op: &'static str,
     input: &Tensor,
     target: &Tensor,
     args: &CrossEntropyArgs,
 ) -> (Tensor, Tensor, Dims) {
-    let expected = check_targets(op, input, target, args.ignore_index);
+    let (expected, bounds) = check_targets(op, input, target, args.ignore_index);
     let flat = classes_last(input);
     let t = target.reshape(&[target.numel()]);
     let valid = t.ne_scalar(args.ignore_index as f64);
     let safe = Tensor::where_cond(&valid, &t, &Tensor::zeros(&[], DType::I64, &t.device()));
-    let picked = flat.gather(1, &safe.unsqueeze(1)).squeeze(1);
+    let picked = flat
+        .gather_checked(1, &safe.unsqueeze(1), bounds)
+        .squeeze(1);
     let mut weights = valid.to_dtype(input.dtype());
     if let Some(w) = class_weights(op, input, args) {
         weights = weights.mul(&w.index_select(0, &safe));
@@ -947,7 +956,7 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
         };
     }
     // Class-index targets: one fused kernel per pass over the logits.
-    let target_shape = check_targets("cross_entropy", input, target, args.ignore_index);
+    let (target_shape, bounds) = check_targets("cross_entropy", input, target, args.ignore_index);
     let flat = classes_last(input);
     let opts = super::fused::CrossEntropyOpts {
         weight: class_weights("cross_entropy", input, args),
@@ -955,7 +964,7 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
         smoothing: args.label_smoothing,
     };
     let (losses, weights) =
-        super::fused::cross_entropy(&flat, &target.reshape(&[target.numel()]), &opts);
+        super::fused::cross_entropy(&flat, &target.reshape(&[target.numel()]), &opts, &bounds);
     reduce_loss(losses, &weights, args.reduction, &target_shape)
 }
 

@@ -4,7 +4,7 @@
 //! so that higher derivatives exist.
 
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
-use crate::ops::gpu;
+use crate::ops::{IndexBounds, gpu};
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::CpuStorage;
 use ferrograd_kernels::cpu::{
@@ -273,16 +273,18 @@ impl CrossEntropyOpts {
     }
 }
 
-/// Per-row cross-entropy of logits `[M, C]` at int64 targets `[M]` (checked by the
-/// caller): the losses (one autograd node) and each row's target weight (a constant).
+/// Per-row cross-entropy of logits `[M, C]` at int64 targets `[M]` (host targets checked
+/// by the caller, device ones by the kernel against `bounds`): the losses (one autograd
+/// node) and each row's target weight (a constant).
 pub(crate) fn cross_entropy(
     logits: &Tensor,
     target: &Tensor,
     opts: &CrossEntropyOpts,
+    bounds: &IndexBounds,
 ) -> (Tensor, Tensor) {
     let x = logits.detach().contiguous();
     let t = target.contiguous();
-    let (loss, row_weight, lse) = cross_entropy_forward(&x, &t, opts);
+    let (loss, row_weight, lse) = cross_entropy_forward(&x, &t, opts, bounds);
     let loss = record(loss, "cross_entropy", &[logits], || {
         let sx = SavedTensor::new(logits);
         let opts = opts.clone();
@@ -298,9 +300,14 @@ pub(crate) fn cross_entropy(
     (loss, row_weight)
 }
 
-fn cross_entropy_forward(x: &Tensor, t: &Tensor, o: &CrossEntropyOpts) -> (Tensor, Tensor, Tensor) {
+fn cross_entropy_forward(
+    x: &Tensor,
+    t: &Tensor,
+    o: &CrossEntropyOpts,
+    bounds: &IndexBounds,
+) -> (Tensor, Tensor, Tensor) {
     let w = o.weight.as_ref();
-    if let Some(r) = gpu::cross_entropy(x, t, w, o.ignore_index, o.smoothing) {
+    if let Some(r) = gpu::cross_entropy(x, t, bounds, w, o.ignore_index, o.smoothing) {
         return r;
     }
     let op = "cross_entropy";

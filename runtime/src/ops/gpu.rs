@@ -7,6 +7,7 @@
 //! A kernel launch that fails panics with the op's name, as PyTorch raises: tensor ops
 //! return tensors, not `Result`s.
 
+use super::IndexBounds;
 use crate::Tensor;
 use ferrograd_kernels::cpu::{AdamStep, Conv2dGeometry, SgdStep};
 use ferrograd_kernels::{DType, Layout};
@@ -83,11 +84,13 @@ dispatch! {
     /// Inclusive prefix sums along the middle dim of contiguous `x`.
     fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor>;
     /// `index_select` on contiguous `x`.
-    fn index_select(x: &Tensor, index: &[i64], dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
-    /// `gather` along `dim`.
-    fn gather(x: &Tensor, index: &[i64], index_shape: &[usize], dim: usize) -> Option<Tensor>;
-    /// `out[index] += src` along `dim` in place (`out` contiguous and fresh).
-    fn scatter_add_(out: &Tensor, index: &[i64], src: &Tensor, src_view: &Layout, dim: usize) -> bool;
+    /// `index_select` on contiguous `x`; the kernel checks the indices against `bounds`.
+    fn index_select(x: &Tensor, index: &Tensor, bounds: &IndexBounds, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
+    /// `gather` along `dim`, indices checked against `bounds`.
+    fn gather(x: &Tensor, index: &Tensor, bounds: &IndexBounds, dim: usize) -> Option<Tensor>;
+    /// `out[index] += src` along `dim` in place (`out` contiguous and fresh), indices
+    /// checked against `bounds`.
+    fn scatter_add_(out: &Tensor, index: &Tensor, bounds: &IndexBounds, src: &Tensor, src_view: &Layout, dim: usize) -> bool;
     /// im2col (`fold` false) or its adjoint of contiguous `x`.
     fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
     /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
@@ -100,8 +103,8 @@ dispatch! {
     /// Gradients of [`layer_norm`]: dx, and (dweight, dbias) when `params`.
     fn layer_norm_backward(dy: &Tensor, x: &Tensor, mean: &Tensor, rstd: &Tensor, weight: Option<&Tensor>, rows: usize, len: usize, params: bool) -> Option<(Tensor, Option<(Tensor, Tensor)>)>;
     /// Fused cross-entropy of contiguous logits `[rows, classes]` at int64 `target`: per-row
-    /// losses, per-row target weights and log-sum-exps.
-    fn cross_entropy(x: &Tensor, target: &Tensor, weight: Option<&Tensor>, ignore_index: i64, smoothing: f64) -> Option<(Tensor, Tensor, Tensor)>;
+    /// losses, per-row target weights and log-sum-exps; targets checked against `bounds`.
+    fn cross_entropy(x: &Tensor, target: &Tensor, bounds: &IndexBounds, weight: Option<&Tensor>, ignore_index: i64, smoothing: f64) -> Option<(Tensor, Tensor, Tensor)>;
     /// The logits' gradient of [`cross_entropy`] for per-row upstream `grad` (`[rows]`, or
     /// one element for every row).
     fn cross_entropy_backward(x: &Tensor, target: &Tensor, weight: Option<&Tensor>, ignore_index: i64, smoothing: f64, lse: &Tensor, grad: &Tensor) -> Option<Tensor>;
@@ -151,15 +154,25 @@ mod imp {
         matches!(&*guard, Storage::Cuda(_)).then(|| Dev(guard))
     }
 
+    /// Panics with a failed launch's error, prefixed by the op (a bad index's message,
+    /// under `CUDA_LAUNCH_BLOCKING=1`, names its op already).
+    #[track_caller]
+    fn fail(op: &str, e: crate::Error) -> ! {
+        match e {
+            crate::Error::IndexOutOfBounds { .. } => panic!("{e}"),
+            e => panic!("{op}: {e}"),
+        }
+    }
+
     #[track_caller]
     fn wrap(op: &str, r: crate::Result<CudaStorage>, shape: &[usize]) -> Tensor {
-        let s = r.unwrap_or_else(|e| panic!("{op}: {e}"));
+        let s = r.unwrap_or_else(|e| fail(op, e));
         Tensor::from_storage(Storage::Cuda(s), Layout::contiguous(shape))
     }
 
     #[track_caller]
     fn check(op: &str, r: crate::Result<()>) -> bool {
-        r.unwrap_or_else(|e| panic!("{op}: {e}"));
+        r.unwrap_or_else(|e| fail(op, e));
         true
     }
 
@@ -380,14 +393,21 @@ mod imp {
     #[track_caller]
     pub(super) fn index_select(
         x: &Tensor,
-        index: &[i64],
+        index: &Tensor,
+        bounds: &IndexBounds,
         dims: [usize; 3],
         out_shape: &[usize],
     ) -> Option<Tensor> {
-        let s = dev(x)?;
+        let index = index.contiguous();
+        let [xd, id] = devs([Some(x), Some(&index)])?;
         Some(wrap(
             "index_select",
-            k::index_select(s.get(), contiguous_offset(x), dims, index),
+            k::index_select(
+                operand(&xd, Some(x))?,
+                dims,
+                (operand(&id, Some(&index))?, index.numel()),
+                bounds,
+            ),
             out_shape,
         ))
     }
@@ -395,22 +415,31 @@ mod imp {
     #[track_caller]
     pub(super) fn gather(
         x: &Tensor,
-        index: &[i64],
-        index_shape: &[usize],
+        index: &Tensor,
+        bounds: &IndexBounds,
         dim: usize,
     ) -> Option<Tensor> {
-        let s = dev(x)?;
+        let contiguous = index.contiguous();
+        let [xd, id] = devs([Some(x), Some(&contiguous)])?;
         Some(wrap(
-            "gather",
-            k::gather(s.get(), x.layout(), index, index_shape, dim),
-            index_shape,
+            bounds.op(),
+            k::gather(
+                xd.as_ref()?.get(),
+                x.layout(),
+                operand(&id, Some(&contiguous))?,
+                index.shape(),
+                dim,
+                bounds,
+            ),
+            index.shape(),
         ))
     }
 
     #[track_caller]
     pub(super) fn scatter_add_(
         out: &Tensor,
-        index: &[i64],
+        index: &Tensor,
+        bounds: &IndexBounds,
         src: &Tensor,
         src_view: &Layout,
         dim: usize,
@@ -418,8 +447,13 @@ mod imp {
         if out.dtype() == DType::Bool {
             return false;
         }
+        let contiguous = index.contiguous();
+        let Some(i) = dev(&contiguous) else {
+            return false;
+        };
+        let i = (i.get(), contiguous_offset(&contiguous));
         write_from(out, src, "scatter_add", |d, s| {
-            k::scatter_add(d, out.shape(), index, s, src_view, dim)
+            k::scatter_add(d, out.shape(), i, bounds, s, src_view, dim)
         })
     }
 
@@ -676,6 +710,7 @@ mod imp {
     pub(super) fn cross_entropy(
         x: &Tensor,
         target: &Tensor,
+        bounds: &IndexBounds,
         weight: Option<&Tensor>,
         ignore_index: i64,
         smoothing: f64,
@@ -686,8 +721,8 @@ mod imp {
         let d = devs([Some(x), Some(target), weight])?;
         let rows = x.shape()[0];
         let opts = ce_opts(x, &d[1], target, &d[2], weight, ignore_index, smoothing)?;
-        let (loss, row_weight, lse) = k::cross_entropy(operand(&d[0], Some(x))?, &opts)
-            .unwrap_or_else(|e| panic!("cross_entropy: {e}"));
+        let (loss, row_weight, lse) = k::cross_entropy(operand(&d[0], Some(x))?, &opts, bounds)
+            .unwrap_or_else(|e| fail("cross_entropy", e));
         Some((
             cuda_tensor(loss, &[rows]),
             cuda_tensor(row_weight, &[rows]),

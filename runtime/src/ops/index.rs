@@ -6,29 +6,101 @@ use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{gather, index_select, scatter_add};
 use ferrograd_kernels::{Dims, Element, with_dtype, with_num_dtype};
 
-impl Tensor {
-    /// Checks an index tensor is int64 with values in `[0, size)`, naming the op.
+/// What a bounds check on int64 indices demands, kept to word the panic when an index fails
+/// it: on the host at once, or, for indices on a device, when the host next waits for the
+/// device (the kernels check indices as they read them, see `IndexCheck` in common.cuh).
+#[derive(Clone, Debug)]
+pub(crate) enum IndexBounds {
+    /// Indices into dim `dim` (of size `size`) of `input`, from an index of shape `index`.
+    Dim {
+        op: &'static str,
+        dim: usize,
+        size: usize,
+        input: Dims,
+        index: Dims,
+    },
+    /// Class targets for logits of shape `input` `[N, C, d...]`: in `0..C`.
+    Classes { op: &'static str, input: Dims },
+}
+
+impl IndexBounds {
+    /// Indices into dim `d` of `input` from `index`, for `op`.
+    pub(crate) fn dim(op: &'static str, input: &Tensor, d: usize, index: &Tensor) -> Self {
+        IndexBounds::Dim {
+            op,
+            dim: d,
+            size: input.shape().get(d).copied().unwrap_or(1),
+            input: Dims::from_slice(input.shape()),
+            index: Dims::from_slice(index.shape()),
+        }
+    }
+
+    /// The op's name.
+    pub(crate) fn op(&self) -> &'static str {
+        match self {
+            IndexBounds::Dim { op, .. } | IndexBounds::Classes { op, .. } => op,
+        }
+    }
+
+    /// Indices must lie in `0..size()`.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            IndexBounds::Dim { size, .. } => *size,
+            IndexBounds::Classes { input, .. } => input[1],
+        }
+    }
+
+    /// What the op says about the bad index `value`.
+    pub(crate) fn message(&self, value: i64) -> String {
+        match self {
+            IndexBounds::Dim {
+                op,
+                dim,
+                size,
+                input,
+                index,
+            } => format!(
+                "{op}: index {value} is out of bounds for dimension {dim} with size {size} (input shape {:?}, index shape {:?})",
+                input.as_slice(),
+                index.as_slice()
+            ),
+            IndexBounds::Classes { op, input } => format!(
+                "{op}: target {value} is out of bounds for {} classes (input shape {:?})",
+                input[1],
+                input.as_slice()
+            ),
+        }
+    }
+
+    /// The values of host (CPU) int64 tensor `index`, panicking at the first out of
+    /// bounds (except `ignore`).
     #[track_caller]
-    fn checked_indices(&self, op: &str, index: &Tensor, d: usize) -> Vec<i64> {
-        check_same_device(op, &[self, index]);
-        assert!(
-            index.dtype() == DType::I64,
-            "{op}: expected an int64 index tensor but got {:?} (index shape {:?})",
-            index.dtype(),
-            index.shape()
-        );
-        let size = self.shape().get(d).copied().unwrap_or(1);
+    pub(crate) fn host_values(&self, index: &Tensor, ignore: Option<i64>) -> Vec<i64> {
         let values = index.contiguous_vec::<i64>();
-        if let Some(bad) = values.iter().find(|&&v| v < 0 || v as usize >= size) {
-            panic!(
-                "{op}: index {bad} is out of bounds for dimension {d} with size {size} (input shape {:?}, index shape {:?})",
-                self.shape(),
-                index.shape()
-            );
+        let size = self.size() as i64;
+        if let Some(&bad) = values
+            .iter()
+            .find(|&&v| !(0..size).contains(&v) && Some(v) != ignore)
+        {
+            panic!("{}", self.message(bad));
         }
         values
     }
+}
 
+/// Panics unless `index` is an int64 tensor on `input`'s device, naming the op.
+#[track_caller]
+fn check_index_tensor(op: &str, input: &Tensor, index: &Tensor) {
+    check_same_device(op, &[input, index]);
+    assert!(
+        index.dtype() == DType::I64,
+        "{op}: expected an int64 index tensor but got {:?} (index shape {:?})",
+        index.dtype(),
+        index.shape()
+    );
+}
+
+impl Tensor {
     /// Picks entries `index` (1-D int64) along `dim` (`index_select`).
     ///
     /// ```
@@ -45,21 +117,26 @@ impl Tensor {
             "index_select: index must be 0-D or 1-D, got shape {:?}",
             index.shape()
         );
-        let idx = self.checked_indices("index_select", index, d);
+        check_index_tensor("index_select", self, index);
+        let bounds = IndexBounds::dim("index_select", self, d, index);
         let x = self.detach().contiguous();
         let outer: usize = x.shape()[..d].iter().product();
         let inner: usize = x.shape()[d + 1..].iter().product();
         let r = x.shape()[d];
         let mut shape = Dims::from_slice(self.shape());
-        shape[d] = idx.len();
-        let out = gpu::index_select(&x, &idx, [outer, r, inner], &shape).unwrap_or_else(|| {
+        shape[d] = index.numel();
+        let out = gpu::index_select(&x, index, &bounds, [outer, r, inner], &shape).unwrap_or_else(|| {
+            let idx = bounds.host_values(index, None);
             let storage = x.with_cpu("index_select", |s, l| {
                 let range = l.contiguous_range().expect("contiguous");
                 with_dtype!(s.dtype(), T => T::into_storage(index_select(&s.typed::<T>()[range], outer, r, inner, &idx)))
             });
             Tensor::from_cpu_on(storage, &shape, x.device())
         });
-        let (input_shape, index) = (Dims::from_slice(self.shape()), index.reshape(&[idx.len()]));
+        let (input_shape, index) = (
+            Dims::from_slice(self.shape()),
+            index.reshape(&[index.numel()]),
+        );
         record(out, "index_select", &[self], || {
             move |_, g: &Tensor| {
                 vec![Some(
@@ -109,9 +186,17 @@ impl Tensor {
     #[track_caller]
     pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
         let d = self.normalize_dim("gather", dim);
-        self.check_scatter_shapes("gather", index, d, None);
-        let idx = self.checked_indices("gather", index, d);
-        let out = gpu::gather(self, &idx, index.shape(), d).unwrap_or_else(|| {
+        self.gather_checked(d, index, IndexBounds::dim("gather", self, d, index))
+    }
+
+    /// [`Tensor::gather`] along normalised `d`, a bad index reported through `bounds`.
+    #[track_caller]
+    pub(crate) fn gather_checked(&self, d: usize, index: &Tensor, bounds: IndexBounds) -> Tensor {
+        let op = bounds.op();
+        check_index_tensor(op, self, index);
+        self.check_scatter_shapes(op, index, d, None);
+        let out = gpu::gather(self, index, &bounds, d).unwrap_or_else(|| {
+            let idx = bounds.host_values(index, None);
             let storage = self.with_cpu("gather", |s, l| {
                 with_dtype!(s.dtype(), T => T::into_storage(gather(s.typed::<T>(), l, &idx, index.shape(), d)))
             });
@@ -162,13 +247,31 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Tensor {
         let d = self.normalize_dim("scatter_add", dim);
+        self.scatter_add_checked(
+            d,
+            index,
+            src,
+            IndexBounds::dim("scatter_add", self, d, index),
+        )
+    }
+
+    /// [`Tensor::scatter_add`] along normalised `d`, a bad index reported through `bounds`.
+    #[track_caller]
+    fn scatter_add_checked(
+        &self,
+        d: usize,
+        index: &Tensor,
+        src: &Tensor,
+        bounds: IndexBounds,
+    ) -> Tensor {
         check_same_device("scatter_add", &[self, src]);
+        check_index_tensor(bounds.op(), self, index);
         self.check_scatter_shapes("scatter_add", index, d, Some(src));
-        let idx = self.checked_indices("scatter_add", index, d);
         let src = src.to_dtype(self.dtype());
         let out = self.detach().deep_copy();
         let src_view = src.layout().slice_to(index.shape());
-        if !gpu::scatter_add_(&out, &idx, &src, &src_view, d) {
+        if !gpu::scatter_add_(&out, index, &bounds, &src, &src_view, d) {
+            let idx = bounds.host_values(index, None);
             src.with_cpu("scatter_add", |s, _| {
                 out.with_cpu_mut("scatter_add", |dst, _| {
                     with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
@@ -206,15 +309,15 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn one_hot(&self, num_classes: usize) -> Tensor {
-        let probe = Tensor::zeros(&[num_classes], DType::I64, &self.device());
-        let idx = probe.checked_indices("one_hot", self, 0);
-        let mut data = vec![0i64; idx.len() * num_classes];
-        for (row, &c) in idx.iter().enumerate() {
-            data[row * num_classes + c as usize] = 1;
-        }
+        let n = self.numel();
+        let classes = Tensor::zeros(&[num_classes], DType::I64, &self.device());
+        let bounds = IndexBounds::dim("one_hot", &classes, 0, self);
         let mut shape = Dims::from_slice(self.shape());
         shape.push(num_classes);
-        Tensor::from_vec(data, &shape)
+        let ones = Tensor::ones(&[n, 1], DType::I64, &self.device());
+        Tensor::zeros(&[n, num_classes], DType::I64, &self.device())
+            .scatter_add_checked(1, &self.reshape(&[n, 1]), &ones, bounds)
+            .reshape(&shape)
     }
 
     fn triangle(&self, op: &str, diagonal: i64, lower: bool) -> Tensor {

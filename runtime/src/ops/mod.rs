@@ -9,6 +9,8 @@ mod linalg;
 mod reduce;
 mod view;
 
+pub(crate) use index::IndexBounds;
+
 use crate::Tensor;
 use ferrograd_kernels::{Dims, broadcast_shapes};
 

@@ -6,13 +6,14 @@
 pub(crate) mod ops;
 
 use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory};
+use crate::ops::IndexBounds;
 use crate::{Device, Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use ferrograd_kernels::cpu::{CpuStorage, unary_map};
 use ferrograd_kernels::cuda::KernelModule;
 use ferrograd_kernels::{DType, Element, Layout, with_dtype};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A contiguous device buffer of `len` elements of `dtype`, in a block of the device's
 /// caching allocator (returned to it on drop), and the device (whose stream orders all
@@ -114,7 +115,37 @@ pub(crate) fn device_count() -> usize {
 }
 
 pub(crate) fn synchronize(ordinal: usize) -> Result<()> {
-    context(ordinal)?.synchronize().map_err(device_err(ordinal))
+    let dev = gpu(ordinal)?;
+    dev.ctx.synchronize().map_err(device_err(ordinal))?;
+    dev.take_index_error()
+}
+
+/// Whether `CUDA_LAUNCH_BLOCKING=1` asks for errors at the op that caused them (as in
+/// PyTorch): then a bounds-checked launch waits for its kernel and reports at once.
+fn launch_blocking() -> bool {
+    static BLOCKING: OnceLock<bool> = OnceLock::new();
+    *BLOCKING.get_or_init(|| std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v == "1"))
+}
+
+/// Bounds checks that kernels make on indices living on the device (`IndexCheck` in
+/// common.cuh): the report they write on a bad index, and what each launch since the host
+/// last looked checked, to word the panic.
+#[derive(Default)]
+struct IndexChecks {
+    /// Device address of the report, two zeroed u64 (launch id, bad value); allocated from
+    /// the driver on first use and kept for the process, outside the caching allocator so
+    /// it does not show in the memory statistics.
+    report: Option<u64>,
+    /// The id of the last checked launch (ids start at 1; 0 in the report means clean).
+    last: u64,
+    /// `(launch id, what it checked)` since the report was last read, oldest first; the
+    /// oldest are dropped beyond [`IndexChecks::KEEP`] (a bad index they found is then
+    /// reported without their shapes).
+    pending: VecDeque<(u64, IndexBounds)>,
+}
+
+impl IndexChecks {
+    const KEEP: usize = 4096;
 }
 
 /// One GPU as the runtime uses it: its context, the stream all its work is queued on,
@@ -129,6 +160,8 @@ pub(crate) struct GpuDevice {
     blas: Mutex<Option<ops::Blas>>,
     /// Recently uploaded multi-tensor slot tables, newest last (see [`GpuDevice::table`]).
     tables: Mutex<Vec<(Vec<i64>, CudaStorage)>>,
+    /// Bounds checks queued on the stream and not yet read back.
+    checks: Mutex<IndexChecks>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -211,6 +244,80 @@ impl GpuDevice {
         Ok(address)
     }
 
+    /// Registers a bounds check for the next launch: the report's device address and the
+    /// launch's id, which the kernel writes on a bad index (see `IndexCheck` in common.cuh).
+    pub(crate) fn index_check(&self, bounds: &IndexBounds) -> Result<(u64, u64)> {
+        let mut checks = self.checks.lock().unwrap_or_else(|e| e.into_inner());
+        let report = match checks.report {
+            Some(address) => address,
+            None => {
+                let err = device_err(self.ordinal);
+                self.ctx.bind_to_thread().map_err(&err)?;
+                // SAFETY: the context is current on this thread; the 16 bytes are zeroed
+                // before any kernel can see the address, and never freed (the report lives
+                // as long as the context, which the process keeps).
+                let address = unsafe {
+                    let address = cudarc::driver::result::malloc_sync(16).map_err(&err)?;
+                    cudarc::driver::result::memset_d8_sync(address, 0, 16).map_err(&err)?;
+                    address
+                };
+                checks.report = Some(address);
+                address
+            }
+        };
+        if checks.pending.len() == IndexChecks::KEEP {
+            checks.pending.pop_front();
+        }
+        checks.last += 1;
+        let launch = checks.last;
+        checks.pending.push_back((launch, bounds.clone()));
+        Ok((report, launch))
+    }
+
+    /// After a bounds-checked launch: with `CUDA_LAUNCH_BLOCKING=1`, waits for it and
+    /// returns its bad index as an error here, at the op.
+    pub(crate) fn after_index_check(&self) -> Result<()> {
+        if !launch_blocking() {
+            return Ok(());
+        }
+        self.stream
+            .synchronize()
+            .map_err(device_err(self.ordinal))?;
+        self.take_index_error()
+    }
+
+    /// Reads the bounds-check report once the stream is idle: the bad index a kernel found
+    /// since the last read, as an error worded by its op (and the report cleared), if any.
+    /// Free when no checked launch ran since the last read.
+    fn take_index_error(&self) -> Result<()> {
+        let mut checks = self.checks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(report) = checks.report.filter(|_| !checks.pending.is_empty()) else {
+            return Ok(());
+        };
+        let err = device_err(self.ordinal);
+        self.ctx.bind_to_thread().map_err(&err)?;
+        let mut found = [0u64; 2];
+        // SAFETY: the report holds two u64; the caller waited for the stream, so no kernel
+        // writes it meanwhile.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut found, report) }.map_err(&err)?;
+        let pending = std::mem::take(&mut checks.pending);
+        let [launch, value] = found;
+        if launch == 0 {
+            return Ok(());
+        }
+        // SAFETY: as above; clears the report for the launches that follow.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(report, &[0u64; 2]) }.map_err(&err)?;
+        let value = value as i64;
+        let message = match pending.iter().find(|(id, _)| *id == launch) {
+            Some((_, bounds)) => bounds.message(value),
+            None => format!("index {value} is out of bounds"),
+        };
+        Err(Error::IndexOutOfBounds {
+            device: Device::Cuda(self.ordinal),
+            message,
+        })
+    }
+
     /// A new buffer of `len` elements of `dtype` on this device (contents undefined).
     pub(crate) fn alloc(self: &Arc<Self>, dtype: DType, len: usize) -> Result<CudaStorage> {
         let block = allocate(self.ordinal, (len * dtype.size_in_bytes()).max(1))?;
@@ -251,6 +358,7 @@ pub(crate) fn gpu(ordinal: usize) -> Result<Arc<GpuDevice>> {
         functions: Mutex::new(HashMap::new()),
         blas: Mutex::new(None),
         tables: Mutex::new(Vec::new()),
+        checks: Mutex::new(IndexChecks::default()),
     });
     map.insert(ordinal, dev.clone());
     Ok(dev)
@@ -305,6 +413,7 @@ impl CudaStorage {
     pub(crate) fn download(&self) -> Result<CpuStorage> {
         let err = device_err(self.dev.ordinal);
         self.dev.stream.synchronize().map_err(&err)?;
+        self.dev.take_index_error()?;
         let (len, address) = (self.len, self.address_of(0));
         Ok(with_dtype!(self.dtype, T => {
             let mut host = vec![T::default(); len];

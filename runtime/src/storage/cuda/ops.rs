@@ -4,6 +4,7 @@
 //! buffers unless the name ends in `_inplace`. Launch failures come back as `Err`.
 
 use super::{CudaStorage, GpuDevice, device_err};
+use crate::ops::IndexBounds;
 use crate::{Error, Result};
 use cudarc::cublas::{CudaBlas, sys as blas};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
@@ -548,6 +549,7 @@ pub(crate) struct CrossEntropy<'a> {
 pub(crate) fn cross_entropy(
     x: Operand<'_>,
     o: &CrossEntropy<'_>,
+    bounds: &IndexBounds,
 ) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
     let dev = x.0.device();
     let dtype = x.0.dtype();
@@ -569,9 +571,11 @@ pub(crate) fn cross_entropy(
         row_weight.address_of(0),
         lse.address_of(0),
     );
+    let check = index_check(dev, bounds, o.classes)?;
     let kernel = format!("cross_entropy_rows_{}", suffix(dtype));
     let cfg = per_row(o.rows, o.classes, acc_size(dtype));
-    launch!(dev, ROWS, kernel, cfg; c, xs, ts, w, ignore, smoothing, ls, ws, es)?;
+    launch!(dev, ROWS, kernel, cfg; c, xs, ts, check, w, ignore, smoothing, ls, ws, es)?;
+    dev.after_index_check()?;
     Ok((loss, row_weight, lse))
 }
 
@@ -627,31 +631,45 @@ pub(crate) fn cumsum(
     launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o).map(|_| out)
 }
 
-/// Uploads bounds-checked indices for an index kernel.
-fn upload_indices(dev: &Arc<GpuDevice>, index: &[i64]) -> Result<CudaStorage> {
-    let mut buf = dev.alloc(DType::I64, index.len())?;
-    buf.upload(&ferrograd_kernels::cpu::CpuStorage::I64(index.to_vec()))?;
-    Ok(buf)
+/// The kernels' `IndexCheck` (common.cuh): the device's report address, the launch's id and
+/// the bound an index must stay under.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct IndexCheck([u64; 3]);
+
+// SAFETY: three u64 in the field order of the CUDA struct `IndexCheck` (a pointer and two
+// sizes) in common.cuh.
+unsafe impl DeviceRepr for IndexCheck {}
+
+/// Registers a bounds check of indices under `size` for the next launch on `dev`.
+fn index_check(dev: &GpuDevice, bounds: &IndexBounds, size: usize) -> Result<IndexCheck> {
+    let (report, launch) = dev.index_check(bounds)?;
+    Ok(IndexCheck([report, launch, size as u64]))
 }
 
-/// `out[o, j, i] = src[o, index[j], i]` over contiguous `[outer, r, inner]` at `offset`.
+/// `out[o, j, i] = src[o, index[j], i]` over contiguous `[outer, r, inner]`, for the `m`
+/// contiguous int64 indices `index` on the device (checked against `r` as they are read).
 pub(crate) fn index_select(
-    src: &CudaStorage,
-    offset: usize,
+    (src, offset): Operand<'_>,
     [outer, r, inner]: [usize; 3],
-    index: &[i64],
+    (index, m): (Operand<'_>, usize),
+    bounds: &IndexBounds,
 ) -> Result<CudaStorage> {
     let dev = src.device();
-    let m = index.len();
     let out = output(dev, src.dtype(), outer * m * inner)?;
     if outer * m * inner == 0 {
         return Ok(out);
     }
-    let idx = upload_indices(dev, index)?;
-    let (a, b, c, mm) = (outer as u64, r as u64, inner as u64, m as u64);
-    let (pi, s, o) = (idx.address_of(0), src.address_of(offset), out.address_of(0));
+    let check = index_check(dev, bounds, r)?;
+    let (a, c, mm) = (outer as u64, inner as u64, m as u64);
+    let (pi, s, o) = (
+        address(Some(index)),
+        src.address_of(offset),
+        out.address_of(0),
+    );
     let kernel = format!("index_select_{}", suffix(src.dtype()));
-    launch!(dev, INDEX, kernel, spread(outer * m * inner); a, b, c, mm, pi, s, o)?;
+    launch!(dev, INDEX, kernel, spread(outer * m * inner); a, c, mm, pi, check, s, o)?;
+    dev.after_index_check()?;
     Ok(out)
 }
 
@@ -676,66 +694,68 @@ fn index_walk(
     )
 }
 
-/// `out[p] = src[p with p[dim] = index[p]]` for every position of `index_shape`.
+/// `out[p] = src[p with p[dim] = index[p]]` for every position of `index_shape`; `index`
+/// is contiguous int64 on the device, checked against `layout`'s size along `dim`.
 pub(crate) fn gather(
     src: &CudaStorage,
     layout: &Layout,
-    index: &[i64],
+    index: Operand<'_>,
     index_shape: &[usize],
     dim: usize,
+    bounds: &IndexBounds,
 ) -> Result<CudaStorage> {
     let dev = src.device();
-    let n = index.len();
+    let n: usize = index_shape.iter().product();
     let out = output(dev, src.dtype(), n)?;
     if n == 0 {
         return Ok(out);
     }
     let (walk, dim_stride) = index_walk(layout.strides(), index_shape, dim, layout.offset());
     let g = geometry(dev, "gather", index_shape, [&walk])?;
-    let idx = upload_indices(dev, index)?;
+    let check = index_check(dev, bounds, layout.shape()[dim])?;
     let (nn, pi, s, o) = (
         n as u64,
-        idx.address_of(0),
+        address(Some(index)),
         src.address_of(walk.offset()),
         out.address_of(0),
     );
     let kernel = format!("gather_{}", suffix(src.dtype()));
-    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, s, o)?;
+    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, check, dim_stride, s, o)?;
+    dev.after_index_check()?;
     Ok(out)
 }
 
 /// `dst[p with p[dim] = index[p]] += src[p]` for every position of the index's shape;
-/// `dst` is contiguous with `dst_shape`, `src_view` has the index's shape.
+/// `dst` is contiguous with `dst_shape`, `src_view` has the index's shape, `index` is
+/// contiguous int64 on the device, checked against `dst_shape[dim]`.
 pub(crate) fn scatter_add(
     dst: &CudaStorage,
     dst_shape: &[usize],
-    index: &[i64],
+    index: Operand<'_>,
+    bounds: &IndexBounds,
     src: &CudaStorage,
     src_view: &Layout,
     dim: usize,
 ) -> Result<()> {
-    let n = index.len();
+    let shape = src_view.shape();
+    let n: usize = shape.iter().product();
     if n == 0 {
         return Ok(());
     }
     let dev = dst.device();
     let contiguous = Layout::contiguous(dst_shape);
-    let (walk, dim_stride) = index_walk(contiguous.strides(), src_view.shape(), dim, 0);
-    let shape = src_view.shape();
+    let (walk, dim_stride) = index_walk(contiguous.strides(), shape, dim, 0);
     let g = geometry(dev, "scatter_add", shape, [&walk, src_view])?;
-    let idx = upload_indices(dev, index)?;
+    let check = index_check(dev, bounds, dst_shape[dim])?;
     let (nn, pi, d, s) = (
         n as u64,
-        idx.address_of(0),
+        address(Some(index)),
         dst.address_of(0),
         src.address_of(src_view.offset()),
     );
     let kernel = format!("scatter_add_{}", suffix(dst.dtype()));
-    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, dim_stride, d, s)?;
-    // The index buffer must outlive the kernel: the allocator hands it out again only to
-    // work queued after this launch on the same stream.
-    drop(idx);
-    Ok(())
+    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, check, dim_stride, d, s)?;
+    dev.after_index_check()
 }
 
 /// The kernels' `Conv2d` geometry.
