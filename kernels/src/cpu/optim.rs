@@ -136,42 +136,28 @@ pub fn adam_step<T: FloatElement>(
         "adam_step: parameter, gradient and state lengths differ"
     );
     let acc = |v: f64| <T::Acc as crate::Element>::from_f64(v);
-    let (lr, b2, eps, wd) = (acc(h.lr), acc(h.betas.1), acc(h.eps), acc(h.weight_decay));
-    let (one_b1, one_b2) = (acc(1.0 - h.betas.0), acc(1.0 - h.betas.1));
-    let (step_size, bc2) = (acc(h.step_size), acc(h.bias_correction2_sqrt));
-    let decay = (h.decoupled && h.weight_decay != 0.0).then(|| T::Acc::one() - lr * wd);
-    let l2 = (!h.decoupled && h.weight_decay != 0.0).then_some(wd);
-    let update = |p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], mut vmax: Option<&mut [T]>| {
-        for i in 0..p.len() {
-            let mut pi = p[i].to_acc();
-            let mut gi = g[i].to_acc();
-            if h.maximize {
-                gi = T::Acc::zero() - gi;
-            }
-            if let Some(wd) = l2 {
-                gi = gi + wd * pi;
-            }
-            if let Some(decay) = decay {
-                pi = pi * decay;
-            }
-            // lerp(m, g, 1 - beta1) as PyTorch's lerp_ computes it for weights below 0.5.
-            let mi = m[i].to_acc();
-            let mi = mi + one_b1 * (gi - mi);
-            let vi = v[i].to_acc() * b2 + one_b2 * gi * gi;
-            // Stored in the parameter's dtype and read back from there, as the unfused ops do.
-            m[i] = T::from_acc(mi);
-            v[i] = T::from_acc(vi);
-            let (mi, vi) = (m[i].to_acc(), v[i].to_acc());
-            let second = match vmax.as_deref_mut() {
-                Some(vmax) => {
-                    let top = Float::max(vmax[i].to_acc(), vi);
-                    vmax[i] = T::from_acc(top);
-                    top
-                }
-                None => vi,
-            };
-            let denom = Float::sqrt(second) / bc2 + eps;
-            p[i] = T::from_acc(pi - step_size * (mi / denom));
+    let l2 = !h.decoupled && h.weight_decay != 0.0;
+    let k = AdamConsts {
+        // Negating by a multiply and decaying by 1 are exact, so these need no branch.
+        sign: acc(if h.maximize { -1.0 } else { 1.0 }),
+        wd: acc(h.weight_decay),
+        decay: if h.decoupled && h.weight_decay != 0.0 {
+            T::Acc::one() - acc(h.lr) * acc(h.weight_decay)
+        } else {
+            T::Acc::one()
+        },
+        one_b1: acc(1.0 - h.betas.0),
+        b2: acc(h.betas.1),
+        one_b2: acc(1.0 - h.betas.1),
+        step_size: acc(h.step_size),
+        bc2: acc(h.bias_correction2_sqrt),
+        eps: acc(h.eps),
+    };
+    let update = |p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], vmax: Option<&mut [T]>| {
+        if l2 {
+            adam_chunk::<T, true>(p, g, m, v, vmax, &k)
+        } else {
+            adam_chunk::<T, false>(p, g, m, v, vmax, &k)
         }
     };
     let chunks = n.div_ceil(CHUNK);
@@ -191,6 +177,69 @@ pub fn adam_step<T: FloatElement>(
         .map(|((((p, g), m), v), x)| (p, g, m, v, x))
         .collect();
     run_chunked(n, pieces, |(p, g, m, v, x)| update(p, g, m, v, x));
+}
+
+/// One Adam update's constants in the accumulator type.
+struct AdamConsts<A> {
+    /// -1 to maximise, else 1.
+    sign: A,
+    /// Adam's L2 coefficient (used when the chunk is instantiated with `L2`).
+    wd: A,
+    /// AdamW's decay factor `1 - lr * weight_decay` (1 for Adam).
+    decay: A,
+    one_b1: A,
+    b2: A,
+    one_b2: A,
+    step_size: A,
+    bc2: A,
+    eps: A,
+}
+
+/// The Adam update of one chunk: a branch-free loop over zipped slices (the options are
+/// constants or the const `L2`; AMSGrad picks one of two loops), so it vectorises.
+#[inline(always)]
+fn adam_chunk<T: FloatElement, const L2: bool>(
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+    vmax: Option<&mut [T]>,
+    k: &AdamConsts<T::Acc>,
+) {
+    // The decayed parameter and the new moments, stored in the parameter's dtype and read
+    // back from there as the unfused ops do; `lerp(m, g, 1 - beta1)` as PyTorch's lerp_
+    // computes it for weights below 0.5.
+    let moments = |pi: &T, gi: T, mi: &mut T, vi: &mut T| {
+        let pa = pi.to_acc();
+        let mut ga = gi.to_acc() * k.sign;
+        if L2 {
+            ga = ga + k.wd * pa;
+        }
+        let ma = mi.to_acc();
+        *mi = T::from_acc(ma + k.one_b1 * (ga - ma));
+        *vi = T::from_acc(vi.to_acc() * k.b2 + k.one_b2 * ga * ga);
+        (pa * k.decay, mi.to_acc(), vi.to_acc())
+    };
+    let step = |pa: T::Acc, ma: T::Acc, second: T::Acc| {
+        T::from_acc(pa - k.step_size * (ma / (Float::sqrt(second) / k.bc2 + k.eps)))
+    };
+    let slots = p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut());
+    match vmax {
+        None => {
+            for (((pi, &gi), mi), vi) in slots {
+                let (pa, ma, va) = moments(pi, gi, mi, vi);
+                *pi = step(pa, ma, va);
+            }
+        }
+        Some(vmax) => {
+            for ((((pi, &gi), mi), vi), xi) in slots.zip(vmax.iter_mut()) {
+                let (pa, ma, va) = moments(pi, gi, mi, vi);
+                let top = Float::max(xi.to_acc(), va);
+                *xi = T::from_acc(top);
+                *pi = step(pa, ma, top);
+            }
+        }
+    }
 }
 
 /// One SGD step in place: `param` (and the momentum buffer `buf`, when momentum is not 0)
