@@ -135,14 +135,25 @@ pub fn unary_map<T: Element, U: Element>(
             first..first + chunk.len() / inner,
             |row, [o]| {
                 let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
-                if inner_stride == 1 {
+                match inner_stride {
                     // Unit stride: a slice zip the compiler turns into a vector copy/map.
-                    for (d, &x) in dst.iter_mut().zip(&src[o..o + inner]) {
-                        d.write(f(x));
+                    1 => {
+                        for (d, &x) in dst.iter_mut().zip(&src[o..o + inner]) {
+                            d.write(f(x));
+                        }
                     }
-                } else {
-                    for (j, d) in dst.iter_mut().enumerate() {
-                        d.write(f(src[o + j * inner_stride]));
+                    // A broadcast (an expanded scalar or row): one value, a vector fill.
+                    0 => {
+                        let v = f(src[o]);
+                        for d in dst.iter_mut() {
+                            d.write(v);
+                        }
+                    }
+                    _ => {
+                        let row = src[o..].iter().step_by(inner_stride);
+                        for (d, &x) in dst.iter_mut().zip(row) {
+                            d.write(f(x));
+                        }
                     }
                 }
             },
