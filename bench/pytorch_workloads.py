@@ -66,6 +66,8 @@ x1, w1 = torch.randn(64, 1, 28, 28), torch.randn(6, 1, 5, 5)
 x2, w2 = torch.randn(64, 6, 14, 14), torch.randn(16, 6, 5, 5)
 results["conv2d_lenet1_b64"] = median_time(lambda: F.conv2d(x1, w1, padding=2))
 results["conv2d_lenet2_b64"] = median_time(lambda: F.conv2d(x2, w2))
+xp = torch.randn(64, 6, 28, 28, requires_grad=True)
+results["max_pool2d_lenet_b64"] = median_time(lambda: F.max_pool2d(xp, 2).sum().backward())
 
 a, b = torch.randn(1), torch.randn(1)
 results["add_1elem_nograd"] = median_time(lambda: a + b)

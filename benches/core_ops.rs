@@ -77,6 +77,11 @@ fn conv2d_lenet(c: &mut Criterion) {
     c.bench_function("conv2d_lenet2_b64", |bench| {
         bench.iter(|| black_box(F::conv2d(&x2, &w2, None, &F::Conv2dArgs::default())))
     });
+    // LeNet's first pooling layer, forward + backward.
+    let p = Tensor::randn(&[64, 6, 28, 28], DType::F32, &Device::Cpu).requires_grad(true);
+    c.bench_function("max_pool2d_lenet_b64", |bench| {
+        bench.iter(|| F::max_pool2d(&p, 2).sum_all().backward())
+    });
 }
 
 fn per_op_overhead(c: &mut Criterion) {

@@ -554,6 +554,12 @@ fn second_order_gradients_pass_gradcheck() {
             };
             F::cross_entropy_with(&(a * b), &Tensor::from_vec(vec![2i64, 0, 1], &[3]), &args)
         }),
+        ("pools", |a, b| {
+            let x = (a * b).reshape(&[1, 1, 3, 3]);
+            let max = F::max_pool2d_with(&x, &F::Pool2dArgs::new(2).stride(1));
+            let avg = F::avg_pool2d_with(&x, &F::Pool2dArgs::new(2).stride(1).padding(1));
+            max.pow_scalar(2.0).sum_all() + avg.pow_scalar(2.0).sum_all()
+        }),
     ];
     for (name, f) in cases {
         let inputs = vec![input(&[3, 3], 11), input(&[3, 3], 12).detach()];

@@ -291,6 +291,10 @@ mod tests {
                     "scatter_add_u8",
                     "unfold2d_f32",
                     "fold2d_bf16",
+                    "max_pool2d_f32",
+                    "max_pool2d_backward_bf16",
+                    "avg_pool2d_f16",
+                    "avg_pool2d_backward_f64",
                 ],
             };
             for entry in entries {

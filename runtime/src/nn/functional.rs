@@ -336,17 +336,32 @@ impl Pool2dArgs {
     }
 }
 
+/// The window geometry of a pooling op over `input` `[N, C, H, W]`, checked as PyTorch
+/// checks it (float input, positive window/stride/dilation, padding at most half the
+/// window, a window that fits).
 #[track_caller]
-fn pool_windows(
-    op: &str,
-    input: &Tensor,
-    args: &Pool2dArgs,
-    pad_value: f64,
-) -> (Tensor, [usize; 2]) {
+fn pool_geometry(op: &str, input: &Tensor, args: &Pool2dArgs) -> Conv2dGeometry {
     assert!(
         input.dim() == 4,
         "{op}: expected a 4D input [N, C, H, W], got shape {:?}",
         input.shape()
+    );
+    assert!(
+        input.dtype().is_float(),
+        "{op}: not implemented for {:?} (input shape {:?}); convert to a float dtype first",
+        input.dtype(),
+        input.shape()
+    );
+    assert!(
+        args.kernel
+            .iter()
+            .chain(&args.stride)
+            .chain(&args.dilation)
+            .all(|&v| v > 0),
+        "{op}: kernel size, stride and dilation must be positive, got kernel {:?}, stride {:?}, dilation {:?}",
+        args.kernel,
+        args.stride,
+        args.dilation
     );
     for d in 0..2 {
         assert!(
@@ -356,28 +371,16 @@ fn pool_windows(
             args.kernel
         );
     }
-    let padded = if args.padding != [0, 0] {
-        let [ph, pw] = args.padding;
-        pad(input, &[pw, pw, ph, ph], pad_value)
-    } else {
-        input.clone()
-    };
-    let g = geometry(&padded, args.kernel, args.stride, [0, 0], args.dilation);
-    let out = g.output().unwrap_or_else(|| {
+    let g = geometry(input, args.kernel, args.stride, args.padding, args.dilation);
+    if g.output().is_none_or(|[oh, ow]| oh == 0 || ow == 0) {
         panic!(
             "{op}: output size is too small: window {:?} does not fit input of shape {:?} (padding {:?})",
             args.kernel,
             input.shape(),
             args.padding
         )
-    });
-    let s = input.shape();
-    let (cols, _) = unfold_columns(op, &padded, args.kernel, args.dilation, [0, 0], args.stride);
-    // [C*kh*kw, N*L] viewed as [C, kh*kw, N, L]
-    (
-        cols.reshape(&[s[1], args.kernel[0] * args.kernel[1], s[0], out[0] * out[1]]),
-        out,
-    )
+    }
+    g
 }
 
 /// 2-D max pooling with a square window and stride equal to it (`F.max_pool2d(x, k)`).
@@ -402,14 +405,25 @@ pub fn max_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn max_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
-    // windows: [C, kh*kw, N, L]
-    let (windows, [oh, ow]) = pool_windows("max_pool2d", input, args, f64::NEG_INFINITY);
-    let s = input.shape();
-    windows
-        .max_dim(1, false)
-        .0
-        .permute(&[1, 0, 2])
-        .reshape(&[s[0], s[1], oh, ow])
+    max_pool2d_with_indices(input, args).0
+}
+
+/// [`max_pool2d_with`] that also returns, for each output, the flat index `y * W + x`
+/// within its `[H, W]` plane of the element chosen (`F.max_pool2d(..., return_indices=True)`):
+/// the first maximum of the window, or its last NaN, as PyTorch picks. The gradient flows
+/// to those elements. One kernel forward, one backward.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f32, 4.0, 3.0, 2.0], &[1, 1, 2, 2]);
+/// let (y, idx) = F::max_pool2d_with_indices(&x, &F::Pool2dArgs::new(2));
+/// assert_eq!((y.to_vec::<f32>(), idx.to_vec::<i64>()), (vec![4.0], vec![1]));
+/// ```
+#[track_caller]
+pub fn max_pool2d_with_indices(input: &Tensor, args: &Pool2dArgs) -> (Tensor, Tensor) {
+    let g = pool_geometry("max_pool2d", input, args);
+    let (out, indices) = super::fused::pool2d(input, true, g);
+    (out, indices.expect("max pooling returns indices"))
 }
 
 /// 2-D average pooling with a square window and stride equal to it (`F.avg_pool2d(x, k)`).
@@ -435,12 +449,8 @@ pub fn avg_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn avg_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
-    let (windows, [oh, ow]) = pool_windows("avg_pool2d", input, args, 0.0);
-    let s = input.shape();
-    windows
-        .mean(&[1], false)
-        .permute(&[1, 0, 2])
-        .reshape(&[s[0], s[1], oh, ow])
+    let g = pool_geometry("avg_pool2d", input, args);
+    super::fused::pool2d(input, false, g).0
 }
 
 /// Average pooling to a fixed output size (`F.adaptive_avg_pool2d`), with PyTorch's

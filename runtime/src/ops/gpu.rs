@@ -93,6 +93,11 @@ dispatch! {
     fn scatter_add_(out: &Tensor, index: &Tensor, bounds: &IndexBounds, src: &Tensor, src_view: &Layout, dim: usize) -> bool;
     /// im2col (`fold` false) or its adjoint of contiguous `x`.
     fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
+    /// Max (`max`: values and i64 in-plane indices) or average pooling of contiguous float
+    /// `x` `[n, c, h, w]`.
+    fn pool2d(x: &Tensor, max: bool, g: &Conv2dGeometry) -> Option<(Tensor, Option<Tensor>)>;
+    /// The input gradient of [`pool2d`] from contiguous `grad` (and max pooling's indices).
+    fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) -> Option<Tensor>;
     /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
     fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor>;
     /// Dropout of contiguous float `x` with the Philox stream of `seed`: `(y, mask)`.
@@ -474,6 +479,46 @@ mod imp {
             k::conv_columns(fold, s.get(), contiguous_offset(x), g),
             out_shape,
         ))
+    }
+
+    #[track_caller]
+    pub(super) fn pool2d(
+        x: &Tensor,
+        max: bool,
+        g: &Conv2dGeometry,
+    ) -> Option<(Tensor, Option<Tensor>)> {
+        if !x.dtype().is_float() {
+            return None;
+        }
+        let d = devs([Some(x)])?;
+        let op = if max { "max_pool2d" } else { "avg_pool2d" };
+        let (out, indices) =
+            k::pool2d(max, operand(&d[0], Some(x))?, g).unwrap_or_else(|e| fail(op, e));
+        let shape = [g.n, g.c, g.output()?[0], g.output()?[1]];
+        Some((
+            cuda_tensor(out, &shape),
+            indices.map(|i| cuda_tensor(i, &shape)),
+        ))
+    }
+
+    #[track_caller]
+    pub(super) fn pool2d_backward(
+        grad: &Tensor,
+        indices: Option<&Tensor>,
+        g: &Conv2dGeometry,
+    ) -> Option<Tensor> {
+        if !grad.dtype().is_float() {
+            return None;
+        }
+        let d = devs([Some(grad), indices])?;
+        let op = if indices.is_some() {
+            "max_pool2d backward"
+        } else {
+            "avg_pool2d backward"
+        };
+        let dx = k::pool2d_backward(operand(&d[0], Some(grad))?, operand(&d[1], indices), g)
+            .unwrap_or_else(|e| fail(op, e));
+        Some(cuda_tensor(dx, &[g.n, g.c, g.input[0], g.input[1]]))
     }
 
     #[track_caller]

@@ -816,6 +816,62 @@ pub(crate) fn conv_columns(
     Ok(out)
 }
 
+/// Max pooling (`max = true`: outputs and i64 in-plane indices) or average pooling
+/// (outputs only) of the contiguous `[n, c, h, w]` elements at `offset`.
+pub(crate) fn pool2d(
+    max: bool,
+    (src, offset): Operand<'_>,
+    g: &ferrograd_kernels::cpu::Conv2dGeometry,
+) -> Result<(CudaStorage, Option<CudaStorage>)> {
+    let dev = src.device();
+    let [oh, ow] = g.output().unwrap_or([0, 0]);
+    let len = g.n * g.c * oh * ow;
+    let out = output(dev, src.dtype(), len)?;
+    let indices = max.then(|| output(dev, DType::I64, len)).transpose()?;
+    let Some(geometry) = ConvGeometry::new(g).filter(|_| len > 0) else {
+        return Ok((out, indices));
+    };
+    let (s, o) = (src.address_of(offset), out.address_of(0));
+    let kind = if max { "max" } else { "avg" };
+    let kernel = format!("{kind}_pool2d_{}", suffix(src.dtype()));
+    match &indices {
+        Some(idx) => {
+            let i = idx.address_of(0);
+            launch!(dev, INDEX, kernel, spread(len); geometry, s, o, i)?
+        }
+        None => launch!(dev, INDEX, kernel, spread(len); geometry, s, o)?,
+    }
+    Ok((out, indices))
+}
+
+/// The input gradient `[n, c, h, w]` of [`pool2d`] from the contiguous output gradient
+/// (and, for max pooling, the indices it returned).
+pub(crate) fn pool2d_backward(
+    (grad, offset): Operand<'_>,
+    indices: Option<Operand<'_>>,
+    g: &ferrograd_kernels::cpu::Conv2dGeometry,
+) -> Result<CudaStorage> {
+    let dev = grad.device();
+    let len = g.n * g.c * g.input[0] * g.input[1];
+    let dx = output(dev, grad.dtype(), len)?;
+    let Some(geometry) = ConvGeometry::new(g).filter(|_| len > 0) else {
+        return Ok(dx);
+    };
+    let (gs, d) = (grad.address_of(offset), dx.address_of(0));
+    let dtype = suffix(grad.dtype());
+    match indices {
+        Some(idx) => {
+            let (i, kernel) = (address(Some(idx)), format!("max_pool2d_backward_{dtype}"));
+            launch!(dev, INDEX, kernel, spread(len); geometry, gs, i, d)?
+        }
+        None => {
+            let kernel = format!("avg_pool2d_backward_{dtype}");
+            launch!(dev, INDEX, kernel, spread(len); geometry, gs, d)?
+        }
+    }
+    Ok(dx)
+}
+
 // ---- multi-tensor optimizer steps ----------------------------------------------------------
 
 /// Elements per block of the multi-tensor kernels (`OPT_CHUNK` in optim.cu).

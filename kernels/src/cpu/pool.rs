@@ -1,0 +1,331 @@
+//! 2-D max and average pooling over contiguous `[n, c, h, w]` planes, forward and backward,
+//! one window scan per output (no im2col copy). Planes run in parallel above the threshold.
+//!
+//! Windows follow [`Conv2dGeometry`] (`c` = channels, padding on both sides, dilation).
+//! Max pooling returns, per output, the flat index `y * w + x` of the chosen element in
+//! its plane (PyTorch's `return_indices`): the first maximum, or the last NaN, as
+//! PyTorch's kernels pick (`val > max || isnan(val)`); padding never wins. Average pooling
+//! divides by the full window size (`count_include_pad=True`).
+
+use super::{PARALLEL_THRESHOLD, for_each_chunk_mut};
+use crate::cpu::Conv2dGeometry;
+use crate::{Element, FloatElement, NumElement};
+
+/// Runs `f(first_plane, out_chunk)` over `out` split into whole planes of `plane_len`
+/// outputs: one call serially below the parallel threshold, else chunks of planes.
+fn for_planes<T: Send>(
+    out: &mut [T],
+    plane_len: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    if plane_len == 0 || out.is_empty() {
+        return;
+    }
+    let planes = out.len() / plane_len;
+    if work < PARALLEL_THRESHOLD || planes == 1 {
+        f(0, out);
+        return;
+    }
+    let per_task = (PARALLEL_THRESHOLD / (work / planes).max(1)).clamp(1, planes);
+    for_each_chunk_mut(out, per_task * plane_len, |i, chunk| f(i * per_task, chunk));
+}
+
+/// The input rows (or columns) a window tap row `k` of output `o` reads, as `Some(y)` when
+/// inside the input.
+#[inline(always)]
+fn tap(
+    o: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dilation: usize,
+    size: usize,
+) -> Option<usize> {
+    (o * stride + k * dilation)
+        .checked_sub(pad)
+        .filter(|&y| y < size)
+}
+
+/// Max pooling: the outputs `[n, c, oh, ow]` and, per output, the flat in-plane index of
+/// the element chosen.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{Conv2dGeometry, max_pool2d};
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
+/// let (out, idx) = max_pool2d(&[1.0f32, 4.0, 3.0, 2.0], &g);
+/// assert_eq!((out, idx), (vec![4.0], vec![1]));
+/// ```
+pub fn max_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> (Vec<T>, Vec<i64>) {
+    let [h, w] = g.input;
+    let [oh, ow] = g.output().expect("pool geometry checked by the caller");
+    assert_eq!(x.len(), g.n * g.c * h * w, "max_pool2d: input length");
+    let plane_out = oh * ow;
+    let mut indices = vec![0i64; g.n * g.c * plane_out];
+    let work = indices.len() * g.kernel[0] * g.kernel[1];
+    for_planes(&mut indices, plane_out, work, |first, chunk| {
+        for (p, plane_idx) in chunk.chunks_exact_mut(plane_out).enumerate() {
+            let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
+            for (o, slot) in plane_idx.iter_mut().enumerate() {
+                let (oy, ox) = (o / ow, o % ow);
+                let mut best = T::neg_infinity();
+                let mut at = None;
+                for ki in 0..g.kernel[0] {
+                    let Some(y) = tap(oy, ki, g.stride[0], g.padding[0], g.dilation[0], h) else {
+                        continue;
+                    };
+                    for kj in 0..g.kernel[1] {
+                        let Some(xx) = tap(ox, kj, g.stride[1], g.padding[1], g.dilation[1], w)
+                        else {
+                            continue;
+                        };
+                        let v = src[y * w + xx];
+                        if at.is_none() || v > best || v.is_nan() {
+                            best = v;
+                            at = Some(y * w + xx);
+                        }
+                    }
+                }
+                *slot =
+                    at.expect("padding is at most half the window, so it holds an input") as i64;
+            }
+        }
+    });
+    let out = indices
+        .iter()
+        .enumerate()
+        .map(|(o, &i)| x[(o / plane_out) * h * w + i as usize])
+        .collect();
+    (out, indices)
+}
+
+/// The input gradient of [`max_pool2d`]: each output's gradient added at its chosen index.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{Conv2dGeometry, max_pool2d_backward};
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
+/// assert_eq!(max_pool2d_backward(&[5.0f32], &[1], &g), vec![0.0, 5.0, 0.0, 0.0]);
+/// ```
+pub fn max_pool2d_backward<T: FloatElement>(
+    grad: &[T],
+    indices: &[i64],
+    g: &Conv2dGeometry,
+) -> Vec<T> {
+    let [h, w] = g.input;
+    let [oh, ow] = g.output().expect("pool geometry checked by the caller");
+    let plane_out = oh * ow;
+    assert!(
+        grad.len() == g.n * g.c * plane_out && indices.len() == grad.len(),
+        "max_pool2d_backward: gradient and index lengths"
+    );
+    let mut dx = vec![T::ZERO; g.n * g.c * h * w];
+    for_planes(&mut dx, h * w, grad.len(), |first, chunk| {
+        for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
+            let range = (first + p) * plane_out..(first + p + 1) * plane_out;
+            for (&gv, &i) in grad[range.clone()].iter().zip(&indices[range]) {
+                plane[i as usize] = plane[i as usize] + gv;
+            }
+        }
+    });
+    dx
+}
+
+/// Average pooling: each output is the window's sum over the full window size.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{Conv2dGeometry, avg_pool2d};
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
+/// assert_eq!(avg_pool2d(&[1.0f32, 4.0, 3.0, 2.0], &g), vec![2.5]);
+/// ```
+pub fn avg_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let [h, w] = g.input;
+    let [oh, ow] = g.output().expect("pool geometry checked by the caller");
+    assert_eq!(x.len(), g.n * g.c * h * w, "avg_pool2d: input length");
+    let plane_out = oh * ow;
+    let count = <T::Acc as Element>::from_f64((g.kernel[0] * g.kernel[1]) as f64);
+    let mut out = vec![T::ZERO; g.n * g.c * plane_out];
+    let work = out.len() * g.kernel[0] * g.kernel[1];
+    for_planes(&mut out, plane_out, work, |first, chunk| {
+        for (p, plane_out_vals) in chunk.chunks_exact_mut(plane_out).enumerate() {
+            let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
+            for (o, slot) in plane_out_vals.iter_mut().enumerate() {
+                let (oy, ox) = (o / ow, o % ow);
+                let mut sum = <T::Acc as NumElement>::ZERO;
+                for ki in 0..g.kernel[0] {
+                    let Some(y) = tap(oy, ki, g.stride[0], g.padding[0], g.dilation[0], h) else {
+                        continue;
+                    };
+                    for kj in 0..g.kernel[1] {
+                        if let Some(xx) = tap(ox, kj, g.stride[1], g.padding[1], g.dilation[1], w) {
+                            sum = sum + src[y * w + xx].to_acc();
+                        }
+                    }
+                }
+                *slot = T::from_acc(sum / count);
+            }
+        }
+    });
+    out
+}
+
+/// The input gradient of [`avg_pool2d`]: each output's gradient over the window size,
+/// added to every input its window covers.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{Conv2dGeometry, avg_pool2d_backward};
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
+/// assert_eq!(avg_pool2d_backward(&[4.0f32], &g), vec![1.0; 4]);
+/// ```
+pub fn avg_pool2d_backward<T: FloatElement>(grad: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let [h, w] = g.input;
+    let [oh, ow] = g.output().expect("pool geometry checked by the caller");
+    let plane_out = oh * ow;
+    assert_eq!(
+        grad.len(),
+        g.n * g.c * plane_out,
+        "avg_pool2d_backward: gradient length"
+    );
+    let count = <T::Acc as Element>::from_f64((g.kernel[0] * g.kernel[1]) as f64);
+    let mut dx = vec![T::ZERO; g.n * g.c * h * w];
+    let work = grad.len() * g.kernel[0] * g.kernel[1];
+    for_planes(&mut dx, h * w, work, |first, chunk| {
+        let mut acc = vec![<T::Acc as NumElement>::ZERO; h * w];
+        for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
+            acc.fill(<T::Acc as NumElement>::ZERO);
+            let gp = &grad[(first + p) * plane_out..(first + p + 1) * plane_out];
+            for (o, &gv) in gp.iter().enumerate() {
+                let share = gv.to_acc() / count;
+                let (oy, ox) = (o / ow, o % ow);
+                for ki in 0..g.kernel[0] {
+                    let Some(y) = tap(oy, ki, g.stride[0], g.padding[0], g.dilation[0], h) else {
+                        continue;
+                    };
+                    for kj in 0..g.kernel[1] {
+                        if let Some(xx) = tap(ox, kj, g.stride[1], g.padding[1], g.dilation[1], w) {
+                            acc[y * w + xx] = acc[y * w + xx] + share;
+                        }
+                    }
+                }
+            }
+            for (d, &a) in plane.iter_mut().zip(&acc) {
+                *d = T::from_acc(a);
+            }
+        }
+    });
+    dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geometry(
+        n: usize,
+        c: usize,
+        input: [usize; 2],
+        k: usize,
+        s: usize,
+        p: usize,
+        d: usize,
+    ) -> Conv2dGeometry {
+        Conv2dGeometry {
+            n,
+            c,
+            input,
+            kernel: [k, k],
+            stride: [s, s],
+            padding: [p, p],
+            dilation: [d, d],
+        }
+    }
+
+    /// Pseudo-random values with some ties.
+    fn values(len: usize) -> Vec<f64> {
+        (0..len)
+            .map(|i| ((i * 7919 + 13) % 23) as f64 - 11.0)
+            .collect()
+    }
+
+    /// The window's input positions of output `(plane, oy, ox)`, from the definition.
+    fn window(g: &Conv2dGeometry, oy: usize, ox: usize) -> Vec<usize> {
+        let mut taps = Vec::new();
+        for ki in 0..g.kernel[0] {
+            for kj in 0..g.kernel[1] {
+                let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+                let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                if y >= 0 && x >= 0 && (y as usize) < g.input[0] && (x as usize) < g.input[1] {
+                    taps.push(y as usize * g.input[1] + x as usize);
+                }
+            }
+        }
+        taps
+    }
+
+    const CASES: [(usize, usize, usize, usize); 5] = [
+        (2, 2, 0, 1),
+        (3, 2, 1, 1),
+        (3, 1, 1, 1),
+        (2, 1, 0, 2),
+        (3, 3, 1, 1),
+    ];
+
+    #[test]
+    fn pools_match_their_definition_serial_and_parallel() {
+        for (k, s, p, d) in CASES {
+            for (n, c, hw) in [(2, 3, [7, 6]), (8, 16, [40, 36])] {
+                let g = geometry(n, c, hw, k, s, p, d);
+                let [oh, ow] = g.output().unwrap();
+                let x = values(n * c * hw[0] * hw[1]);
+                let (out, idx) = max_pool2d(&x, &g);
+                let avg = avg_pool2d(&x, &g);
+                let plane = hw[0] * hw[1];
+                for q in 0..n * c {
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let o = (q * oh + oy) * ow + ox;
+                            let taps = window(&g, oy, ox);
+                            let vals: Vec<f64> = taps.iter().map(|&t| x[q * plane + t]).collect();
+                            let max = vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                            let first = taps[vals.iter().position(|&v| v == max).unwrap()];
+                            assert_eq!(
+                                (out[o], idx[o]),
+                                (max, first as i64),
+                                "max {k} {s} {p} {d} at {o}"
+                            );
+                            let mean = vals.iter().sum::<f64>() / (k * k) as f64;
+                            assert!((avg[o] - mean).abs() < 1e-12, "avg {k} {s} {p} {d} at {o}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nan_wins_the_window() {
+        let g = geometry(1, 1, [2, 2], 2, 2, 0, 1);
+        let (out, idx) = max_pool2d(&[1.0f32, f32::NAN, 3.0, f32::NAN], &g);
+        assert!(out[0].is_nan());
+        assert_eq!(idx, vec![3], "the last NaN, as PyTorch");
+    }
+
+    /// Backward passes are the adjoints of the forward maps: <pool(x), y> = <x, pool'(y)>.
+    #[test]
+    fn backward_passes_are_adjoints() {
+        for (k, s, p, d) in CASES {
+            for (n, c, hw) in [(2, 3, [7, 6]), (8, 16, [40, 36])] {
+                let g = geometry(n, c, hw, k, s, p, d);
+                let x = values(n * c * hw[0] * hw[1]);
+                let (out, idx) = max_pool2d(&x, &g);
+                let y: Vec<f64> = values(out.len() + 5)[5..].to_vec();
+                let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+                // max: out = x at the indices, linear in x once they are fixed.
+                let dx = max_pool2d_backward(&y, &idx, &g);
+                assert!((dot(&out, &y) - dot(&x, &dx)).abs() < 1e-9);
+                let avg = avg_pool2d(&x, &g);
+                let dx = avg_pool2d_backward(&y, &g);
+                assert!((dot(&avg, &y) - dot(&x, &dx)).abs() < 1e-9 * (1.0 + dot(&avg, &y).abs()));
+            }
+        }
+    }
+}
