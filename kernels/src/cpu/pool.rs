@@ -7,6 +7,8 @@
 //! PyTorch's kernels pick (`val > max || isnan(val)`); padding never wins. Average pooling
 //! divides by the full window size (`count_include_pad=True`).
 
+use super::simd::{SimdKernel, with_simd};
+use super::unfold::valid_columns;
 use super::{PARALLEL_THRESHOLD, for_each_chunk_mut};
 use crate::cpu::Conv2dGeometry;
 use crate::{Element, FloatElement, NumElement};
@@ -31,20 +33,37 @@ fn for_planes<T: Send>(
     for_each_chunk_mut(out, per_task * plane_len, |i, chunk| f(i * per_task, chunk));
 }
 
-/// The input rows (or columns) a window tap row `k` of output `o` reads, as `Some(y)` when
-/// inside the input.
+/// Calls `f(oy, taps)` for every output row `oy` of one plane and each window tap `(ki,
+/// kj)` in order whose input row lies inside the image, with `taps` the in-bounds part of
+/// that tap across the row: output columns `ox0..`, and the input offsets they read
+/// (`y * w + ox * stride + kj * dilation - pad`). Bounds are worked out once per tap and
+/// row, so the per-element loops have no branches.
 #[inline(always)]
-fn tap(
-    o: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    dilation: usize,
-    size: usize,
-) -> Option<usize> {
-    (o * stride + k * dilation)
-        .checked_sub(pad)
-        .filter(|&y| y < size)
+fn for_each_tap(
+    g: &Conv2dGeometry,
+    [oh, ow]: [usize; 2],
+    mut f: impl FnMut(usize, usize, usize, usize),
+) {
+    let [h, w] = g.input;
+    for oy in 0..oh {
+        for ki in 0..g.kernel[0] {
+            let Some(y) = (oy * g.stride[0] + ki * g.dilation[0])
+                .checked_sub(g.padding[0])
+                .filter(|&y| y < h)
+            else {
+                continue;
+            };
+            for kj in 0..g.kernel[1] {
+                let offset = (kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                let cols = valid_columns(offset, g.stride[1], w, ow);
+                if cols.is_empty() {
+                    continue;
+                }
+                let first = (y * w) as isize + (cols.start * g.stride[1]) as isize + offset;
+                f(oy, cols.start, cols.len(), first as usize);
+            }
+        }
+    }
 }
 
 /// Max pooling: the outputs `[n, c, oh, ow]` and, per output, the flat in-plane index of
@@ -64,39 +83,66 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> (Vec<T>, Vec<
     let mut indices = vec![0i64; g.n * g.c * plane_out];
     let work = indices.len() * g.kernel[0] * g.kernel[1];
     for_planes(&mut indices, plane_out, work, |first, chunk| {
-        for (p, plane_idx) in chunk.chunks_exact_mut(plane_out).enumerate() {
+        let mut best = vec![T::neg_infinity(); ow];
+        for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
+            with_simd(MaxPlane {
+                src: &x[(first + p) * h * w..(first + p + 1) * h * w],
+                indices: plane,
+                best: &mut best,
+                g,
+                out: [oh, ow],
+            });
+        }
+    });
+    let mut out = vec![T::ZERO; indices.len()];
+    for_planes(&mut out, plane_out, indices.len(), |first, chunk| {
+        for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
             let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
-            for (o, slot) in plane_idx.iter_mut().enumerate() {
-                let (oy, ox) = (o / ow, o % ow);
-                let mut best = T::neg_infinity();
-                let mut at = None;
-                for ki in 0..g.kernel[0] {
-                    let Some(y) = tap(oy, ki, g.stride[0], g.padding[0], g.dilation[0], h) else {
-                        continue;
-                    };
-                    for kj in 0..g.kernel[1] {
-                        let Some(xx) = tap(ox, kj, g.stride[1], g.padding[1], g.dilation[1], w)
-                        else {
-                            continue;
-                        };
-                        let v = src[y * w + xx];
-                        if at.is_none() || v > best || v.is_nan() {
-                            best = v;
-                            at = Some(y * w + xx);
-                        }
-                    }
-                }
-                *slot =
-                    at.expect("padding is at most half the window, so it holds an input") as i64;
+            let idx = &indices[(first + p) * plane_out..(first + p + 1) * plane_out];
+            for (d, &i) in plane.iter_mut().zip(idx) {
+                *d = src[i as usize];
             }
         }
     });
-    let out = indices
-        .iter()
-        .enumerate()
-        .map(|(o, &i)| x[(o / plane_out) * h * w + i as usize])
-        .collect();
     (out, indices)
+}
+
+/// The window argmax of one plane, compiled per CPU feature level (so the selects below
+/// become blends, not branches that mispredict on random data).
+struct MaxPlane<'a, T> {
+    src: &'a [T],
+    indices: &'a mut [i64],
+    /// One output row's running maxima (`ow` long).
+    best: &'a mut [T],
+    g: &'a Conv2dGeometry,
+    out: [usize; 2],
+}
+
+impl<T: FloatElement> SimdKernel for MaxPlane<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (src, indices, best) = (self.src, self.indices, self.best);
+        let (ow, stride) = (self.out[1], self.g.stride[1]);
+        indices.fill(-1);
+        let mut row = usize::MAX;
+        for_each_tap(self.g, self.out, |oy, ox0, count, start| {
+            if oy != row {
+                row = oy;
+                best.fill(T::neg_infinity());
+            }
+            let at = &mut indices[oy * ow + ox0..oy * ow + ox0 + count];
+            let taps = src[start..].iter().step_by(stride);
+            let positions = (start as i64..).step_by(stride);
+            for (((b, a), &v), i) in best[ox0..].iter_mut().zip(at).zip(taps).zip(positions) {
+                // PyTorch's rule: the first maximum, or the last NaN; padding never wins.
+                // Non-short-circuit `|`: one select per output, no branch.
+                let better = (*a < 0) | (v > *b) | v.is_nan();
+                *b = if better { v } else { *b };
+                *a = if better { i } else { *a };
+            }
+        });
+    }
 }
 
 /// The input gradient of [`max_pool2d`]: each output's gradient added at its chosen index.
@@ -145,23 +191,20 @@ pub fn avg_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let count = <T::Acc as Element>::from_f64((g.kernel[0] * g.kernel[1]) as f64);
     let mut out = vec![T::ZERO; g.n * g.c * plane_out];
     let work = out.len() * g.kernel[0] * g.kernel[1];
+    let stride = g.stride[1];
     for_planes(&mut out, plane_out, work, |first, chunk| {
-        for (p, plane_out_vals) in chunk.chunks_exact_mut(plane_out).enumerate() {
+        let mut sums = vec![<T::Acc as NumElement>::ZERO; plane_out];
+        for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
             let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
-            for (o, slot) in plane_out_vals.iter_mut().enumerate() {
-                let (oy, ox) = (o / ow, o % ow);
-                let mut sum = <T::Acc as NumElement>::ZERO;
-                for ki in 0..g.kernel[0] {
-                    let Some(y) = tap(oy, ki, g.stride[0], g.padding[0], g.dilation[0], h) else {
-                        continue;
-                    };
-                    for kj in 0..g.kernel[1] {
-                        if let Some(xx) = tap(ox, kj, g.stride[1], g.padding[1], g.dilation[1], w) {
-                            sum = sum + src[y * w + xx].to_acc();
-                        }
-                    }
+            sums.fill(<T::Acc as NumElement>::ZERO);
+            for_each_tap(g, [oh, ow], |oy, ox0, count, start| {
+                let dst = &mut sums[oy * ow + ox0..oy * ow + ox0 + count];
+                for (s, &v) in dst.iter_mut().zip(src[start..].iter().step_by(stride)) {
+                    *s = *s + v.to_acc();
                 }
-                *slot = T::from_acc(sum / count);
+            });
+            for (d, &s) in plane.iter_mut().zip(&sums) {
+                *d = T::from_acc(s / count);
             }
         }
     });
@@ -188,25 +231,22 @@ pub fn avg_pool2d_backward<T: FloatElement>(grad: &[T], g: &Conv2dGeometry) -> V
     let count = <T::Acc as Element>::from_f64((g.kernel[0] * g.kernel[1]) as f64);
     let mut dx = vec![T::ZERO; g.n * g.c * h * w];
     let work = grad.len() * g.kernel[0] * g.kernel[1];
+    let stride = g.stride[1];
     for_planes(&mut dx, h * w, work, |first, chunk| {
         let mut acc = vec![<T::Acc as NumElement>::ZERO; h * w];
+        let mut shares = vec![<T::Acc as NumElement>::ZERO; plane_out];
         for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
             acc.fill(<T::Acc as NumElement>::ZERO);
             let gp = &grad[(first + p) * plane_out..(first + p + 1) * plane_out];
-            for (o, &gv) in gp.iter().enumerate() {
-                let share = gv.to_acc() / count;
-                let (oy, ox) = (o / ow, o % ow);
-                for ki in 0..g.kernel[0] {
-                    let Some(y) = tap(oy, ki, g.stride[0], g.padding[0], g.dilation[0], h) else {
-                        continue;
-                    };
-                    for kj in 0..g.kernel[1] {
-                        if let Some(xx) = tap(ox, kj, g.stride[1], g.padding[1], g.dilation[1], w) {
-                            acc[y * w + xx] = acc[y * w + xx] + share;
-                        }
-                    }
-                }
+            for (s, &gv) in shares.iter_mut().zip(gp) {
+                *s = gv.to_acc() / count;
             }
+            for_each_tap(g, [oh, ow], |oy, ox0, n, start| {
+                let src = &shares[oy * ow + ox0..oy * ow + ox0 + n];
+                for (a, &s) in acc[start..].iter_mut().step_by(stride).zip(src) {
+                    *a = *a + s;
+                }
+            });
             for (d, &a) in plane.iter_mut().zip(&acc) {
                 *d = T::from_acc(a);
             }

@@ -54,7 +54,12 @@ impl Conv2dGeometry {
 }
 
 /// The output columns `ox` whose input column `ox * stride + offset` lies in `0..w`.
-fn valid_columns(offset: isize, stride: usize, w: usize, ow: usize) -> std::ops::Range<usize> {
+pub(crate) fn valid_columns(
+    offset: isize,
+    stride: usize,
+    w: usize,
+    ow: usize,
+) -> std::ops::Range<usize> {
     let s = stride as isize;
     let lo = if offset >= 0 {
         0
