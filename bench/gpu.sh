@@ -20,7 +20,7 @@ build() {
     # runtime and kernel unit tests (allocator, NVRTC compilation, launch geometry).
     cargo test --release --features cuda --no-run --message-format=json \
         -p ferrograd-kernels -p ferrograd-runtime --lib \
-        --test devices --test device_errors --test cuda_native --test amp --test optim -p ferrograd 2>/dev/null |
+        --test devices --test errors --test cuda_native --test amp --test optim -p ferrograd 2>/dev/null |
         python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:

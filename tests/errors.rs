@@ -1,14 +1,25 @@
 //! Mistakes in tensor ops panic with a message that names the op and both shapes, like
 //! PyTorch's exceptions.
+//!
+//! Out-of-bounds indices run on every device: on the CPU the op itself panics; on a GPU the
+//! kernels check indices as they read them (no host wait per op) and the next read from
+//! the device panics, as CUDA reports kernel errors. This binary holds the only GPU test
+//! that makes a bad index on purpose: a bad index on a GPU is reported to whichever thread
+//! next waits for the device, so it must not share a process with other GPU tests.
 
 use ferrograd::prelude::*;
+use ferrograd::testing::test_device;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 fn t(shape: &[usize]) -> Tensor {
     Tensor::zeros(shape, DType::F32, &Device::Cpu)
 }
 
-fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
-    let err = std::panic::catch_unwind(f).expect_err("expected a panic");
+/// The message of the panic `f` raises (fails if it returns).
+fn panic_message<R>(f: impl FnOnce() -> R) -> String {
+    let err = catch_unwind(AssertUnwindSafe(f))
+        .map(|_| ())
+        .expect_err("expected a panic");
     match err.downcast::<String>() {
         Ok(s) => *s,
         Err(e) => e
@@ -203,3 +214,55 @@ fn cuda_device_without_support_is_an_error_not_a_panic() {
         assert!(matches!(result, Err(ferrograd::Error::CudaNotCompiled)));
     }
 }
+
+/// Out-of-bounds indices and class targets, on every device (see the module docs).
+fn bad_indices_panic_with_the_ops_message(dev: &Device) {
+    let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, dev).reshape(&[3, 2]);
+    let idx = |v: Vec<i64>, shape: &[usize]| Tensor::from_vec(v, shape).to_device(dev).unwrap();
+
+    let m = panic_message(|| x.index_select(0, &idx(vec![0, 3], &[2])).to_vec::<f32>());
+    assert_mentions(&m, &["index_select", "index 3", "size 3", "[3, 2]"]);
+
+    let m = panic_message(|| x.gather(1, &idx(vec![0, 2, 1], &[3, 1])).to_vec::<f32>());
+    assert_mentions(&m, &["gather", "index 2", "dimension 1", "size 2"]);
+
+    let m = panic_message(|| {
+        x.scatter_add(0, &idx(vec![-1, 0], &[1, 2]), &x)
+            .to_vec::<f32>()
+    });
+    assert_mentions(&m, &["scatter_add", "index -1", "size 3"]);
+
+    let m = panic_message(|| F::embedding(&idx(vec![1, 7], &[2]), &x).to_vec::<f32>());
+    assert_mentions(&m, &["index 7", "size 3"]);
+
+    let m = panic_message(|| idx(vec![0, 4], &[2]).one_hot(4).to_vec::<i64>());
+    assert_mentions(&m, &["one_hot", "index 4", "size 4"]);
+
+    let logits = Tensor::randn(&[2, 10], DType::F32, &Device::Cpu)
+        .to_device(dev)
+        .unwrap();
+    let m = panic_message(|| F::cross_entropy(&logits, &idx(vec![1, 10], &[2])).item::<f32>());
+    assert_mentions(&m, &["cross_entropy", "target 10", "10 classes", "[2, 10]"]);
+
+    let m = panic_message(|| {
+        F::nll_loss(&logits.log_softmax(1), &idx(vec![-3, 0], &[2])).item::<f32>()
+    });
+    assert_mentions(&m, &["nll_loss", "target -3", "10 classes"]);
+
+    // The ignore index is not out of bounds.
+    let args = F::CrossEntropyArgs {
+        ignore_index: -100,
+        ..Default::default()
+    };
+    let loss = F::cross_entropy_with(&logits, &idx(vec![-100, 3], &[2]), &args);
+    let host = logits.to_device(&Device::Cpu).unwrap();
+    let expected = F::cross_entropy_with(&host, &Tensor::from_vec(vec![-100i64, 3], &[2]), &args);
+    assert!((loss.item::<f32>() - expected.item::<f32>()).abs() < 1e-5);
+
+    // After the failures the device works on: nothing is left to report.
+    let good = x.index_select(0, &idx(vec![2, 0], &[2]));
+    assert_eq!(good.to_vec::<f32>(), vec![4.0, 5.0, 0.0, 1.0]);
+    let g = x.gather(1, &idx(vec![1, 0, 1], &[3, 1]));
+    assert_eq!(g.to_vec::<f32>(), vec![1.0, 2.0, 5.0]);
+}
+test_device!(bad_indices_panic_with_the_ops_message);

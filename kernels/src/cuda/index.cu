@@ -192,30 +192,6 @@ __device__ void max_pool2d(Conv2d g, const T* x, T* out, long long* indices) {
     }
 }
 
-// Its input gradient, one thread per input pixel: the sum of the gradients of the outputs
-// whose window covers the pixel and chose it (no atomics, deterministic).
-template <typename T>
-__device__ void max_pool2d_backward(Conv2d g, const T* grad, const long long* indices, T* dx) {
-    typedef typename Elem<T>::Acc A;
-    GRID_STRIDE(k, g.n * g.c * g.h * g.w) {
-        usize x = k % g.w, y = (k / g.w) % g.h, plane = k / (g.w * g.h);
-        long long self = (long long)(y * g.w + x);
-        usize base = plane * g.oh * g.ow;
-        A acc = A(0);
-        for (usize ki = 0; ki < g.kh; ++ki) {
-            long long oy = pool_origin(y, ki, g.sh, g.ph, g.dh, g.oh);
-            if (oy < 0) continue;
-            for (usize kj = 0; kj < g.kw; ++kj) {
-                long long ox = pool_origin(x, kj, g.sw, g.pw, g.dw, g.ow);
-                if (ox < 0) continue;
-                usize o = base + (usize)oy * g.ow + (usize)ox;
-                if (indices[o] == self) acc += Elem<T>::load(grad[o]);
-            }
-        }
-        dx[k] = Elem<T>::store(acc);
-    }
-}
-
 // Average pooling over the full window size (count_include_pad), one thread per output.
 template <typename T>
 __device__ void avg_pool2d(Conv2d g, const T* x, T* out) {
@@ -238,14 +214,17 @@ __device__ void avg_pool2d(Conv2d g, const T* x, T* out) {
     }
 }
 
-// Its input gradient, one thread per input pixel: the covering outputs' gradients over
-// the window size.
+// The input gradient of either pooling, one thread per input pixel (no atomics,
+// deterministic): the gradients of the outputs whose window covers the pixel, for max
+// pooling (`indices` given) only those that chose it, for average pooling each over the
+// window size.
 template <typename T>
-__device__ void avg_pool2d_backward(Conv2d g, const T* grad, T* dx) {
+__device__ void pool2d_backward(Conv2d g, const T* grad, const long long* indices, T* dx) {
     typedef typename Elem<T>::Acc A;
-    A count = (A)(g.kh * g.kw);
+    A count = indices ? A(1) : (A)(g.kh * g.kw);
     GRID_STRIDE(k, g.n * g.c * g.h * g.w) {
         usize x = k % g.w, y = (k / g.w) % g.h, plane = k / (g.w * g.h);
+        long long self = (long long)(y * g.w + x);
         usize base = plane * g.oh * g.ow;
         A acc = A(0);
         for (usize ki = 0; ki < g.kh; ++ki) {
@@ -254,7 +233,8 @@ __device__ void avg_pool2d_backward(Conv2d g, const T* grad, T* dx) {
             for (usize kj = 0; kj < g.kw; ++kj) {
                 long long ox = pool_origin(x, kj, g.sw, g.pw, g.dw, g.ow);
                 if (ox < 0) continue;
-                acc += Elem<T>::load(grad[base + (usize)oy * g.ow + (usize)ox]) / count;
+                usize o = base + (usize)oy * g.ow + (usize)ox;
+                if (!indices || indices[o] == self) acc += Elem<T>::load(grad[o]) / count;
             }
         }
         dx[k] = Elem<T>::store(acc);
@@ -267,10 +247,10 @@ __device__ void avg_pool2d_backward(Conv2d g, const T* grad, T* dx) {
     }                                                                                                          \
     extern "C" __global__ void max_pool2d_backward_##SUFFIX(Conv2d g, const T* grad, const long long* indices,  \
                                                             T* dx) {                                           \
-        max_pool2d_backward<T>(g, grad, indices, dx);                                                          \
+        pool2d_backward<T>(g, grad, indices, dx);                                                              \
     }                                                                                                          \
     extern "C" __global__ void avg_pool2d_##SUFFIX(Conv2d g, const T* x, T* out) { avg_pool2d<T>(g, x, out); } \
     extern "C" __global__ void avg_pool2d_backward_##SUFFIX(Conv2d g, const T* grad, T* dx) {                  \
-        avg_pool2d_backward<T>(g, grad, dx);                                                                   \
+        pool2d_backward<T>(g, grad, nullptr, dx);                                                              \
     }
 FOR_FLOATS(POOL_F)
