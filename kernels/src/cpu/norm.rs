@@ -3,7 +3,7 @@
 //! accumulator type); the backward pass turns the output gradient into the input gradient
 //! in one pass per row, and the weight and bias gradients from per-task partial sums.
 
-use super::reduce::for_each_outer;
+use super::reduce::{for_each_outer, sum_slice};
 use super::simd::{SimdKernel, with_simd};
 use super::{PARALLEL_THRESHOLD, run_tasks};
 use crate::{Element, FloatElement, NumElement};
@@ -202,7 +202,7 @@ impl<T: FloatElement> SimdKernel for NormRow<'_, T> {
     #[inline(always)]
     fn run(self) -> Stats<T::Acc> {
         let row = self.row;
-        let mean = laned_sum(row, row, |v, _| v.to_acc()) / self.n;
+        let mean = sum_slice(row) / self.n;
         let var = laned_sum(row, row, |v, _| {
             let d = v.to_acc() - mean;
             d * d

@@ -33,11 +33,11 @@ fn for_planes<T: Send>(
     for_each_chunk_mut(out, per_task * plane_len, |i, chunk| f(i * per_task, chunk));
 }
 
-/// Calls `f(oy, taps)` for every output row `oy` of one plane and each window tap `(ki,
-/// kj)` in order whose input row lies inside the image, with `taps` the in-bounds part of
-/// that tap across the row: output columns `ox0..`, and the input offsets they read
-/// (`y * w + ox * stride + kj * dilation - pad`). Bounds are worked out once per tap and
-/// row, so the per-element loops have no branches.
+/// Calls `f(oy, ox0, n, start)` for every output row `oy` of one plane and each window tap
+/// `(ki, kj)`, in that order, whose input row lies inside the image: the tap is inside the
+/// image for the `n` output columns from `ox0`, which read the input at plane offsets
+/// `start, start + stride, ...`. Bounds are worked out once per tap and row, so the
+/// per-element loops check nothing.
 #[inline(always)]
 fn for_each_tap(
     g: &Conv2dGeometry,
@@ -107,8 +107,8 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> (Vec<T>, Vec<
     (out, indices)
 }
 
-/// The window argmax of one plane, compiled per CPU feature level (so the selects below
-/// become blends, not branches that mispredict on random data).
+/// The window argmax of one plane, compiled per CPU feature level (where the selects below
+/// can become blends rather than branches that mispredict on random data).
 struct MaxPlane<'a, T> {
     src: &'a [T],
     indices: &'a mut [i64],
@@ -136,7 +136,7 @@ impl<T: FloatElement> SimdKernel for MaxPlane<'_, T> {
             let positions = (start as i64..).step_by(stride);
             for (((b, a), &v), i) in best[ox0..].iter_mut().zip(at).zip(taps).zip(positions) {
                 // PyTorch's rule: the first maximum, or the last NaN; padding never wins.
-                // Non-short-circuit `|`: one select per output, no branch.
+                // Non-short-circuit `|`: a select, not a chain of branches.
                 let better = (*a < 0) | (v > *b) | v.is_nan();
                 *b = if better { v } else { *b };
                 *a = if better { i } else { *a };
@@ -197,8 +197,8 @@ pub fn avg_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> Vec<T> {
         for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
             let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
             sums.fill(<T::Acc as NumElement>::ZERO);
-            for_each_tap(g, [oh, ow], |oy, ox0, count, start| {
-                let dst = &mut sums[oy * ow + ox0..oy * ow + ox0 + count];
+            for_each_tap(g, [oh, ow], |oy, ox0, n, start| {
+                let dst = &mut sums[oy * ow + ox0..oy * ow + ox0 + n];
                 for (s, &v) in dst.iter_mut().zip(src[start..].iter().step_by(stride)) {
                     *s = *s + v.to_acc();
                 }

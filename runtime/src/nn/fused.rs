@@ -1,7 +1,7 @@
 //! Fused layer norm, cross-entropy, dropout and pooling: one kernel per pass (CUDA, or the
-//! CPU kernels), each a single autograd node. Backward runs the fused gradient kernel; when a graph of
-//! the backward itself is wanted (`create_graph`), it runs the same formula as tensor ops
-//! so that higher derivatives exist.
+//! CPU kernels), each a single autograd node. Backward runs the fused gradient kernel;
+//! when a graph of the backward itself is wanted (`create_graph`), it runs the same
+//! formula as tensor ops so that higher derivatives exist.
 
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
 use crate::ops::{IndexBounds, gpu};
@@ -447,7 +447,8 @@ fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) 
     let input_shape = [g.n, g.c, g.input[0], g.input[1]];
     if is_grad_enabled() {
         if let Some(idx) = indices {
-            let (planes, out_len) = (g.n * g.c, grad.numel() / (g.n * g.c).max(1));
+            let [oh, ow] = g.output().expect("checked by the forward");
+            let (planes, out_len) = (g.n * g.c, oh * ow);
             return Tensor::zeros(
                 &[planes, g.input[0] * g.input[1]],
                 grad.dtype(),

@@ -83,7 +83,6 @@ dispatch! {
     fn softmax_rows(x: &Tensor, op: &str, rows: usize, len: usize) -> Option<Tensor>;
     /// Inclusive prefix sums along the middle dim of contiguous `x`.
     fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor>;
-    /// `index_select` on contiguous `x`.
     /// `index_select` on contiguous `x`; the kernel checks the indices against `bounds`.
     fn index_select(x: &Tensor, index: &Tensor, bounds: &IndexBounds, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
     /// `gather` along `dim`, indices checked against `bounds`.

@@ -11,11 +11,11 @@ use ferrograd_kernels::{Dims, Element, with_dtype, with_num_dtype};
 /// device (the kernels check indices as they read them, see `IndexCheck` in common.cuh).
 #[derive(Clone, Debug)]
 pub(crate) enum IndexBounds {
-    /// Indices into dim `dim` (of size `size`) of `input`, from an index of shape `index`.
+    /// Indices into dim `dim` of `input` (a 0-d input counts as size 1), from an index
+    /// of shape `index`.
     Dim {
         op: &'static str,
         dim: usize,
-        size: usize,
         input: Dims,
         index: Dims,
     },
@@ -29,7 +29,6 @@ impl IndexBounds {
         IndexBounds::Dim {
             op,
             dim: d,
-            size: input.shape().get(d).copied().unwrap_or(1),
             input: Dims::from_slice(input.shape()),
             index: Dims::from_slice(index.shape()),
         }
@@ -45,7 +44,7 @@ impl IndexBounds {
     /// Indices must lie in `0..size()`.
     pub(crate) fn size(&self) -> usize {
         match self {
-            IndexBounds::Dim { size, .. } => *size,
+            IndexBounds::Dim { dim, input, .. } => input.get(*dim).copied().unwrap_or(1),
             IndexBounds::Classes { input, .. } => input[1],
         }
     }
@@ -56,11 +55,11 @@ impl IndexBounds {
             IndexBounds::Dim {
                 op,
                 dim,
-                size,
                 input,
                 index,
             } => format!(
-                "{op}: index {value} is out of bounds for dimension {dim} with size {size} (input shape {:?}, index shape {:?})",
+                "{op}: index {value} is out of bounds for dimension {dim} with size {} (input shape {:?}, index shape {:?})",
+                self.size(),
                 input.as_slice(),
                 index.as_slice()
             ),
