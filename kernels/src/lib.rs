@@ -15,12 +15,13 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
 pub mod cuda;
 mod dtype;
+mod index_bounds;
 mod layout;
 
 pub use dtype::{DType, Element, FloatElement, NumElement, Real};
+pub use index_bounds::IndexBounds;
 pub use layout::{Dims, Layout, broadcast_shapes, coalesce};
 
 #[doc(hidden)]

@@ -13,6 +13,7 @@ struct DivOp { template <typename A> static __device__ A apply(A a, A b) { retur
 struct MaxOp { template <typename A> static __device__ A apply(A a, A b) { return (a != a || a > b) ? a : b; } };
 struct MinOp { template <typename A> static __device__ A apply(A a, A b) { return (a != a || a < b) ? a : b; } };
 struct PowOp { template <typename A> static __device__ A apply(A a, A b) { return d_pow(a, b); } };
+struct Atan2Op { template <typename A> static __device__ A apply(A a, A b) { return d_atan2(a, b); } };
 // `copy_` and region writes: the destination takes the source.
 struct AssignOp { template <typename A> static __device__ A apply(A, A b) { return b; } };
 
@@ -64,6 +65,7 @@ __device__ void binary_inplace(usize n, const Geometry& g, T* dst, const T* src,
 #define MAX_F(T, S) BINARY_ONE(maximum, MaxOp, T, S)
 #define MIN_F(T, S) BINARY_ONE(minimum, MinOp, T, S)
 #define POW_F(T, S) BINARY_ONE(pow, PowOp, T, S)
+#define ATAN2_F(T, S) BINARY_ONE(atan2, Atan2Op, T, S)
 #define ASSIGN_F(T, S) BINARY_ONE(assign, AssignOp, T, S)
 FOR_NUMS(ADD_F)
 FOR_NUMS(SUB_F)
@@ -72,6 +74,7 @@ FOR_NUMS(DIV_F)
 FOR_NUMS(MAX_F)
 FOR_NUMS(MIN_F)
 FOR_FLOATS(POW_F)
+FOR_FLOATS(ATAN2_F)
 FOR_ALL(ASSIGN_F)
 
 // out = a && b for bool tensors (`alpha` is the binary kernels' shared parameter, unused).
@@ -117,8 +120,13 @@ struct AffineOp { template <typename A> static __device__ A apply(A x, A mul, A 
 struct DivScalarOp { template <typename A> static __device__ A apply(A x, A d, A) { return x / d; } };
 struct RdivScalarOp { template <typename A> static __device__ A apply(A x, A v, A) { return v / x; } };
 struct PowScalarOp { template <typename A> static __device__ A apply(A x, A e, A) { return e == A(2) ? x * x : d_pow(x, e); } };
-// NaN propagates (both comparisons are false).
-struct ClampOp { template <typename A> static __device__ A apply(A x, A lo, A hi) { return x < lo ? lo : (x > hi ? hi : x); } };
+// Branch-free (two selects); NaN propagates since both comparisons are false.
+struct ClampOp {
+    template <typename A> static __device__ A apply(A x, A lo, A hi) {
+        A y = x < lo ? lo : x;
+        return y > hi ? hi : y;
+    }
+};
 
 template <typename T, typename Op>
 __device__ void unary(usize n, const Geometry& g, const T* src, T* out, double p0, double p1) {
