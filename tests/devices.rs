@@ -68,6 +68,10 @@ const FLOAT_CASES: &[Case] = &[
             .add(&x[0].silu())
     }),
     case("clamp", &[&[3, 4]], |x| x[0].clamp(-0.5, 0.5)),
+    case("hardtanh relu6", &[&[3, 4]], |x| {
+        x[0].hardtanh(-0.5, 0.5).add(&x[0].mul_scalar(4.0).relu6())
+    }),
+    case("atan2", &[&[3, 4], &[4]], |x| x[0].atan2(&x[1])),
     case("where masked_fill", &[&[3, 4], &[3, 4]], |x| {
         let m = x[0].gt_scalar(0.0);
         Tensor::where_cond(&m, &x[0], &x[1]).masked_fill(&x[1].lt_scalar(-0.5), 2.0)

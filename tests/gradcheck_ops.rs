@@ -114,6 +114,21 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             vec![away_from_kinks(&[3, 4], 1)],
         ),
         case(
+            "hardtanh relu6",
+            |x| x[0].hardtanh(-0.5, 0.5) + x[0].mul_scalar(4.0).relu6(),
+            vec![away_from_kinks(&[3, 4], 1)],
+        ),
+        case(
+            "atan2_broadcast",
+            |x| x[0].atan2(&x[1]),
+            vec![input(&[3, 4], 1), input(&[4], 2)],
+        ),
+        case(
+            "atan2_transposed",
+            |x| x[0].t().atan2(&x[1]),
+            vec![input(&[4, 3], 1), input(&[3, 1], 2)],
+        ),
+        case(
             "pow_scalar",
             |x| x[0].pow_scalar(3.0) + x[0].abs().pow_scalar(1.5),
             vec![away_from_kinks(&[3, 4], 1)],

@@ -19,7 +19,6 @@
 
 use crate::memory::MemoryStats;
 use crate::storage::cuda as backend;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether at least one CUDA device can be used.
 ///
@@ -111,50 +110,6 @@ pub fn synchronize(ordinal: usize) -> crate::Result<()> {
     backend::synchronize(ordinal)
 }
 
-static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
-
-/// Lets f32 matrix products on CUDA use TF32 tensor cores (10-bit mantissa inputs, f32
-/// accumulation): several times faster, about 1e-3 relative error. Off by default, as
-/// PyTorch's `torch.backends.cuda.matmul.allow_tf32`; f16/bf16 products always use tensor
-/// cores and f64 never does.
-///
-/// ```
-/// use ferrograd_runtime::cuda;
-/// cuda::set_allow_tf32(true);
-/// assert!(cuda::allow_tf32());
-/// cuda::set_allow_tf32(false);
-/// ```
-pub fn set_allow_tf32(allow: bool) {
-    ALLOW_TF32.store(allow, Ordering::Relaxed);
-}
-
-/// Whether f32 matrix products may use TF32 (see [`set_allow_tf32`]).
-///
-/// ```
-/// assert!(!ferrograd_runtime::cuda::allow_tf32());
-/// ```
-pub fn allow_tf32() -> bool {
-    ALLOW_TF32.load(Ordering::Relaxed)
-}
-
-/// The ops that ran through the host for CUDA tensors since start or
-/// [`clear_host_fallbacks`], with how many times each: ops without a device kernel for
-/// the dtype at hand download the whole buffer, run the CPU kernel and upload the
-/// result, with the same results but waiting for the device. Empty on a CPU-only run.
-///
-/// ```
-/// # #[cfg(not(feature = "cuda"))]
-/// assert!(ferrograd_runtime::cuda::host_fallbacks().is_empty());
-/// ```
-pub fn host_fallbacks() -> Vec<(String, usize)> {
-    crate::ops::gpu::host_fallbacks()
-}
-
-/// Forgets the ops counted by [`host_fallbacks`].
-///
-/// ```
-/// ferrograd_runtime::cuda::clear_host_fallbacks();
-/// ```
-pub fn clear_host_fallbacks() {
-    crate::ops::gpu::clear_host_fallbacks()
-}
+pub use crate::storage::cuda_flags::{
+    allow_tf32, clear_host_fallbacks, host_fallbacks, set_allow_tf32,
+};

@@ -13,8 +13,9 @@
 
 use crate::amp;
 use crate::autograd::{no_grad, record};
-use crate::ops::{IndexBounds, check_same_device};
+use crate::ops::check_same_device;
 use crate::{DType, Tensor};
+use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cpu::{Conv2dGeometry, fold2d, unfold2d};
 use ferrograd_kernels::{Dims, Element, with_num_dtype};
 
@@ -859,7 +860,7 @@ fn check_targets(
         input: Dims::from_slice(input.shape()),
     };
     if !target.device().is_cuda() {
-        bounds.host_values(target, Some(ignore_index));
+        crate::ops::host_index_values(&bounds, target, Some(ignore_index));
     }
     (expected, bounds)
 }

@@ -4,8 +4,9 @@
 //! formula as tensor ops so that higher derivatives exist.
 
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
-use crate::ops::{IndexBounds, gpu};
+use crate::ops::gpu;
 use crate::{DType, Tensor};
+use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cpu::CpuStorage;
 use ferrograd_kernels::cpu::{
     Conv2dGeometry, CrossEntropyRows, avg_pool2d, avg_pool2d_backward, cross_entropy_backward_rows,

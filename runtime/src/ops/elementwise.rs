@@ -1,85 +1,66 @@
 //! Elementwise ops: binary arithmetic with broadcasting and type promotion, unary math,
 //! comparisons, `where`, and the operator impls.
 
-use super::{broadcast_shape, check_same_device, gpu};
+use super::{broadcast_shape, check_same_device};
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::{binary_map, ternary_map, unary_map};
-use ferrograd_kernels::{Element, NumElement, Real, with_dtype, with_float_dtype, with_num_dtype};
-
-/// A scalar function applied in the accumulator type (f32 for half types).
-pub(crate) trait UnaryKernel: Sync {
-    fn apply<A: Real>(&self, x: A) -> A;
-
-    /// The CUDA kernel computing the same function, with its two scalar parameters.
-    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
-        None
-    }
-}
-
-/// A binary function applied in the accumulator type.
-pub(crate) trait BinaryKernel: Sync {
-    fn apply<A: NumElement>(&self, a: A, b: A) -> A;
-
-    /// The CUDA kernel computing the same function (`add`, `assign`, ...) and the scale
-    /// it applies to the second operand first (1 but for `Axpy`).
-    fn cuda(&self) -> Option<(&'static str, f64)> {
-        None
-    }
-}
-
-/// A binary function that needs floating-point math.
-trait BinaryFloatKernel: Sync {
-    fn apply<A: Real>(&self, a: A, b: A) -> A;
-}
+use ferrograd_kernels::cpu::unary_map;
+use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
+use ferrograd_kernels::{Element, NumElement, Real, with_dtype};
 
 #[inline(always)]
 fn c<A: Real>(v: f64) -> A {
     A::from(v).expect("constant representable in f32")
 }
 
+/// A unary op type: its CPU function and its CUDA kernels (out of place, in place).
 macro_rules! unary_kernel {
-    ($name:ident, $cuda:literal, |$x:ident| $body:expr) => {
+    ($name:ident, $cuda:ident, $cuda_inplace:ident, |$x:ident| $body:expr) => {
         pub(crate) struct $name;
-        impl UnaryKernel for $name {
+        impl UnaryOp for $name {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::$cuda, &kernels::$cuda_inplace]);
             #[inline(always)]
             fn apply<A: Real>(&self, $x: A) -> A {
                 $body
-            }
-            fn cuda(&self) -> Option<(&'static str, f64, f64)> {
-                Some(($cuda, 0.0, 0.0))
             }
         }
     };
 }
 
-unary_kernel!(ExpK, "exp", |x| x.exp_vec());
-unary_kernel!(LogK, "log", |x| x.ln());
-unary_kernel!(SqrtK, "sqrt", |x| x.sqrt());
-unary_kernel!(RsqrtK, "rsqrt", |x| x.sqrt().recip());
-unary_kernel!(SinK, "sin", |x| x.sin());
-unary_kernel!(CosK, "cos", |x| x.cos());
-unary_kernel!(TanhK, "tanh", |x| x.tanh());
+unary_kernel!(ExpK, EXP, EXP_INPLACE, |x| x.exp_vec());
+unary_kernel!(LogK, LOG, LOG_INPLACE, |x| x.ln());
+unary_kernel!(SqrtK, SQRT, SQRT_INPLACE, |x| x.sqrt());
+unary_kernel!(RsqrtK, RSQRT, RSQRT_INPLACE, |x| x.sqrt().recip());
+unary_kernel!(SinK, SIN, SIN_INPLACE, |x| x.sin());
+unary_kernel!(CosK, COS, COS_INPLACE, |x| x.cos());
+unary_kernel!(TanhK, TANH, TANH_INPLACE, |x| x.tanh());
 // e^-|x| never overflows, so both branches are stable; the select vectorises.
-unary_kernel!(SigmoidK, "sigmoid", |x| {
+unary_kernel!(SigmoidK, SIGMOID, SIGMOID_INPLACE, |x| {
     let e = (-x.abs()).exp_vec();
     let r = A::one() / (A::one() + e);
     if x >= A::zero() { r } else { e * r }
 });
-unary_kernel!(ReluK, "relu", |x| if x > A::zero() { x } else { A::zero() });
-unary_kernel!(ErfK, "erf", |x| x.erf());
-unary_kernel!(GeluErfK, "gelu", |x| c::<A>(0.5)
+unary_kernel!(ReluK, RELU, RELU_INPLACE, |x| if x > A::zero() {
+    x
+} else {
+    A::zero()
+});
+unary_kernel!(ErfK, ERF, ERF_INPLACE, |x| x.erf());
+unary_kernel!(GeluErfK, GELU, GELU_INPLACE, |x| c::<A>(0.5)
     * x
     * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf()));
-unary_kernel!(GeluTanhK, "gelu_tanh", |x| {
+unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
     c::<A>(0.5) * x * (A::one() + inner.tanh())
 });
-unary_kernel!(SiluK, "silu", |x| x / (A::one() + (-x).exp_vec()));
-unary_kernel!(NegK, "neg", |x| -x);
-unary_kernel!(AbsK, "abs", |x| x.abs());
-unary_kernel!(SignK, "sign", |x| if x > A::zero() {
+unary_kernel!(SiluK, SILU, SILU_INPLACE, |x| x
+    / (A::one() + (-x).exp_vec()));
+unary_kernel!(NegK, NEG, NEG_INPLACE, |x| -x);
+unary_kernel!(AbsK, ABS, ABS_INPLACE, |x| x.abs());
+unary_kernel!(SignK, SIGN, SIGN_INPLACE, |x| if x > A::zero() {
     A::one()
 } else if x < A::zero() {
     -A::one()
@@ -88,7 +69,9 @@ unary_kernel!(SignK, "sign", |x| if x > A::zero() {
 });
 
 struct PowScalarK(f64);
-impl UnaryKernel for PowScalarK {
+impl UnaryOp for PowScalarK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::POW_SCALAR, &kernels::POW_SCALAR_INPLACE]);
     #[inline(always)]
     fn apply<A: Real>(&self, x: A) -> A {
         if self.0 == 2.0 {
@@ -97,8 +80,8 @@ impl UnaryKernel for PowScalarK {
             x.powf(c(self.0))
         }
     }
-    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
-        Some(("pow_scalar", self.0, 0.0))
+    fn params(&self) -> (f64, f64) {
+        (self.0, 0.0)
     }
 }
 
@@ -109,70 +92,72 @@ pub(crate) struct AffineK {
     pub(crate) mul: f64,
     pub(crate) add: f64,
 }
-impl UnaryKernel for AffineK {
+impl UnaryOp for AffineK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::AFFINE, &kernels::AFFINE_INPLACE]);
     #[inline(always)]
     fn apply<A: Real>(&self, x: A) -> A {
         x * c::<A>(self.mul) + c::<A>(self.add)
     }
-    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
-        Some(("affine", self.mul, self.add))
+    fn params(&self) -> (f64, f64) {
+        (self.mul, self.add)
     }
 }
 
 /// `x / divisor` in the accumulation type (see [`AffineK`]).
 struct DivScalarK(f64);
-impl UnaryKernel for DivScalarK {
+impl UnaryOp for DivScalarK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::DIV_SCALAR, &kernels::DIV_SCALAR_INPLACE]);
     #[inline(always)]
     fn apply<A: Real>(&self, x: A) -> A {
         x / c::<A>(self.0)
     }
-    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
-        Some(("div_scalar", self.0, 0.0))
+    fn params(&self) -> (f64, f64) {
+        (self.0, 0.0)
     }
 }
 
-struct ClampK(f64, f64);
-impl UnaryKernel for ClampK {
+/// `min(max(x, lo), hi)` as two selects, no branch, so the loop vectorises; NaN
+/// propagates as in PyTorch (both comparisons are false for it).
+pub(crate) struct ClampK(pub(crate) f64, pub(crate) f64);
+impl UnaryOp for ClampK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::CLAMP, &kernels::CLAMP_INPLACE]);
     #[inline(always)]
     fn apply<A: Real>(&self, x: A) -> A {
-        // NaN propagates, as in PyTorch.
         let (lo, hi) = (c::<A>(self.0), c::<A>(self.1));
-        if x < lo {
-            lo
-        } else if x > hi {
-            hi
-        } else {
-            x
-        }
+        let y = if x < lo { lo } else { x };
+        if y > hi { hi } else { y }
     }
-    fn cuda(&self) -> Option<(&'static str, f64, f64)> {
-        Some(("clamp", self.0, self.1))
+    fn params(&self) -> (f64, f64) {
+        (self.0, self.1)
     }
 }
 
+/// A binary op type: its CPU function and its CUDA kernels (out of place, in place).
 macro_rules! binary_kernel {
-    ($name:ident, $cuda:literal, |$a:ident, $b:ident| $body:expr) => {
+    ($name:ident, $cuda:ident, $cuda_inplace:ident, |$a:ident, $b:ident| $body:expr) => {
         pub(crate) struct $name;
-        impl BinaryKernel for $name {
+        impl BinaryOp for $name {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::$cuda, &kernels::$cuda_inplace]);
             #[inline(always)]
             fn apply<A: NumElement>(&self, $a: A, $b: A) -> A {
                 $body
-            }
-            fn cuda(&self) -> Option<(&'static str, f64)> {
-                Some(($cuda, 1.0))
             }
         }
     };
 }
 
-binary_kernel!(AddK, "add", |a, b| a + b);
-binary_kernel!(SubK, "sub", |a, b| a - b);
-binary_kernel!(MulK, "mul", |a, b| a * b);
-binary_kernel!(DivK, "div", |a, b| a / b);
+binary_kernel!(AddK, ADD, ADD_INPLACE, |a, b| a + b);
+binary_kernel!(SubK, SUB, SUB_INPLACE, |a, b| a - b);
+binary_kernel!(MulK, MUL, MUL_INPLACE, |a, b| a * b);
+binary_kernel!(DivK, DIV, DIV_INPLACE, |a, b| a / b);
 
 binary_kernel!(
     MaxK,
-    "maximum",
+    MAXIMUM,
+    MAXIMUM_INPLACE,
     |a, b| if a.partial_cmp(&a).is_none() || a > b {
         a
     } else {
@@ -182,7 +167,8 @@ binary_kernel!(
 
 binary_kernel!(
     MinK,
-    "minimum",
+    MINIMUM,
+    MINIMUM_INPLACE,
     |a, b| if a.partial_cmp(&a).is_none() || a < b {
         a
     } else {
@@ -191,66 +177,33 @@ binary_kernel!(
 );
 
 struct PowK;
-impl BinaryFloatKernel for PowK {
+impl BinaryFloatOp for PowK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::POW, &kernels::POW_INPLACE]);
     #[inline(always)]
     fn apply<A: Real>(&self, a: A, b: A) -> A {
         a.powf(b)
     }
 }
 
-/// Comparison kinds producing bool tensors.
-#[derive(Clone, Copy)]
-enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-impl Cmp {
-    /// The CUDA kernel of this comparison.
-    fn cuda(self) -> &'static str {
-        match self {
-            Cmp::Eq => "eq",
-            Cmp::Ne => "ne",
-            Cmp::Lt => "lt",
-            Cmp::Le => "le",
-            Cmp::Gt => "gt",
-            Cmp::Ge => "ge",
-        }
-    }
-
+/// `atan2(a, b)`: the angle of the point `(b, a)`, in `(-pi, pi]`.
+struct Atan2K;
+impl BinaryFloatOp for Atan2K {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::ATAN2, &kernels::ATAN2_INPLACE]);
     #[inline(always)]
-    fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
-        match self {
-            Cmp::Eq => a == b,
-            Cmp::Ne => a != b,
-            Cmp::Lt => a < b,
-            Cmp::Le => a <= b,
-            Cmp::Gt => a > b,
-            Cmp::Ge => a >= b,
-        }
+    fn apply<A: Real>(&self, a: A, b: A) -> A {
+        a.atan2(b)
     }
 }
 
 impl Tensor {
     /// Runs a float kernel over this tensor (ints are promoted to f32 first, as in PyTorch).
     #[track_caller]
-    fn map_float<K: UnaryKernel>(&self, op: &'static str, kernel: &K) -> Tensor {
+    pub(crate) fn map_float<K: UnaryOp>(&self, op: &'static str, kernel: &K) -> Tensor {
         if !self.dtype().is_float() {
             return self.to_dtype(DType::F32).map_float(op, kernel);
         }
-        if let Some((name, p0, p1)) = kernel.cuda()
-            && let Some(out) = gpu::unary(self, op, name, p0, p1)
-        {
-            return out;
-        }
-        self.map_storage(op, |s, l| {
-            with_float_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x: T| T::from_acc(kernel.apply(x.to_acc())))),
-                else unreachable!("float checked"))
-        })
+        let out = self.read_storage().unary(self.layout(), kernel, op);
+        Tensor::from_backend(op, self.shape(), out)
     }
 
     /// The inputs of a binary op converted to their common dtype, and the broadcast shape.
@@ -271,7 +224,30 @@ impl Tensor {
     }
 
     #[track_caller]
-    fn binary_raw<K: BinaryKernel>(
+    fn binary_raw<K: BinaryOp>(
+        a: &Tensor,
+        b: &Tensor,
+        shape: &[usize],
+        op: &str,
+        kernel: &K,
+    ) -> Tensor {
+        assert!(
+            a.dtype() != DType::Bool,
+            "{op}: not supported for bool tensors (shapes {:?} and {:?})",
+            a.shape(),
+            b.shape()
+        );
+        let la = a.layout().broadcast_to(shape);
+        let lb = b.layout().broadcast_to(shape);
+        let out = a
+            .read_storage()
+            .binary(&la, &b.read_storage(), &lb, kernel, op);
+        Tensor::from_backend(op, shape, out)
+    }
+
+    /// A float-only binary op over the broadcast shape of `a` and `b` (one float dtype).
+    #[track_caller]
+    fn binary_float_raw<K: BinaryFloatOp>(
         a: &Tensor,
         b: &Tensor,
         shape: &[usize],
@@ -280,19 +256,10 @@ impl Tensor {
     ) -> Tensor {
         let la = a.layout().broadcast_to(shape);
         let lb = b.layout().broadcast_to(shape);
-        if let Some(cuda) = kernel.cuda()
-            && let Some(out) = gpu::binary(a, &la, b, &lb, op, cuda, a.dtype())
-        {
-            return out;
-        }
-        let storage = a.with_cpu(op, |sa, _| {
-            b.with_cpu(op, |sb, _| {
-                with_num_dtype!(sa.dtype(), T => T::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
-                    |x: T, y: T| T::from_acc(kernel.apply(x.to_acc(), y.to_acc())))),
-                    else panic!("{op}: not supported for bool tensors (shapes {:?} and {:?})", a.shape(), b.shape()))
-            })
-        });
-        Tensor::from_cpu_on(storage, shape, a.device())
+        let out = a
+            .read_storage()
+            .binary_float(&la, &b.read_storage(), &lb, kernel, op);
+        Tensor::from_backend(op, shape, out)
     }
 
     /// Elementwise sum with broadcasting (`a + b`).
@@ -405,19 +372,7 @@ impl Tensor {
             return a.pow(&b);
         }
         let (a, b, shape) = self.promote_pair(exponent, "pow", true);
-        let (la, lb) = (
-            a.layout().broadcast_to(&shape),
-            b.layout().broadcast_to(&shape),
-        );
-        let out = gpu::binary(&a, &la, &b, &lb, "pow", ("pow", 1.0), a.dtype()).unwrap_or_else(|| {
-            let storage = a.with_cpu("pow", |sa, _| {
-                b.with_cpu("pow", |sb, _| {
-                    with_float_dtype!(sa.dtype(), T => T::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
-                        |x: T, y: T| T::from_acc(PowK.apply(x.to_acc(), y.to_acc())))), else unreachable!("float result"))
-                })
-            });
-            Tensor::from_cpu_on(storage, &shape, a.device())
-        });
+        let out = Tensor::binary_float_raw(&a, &b, &shape, "pow", &PowK);
         record(out.clone(), "pow", &[&a, &b], || {
             let (sa, sb, so) = (
                 SavedTensor::new(&a),
@@ -469,7 +424,7 @@ impl Tensor {
     }
 
     #[track_caller]
-    fn extremum<K: BinaryKernel>(
+    fn extremum<K: BinaryOp>(
         &self,
         other: &Tensor,
         op: &'static str,
@@ -626,7 +581,7 @@ impl Tensor {
 
     /// Applies a float kernel and records `backward(ctx, x, out, g)`.
     #[track_caller]
-    fn unary_op<K: UnaryKernel>(
+    fn unary_op<K: UnaryOp>(
         &self,
         op: &'static str,
         kernel: K,
@@ -858,6 +813,74 @@ impl Tensor {
         })
     }
 
+    /// The angle of `(other, self)` elementwise, `atan2(self, other)` in `(-pi, pi]`, with
+    /// broadcasting (`torch.atan2`); integers become f32. Differentiable in both.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![1.0f64, -1.0], &[2]);
+    /// let x = Tensor::from_vec(vec![0.0f64], &[1]);
+    /// let a = y.atan2(&x).to_vec::<f64>();
+    /// assert!((a[0] - std::f64::consts::FRAC_PI_2).abs() < 1e-15 && (a[1] + std::f64::consts::FRAC_PI_2).abs() < 1e-15);
+    /// ```
+    #[track_caller]
+    pub fn atan2(&self, other: &Tensor) -> Tensor {
+        if let Some([a, b]) = amp::full_precision_all([self, other]) {
+            return a.atan2(&b);
+        }
+        let (a, b, shape) = self.promote_pair(other, "atan2", true);
+        let out = Tensor::binary_float_raw(&a, &b, &shape, "atan2", &Atan2K);
+        record(out, "atan2", &[&a, &b], || {
+            let (sa, sb) = (SavedTensor::new(&a), SavedTensor::new(&b));
+            // d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2)
+            move |ctx, g: &Tensor| {
+                let (y, x) = (sa.get("atan2"), sb.get("atan2"));
+                let scale = g.div(&y.mul(&y).add(&x.mul(&x)));
+                vec![
+                    ctx.needs(0).then(|| scale.mul(&x).sum_to_shape(sa.shape())),
+                    ctx.needs(1)
+                        .then(|| scale.mul(&y).neg().sum_to_shape(sb.shape())),
+                ]
+            }
+        })
+    }
+
+    /// `min(max(self, min_val), max_val)` as an activation (`F.hardtanh`): the forward of
+    /// [`clamp`](Tensor::clamp), but the gradient passes only strictly inside
+    /// `(min_val, max_val)`, as PyTorch's.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![-2.0f32, 0.5, 1.0, 3.0], &[4]);
+    /// assert_eq!(t.hardtanh(-1.0, 1.0).to_vec::<f32>(), vec![-1.0, 0.5, 1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn hardtanh(&self, min_val: f64, max_val: f64) -> Tensor {
+        assert!(
+            min_val <= max_val,
+            "hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})"
+        );
+        self.unary_op("hardtanh", ClampK(min_val, max_val), move |x, _, g| {
+            g.mul(
+                &x.gt_scalar(min_val)
+                    .logical_and(&x.lt_scalar(max_val))
+                    .to_dtype(g.dtype()),
+            )
+        })
+    }
+
+    /// `min(max(self, 0), 6)` (`F.relu6`, MobileNet's activation): [`hardtanh`](Tensor::hardtanh)
+    /// over `[0, 6]`.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![-1.0f32, 2.0, 7.0], &[3]);
+    /// assert_eq!(t.relu6().to_vec::<f32>(), vec![0.0, 2.0, 6.0]);
+    /// ```
+    pub fn relu6(&self) -> Tensor {
+        self.hardtanh(0.0, 6.0)
+    }
+
     /// Clamps to `[min, max]` (`torch.clamp`); the gradient passes where the input was inside.
     ///
     /// ```
@@ -907,15 +930,10 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        if let Some(out) = gpu::binary(&a, &la, &b, &lb, op, (cmp.cuda(), 1.0), DType::Bool) {
-            return out;
-        }
-        let storage = a.with_cpu(op, |sa, _| {
-            b.with_cpu(op, |sb, _| {
-                with_dtype!(dtype, T => bool::into_storage(binary_map(sa.typed::<T>(), &la, sb.typed::<T>(), &lb, |x: T, y: T| cmp.eval(x, y))))
-            })
-        });
-        Tensor::from_cpu_on(storage, &shape, a.device())
+        let out = a
+            .read_storage()
+            .compare(&la, &b.read_storage(), &lb, cmp, op);
+        Tensor::from_backend(op, &shape, out)
     }
 
     fn compare_scalar(&self, value: f64, cmp: Cmp, op: &str) -> Tensor {
@@ -1006,29 +1024,8 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        if let Some(out) = gpu::binary(
-            &a,
-            &la,
-            &b,
-            &lb,
-            "logical_and",
-            ("logical_and", 1.0),
-            DType::Bool,
-        ) {
-            return out;
-        }
-        let storage = a.with_cpu("logical_and", |sa, _| {
-            b.with_cpu("logical_and", |sb, _| {
-                bool::into_storage(binary_map(
-                    sa.typed::<bool>(),
-                    &la,
-                    sb.typed::<bool>(),
-                    &lb,
-                    |x, y| x && y,
-                ))
-            })
-        });
-        Tensor::from_cpu_on(storage, &shape, a.device())
+        let out = a.read_storage().logical_and(&la, &b.read_storage(), &lb);
+        Tensor::from_backend("logical_and", &shape, out)
     }
 
     /// Elementwise logical not of a bool tensor.
@@ -1068,17 +1065,10 @@ impl Tensor {
             a.layout().broadcast_to(&shape),
             b.layout().broadcast_to(&shape),
         );
-        let out = gpu::where_(&cond, &lc, &a, &la, &b, &lb).unwrap_or_else(|| {
-            let storage = cond.with_cpu("where", |sc, _| {
-                a.with_cpu("where", |sa, _| {
-                    b.with_cpu("where", |sb, _| {
-                        with_dtype!(sa.dtype(), T => T::into_storage(ternary_map(sc.typed::<bool>(), &lc, sa.typed::<T>(), &la, sb.typed::<T>(), &lb,
-                            |c: bool, x: T, y: T| if c { x } else { y })))
-                    })
-                })
-            });
-            Tensor::from_cpu_on(storage, &shape, a.device())
-        });
+        let out =
+            cond.read_storage()
+                .where_cond(&lc, (&a.read_storage(), &la), (&b.read_storage(), &lb));
+        let out = Tensor::from_backend("where", &shape, out);
         record(out, "where", &[&a, &b], || {
             let (sa, sb) = (Shape(a.shape().into()), Shape(b.shape().into()));
             move |ctx, g: &Tensor| {

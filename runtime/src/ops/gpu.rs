@@ -7,30 +7,12 @@
 //! A kernel launch that fails panics with the op's name, as PyTorch raises: tensor ops
 //! return tensors, not `Result`s.
 
-use super::IndexBounds;
 use crate::Tensor;
+use crate::storage::op::ReduceOp;
+use ferrograd_kernels::IndexBounds;
+use ferrograd_kernels::Layout;
 use ferrograd_kernels::cpu::{AdamStep, Conv2dGeometry, SgdStep};
-use ferrograd_kernels::{DType, Layout};
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-
-static FALLBACKS: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
-
-/// Notes that `op` ran on the host for a device tensor.
-pub(crate) fn note_host_fallback(op: &str) {
-    let mut map = FALLBACKS.lock().unwrap_or_else(|e| e.into_inner());
-    *map.entry(op.to_string()).or_default() += 1;
-}
-
-/// The ops that ran through the host for device tensors so far, with how often.
-pub(crate) fn host_fallbacks() -> Vec<(String, usize)> {
-    let map = FALLBACKS.lock().unwrap_or_else(|e| e.into_inner());
-    map.iter().map(|(k, v)| (k.clone(), *v)).collect()
-}
-
-pub(crate) fn clear_host_fallbacks() {
-    FALLBACKS.lock().unwrap_or_else(|e| e.into_inner()).clear();
-}
+use ferrograd_kernels::cuda::CudaKernel;
 
 /// Declares each dispatch function once: the CUDA implementation in `imp` with the
 /// feature, `Default` (None / false) without it.
@@ -58,29 +40,13 @@ macro_rules! dispatch {
 }
 
 dispatch! {
-    /// `kernel(x, p0, p1)` for a float tensor (`exp`, `affine`, `clamp`, ...).
-    fn unary(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> Option<Tensor>;
-    /// `a kernel (alpha * b)` over the layouts' common (broadcast) shape; `out_dtype` is
-    /// bool for comparisons.
-    fn binary(a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout, op: &str, kernel: (&str, f64), out_dtype: DType) -> Option<Tensor>;
-    /// `torch.where` over the layouts' common (broadcast) shape.
-    fn where_(c: &Tensor, lc: &Layout, a: &Tensor, la: &Layout, b: &Tensor, lb: &Layout) -> Option<Tensor>;
-    /// A contiguous copy of `x` converted to `dtype`.
-    fn cast(x: &Tensor, dtype: DType, op: &str) -> Option<Tensor>;
-    /// A new tensor filled with `value` on a CUDA `device`.
-    fn full(shape: &[usize], value: f64, dtype: DType, device: &crate::Device) -> Option<Tensor>;
-    /// `x = kernel(x, p0, p1)` in place (`fill` writes p0).
-    fn unary_inplace(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> bool;
-    /// `dst[region] = dst[region] kernel (alpha * src)` in place (`assign` copies); `src` is
-    /// another buffer, `lsrc` broadcast to the region.
-    fn binary_inplace(dst: &Tensor, region: &Layout, src: &Tensor, lsrc: &Layout, op: &str, kernel: (&str, f64)) -> bool;
-    /// `op` (`sum`, `prod`: also the kernel) over the middle dim of contiguous `x` seen as
+    /// `reduce` (sum or product) over the middle dim of contiguous `x` seen as
     /// `[outer, r, inner]`.
-    fn reduce(x: &Tensor, op: &str, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
+    fn reduce(x: &Tensor, op: &str, reduce: ReduceOp, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
     /// Max or min over the middle dim with first-occurrence indices.
     fn arg_reduce(x: &Tensor, op: &str, is_max: bool, dims: [usize; 3], out_shape: &[usize]) -> Option<(Tensor, Tensor)>;
-    /// `op` (`softmax` or `log_softmax`) of each row of contiguous `x`.
-    fn softmax_rows(x: &Tensor, op: &str, rows: usize, len: usize) -> Option<Tensor>;
+    /// `op` (`softmax` or `log_softmax`, with its CUDA kernel) of each row of contiguous `x`.
+    fn softmax_rows(x: &Tensor, op: &str, kernel: &'static CudaKernel, rows: usize, len: usize) -> Option<Tensor>;
     /// Inclusive prefix sums along the middle dim of contiguous `x`.
     fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor>;
     /// `index_select` on contiguous `x`; the kernel checks the indices against `bounds`.
@@ -136,6 +102,7 @@ mod imp {
     use super::*;
     use crate::storage::Storage;
     use crate::storage::cuda::{self as backend, CudaStorage, ops as k};
+    use ferrograd_kernels::DType;
     use std::sync::{Arc, RwLockReadGuard};
 
     /// The CUDA storage behind a tensor, read-locked.
@@ -180,125 +147,6 @@ mod imp {
         true
     }
 
-    const NUM_KERNELS: [&str; 6] = ["add", "sub", "mul", "div", "maximum", "minimum"];
-
-    /// Whether elementwise `kernel` exists for `dtype`.
-    fn elementwise_has(kernel: &str, dtype: DType) -> bool {
-        match kernel {
-            "logical_and" => dtype == DType::Bool,
-            "assign" | "eq" | "ne" | "lt" | "le" | "gt" | "ge" => true,
-            k if NUM_KERNELS.contains(&k) => dtype != DType::Bool,
-            _ => dtype.is_float(),
-        }
-    }
-
-    #[track_caller]
-    pub(super) fn unary(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> Option<Tensor> {
-        let s = dev(x)?;
-        if !x.dtype().is_float() {
-            return None;
-        }
-        Some(wrap(
-            op,
-            k::unary(kernel, s.get(), x.layout(), p0, p1),
-            x.shape(),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn binary(
-        a: &Tensor,
-        la: &Layout,
-        b: &Tensor,
-        lb: &Layout,
-        op: &str,
-        (kernel, alpha): (&str, f64),
-        out_dtype: DType,
-    ) -> Option<Tensor> {
-        if !elementwise_has(kernel, a.dtype()) {
-            return None;
-        }
-        let (sa, sb) = (dev(a)?, dev(b)?);
-        Some(wrap(
-            op,
-            k::binary(kernel, sa.get(), la, sb.get(), lb, alpha, out_dtype),
-            la.shape(),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn where_(
-        c: &Tensor,
-        lc: &Layout,
-        a: &Tensor,
-        la: &Layout,
-        b: &Tensor,
-        lb: &Layout,
-    ) -> Option<Tensor> {
-        let (sc, sa, sb) = (dev(c)?, dev(a)?, dev(b)?);
-        Some(wrap(
-            "where",
-            k::where_(sc.get(), lc, sa.get(), la, sb.get(), lb),
-            lc.shape(),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn cast(x: &Tensor, dtype: DType, op: &str) -> Option<Tensor> {
-        let s = dev(x)?;
-        Some(wrap(op, k::cast(s.get(), x.layout(), dtype), x.shape()))
-    }
-
-    #[track_caller]
-    pub(super) fn full(
-        shape: &[usize],
-        value: f64,
-        dtype: DType,
-        device: &crate::Device,
-    ) -> Option<Tensor> {
-        let crate::Device::Cuda(ordinal) = *device else {
-            return None;
-        };
-        let d = backend::gpu(ordinal)
-            .unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"));
-        let n = shape.iter().product();
-        Some(wrap("full", k::full(&d, dtype, n, value), shape))
-    }
-
-    #[track_caller]
-    pub(super) fn unary_inplace(x: &Tensor, op: &str, kernel: &str, p0: f64, p1: f64) -> bool {
-        if !x.device().is_cuda() || (kernel != "fill" && !x.dtype().is_float()) {
-            return false;
-        }
-        let guard = x.storage_cell().write(); // bumps the version
-        let Storage::Cuda(s) = &*guard else {
-            return false;
-        };
-        let r = if kernel == "fill" {
-            k::fill(s, x.layout(), p0)
-        } else {
-            k::unary_inplace(kernel, s, x.layout(), p0, p1)
-        };
-        check(op, r)
-    }
-
-    #[track_caller]
-    pub(super) fn binary_inplace(
-        dst: &Tensor,
-        region: &Layout,
-        src: &Tensor,
-        lsrc: &Layout,
-        op: &str,
-        (kernel, alpha): (&str, f64),
-    ) -> bool {
-        if !elementwise_has(kernel, dst.dtype()) {
-            return false;
-        }
-        write_from(dst, src, op, |d, s| {
-            k::binary_inplace(kernel, d, region, s, lsrc, alpha)
-        })
-    }
-
     /// Runs `f` on `dst`'s storage (write-locked, version bumped) and `src`'s (read), both
     /// on CUDA; `false` when either is elsewhere. They must be different buffers (callers
     /// copy an aliasing operand first): one thread cannot hold both locks of one storage.
@@ -337,6 +185,7 @@ mod imp {
     pub(super) fn reduce(
         x: &Tensor,
         op: &str,
+        reduce: ReduceOp,
         dims: [usize; 3],
         out_shape: &[usize],
     ) -> Option<Tensor> {
@@ -346,7 +195,7 @@ mod imp {
         let s = dev(x)?;
         Some(wrap(
             op,
-            k::reduce(op, s.get(), contiguous_offset(x), dims),
+            k::reduce(reduce.cuda(), s.get(), contiguous_offset(x), dims),
             out_shape,
         ))
     }
@@ -369,14 +218,20 @@ mod imp {
     }
 
     #[track_caller]
-    pub(super) fn softmax_rows(x: &Tensor, op: &str, rows: usize, len: usize) -> Option<Tensor> {
+    pub(super) fn softmax_rows(
+        x: &Tensor,
+        op: &str,
+        kernel: &'static CudaKernel,
+        rows: usize,
+        len: usize,
+    ) -> Option<Tensor> {
         if !x.dtype().is_float() {
             return None;
         }
         let s = dev(x)?;
         Some(wrap(
             op,
-            k::softmax_rows(op, s.get(), contiguous_offset(x), rows, len),
+            k::softmax_rows(kernel, s.get(), contiguous_offset(x), rows, len),
             x.shape(),
         ))
     }

@@ -4,87 +4,31 @@ use super::{check_same_device, gpu};
 use crate::autograd::record;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{gather, index_select, scatter_add};
-use ferrograd_kernels::{Dims, Element, with_dtype, with_num_dtype};
+use ferrograd_kernels::{Dims, Element, IndexBounds, with_dtype, with_num_dtype};
 
-/// What a bounds check on int64 indices demands, kept to word the panic when an index fails
-/// it: on the host at once, or, for indices on a device, when the host next waits for the
-/// device (the kernels check indices as they read them, see `IndexCheck` in common.cuh).
-#[derive(Clone, Debug)]
-pub(crate) enum IndexBounds {
-    /// Indices into dim `dim` of `input` (a 0-d input counts as size 1), from an index
-    /// of shape `index`.
-    Dim {
-        op: &'static str,
-        dim: usize,
-        input: Dims,
-        index: Dims,
-    },
-    /// Class targets for logits of shape `input` `[N, C, d...]`: in `0..C`.
-    Classes { op: &'static str, input: Dims },
+/// The bounds of indices `index` into dim `d` of `input`, for `op`.
+pub(crate) fn dim_bounds(
+    op: &'static str,
+    input: &Tensor,
+    d: usize,
+    index: &Tensor,
+) -> IndexBounds {
+    IndexBounds::dim(op, d, input.shape(), index.shape())
 }
 
-impl IndexBounds {
-    /// Indices into dim `d` of `input` from `index`, for `op`.
-    pub(crate) fn dim(op: &'static str, input: &Tensor, d: usize, index: &Tensor) -> Self {
-        IndexBounds::Dim {
-            op,
-            dim: d,
-            input: Dims::from_slice(input.shape()),
-            index: Dims::from_slice(index.shape()),
-        }
+/// The values of host (CPU) int64 tensor `index`, panicking with the op's message at the
+/// first out of `bounds` (except `ignore`).
+#[track_caller]
+pub(crate) fn host_index_values(
+    bounds: &IndexBounds,
+    index: &Tensor,
+    ignore: Option<i64>,
+) -> Vec<i64> {
+    let values = index.contiguous_vec::<i64>();
+    if let Some(bad) = bounds.first_bad(&values, ignore) {
+        panic!("{}", bounds.message(bad));
     }
-
-    /// The op's name.
-    pub(crate) fn op(&self) -> &'static str {
-        match self {
-            IndexBounds::Dim { op, .. } | IndexBounds::Classes { op, .. } => op,
-        }
-    }
-
-    /// Indices must lie in `0..size()`.
-    pub(crate) fn size(&self) -> usize {
-        match self {
-            IndexBounds::Dim { dim, input, .. } => input.get(*dim).copied().unwrap_or(1),
-            IndexBounds::Classes { input, .. } => input[1],
-        }
-    }
-
-    /// What the op says about the bad index `value`.
-    pub(crate) fn message(&self, value: i64) -> String {
-        match self {
-            IndexBounds::Dim {
-                op,
-                dim,
-                input,
-                index,
-            } => format!(
-                "{op}: index {value} is out of bounds for dimension {dim} with size {} (input shape {:?}, index shape {:?})",
-                self.size(),
-                input.as_slice(),
-                index.as_slice()
-            ),
-            IndexBounds::Classes { op, input } => format!(
-                "{op}: target {value} is out of bounds for {} classes (input shape {:?})",
-                input[1],
-                input.as_slice()
-            ),
-        }
-    }
-
-    /// The values of host (CPU) int64 tensor `index`, panicking at the first out of
-    /// bounds (except `ignore`).
-    #[track_caller]
-    pub(crate) fn host_values(&self, index: &Tensor, ignore: Option<i64>) -> Vec<i64> {
-        let values = index.contiguous_vec::<i64>();
-        let size = self.size() as i64;
-        if let Some(&bad) = values
-            .iter()
-            .find(|&&v| !(0..size).contains(&v) && Some(v) != ignore)
-        {
-            panic!("{}", self.message(bad));
-        }
-        values
-    }
+    values
 }
 
 /// Panics unless `index` is an int64 tensor on `input`'s device, naming the op.
@@ -117,7 +61,7 @@ impl Tensor {
             index.shape()
         );
         check_index_tensor("index_select", self, index);
-        let bounds = IndexBounds::dim("index_select", self, d, index);
+        let bounds = dim_bounds("index_select", self, d, index);
         let x = self.detach().contiguous();
         let outer: usize = x.shape()[..d].iter().product();
         let inner: usize = x.shape()[d + 1..].iter().product();
@@ -125,7 +69,7 @@ impl Tensor {
         let mut shape = Dims::from_slice(self.shape());
         shape[d] = index.numel();
         let out = gpu::index_select(&x, index, &bounds, [outer, r, inner], &shape).unwrap_or_else(|| {
-            let idx = bounds.host_values(index, None);
+            let idx = host_index_values(&bounds, index, None);
             let storage = x.with_cpu("index_select", |s, l| {
                 let range = l.contiguous_range().expect("contiguous");
                 with_dtype!(s.dtype(), T => T::into_storage(index_select(&s.typed::<T>()[range], outer, r, inner, &idx)))
@@ -185,7 +129,7 @@ impl Tensor {
     #[track_caller]
     pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
         let d = self.normalize_dim("gather", dim);
-        self.gather_checked(d, index, IndexBounds::dim("gather", self, d, index))
+        self.gather_checked(d, index, dim_bounds("gather", self, d, index))
     }
 
     /// [`Tensor::gather`] along normalised `d`, a bad index reported through `bounds`.
@@ -195,7 +139,7 @@ impl Tensor {
         check_index_tensor(op, self, index);
         self.check_scatter_shapes(op, index, d, None);
         let out = gpu::gather(self, index, &bounds, d).unwrap_or_else(|| {
-            let idx = bounds.host_values(index, None);
+            let idx = host_index_values(&bounds, index, None);
             let storage = self.with_cpu("gather", |s, l| {
                 with_dtype!(s.dtype(), T => T::into_storage(gather(s.typed::<T>(), l, &idx, index.shape(), d)))
             });
@@ -246,12 +190,7 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Tensor {
         let d = self.normalize_dim("scatter_add", dim);
-        self.scatter_add_checked(
-            d,
-            index,
-            src,
-            IndexBounds::dim("scatter_add", self, d, index),
-        )
+        self.scatter_add_checked(d, index, src, dim_bounds("scatter_add", self, d, index))
     }
 
     /// [`Tensor::scatter_add`] along normalised `d`, a bad index reported through `bounds`.
@@ -270,7 +209,7 @@ impl Tensor {
         let out = self.detach().deep_copy();
         let src_view = src.layout().slice_to(index.shape());
         if !gpu::scatter_add_(&out, index, &bounds, &src, &src_view, d) {
-            let idx = bounds.host_values(index, None);
+            let idx = host_index_values(&bounds, index, None);
             src.with_cpu("scatter_add", |s, _| {
                 out.with_cpu_mut("scatter_add", |dst, _| {
                     with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
@@ -310,7 +249,7 @@ impl Tensor {
     pub fn one_hot(&self, num_classes: usize) -> Tensor {
         let n = self.numel();
         let classes = Tensor::zeros(&[num_classes], DType::I64, &self.device());
-        let bounds = IndexBounds::dim("one_hot", &classes, 0, self);
+        let bounds = dim_bounds("one_hot", &classes, 0, self);
         let mut shape = Dims::from_slice(self.shape());
         shape.push(num_classes);
         let ones = Tensor::ones(&[n, 1], DType::I64, &self.device());

@@ -1,14 +1,13 @@
 //! In-place ops (`add_`, `mul_`, `fill_`, ...). Each bumps the storage version, so a tensor
 //! saved for backward and then modified is caught when backward runs.
 
-use super::elementwise::{AddK, AffineK, BinaryKernel, DivK, MulK, SubK, UnaryKernel};
-use super::gpu;
+use super::elementwise::{AddK, AffineK, ClampK, DivK, MulK, SubK};
 use crate::autograd::{AutogradMeta, is_grad_enabled};
+use crate::storage::op::BinaryOp;
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::{binary_inplace, fill_strided, unary_inplace};
-use ferrograd_kernels::{
-    Element, NumElement, broadcast_shapes, with_dtype, with_float_dtype, with_num_dtype,
-};
+use ferrograd_kernels::cpu::unary_inplace;
+use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
+use ferrograd_kernels::{Element, NumElement, broadcast_shapes, with_dtype};
 
 impl Tensor {
     #[track_caller]
@@ -34,7 +33,7 @@ impl Tensor {
 
     /// Applies `kernel(self, other)` in place, `other` broadcast to this tensor's shape.
     #[track_caller]
-    fn inplace_binary<K: BinaryKernel>(&self, other: &Tensor, op: &str, kernel: &K) -> &Tensor {
+    fn inplace_binary<K: BinaryOp>(&self, other: &Tensor, op: &str, kernel: &K) -> &Tensor {
         self.check_inplace(op);
         super::check_same_device(op, &[self, other]);
         let fits = broadcast_shapes(self.shape(), other.shape())
@@ -58,17 +57,9 @@ impl Tensor {
             other
         };
         let other_layout = other.layout().broadcast_to(self.shape());
-        if let Some(cuda) = kernel.cuda()
-            && gpu::binary_inplace(self, self.layout(), &other, &other_layout, op, cuda)
-        {
-            return self;
-        }
         // Two different buffers (an aliasing operand was copied above): read one, write the other.
-        other.with_cpu(op, |src, _| {
-            self.with_cpu_mut(op, |dst, layout| {
-                with_num_dtype!(dst.dtype(), T => binary_inplace(dst.typed_mut::<T>(), layout, src.typed::<T>(), &other_layout,
-                    |a: T, b: T| T::from_acc(kernel.apply(a.to_acc(), b.to_acc()))), else unreachable!("bool rejected"))
-            })
+        self.backend_write(op, |dst, layout| {
+            dst.binary_inplace(layout, &other.read_storage(), &other_layout, kernel, op)
         });
         self
     }
@@ -179,15 +170,11 @@ impl Tensor {
     /// in-place twin of the out-of-place scalar ops; see `AffineK`).
     #[track_caller]
     fn affine_(&self, op: &str, mul: f64, add: f64) -> &Tensor {
-        let kernel = AffineK { mul, add };
         self.check_inplace(op);
-        if gpu::unary_inplace(self, op, "affine", mul, add) {
-            return self;
-        }
-        self.inplace_map(op, |dst, layout| {
-            with_float_dtype!(dst.dtype(), T => unary_inplace(dst.typed_mut::<T>(), layout,
-                |x: T| T::from_acc(kernel.apply(x.to_acc()))), else unreachable!("half dtype"))
-        })
+        self.backend_write(op, |dst, layout| {
+            dst.unary_inplace(layout, &AffineK { mul, add }, op)
+        });
+        self
     }
 
     /// `self += alpha * other` in place (`add_(other, alpha=alpha)`), the optimizer update.
@@ -201,13 +188,15 @@ impl Tensor {
     #[track_caller]
     pub fn add_scaled_(&self, other: &Tensor, alpha: f64) -> &Tensor {
         struct Axpy(f64);
-        impl BinaryKernel for Axpy {
+        impl BinaryOp for Axpy {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::ADD, &kernels::ADD_INPLACE]);
             #[inline(always)]
             fn apply<A: NumElement>(&self, a: A, b: A) -> A {
                 a + A::from_f64(self.0) * b
             }
-            fn cuda(&self) -> Option<(&'static str, f64)> {
-                Some(("add", self.0))
+            fn alpha(&self) -> f64 {
+                self.0
             }
         }
         self.inplace_binary(other, "add_", &Axpy(alpha))
@@ -224,12 +213,8 @@ impl Tensor {
     #[track_caller]
     pub fn fill_(&self, value: f64) -> &Tensor {
         self.check_inplace("fill_");
-        if gpu::unary_inplace(self, "fill_", "fill", value, 0.0) {
-            return self;
-        }
-        self.inplace_map("fill_", |dst, layout| {
-            with_dtype!(dst.dtype(), T => fill_strided(dst.typed_mut::<T>(), layout, T::from_f64(value)))
-        })
+        self.backend_write("fill_", |dst, layout| dst.fill(layout, value));
+        self
     }
 
     /// Sets every element to zero (`zero_`).
@@ -256,13 +241,12 @@ impl Tensor {
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> &Tensor {
         struct Take;
-        impl BinaryKernel for Take {
+        impl BinaryOp for Take {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::ASSIGN, &kernels::ASSIGN_INPLACE]);
             #[inline(always)]
             fn apply<A: NumElement>(&self, _: A, b: A) -> A {
                 b
-            }
-            fn cuda(&self) -> Option<(&'static str, f64)> {
-                Some(("assign", 1.0))
             }
         }
         if self.dtype() == DType::Bool {
@@ -289,7 +273,10 @@ impl Tensor {
             "clamp_: min ({min}) must not exceed max ({max})"
         );
         self.check_inplace("clamp_");
-        if gpu::unary_inplace(self, "clamp_", "clamp", min, max) {
+        if self.dtype().is_float() {
+            self.backend_write("clamp_", |dst, layout| {
+                dst.unary_inplace(layout, &ClampK(min, max), "clamp_")
+            });
             return self;
         }
         self.inplace_map("clamp_", |dst, layout| {

@@ -9,7 +9,7 @@ mod linalg;
 mod reduce;
 mod view;
 
-pub(crate) use index::IndexBounds;
+pub(crate) use index::host_index_values;
 
 use crate::Tensor;
 use ferrograd_kernels::{Dims, broadcast_shapes};

@@ -3,10 +3,12 @@
 use super::gpu;
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::storage::op::ReduceOp;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::{
     CpuStorage, arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim,
 };
+use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 use ferrograd_kernels::{Dims, Element, NumElement, with_dtype, with_float_dtype, with_num_dtype};
 use std::ops::Range;
 
@@ -57,6 +59,7 @@ impl Tensor {
     fn reduce_one(
         &self,
         op: &str,
+        reduce: ReduceOp,
         d: usize,
         kernel: impl FnOnce(&CpuStorage, Range<usize>, usize, usize, usize) -> CpuStorage,
     ) -> Tensor {
@@ -64,7 +67,7 @@ impl Tensor {
         let (outer, r, inner) = split_at_dim(x.shape(), d);
         let mut shape = Dims::from_slice(x.shape());
         shape[d] = 1;
-        if let Some(out) = gpu::reduce(&x, op, [outer, r, inner], &shape) {
+        if let Some(out) = gpu::reduce(&x, op, reduce, [outer, r, inner], &shape) {
             return out;
         }
         let storage = x.with_cpu(op, |s, l| {
@@ -85,7 +88,7 @@ impl Tensor {
             _ => self.detach(),
         };
         for &d in dims.iter().rev() {
-            x = x.reduce_one("sum", d, |s, range, o, r, i| {
+            x = x.reduce_one("sum", ReduceOp::Sum, d, |s, range, o, r, i| {
                 with_num_dtype!(s.dtype(), T => T::into_storage(sum_dim(&s.typed::<T>()[range], o, r, i)), else unreachable!("bool converted"))
             });
         }
@@ -343,7 +346,7 @@ impl Tensor {
             DType::Bool | DType::U8 => self.detach().to_dtype(DType::I64),
             _ => self.detach(),
         };
-        let kept = x.reduce_one("prod", d, |s, range, o, r, i| {
+        let kept = x.reduce_one("prod", ReduceOp::Prod, d, |s, range, o, r, i| {
             with_num_dtype!(s.dtype(), T => T::into_storage(reduce_dim(&s.typed::<T>()[range], o, r, i, <T as NumElement>::Acc::ONE,
                 |a, v: T| a * v.to_acc(), T::from_acc)), else unreachable!("bool converted"))
         });
@@ -399,6 +402,7 @@ impl Tensor {
     fn along_last(
         &self,
         op: &str,
+        cuda: &'static CudaKernel,
         d: usize,
         kernel: impl FnOnce(&CpuStorage, Range<usize>, usize, usize) -> CpuStorage,
     ) -> Tensor {
@@ -412,7 +416,7 @@ impl Tensor {
         };
         let len = moved.shape().last().copied().unwrap_or(1);
         let rows = moved.numel() / len.max(1);
-        let out = gpu::softmax_rows(&moved, op, rows, len).unwrap_or_else(|| {
+        let out = gpu::softmax_rows(&moved, op, cuda, rows, len).unwrap_or_else(|| {
             let storage = moved.with_cpu(op, |s, l| {
                 kernel(s, l.contiguous_range().expect("contiguous"), rows, len)
             });
@@ -461,7 +465,12 @@ impl Tensor {
             self.to_dtype(DType::F32)
         };
         let d = x.normalize_dim(op, dim);
-        let out = x.along_last(op, d, |s, range, rows, len| {
+        let cuda = if log {
+            &kernels::LOG_SOFTMAX_ROWS
+        } else {
+            &kernels::SOFTMAX_ROWS
+        };
+        let out = x.along_last(op, cuda, d, |s, range, rows, len| {
             with_float_dtype!(s.dtype(), T => {
                 let src = &s.typed::<T>()[range];
                 T::into_storage(if log { log_softmax_rows(src, rows, len) } else { softmax_rows(src, rows, len) })

@@ -5,8 +5,7 @@ use super::check_same_device;
 use crate::autograd::record;
 use crate::tensor::normalize_dim;
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::binary_inplace;
-use ferrograd_kernels::{Dims, Element, Layout, with_dtype};
+use ferrograd_kernels::{Dims, Element, Layout};
 
 impl Tensor {
     /// Resolves a shape with at most one `-1` against this tensor's element count.
@@ -375,13 +374,14 @@ impl Tensor {
     pub(crate) fn write_region(&self, region: &Layout, src: &Tensor) {
         let src = src.to_dtype(self.dtype());
         let src_layout = src.layout().broadcast_to(region.shape());
-        if super::gpu::binary_inplace(self, region, &src, &src_layout, "copy", ("assign", 1.0)) {
-            return;
-        }
-        src.with_cpu("copy", |s, _| {
-            self.with_cpu_mut("copy", |dst, _| {
-                with_dtype!(s.dtype(), T => binary_inplace(dst.typed_mut::<T>(), region, s.typed::<T>(), &src_layout, |_, v| v))
-            })
+        // One thread cannot hold a buffer's write and read locks: copy an aliasing source.
+        let src = if self.shares_storage(&src) {
+            src.deep_copy()
+        } else {
+            src
+        };
+        self.backend_write("copy", |dst, _| {
+            dst.assign(region, &src.read_storage(), &src_layout)
         });
     }
 

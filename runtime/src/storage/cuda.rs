@@ -3,12 +3,13 @@
 //! `cuMemAlloc`; work is queued on the device's stream and the host waits only when it
 //! reads. [`ops`] launches the NVRTC-compiled kernels and cuBLAS on this storage.
 
+mod backend;
 pub(crate) mod ops;
 
 use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory};
-use crate::ops::IndexBounds;
 use crate::{Device, Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cpu::{CpuStorage, unary_map};
 use ferrograd_kernels::cuda::KernelModule;
 use ferrograd_kernels::{DType, Element, Layout, with_dtype};
@@ -114,6 +115,11 @@ pub(crate) fn device_count() -> usize {
     CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
 }
 
+/// A new buffer of `len` elements equal to `value` on device `ordinal`.
+pub(crate) fn full(ordinal: usize, dtype: DType, len: usize, value: f64) -> Result<CudaStorage> {
+    ops::full(&gpu(ordinal)?, dtype, len, value)
+}
+
 pub(crate) fn synchronize(ordinal: usize) -> Result<()> {
     let dev = gpu(ordinal)?;
     dev.ctx.synchronize().map_err(device_err(ordinal))?;
@@ -156,7 +162,7 @@ pub(crate) struct GpuDevice {
     stream: Arc<CudaStream>,
     arch: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
     blas: Mutex<Option<ops::Blas>>,
     /// Recently uploaded multi-tensor slot tables, newest last (see [`GpuDevice::table`]).
     tables: Mutex<Vec<(Vec<i64>, CudaStorage)>>,
@@ -173,7 +179,11 @@ impl std::fmt::Debug for GpuDevice {
 impl GpuDevice {
     /// The kernel `name` of `module`, compiled (NVRTC, cached per process) and loaded into
     /// this context on first use.
-    pub(crate) fn function(&self, module: KernelModule, name: &str) -> Result<CudaFunction> {
+    pub(crate) fn function(
+        &self,
+        module: &KernelModule,
+        name: &'static str,
+    ) -> Result<CudaFunction> {
         let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = functions.get(name) {
             return Ok(f.clone());
@@ -207,7 +217,7 @@ impl GpuDevice {
         let f = loaded
             .load_function(name)
             .map_err(device_err(self.ordinal))?;
-        functions.insert(name.to_string(), f.clone());
+        functions.insert(name, f.clone());
         Ok(f)
     }
 

@@ -1,6 +1,7 @@
 //! Stand-in for the CUDA backend when the `cuda` feature is off: an uninhabited type, so
 //! every `Storage::Cuda` match arm type-checks and compiles to nothing.
 
+use super::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
 use crate::{Device, Error, Result};
 use ferrograd_kernels::cpu::CpuStorage;
 use ferrograd_kernels::{DType, Layout};
@@ -37,6 +38,92 @@ impl CudaStorage {
     pub(crate) fn from_cpu(_src: &CpuStorage, _layout: &Layout, _device: Device) -> Result<Self> {
         Err(Error::CudaNotCompiled)
     }
+
+    pub(crate) fn unary<K: UnaryOp>(&self, _: &Layout, _: &K, _: &str) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn unary_inplace<K: UnaryOp>(&mut self, _: &Layout, _: &K, _: &str) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn binary<K: BinaryOp>(
+        &self,
+        _: &Layout,
+        _: &Self,
+        _: &Layout,
+        _: &K,
+        _: &str,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn binary_float<K: BinaryFloatOp>(
+        &self,
+        _: &Layout,
+        _: &Self,
+        _: &Layout,
+        _: &K,
+        _: &str,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn binary_inplace<K: BinaryOp>(
+        &mut self,
+        _: &Layout,
+        _: &Self,
+        _: &Layout,
+        _: &K,
+        _: &str,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn assign(&mut self, _: &Layout, _: &Self, _: &Layout) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn compare(
+        &self,
+        _: &Layout,
+        _: &Self,
+        _: &Layout,
+        _: Cmp,
+        _: &str,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn logical_and(&self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn where_cond(
+        &self,
+        _: &Layout,
+        _: (&Self, &Layout),
+        _: (&Self, &Layout),
+    ) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn cast(&self, _: &Layout, _: DType) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn fill(&mut self, _: &Layout, _: f64) -> Result<()> {
+        match *self {}
+    }
+}
+
+pub(crate) fn full(
+    _ordinal: usize,
+    _dtype: DType,
+    _len: usize,
+    _value: f64,
+) -> Result<CudaStorage> {
+    Err(Error::CudaNotCompiled)
 }
 
 pub(crate) fn cuda_device_available(_ordinal: usize) -> bool {

@@ -2,9 +2,10 @@
 
 use super::Tensor;
 use crate::random::{Generator, with_global};
+use crate::storage::Storage;
 use crate::{DType, Device};
 use ferrograd_kernels::cpu::CpuStorage;
-use ferrograd_kernels::{Element, with_dtype};
+use ferrograd_kernels::{Element, Layout, with_dtype};
 
 impl Tensor {
     /// Puts a CPU tensor on `device`, panicking with the device error (factories return
@@ -66,14 +67,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Tensor {
-        if let Some(t) = crate::ops::gpu::full(shape, value, dtype, device) {
-            return t;
-        }
-        Tensor::from_cpu(
-            CpuStorage::full(dtype, shape.iter().product(), value),
-            shape,
-        )
-        .placed(device)
+        let storage = Storage::full(*device, dtype, shape.iter().product(), value)
+            .unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"));
+        Tensor::from_storage(storage, Layout::contiguous(shape))
     }
 
     /// A tensor of zeros.

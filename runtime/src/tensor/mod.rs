@@ -6,8 +6,8 @@ mod display;
 use crate::autograd::{self, AutogradMeta, LeafSlot};
 use crate::storage::{CudaStorage, Storage, StorageCell};
 use crate::{Device, Result};
-use ferrograd_kernels::cpu::{CpuStorage, cast, unary_map};
-use ferrograd_kernels::{DType, Element, Layout, with_dtype};
+use ferrograd_kernels::cpu::{CpuStorage, unary_map};
+use ferrograd_kernels::{DType, Element, Layout};
 use std::sync::{Arc, RwLockReadGuard};
 
 /// An N-dimensional array on a device, with optional gradient tracking.
@@ -128,7 +128,7 @@ impl Tensor {
         match &*guard {
             Storage::Cpu(s) => f(s, &self.0.layout),
             Storage::Cuda(s) => {
-                crate::ops::gpu::note_host_fallback(op);
+                crate::storage::note_host_fallback(op);
                 let host = s
                     .download()
                     .unwrap_or_else(|e| panic!("{op}: reading from {} failed: {e}", self.device()));
@@ -149,7 +149,7 @@ impl Tensor {
         match &mut *guard {
             Storage::Cpu(s) => f(s, &self.0.layout),
             Storage::Cuda(s) => {
-                crate::ops::gpu::note_host_fallback(op);
+                crate::storage::note_host_fallback(op);
                 let device = self.0.device;
                 let fail = |e: crate::Error| -> ! { panic!("{op}: on {device} failed: {e}") };
                 let mut host = s.download().unwrap_or_else(|e| fail(e));
@@ -174,6 +174,26 @@ impl Tensor {
 
     pub(crate) fn read_storage(&self) -> RwLockReadGuard<'_, Storage> {
         self.0.storage.read()
+    }
+
+    /// The contiguous tensor of `shape` holding the result of a backend op, or a panic
+    /// naming `op` when it failed on its device.
+    #[track_caller]
+    pub(crate) fn from_backend(op: &str, shape: &[usize], result: Result<Storage>) -> Tensor {
+        let storage = result.unwrap_or_else(|e| backend_failed(op, e));
+        Tensor::from_storage(storage, Layout::contiguous(shape))
+    }
+
+    /// Runs the in-place backend op `f` on this tensor's storage (write-locked, which bumps
+    /// its version), panicking with `op` when it failed on its device.
+    #[track_caller]
+    pub(crate) fn backend_write(
+        &self,
+        op: &str,
+        f: impl FnOnce(&mut Storage, &Layout) -> Result<()>,
+    ) {
+        let mut guard = self.0.storage.write();
+        f(&mut guard, &self.0.layout).unwrap_or_else(|e| backend_failed(op, e));
     }
 
     // ---- metadata ------------------------------------------------------------------------
@@ -531,11 +551,8 @@ impl Tensor {
     /// assert_eq!(a.to_vec::<f32>(), vec![0.0, 0.0]);
     /// ```
     pub fn deep_copy(&self) -> Tensor {
-        let out = crate::ops::gpu::cast(self, self.dtype(), "clone").unwrap_or_else(|| {
-            self.map_storage("clone", |s, l| {
-                with_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x| x)))
-            })
-        });
+        let copied = self.read_storage().cast(self.layout(), self.dtype());
+        let out = Tensor::from_backend("clone", self.shape(), copied);
         autograd::record(out, "clone", &[self], || {
             |_, g: &Tensor| vec![Some(g.clone())]
         })
@@ -563,11 +580,8 @@ impl Tensor {
         if dtype == self.dtype() {
             return self.clone();
         }
-        let out = crate::ops::gpu::cast(self, dtype, "to_dtype").unwrap_or_else(|| {
-            self.map_storage("to_dtype", |s, l| {
-                with_dtype!(s.dtype(), T => with_dtype!(dtype, U => U::into_storage(cast::<T, U>(s.typed::<T>(), l))))
-            })
-        });
+        let cast = self.read_storage().cast(self.layout(), dtype);
+        let out = Tensor::from_backend("to_dtype", self.shape(), cast);
         let from = self.dtype();
         autograd::record(out, "to_dtype", &[self], move || {
             move |_, g: &Tensor| vec![Some(g.to_dtype(from))]
@@ -611,6 +625,17 @@ impl Tensor {
                 )]
             }
         }))
+    }
+}
+
+/// Panics with a backend op's error, prefixed by the op (a bad index's message, under
+/// `CUDA_LAUNCH_BLOCKING=1`, names its op already), as PyTorch raises: tensor ops return
+/// tensors, not `Result`s.
+#[track_caller]
+pub(crate) fn backend_failed(op: &str, e: crate::Error) -> ! {
+    match e {
+        crate::Error::IndexOutOfBounds { .. } => panic!("{e}"),
+        e => panic!("{op}: {e}"),
     }
 }
 

@@ -4,11 +4,11 @@
 //! buffers unless the name ends in `_inplace`. Launch failures come back as `Err`.
 
 use super::{CudaStorage, GpuDevice, device_err};
-use crate::ops::IndexBounds;
 use crate::{Error, Result};
 use cudarc::cublas::{CudaBlas, sys as blas};
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
-use ferrograd_kernels::cuda::{ELEMENTWISE, INDEX, OPTIM, ROWS};
+use ferrograd_kernels::IndexBounds;
+use ferrograd_kernels::cuda::{self as kernels, CudaKernel, ELEMENTWISE};
 use ferrograd_kernels::{DType, Layout, coalesce};
 use std::sync::Arc;
 
@@ -61,19 +61,6 @@ impl Geometry {
     }
 }
 
-/// The kernel-name suffix of a dtype.
-fn suffix(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "f32",
-        DType::F64 => "f64",
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        DType::I64 => "i64",
-        DType::U8 => "u8",
-        DType::Bool => "bool",
-    }
-}
-
 /// Enough 256-thread blocks for `n` elements (grid-stride loops cover the rest).
 fn spread(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
@@ -104,12 +91,12 @@ fn acc_size(dtype: DType) -> usize {
     }
 }
 
-/// Launches `dev`'s kernel `name` of `module` with the given arguments (locals, so that
-/// their addresses stay valid until the launch has read them).
-macro_rules! launch {
-    ($dev:expr, $module:expr, $name:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
+/// Launches `dev`'s entry point `symbol` of `module` with the given arguments (locals,
+/// so that their addresses stay valid until the launch has read them).
+macro_rules! launch_symbol {
+    ($dev:expr, $module:expr, $symbol:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
         let dev: &GpuDevice = $dev;
-        let function = dev.function($module, &$name)?;
+        let function = dev.function($module, $symbol)?;
         let mut builder = dev.stream().launch_builder(&function);
         $( builder.arg(&$arg); )*
         // SAFETY: each kernel's parameter list is the argument list its caller passes here
@@ -121,6 +108,25 @@ macro_rules! launch {
             .map(|_| ())
             .map_err(device_err(dev.ordinal()))
     }};
+}
+
+/// Launches the instantiation for `dtype` of the kernel family `kernel` (a
+/// [`CudaKernel`] constant) with the given arguments.
+macro_rules! launch {
+    ($dev:expr, $kernel:expr, $dtype:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
+        let kernel: &CudaKernel = $kernel;
+        let symbol = symbol(kernel, $dtype, $dev)?;
+        launch_symbol!($dev, kernel.module(), symbol, $cfg; $($arg),*)
+    }};
+}
+
+/// `kernel`'s entry point for `dtype`, or an error when the family has none (callers
+/// check [`CudaKernel::symbol`] before choosing the device path, so this is a bug).
+fn symbol(kernel: &CudaKernel, dtype: DType, dev: &GpuDevice) -> Result<&'static str> {
+    kernel.symbol(dtype).ok_or_else(|| Error::CudaDevice {
+        ordinal: dev.ordinal(),
+        reason: format!("no `{}` kernel for {dtype:?}", kernel.base()),
+    })
 }
 
 /// A contiguous output of `len` elements, or an empty one without a launch.
@@ -169,27 +175,26 @@ fn too_many_dims(op: &str, shape: &[usize], dev: &GpuDevice) -> Error {
     }
 }
 
-/// `out = f(src)` for a unary kernel `name` (`exp`, `affine`, ...) with its two scalar
+/// `out = f(src)` for a unary kernel (`exp`, `affine`, ...) with its two scalar
 /// parameters; float dtypes.
 pub(crate) fn unary(
-    name: &str,
+    kernel: &CudaKernel,
     src: &CudaStorage,
     layout: &Layout,
     p0: f64,
     p1: f64,
 ) -> Result<CudaStorage> {
-    let (dev, out, g) = prepare(src, src.dtype(), name, layout.shape(), [layout])?;
+    let (dev, out, g) = prepare(src, src.dtype(), kernel.base(), layout.shape(), [layout])?;
     let Some(g) = g else { return Ok(out) };
     let n = layout.numel();
     let (nn, a, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
-    let kernel = format!("{name}_{}", suffix(src.dtype()));
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, a, o, p0, p1)?;
+    launch!(dev, kernel, src.dtype(), spread(n); nn, g, a, o, p0, p1)?;
     Ok(out)
 }
 
-/// `dst = f(dst)` in place through `layout`.
+/// `dst = f(dst)` in place through `layout` (`kernel` an `_INPLACE` family).
 pub(crate) fn unary_inplace(
-    name: &str,
+    kernel: &CudaKernel,
     dst: &CudaStorage,
     layout: &Layout,
     p0: f64,
@@ -200,16 +205,15 @@ pub(crate) fn unary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = geometry(dev, name, layout.shape(), [layout])?;
+    let g = geometry(dev, kernel.base(), layout.shape(), [layout])?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
-    let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, d, p0, p1)
+    launch!(dev, kernel, dst.dtype(), spread(n); nn, g, d, p0, p1)
 }
 
 /// `out = a op (alpha * b)` over `la`'s shape (`lb` already broadcast to it); `compare`
 /// kernels produce bool and ignore `alpha`.
 pub(crate) fn binary(
-    name: &str,
+    kernel: &CudaKernel,
     a: &CudaStorage,
     la: &Layout,
     b: &CudaStorage,
@@ -217,7 +221,7 @@ pub(crate) fn binary(
     alpha: f64,
     out_dtype: DType,
 ) -> Result<CudaStorage> {
-    let (dev, out, g) = prepare(a, out_dtype, name, la.shape(), [la, lb])?;
+    let (dev, out, g) = prepare(a, out_dtype, kernel.base(), la.shape(), [la, lb])?;
     let Some(g) = g else { return Ok(out) };
     let n = la.numel();
     let (nn, pa, pb, o) = (
@@ -226,15 +230,14 @@ pub(crate) fn binary(
         b.address_of(lb.offset()),
         out.address_of(0),
     );
-    let kernel = format!("{name}_{}", suffix(a.dtype()));
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, pa, pb, o, alpha)?;
+    launch!(dev, kernel, a.dtype(), spread(n); nn, g, pa, pb, o, alpha)?;
     Ok(out)
 }
 
 /// `dst = dst op (alpha * src)` in place through `ldst` (`src`'s layout broadcast to it;
-/// `src` is another buffer). `assign` copies.
+/// `src` is another buffer; `kernel` an `_INPLACE` family). `ASSIGN_INPLACE` copies.
 pub(crate) fn binary_inplace(
-    name: &str,
+    kernel: &CudaKernel,
     dst: &CudaStorage,
     ldst: &Layout,
     src: &CudaStorage,
@@ -246,14 +249,13 @@ pub(crate) fn binary_inplace(
         return Ok(());
     }
     let dev = dst.device();
-    let g = geometry(dev, name, ldst.shape(), [ldst, lsrc])?;
+    let g = geometry(dev, kernel.base(), ldst.shape(), [ldst, lsrc])?;
     let (nn, d, s) = (
         n as u64,
         dst.address_of(ldst.offset()),
         src.address_of(lsrc.offset()),
     );
-    let kernel = format!("{name}_inplace_{}", suffix(dst.dtype()));
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, d, s, alpha)
+    launch!(dev, kernel, dst.dtype(), spread(n); nn, g, d, s, alpha)
 }
 
 /// `out = cond ? a : b` over `lc.shape()`.
@@ -275,8 +277,7 @@ pub(crate) fn where_(
         b.address_of(lb.offset()),
         out.address_of(0),
     );
-    let kernel = format!("where_{}", suffix(a.dtype()));
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, pc, pa, pb, o)?;
+    launch!(dev, &kernels::WHERE, a.dtype(), spread(n); nn, g, pc, pa, pb, o)?;
     Ok(out)
 }
 
@@ -287,12 +288,12 @@ pub(crate) fn cast(src: &CudaStorage, layout: &Layout, dtype: DType) -> Result<C
     let Some(g) = g else { return Ok(out) };
     let n = layout.numel();
     let (nn, s, o) = (n as u64, src.address_of(layout.offset()), out.address_of(0));
-    let kernel = if dtype == src.dtype() {
-        format!("copy_{}", suffix(dtype))
+    if dtype == src.dtype() {
+        launch!(dev, &kernels::COPY, dtype, spread(n); nn, g, s, o)?;
     } else {
-        format!("cast_{}_{}", suffix(src.dtype()), suffix(dtype))
-    };
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, s, o)?;
+        let symbol = kernels::cast_symbol(src.dtype(), dtype);
+        launch_symbol!(dev, &ELEMENTWISE, symbol, spread(n); nn, g, s, o)?;
+    }
     Ok(out)
 }
 
@@ -305,8 +306,7 @@ pub(crate) fn fill(dst: &CudaStorage, layout: &Layout, value: f64) -> Result<()>
     let dev = dst.device();
     let g = geometry(dev, "fill", layout.shape(), [layout])?;
     let (nn, d) = (n as u64, dst.address_of(layout.offset()));
-    let kernel = format!("fill_{}", suffix(dst.dtype()));
-    launch!(dev, ELEMENTWISE, kernel, spread(n); nn, g, d, value)
+    launch!(dev, &kernels::FILL, dst.dtype(), spread(n); nn, g, d, value)
 }
 
 /// A new buffer of `len` elements all equal to `value`.
@@ -322,9 +322,10 @@ pub(crate) fn full(
 }
 
 /// Reduces the middle dim of the contiguous `[outer, r, inner]` elements starting at
-/// `offset` with `name` (`sum`, `prod`): `[outer, inner]` results.
+/// `offset` with the kernel pair `(rows, cols)` (`SUM_ROWS`/`SUM_COLS`, ...): `[outer,
+/// inner]` results.
 pub(crate) fn reduce(
-    name: &str,
+    (rows_kernel, cols_kernel): (&CudaKernel, &CudaKernel),
     src: &CudaStorage,
     offset: usize,
     [outer, r, inner]: [usize; 3],
@@ -338,12 +339,10 @@ pub(crate) fn reduce(
     let (s, o) = (src.address_of(offset), out.address_of(0));
     if inner == 1 {
         let len = r as u64;
-        let kernel = format!("{name}_rows_{}", suffix(dtype));
-        launch!(dev, ROWS, kernel, per_row(outer, r, acc_size(dtype)); len, s, o)?;
+        launch!(dev, rows_kernel, dtype, per_row(outer, r, acc_size(dtype)); len, s, o)?;
     } else {
         let (a, b, c) = (outer as u64, r as u64, inner as u64);
-        let kernel = format!("{name}_cols_{}", suffix(dtype));
-        launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o)?;
+        launch!(dev, cols_kernel, dtype, spread(outer * inner); a, b, c, s, o)?;
     }
     Ok(out)
 }
@@ -363,7 +362,11 @@ pub(crate) fn arg_reduce(
     if outer * inner == 0 {
         return Ok((values, indices));
     }
-    let name = if is_max { "argmax" } else { "argmin" };
+    let (rows_kernel, cols_kernel) = if is_max {
+        (&kernels::ARGMAX_ROWS, &kernels::ARGMAX_COLS)
+    } else {
+        (&kernels::ARGMIN_ROWS, &kernels::ARGMIN_COLS)
+    };
     let (s, v, i) = (
         src.address_of(offset),
         values.address_of(0),
@@ -371,23 +374,21 @@ pub(crate) fn arg_reduce(
     );
     if inner == 1 {
         let len = r as u64;
-        let kernel = format!("{name}_rows_{}", suffix(dtype));
         // values, 8-byte alignment padding, then the indices
         let mut cfg = per_row(outer, r, acc_size(dtype) + 8);
         cfg.shared_mem_bytes += 8;
-        launch!(dev, ROWS, kernel, cfg; len, s, v, i)?;
+        launch!(dev, rows_kernel, dtype, cfg; len, s, v, i)?;
     } else {
         let (a, b, c) = (outer as u64, r as u64, inner as u64);
-        let kernel = format!("{name}_cols_{}", suffix(dtype));
-        launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, v, i)?;
+        launch!(dev, cols_kernel, dtype, spread(outer * inner); a, b, c, s, v, i)?;
     }
     Ok((values, indices))
 }
 
-/// Softmax or log-softmax (`name`) of each row of the contiguous `[rows, len]` elements
-/// starting at `offset`.
+/// Softmax or log-softmax (`kernel`: `SOFTMAX_ROWS`, `LOG_SOFTMAX_ROWS`) of each row of
+/// the contiguous `[rows, len]` elements starting at `offset`.
 pub(crate) fn softmax_rows(
-    name: &str,
+    kernel: &CudaKernel,
     src: &CudaStorage,
     offset: usize,
     rows: usize,
@@ -400,8 +401,7 @@ pub(crate) fn softmax_rows(
         return Ok(out);
     }
     let (l, s, o) = (len as u64, src.address_of(offset), out.address_of(0));
-    let kernel = format!("{name}_rows_{}", suffix(dtype));
-    launch!(dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, s, o)?;
+    launch!(dev, kernel, dtype, per_row(rows, len, acc_size(dtype)); l, s, o)?;
     Ok(out)
 }
 
@@ -428,8 +428,7 @@ pub(crate) fn dropout(
         y.address_of(0),
         mask.address_of(0),
     );
-    let kernel = format!("dropout_{}", suffix(dtype));
-    launch!(dev, ELEMENTWISE, kernel, spread(n.div_ceil(4)); nn, seed, p, scale, xs, ys, ms)?;
+    launch!(dev, &kernels::DROPOUT, dtype, spread(n.div_ceil(4)); nn, seed, p, scale, xs, ys, ms)?;
     Ok((y, mask))
 }
 
@@ -466,8 +465,7 @@ pub(crate) fn layer_norm(
     }
     let (l, xs, w, b) = (len as u64, address(Some(x)), address(weight), address(bias));
     let (ys, ms, rs) = (y.address_of(0), mean.address_of(0), rstd.address_of(0));
-    let kernel = format!("layer_norm_rows_{}", suffix(dtype));
-    launch!(dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, xs, w, b, eps, ys, ms, rs)?;
+    launch!(dev, &kernels::LAYER_NORM_ROWS, dtype, per_row(rows, len, acc_size(dtype)); l, xs, w, b, eps, ys, ms, rs)?;
     Ok((y, mean, rstd))
 }
 
@@ -503,8 +501,7 @@ pub(crate) fn layer_norm_backward(
         address(weight),
     );
     let (ms, rs, dxs) = (mean.address_of(0), rstd.address_of(0), dx.address_of(0));
-    let kernel = format!("layer_norm_backward_rows_{}", suffix(dtype));
-    launch!(dev, ROWS, kernel, per_row(rows, len, acc_size(dtype)); l, dys, xs, ms, rs, w, dxs)?;
+    launch!(dev, &kernels::LAYER_NORM_BACKWARD_ROWS, dtype, per_row(rows, len, acc_size(dtype)); l, dys, xs, ms, rs, w, dxs)?;
     if !params {
         return Ok((dx, None));
     }
@@ -521,10 +518,14 @@ pub(crate) fn layer_norm_backward(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let kernel = format!("layer_norm_param_partials_{}", suffix(dtype));
-    launch!(dev, ROWS, kernel, cfg; r, l, b, dys, xs, ms, rs, dwp, dbp)?;
+    launch!(dev, &kernels::LAYER_NORM_PARAM_PARTIALS, dtype, cfg; r, l, b, dys, xs, ms, rs, dwp, dbp)?;
     let total = |part: &CudaStorage| -> Result<CudaStorage> {
-        let summed = reduce("sum", part, 0, [1, parts, len])?;
+        let summed = reduce(
+            (&kernels::SUM_ROWS, &kernels::SUM_COLS),
+            part,
+            0,
+            [1, parts, len],
+        )?;
         if acc == dtype {
             Ok(summed)
         } else {
@@ -572,9 +573,8 @@ pub(crate) fn cross_entropy(
         lse.address_of(0),
     );
     let check = index_check(dev, bounds, o.classes)?;
-    let kernel = format!("cross_entropy_rows_{}", suffix(dtype));
     let cfg = per_row(o.rows, o.classes, acc_size(dtype));
-    launch!(dev, ROWS, kernel, cfg; c, xs, ts, check, w, ignore, smoothing, ls, ws, es)?;
+    launch!(dev, &kernels::CROSS_ENTROPY_ROWS, dtype, cfg; c, xs, ts, check, w, ignore, smoothing, ls, ws, es)?;
     dev.after_index_check()?;
     Ok((loss, row_weight, lse))
 }
@@ -602,9 +602,8 @@ pub(crate) fn cross_entropy_backward(
     );
     let (ignore, smoothing, es) = (o.ignore_index, o.smoothing, lse.address_of(0));
     let (gs, stride, dxs) = (address(Some(grad)), grad_stride as u64, dx.address_of(0));
-    let kernel = format!("cross_entropy_backward_rows_{}", suffix(dtype));
     let cfg = per_row(o.rows, o.classes, acc_size(dtype));
-    launch!(dev, ROWS, kernel, cfg; c, xs, ts, w, ignore, smoothing, es, gs, stride, dxs)?;
+    launch!(dev, &kernels::CROSS_ENTROPY_BACKWARD_ROWS, dtype, cfg; c, xs, ts, w, ignore, smoothing, es, gs, stride, dxs)?;
     Ok(dx)
 }
 
@@ -627,8 +626,7 @@ pub(crate) fn cumsum(
         src.address_of(offset),
         out.address_of(0),
     );
-    let kernel = format!("cumsum_cols_{}", suffix(dtype));
-    launch!(dev, ROWS, kernel, spread(outer * inner); a, b, c, s, o).map(|_| out)
+    launch!(dev, &kernels::CUMSUM_COLS, dtype, spread(outer * inner); a, b, c, s, o).map(|_| out)
 }
 
 /// The kernels' `IndexCheck` (common.cuh): the device's report address, the launch's id and
@@ -667,8 +665,7 @@ pub(crate) fn index_select(
         src.address_of(offset),
         out.address_of(0),
     );
-    let kernel = format!("index_select_{}", suffix(src.dtype()));
-    launch!(dev, INDEX, kernel, spread(outer * m * inner); a, c, mm, pi, check, s, o)?;
+    launch!(dev, &kernels::INDEX_SELECT, src.dtype(), spread(outer * m * inner); a, c, mm, pi, check, s, o)?;
     dev.after_index_check()?;
     Ok(out)
 }
@@ -719,8 +716,7 @@ pub(crate) fn gather(
         src.address_of(walk.offset()),
         out.address_of(0),
     );
-    let kernel = format!("gather_{}", suffix(src.dtype()));
-    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, check, dim_stride, s, o)?;
+    launch!(dev, &kernels::GATHER, src.dtype(), spread(n); nn, g, pi, check, dim_stride, s, o)?;
     dev.after_index_check()?;
     Ok(out)
 }
@@ -753,8 +749,7 @@ pub(crate) fn scatter_add(
         dst.address_of(0),
         src.address_of(src_view.offset()),
     );
-    let kernel = format!("scatter_add_{}", suffix(dst.dtype()));
-    launch!(dev, INDEX, kernel, spread(n); nn, g, pi, check, dim_stride, d, s)?;
+    launch!(dev, &kernels::SCATTER_ADD, dst.dtype(), spread(n); nn, g, pi, check, dim_stride, d, s)?;
     dev.after_index_check()
 }
 
@@ -798,10 +793,13 @@ pub(crate) fn conv_columns(
 ) -> Result<CudaStorage> {
     let dev = src.device();
     let [oh, ow] = g.output().unwrap_or([0, 0]);
-    let (name, len) = if fold {
-        ("fold2d", g.n * g.c * g.input[0] * g.input[1])
+    let (kernel, len) = if fold {
+        (&kernels::FOLD2D, g.n * g.c * g.input[0] * g.input[1])
     } else {
-        ("unfold2d", g.c * g.kernel[0] * g.kernel[1] * g.n * oh * ow)
+        (
+            &kernels::UNFOLD2D,
+            g.c * g.kernel[0] * g.kernel[1] * g.n * oh * ow,
+        )
     };
     let out = output(dev, src.dtype(), len)?;
     let Some(geometry) = ConvGeometry::new(g) else {
@@ -811,8 +809,7 @@ pub(crate) fn conv_columns(
         return Ok(out);
     }
     let (s, o) = (src.address_of(offset), out.address_of(0));
-    let kernel = format!("{name}_{}", suffix(src.dtype()));
-    launch!(dev, INDEX, kernel, spread(len); geometry, s, o)?;
+    launch!(dev, kernel, src.dtype(), spread(len); geometry, s, o)?;
     Ok(out)
 }
 
@@ -832,14 +829,13 @@ pub(crate) fn pool2d(
         return Ok((out, indices));
     };
     let (s, o) = (src.address_of(offset), out.address_of(0));
-    let kind = if max { "max" } else { "avg" };
-    let kernel = format!("{kind}_pool2d_{}", suffix(src.dtype()));
+    let dtype = src.dtype();
     match &indices {
         Some(idx) => {
             let i = idx.address_of(0);
-            launch!(dev, INDEX, kernel, spread(len); geometry, s, o, i)?
+            launch!(dev, &kernels::MAX_POOL2D, dtype, spread(len); geometry, s, o, i)?
         }
-        None => launch!(dev, INDEX, kernel, spread(len); geometry, s, o)?,
+        None => launch!(dev, &kernels::AVG_POOL2D, dtype, spread(len); geometry, s, o)?,
     }
     Ok((out, indices))
 }
@@ -858,16 +854,13 @@ pub(crate) fn pool2d_backward(
         return Ok(dx);
     };
     let (gs, d) = (grad.address_of(offset), dx.address_of(0));
-    let dtype = suffix(grad.dtype());
+    let dtype = grad.dtype();
     match indices {
         Some(idx) => {
-            let (i, kernel) = (address(Some(idx)), format!("max_pool2d_backward_{dtype}"));
-            launch!(dev, INDEX, kernel, spread(len); geometry, gs, i, d)?
+            let i = address(Some(idx));
+            launch!(dev, &kernels::MAX_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, i, d)?
         }
-        None => {
-            let kernel = format!("avg_pool2d_backward_{dtype}");
-            launch!(dev, INDEX, kernel, spread(len); geometry, gs, d)?
-        }
+        None => launch!(dev, &kernels::AVG_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, d)?,
     }
     Ok(dx)
 }
@@ -937,10 +930,10 @@ fn slot_table(slots: &[&OptSlot<'_>]) -> (Vec<i64>, usize) {
     (words, chunks)
 }
 
-/// Launches `kernel` (`adam_multi` or `sgd_multi`) of `dtype` over every slot at once.
+/// Launches `kernel` (`ADAM_MULTI` or `SGD_MULTI`) of `dtype` over every slot at once.
 fn multi_tensor<H: DeviceRepr + Copy>(
     dev: &Arc<GpuDevice>,
-    kernel: &str,
+    kernel: &CudaKernel,
     dtype: DType,
     slots: &[OptSlot<'_>],
     hyper: H,
@@ -956,8 +949,7 @@ fn multi_tensor<H: DeviceRepr + Copy>(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let name = format!("{kernel}_{}", suffix(dtype));
-    launch!(dev, OPTIM, name, cfg; t, count, h)
+    launch!(dev, kernel, dtype, cfg; t, count, h)
 }
 
 /// One Adam/AdamW step of every parameter in `slots` (buffers: param, grad, exp_avg,
@@ -968,7 +960,7 @@ pub(crate) fn adam_multi(
     slots: &[OptSlot<'_>],
     hyper: AdamHyper,
 ) -> Result<()> {
-    multi_tensor(dev, "adam_multi", dtype, slots, hyper)
+    multi_tensor(dev, &kernels::ADAM_MULTI, dtype, slots, hyper)
 }
 
 /// One SGD step of every parameter in `slots` (buffers: param, grad, momentum buffer).
@@ -978,7 +970,7 @@ pub(crate) fn sgd_multi(
     slots: &[OptSlot<'_>],
     hyper: SgdHyper,
 ) -> Result<()> {
-    multi_tensor(dev, "sgd_multi", dtype, slots, hyper)
+    multi_tensor(dev, &kernels::SGD_MULTI, dtype, slots, hyper)
 }
 
 // ---- matrix products through cuBLAS ---------------------------------------------------------
@@ -1017,7 +1009,7 @@ pub(crate) fn matmul(
     use blas::cublasComputeType_t as Compute;
     use blas::cudaDataType as Data;
     let (data_type, compute) = match dtype {
-        DType::F32 if crate::cuda::allow_tf32() => {
+        DType::F32 if crate::storage::cuda_flags::allow_tf32() => {
             (Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F_FAST_TF32)
         }
         DType::F32 => (Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),

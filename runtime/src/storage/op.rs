@@ -1,0 +1,104 @@
+//! The op descriptors of the backend boundary. An op type (in `crate::ops`) implements
+//! one of these traits once: its CPU function (`apply`, generic over the element type)
+//! and its CUDA kernels as [`CudaKernel`] constants. Every backend then runs every op of
+//! the family through one path (`Storage::unary`, `Storage::binary`, ...), and a CUDA
+//! storage without a kernel for the dtype at hand runs `apply` on a host copy.
+
+// The CUDA constants are read by the CUDA backend only.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+
+use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
+use ferrograd_kernels::{NumElement, Real};
+
+/// A float function of one element, computed in the accumulator type (f32 for f16/bf16).
+pub(crate) trait UnaryOp: Sync {
+    /// The CUDA kernels computing the same function, out of place and in place (`None`:
+    /// CUDA tensors take the host fallback).
+    const CUDA: Option<[&'static CudaKernel; 2]>;
+
+    /// The function.
+    fn apply<A: Real>(&self, x: A) -> A;
+
+    /// The two scalar parameters the CUDA kernel takes (`affine`'s mul and add, ...).
+    fn params(&self) -> (f64, f64) {
+        (0.0, 0.0)
+    }
+}
+
+/// A function of two elements of any numeric dtype, computed in the accumulator type.
+pub(crate) trait BinaryOp: Sync {
+    /// The CUDA kernels, out of place and in place; each computes `a op (alpha * b)`.
+    const CUDA: Option<[&'static CudaKernel; 2]>;
+
+    /// The function.
+    fn apply<A: NumElement>(&self, a: A, b: A) -> A;
+
+    /// The scale the CUDA kernel applies to `b` first (`add_(b, alpha)`); `apply` includes it.
+    fn alpha(&self) -> f64 {
+        1.0
+    }
+}
+
+/// A function of two float elements (`pow`, `atan2`): float dtypes only.
+pub(crate) trait BinaryFloatOp: Sync {
+    /// The CUDA kernels, out of place and in place.
+    const CUDA: Option<[&'static CudaKernel; 2]>;
+
+    /// The function.
+    fn apply<A: Real>(&self, a: A, b: A) -> A;
+}
+
+/// Comparison kinds producing bool tensors.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Cmp {
+    /// The CUDA kernel of this comparison.
+    pub(crate) fn cuda(self) -> &'static CudaKernel {
+        match self {
+            Cmp::Eq => &kernels::EQ,
+            Cmp::Ne => &kernels::NE,
+            Cmp::Lt => &kernels::LT,
+            Cmp::Le => &kernels::LE,
+            Cmp::Gt => &kernels::GT,
+            Cmp::Ge => &kernels::GE,
+        }
+    }
+
+    /// The comparison itself.
+    #[inline(always)]
+    pub(crate) fn eval<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            Cmp::Eq => a == b,
+            Cmp::Ne => a != b,
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+            Cmp::Gt => a > b,
+            Cmp::Ge => a >= b,
+        }
+    }
+}
+
+/// Sum or product along a dim.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Prod,
+}
+
+impl ReduceOp {
+    /// The CUDA kernels reducing contiguous rows and a strided middle dim.
+    pub(crate) fn cuda(self) -> (&'static CudaKernel, &'static CudaKernel) {
+        match self {
+            ReduceOp::Sum => (&kernels::SUM_ROWS, &kernels::SUM_COLS),
+            ReduceOp::Prod => (&kernels::PROD_ROWS, &kernels::PROD_COLS),
+        }
+    }
+}
