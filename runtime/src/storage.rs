@@ -9,9 +9,9 @@
 //! counter that guards tensors saved for backward against in-place modification.
 
 use crate::{Device, Result};
-use ferrograd_kernels::cpu::CpuStorage;
-use ferrograd_kernels::{DType, Layout};
-use op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
+use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
+use ferrograd_kernels::{DType, IndexBounds, Layout};
+use op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -64,6 +64,68 @@ fn mixed(op: &str, a: &Storage, b: &Storage) -> ! {
 }
 
 impl Storage {
+    /// A one-operand op producing a new buffer: `cpu` or `cuda` by where `self` lives.
+    fn map_one(
+        &self,
+        cpu: impl FnOnce(&CpuStorage) -> CpuStorage,
+        cuda: impl FnOnce(&CudaStorage) -> Result<CudaStorage>,
+    ) -> Result<Storage> {
+        Ok(match self {
+            Storage::Cpu(s) => Storage::Cpu(cpu(s)),
+            Storage::Cuda(s) => Storage::Cuda(cuda(s)?),
+        })
+    }
+
+    /// A two-operand op producing a new buffer; both operands on one device.
+    #[track_caller]
+    fn map_two(
+        &self,
+        rhs: &Storage,
+        op: &str,
+        cpu: impl FnOnce(&CpuStorage, &CpuStorage) -> CpuStorage,
+        cuda: impl FnOnce(&CudaStorage, &CudaStorage) -> Result<CudaStorage>,
+    ) -> Result<Storage> {
+        Ok(match (self, rhs) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(cpu(a, b)),
+            (Storage::Cuda(a), Storage::Cuda(b)) => Storage::Cuda(cuda(a, b)?),
+            _ => mixed(op, self, rhs),
+        })
+    }
+
+    /// An op writing into `self` from `src` (another buffer on the same device).
+    #[track_caller]
+    fn write_two(
+        &mut self,
+        src: &Storage,
+        op: &str,
+        cpu: impl FnOnce(&mut CpuStorage, &CpuStorage),
+        cuda: impl FnOnce(&mut CudaStorage, &CudaStorage) -> Result<()>,
+    ) -> Result<()> {
+        match (&mut *self, src) {
+            (Storage::Cpu(d), Storage::Cpu(s)) => {
+                cpu(d, s);
+                Ok(())
+            }
+            (Storage::Cuda(d), Storage::Cuda(s)) => cuda(d, s),
+            _ => mixed(op, self, src),
+        }
+    }
+
+    /// An op writing into `self` alone.
+    fn write_one(
+        &mut self,
+        cpu: impl FnOnce(&mut CpuStorage),
+        cuda: impl FnOnce(&mut CudaStorage) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            Storage::Cpu(s) => {
+                cpu(s);
+                Ok(())
+            }
+            Storage::Cuda(s) => cuda(s),
+        }
+    }
+
     /// A new contiguous buffer of `len` elements equal to `value` on `device`.
     pub(crate) fn full(device: Device, dtype: DType, len: usize, value: f64) -> Result<Storage> {
         Ok(match device {
@@ -72,12 +134,11 @@ impl Storage {
         })
     }
 
+    // ---- elementwise -----------------------------------------------------------------------
+
     /// `op(x)` over the view `layout` (float storage), a new contiguous buffer.
     pub(crate) fn unary<K: UnaryOp>(&self, layout: &Layout, op: &K, name: &str) -> Result<Storage> {
-        Ok(match self {
-            Storage::Cpu(s) => Storage::Cpu(cpu::unary(s, layout, op)),
-            Storage::Cuda(s) => Storage::Cuda(s.unary(layout, op, name)?),
-        })
+        self.map_one(|s| cpu::unary(s, layout, op), |s| s.unary(layout, op, name))
     }
 
     /// `x = op(x)` through the view `layout` (float storage).
@@ -87,13 +148,10 @@ impl Storage {
         op: &K,
         name: &str,
     ) -> Result<()> {
-        match self {
-            Storage::Cpu(s) => {
-                cpu::unary_inplace(s, layout, op);
-                Ok(())
-            }
-            Storage::Cuda(s) => s.unary_inplace(layout, op, name),
-        }
+        self.write_one(
+            |s| cpu::unary_inplace(s, layout, op),
+            |s| s.unary_inplace(layout, op, name),
+        )
     }
 
     /// `op(a, b)` over the common shape of `la` and `lb` (both broadcast to it; one numeric
@@ -107,11 +165,12 @@ impl Storage {
         op: &K,
         name: &str,
     ) -> Result<Storage> {
-        Ok(match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(cpu::binary(a, la, b, lb, op)),
-            (Storage::Cuda(a), Storage::Cuda(b)) => Storage::Cuda(a.binary(la, b, lb, op, name)?),
-            _ => mixed(name, self, rhs),
-        })
+        self.map_two(
+            rhs,
+            name,
+            |a, b| cpu::binary(a, la, b, lb, op),
+            |a, b| a.binary(la, b, lb, op, name),
+        )
     }
 
     /// [`Storage::binary`] for float-only ops.
@@ -124,13 +183,12 @@ impl Storage {
         op: &K,
         name: &str,
     ) -> Result<Storage> {
-        Ok(match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(cpu::binary_float(a, la, b, lb, op)),
-            (Storage::Cuda(a), Storage::Cuda(b)) => {
-                Storage::Cuda(a.binary_float(la, b, lb, op, name)?)
-            }
-            _ => mixed(name, self, rhs),
-        })
+        self.map_two(
+            rhs,
+            name,
+            |a, b| cpu::binary_float(a, la, b, lb, op),
+            |a, b| a.binary_float(la, b, lb, op, name),
+        )
     }
 
     /// `dst = op(dst, src)` through the region `ldst` (`lsrc` broadcast to it); `src` is
@@ -144,27 +202,23 @@ impl Storage {
         op: &K,
         name: &str,
     ) -> Result<()> {
-        match (&mut *self, src) {
-            (Storage::Cpu(d), Storage::Cpu(s)) => {
-                cpu::binary_inplace(d, ldst, s, lsrc, op);
-                Ok(())
-            }
-            (Storage::Cuda(d), Storage::Cuda(s)) => d.binary_inplace(ldst, s, lsrc, op, name),
-            _ => mixed(name, self, src),
-        }
+        self.write_two(
+            src,
+            name,
+            |d, s| cpu::binary_inplace(d, ldst, s, lsrc, op),
+            |d, s| d.binary_inplace(ldst, s, lsrc, op, name),
+        )
     }
 
     /// `dst[region] = src` for any dtype (`lsrc` broadcast to the region; another buffer).
     #[track_caller]
     pub(crate) fn assign(&mut self, region: &Layout, src: &Storage, lsrc: &Layout) -> Result<()> {
-        match (&mut *self, src) {
-            (Storage::Cpu(d), Storage::Cpu(s)) => {
-                cpu::assign(d, region, s, lsrc);
-                Ok(())
-            }
-            (Storage::Cuda(d), Storage::Cuda(s)) => d.assign(region, s, lsrc),
-            _ => mixed("copy", self, src),
-        }
+        self.write_two(
+            src,
+            "copy",
+            |d, s| cpu::assign(d, region, s, lsrc),
+            |d, s| d.assign(region, s, lsrc),
+        )
     }
 
     /// `a cmp b` to bool over the common shape of the layouts.
@@ -177,21 +231,23 @@ impl Storage {
         cmp: Cmp,
         name: &str,
     ) -> Result<Storage> {
-        Ok(match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(cpu::compare(a, la, b, lb, cmp)),
-            (Storage::Cuda(a), Storage::Cuda(b)) => Storage::Cuda(a.compare(la, b, lb, cmp, name)?),
-            _ => mixed(name, self, rhs),
-        })
+        self.map_two(
+            rhs,
+            name,
+            |a, b| cpu::compare(a, la, b, lb, cmp),
+            |a, b| a.compare(la, b, lb, cmp, name),
+        )
     }
 
     /// `a && b` of bool storages.
     #[track_caller]
     pub(crate) fn logical_and(&self, la: &Layout, rhs: &Storage, lb: &Layout) -> Result<Storage> {
-        Ok(match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Storage::Cpu(cpu::logical_and(a, la, b, lb)),
-            (Storage::Cuda(a), Storage::Cuda(b)) => Storage::Cuda(a.logical_and(la, b, lb)?),
-            _ => mixed("logical_and", self, rhs),
-        })
+        self.map_two(
+            rhs,
+            "logical_and",
+            |a, b| cpu::logical_and(a, la, b, lb),
+            |a, b| a.logical_and(la, b, lb),
+        )
     }
 
     /// `cond ? a : b` over the common shape (`self` is the bool condition).
@@ -219,21 +275,150 @@ impl Storage {
 
     /// The view `layout` as a new contiguous buffer of `dtype` (a copy when the dtypes agree).
     pub(crate) fn cast(&self, layout: &Layout, dtype: DType) -> Result<Storage> {
-        Ok(match self {
-            Storage::Cpu(s) => Storage::Cpu(cpu::cast(s, layout, dtype)),
-            Storage::Cuda(s) => Storage::Cuda(s.cast(layout, dtype)?),
-        })
+        self.map_one(|s| cpu::cast(s, layout, dtype), |s| s.cast(layout, dtype))
     }
 
     /// Writes `value` to every element of the view `layout`.
     pub(crate) fn fill(&mut self, layout: &Layout, value: f64) -> Result<()> {
-        match self {
+        self.write_one(|s| cpu::fill(s, layout, value), |s| s.fill(layout, value))
+    }
+
+    // ---- along a dim (inputs contiguous, seen as [outer, r, inner]) -------------------------
+
+    /// Sum or product of the middle dim: `[outer, inner]` results.
+    pub(crate) fn reduce(
+        &self,
+        layout: &Layout,
+        op: ReduceOp,
+        dims: [usize; 3],
+    ) -> Result<Storage> {
+        self.map_one(
+            |s| cpu::reduce(s, layout, op, dims),
+            |s| s.reduce(layout, op, dims),
+        )
+    }
+
+    /// Max or min of the middle dim with the first index of it: values and int64 indices.
+    pub(crate) fn arg_reduce(
+        &self,
+        layout: &Layout,
+        is_max: bool,
+        dims: [usize; 3],
+    ) -> Result<(Storage, Storage)> {
+        Ok(match self {
             Storage::Cpu(s) => {
-                cpu::fill(s, layout, value);
+                let (v, i) = cpu::arg_reduce(s, layout, is_max, dims);
+                (Storage::Cpu(v), Storage::Cpu(i))
+            }
+            Storage::Cuda(s) => {
+                let (v, i) = s.arg_reduce(layout, is_max, dims)?;
+                (Storage::Cuda(v), Storage::Cuda(i))
+            }
+        })
+    }
+
+    /// Softmax or log-softmax of each contiguous row `[rows, len]` (float storage).
+    pub(crate) fn rows(
+        &self,
+        layout: &Layout,
+        op: RowOp,
+        rows: usize,
+        len: usize,
+    ) -> Result<Storage> {
+        self.map_one(
+            |s| cpu::rows(s, layout, op, rows, len),
+            |s| s.rows(layout, op, rows, len),
+        )
+    }
+
+    /// Inclusive prefix sums along the middle dim.
+    pub(crate) fn cumsum(&self, layout: &Layout, dims: [usize; 3]) -> Result<Storage> {
+        self.map_one(|s| cpu::cumsum(s, layout, dims), |s| s.cumsum(layout, dims))
+    }
+
+    // ---- indexing (int64 index operands; a bad index panics with `bounds`' message) ----------
+
+    /// `out[o, j, i] = self[o, index[j], i]` over contiguous `[outer, r, inner]`.
+    #[track_caller]
+    pub(crate) fn index_select(
+        &self,
+        layout: &Layout,
+        dims: [usize; 3],
+        (index, index_layout): (&Storage, &Layout),
+        bounds: &IndexBounds,
+    ) -> Result<Storage> {
+        self.map_two(
+            index,
+            bounds.op(),
+            |s, i| cpu::index_select((s, layout), dims, (i, index_layout), bounds),
+            |s, i| s.index_select(layout, dims, (i, index_layout), bounds),
+        )
+    }
+
+    /// `torch.gather` of the view `layout` along `dim` at `index` (contiguous).
+    #[track_caller]
+    pub(crate) fn gather(
+        &self,
+        layout: &Layout,
+        (index, index_layout): (&Storage, &Layout),
+        bounds: &IndexBounds,
+        dim: usize,
+    ) -> Result<Storage> {
+        self.map_two(
+            index,
+            bounds.op(),
+            |s, i| cpu::gather((s, layout), (i, index_layout), bounds, dim),
+            |s, i| s.gather(layout, (i, index_layout), bounds, dim),
+        )
+    }
+
+    /// `self[index] += src` along `dim`; `self` is contiguous of `shape`, `src_view` a view
+    /// of `src` of the index's shape, and `index` contiguous.
+    #[track_caller]
+    pub(crate) fn scatter_add(
+        &mut self,
+        shape: &[usize],
+        (index, index_layout): (&Storage, &Layout),
+        bounds: &IndexBounds,
+        (src, src_view): (&Storage, &Layout),
+        dim: usize,
+    ) -> Result<()> {
+        match (&mut *self, index, src) {
+            (Storage::Cpu(d), Storage::Cpu(i), Storage::Cpu(s)) => {
+                cpu::scatter_add((d, shape), (i, index_layout), bounds, (s, src_view), dim);
                 Ok(())
             }
-            Storage::Cuda(s) => s.fill(layout, value),
+            (Storage::Cuda(d), Storage::Cuda(i), Storage::Cuda(s)) => {
+                d.scatter_add(shape, (i, index_layout), bounds, (s, src_view), dim)
+            }
+            _ => mixed("scatter_add", self, src),
         }
+    }
+
+    // ---- convolution columns and matrix products ------------------------------------------
+
+    /// im2col (`fold` false) of contiguous `[n, c, h, w]`, or its adjoint of the columns.
+    pub(crate) fn conv_columns(
+        &self,
+        layout: &Layout,
+        fold: bool,
+        g: &Conv2dGeometry,
+    ) -> Result<Storage> {
+        self.map_one(
+            |s| cpu::conv_columns(s, layout, fold, g),
+            |s| s.conv_columns(layout, fold, g),
+        )
+    }
+
+    /// `[batch, m, k] x [batch, k, n]` of 3-D views (batch stride 0 broadcasts).
+    #[track_caller]
+    pub(crate) fn matmul(&self, la: &Layout, rhs: &Storage, lb: &Layout) -> Result<Storage> {
+        self.map_two(
+            rhs,
+            "matmul",
+            |a, b| cpu::matmul(a, la, b, lb),
+            |a, b| a.matmul(la, b, lb),
+        )
     }
 }
 

@@ -15,9 +15,9 @@ use crate::amp;
 use crate::autograd::{no_grad, record};
 use crate::ops::check_same_device;
 use crate::{DType, Tensor};
+use ferrograd_kernels::Dims;
 use ferrograd_kernels::IndexBounds;
-use ferrograd_kernels::cpu::{Conv2dGeometry, fold2d, unfold2d};
-use ferrograd_kernels::{Dims, Element, with_num_dtype};
+use ferrograd_kernels::cpu::Conv2dGeometry;
 
 /// Stride, padding, dilation and groups of a `D`-dimensional convolution.
 ///
@@ -142,14 +142,13 @@ fn unfold_columns(
     });
     let x = input.detach().contiguous();
     let shape = [g.c * kernel[0] * kernel[1], g.n * oh * ow];
-    let out = crate::ops::gpu::conv_columns(&x, op, false, &g, &shape).unwrap_or_else(|| {
-        let storage = x.with_cpu(op, |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            with_num_dtype!(s.dtype(), T => T::into_storage(unfold2d(&s.typed::<T>()[range], &g)),
-                else panic!("{op}: not supported for bool tensors"))
-        });
-        Tensor::from_cpu_on(storage, &shape, x.device())
-    });
+    assert!(
+        x.dtype() != DType::Bool,
+        "{op}: not supported for bool tensors (shape {:?})",
+        x.shape()
+    );
+    let out = x.read_storage().conv_columns(x.layout(), false, &g);
+    let out = Tensor::from_backend(op, &shape, out);
     (
         record(out, "unfold", &[input], || {
             move |_, grad: &Tensor| vec![Some(fold_columns(grad, &g))]
@@ -163,13 +162,8 @@ fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
     let g = *g;
     let x = cols.detach().contiguous();
     let shape = [g.n, g.c, g.input[0], g.input[1]];
-    let out = crate::ops::gpu::conv_columns(&x, "fold", true, &g, &shape).unwrap_or_else(|| {
-        let storage = x.with_cpu("fold", |s, l| {
-            let range = l.contiguous_range().expect("contiguous");
-            with_num_dtype!(s.dtype(), T => T::into_storage(fold2d(&s.typed::<T>()[range], &g)), else unreachable!("bool rejected by unfold"))
-        });
-        Tensor::from_cpu_on(storage, &shape, x.device())
-    });
+    let out = x.read_storage().conv_columns(x.layout(), true, &g);
+    let out = Tensor::from_backend("fold", &shape, out);
     record(out, "fold", &[cols], || {
         move |_, grad: &Tensor| {
             vec![Some(

@@ -8,11 +8,8 @@
 //! return tensors, not `Result`s.
 
 use crate::Tensor;
-use crate::storage::op::ReduceOp;
 use ferrograd_kernels::IndexBounds;
-use ferrograd_kernels::Layout;
 use ferrograd_kernels::cpu::{AdamStep, Conv2dGeometry, SgdStep};
-use ferrograd_kernels::cuda::CudaKernel;
 
 /// Declares each dispatch function once: the CUDA implementation in `imp` with the
 /// feature, `Default` (None / false) without it.
@@ -40,31 +37,11 @@ macro_rules! dispatch {
 }
 
 dispatch! {
-    /// `reduce` (sum or product) over the middle dim of contiguous `x` seen as
-    /// `[outer, r, inner]`.
-    fn reduce(x: &Tensor, op: &str, reduce: ReduceOp, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
-    /// Max or min over the middle dim with first-occurrence indices.
-    fn arg_reduce(x: &Tensor, op: &str, is_max: bool, dims: [usize; 3], out_shape: &[usize]) -> Option<(Tensor, Tensor)>;
-    /// `op` (`softmax` or `log_softmax`, with its CUDA kernel) of each row of contiguous `x`.
-    fn softmax_rows(x: &Tensor, op: &str, kernel: &'static CudaKernel, rows: usize, len: usize) -> Option<Tensor>;
-    /// Inclusive prefix sums along the middle dim of contiguous `x`.
-    fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor>;
-    /// `index_select` on contiguous `x`; the kernel checks the indices against `bounds`.
-    fn index_select(x: &Tensor, index: &Tensor, bounds: &IndexBounds, dims: [usize; 3], out_shape: &[usize]) -> Option<Tensor>;
-    /// `gather` along `dim`, indices checked against `bounds`.
-    fn gather(x: &Tensor, index: &Tensor, bounds: &IndexBounds, dim: usize) -> Option<Tensor>;
-    /// `out[index] += src` along `dim` in place (`out` contiguous and fresh), indices
-    /// checked against `bounds`.
-    fn scatter_add_(out: &Tensor, index: &Tensor, bounds: &IndexBounds, src: &Tensor, src_view: &Layout, dim: usize) -> bool;
-    /// im2col (`fold` false) or its adjoint of contiguous `x`.
-    fn conv_columns(x: &Tensor, op: &str, fold: bool, g: &Conv2dGeometry, out_shape: &[usize]) -> Option<Tensor>;
     /// Max (`max`: values and i64 in-plane indices) or average pooling of contiguous float
     /// `x` `[n, c, h, w]`.
     fn pool2d(x: &Tensor, max: bool, g: &Conv2dGeometry) -> Option<(Tensor, Option<Tensor>)>;
     /// The input gradient of [`pool2d`] from contiguous `grad` (and max pooling's indices).
     fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) -> Option<Tensor>;
-    /// `[batch, m, k] x [batch, k, n]` through cuBLAS.
-    fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor>;
     /// Dropout of contiguous float `x` with the Philox stream of `seed`: `(y, mask)`.
     fn dropout(x: &Tensor, seed: u64, p: f64, scale: f64) -> Option<(Tensor, Tensor)>;
     /// Fused layer norm of contiguous `x` as `[rows, len]` (weight/bias contiguous `[len]`
@@ -102,7 +79,7 @@ mod imp {
     use super::*;
     use crate::storage::Storage;
     use crate::storage::cuda::{self as backend, CudaStorage, ops as k};
-    use ferrograd_kernels::DType;
+    use ferrograd_kernels::{DType, Layout};
     use std::sync::{Arc, RwLockReadGuard};
 
     /// The CUDA storage behind a tensor, read-locked.
@@ -136,42 +113,9 @@ mod imp {
     }
 
     #[track_caller]
-    fn wrap(op: &str, r: crate::Result<CudaStorage>, shape: &[usize]) -> Tensor {
-        let s = r.unwrap_or_else(|e| fail(op, e));
-        Tensor::from_storage(Storage::Cuda(s), Layout::contiguous(shape))
-    }
-
-    #[track_caller]
     fn check(op: &str, r: crate::Result<()>) -> bool {
         r.unwrap_or_else(|e| fail(op, e));
         true
-    }
-
-    /// Runs `f` on `dst`'s storage (write-locked, version bumped) and `src`'s (read), both
-    /// on CUDA; `false` when either is elsewhere. They must be different buffers (callers
-    /// copy an aliasing operand first): one thread cannot hold both locks of one storage.
-    #[track_caller]
-    fn write_from(
-        dst: &Tensor,
-        src: &Tensor,
-        op: &str,
-        f: impl FnOnce(&CudaStorage, &CudaStorage) -> crate::Result<()>,
-    ) -> bool {
-        if !dst.device().is_cuda() || !src.device().is_cuda() {
-            return false;
-        }
-        assert!(
-            !dst.shares_storage(src),
-            "{op}: the source aliases the destination"
-        );
-        let Some(s) = dev(src) else {
-            return false;
-        };
-        let guard = dst.storage_cell().write(); // bumps the version
-        let Storage::Cuda(d) = &*guard else {
-            return false;
-        };
-        check(op, f(d, s.get()))
     }
 
     fn contiguous_offset(x: &Tensor) -> usize {
@@ -179,160 +123,6 @@ mod imp {
             .contiguous_range()
             .expect("contiguous input")
             .start
-    }
-
-    #[track_caller]
-    pub(super) fn reduce(
-        x: &Tensor,
-        op: &str,
-        reduce: ReduceOp,
-        dims: [usize; 3],
-        out_shape: &[usize],
-    ) -> Option<Tensor> {
-        if !(x.dtype().is_float() || x.dtype() == DType::I64) {
-            return None;
-        }
-        let s = dev(x)?;
-        Some(wrap(
-            op,
-            k::reduce(reduce.cuda(), s.get(), contiguous_offset(x), dims),
-            out_shape,
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn arg_reduce(
-        x: &Tensor,
-        op: &str,
-        is_max: bool,
-        dims: [usize; 3],
-        out_shape: &[usize],
-    ) -> Option<(Tensor, Tensor)> {
-        let s = dev(x)?;
-        let (v, i) = k::arg_reduce(is_max, s.get(), contiguous_offset(x), dims)
-            .unwrap_or_else(|e| panic!("{op}: {e}"));
-        Some((
-            Tensor::from_storage(Storage::Cuda(v), Layout::contiguous(out_shape)),
-            Tensor::from_storage(Storage::Cuda(i), Layout::contiguous(out_shape)),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn softmax_rows(
-        x: &Tensor,
-        op: &str,
-        kernel: &'static CudaKernel,
-        rows: usize,
-        len: usize,
-    ) -> Option<Tensor> {
-        if !x.dtype().is_float() {
-            return None;
-        }
-        let s = dev(x)?;
-        Some(wrap(
-            op,
-            k::softmax_rows(kernel, s.get(), contiguous_offset(x), rows, len),
-            x.shape(),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn cumsum(x: &Tensor, dims: [usize; 3]) -> Option<Tensor> {
-        if !(x.dtype().is_float() || x.dtype() == DType::I64) {
-            return None;
-        }
-        let s = dev(x)?;
-        Some(wrap(
-            "cumsum",
-            k::cumsum(s.get(), contiguous_offset(x), dims),
-            x.shape(),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn index_select(
-        x: &Tensor,
-        index: &Tensor,
-        bounds: &IndexBounds,
-        dims: [usize; 3],
-        out_shape: &[usize],
-    ) -> Option<Tensor> {
-        let index = index.contiguous();
-        let [xd, id] = devs([Some(x), Some(&index)])?;
-        Some(wrap(
-            "index_select",
-            k::index_select(
-                operand(&xd, Some(x))?,
-                dims,
-                (operand(&id, Some(&index))?, index.numel()),
-                bounds,
-            ),
-            out_shape,
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn gather(
-        x: &Tensor,
-        index: &Tensor,
-        bounds: &IndexBounds,
-        dim: usize,
-    ) -> Option<Tensor> {
-        let contiguous = index.contiguous();
-        let [xd, id] = devs([Some(x), Some(&contiguous)])?;
-        Some(wrap(
-            bounds.op(),
-            k::gather(
-                xd.as_ref()?.get(),
-                x.layout(),
-                operand(&id, Some(&contiguous))?,
-                index.shape(),
-                dim,
-                bounds,
-            ),
-            index.shape(),
-        ))
-    }
-
-    #[track_caller]
-    pub(super) fn scatter_add_(
-        out: &Tensor,
-        index: &Tensor,
-        bounds: &IndexBounds,
-        src: &Tensor,
-        src_view: &Layout,
-        dim: usize,
-    ) -> bool {
-        if out.dtype() == DType::Bool {
-            return false;
-        }
-        let contiguous = index.contiguous();
-        let Some(i) = dev(&contiguous) else {
-            return false;
-        };
-        let i = (i.get(), contiguous_offset(&contiguous));
-        write_from(out, src, "scatter_add", |d, s| {
-            k::scatter_add(d, out.shape(), i, bounds, s, src_view, dim)
-        })
-    }
-
-    #[track_caller]
-    pub(super) fn conv_columns(
-        x: &Tensor,
-        op: &str,
-        fold: bool,
-        g: &Conv2dGeometry,
-        out_shape: &[usize],
-    ) -> Option<Tensor> {
-        if x.dtype() == DType::Bool {
-            return None;
-        }
-        let s = dev(x)?;
-        Some(wrap(
-            op,
-            k::conv_columns(fold, s.get(), contiguous_offset(x), g),
-            out_shape,
-        ))
     }
 
     #[track_caller]
@@ -373,17 +163,6 @@ mod imp {
         let dx = k::pool2d_backward(operand(&d[0], Some(grad))?, operand(&d[1], indices), g)
             .unwrap_or_else(|e| fail(op, e));
         Some(cuda_tensor(dx, &[g.n, g.c, g.input[0], g.input[1]]))
-    }
-
-    #[track_caller]
-    pub(super) fn matmul(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Option<Tensor> {
-        let (sa, sb) = (dev(a)?, dev(b)?);
-        let out = k::matmul(sa.get(), a.layout(), sb.get(), b.layout())
-            .unwrap_or_else(|e| panic!("matmul: {e}"))?;
-        Some(Tensor::from_storage(
-            Storage::Cuda(out),
-            Layout::contiguous(out_shape),
-        ))
     }
 
     /// A storage lock held for a multi-tensor launch.

@@ -1,10 +1,9 @@
 //! Indexing: index_select, gather, scatter_add, one_hot, tril/triu.
 
-use super::{check_same_device, gpu};
+use super::check_same_device;
 use crate::autograd::record;
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::{gather, index_select, scatter_add};
-use ferrograd_kernels::{Dims, Element, IndexBounds, with_dtype, with_num_dtype};
+use ferrograd_kernels::{Dims, IndexBounds};
 
 /// The bounds of indices `index` into dim `d` of `input`, for `op`.
 pub(crate) fn dim_bounds(
@@ -68,14 +67,14 @@ impl Tensor {
         let r = x.shape()[d];
         let mut shape = Dims::from_slice(self.shape());
         shape[d] = index.numel();
-        let out = gpu::index_select(&x, index, &bounds, [outer, r, inner], &shape).unwrap_or_else(|| {
-            let idx = host_index_values(&bounds, index, None);
-            let storage = x.with_cpu("index_select", |s, l| {
-                let range = l.contiguous_range().expect("contiguous");
-                with_dtype!(s.dtype(), T => T::into_storage(index_select(&s.typed::<T>()[range], outer, r, inner, &idx)))
-            });
-            Tensor::from_cpu_on(storage, &shape, x.device())
-        });
+        let idx = index.contiguous();
+        let out = x.read_storage().index_select(
+            x.layout(),
+            [outer, r, inner],
+            (&idx.read_storage(), idx.layout()),
+            &bounds,
+        );
+        let out = Tensor::from_backend("index_select", &shape, out);
         let (input_shape, index) = (
             Dims::from_slice(self.shape()),
             index.reshape(&[index.numel()]),
@@ -138,13 +137,14 @@ impl Tensor {
         let op = bounds.op();
         check_index_tensor(op, self, index);
         self.check_scatter_shapes(op, index, d, None);
-        let out = gpu::gather(self, index, &bounds, d).unwrap_or_else(|| {
-            let idx = host_index_values(&bounds, index, None);
-            let storage = self.with_cpu("gather", |s, l| {
-                with_dtype!(s.dtype(), T => T::into_storage(gather(s.typed::<T>(), l, &idx, index.shape(), d)))
-            });
-            Tensor::from_cpu_on(storage, index.shape(), self.device())
-        });
+        let idx = index.contiguous();
+        let out = self.read_storage().gather(
+            self.layout(),
+            (&idx.read_storage(), idx.layout()),
+            &bounds,
+            d,
+        );
+        let out = Tensor::from_backend(op, index.shape(), out);
         let (input_shape, index) = (Dims::from_slice(self.shape()), index.clone());
         record(out, "gather", &[self], || {
             move |_, g: &Tensor| {
@@ -205,18 +205,24 @@ impl Tensor {
         check_same_device("scatter_add", &[self, src]);
         check_index_tensor(bounds.op(), self, index);
         self.check_scatter_shapes("scatter_add", index, d, Some(src));
+        assert!(
+            self.dtype() != DType::Bool,
+            "scatter_add: not implemented for bool tensors (shape {:?})",
+            self.shape()
+        );
         let src = src.to_dtype(self.dtype());
         let out = self.detach().deep_copy();
         let src_view = src.layout().slice_to(index.shape());
-        if !gpu::scatter_add_(&out, index, &bounds, &src, &src_view, d) {
-            let idx = host_index_values(&bounds, index, None);
-            src.with_cpu("scatter_add", |s, _| {
-                out.with_cpu_mut("scatter_add", |dst, _| {
-                    with_num_dtype!(s.dtype(), T => scatter_add(dst.typed_mut::<T>(), self.shape(), &idx, s.typed::<T>(), &src_view, d),
-                        else panic!("scatter_add: not implemented for bool tensors"))
-                })
-            });
-        }
+        let idx = index.contiguous();
+        out.backend_write("scatter_add", |dst, _| {
+            dst.scatter_add(
+                self.shape(),
+                (&idx.read_storage(), idx.layout()),
+                &bounds,
+                (&src.read_storage(), &src_view),
+                d,
+            )
+        });
         let index = index.clone();
         let src_shape = Dims::from_slice(src.shape());
         record(out, "scatter_add", &[self, &src], || {

@@ -4,8 +4,7 @@ use super::check_same_device;
 use crate::Tensor;
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
-use ferrograd_kernels::cpu::matmul;
-use ferrograd_kernels::{Dims, Element, Layout, broadcast_shapes, with_num_dtype};
+use ferrograd_kernels::{Dims, Layout, broadcast_shapes};
 
 impl Tensor {
     /// Matrix product with PyTorch's rules: 1-D·1-D is a dot product, a 1-D operand is
@@ -136,15 +135,15 @@ impl Tensor {
             }
         };
         let (a3, b3) = (as3(a), as3(b));
-        if let Some(out) = super::gpu::matmul(&a3, &b3, out_shape) {
-            return out;
-        }
-        let storage = a3.with_cpu("matmul", |sa, la| {
-            b3.with_cpu("matmul", |sb, lb| {
-                with_num_dtype!(sa.dtype(), T => T::into_storage(matmul(sa.typed::<T>(), la, sb.typed::<T>(), lb)),
-                    else panic!("matmul: not implemented for bool tensors"))
-            })
-        });
-        Tensor::from_cpu_on(storage, out_shape, a3.device())
+        assert!(
+            a3.dtype() != ferrograd_kernels::DType::Bool,
+            "matmul: not implemented for bool tensors (shapes {:?} and {:?})",
+            a.shape(),
+            b.shape()
+        );
+        let out = a3
+            .read_storage()
+            .matmul(a3.layout(), &b3.read_storage(), b3.layout());
+        Tensor::from_backend("matmul", out_shape, out)
     }
 }

@@ -1,16 +1,11 @@
 //! Reductions over dims (with `keepdim`), the fused softmax family, and cumsum.
 
-use super::gpu;
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
-use crate::storage::op::ReduceOp;
+use crate::storage::op::{ReduceOp, RowOp};
+use crate::tensor::backend_failed;
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::{
-    CpuStorage, arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim,
-};
-use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
-use ferrograd_kernels::{Dims, Element, NumElement, with_dtype, with_float_dtype, with_num_dtype};
-use std::ops::Range;
+use ferrograd_kernels::{Dims, Layout};
 
 /// `[outer, r, inner]` sizes of a reduction over dim `d`.
 fn split_at_dim(shape: &[usize], d: usize) -> (usize, usize, usize) {
@@ -55,31 +50,16 @@ impl Tensor {
         out
     }
 
-    /// Runs a one-dim kernel on the contiguous data, giving the keepdim-shaped result.
-    fn reduce_one(
-        &self,
-        op: &str,
-        reduce: ReduceOp,
-        d: usize,
-        kernel: impl FnOnce(&CpuStorage, Range<usize>, usize, usize, usize) -> CpuStorage,
-    ) -> Tensor {
+    /// Sums or multiplies along `d`, giving the keepdim-shaped result.
+    fn reduce_one(&self, reduce: ReduceOp, d: usize) -> Tensor {
         let x = self.contiguous();
         let (outer, r, inner) = split_at_dim(x.shape(), d);
         let mut shape = Dims::from_slice(x.shape());
         shape[d] = 1;
-        if let Some(out) = gpu::reduce(&x, op, reduce, [outer, r, inner], &shape) {
-            return out;
-        }
-        let storage = x.with_cpu(op, |s, l| {
-            kernel(
-                s,
-                l.contiguous_range().expect("contiguous"),
-                outer,
-                r,
-                inner,
-            )
-        });
-        Tensor::from_cpu_on(storage, &shape, x.device())
+        let out = x
+            .read_storage()
+            .reduce(x.layout(), reduce, [outer, r, inner]);
+        Tensor::from_backend(reduce.name(), &shape, out)
     }
 
     fn sum_raw(&self, dims: &[usize]) -> Tensor {
@@ -88,9 +68,7 @@ impl Tensor {
             _ => self.detach(),
         };
         for &d in dims.iter().rev() {
-            x = x.reduce_one("sum", ReduceOp::Sum, d, |s, range, o, r, i| {
-                with_num_dtype!(s.dtype(), T => T::into_storage(sum_dim(&s.typed::<T>()[range], o, r, i)), else unreachable!("bool converted"))
-            });
+            x = x.reduce_one(ReduceOp::Sum, d);
         }
         x
     }
@@ -191,24 +169,14 @@ impl Tensor {
         let x = self.detach().contiguous();
         let (outer, r, inner) = split_at_dim(x.shape(), d);
         let keep = keepdim_shape(self.shape(), &[d]);
-        let native = gpu::arg_reduce(&x, op, is_max, [outer, r, inner], &keep);
-        let (values, indices) = native.unwrap_or_else(|| {
-            let (v, i) = x.with_cpu(op, |s, l| {
-                let range = l.contiguous_range().expect("contiguous");
-                with_dtype!(s.dtype(), T => {
-                    let (v, i) = if is_max {
-                        arg_reduce_dim(&s.typed::<T>()[range], outer, r, inner, |c: T, b: T| c > b)
-                    } else {
-                        arg_reduce_dim(&s.typed::<T>()[range], outer, r, inner, |c: T, b: T| c < b)
-                    };
-                    (T::into_storage(v), CpuStorage::I64(i))
-                })
-            });
-            (
-                Tensor::from_cpu_on(v, &keep, x.device()),
-                Tensor::from_cpu_on(i, &keep, x.device()),
-            )
-        });
+        let (values, indices) = x
+            .read_storage()
+            .arg_reduce(x.layout(), is_max, [outer, r, inner])
+            .unwrap_or_else(|e| backend_failed(op, e));
+        let (values, indices) = (
+            Tensor::from_storage(values, Layout::contiguous(&keep)),
+            Tensor::from_storage(indices, Layout::contiguous(&keep)),
+        );
         let final_shape = if keepdim {
             keep.clone()
         } else {
@@ -346,10 +314,7 @@ impl Tensor {
             DType::Bool | DType::U8 => self.detach().to_dtype(DType::I64),
             _ => self.detach(),
         };
-        let kept = x.reduce_one("prod", ReduceOp::Prod, d, |s, range, o, r, i| {
-            with_num_dtype!(s.dtype(), T => T::into_storage(reduce_dim(&s.typed::<T>()[range], o, r, i, <T as NumElement>::Acc::ONE,
-                |a, v: T| a * v.to_acc(), T::from_acc)), else unreachable!("bool converted"))
-        });
+        let kept = x.reduce_one(ReduceOp::Prod, d);
         let out = if keepdim {
             kept.clone()
         } else {
@@ -398,14 +363,8 @@ impl Tensor {
         }
     }
 
-    /// Applies a row kernel along `dim` by moving it last.
-    fn along_last(
-        &self,
-        op: &str,
-        cuda: &'static CudaKernel,
-        d: usize,
-        kernel: impl FnOnce(&CpuStorage, Range<usize>, usize, usize) -> CpuStorage,
-    ) -> Tensor {
+    /// Applies a row op along `dim` by moving it last.
+    fn along_last(&self, row_op: RowOp, op: &str, d: usize) -> Tensor {
         let last = self.dim().saturating_sub(1);
         let moved = if d == last {
             self.detach().contiguous()
@@ -416,12 +375,8 @@ impl Tensor {
         };
         let len = moved.shape().last().copied().unwrap_or(1);
         let rows = moved.numel() / len.max(1);
-        let out = gpu::softmax_rows(&moved, op, cuda, rows, len).unwrap_or_else(|| {
-            let storage = moved.with_cpu(op, |s, l| {
-                kernel(s, l.contiguous_range().expect("contiguous"), rows, len)
-            });
-            Tensor::from_cpu_on(storage, moved.shape(), moved.device())
-        });
+        let out = moved.read_storage().rows(moved.layout(), row_op, rows, len);
+        let out = Tensor::from_backend(op, moved.shape(), out);
         if d == last {
             out
         } else {
@@ -465,17 +420,12 @@ impl Tensor {
             self.to_dtype(DType::F32)
         };
         let d = x.normalize_dim(op, dim);
-        let cuda = if log {
-            &kernels::LOG_SOFTMAX_ROWS
+        let row_op = if log {
+            RowOp::LogSoftmax
         } else {
-            &kernels::SOFTMAX_ROWS
+            RowOp::Softmax
         };
-        let out = x.along_last(op, cuda, d, |s, range, rows, len| {
-            with_float_dtype!(s.dtype(), T => {
-                let src = &s.typed::<T>()[range];
-                T::into_storage(if log { log_softmax_rows(src, rows, len) } else { softmax_rows(src, rows, len) })
-            }, else unreachable!("promoted to float above"))
-        });
+        let out = x.along_last(row_op, op, d);
         record(out.clone(), op, &[&x], || {
             let o = SavedTensor::output(&out);
             move |ctx, g: &Tensor| {
@@ -548,12 +498,8 @@ impl Tensor {
             _ => self.detach().contiguous(),
         };
         let (outer, r, inner) = split_at_dim(x.shape(), d);
-        let out = gpu::cumsum(&x, [outer, r, inner]).unwrap_or_else(|| {
-            x.map_storage("cumsum", |s, l| {
-                let range = l.contiguous_range().expect("contiguous");
-                with_num_dtype!(s.dtype(), T => T::into_storage(cumsum_dim(&s.typed::<T>()[range], outer, r, inner)), else unreachable!())
-            })
-        });
+        let out = x.read_storage().cumsum(x.layout(), [outer, r, inner]);
+        let out = Tensor::from_backend("cumsum", x.shape(), out);
         record(out, "cumsum", &[self], || {
             move |_, g: &Tensor| {
                 let di = d as isize;

@@ -3,10 +3,14 @@
 //! `ferrograd_kernels::cpu`. Also the host fallback of the CUDA backend, which runs these
 //! on a host copy. Outputs are new contiguous buffers unless the name ends in `_inplace`.
 
-use super::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
+use super::op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
+use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cpu::{
-    CpuStorage, binary_inplace as binary_inplace_map, binary_map, cast as cast_map, fill_strided,
-    ternary_map, unary_inplace as unary_inplace_map, unary_map,
+    Conv2dGeometry, CpuStorage, arg_reduce_dim, binary_inplace as binary_inplace_map, binary_map,
+    cast as cast_map, cumsum_dim, fill_strided, fold2d, gather as gather_map,
+    index_select as index_select_map, log_softmax_rows, matmul as matmul_map, reduce_dim,
+    scatter_add as scatter_add_map, softmax_rows, sum_dim, ternary_map,
+    unary_inplace as unary_inplace_map, unary_map, unfold2d,
 };
 use ferrograd_kernels::{
     DType, Element, Layout, NumElement, with_dtype, with_float_dtype, with_num_dtype,
@@ -115,4 +119,150 @@ pub(crate) fn cast(src: &CpuStorage, layout: &Layout, dtype: DType) -> CpuStorag
 /// Writes `value` (converted as `from_f64`) to every element of the view `layout`.
 pub(crate) fn fill(dst: &mut CpuStorage, layout: &Layout, value: f64) {
     with_dtype!(dst.dtype(), T => fill_strided(dst.typed_mut::<T>(), layout, T::from_f64(value)))
+}
+
+/// The contiguous elements of `layout` (checked by the caller).
+fn contiguous<'a, T: Element>(src: &'a CpuStorage, layout: &Layout) -> &'a [T] {
+    let range = layout
+        .contiguous_range()
+        .expect("the op made its input contiguous");
+    &src.typed::<T>()[range]
+}
+
+/// Sum or product of the middle dim of contiguous `[outer, r, inner]` (numeric dtypes).
+pub(crate) fn reduce(
+    src: &CpuStorage,
+    layout: &Layout,
+    op: ReduceOp,
+    [outer, r, inner]: [usize; 3],
+) -> CpuStorage {
+    with_num_dtype!(src.dtype(), T => {
+        let x = contiguous::<T>(src, layout);
+        T::into_storage(match op {
+            ReduceOp::Sum => sum_dim(x, outer, r, inner),
+            ReduceOp::Prod => reduce_dim(x, outer, r, inner, <T as NumElement>::Acc::ONE,
+                |a, v: T| a * v.to_acc(), T::from_acc),
+        })
+    }, else unreachable!("bool storage is converted to int64 before reducing"))
+}
+
+/// Max (`is_max`) or min of the middle dim of contiguous `[outer, r, inner]`, with the
+/// index of the first occurrence (NaN wins): values and int64 indices.
+// One comparison for every dtype, bool (false < true) included.
+#[allow(clippy::bool_comparison)]
+pub(crate) fn arg_reduce(
+    src: &CpuStorage,
+    layout: &Layout,
+    is_max: bool,
+    [outer, r, inner]: [usize; 3],
+) -> (CpuStorage, CpuStorage) {
+    with_dtype!(src.dtype(), T => {
+        let x = contiguous::<T>(src, layout);
+        let (v, i) = if is_max {
+            arg_reduce_dim(x, outer, r, inner, |c: T, b: T| c > b)
+        } else {
+            arg_reduce_dim(x, outer, r, inner, |c: T, b: T| c < b)
+        };
+        (T::into_storage(v), CpuStorage::I64(i))
+    })
+}
+
+/// Softmax or log-softmax of each row of contiguous float `[rows, len]`.
+pub(crate) fn rows(
+    src: &CpuStorage,
+    layout: &Layout,
+    op: RowOp,
+    rows: usize,
+    len: usize,
+) -> CpuStorage {
+    with_float_dtype!(src.dtype(), T => {
+        let x = contiguous::<T>(src, layout);
+        T::into_storage(match op {
+            RowOp::Softmax => softmax_rows(x, rows, len),
+            RowOp::LogSoftmax => log_softmax_rows(x, rows, len),
+        })
+    }, else unreachable!("softmax takes float storage"))
+}
+
+/// Inclusive prefix sums along the middle dim of contiguous `[outer, r, inner]`.
+pub(crate) fn cumsum(
+    src: &CpuStorage,
+    layout: &Layout,
+    [outer, r, inner]: [usize; 3],
+) -> CpuStorage {
+    with_num_dtype!(src.dtype(), T => T::into_storage(cumsum_dim(contiguous::<T>(src, layout), outer, r, inner)),
+        else unreachable!("bool storage is converted to int64 before cumsum"))
+}
+
+/// The int64 values of the view `layout` of `index`, panicking with `bounds`' message at
+/// the first one out of range (except `ignore`).
+#[track_caller]
+pub(crate) fn index_values(
+    index: &CpuStorage,
+    layout: &Layout,
+    bounds: &IndexBounds,
+    ignore: Option<i64>,
+) -> Vec<i64> {
+    let values = unary_map(index.typed::<i64>(), layout, |v| v);
+    if let Some(bad) = bounds.first_bad(&values, ignore) {
+        panic!("{}", bounds.message(bad));
+    }
+    values
+}
+
+/// `out[o, j, i] = src[o, index[j], i]` over contiguous `[outer, r, inner]`.
+#[track_caller]
+pub(crate) fn index_select(
+    (src, layout): (&CpuStorage, &Layout),
+    [outer, r, inner]: [usize; 3],
+    (index, index_layout): (&CpuStorage, &Layout),
+    bounds: &IndexBounds,
+) -> CpuStorage {
+    let idx = index_values(index, index_layout, bounds, None);
+    with_dtype!(src.dtype(), T => T::into_storage(index_select_map(contiguous::<T>(src, layout), outer, r, inner, &idx)))
+}
+
+/// `torch.gather` of the view `layout` along `dim` at `index` (of its own shape).
+#[track_caller]
+pub(crate) fn gather(
+    (src, layout): (&CpuStorage, &Layout),
+    (index, index_layout): (&CpuStorage, &Layout),
+    bounds: &IndexBounds,
+    dim: usize,
+) -> CpuStorage {
+    let idx = index_values(index, index_layout, bounds, None);
+    with_dtype!(src.dtype(), T => T::into_storage(gather_map(src.typed::<T>(), layout, &idx, index_layout.shape(), dim)))
+}
+
+/// `dst[index] += src` along `dim` (`dst` contiguous of `dst_shape`, numeric).
+#[track_caller]
+pub(crate) fn scatter_add(
+    (dst, dst_shape): (&mut CpuStorage, &[usize]),
+    (index, index_layout): (&CpuStorage, &Layout),
+    bounds: &IndexBounds,
+    (src, src_view): (&CpuStorage, &Layout),
+    dim: usize,
+) {
+    let idx = index_values(index, index_layout, bounds, None);
+    with_num_dtype!(src.dtype(), T => scatter_add_map(dst.typed_mut::<T>(), dst_shape, &idx, src.typed::<T>(), src_view, dim),
+        else unreachable!("bool rejected by scatter_add"))
+}
+
+/// im2col (`fold` false) of contiguous `[n, c, h, w]`, or its adjoint of the columns.
+pub(crate) fn conv_columns(
+    src: &CpuStorage,
+    layout: &Layout,
+    fold: bool,
+    g: &Conv2dGeometry,
+) -> CpuStorage {
+    with_num_dtype!(src.dtype(), T => {
+        let x = contiguous::<T>(src, layout);
+        T::into_storage(if fold { fold2d(x, g) } else { unfold2d(x, g) })
+    }, else unreachable!("bool rejected by unfold"))
+}
+
+/// `[batch, m, k] x [batch, k, n]` of any strides.
+pub(crate) fn matmul(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> CpuStorage {
+    with_num_dtype!(a.dtype(), T => T::into_storage(matmul_map(a.typed::<T>(), la, b.typed::<T>(), lb)),
+        else unreachable!("bool rejected by matmul"))
 }

@@ -1,10 +1,10 @@
 //! Stand-in for the CUDA backend when the `cuda` feature is off: an uninhabited type, so
 //! every `Storage::Cuda` match arm type-checks and compiles to nothing.
 
-use super::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
+use super::op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
 use crate::{Device, Error, Result};
-use ferrograd_kernels::cpu::CpuStorage;
-use ferrograd_kernels::{DType, Layout};
+use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
+use ferrograd_kernels::{DType, IndexBounds, Layout};
 
 /// No value of this type exists without the `cuda` feature.
 #[derive(Debug)]
@@ -113,6 +113,61 @@ impl CudaStorage {
     }
 
     pub(crate) fn fill(&mut self, _: &Layout, _: f64) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn reduce(&self, _: &Layout, _: ReduceOp, _: [usize; 3]) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn arg_reduce(&self, _: &Layout, _: bool, _: [usize; 3]) -> Result<(Self, Self)> {
+        match *self {}
+    }
+
+    pub(crate) fn rows(&self, _: &Layout, _: RowOp, _: usize, _: usize) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn cumsum(&self, _: &Layout, _: [usize; 3]) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn index_select(
+        &self,
+        _: &Layout,
+        _: [usize; 3],
+        _: (&Self, &Layout),
+        _: &IndexBounds,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn gather(
+        &self,
+        _: &Layout,
+        _: (&Self, &Layout),
+        _: &IndexBounds,
+        _: usize,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn scatter_add(
+        &mut self,
+        _: &[usize],
+        _: (&Self, &Layout),
+        _: &IndexBounds,
+        _: (&Self, &Layout),
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn conv_columns(&self, _: &Layout, _: bool, _: &Conv2dGeometry) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn matmul(&self, _: &Layout, _: &Self, _: &Layout) -> Result<Self> {
         match *self {}
     }
 }

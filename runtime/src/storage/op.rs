@@ -94,11 +94,36 @@ pub(crate) enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// The op's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+        }
+    }
+
     /// The CUDA kernels reducing contiguous rows and a strided middle dim.
     pub(crate) fn cuda(self) -> (&'static CudaKernel, &'static CudaKernel) {
         match self {
             ReduceOp::Sum => (&kernels::SUM_ROWS, &kernels::SUM_COLS),
             ReduceOp::Prod => (&kernels::PROD_ROWS, &kernels::PROD_COLS),
+        }
+    }
+}
+
+/// Row-wise fused ops over the last dim.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RowOp {
+    Softmax,
+    LogSoftmax,
+}
+
+impl RowOp {
+    /// The CUDA kernel of this row op.
+    pub(crate) fn cuda(self) -> &'static CudaKernel {
+        match self {
+            RowOp::Softmax => &kernels::SOFTMAX_ROWS,
+            RowOp::LogSoftmax => &kernels::LOG_SOFTMAX_ROWS,
         }
     }
 }

@@ -8,10 +8,18 @@ use super::ops as launch;
 use crate::Result;
 use crate::storage::cpu;
 use crate::storage::cuda_flags::note_host_fallback;
-use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
-use ferrograd_kernels::cpu::CpuStorage;
+use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
+use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
-use ferrograd_kernels::{DType, Layout};
+use ferrograd_kernels::{DType, IndexBounds, Layout};
+
+/// The first element of a contiguous view (the ops make these operands contiguous).
+fn start(layout: &Layout) -> usize {
+    layout
+        .contiguous_range()
+        .expect("the op made its input contiguous")
+        .start
+}
 
 /// The kernel of `family` (out of place: 0, in place: 1) when it covers `dtype`.
 fn covering(
@@ -189,5 +197,95 @@ impl CudaStorage {
 
     pub(crate) fn fill(&mut self, layout: &Layout, value: f64) -> Result<()> {
         launch::fill(self, layout, value)
+    }
+
+    pub(crate) fn reduce(&self, layout: &Layout, op: ReduceOp, dims: [usize; 3]) -> Result<Self> {
+        let (rows, cols) = op.cuda();
+        if rows.symbol(self.dtype()).is_none() {
+            return self.on_host(op.name(), |h| cpu::reduce(h, layout, op, dims));
+        }
+        launch::reduce((rows, cols), self, start(layout), dims)
+    }
+
+    pub(crate) fn arg_reduce(
+        &self,
+        layout: &Layout,
+        is_max: bool,
+        dims: [usize; 3],
+    ) -> Result<(Self, Self)> {
+        launch::arg_reduce(is_max, self, start(layout), dims)
+    }
+
+    pub(crate) fn rows(&self, layout: &Layout, op: RowOp, rows: usize, len: usize) -> Result<Self> {
+        launch::softmax_rows(op.cuda(), self, start(layout), rows, len)
+    }
+
+    pub(crate) fn cumsum(&self, layout: &Layout, dims: [usize; 3]) -> Result<Self> {
+        if kernels::CUMSUM_COLS.symbol(self.dtype()).is_none() {
+            return self.on_host("cumsum", |h| cpu::cumsum(h, layout, dims));
+        }
+        launch::cumsum(self, start(layout), dims)
+    }
+
+    pub(crate) fn index_select(
+        &self,
+        layout: &Layout,
+        dims: [usize; 3],
+        (index, index_layout): (&CudaStorage, &Layout),
+        bounds: &IndexBounds,
+    ) -> Result<Self> {
+        let index = ((index, start(index_layout)), index_layout.numel());
+        launch::index_select((self, start(layout)), dims, index, bounds)
+    }
+
+    pub(crate) fn gather(
+        &self,
+        layout: &Layout,
+        (index, index_layout): (&CudaStorage, &Layout),
+        bounds: &IndexBounds,
+        dim: usize,
+    ) -> Result<Self> {
+        let shape = index_layout.shape();
+        launch::gather(
+            self,
+            layout,
+            (index, start(index_layout)),
+            shape,
+            dim,
+            bounds,
+        )
+    }
+
+    pub(crate) fn scatter_add(
+        &mut self,
+        dst_shape: &[usize],
+        (index, index_layout): (&CudaStorage, &Layout),
+        bounds: &IndexBounds,
+        (src, src_view): (&CudaStorage, &Layout),
+        dim: usize,
+    ) -> Result<()> {
+        let index = (index, start(index_layout));
+        launch::scatter_add(self, dst_shape, index, bounds, src, src_view, dim)
+    }
+
+    pub(crate) fn conv_columns(
+        &self,
+        layout: &Layout,
+        fold: bool,
+        g: &Conv2dGeometry,
+    ) -> Result<Self> {
+        launch::conv_columns(fold, self, start(layout), g)
+    }
+
+    /// `[batch, m, k] x [batch, k, n]` through cuBLAS, or on the host for dtypes and
+    /// strides cuBLAS does not take.
+    pub(crate) fn matmul(&self, la: &Layout, rhs: &CudaStorage, lb: &Layout) -> Result<Self> {
+        match launch::matmul(self, la, rhs, lb)? {
+            Some(out) => Ok(out),
+            None => {
+                let rhs = rhs.download()?;
+                self.on_host("matmul", |h| cpu::matmul(h, la, &rhs, lb))
+            }
+        }
     }
 }
