@@ -7,6 +7,16 @@
 use ferrograd::autograd::gradcheck;
 use ferrograd::prelude::*;
 use ferrograd::testing::{assert_close, test_device};
+use std::sync::{Mutex, MutexGuard};
+
+/// The global generator is one per process, as PyTorch's, and the test harness runs tests
+/// on several threads: every test here that seeds or draws from it holds this lock, so a
+/// seed set by one test is not consumed by another.
+static GLOBAL_RNG: Mutex<()> = Mutex::new(());
+
+fn rng_lock() -> MutexGuard<'static, ()> {
+    GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 type Op = fn(&[Tensor]) -> Tensor;
 
@@ -198,6 +208,7 @@ fn to(dev: &Device, ts: &[Tensor]) -> Vec<Tensor> {
 
 /// Forward values and the gradients of every input agree with the CPU.
 fn ops_match_the_cpu_forward_and_backward(dev: &Device) {
+    let _rng = rng_lock();
     manual_seed(10);
     for dtype in [DType::F32, DType::F64] {
         for case in FLOAT_CASES {
@@ -232,6 +243,7 @@ test_device!(ops_match_the_cpu_forward_and_backward);
 
 /// Half types: forward parity of the ops that matter in mixed precision.
 fn half_precision_ops_match_the_cpu(dev: &Device) {
+    let _rng = rng_lock();
     manual_seed(11);
     let cases = [
         "add broadcast",
@@ -259,6 +271,7 @@ test_device!(half_precision_ops_match_the_cpu);
 
 /// Finite differences in f64 on the device itself.
 fn gradcheck_on_the_device(dev: &Device) {
+    let _rng = rng_lock();
     manual_seed(12);
     for name in [
         "mul transposed",
@@ -304,6 +317,7 @@ test_device!(integer_ops_match_the_cpu);
 
 /// A LeNet-style training step: the loss and every parameter's gradient agree.
 fn a_training_step_matches_the_cpu(dev: &Device) {
+    let _rng = rng_lock();
     manual_seed(13);
     let x = Tensor::randn(&[8, 1, 12, 12], DType::F32, &Device::Cpu);
     let y = Tensor::randint(0, 10, &[8], &Device::Cpu);
@@ -336,6 +350,7 @@ test_device!(a_training_step_matches_the_cpu);
 /// generator: the same seed gives the same mask on every device, in every float dtype,
 /// and the gradient is the scaled mask.
 fn dropout_masks_are_the_same_on_every_device(dev: &Device) {
+    let _rng = rng_lock();
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         let x = Tensor::randn_with(&[3, 1000], DType::F32, &Device::Cpu, &mut Generator::new(1))
             .to_dtype(dtype);
@@ -372,6 +387,7 @@ test_device!(dropout_masks_are_the_same_on_every_device);
 
 /// Moving back and forth keeps values, dtype and gradients.
 fn to_device_round_trips(dev: &Device) {
+    let _rng = rng_lock();
     for dtype in [
         DType::F32,
         DType::F64,

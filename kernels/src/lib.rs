@@ -17,6 +17,7 @@
 pub mod cpu;
 pub mod cuda;
 mod dtype;
+pub mod fused;
 mod index_bounds;
 mod layout;
 

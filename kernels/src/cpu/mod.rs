@@ -1,31 +1,21 @@
 //! CPU kernels: contiguous fast paths, strided fallbacks, rayon above a size threshold.
 
 mod index;
-mod loss;
 mod map;
 mod matmul;
-mod norm;
-mod optim;
 mod par;
-mod pool;
 mod random;
-mod reduce;
-mod simd;
-mod unfold;
+pub(crate) mod reduce;
+pub(crate) mod simd;
+pub(crate) mod unfold;
 
 pub use index::{gather, index_select, scatter_add};
-pub use loss::{
-    CrossEntropyOutput, CrossEntropyRows, cross_entropy_backward_rows, cross_entropy_rows,
-};
 pub use map::{
     binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map,
 };
 pub use matmul::{MatmulShape, matmul};
-pub use norm::{LayerNormOutput, layer_norm_backward_rows, layer_norm_rows};
-pub use optim::{AdamStep, SgdStep, adam_step, sgd_step};
 pub use par::{for_each_chunk_mut, run_tasks};
-pub use pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward};
-pub use random::{dropout, philox4x32_10};
+pub use random::philox4x32_10;
 pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
 pub use unfold::{Conv2dGeometry, fold2d, unfold2d};
 

@@ -176,3 +176,40 @@ __device__ __forceinline__ bool index_ok(const IndexCheck& c, long long v) {
 #define FOR_FLOATS(F) F(float, f32) F(double, f64) F(Half, f16) F(BFloat, bf16)
 #define FOR_NUMS(F) FOR_FLOATS(F) F(long long, i64) F(unsigned char, u8)
 #define FOR_ALL(F) FOR_NUMS(F) F(bool, bool)
+
+// ---- shared by several modules ----------------------------------------------------------
+
+// Block-wide reductions (rows.cu, layer_norm.cu, cross_entropy.cu).
+struct SumRed {
+    template <typename A> static __device__ A init() { return A(0); }
+    template <typename A> static __device__ A combine(A a, A b) { return a + b; }
+};
+struct ProdRed {
+    template <typename A> static __device__ A init() { return A(1); }
+    template <typename A> static __device__ A combine(A a, A b) { return a * b; }
+};
+
+// Reduces `value` over the block (blockDim.x a power of two); every thread gets the result.
+template <typename A, typename Red>
+__device__ A block_reduce(A value, A* scratch) {
+    unsigned int t = threadIdx.x;
+    scratch[t] = value;
+    __syncthreads();
+    for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (t < stride) scratch[t] = Red::template combine<A>(scratch[t], scratch[t + stride]);
+        __syncthreads();
+    }
+    A result = scratch[0];
+    __syncthreads();
+    return result;
+}
+
+struct MaxRed {
+    // NaN wins, as in PyTorch's max.
+    template <typename A> static __device__ A combine(A a, A b) { return (b > a || b != b) ? b : a; }
+};
+
+// The geometry of a 2-D convolution, as the CPU's `Conv2dGeometry` (plus the output size).
+struct Conv2d {
+    usize n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};

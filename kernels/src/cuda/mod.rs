@@ -25,40 +25,58 @@ const COMMON: &str = include_str!("common.cuh");
 pub struct KernelModule {
     /// The module's name, also its cache key.
     pub name: &'static str,
+    /// Declarations generated from Rust (hyper-parameter structs), before the body.
+    prelude: &'static [&'static str],
     body: &'static str,
 }
 
 /// Strided binary and unary elementwise kernels.
-pub const ELEMENTWISE: KernelModule = KernelModule {
-    name: "elementwise",
-    body: include_str!("elementwise.cu"),
-};
+pub const ELEMENTWISE: KernelModule =
+    KernelModule::new("elementwise", include_str!("elementwise.cu"));
 
 /// Reductions along a dim (sum, prod, max/min with indices), softmax, log-softmax, cumsum,
 /// and the fused row ops: layer norm forward/backward and cross-entropy forward/backward.
-pub const ROWS: KernelModule = KernelModule {
-    name: "rows",
-    body: include_str!("rows.cu"),
-};
+pub const ROWS: KernelModule = KernelModule::new("rows", include_str!("rows.cu"));
 
 /// index_select, gather, scatter_add (atomics) and the im2col pair behind conv2d.
-pub const INDEX: KernelModule = KernelModule {
-    name: "index",
-    body: include_str!("index.cu"),
-};
+pub const INDEX: KernelModule = KernelModule::new("index", include_str!("index.cu"));
 
-/// Multi-tensor optimizer steps (Adam/AdamW, SGD): every parameter of a dtype in one launch.
-pub const OPTIM: KernelModule = KernelModule {
-    name: "optim",
-    body: include_str!("optim.cu"),
-};
-
-/// Every module, for tests and ahead-of-use compilation.
-pub const MODULES: [KernelModule; 4] = [ELEMENTWISE, ROWS, INDEX, OPTIM];
+/// Every module, for tests and ahead-of-use compilation: the shared ones above and each
+/// fused op's (`crate::fused::*::CUDA_MODULE`).
+pub const MODULES: [KernelModule; 8] = [
+    ELEMENTWISE,
+    ROWS,
+    INDEX,
+    crate::fused::layer_norm::CUDA_MODULE,
+    crate::fused::cross_entropy::CUDA_MODULE,
+    crate::fused::dropout::CUDA_MODULE,
+    crate::fused::pool::CUDA_MODULE,
+    crate::fused::optim::CUDA_MODULE,
+];
 
 impl KernelModule {
+    /// A module named `name` (also its cache key) with the source `body`; the shared
+    /// header is prepended when it is compiled.
+    pub const fn new(name: &'static str, body: &'static str) -> Self {
+        KernelModule::with_prelude(name, &[], body)
+    }
+
+    /// A module whose source is `prelude` (declarations generated from Rust, such as
+    /// `AdamStep::CUDA_DECLARATION`), then `body`.
+    pub const fn with_prelude(
+        name: &'static str,
+        prelude: &'static [&'static str],
+        body: &'static str,
+    ) -> Self {
+        KernelModule {
+            name,
+            prelude,
+            body,
+        }
+    }
+
     /// The full CUDA C++ source: the shared header, then the module.
     pub fn source(&self) -> String {
-        format!("{COMMON}\n{}", self.body)
+        format!("{COMMON}\n{}\n{}", self.prelude.concat(), self.body)
     }
 }

@@ -265,10 +265,10 @@ mod tests {
         }
         let dir =
             std::env::temp_dir().join(format!("ferrograd-kernel-cache-{}", std::process::id()));
-        let tiny = KernelModule {
-            name: "tiny",
-            body: "extern \"C\" __global__ void one(float* x) { x[0] = 1.0f; }",
-        };
+        let tiny = KernelModule::new(
+            "tiny",
+            "extern \"C\" __global__ void one(float* x) { x[0] = 1.0f; }",
+        );
         let first = tiny.compile_or_load("sm_90", Some(&dir)).unwrap();
         let file = dir.join(tiny.cache_file("sm_90"));
         assert_eq!(std::fs::read(&file).unwrap(), first);
@@ -289,10 +289,10 @@ mod tests {
         if !nvrtc_required("a_compile_error_carries_the_nvrtc_log") {
             return;
         }
-        let broken = KernelModule {
-            name: "broken",
-            body: "extern \"C\" __global__ void k() { undefined_name(); }",
-        };
+        let broken = KernelModule::new(
+            "broken",
+            "extern \"C\" __global__ void k() { undefined_name(); }",
+        );
         let err = broken.compile("sm_90").unwrap_err();
         assert!(err.message.contains("undefined_name"), "{err}");
         assert!(err.to_string().contains("`broken`"), "{err}");

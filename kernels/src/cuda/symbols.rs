@@ -4,8 +4,9 @@
 //! compile time (`concat!`), so no launch builds a name, and [`KERNELS`] lists them all
 //! for the test that checks each one against the NVRTC-compiled modules.
 
-use super::{ELEMENTWISE, INDEX, KernelModule, OPTIM, ROWS};
+use super::{ELEMENTWISE, INDEX, KernelModule, ROWS};
 use crate::DType;
+use crate::fused::{cross_entropy, dropout, layer_norm, optim, pool};
 
 /// One family of CUDA kernels: the same template instantiated per dtype as `BASE_DTYPE`.
 ///
@@ -122,7 +123,7 @@ macro_rules! symbols {
 
 /// Declares each family once and the list of all of them.
 macro_rules! kernels {
-    ($( $(#[$m:meta])* $name:ident = $module:ident $base:literal $dtypes:ident; )*) => {
+    ($( $(#[$m:meta])* $name:ident = $module:path, $base:literal $dtypes:ident; )*) => {
         $(
             $(#[$m])*
             pub const $name: CudaKernel = CudaKernel {
@@ -138,206 +139,206 @@ macro_rules! kernels {
 
 kernels! {
     /// `out = a + alpha * b`, strided/broadcast.
-    ADD = ELEMENTWISE "add" nums;
+    ADD = ELEMENTWISE, "add" nums;
     /// In-place [`ADD`] into a strided region.
-    ADD_INPLACE = ELEMENTWISE "add_inplace" nums;
+    ADD_INPLACE = ELEMENTWISE, "add_inplace" nums;
     /// `out = a - alpha * b`.
-    SUB = ELEMENTWISE "sub" nums;
+    SUB = ELEMENTWISE, "sub" nums;
     /// In-place [`SUB`].
-    SUB_INPLACE = ELEMENTWISE "sub_inplace" nums;
+    SUB_INPLACE = ELEMENTWISE, "sub_inplace" nums;
     /// `out = a * (alpha * b)`.
-    MUL = ELEMENTWISE "mul" nums;
+    MUL = ELEMENTWISE, "mul" nums;
     /// In-place [`MUL`].
-    MUL_INPLACE = ELEMENTWISE "mul_inplace" nums;
+    MUL_INPLACE = ELEMENTWISE, "mul_inplace" nums;
     /// `out = a / (alpha * b)`.
-    DIV = ELEMENTWISE "div" nums;
+    DIV = ELEMENTWISE, "div" nums;
     /// In-place [`DIV`].
-    DIV_INPLACE = ELEMENTWISE "div_inplace" nums;
+    DIV_INPLACE = ELEMENTWISE, "div_inplace" nums;
     /// NaN-propagating elementwise maximum.
-    MAXIMUM = ELEMENTWISE "maximum" nums;
+    MAXIMUM = ELEMENTWISE, "maximum" nums;
     /// In-place [`MAXIMUM`].
-    MAXIMUM_INPLACE = ELEMENTWISE "maximum_inplace" nums;
+    MAXIMUM_INPLACE = ELEMENTWISE, "maximum_inplace" nums;
     /// NaN-propagating elementwise minimum.
-    MINIMUM = ELEMENTWISE "minimum" nums;
+    MINIMUM = ELEMENTWISE, "minimum" nums;
     /// In-place [`MINIMUM`].
-    MINIMUM_INPLACE = ELEMENTWISE "minimum_inplace" nums;
+    MINIMUM_INPLACE = ELEMENTWISE, "minimum_inplace" nums;
     /// `a ** b`.
-    POW = ELEMENTWISE "pow" floats;
+    POW = ELEMENTWISE, "pow" floats;
     /// In-place [`POW`].
-    POW_INPLACE = ELEMENTWISE "pow_inplace" floats;
+    POW_INPLACE = ELEMENTWISE, "pow_inplace" floats;
     /// `atan2(a, b)`.
-    ATAN2 = ELEMENTWISE "atan2" floats;
+    ATAN2 = ELEMENTWISE, "atan2" floats;
     /// In-place [`ATAN2`].
-    ATAN2_INPLACE = ELEMENTWISE "atan2_inplace" floats;
+    ATAN2_INPLACE = ELEMENTWISE, "atan2_inplace" floats;
     /// `out = alpha * b` (a copy; `a` is ignored).
-    ASSIGN = ELEMENTWISE "assign" all;
+    ASSIGN = ELEMENTWISE, "assign" all;
     /// In-place [`ASSIGN`]: a strided copy into a region.
-    ASSIGN_INPLACE = ELEMENTWISE "assign_inplace" all;
+    ASSIGN_INPLACE = ELEMENTWISE, "assign_inplace" all;
     /// Logical and of bool tensors.
-    LOGICAL_AND = ELEMENTWISE "logical_and" bool;
+    LOGICAL_AND = ELEMENTWISE, "logical_and" bool;
 
     /// `e^x`.
-    EXP = ELEMENTWISE "exp" floats;
+    EXP = ELEMENTWISE, "exp" floats;
     /// In-place [`EXP`].
-    EXP_INPLACE = ELEMENTWISE "exp_inplace" floats;
+    EXP_INPLACE = ELEMENTWISE, "exp_inplace" floats;
     /// `ln x`.
-    LOG = ELEMENTWISE "log" floats;
+    LOG = ELEMENTWISE, "log" floats;
     /// In-place [`LOG`].
-    LOG_INPLACE = ELEMENTWISE "log_inplace" floats;
+    LOG_INPLACE = ELEMENTWISE, "log_inplace" floats;
     /// `sqrt x`.
-    SQRT = ELEMENTWISE "sqrt" floats;
+    SQRT = ELEMENTWISE, "sqrt" floats;
     /// In-place [`SQRT`].
-    SQRT_INPLACE = ELEMENTWISE "sqrt_inplace" floats;
+    SQRT_INPLACE = ELEMENTWISE, "sqrt_inplace" floats;
     /// `1 / sqrt x`.
-    RSQRT = ELEMENTWISE "rsqrt" floats;
+    RSQRT = ELEMENTWISE, "rsqrt" floats;
     /// In-place [`RSQRT`].
-    RSQRT_INPLACE = ELEMENTWISE "rsqrt_inplace" floats;
+    RSQRT_INPLACE = ELEMENTWISE, "rsqrt_inplace" floats;
     /// `sin x`.
-    SIN = ELEMENTWISE "sin" floats;
+    SIN = ELEMENTWISE, "sin" floats;
     /// In-place [`SIN`].
-    SIN_INPLACE = ELEMENTWISE "sin_inplace" floats;
+    SIN_INPLACE = ELEMENTWISE, "sin_inplace" floats;
     /// `cos x`.
-    COS = ELEMENTWISE "cos" floats;
+    COS = ELEMENTWISE, "cos" floats;
     /// In-place [`COS`].
-    COS_INPLACE = ELEMENTWISE "cos_inplace" floats;
+    COS_INPLACE = ELEMENTWISE, "cos_inplace" floats;
     /// `tanh x`.
-    TANH = ELEMENTWISE "tanh" floats;
+    TANH = ELEMENTWISE, "tanh" floats;
     /// In-place [`TANH`].
-    TANH_INPLACE = ELEMENTWISE "tanh_inplace" floats;
+    TANH_INPLACE = ELEMENTWISE, "tanh_inplace" floats;
     /// `-x`.
-    NEG = ELEMENTWISE "neg" floats;
+    NEG = ELEMENTWISE, "neg" floats;
     /// In-place [`NEG`].
-    NEG_INPLACE = ELEMENTWISE "neg_inplace" floats;
+    NEG_INPLACE = ELEMENTWISE, "neg_inplace" floats;
     /// `|x|`.
-    ABS = ELEMENTWISE "abs" floats;
+    ABS = ELEMENTWISE, "abs" floats;
     /// In-place [`ABS`].
-    ABS_INPLACE = ELEMENTWISE "abs_inplace" floats;
+    ABS_INPLACE = ELEMENTWISE, "abs_inplace" floats;
     /// The sign of x (0 at 0).
-    SIGN = ELEMENTWISE "sign" floats;
+    SIGN = ELEMENTWISE, "sign" floats;
     /// In-place [`SIGN`].
-    SIGN_INPLACE = ELEMENTWISE "sign_inplace" floats;
+    SIGN_INPLACE = ELEMENTWISE, "sign_inplace" floats;
     /// `max(x, 0)`.
-    RELU = ELEMENTWISE "relu" floats;
+    RELU = ELEMENTWISE, "relu" floats;
     /// In-place [`RELU`].
-    RELU_INPLACE = ELEMENTWISE "relu_inplace" floats;
+    RELU_INPLACE = ELEMENTWISE, "relu_inplace" floats;
     /// The error function.
-    ERF = ELEMENTWISE "erf" floats;
+    ERF = ELEMENTWISE, "erf" floats;
     /// In-place [`ERF`].
-    ERF_INPLACE = ELEMENTWISE "erf_inplace" floats;
+    ERF_INPLACE = ELEMENTWISE, "erf_inplace" floats;
     /// The logistic function.
-    SIGMOID = ELEMENTWISE "sigmoid" floats;
+    SIGMOID = ELEMENTWISE, "sigmoid" floats;
     /// In-place [`SIGMOID`].
-    SIGMOID_INPLACE = ELEMENTWISE "sigmoid_inplace" floats;
+    SIGMOID_INPLACE = ELEMENTWISE, "sigmoid_inplace" floats;
     /// `x * sigmoid(x)`.
-    SILU = ELEMENTWISE "silu" floats;
+    SILU = ELEMENTWISE, "silu" floats;
     /// In-place [`SILU`].
-    SILU_INPLACE = ELEMENTWISE "silu_inplace" floats;
+    SILU_INPLACE = ELEMENTWISE, "silu_inplace" floats;
     /// GELU with the exact (erf) form.
-    GELU = ELEMENTWISE "gelu" floats;
+    GELU = ELEMENTWISE, "gelu" floats;
     /// In-place [`GELU`].
-    GELU_INPLACE = ELEMENTWISE "gelu_inplace" floats;
+    GELU_INPLACE = ELEMENTWISE, "gelu_inplace" floats;
     /// GELU with the tanh approximation.
-    GELU_TANH = ELEMENTWISE "gelu_tanh" floats;
+    GELU_TANH = ELEMENTWISE, "gelu_tanh" floats;
     /// In-place [`GELU_TANH`].
-    GELU_TANH_INPLACE = ELEMENTWISE "gelu_tanh_inplace" floats;
+    GELU_TANH_INPLACE = ELEMENTWISE, "gelu_tanh_inplace" floats;
     /// `x * p0 + p1`.
-    AFFINE = ELEMENTWISE "affine" floats;
+    AFFINE = ELEMENTWISE, "affine" floats;
     /// In-place [`AFFINE`].
-    AFFINE_INPLACE = ELEMENTWISE "affine_inplace" floats;
+    AFFINE_INPLACE = ELEMENTWISE, "affine_inplace" floats;
     /// `x / p0`.
-    DIV_SCALAR = ELEMENTWISE "div_scalar" floats;
+    DIV_SCALAR = ELEMENTWISE, "div_scalar" floats;
     /// In-place [`DIV_SCALAR`].
-    DIV_SCALAR_INPLACE = ELEMENTWISE "div_scalar_inplace" floats;
+    DIV_SCALAR_INPLACE = ELEMENTWISE, "div_scalar_inplace" floats;
     /// `p0 / x`.
-    RDIV_SCALAR = ELEMENTWISE "rdiv_scalar" floats;
+    RDIV_SCALAR = ELEMENTWISE, "rdiv_scalar" floats;
     /// In-place [`RDIV_SCALAR`].
-    RDIV_SCALAR_INPLACE = ELEMENTWISE "rdiv_scalar_inplace" floats;
+    RDIV_SCALAR_INPLACE = ELEMENTWISE, "rdiv_scalar_inplace" floats;
     /// `x ** p0`.
-    POW_SCALAR = ELEMENTWISE "pow_scalar" floats;
+    POW_SCALAR = ELEMENTWISE, "pow_scalar" floats;
     /// In-place [`POW_SCALAR`].
-    POW_SCALAR_INPLACE = ELEMENTWISE "pow_scalar_inplace" floats;
+    POW_SCALAR_INPLACE = ELEMENTWISE, "pow_scalar_inplace" floats;
     /// `min(max(x, p0), p1)`, NaN propagating, branch-free.
-    CLAMP = ELEMENTWISE "clamp" floats;
+    CLAMP = ELEMENTWISE, "clamp" floats;
     /// In-place [`CLAMP`].
-    CLAMP_INPLACE = ELEMENTWISE "clamp_inplace" floats;
+    CLAMP_INPLACE = ELEMENTWISE, "clamp_inplace" floats;
 
     /// `a == b` to bool.
-    EQ = ELEMENTWISE "eq" all;
+    EQ = ELEMENTWISE, "eq" all;
     /// `a != b` to bool.
-    NE = ELEMENTWISE "ne" all;
+    NE = ELEMENTWISE, "ne" all;
     /// `a < b` to bool.
-    LT = ELEMENTWISE "lt" all;
+    LT = ELEMENTWISE, "lt" all;
     /// `a <= b` to bool.
-    LE = ELEMENTWISE "le" all;
+    LE = ELEMENTWISE, "le" all;
     /// `a > b` to bool.
-    GT = ELEMENTWISE "gt" all;
+    GT = ELEMENTWISE, "gt" all;
     /// `a >= b` to bool.
-    GE = ELEMENTWISE "ge" all;
+    GE = ELEMENTWISE, "ge" all;
     /// `cond ? a : b`.
-    WHERE = ELEMENTWISE "where" all;
+    WHERE = ELEMENTWISE, "where" all;
     /// A strided copy to a contiguous buffer of the same dtype.
-    COPY = ELEMENTWISE "copy" all;
+    COPY = ELEMENTWISE, "copy" all;
     /// Fill a strided region with one value.
-    FILL = ELEMENTWISE "fill" all;
+    FILL = ELEMENTWISE, "fill" all;
     /// Philox dropout: output and scaled mask.
-    DROPOUT = ELEMENTWISE "dropout" floats;
+    DROPOUT = dropout::CUDA_MODULE, "dropout" floats;
 
     /// Reduction by sum of contiguous rows.
-    SUM_ROWS = ROWS "sum_rows" floats_i64;
+    SUM_ROWS = ROWS, "sum_rows" floats_i64;
     /// Reduction by sum along a strided middle dim.
-    SUM_COLS = ROWS "sum_cols" floats_i64;
+    SUM_COLS = ROWS, "sum_cols" floats_i64;
     /// Reduction by product of contiguous rows.
-    PROD_ROWS = ROWS "prod_rows" floats_i64;
+    PROD_ROWS = ROWS, "prod_rows" floats_i64;
     /// Reduction by product along a strided middle dim.
-    PROD_COLS = ROWS "prod_cols" floats_i64;
+    PROD_COLS = ROWS, "prod_cols" floats_i64;
     /// Max and its first index, rows.
-    ARGMAX_ROWS = ROWS "argmax_rows" all;
+    ARGMAX_ROWS = ROWS, "argmax_rows" all;
     /// Max and its first index, middle dim.
-    ARGMAX_COLS = ROWS "argmax_cols" all;
+    ARGMAX_COLS = ROWS, "argmax_cols" all;
     /// Min and its first index, rows.
-    ARGMIN_ROWS = ROWS "argmin_rows" all;
+    ARGMIN_ROWS = ROWS, "argmin_rows" all;
     /// Min and its first index, middle dim.
-    ARGMIN_COLS = ROWS "argmin_cols" all;
+    ARGMIN_COLS = ROWS, "argmin_cols" all;
     /// Softmax of rows.
-    SOFTMAX_ROWS = ROWS "softmax_rows" floats;
+    SOFTMAX_ROWS = ROWS, "softmax_rows" floats;
     /// Log-softmax of rows.
-    LOG_SOFTMAX_ROWS = ROWS "log_softmax_rows" floats;
+    LOG_SOFTMAX_ROWS = ROWS, "log_softmax_rows" floats;
     /// Inclusive prefix sums along the middle dim.
-    CUMSUM_COLS = ROWS "cumsum_cols" floats_i64;
+    CUMSUM_COLS = ROWS, "cumsum_cols" floats_i64;
     /// Fused layer norm forward (output, mean, rstd).
-    LAYER_NORM_ROWS = ROWS "layer_norm_rows" floats;
+    LAYER_NORM_ROWS = layer_norm::CUDA_MODULE, "layer_norm_rows" floats;
     /// Fused layer norm input gradient.
-    LAYER_NORM_BACKWARD_ROWS = ROWS "layer_norm_backward_rows" floats;
+    LAYER_NORM_BACKWARD_ROWS = layer_norm::CUDA_MODULE, "layer_norm_backward_rows" floats;
     /// Banded partial sums of the layer norm parameter gradients.
-    LAYER_NORM_PARAM_PARTIALS = ROWS "layer_norm_param_partials" floats;
+    LAYER_NORM_PARAM_PARTIALS = layer_norm::CUDA_MODULE, "layer_norm_param_partials" floats;
     /// Fused cross-entropy forward.
-    CROSS_ENTROPY_ROWS = ROWS "cross_entropy_rows" floats;
+    CROSS_ENTROPY_ROWS = cross_entropy::CUDA_MODULE, "cross_entropy_rows" floats;
     /// Fused cross-entropy logits gradient.
-    CROSS_ENTROPY_BACKWARD_ROWS = ROWS "cross_entropy_backward_rows" floats;
+    CROSS_ENTROPY_BACKWARD_ROWS = cross_entropy::CUDA_MODULE, "cross_entropy_backward_rows" floats;
 
     /// Rows of a contiguous input picked by int64 indices.
-    INDEX_SELECT = INDEX "index_select" all;
+    INDEX_SELECT = INDEX, "index_select" all;
     /// `torch.gather` along a dim.
-    GATHER = INDEX "gather" all;
+    GATHER = INDEX, "gather" all;
     /// `out[index] += src` along a dim, with atomics.
-    SCATTER_ADD = INDEX "scatter_add" nums;
+    SCATTER_ADD = INDEX, "scatter_add" nums;
     /// im2col.
-    UNFOLD2D = INDEX "unfold2d" nums;
+    UNFOLD2D = INDEX, "unfold2d" nums;
     /// col2im, the adjoint of [`UNFOLD2D`].
-    FOLD2D = INDEX "fold2d" nums;
+    FOLD2D = INDEX, "fold2d" nums;
     /// Max pooling with in-plane indices.
-    MAX_POOL2D = INDEX "max_pool2d" floats;
+    MAX_POOL2D = pool::CUDA_MODULE, "max_pool2d" floats;
     /// Max pooling's input gradient.
-    MAX_POOL2D_BACKWARD = INDEX "max_pool2d_backward" floats;
+    MAX_POOL2D_BACKWARD = pool::CUDA_MODULE, "max_pool2d_backward" floats;
     /// Average pooling.
-    AVG_POOL2D = INDEX "avg_pool2d" floats;
+    AVG_POOL2D = pool::CUDA_MODULE, "avg_pool2d" floats;
     /// Average pooling's input gradient.
-    AVG_POOL2D_BACKWARD = INDEX "avg_pool2d_backward" floats;
+    AVG_POOL2D_BACKWARD = pool::CUDA_MODULE, "avg_pool2d_backward" floats;
 
     /// One Adam/AdamW step of every parameter of a dtype.
-    ADAM_MULTI = OPTIM "adam_multi" floats;
+    ADAM_MULTI = optim::CUDA_MODULE, "adam_multi" floats;
     /// One SGD step of every parameter of a dtype.
-    SGD_MULTI = OPTIM "sgd_multi" floats;
+    SGD_MULTI = optim::CUDA_MODULE, "sgd_multi" floats;
 }
 
 /// The symbols `cast_S_D` of one source dtype, indexed by destination.

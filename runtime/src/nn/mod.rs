@@ -3,7 +3,7 @@
 
 mod declared;
 pub mod functional;
-mod fused;
+pub(crate) mod fused;
 mod layers;
 mod module;
 

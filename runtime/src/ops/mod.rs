@@ -2,7 +2,6 @@
 //! sit together in its method; the kernels live in `ferrograd-kernels`.
 
 mod elementwise;
-pub(crate) mod gpu;
 mod index;
 mod inplace;
 mod linalg;

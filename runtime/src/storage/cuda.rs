@@ -4,7 +4,7 @@
 //! reads. [`ops`] launches the NVRTC-compiled kernels and cuBLAS on this storage.
 
 mod backend;
-pub(crate) mod ops;
+pub(crate) mod launch;
 
 use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory};
 use crate::{Device, Error, Result};
@@ -117,7 +117,7 @@ pub(crate) fn device_count() -> usize {
 
 /// A new buffer of `len` elements equal to `value` on device `ordinal`.
 pub(crate) fn full(ordinal: usize, dtype: DType, len: usize, value: f64) -> Result<CudaStorage> {
-    ops::full(&gpu(ordinal)?, dtype, len, value)
+    launch::full(&gpu(ordinal)?, dtype, len, value)
 }
 
 pub(crate) fn synchronize(ordinal: usize) -> Result<()> {
@@ -163,7 +163,7 @@ pub(crate) struct GpuDevice {
     arch: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
-    blas: Mutex<Option<ops::Blas>>,
+    blas: Mutex<Option<launch::Blas>>,
     /// Recently uploaded multi-tensor slot tables, newest last (see [`GpuDevice::table`]).
     tables: Mutex<Vec<(Vec<i64>, CudaStorage)>>,
     /// Bounds checks queued on the stream and not yet read back.
@@ -387,7 +387,7 @@ pub(crate) fn cuda_device(ordinal: usize) -> Result<()> {
     context(ordinal).map(|_| ())
 }
 
-fn device_err(ordinal: usize) -> impl Fn(cudarc::driver::DriverError) -> Error {
+pub(crate) fn device_err(ordinal: usize) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| Error::CudaDevice {
         ordinal,
         reason: e.to_string(),

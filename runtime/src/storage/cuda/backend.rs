@@ -4,7 +4,7 @@
 //! the device and is counted in `cuda::host_fallbacks`).
 
 use super::CudaStorage;
-use super::ops as launch;
+use super::launch;
 use crate::Result;
 use crate::storage::cpu;
 use crate::storage::cuda_flags::note_host_fallback;

@@ -7,11 +7,15 @@
 //! PyTorch's kernels pick (`val > max || isnan(val)`); padding never wins. Average pooling
 //! divides by the full window size (`count_include_pad=True`).
 
-use super::simd::{SimdKernel, with_simd};
-use super::unfold::valid_columns;
-use super::{PARALLEL_THRESHOLD, for_each_chunk_mut};
 use crate::cpu::Conv2dGeometry;
+use crate::cpu::simd::{SimdKernel, with_simd};
+use crate::cpu::unfold::valid_columns;
+use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
+use crate::cuda::KernelModule;
 use crate::{Element, FloatElement, NumElement};
+
+/// The CUDA kernels of max and average pooling (`pool.cu`), compiled by NVRTC.
+pub const CUDA_MODULE: KernelModule = KernelModule::new("pool", include_str!("pool.cu"));
 
 /// Runs `f(first_plane, out_chunk)` over `out` split into whole planes of `plane_len`
 /// outputs: one call serially below the parallel threshold, else chunks of planes.
@@ -70,7 +74,8 @@ fn for_each_tap(
 /// the element chosen.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{Conv2dGeometry, max_pool2d};
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::pool::{max_pool2d};
 /// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
 /// let (out, idx) = max_pool2d(&[1.0f32, 4.0, 3.0, 2.0], &g);
 /// assert_eq!((out, idx), (vec![4.0], vec![1]));
@@ -148,7 +153,8 @@ impl<T: FloatElement> SimdKernel for MaxPlane<'_, T> {
 /// The input gradient of [`max_pool2d`]: each output's gradient added at its chosen index.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{Conv2dGeometry, max_pool2d_backward};
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::pool::{max_pool2d_backward};
 /// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
 /// assert_eq!(max_pool2d_backward(&[5.0f32], &[1], &g), vec![0.0, 5.0, 0.0, 0.0]);
 /// ```
@@ -179,7 +185,8 @@ pub fn max_pool2d_backward<T: FloatElement>(
 /// Average pooling: each output is the window's sum over the full window size.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{Conv2dGeometry, avg_pool2d};
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::pool::{avg_pool2d};
 /// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
 /// assert_eq!(avg_pool2d(&[1.0f32, 4.0, 3.0, 2.0], &g), vec![2.5]);
 /// ```
@@ -215,7 +222,8 @@ pub fn avg_pool2d<T: FloatElement>(x: &[T], g: &Conv2dGeometry) -> Vec<T> {
 /// added to every input its window covers.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{Conv2dGeometry, avg_pool2d_backward};
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::pool::{avg_pool2d_backward};
 /// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
 /// assert_eq!(avg_pool2d_backward(&[4.0f32], &g), vec![1.0; 4]);
 /// ```

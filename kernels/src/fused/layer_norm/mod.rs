@@ -3,12 +3,17 @@
 //! accumulator type); the backward pass turns the output gradient into the input gradient
 //! in one pass per row, and the weight and bias gradients from per-task partial sums.
 
-use super::reduce::{for_each_outer, sum_slice};
-use super::simd::{SimdKernel, with_simd};
-use super::{PARALLEL_THRESHOLD, run_tasks};
+use crate::cpu::reduce::{for_each_outer, sum_slice};
+use crate::cpu::simd::{SimdKernel, with_simd};
+use crate::cpu::{PARALLEL_THRESHOLD, run_tasks};
+use crate::cuda::KernelModule;
 use crate::{Element, FloatElement, NumElement};
 use num_traits::Float;
 use std::sync::Mutex;
+
+/// The CUDA kernels of layer norm forward and backward (`layer_norm.cu`), compiled by NVRTC.
+pub const CUDA_MODULE: KernelModule =
+    KernelModule::new("layer_norm", include_str!("layer_norm.cu"));
 
 /// A row's (mean, reciprocal std).
 type Stats<A> = (A, A);
@@ -32,7 +37,7 @@ pub struct LayerNormOutput<T: NumElement> {
 /// Layer norm of `rows` contiguous rows of `len`: `(x - mean) * rstd * weight + bias`.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::layer_norm_rows;
+/// use ferrograd_kernels::fused::layer_norm::layer_norm_rows;
 /// let out = layer_norm_rows(&[1.0f64, 3.0], 1, 2, None, None, 0.0);
 /// assert_eq!((out.y, out.mean, out.rstd), (vec![-1.0, 1.0], vec![2.0], vec![1.0]));
 /// ```
@@ -80,7 +85,7 @@ pub fn layer_norm_rows<T: FloatElement>(
 /// for (`want_weight`, `want_bias`). `weight` is the forward's (or `None`).
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{layer_norm_rows, layer_norm_backward_rows};
+/// use ferrograd_kernels::fused::layer_norm::{layer_norm_rows, layer_norm_backward_rows};
 /// let x = [1.0f64, 3.0];
 /// let f = layer_norm_rows(&x, 1, 2, None, None, 0.0);
 /// let (dx, dw, db) = layer_norm_backward_rows(&[1.0, 1.0], &x, &f.mean, &f.rstd, None, 1, 2, true, true);

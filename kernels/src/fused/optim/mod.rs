@@ -2,37 +2,89 @@
 //! step, computed in the element type's accumulator (f32 for the half types), with
 //! PyTorch's formulas (`torch.optim.Adam`/`AdamW`/`SGD`, single-tensor variant).
 
-use super::{PARALLEL_THRESHOLD, run_tasks};
 use crate::FloatElement;
+use crate::cpu::{PARALLEL_THRESHOLD, run_tasks};
+use crate::cuda::KernelModule;
 use num_traits::{Float, One, Zero};
 use std::sync::Mutex;
 
-/// The hyper-parameters of one Adam/AdamW update of one parameter.
-///
-/// ```
-/// let h = ferrograd_kernels::cpu::AdamStep::new(1e-3, (0.9, 0.999), 1e-8, 0.0, 1);
-/// assert!((h.step_size - 1e-2).abs() < 1e-12); // lr / (1 - 0.9)
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamStep {
-    /// Learning rate.
-    pub lr: f64,
-    /// `beta1`, `beta2`: decay of the first and second moment averages.
-    pub betas: (f64, f64),
-    /// Added to the denominator.
-    pub eps: f64,
-    /// L2 penalty (Adam: added to the gradient; AdamW: decays the parameter).
-    pub weight_decay: f64,
-    /// AdamW's decoupled weight decay instead of Adam's L2 term.
-    pub decoupled: bool,
-    /// Keep the running maximum of the second moment (AMSGrad).
-    pub amsgrad: bool,
-    /// Ascend instead of descend.
-    pub maximize: bool,
-    /// `lr / (1 - beta1^step)`.
-    pub step_size: f64,
-    /// `sqrt(1 - beta2^step)`.
-    pub bias_correction2_sqrt: f64,
+/// The CUDA kernels of multi-tensor optimizer steps (`optim.cu`, after the declarations of
+/// [`AdamStep`] and [`SgdStep`]), compiled by NVRTC.
+pub const CUDA_MODULE: KernelModule = KernelModule::with_prelude(
+    "optim",
+    &[AdamStep::CUDA_DECLARATION, SgdStep::CUDA_DECLARATION],
+    include_str!("optim.cu"),
+);
+
+/// The CUDA C++ type of a hyper-parameter field.
+macro_rules! c_type {
+    (f64) => {
+        "double"
+    };
+    (bool) => {
+        "bool"
+    };
+}
+
+/// Declares an optimizer's hyper-parameters once: the `#[repr(C)]` struct the CPU step
+/// reads and the CUDA kernels take by value, and its CUDA C++ declaration
+/// (`CUDA_DECLARATION`, prepended to `optim.cu`), so the two cannot drift apart.
+macro_rules! hyper_params {
+    ($(#[$m:meta])* pub struct $name:ident { $( $(#[$fm:meta])* pub $field:ident: $ty:tt, )* }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub struct $name {
+            $( $(#[$fm])* pub $field: $ty, )*
+        }
+
+        impl $name {
+            /// This struct as CUDA C++, field for field.
+            pub const CUDA_DECLARATION: &'static str = concat!(
+                "struct ", stringify!($name), " {",
+                $( " ", c_type!($ty), " ", stringify!($field), ";", )*
+                " };\n"
+            );
+        }
+
+        // SAFETY: `repr(C)` plain data (f64 and bool fields, as `double` and `bool` in the
+        // CUDA declaration generated from the same field list).
+        #[cfg(feature = "cuda")]
+        unsafe impl cudarc::driver::DeviceRepr for $name {}
+    };
+}
+
+hyper_params! {
+    /// The hyper-parameters of one Adam/AdamW update of one parameter.
+    ///
+    /// ```
+    /// use ferrograd_kernels::fused::optim::AdamStep;
+    /// let h = AdamStep::new(1e-3, (0.9, 0.999), 1e-8, 0.0, 1);
+    /// assert!((h.step_size - 1e-2).abs() < 1e-12); // lr / (1 - 0.9)
+    /// assert!(AdamStep::CUDA_DECLARATION.starts_with("struct AdamStep { double lr;"));
+    /// ```
+    pub struct AdamStep {
+        /// Learning rate.
+        pub lr: f64,
+        /// Decay of the first moment average.
+        pub beta1: f64,
+        /// Decay of the second moment average.
+        pub beta2: f64,
+        /// Added to the denominator.
+        pub eps: f64,
+        /// L2 penalty (Adam: added to the gradient; AdamW: decays the parameter).
+        pub weight_decay: f64,
+        /// `lr / (1 - beta1^step)`.
+        pub step_size: f64,
+        /// `sqrt(1 - beta2^step)`.
+        pub bias_correction2_sqrt: f64,
+        /// AdamW's decoupled weight decay instead of Adam's L2 term.
+        pub decoupled: bool,
+        /// Keep the running maximum of the second moment (AMSGrad).
+        pub amsgrad: bool,
+        /// Ascend instead of descend.
+        pub maximize: bool,
+    }
 }
 
 impl AdamStep {
@@ -41,7 +93,8 @@ impl AdamStep {
     pub fn new(lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64, step: u64) -> Self {
         AdamStep {
             lr,
-            betas,
+            beta1: betas.0,
+            beta2: betas.1,
             eps,
             weight_decay,
             decoupled: false,
@@ -56,42 +109,44 @@ impl AdamStep {
     /// The same update at step `step` (counted from 1): the bias corrections recomputed.
     ///
     /// ```
-    /// let h = ferrograd_kernels::cpu::AdamStep::new(1e-3, (0.9, 0.999), 1e-8, 0.0, 1).at_step(2);
+    /// let h = ferrograd_kernels::fused::optim::AdamStep::new(1e-3, (0.9, 0.999), 1e-8, 0.0, 1).at_step(2);
     /// assert!((h.step_size - 1e-3 / (1.0 - 0.81)).abs() < 1e-15);
     /// ```
     pub fn at_step(self, step: u64) -> Self {
         let step = step as f64;
         AdamStep {
-            step_size: self.lr / (1.0 - self.betas.0.powf(step)),
-            bias_correction2_sqrt: (1.0 - self.betas.1.powf(step)).sqrt(),
+            step_size: self.lr / (1.0 - self.beta1.powf(step)),
+            bias_correction2_sqrt: (1.0 - self.beta2.powf(step)).sqrt(),
             ..self
         }
     }
 }
 
-/// The hyper-parameters of one SGD update.
-///
-/// ```
-/// let h = ferrograd_kernels::cpu::SgdStep { lr: 0.1, momentum: 0.9, dampening: 0.0,
-///     weight_decay: 0.0, nesterov: false, maximize: false, first: true };
-/// assert_eq!(h.momentum, 0.9);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SgdStep {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum factor (0: plain SGD, no buffer).
-    pub momentum: f64,
-    /// Dampening of the momentum's gradient term.
-    pub dampening: f64,
-    /// L2 penalty added to the gradient.
-    pub weight_decay: f64,
-    /// Nesterov momentum.
-    pub nesterov: bool,
-    /// Ascend instead of descend.
-    pub maximize: bool,
-    /// This parameter's first update: the momentum buffer starts as the gradient.
-    pub first: bool,
+hyper_params! {
+    /// The hyper-parameters of one SGD update.
+    ///
+    /// ```
+    /// let h = ferrograd_kernels::fused::optim::SgdStep { lr: 0.1, momentum: 0.9, dampening: 0.0,
+    ///     weight_decay: 0.0, nesterov: false, maximize: false, first: true };
+    /// assert_eq!(h.momentum, 0.9);
+    /// ```
+    pub struct SgdStep {
+        /// Learning rate.
+        pub lr: f64,
+        /// Momentum factor (0: plain SGD, no buffer).
+        pub momentum: f64,
+        /// Dampening of the momentum's gradient term.
+        pub dampening: f64,
+        /// L2 penalty added to the gradient.
+        pub weight_decay: f64,
+        /// Nesterov momentum.
+        pub nesterov: bool,
+        /// Ascend instead of descend.
+        pub maximize: bool,
+        /// This parameter's first update: the momentum buffer starts as the gradient (the
+        /// multi-tensor CUDA kernel reads this per parameter from its slot instead).
+        pub first: bool,
+    }
 }
 
 /// Elements per parallel task.
@@ -117,7 +172,7 @@ fn run_chunked<P: Send>(n: usize, pieces: Vec<P>, f: impl Fn(P) + Sync) {
 /// with AMSGrad) are updated from `grad`; all slices have the same length.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{adam_step, AdamStep};
+/// use ferrograd_kernels::fused::optim::{adam_step, AdamStep};
 /// let (mut p, g, mut m, mut v) = (vec![1.0f64], vec![0.5], vec![0.0], vec![0.0]);
 /// adam_step(&mut p, &g, &mut m, &mut v, None, &AdamStep::new(0.1, (0.9, 0.999), 1e-8, 0.0, 1));
 /// assert!((p[0] - 0.9).abs() < 1e-6); // the first step moves by lr in the gradient's sign
@@ -146,9 +201,9 @@ pub fn adam_step<T: FloatElement>(
         } else {
             T::Acc::one()
         },
-        one_b1: acc(1.0 - h.betas.0),
-        b2: acc(h.betas.1),
-        one_b2: acc(1.0 - h.betas.1),
+        one_b1: acc(1.0 - h.beta1),
+        b2: acc(h.beta2),
+        one_b2: acc(1.0 - h.beta2),
         step_size: acc(h.step_size),
         bc2: acc(h.bias_correction2_sqrt),
         eps: acc(h.eps),
@@ -246,7 +301,7 @@ fn adam_chunk<T: FloatElement, const L2: bool>(
 /// from `grad`.
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{sgd_step, SgdStep};
+/// use ferrograd_kernels::fused::optim::{sgd_step, SgdStep};
 /// let (mut p, g) = (vec![1.0f32, 2.0], vec![1.0, -1.0]);
 /// let h = SgdStep { lr: 0.5, momentum: 0.0, dampening: 0.0, weight_decay: 0.0,
 ///     nesterov: false, maximize: false, first: true };
@@ -323,8 +378,8 @@ mod tests {
         } else {
             p
         };
-        let m = m + (1.0 - h.betas.0) * (g - m);
-        let v = v * h.betas.1 + (1.0 - h.betas.1) * g * g;
+        let m = m + (1.0 - h.beta1) * (g - m);
+        let v = v * h.beta2 + (1.0 - h.beta2) * g * g;
         let denom = v.sqrt() / h.bias_correction2_sqrt + h.eps;
         (p - h.step_size * m / denom, m, v)
     }

@@ -20,9 +20,11 @@
 //! ```
 
 use crate::autograd::no_grad;
-use crate::ops::gpu::{self, StepSlot};
+mod cuda;
+
 use crate::{DType, Device, Tensor};
-use ferrograd_kernels::cpu::{AdamStep, SgdStep, adam_step, sgd_step};
+use cuda::StepSlot;
+use ferrograd_kernels::fused::optim::{AdamStep, SgdStep, adam_step, sgd_step};
 use ferrograd_kernels::with_float_dtype;
 
 /// Builder methods that set one field each.
@@ -294,7 +296,7 @@ impl Optimizer for Sgd {
                 }
             }
             for slots in groups.iter() {
-                if !gpu::sgd_multi(slots, &base) {
+                if !cuda::sgd_multi(slots, &base) {
                     slots.iter().for_each(|s| sgd_on_cpu(s, &base));
                 }
             }
@@ -551,7 +553,7 @@ impl Optimizer for Adam {
                 }
             }
             for slots in groups.iter() {
-                if !gpu::adam_multi(slots, &base) {
+                if !cuda::adam_multi(slots, &base) {
                     slots.iter().for_each(|s| adam_on_cpu(op, s, &base));
                 }
             }

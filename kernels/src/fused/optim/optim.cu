@@ -2,7 +2,7 @@
 // uploads a table of `OptSlot`s (addresses, length, the first chunk of the slot in the
 // launch's chunk numbering, per-parameter scalars); block b finds its slot by binary
 // search over `first_chunk` and updates one chunk of OPT_CHUNK elements of it. The math
-// is the CPU's `adam_step`/`sgd_step` (kernels/src/cpu/optim.rs), in the accumulator type.
+// is the CPU's `adam_step`/`sgd_step` (kernels/src/fused/optim/mod.rs), in the accumulator type.
 
 #define OPT_CHUNK 4096
 
@@ -15,15 +15,8 @@ struct OptSlot {
     double bc2_sqrt;   // Adam: sqrt(1 - beta2^step)
 };
 
-struct AdamHyper {
-    double lr, beta1, beta2, eps, weight_decay;
-    unsigned int decoupled, maximize;
-};
-
-struct SgdHyper {
-    double lr, momentum, dampening, weight_decay;
-    unsigned int nesterov, maximize;
-};
+// AdamStep and SgdStep (the hyper-parameters) are declared before this source from their
+// Rust definitions (kernels/src/fused/optim/mod.rs, `hyper_params!`).
 
 // The last slot whose first chunk is at or before `chunk`.
 __device__ __forceinline__ const OptSlot& find_slot(const OptSlot* slots, unsigned int n_slots, usize chunk) {
@@ -36,7 +29,7 @@ __device__ __forceinline__ const OptSlot& find_slot(const OptSlot* slots, unsign
 }
 
 template <typename T>
-__device__ void adam_multi(const OptSlot* slots, unsigned int n_slots, AdamHyper h) {
+__device__ void adam_multi(const OptSlot* slots, unsigned int n_slots, AdamStep h) {
     typedef typename Elem<T>::Acc A;
     const OptSlot& s = find_slot(slots, n_slots, blockIdx.x);
     usize start = (blockIdx.x - s.first_chunk) * OPT_CHUNK;
@@ -77,7 +70,7 @@ __device__ void adam_multi(const OptSlot* slots, unsigned int n_slots, AdamHyper
 }
 
 template <typename T>
-__device__ void sgd_multi(const OptSlot* slots, unsigned int n_slots, SgdHyper h) {
+__device__ void sgd_multi(const OptSlot* slots, unsigned int n_slots, SgdStep h) {
     typedef typename Elem<T>::Acc A;
     const OptSlot& s = find_slot(slots, n_slots, blockIdx.x);
     usize start = (blockIdx.x - s.first_chunk) * OPT_CHUNK;
@@ -103,10 +96,10 @@ __device__ void sgd_multi(const OptSlot* slots, unsigned int n_slots, SgdHyper h
 }
 
 #define OPT_F(T, S)                                                                                      \
-    extern "C" __global__ void adam_multi_##S(const OptSlot* slots, unsigned int n_slots, AdamHyper h) { \
+    extern "C" __global__ void adam_multi_##S(const OptSlot* slots, unsigned int n_slots, AdamStep h) { \
         adam_multi<T>(slots, n_slots, h);                                                                \
     }                                                                                                    \
-    extern "C" __global__ void sgd_multi_##S(const OptSlot* slots, unsigned int n_slots, SgdHyper h) {   \
+    extern "C" __global__ void sgd_multi_##S(const OptSlot* slots, unsigned int n_slots, SgdStep h) {   \
         sgd_multi<T>(slots, n_slots, h);                                                                 \
     }
 FOR_FLOATS(OPT_F)

@@ -3,10 +3,10 @@
 //! on the device's stream and returns without waiting; outputs are new contiguous
 //! buffers unless the name ends in `_inplace`. Launch failures come back as `Err`.
 
-use super::{CudaStorage, GpuDevice, device_err};
+use super::{CudaStorage, GpuDevice};
 use crate::{Error, Result};
 use cudarc::cublas::{CudaBlas, sys as blas};
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig};
 use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel, ELEMENTWISE};
 use ferrograd_kernels::{DType, Layout, coalesce};
@@ -62,7 +62,7 @@ impl Geometry {
 }
 
 /// Enough 256-thread blocks for `n` elements (grid-stride loops cover the rest).
-fn spread(n: usize) -> LaunchConfig {
+pub(crate) fn spread(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -73,7 +73,7 @@ fn spread(n: usize) -> LaunchConfig {
 
 /// One block per row, its size a power of two up to 1024 fitted to the row, with
 /// `shared_per_thread` bytes of shared memory per thread.
-fn per_row(rows: usize, len: usize, shared_per_thread: usize) -> LaunchConfig {
+pub(crate) fn per_row(rows: usize, len: usize, shared_per_thread: usize) -> LaunchConfig {
     let threads = len.next_power_of_two().clamp(32, 1024);
     LaunchConfig {
         grid_dim: (rows as u32, 1, 1),
@@ -83,7 +83,7 @@ fn per_row(rows: usize, len: usize, shared_per_thread: usize) -> LaunchConfig {
 }
 
 /// The size of the accumulator type of `dtype` in the kernels (f32 for half types).
-fn acc_size(dtype: DType) -> usize {
+pub(crate) fn acc_size(dtype: DType) -> usize {
     if dtype.is_half() {
         4
     } else {
@@ -95,10 +95,10 @@ fn acc_size(dtype: DType) -> usize {
 /// so that their addresses stay valid until the launch has read them).
 macro_rules! launch_symbol {
     ($dev:expr, $module:expr, $symbol:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
-        let dev: &GpuDevice = $dev;
+        let dev: &$crate::storage::cuda::GpuDevice = $dev;
         let function = dev.function($module, $symbol)?;
         let mut builder = dev.stream().launch_builder(&function);
-        $( builder.arg(&$arg); )*
+        $( cudarc::driver::PushKernelArg::arg(&mut builder, &$arg); )*
         // SAFETY: each kernel's parameter list is the argument list its caller passes here
         // (device addresses as u64, sizes as u64, `Geometry` by value), checked against the
         // `extern "C"` signatures in kernels/src/cuda; every address points into a live block
@@ -106,23 +106,25 @@ macro_rules! launch_symbol {
         // only by later work on the same stream.
         unsafe { builder.launch($cfg) }
             .map(|_| ())
-            .map_err(device_err(dev.ordinal()))
+            .map_err($crate::storage::cuda::device_err(dev.ordinal()))
     }};
 }
+pub(crate) use launch_symbol;
 
 /// Launches the instantiation for `dtype` of the kernel family `kernel` (a
 /// [`CudaKernel`] constant) with the given arguments.
 macro_rules! launch {
     ($dev:expr, $kernel:expr, $dtype:expr, $cfg:expr; $($arg:ident),* $(,)?) => {{
-        let kernel: &CudaKernel = $kernel;
-        let symbol = symbol(kernel, $dtype, $dev)?;
-        launch_symbol!($dev, kernel.module(), symbol, $cfg; $($arg),*)
+        let kernel: &ferrograd_kernels::cuda::CudaKernel = $kernel;
+        let symbol = $crate::storage::cuda::launch::symbol(kernel, $dtype, $dev)?;
+        $crate::storage::cuda::launch::launch_symbol!($dev, kernel.module(), symbol, $cfg; $($arg),*)
     }};
 }
+pub(crate) use launch;
 
 /// `kernel`'s entry point for `dtype`, or an error when the family has none (callers
 /// check [`CudaKernel::symbol`] before choosing the device path, so this is a bug).
-fn symbol(kernel: &CudaKernel, dtype: DType, dev: &GpuDevice) -> Result<&'static str> {
+pub(crate) fn symbol(kernel: &CudaKernel, dtype: DType, dev: &GpuDevice) -> Result<&'static str> {
     kernel.symbol(dtype).ok_or_else(|| Error::CudaDevice {
         ordinal: dev.ordinal(),
         reason: format!("no `{}` kernel for {dtype:?}", kernel.base()),
@@ -130,7 +132,7 @@ fn symbol(kernel: &CudaKernel, dtype: DType, dev: &GpuDevice) -> Result<&'static
 }
 
 /// A contiguous output of `len` elements, or an empty one without a launch.
-fn output(dev: &Arc<GpuDevice>, dtype: DType, len: usize) -> Result<CudaStorage> {
+pub(crate) fn output(dev: &Arc<GpuDevice>, dtype: DType, len: usize) -> Result<CudaStorage> {
     dev.alloc(dtype, len)
 }
 
@@ -405,206 +407,17 @@ pub(crate) fn softmax_rows(
     Ok(out)
 }
 
-/// Dropout of the contiguous `n` elements of `x` at `offset` with the Philox stream of
-/// `seed`: `(y, mask)`, mask holding `scale` where kept and 0 where dropped.
-pub(crate) fn dropout(
-    x: &CudaStorage,
-    offset: usize,
-    n: usize,
-    seed: u64,
-    p: f64,
-    scale: f64,
-) -> Result<(CudaStorage, CudaStorage)> {
-    let dev = x.device();
-    let dtype = x.dtype();
-    let y = output(dev, dtype, n)?;
-    let mask = output(dev, dtype, n)?;
-    if n == 0 {
-        return Ok((y, mask));
-    }
-    let (nn, xs, ys, ms) = (
-        n as u64,
-        x.address_of(offset),
-        y.address_of(0),
-        mask.address_of(0),
-    );
-    launch!(dev, &kernels::DROPOUT, dtype, spread(n.div_ceil(4)); nn, seed, p, scale, xs, ys, ms)?;
-    Ok((y, mask))
-}
-
 /// A contiguous operand: a buffer and the element offset where it starts.
 pub(crate) type Operand<'a> = (&'a CudaStorage, usize);
 
 /// The device address of an optional operand (0, a null pointer, when absent).
-fn address(o: Option<Operand<'_>>) -> u64 {
+pub(crate) fn address(o: Option<Operand<'_>>) -> u64 {
     o.map_or(0, |(s, offset)| s.address_of(offset))
 }
 
 /// The accumulator dtype of `dtype` in the kernels (f32 for the half types).
-fn acc_dtype(dtype: DType) -> DType {
+pub(crate) fn acc_dtype(dtype: DType) -> DType {
     if dtype.is_half() { DType::F32 } else { dtype }
-}
-
-/// Fused layer norm of `rows` contiguous rows of `len`: the output (dtype of `x`), and
-/// each row's mean and reciprocal std (accumulator dtype).
-pub(crate) fn layer_norm(
-    x: Operand<'_>,
-    weight: Option<Operand<'_>>,
-    bias: Option<Operand<'_>>,
-    rows: usize,
-    len: usize,
-    eps: f64,
-) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
-    let dev = x.0.device();
-    let dtype = x.0.dtype();
-    let y = output(dev, dtype, rows * len)?;
-    let mean = output(dev, acc_dtype(dtype), rows)?;
-    let rstd = output(dev, acc_dtype(dtype), rows)?;
-    if rows * len == 0 {
-        return Ok((y, mean, rstd));
-    }
-    let (l, xs, w, b) = (len as u64, address(Some(x)), address(weight), address(bias));
-    let (ys, ms, rs) = (y.address_of(0), mean.address_of(0), rstd.address_of(0));
-    launch!(dev, &kernels::LAYER_NORM_ROWS, dtype, per_row(rows, len, acc_size(dtype)); l, xs, w, b, eps, ys, ms, rs)?;
-    Ok((y, mean, rstd))
-}
-
-/// Gradients of [`layer_norm`]: the input's and, when `params`, the weight's and bias's
-/// (`dy * xhat` and `dy` summed over rows, in the dtype of `x`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn layer_norm_backward(
-    dy: Operand<'_>,
-    x: Operand<'_>,
-    mean: &CudaStorage,
-    rstd: &CudaStorage,
-    weight: Option<Operand<'_>>,
-    rows: usize,
-    len: usize,
-    params: bool,
-) -> Result<(CudaStorage, Option<(CudaStorage, CudaStorage)>)> {
-    let dev = x.0.device();
-    let dtype = x.0.dtype();
-    let dx = output(dev, dtype, rows * len)?;
-    if rows * len == 0 {
-        let grads = if params {
-            let zeros = || full(dev, dtype, len, 0.0);
-            Some((zeros()?, zeros()?))
-        } else {
-            None
-        };
-        return Ok((dx, grads));
-    }
-    let (l, dys, xs, w) = (
-        len as u64,
-        address(Some(dy)),
-        address(Some(x)),
-        address(weight),
-    );
-    let (ms, rs, dxs) = (mean.address_of(0), rstd.address_of(0), dx.address_of(0));
-    launch!(dev, &kernels::LAYER_NORM_BACKWARD_ROWS, dtype, per_row(rows, len, acc_size(dtype)); l, dys, xs, ms, rs, w, dxs)?;
-    if !params {
-        return Ok((dx, None));
-    }
-    // Bands of rows per partial sum: enough blocks to fill the device, few partials to add.
-    let parts = rows.div_ceil(64).clamp(1, 256);
-    let band = rows.div_ceil(parts);
-    let acc = acc_dtype(dtype);
-    let dw_part = output(dev, acc, parts * len)?;
-    let db_part = output(dev, acc, parts * len)?;
-    let (r, b) = (rows as u64, band as u64);
-    let (dwp, dbp) = (dw_part.address_of(0), db_part.address_of(0));
-    let cfg = LaunchConfig {
-        grid_dim: (len.div_ceil(256) as u32, parts as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    launch!(dev, &kernels::LAYER_NORM_PARAM_PARTIALS, dtype, cfg; r, l, b, dys, xs, ms, rs, dwp, dbp)?;
-    let total = |part: &CudaStorage| -> Result<CudaStorage> {
-        let summed = reduce(
-            (&kernels::SUM_ROWS, &kernels::SUM_COLS),
-            part,
-            0,
-            [1, parts, len],
-        )?;
-        if acc == dtype {
-            Ok(summed)
-        } else {
-            cast(&summed, &Layout::contiguous(&[len]), dtype)
-        }
-    };
-    Ok((dx, Some((total(&dw_part)?, total(&db_part)?))))
-}
-
-/// The options of the fused cross-entropy kernels.
-pub(crate) struct CrossEntropy<'a> {
-    pub(crate) target: Operand<'a>,
-    pub(crate) weight: Option<Operand<'a>>,
-    pub(crate) rows: usize,
-    pub(crate) classes: usize,
-    pub(crate) ignore_index: i64,
-    pub(crate) smoothing: f64,
-}
-
-/// Fused cross-entropy of contiguous logits `[rows, classes]`: per-row loss and target
-/// weight (dtype of `x`), and log-sum-exp (accumulator dtype).
-pub(crate) fn cross_entropy(
-    x: Operand<'_>,
-    o: &CrossEntropy<'_>,
-    bounds: &IndexBounds,
-) -> Result<(CudaStorage, CudaStorage, CudaStorage)> {
-    let dev = x.0.device();
-    let dtype = x.0.dtype();
-    let loss = output(dev, dtype, o.rows)?;
-    let row_weight = output(dev, dtype, o.rows)?;
-    let lse = output(dev, acc_dtype(dtype), o.rows)?;
-    if o.rows == 0 {
-        return Ok((loss, row_weight, lse));
-    }
-    let (c, xs, ts, w) = (
-        o.classes as u64,
-        address(Some(x)),
-        address(Some(o.target)),
-        address(o.weight),
-    );
-    let (ignore, smoothing) = (o.ignore_index, o.smoothing);
-    let (ls, ws, es) = (
-        loss.address_of(0),
-        row_weight.address_of(0),
-        lse.address_of(0),
-    );
-    let check = index_check(dev, bounds, o.classes)?;
-    let cfg = per_row(o.rows, o.classes, acc_size(dtype));
-    launch!(dev, &kernels::CROSS_ENTROPY_ROWS, dtype, cfg; c, xs, ts, check, w, ignore, smoothing, ls, ws, es)?;
-    dev.after_index_check()?;
-    Ok((loss, row_weight, lse))
-}
-
-/// The logits' gradient of [`cross_entropy`]'s per-row losses, row `r` scaled by
-/// `grad[r * grad_stride]`.
-pub(crate) fn cross_entropy_backward(
-    x: Operand<'_>,
-    o: &CrossEntropy<'_>,
-    lse: &CudaStorage,
-    grad: Operand<'_>,
-    grad_stride: usize,
-) -> Result<CudaStorage> {
-    let dev = x.0.device();
-    let dtype = x.0.dtype();
-    let dx = output(dev, dtype, o.rows * o.classes)?;
-    if o.rows * o.classes == 0 {
-        return Ok(dx);
-    }
-    let (c, xs, ts, w) = (
-        o.classes as u64,
-        address(Some(x)),
-        address(Some(o.target)),
-        address(o.weight),
-    );
-    let (ignore, smoothing, es) = (o.ignore_index, o.smoothing, lse.address_of(0));
-    let (gs, stride, dxs) = (address(Some(grad)), grad_stride as u64, dx.address_of(0));
-    let cfg = per_row(o.rows, o.classes, acc_size(dtype));
-    launch!(dev, &kernels::CROSS_ENTROPY_BACKWARD_ROWS, dtype, cfg; c, xs, ts, w, ignore, smoothing, es, gs, stride, dxs)?;
-    Ok(dx)
 }
 
 /// Inclusive prefix sums along the middle dim of contiguous `[outer, r, inner]`.
@@ -633,14 +446,18 @@ pub(crate) fn cumsum(
 /// the bound an index must stay under.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct IndexCheck([u64; 3]);
+pub(crate) struct IndexCheck([u64; 3]);
 
 // SAFETY: three u64 in the field order of the CUDA struct `IndexCheck` (a pointer and two
 // sizes) in common.cuh.
 unsafe impl DeviceRepr for IndexCheck {}
 
 /// Registers a bounds check of indices under `size` for the next launch on `dev`.
-fn index_check(dev: &GpuDevice, bounds: &IndexBounds, size: usize) -> Result<IndexCheck> {
+pub(crate) fn index_check(
+    dev: &GpuDevice,
+    bounds: &IndexBounds,
+    size: usize,
+) -> Result<IndexCheck> {
     let (report, launch) = dev.index_check(bounds)?;
     Ok(IndexCheck([report, launch, size as u64]))
 }
@@ -756,13 +573,13 @@ pub(crate) fn scatter_add(
 /// The kernels' `Conv2d` geometry.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct ConvGeometry([u64; 14]);
+pub(crate) struct ConvGeometry([u64; 14]);
 
 // SAFETY: fourteen u64 in the field order of the CUDA struct `Conv2d` in index.cu.
 unsafe impl DeviceRepr for ConvGeometry {}
 
 impl ConvGeometry {
-    fn new(g: &ferrograd_kernels::cpu::Conv2dGeometry) -> Option<Self> {
+    pub(crate) fn new(g: &ferrograd_kernels::cpu::Conv2dGeometry) -> Option<Self> {
         let [oh, ow] = g.output()?;
         let v = [
             g.n,
@@ -811,166 +628,6 @@ pub(crate) fn conv_columns(
     let (s, o) = (src.address_of(offset), out.address_of(0));
     launch!(dev, kernel, src.dtype(), spread(len); geometry, s, o)?;
     Ok(out)
-}
-
-/// Max pooling (`max = true`: outputs and i64 in-plane indices) or average pooling
-/// (outputs only) of the contiguous `[n, c, h, w]` elements at `offset`.
-pub(crate) fn pool2d(
-    max: bool,
-    (src, offset): Operand<'_>,
-    g: &ferrograd_kernels::cpu::Conv2dGeometry,
-) -> Result<(CudaStorage, Option<CudaStorage>)> {
-    let dev = src.device();
-    let [oh, ow] = g.output().unwrap_or([0, 0]);
-    let len = g.n * g.c * oh * ow;
-    let out = output(dev, src.dtype(), len)?;
-    let indices = max.then(|| output(dev, DType::I64, len)).transpose()?;
-    let Some(geometry) = ConvGeometry::new(g).filter(|_| len > 0) else {
-        return Ok((out, indices));
-    };
-    let (s, o) = (src.address_of(offset), out.address_of(0));
-    let dtype = src.dtype();
-    match &indices {
-        Some(idx) => {
-            let i = idx.address_of(0);
-            launch!(dev, &kernels::MAX_POOL2D, dtype, spread(len); geometry, s, o, i)?
-        }
-        None => launch!(dev, &kernels::AVG_POOL2D, dtype, spread(len); geometry, s, o)?,
-    }
-    Ok((out, indices))
-}
-
-/// The input gradient `[n, c, h, w]` of [`pool2d`] from the contiguous output gradient
-/// (and, for max pooling, the indices it returned).
-pub(crate) fn pool2d_backward(
-    (grad, offset): Operand<'_>,
-    indices: Option<Operand<'_>>,
-    g: &ferrograd_kernels::cpu::Conv2dGeometry,
-) -> Result<CudaStorage> {
-    let dev = grad.device();
-    let len = g.n * g.c * g.input[0] * g.input[1];
-    let dx = output(dev, grad.dtype(), len)?;
-    let Some(geometry) = ConvGeometry::new(g).filter(|_| len > 0) else {
-        return Ok(dx);
-    };
-    let (gs, d) = (grad.address_of(offset), dx.address_of(0));
-    let dtype = grad.dtype();
-    match indices {
-        Some(idx) => {
-            let i = address(Some(idx));
-            launch!(dev, &kernels::MAX_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, i, d)?
-        }
-        None => launch!(dev, &kernels::AVG_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, d)?,
-    }
-    Ok(dx)
-}
-
-// ---- multi-tensor optimizer steps ----------------------------------------------------------
-
-/// Elements per block of the multi-tensor kernels (`OPT_CHUNK` in optim.cu).
-const OPT_CHUNK: usize = 4096;
-
-/// One parameter of a multi-tensor step: its buffers (parameter, gradient, up to three
-/// state buffers, all contiguous from `offsets`), and the `OptSlot` scalars.
-pub(crate) struct OptSlot<'a> {
-    pub(crate) buffers: [Option<(&'a CudaStorage, usize)>; 5],
-    pub(crate) n: usize,
-    pub(crate) flags: u64,
-    pub(crate) step_size: f64,
-    pub(crate) bc2_sqrt: f64,
-}
-
-/// `AdamHyper` of optim.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AdamHyper {
-    pub(crate) lr: f64,
-    pub(crate) beta1: f64,
-    pub(crate) beta2: f64,
-    pub(crate) eps: f64,
-    pub(crate) weight_decay: f64,
-    pub(crate) decoupled: u32,
-    pub(crate) maximize: u32,
-}
-
-/// `SgdHyper` of optim.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SgdHyper {
-    pub(crate) lr: f64,
-    pub(crate) momentum: f64,
-    pub(crate) dampening: f64,
-    pub(crate) weight_decay: f64,
-    pub(crate) nesterov: u32,
-    pub(crate) maximize: u32,
-}
-
-// SAFETY: plain data, `repr(C)`, fields in the order and of the sizes of the CUDA structs
-// `AdamHyper` and `SgdHyper` in optim.cu (double = f64, unsigned int = u32).
-unsafe impl DeviceRepr for AdamHyper {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for SgdHyper {}
-
-/// The slot table as the kernels read it (`OptSlot`: ten 8-byte words per parameter) and
-/// the number of chunks (blocks) it spans.
-fn slot_table(slots: &[&OptSlot<'_>]) -> (Vec<i64>, usize) {
-    let mut words = Vec::with_capacity(slots.len() * 10);
-    let mut chunks = 0usize;
-    for s in slots {
-        for b in &s.buffers {
-            words.push(b.map_or(0, |(buf, offset)| buf.address_of(offset)) as i64);
-        }
-        words.push(s.n as i64);
-        words.push(chunks as i64);
-        words.push(s.flags as i64);
-        words.push(s.step_size.to_bits() as i64);
-        words.push(s.bc2_sqrt.to_bits() as i64);
-        chunks += s.n.div_ceil(OPT_CHUNK);
-    }
-    (words, chunks)
-}
-
-/// Launches `kernel` (`ADAM_MULTI` or `SGD_MULTI`) of `dtype` over every slot at once.
-fn multi_tensor<H: DeviceRepr + Copy>(
-    dev: &Arc<GpuDevice>,
-    kernel: &CudaKernel,
-    dtype: DType,
-    slots: &[OptSlot<'_>],
-    hyper: H,
-) -> Result<()> {
-    let slots: Vec<&OptSlot<'_>> = slots.iter().filter(|s| s.n > 0).collect();
-    if slots.is_empty() {
-        return Ok(());
-    }
-    let (words, chunks) = slot_table(&slots);
-    let (t, count, h) = (dev.table(&words)?, slots.len() as u32, hyper);
-    let cfg = LaunchConfig {
-        grid_dim: (chunks as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    launch!(dev, kernel, dtype, cfg; t, count, h)
-}
-
-/// One Adam/AdamW step of every parameter in `slots` (buffers: param, grad, exp_avg,
-/// exp_avg_sq, max_exp_avg_sq), all of `dtype` on `dev`, in one launch.
-pub(crate) fn adam_multi(
-    dev: &Arc<GpuDevice>,
-    dtype: DType,
-    slots: &[OptSlot<'_>],
-    hyper: AdamHyper,
-) -> Result<()> {
-    multi_tensor(dev, &kernels::ADAM_MULTI, dtype, slots, hyper)
-}
-
-/// One SGD step of every parameter in `slots` (buffers: param, grad, momentum buffer).
-pub(crate) fn sgd_multi(
-    dev: &Arc<GpuDevice>,
-    dtype: DType,
-    slots: &[OptSlot<'_>],
-    hyper: SgdHyper,
-) -> Result<()> {
-    multi_tensor(dev, &kernels::SGD_MULTI, dtype, slots, hyper)
 }
 
 // ---- matrix products through cuBLAS ---------------------------------------------------------
@@ -1171,13 +828,5 @@ mod tests {
         // single rows and columns take any stride
         assert_eq!(blas_operand(1, 5, 0, 1), Some((false, 5)));
         assert_eq!(blas_operand(5, 1, 1, 0), Some((false, 1)));
-    }
-
-    #[test]
-    fn optimizer_structs_match_the_kernel_layout() {
-        // optim.cu: AdamHyper is five doubles and two unsigned ints, SgdHyper four and two.
-        assert_eq!(std::mem::size_of::<AdamHyper>(), 48);
-        assert_eq!(std::mem::size_of::<SgdHyper>(), 40);
-        assert_eq!(OPT_CHUNK, 4096);
     }
 }

@@ -4,11 +4,16 @@
 //! smoothing: with `w_c` the class weights (1 without), `eps` the smoothing and `C` classes,
 //! `loss = (1 - eps) * w_t * (lse - x_t) + eps / C * sum_c w_c * (lse - x_c)`.
 
-use super::reduce::{for_each_outer, row_max, sum_slice};
-use super::simd::{SimdKernel, with_simd};
-use super::{PARALLEL_THRESHOLD, for_each_chunk_mut};
+use crate::cpu::reduce::{for_each_outer, row_max, sum_slice};
+use crate::cpu::simd::{SimdKernel, with_simd};
+use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
+use crate::cuda::KernelModule;
 use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
+
+/// The CUDA kernels of cross-entropy forward and backward (`cross_entropy.cu`), compiled by NVRTC.
+pub const CUDA_MODULE: KernelModule =
+    KernelModule::new("cross_entropy", include_str!("cross_entropy.cu"));
 
 /// The options shared by forward and backward.
 #[derive(Clone, Copy, Debug)]
@@ -37,7 +42,7 @@ pub struct CrossEntropyOutput<T: NumElement> {
 /// (valid: `0..classes` or the ignore index; checked by the caller).
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{cross_entropy_rows, CrossEntropyRows};
+/// use ferrograd_kernels::fused::cross_entropy::{cross_entropy_rows, CrossEntropyRows};
 /// let opts = CrossEntropyRows { classes: 2, weight: None, ignore_index: -100, smoothing: 0.0 };
 /// let out = cross_entropy_rows(&[0.0f64, 0.0, 5.0, 5.0], &[1, -100], &opts);
 /// assert!((out.loss[0] - 2f64.ln()).abs() < 1e-12);
@@ -112,7 +117,7 @@ fn row_loss<T: FloatElement>(
 /// each row scaled by `grad[r * grad_stride]` (stride 0: one scalar for all rows).
 ///
 /// ```
-/// use ferrograd_kernels::cpu::{cross_entropy_rows, cross_entropy_backward_rows, CrossEntropyRows};
+/// use ferrograd_kernels::fused::cross_entropy::{cross_entropy_rows, cross_entropy_backward_rows, CrossEntropyRows};
 /// let opts = CrossEntropyRows { classes: 2, weight: None, ignore_index: -100, smoothing: 0.0 };
 /// let x = [0.0f64, 0.0];
 /// let f = cross_entropy_rows(&x, &[1], &opts);

@@ -1,0 +1,48 @@
+// Dropout with a counter-based generator.
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"): element i
+// takes word i % 4 of the block philox((i / 4, 0), seed); its top 24 bits give a uniform
+// u in [0, 1), kept when u >= p. The CPU (kernels/src/fused/dropout/mod.rs) computes the same
+// bits, so a seed gives the same mask on every device. mask = kept ? scale : 0 (what
+// backward multiplies by), y = x * mask, both contiguous.
+
+__device__ __forceinline__ void philox4x32_10(unsigned int c[4], unsigned int k0, unsigned int k1) {
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        unsigned int hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        unsigned int hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        unsigned int n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0;
+        c[1] = lo1;
+        c[2] = n2;
+        c[3] = lo0;
+    }
+}
+
+template <typename T>
+__device__ void dropout(usize n, usize seed, double p, double scale, const T* x, T* y, T* mask) {
+    typedef typename Elem<T>::Acc A;
+    const A kept = (A)scale;
+    GRID_STRIDE(block, (n + 3) / 4) {
+        unsigned int c[4] = {(unsigned int)block, (unsigned int)(block >> 32), 0u, 0u};
+        philox4x32_10(c, (unsigned int)seed, (unsigned int)(seed >> 32));
+        for (int q = 0; q < 4; ++q) {
+            usize i = block * 4 + q;
+            if (i >= n) break;
+            double u = (double)(c[q] >> 8) * (1.0 / 16777216.0);
+            // The stored (rounded) mask scales y, as backward does and as the CPU kernel.
+            T m = Elem<T>::store(u >= p ? kept : A(0));
+            mask[i] = m;
+            y[i] = Elem<T>::store(Elem<T>::load(x[i]) * Elem<T>::load(m));
+        }
+    }
+}
+
+#define DROPOUT_F(T, SUFFIX)                                                                               \
+    extern "C" __global__ void dropout_##SUFFIX(usize n, usize seed, double p, double scale, const T* x,   \
+                                                T* y, T* mask) {                                           \
+        dropout<T>(n, seed, p, scale, x, y, mask);                                                         \
+    }
+FOR_FLOATS(DROPOUT_F)

@@ -1,0 +1,36 @@
+//! Fused ops, one folder each: layer norm, cross-entropy, dropout and pooling. A folder
+//! holds the op's entry point (called by `nn::functional`), its autograd node (one per
+//! op: backward runs the fused gradient kernel, or, when a graph of the backward itself is
+//! wanted (`create_graph`), the same formula as tensor ops so that higher derivatives
+//! exist), and in `cuda.rs` its CUDA launches. The CPU kernel and the `.cu` source sit in
+//! the kernels crate's mirror folder, `ferrograd_kernels::fused::NAME`.
+
+mod cross_entropy;
+pub(crate) mod device;
+mod dropout;
+mod layer_norm;
+mod pool;
+
+pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
+pub(crate) use dropout::dropout;
+pub(crate) use layer_norm::layer_norm;
+pub(crate) use pool::pool2d;
+
+use crate::Tensor;
+use ferrograd_kernels::cpu::CpuStorage;
+use std::ops::Range;
+
+/// The element range of a contiguous operand.
+fn range(t: &Tensor) -> Range<usize> {
+    t.layout()
+        .contiguous_range()
+        .expect("fused kernels take contiguous operands")
+}
+
+/// Runs `f` on the host elements of the optional tensor (`None` when absent).
+fn with_optional<R>(op: &str, t: Option<&Tensor>, f: impl FnOnce(Option<&CpuStorage>) -> R) -> R {
+    match t {
+        Some(t) => t.with_cpu(op, |s, _| f(Some(s))),
+        None => f(None),
+    }
+}
