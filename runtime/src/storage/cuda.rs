@@ -4,6 +4,8 @@
 //! reads. [`ops`] launches the NVRTC-compiled kernels and cuBLAS on this storage.
 
 mod backend;
+mod blas;
+mod index;
 pub(crate) mod launch;
 
 use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory};
@@ -163,7 +165,7 @@ pub(crate) struct GpuDevice {
     arch: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
-    blas: Mutex<Option<launch::Blas>>,
+    blas: Mutex<Option<blas::Blas>>,
     /// Recently uploaded multi-tensor slot tables, newest last (see [`GpuDevice::table`]).
     tables: Mutex<Vec<(Vec<i64>, CudaStorage)>>,
     /// Bounds checks queued on the stream and not yet read back.

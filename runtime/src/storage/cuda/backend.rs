@@ -4,7 +4,7 @@
 //! the device and is counted in `cuda::host_fallbacks`).
 
 use super::CudaStorage;
-use super::launch;
+use super::{blas, index, launch};
 use crate::Result;
 use crate::storage::cpu;
 use crate::storage::cuda_flags::note_host_fallback;
@@ -235,7 +235,7 @@ impl CudaStorage {
         bounds: &IndexBounds,
     ) -> Result<Self> {
         let index = ((index, start(index_layout)), index_layout.numel());
-        launch::index_select((self, start(layout)), dims, index, bounds)
+        index::index_select((self, start(layout)), dims, index, bounds)
     }
 
     pub(crate) fn gather(
@@ -246,7 +246,7 @@ impl CudaStorage {
         dim: usize,
     ) -> Result<Self> {
         let shape = index_layout.shape();
-        launch::gather(
+        index::gather(
             self,
             layout,
             (index, start(index_layout)),
@@ -265,7 +265,7 @@ impl CudaStorage {
         dim: usize,
     ) -> Result<()> {
         let index = (index, start(index_layout));
-        launch::scatter_add(self, dst_shape, index, bounds, src, src_view, dim)
+        index::scatter_add(self, dst_shape, index, bounds, src, src_view, dim)
     }
 
     pub(crate) fn conv_columns(
@@ -274,13 +274,13 @@ impl CudaStorage {
         fold: bool,
         g: &Conv2dGeometry,
     ) -> Result<Self> {
-        launch::conv_columns(fold, self, start(layout), g)
+        index::conv_columns(fold, self, start(layout), g)
     }
 
     /// `[batch, m, k] x [batch, k, n]` through cuBLAS, or on the host for dtypes and
     /// strides cuBLAS does not take.
     pub(crate) fn matmul(&self, la: &Layout, rhs: &CudaStorage, lb: &Layout) -> Result<Self> {
-        match launch::matmul(self, la, rhs, lb)? {
+        match blas::matmul(self, la, rhs, lb)? {
             Some(out) => Ok(out),
             None => {
                 let rhs = rhs.download()?;

@@ -1,0 +1,277 @@
+//! Convolutions: `conv1d`, `conv2d` (im2col + GEMM) and `unfold`.
+
+use crate::amp;
+use crate::autograd::record;
+use crate::{DType, Tensor};
+use ferrograd_kernels::cpu::Conv2dGeometry;
+
+/// Stride, padding, dilation and groups of a `D`-dimensional convolution.
+///
+/// ```
+/// use ferrograd_runtime::nn::functional::Conv2dArgs;
+/// let args = Conv2dArgs::default().stride(2).padding(1);
+/// assert_eq!((args.stride, args.padding, args.groups), ([2, 2], [1, 1], 1));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvArgs<const D: usize> {
+    /// Step of the window per spatial dim.
+    pub stride: [usize; D],
+    /// Zero padding on both sides per spatial dim.
+    pub padding: [usize; D],
+    /// Spacing of kernel elements per spatial dim.
+    pub dilation: [usize; D],
+    /// Number of channel groups (`in_channels` and `out_channels` must divide by it).
+    pub groups: usize,
+}
+
+/// Arguments of [`conv1d`].
+pub type Conv1dArgs = ConvArgs<1>;
+/// Arguments of [`conv2d`].
+pub type Conv2dArgs = ConvArgs<2>;
+
+impl<const D: usize> Default for ConvArgs<D> {
+    fn default() -> Self {
+        ConvArgs {
+            stride: [1; D],
+            padding: [0; D],
+            dilation: [1; D],
+            groups: 1,
+        }
+    }
+}
+
+impl<const D: usize> ConvArgs<D> {
+    /// The same stride on every spatial dim.
+    pub fn stride(mut self, stride: usize) -> Self {
+        self.stride = [stride; D];
+        self
+    }
+    /// The same padding on every spatial dim.
+    pub fn padding(mut self, padding: usize) -> Self {
+        self.padding = [padding; D];
+        self
+    }
+    /// The same dilation on every spatial dim.
+    pub fn dilation(mut self, dilation: usize) -> Self {
+        self.dilation = [dilation; D];
+        self
+    }
+    /// The number of groups.
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+}
+
+pub(super) fn geometry(
+    input: &Tensor,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+) -> Conv2dGeometry {
+    let s = input.shape();
+    Conv2dGeometry {
+        n: s[0],
+        c: s[1],
+        input: [s[2], s[3]],
+        kernel,
+        stride,
+        padding,
+        dilation,
+    }
+}
+
+/// Sliding local blocks of a `[N, C, H, W]` batch as columns `[N, C*kh*kw, L]`
+/// (`F.unfold`, im2col). Differentiable; its backward is the matching fold.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::ones(&[1, 2, 4, 4], DType::F32, &Device::Cpu);
+/// assert_eq!(F::unfold(&x, [2, 2], [1, 1], [0, 0], [2, 2]).shape(), &[1, 8, 4]);
+/// ```
+#[track_caller]
+pub fn unfold(
+    input: &Tensor,
+    kernel: [usize; 2],
+    dilation: [usize; 2],
+    padding: [usize; 2],
+    stride: [usize; 2],
+) -> Tensor {
+    let (cols, [oh, ow]) = unfold_columns("unfold", input, kernel, dilation, padding, stride);
+    let (n, k) = (input.shape()[0], cols.shape()[0]);
+    cols.reshape(&[k, n, oh * ow]).permute(&[1, 0, 2])
+}
+
+/// im2col in kernel-major order: `[C*kh*kw, N*oh*ow]`, and the output size.
+#[track_caller]
+fn unfold_columns(
+    op: &str,
+    input: &Tensor,
+    kernel: [usize; 2],
+    dilation: [usize; 2],
+    padding: [usize; 2],
+    stride: [usize; 2],
+) -> (Tensor, [usize; 2]) {
+    assert!(
+        input.dim() == 4,
+        "{op}: expected a 4D input [N, C, H, W], got shape {:?}",
+        input.shape()
+    );
+    let g = geometry(input, kernel, stride, padding, dilation);
+    let [oh, ow] = g.output().unwrap_or_else(|| {
+        panic!(
+            "{op}: kernel {kernel:?} with dilation {dilation:?} does not fit the padded input of spatial size {:?} (padding {padding:?}, stride {stride:?}); shape {:?}",
+            g.input,
+            input.shape()
+        )
+    });
+    let x = input.detach().contiguous();
+    let shape = [g.c * kernel[0] * kernel[1], g.n * oh * ow];
+    assert!(
+        x.dtype() != DType::Bool,
+        "{op}: not supported for bool tensors (shape {:?})",
+        x.shape()
+    );
+    let out = x.read_storage().conv_columns(x.layout(), false, &g);
+    let out = Tensor::from_backend(op, &shape, out);
+    (
+        record(out, "unfold", &[input], || {
+            move |_, grad: &Tensor| vec![Some(fold_columns(grad, &g))]
+        }),
+        [oh, ow],
+    )
+}
+
+/// The adjoint of [`unfold_columns`]: sums kernel-major columns back into `[N, C, H, W]`.
+fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
+    let g = *g;
+    let x = cols.detach().contiguous();
+    let shape = [g.n, g.c, g.input[0], g.input[1]];
+    let out = x.read_storage().conv_columns(x.layout(), true, &g);
+    let out = Tensor::from_backend("fold", &shape, out);
+    record(out, "fold", &[cols], || {
+        move |_, grad: &Tensor| {
+            vec![Some(
+                unfold_columns("unfold", grad, g.kernel, g.dilation, g.padding, g.stride).0,
+            )]
+        }
+    })
+}
+
+/// 2-D convolution (`F.conv2d`): input `[N, C, H, W]`, weight `[O, C/groups, kh, kw]`,
+/// optional bias `[O]`.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::ones(&[1, 1, 3, 3], DType::F32, &Device::Cpu);
+/// let w = Tensor::ones(&[1, 1, 2, 2], DType::F32, &Device::Cpu);
+/// let y = F::conv2d(&x, &w, None, &F::Conv2dArgs::default());
+/// assert_eq!(y.to_vec::<f32>(), vec![4.0; 4]);
+/// ```
+#[track_caller]
+pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv2dArgs) -> Tensor {
+    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+        return conv2d(&x, &w, b.as_ref(), args);
+    }
+    assert!(
+        input.dim() == 4,
+        "conv2d: expected 4D input (batch, channels, height, width), but got input of shape {:?}",
+        input.shape()
+    );
+    assert!(
+        weight.dim() == 4,
+        "conv2d: expected a 4D weight [out, in/groups, kh, kw], got shape {:?}",
+        weight.shape()
+    );
+    let (n, c) = (input.shape()[0], input.shape()[1]);
+    let (o, cg, kh, kw) = (
+        weight.shape()[0],
+        weight.shape()[1],
+        weight.shape()[2],
+        weight.shape()[3],
+    );
+    let groups = args.groups.max(1);
+    assert!(
+        cg * groups == c,
+        "conv2d: given groups={groups}, weight of size {:?}, expected input {:?} to have {} channels, but got {c} channels instead (dim 1)",
+        weight.shape(),
+        input.shape(),
+        cg * groups
+    );
+    assert!(
+        o % groups == 0,
+        "conv2d: out channels ({o}) must be divisible by groups ({groups}); weight shape {:?}",
+        weight.shape()
+    );
+    let g = geometry(input, [kh, kw], args.stride, args.padding, args.dilation);
+    let [oh, ow] = g.output().unwrap_or_else(|| {
+        panic!(
+            "conv2d: calculated output size is non-positive: input spatial size {:?} with padding {:?}, kernel {:?}, dilation {:?} (input shape {:?}, weight shape {:?})",
+            g.input,
+            args.padding,
+            [kh, kw],
+            args.dilation,
+            input.shape(),
+            weight.shape()
+        )
+    });
+    // One GEMM over the whole batch: [O, K] @ [K, N*L] (per group), then [O, N, ..] -> [N, O, ..].
+    let (cols, _) = unfold_columns(
+        "conv2d",
+        input,
+        [kh, kw],
+        args.dilation,
+        args.padding,
+        args.stride,
+    );
+    let k = cg * kh * kw;
+    let out = if groups == 1 {
+        weight.reshape(&[o, k]).matmul(&cols)
+    } else {
+        weight
+            .reshape(&[groups, o / groups, k])
+            .matmul(&cols.reshape(&[groups, k, n * oh * ow]))
+    };
+    let out = out.reshape(&[o, n, oh, ow]).permute(&[1, 0, 2, 3]);
+    match bias {
+        Some(b) => {
+            assert!(
+                b.shape() == [o],
+                "conv2d: expected bias of shape [{o}], got {:?}",
+                b.shape()
+            );
+            out.add(&b.reshape(&[1, o, 1, 1]))
+        }
+        None => out.contiguous(),
+    }
+}
+
+/// 1-D convolution (`F.conv1d`): input `[N, C, L]`, weight `[O, C/groups, k]`.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::ones(&[2, 3, 10], DType::F32, &Device::Cpu);
+/// let w = Tensor::ones(&[4, 3, 3], DType::F32, &Device::Cpu);
+/// assert_eq!(F::conv1d(&x, &w, None, &F::Conv1dArgs::default().padding(1)).shape(), &[2, 4, 10]);
+/// ```
+#[track_caller]
+pub fn conv1d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv1dArgs) -> Tensor {
+    assert!(
+        input.dim() == 3,
+        "conv1d: expected 3D input (batch, channels, length), but got input of shape {:?}",
+        input.shape()
+    );
+    assert!(
+        weight.dim() == 3,
+        "conv1d: expected a 3D weight [out, in/groups, k], got shape {:?}",
+        weight.shape()
+    );
+    let args2 = Conv2dArgs {
+        stride: [1, args.stride[0]],
+        padding: [0, args.padding[0]],
+        dilation: [1, args.dilation[0]],
+        groups: args.groups,
+    };
+    conv2d(&input.unsqueeze(2), &weight.unsqueeze(2), bias, &args2).squeeze(2)
+}

@@ -1,0 +1,144 @@
+//! Normalisation: `layer_norm` (fused) and `batch_norm`.
+
+use crate::Tensor;
+use crate::amp;
+use crate::autograd::no_grad;
+
+/// Layer normalisation over the trailing `normalized_shape` dims (`F.layer_norm`).
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f64, 3.0], &[1, 2]);
+/// let y = F::layer_norm(&x, &[2], None, None, 0.0);
+/// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0]);
+/// ```
+#[track_caller]
+pub fn layer_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Tensor {
+    if let Some(x) = amp::full_precision(input) {
+        return layer_norm(&x, normalized_shape, weight, bias, eps);
+    }
+    let k = normalized_shape.len();
+    assert!(
+        k <= input.dim() && input.shape()[input.dim() - k..] == *normalized_shape,
+        "layer_norm: given normalized_shape={normalized_shape:?}, expected input with shape [*, {}], but got input of size {:?}",
+        normalized_shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        input.shape()
+    );
+    assert!(
+        input.dtype().is_float(),
+        "layer_norm: expected a floating-point input, got {:?} (shape {:?})",
+        input.dtype(),
+        input.shape()
+    );
+    for (name, t) in [("weight", weight), ("bias", bias)] {
+        if let Some(t) = t {
+            assert!(
+                t.shape() == normalized_shape,
+                "layer_norm: {name} of shape {:?} must have shape {normalized_shape:?}",
+                t.shape()
+            );
+        }
+    }
+    // Fused: one pass per row forward, one backward; weight and bias follow the input's
+    // dtype (as under autocast).
+    let len = normalized_shape.iter().product();
+    let weight = weight.map(|w| w.to_dtype(input.dtype()));
+    let bias = bias.map(|b| b.to_dtype(input.dtype()));
+    crate::nn::fused::layer_norm(input, weight.as_ref(), bias.as_ref(), len, eps)
+}
+
+/// Batch normalisation over dim 1 of `[N, C, ...]` (`F.batch_norm`). In training it
+/// normalises with the batch statistics and updates the running ones in place
+/// (`running = (1 - momentum) * running + momentum * batch`, unbiased variance); in eval
+/// it uses the running statistics.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f64, 3.0], &[2, 1]);
+/// let (rm, rv) = (Tensor::zeros(&[1], DType::F64, &Device::Cpu), Tensor::ones(&[1], DType::F64, &Device::Cpu));
+/// let y = F::batch_norm(&x, Some(&rm), Some(&rv), None, None, true, 0.1, 0.0);
+/// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0]);
+/// assert!((rm.item::<f64>() - 0.2).abs() < 1e-12 && (rv.item::<f64>() - 1.1).abs() < 1e-12);
+/// ```
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub fn batch_norm(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Tensor {
+    assert!(
+        input.dim() >= 2,
+        "batch_norm: expected input of shape [N, C, ...], got {:?}",
+        input.shape()
+    );
+    let c = input.shape()[1];
+    let mut stat_shape = vec![1usize; input.dim()];
+    stat_shape[1] = c;
+    let dims: Vec<isize> = (0..input.dim() as isize).filter(|&d| d != 1).collect();
+    let per_channel = input.numel() / c.max(1);
+    for (name, t) in [
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+        ("weight", weight),
+        ("bias", bias),
+    ] {
+        if let Some(t) = t {
+            assert!(
+                t.shape() == [c],
+                "batch_norm: {name} should have shape [{c}] for input of shape {:?}, got {:?}",
+                input.shape(),
+                t.shape()
+            );
+        }
+    }
+    let (mean, var) = if training {
+        assert!(
+            per_channel > 1,
+            "batch_norm: expected more than 1 value per channel when training, got input size {:?}",
+            input.shape()
+        );
+        let mean = input.mean(&dims, true);
+        let centered = input.sub(&mean);
+        let var = centered.mul(&centered).mean(&dims, true);
+        no_grad(|| {
+            let unbiased = var.mul_scalar(per_channel as f64 / (per_channel - 1) as f64);
+            if let Some(rm) = running_mean {
+                rm.mul_scalar_(1.0 - momentum)
+                    .add_scaled_(&mean.reshape(&[c]), momentum);
+            }
+            if let Some(rv) = running_var {
+                rv.mul_scalar_(1.0 - momentum)
+                    .add_scaled_(&unbiased.reshape(&[c]), momentum);
+            }
+        });
+        (mean, var)
+    } else {
+        let rm = running_mean.expect("batch_norm: running_mean is required in eval mode");
+        let rv = running_var.expect("batch_norm: running_var is required in eval mode");
+        (rm.reshape(&stat_shape), rv.reshape(&stat_shape))
+    };
+    let mut y = input.sub(&mean).mul(&var.add_scalar(eps).rsqrt());
+    if let Some(w) = weight {
+        y = y.mul(&w.reshape(&stat_shape));
+    }
+    if let Some(b) = bias {
+        y = y.add(&b.reshape(&stat_shape));
+    }
+    y
+}
