@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod amp;
+mod autocast_state;
 pub mod autograd;
 pub mod cuda;
 mod device;

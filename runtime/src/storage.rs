@@ -11,7 +11,7 @@
 use crate::{Device, Result};
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::{DType, IndexBounds, Layout};
-use op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
+use op::{BinaryFloatOp, BinaryOp, Cmp, IntMap, ReduceOp, RowOp, UnaryOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -139,6 +139,34 @@ impl Storage {
     /// `op(x)` over the view `layout` (float storage), a new contiguous buffer.
     pub(crate) fn unary<K: UnaryOp>(&self, layout: &Layout, op: &K, name: &str) -> Result<Storage> {
         self.map_one(|s| cpu::unary(s, layout, op), |s| s.unary(layout, op, name))
+    }
+
+    /// `op(x)` through f64 over the view `layout` (integer or bool storage).
+    pub(crate) fn int_map(&self, layout: &Layout, op: IntMap) -> Result<Storage> {
+        self.map_one(|s| cpu::int_map(s, layout, op), |s| s.int_map(layout, op))
+    }
+
+    /// `x = op(x)` through f64, in place (integer or bool storage).
+    pub(crate) fn int_map_inplace(&mut self, layout: &Layout, op: IntMap) -> Result<()> {
+        self.write_one(
+            |s| cpu::int_map_inplace(s, layout, op),
+            |s| s.int_map_inplace(layout, op),
+        )
+    }
+
+    /// Whether scalar operands of float ops should go inside the kernel (`affine`) rather
+    /// than as a 0-d tensor: on a device, where a 0-d tensor costs an upload.
+    pub(crate) fn scalar_in_kernel(&self) -> bool {
+        matches!(self, Storage::Cuda(_))
+    }
+
+    /// Checks int64 `index` values against `bounds` now where the elements are on the host
+    /// (a panic with the op's message); on a device the kernel that reads them checks.
+    #[track_caller]
+    pub(crate) fn check_indices(&self, layout: &Layout, bounds: &IndexBounds, ignore: Option<i64>) {
+        if let Storage::Cpu(s) = self {
+            cpu::index_values(s, layout, bounds, ignore);
+        }
     }
 
     /// `x = op(x)` through the view `layout` (float storage).

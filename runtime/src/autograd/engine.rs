@@ -30,7 +30,9 @@ pub(crate) fn run_backward(
     capture: &[Edge],
 ) -> Vec<Option<Tensor>> {
     // Backward ops run in the dtypes forward chose; autocast does not apply to them.
-    crate::amp::autocast_disabled(|| run_backward_inner(roots, retain_graph, create_graph, capture))
+    crate::autocast_state::autocast_disabled(|| {
+        run_backward_inner(roots, retain_graph, create_graph, capture)
+    })
 }
 
 fn run_backward_inner(

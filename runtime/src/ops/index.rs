@@ -15,21 +15,6 @@ pub(crate) fn dim_bounds(
     IndexBounds::dim(op, d, input.shape(), index.shape())
 }
 
-/// The values of host (CPU) int64 tensor `index`, panicking with the op's message at the
-/// first out of `bounds` (except `ignore`).
-#[track_caller]
-pub(crate) fn host_index_values(
-    bounds: &IndexBounds,
-    index: &Tensor,
-    ignore: Option<i64>,
-) -> Vec<i64> {
-    let values = index.contiguous_vec::<i64>();
-    if let Some(bad) = bounds.first_bad(&values, ignore) {
-        panic!("{}", bounds.message(bad));
-    }
-    values
-}
-
 /// Panics unless `index` is an int64 tensor on `input`'s device, naming the op.
 #[track_caller]
 fn check_index_tensor(op: &str, input: &Tensor, index: &Tensor) {

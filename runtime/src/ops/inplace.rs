@@ -3,11 +3,10 @@
 
 use super::elementwise::{AddK, AffineK, ClampK, DivK, MulK, SubK};
 use crate::autograd::{AutogradMeta, is_grad_enabled};
-use crate::storage::op::BinaryOp;
+use crate::storage::op::{BinaryOp, IntMap};
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::unary_inplace;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
-use ferrograd_kernels::{Element, NumElement, broadcast_shapes, with_dtype};
+use ferrograd_kernels::{NumElement, broadcast_shapes};
 
 impl Tensor {
     #[track_caller]
@@ -61,17 +60,6 @@ impl Tensor {
         self.backend_write(op, |dst, layout| {
             dst.binary_inplace(layout, &other.read_storage(), &other_layout, kernel, op)
         });
-        self
-    }
-
-    #[track_caller]
-    fn inplace_map(
-        &self,
-        op: &str,
-        f: impl FnOnce(&mut ferrograd_kernels::cpu::CpuStorage, &ferrograd_kernels::Layout),
-    ) -> &Tensor {
-        self.check_inplace(op);
-        self.with_cpu_mut(op, f);
         self
     }
 
@@ -279,12 +267,10 @@ impl Tensor {
             });
             return self;
         }
-        self.inplace_map("clamp_", |dst, layout| {
-            with_dtype!(dst.dtype(), T => unary_inplace(dst.typed_mut::<T>(), layout, |x: T| {
-                let v = x.to_f64();
-                if v < min { T::from_f64(min) } else if v > max { T::from_f64(max) } else { x }
-            }))
-        })
+        self.backend_write("clamp_", |dst, layout| {
+            dst.int_map_inplace(layout, IntMap::Clamp(min, max))
+        });
+        self
     }
 
     /// Writes `value` where `mask` is true, in place (`masked_fill_`).

@@ -8,8 +8,6 @@ mod linalg;
 mod reduce;
 mod view;
 
-pub(crate) use index::host_index_values;
-
 use crate::Tensor;
 use ferrograd_kernels::{Dims, broadcast_shapes};
 

@@ -5,7 +5,7 @@ use super::check_same_device;
 use crate::autograd::record;
 use crate::tensor::normalize_dim;
 use crate::{DType, Tensor};
-use ferrograd_kernels::{Dims, Element, Layout};
+use ferrograd_kernels::{Dims, Layout};
 
 impl Tensor {
     /// Resolves a shape with at most one `-1` against this tensor's element count.
@@ -540,11 +540,5 @@ impl Tensor {
         let expanded: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(d as isize)).collect();
         let refs: Vec<&Tensor> = expanded.iter().collect();
         Tensor::cat(&refs, d as isize)
-    }
-
-    /// Copies the elements of a view out into a fresh contiguous `Vec` of element type `T`.
-    pub(crate) fn contiguous_vec<T: Element>(&self) -> Vec<T> {
-        // A deliberate read (index checks), not a host fallback.
-        self.to_vec::<T>()
     }
 }

@@ -3,7 +3,7 @@
 //! `ferrograd_kernels::cpu`. Also the host fallback of the CUDA backend, which runs these
 //! on a host copy. Outputs are new contiguous buffers unless the name ends in `_inplace`.
 
-use super::op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
+use super::op::{BinaryFloatOp, BinaryOp, Cmp, IntMap, ReduceOp, RowOp, UnaryOp};
 use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cpu::{
     Conv2dGeometry, CpuStorage, arg_reduce_dim, binary_inplace as binary_inplace_map, binary_map,
@@ -21,6 +21,16 @@ pub(crate) fn unary<K: UnaryOp>(src: &CpuStorage, layout: &Layout, op: &K) -> Cp
     with_float_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout,
         |x: T| T::from_acc(op.apply(x.to_acc())))),
         else unreachable!("unary ops take float storage, got {:?}", src.dtype()))
+}
+
+/// `op(x)` through f64 over the view `layout` (integer storage).
+pub(crate) fn int_map(src: &CpuStorage, layout: &Layout, op: IntMap) -> CpuStorage {
+    with_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout, |x: T| T::from_f64(op.apply(x.to_f64())))))
+}
+
+/// `x = op(x)` through f64, in place through the view `layout` (integer storage).
+pub(crate) fn int_map_inplace(dst: &mut CpuStorage, layout: &Layout, op: IntMap) {
+    with_dtype!(dst.dtype(), T => unary_inplace_map(dst.typed_mut::<T>(), layout, |x: T| T::from_f64(op.apply(x.to_f64()))))
 }
 
 /// `x = op(x)` through the view `layout` of float storage `dst`.

@@ -1,7 +1,7 @@
 //! Stand-in for the CUDA backend when the `cuda` feature is off: an uninhabited type, so
 //! every `Storage::Cuda` match arm type-checks and compiles to nothing.
 
-use super::op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
+use super::op::{BinaryFloatOp, BinaryOp, Cmp, IntMap, ReduceOp, RowOp, UnaryOp};
 use crate::{Device, Error, Result};
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::{DType, IndexBounds, Layout};
@@ -40,6 +40,14 @@ impl CudaStorage {
     }
 
     pub(crate) fn unary<K: UnaryOp>(&self, _: &Layout, _: &K, _: &str) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn int_map(&self, _: &Layout, _: IntMap) -> Result<Self> {
+        match *self {}
+    }
+
+    pub(crate) fn int_map_inplace(&mut self, _: &Layout, _: IntMap) -> Result<()> {
         match *self {}
     }
 

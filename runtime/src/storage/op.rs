@@ -127,3 +127,33 @@ impl RowOp {
         }
     }
 }
+
+/// Integer (and bool) maps computed through f64 and converted back, as the dtype's
+/// `from_f64` does (saturating). No CUDA kernels: CUDA tensors take the host fallback.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IntMap {
+    Neg,
+    Abs,
+    Clamp(f64, f64),
+}
+
+impl IntMap {
+    /// The op's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            IntMap::Neg => "neg",
+            IntMap::Abs => "abs",
+            IntMap::Clamp(..) => "clamp",
+        }
+    }
+
+    /// The map itself.
+    #[inline(always)]
+    pub(crate) fn apply(self, x: f64) -> f64 {
+        match self {
+            IntMap::Neg => -x,
+            IntMap::Abs => x.abs(),
+            IntMap::Clamp(lo, hi) => x.clamp(lo, hi),
+        }
+    }
+}

@@ -5,7 +5,7 @@ use super::Tensor;
 use crate::autograd;
 use crate::storage::{CudaStorage, Storage};
 use crate::{Device, Result};
-use ferrograd_kernels::cpu::{CpuStorage, unary_map};
+use ferrograd_kernels::cpu::unary_map;
 use ferrograd_kernels::{DType, Element, Layout};
 
 impl Tensor {
@@ -83,17 +83,6 @@ impl Tensor {
         autograd::record(out, "clone", &[self], || {
             |_, g: &Tensor| vec![Some(g.clone())]
         })
-    }
-
-    /// Runs a CPU kernel producing a new contiguous storage of this tensor's shape.
-    #[track_caller]
-    pub(crate) fn map_storage(
-        &self,
-        op: &str,
-        f: impl FnOnce(&CpuStorage, &Layout) -> CpuStorage,
-    ) -> Tensor {
-        let storage = self.with_cpu(op, f);
-        Tensor::from_cpu_on(storage, self.shape(), self.device())
     }
 
     /// Converts to another dtype (`tensor.to(dtype)`); differentiable between float types.

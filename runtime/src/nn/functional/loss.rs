@@ -129,9 +129,9 @@ fn check_targets(
         op,
         input: Dims::from_slice(input.shape()),
     };
-    if !target.device().is_cuda() {
-        crate::ops::host_index_values(&bounds, target, Some(ignore_index));
-    }
+    target
+        .read_storage()
+        .check_indices(target.layout(), &bounds, Some(ignore_index));
     (expected, bounds)
 }
 

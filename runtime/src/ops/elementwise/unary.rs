@@ -4,11 +4,10 @@
 
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
-use crate::storage::op::UnaryOp;
+use crate::storage::op::{IntMap, UnaryOp};
 use crate::{DType, Tensor};
-use ferrograd_kernels::cpu::unary_map;
+use ferrograd_kernels::Real;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
-use ferrograd_kernels::{Element, Real, with_dtype};
 
 #[inline(always)]
 fn c<A: Real>(v: f64) -> A {
@@ -157,7 +156,8 @@ impl Tensor {
     /// as a 0-d tensor: for f16/bf16 (the scalar stays in f32), and for float tensors on a
     /// device (no upload of the scalar). The results are the same for f32/f64.
     pub(crate) fn scalar_in_kernel(&self) -> bool {
-        self.dtype().is_half() || (self.dtype().is_float() && self.device().is_cuda())
+        self.dtype().is_half()
+            || (self.dtype().is_float() && self.read_storage().scalar_in_kernel())
     }
 
     /// `self + value`.
@@ -262,6 +262,12 @@ impl Tensor {
         })
     }
 
+    /// An integer map (no autograd: integer tensors do not require grad).
+    fn int_map(&self, op: IntMap) -> Tensor {
+        let out = self.read_storage().int_map(self.layout(), op);
+        Tensor::from_backend(op.name(), self.shape(), out)
+    }
+
     /// Applies a float kernel and records `backward(ctx, x, out, g)`.
     #[track_caller]
     pub(super) fn unary_op<K: UnaryOp>(
@@ -286,9 +292,7 @@ impl Tensor {
     /// ```
     pub fn neg(&self) -> Tensor {
         if !self.dtype().is_float() {
-            return self.map_storage("neg", |s, l| {
-                with_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x: T| T::from_f64(-x.to_f64()))))
-            });
+            return self.int_map(IntMap::Neg);
         }
         self.unary_op("neg", NegK, |_, _, g| g.neg())
     }
@@ -301,9 +305,7 @@ impl Tensor {
     /// ```
     pub fn abs(&self) -> Tensor {
         if !self.dtype().is_float() {
-            return self.map_storage("abs", |s, l| {
-                with_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x: T| T::from_f64(x.to_f64().abs()))))
-            });
+            return self.int_map(IntMap::Abs);
         }
         self.unary_op("abs", AbsK, |x, _, g| g.mul(&x.sign()))
     }
@@ -543,9 +545,7 @@ impl Tensor {
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
         assert!(min <= max, "clamp: min ({min}) must not exceed max ({max})");
         if !self.dtype().is_float() {
-            return self.map_storage("clamp", |s, l| {
-                with_dtype!(s.dtype(), T => T::into_storage(unary_map(s.typed::<T>(), l, |x: T| T::from_f64(x.to_f64().clamp(min, max)))))
-            });
+            return self.int_map(IntMap::Clamp(min, max));
         }
         self.unary_op("clamp", ClampK(min, max), move |x, _, g| {
             g.mul(

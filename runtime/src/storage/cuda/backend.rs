@@ -8,7 +8,7 @@ use super::{blas, index, launch};
 use crate::Result;
 use crate::storage::cpu;
 use crate::storage::cuda_flags::note_host_fallback;
-use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, ReduceOp, RowOp, UnaryOp};
+use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, IntMap, ReduceOp, RowOp, UnaryOp};
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 use ferrograd_kernels::{DType, IndexBounds, Layout};
@@ -64,6 +64,15 @@ impl CudaStorage {
             }
             None => self.on_host(name, |h| cpu::unary(h, layout, op)),
         }
+    }
+
+    /// No integer kernels: always the host fallback.
+    pub(crate) fn int_map(&self, layout: &Layout, op: IntMap) -> Result<Self> {
+        self.on_host(op.name(), |h| cpu::int_map(h, layout, op))
+    }
+
+    pub(crate) fn int_map_inplace(&mut self, layout: &Layout, op: IntMap) -> Result<()> {
+        self.on_host_mut(op.name(), |h| cpu::int_map_inplace(h, layout, op))
     }
 
     pub(crate) fn unary_inplace<K: UnaryOp>(
