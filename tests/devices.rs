@@ -82,6 +82,17 @@ const FLOAT_CASES: &[Case] = &[
         x[0].hardtanh(-0.5, 0.5).add(&x[0].mul_scalar(4.0).relu6())
     }),
     case("atan2", &[&[3, 4], &[4]], |x| x[0].atan2(&x[1])),
+    case("leaky_relu elu softplus", &[&[3, 4]], |x| {
+        x[0].leaky_relu(0.1)
+            .add(&x[0].elu(1.0))
+            .add(&x[0].softplus(1.0, 20.0))
+    }),
+    case("hardsigmoid hardswish mish", &[&[3, 4]], |x| {
+        x[0].mul_scalar(3.0)
+            .hardsigmoid()
+            .add(&x[0].mul_scalar(3.0).hardswish())
+            .add(&x[0].mish())
+    }),
     case("where masked_fill", &[&[3, 4], &[3, 4]], |x| {
         let m = x[0].gt_scalar(0.0);
         Tensor::where_cond(&m, &x[0], &x[1]).masked_fill(&x[1].lt_scalar(-0.5), 2.0)

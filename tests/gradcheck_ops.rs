@@ -114,6 +114,21 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             vec![away_from_kinks(&[3, 4], 1)],
         ),
         case(
+            "leaky_relu elu hardsigmoid hardswish",
+            |x| {
+                x[0].leaky_relu(0.2)
+                    + x[0].elu(1.3)
+                    + x[0].mul_scalar(2.0).hardsigmoid()
+                    + x[0].mul_scalar(2.0).hardswish()
+            },
+            vec![away_from_kinks(&[3, 4], 1)],
+        ),
+        case(
+            "softplus mish",
+            |x| x[0].softplus(2.0, 3.0) + x[0].mish() + x[0].mul_scalar(30.0).softplus(1.0, 20.0),
+            vec![away_from_kinks(&[3, 4], 1)],
+        ),
+        case(
             "hardtanh relu6",
             |x| x[0].hardtanh(-0.5, 0.5) + x[0].mul_scalar(4.0).relu6(),
             vec![away_from_kinks(&[3, 4], 1)],

@@ -374,3 +374,106 @@ fn relu6_and_clamp_agree_on_every_float_dtype() {
         assert_eq!(c, cw, "{dtype:?}");
     }
 }
+
+/// PyTorch's definitions, in f64, on a grid crossing every kink and both thresholds.
+#[test]
+fn activations_match_pytorchs_formulas_and_gradients() {
+    let grid: Vec<f64> = (-50..=50).map(|i| i as f64 * 0.5).collect();
+    let relu6 = |v: f64| v.clamp(0.0, 6.0);
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    type Case = (
+        &'static str,
+        fn(&Tensor) -> Tensor,
+        Box<dyn Fn(f64) -> (f64, f64)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "leaky_relu",
+            |t| t.leaky_relu(0.01),
+            Box::new(|v| if v > 0.0 { (v, 1.0) } else { (0.01 * v, 0.01) }),
+        ),
+        (
+            "elu",
+            |t| t.elu(1.5),
+            Box::new(|v| {
+                if v > 0.0 {
+                    (v, 1.0)
+                } else {
+                    (1.5 * v.exp_m1(), 1.5 * v.exp())
+                }
+            }),
+        ),
+        (
+            "softplus",
+            |t| t.softplus(2.0, 20.0),
+            Box::new(move |v| {
+                if 2.0 * v > 20.0 {
+                    (v, 1.0)
+                } else {
+                    ((2.0 * v).exp().ln_1p() / 2.0, sigmoid(2.0 * v))
+                }
+            }),
+        ),
+        (
+            "hardsigmoid",
+            |t| t.hardsigmoid(),
+            Box::new(move |v| {
+                (
+                    relu6(v + 3.0) / 6.0,
+                    if v > -3.0 && v < 3.0 { 1.0 / 6.0 } else { 0.0 },
+                )
+            }),
+        ),
+        (
+            "hardswish",
+            |t| t.hardswish(),
+            Box::new(move |v| {
+                let d = if v < -3.0 {
+                    0.0
+                } else if v <= 3.0 {
+                    v / 3.0 + 0.5
+                } else {
+                    1.0
+                };
+                (v * relu6(v + 3.0) / 6.0, d)
+            }),
+        ),
+        (
+            "mish",
+            |t| t.mish(),
+            Box::new(move |v| {
+                let t = v.exp().ln_1p().tanh();
+                (v * t, t + v * sigmoid(v) * (1.0 - t * t))
+            }),
+        ),
+    ];
+    for (name, op, reference) in cases {
+        let x = Tensor::from_vec(grid.clone(), &[grid.len()]).requires_grad(true);
+        let y = op(&x);
+        y.sum_all().backward();
+        let (ys, gs) = (y.to_vec::<f64>(), x.grad().unwrap().to_vec::<f64>());
+        for ((&v, &got), &grad) in grid.iter().zip(&ys).zip(&gs) {
+            let (want, want_grad) = reference(v);
+            assert!(
+                (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+                "{name}({v}) = {got}, expected {want}"
+            );
+            assert!(
+                (grad - want_grad).abs() <= 1e-12 * want_grad.abs().max(1.0),
+                "{name}'({v}) = {grad}, expected {want_grad}"
+            );
+        }
+        // f32 and the half types compute in f32 and agree with f64 to their precision.
+        for (dtype, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-2)] {
+            let low = op(&Tensor::from_vec(grid.clone(), &[grid.len()]).to_dtype(dtype))
+                .to_dtype(DType::F64)
+                .to_vec::<f64>();
+            for ((&v, &got), &want) in grid.iter().zip(&low).zip(&ys) {
+                assert!(
+                    (got - want).abs() <= tol * want.abs().max(1.0),
+                    "{name}({v}) in {dtype:?}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}

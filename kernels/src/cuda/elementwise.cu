@@ -115,6 +115,33 @@ struct GeluTanhOp {
         return A(0.5) * x * (A(1) + d_tanh(inner));
     }
 };
+// p0: negative slope.
+struct LeakyReluOp { template <typename A> static __device__ A apply(A x, A slope, A) { return x > A(0) ? x : x * slope; } };
+// p0: alpha.
+struct EluOp { template <typename A> static __device__ A apply(A x, A alpha, A) { return x > A(0) ? x : alpha * d_expm1(x); } };
+// p0: beta, p1: threshold above which softplus is the identity.
+struct SoftplusOp {
+    template <typename A> static __device__ A apply(A x, A beta, A threshold) {
+        A bx = x * beta;
+        return bx > threshold ? x : d_log1p(d_exp(bx)) / beta;
+    }
+};
+// relu6(x + 3) / 6, as PyTorch computes it.
+struct HardsigmoidOp {
+    template <typename A> static __device__ A apply(A x, A, A) {
+        A y = x + A(3);
+        y = y < A(0) ? A(0) : y;
+        return (y > A(6) ? A(6) : y) / A(6);
+    }
+};
+struct HardswishOp {
+    template <typename A> static __device__ A apply(A x, A, A) {
+        A y = x + A(3);
+        y = y < A(0) ? A(0) : y;
+        return x * (y > A(6) ? A(6) : y) / A(6);
+    }
+};
+struct MishOp { template <typename A> static __device__ A apply(A x, A, A) { return x * d_tanh(d_log1p(d_exp(x))); } };
 // x * p0 + p1 (scalar add/sub/mul and their in-place forms).
 struct AffineOp { template <typename A> static __device__ A apply(A x, A mul, A add) { return x * mul + add; } };
 struct DivScalarOp { template <typename A> static __device__ A apply(A x, A d, A) { return x / d; } };
@@ -169,6 +196,12 @@ __device__ void unary_inplace(usize n, const Geometry& g, T* dst, double p0, dou
 #define SILU_F(T, S) UNARY_ONE(silu, SiluOp, T, S)
 #define GELU_F(T, S) UNARY_ONE(gelu, GeluOp, T, S)
 #define GELU_TANH_F(T, S) UNARY_ONE(gelu_tanh, GeluTanhOp, T, S)
+#define LEAKY_RELU_F(T, S) UNARY_ONE(leaky_relu, LeakyReluOp, T, S)
+#define ELU_F(T, S) UNARY_ONE(elu, EluOp, T, S)
+#define SOFTPLUS_F(T, S) UNARY_ONE(softplus, SoftplusOp, T, S)
+#define HARDSIGMOID_F(T, S) UNARY_ONE(hardsigmoid, HardsigmoidOp, T, S)
+#define HARDSWISH_F(T, S) UNARY_ONE(hardswish, HardswishOp, T, S)
+#define MISH_F(T, S) UNARY_ONE(mish, MishOp, T, S)
 #define AFFINE_F(T, S) UNARY_ONE(affine, AffineOp, T, S)
 #define DIV_SCALAR_F(T, S) UNARY_ONE(div_scalar, DivScalarOp, T, S)
 #define RDIV_SCALAR_F(T, S) UNARY_ONE(rdiv_scalar, RdivScalarOp, T, S)
@@ -190,6 +223,12 @@ FOR_FLOATS(SIGMOID_F)
 FOR_FLOATS(SILU_F)
 FOR_FLOATS(GELU_F)
 FOR_FLOATS(GELU_TANH_F)
+FOR_FLOATS(LEAKY_RELU_F)
+FOR_FLOATS(ELU_F)
+FOR_FLOATS(SOFTPLUS_F)
+FOR_FLOATS(HARDSIGMOID_F)
+FOR_FLOATS(HARDSWISH_F)
+FOR_FLOATS(MISH_F)
 FOR_FLOATS(AFFINE_F)
 FOR_FLOATS(DIV_SCALAR_F)
 FOR_FLOATS(RDIV_SCALAR_F)

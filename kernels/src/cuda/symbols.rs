@@ -241,6 +241,30 @@ kernels! {
     GELU_TANH = ELEMENTWISE, "gelu_tanh" floats;
     /// In-place [`GELU_TANH`].
     GELU_TANH_INPLACE = ELEMENTWISE, "gelu_tanh_inplace" floats;
+    /// `x > 0 ? x : p0 * x` (leaky ReLU).
+    LEAKY_RELU = ELEMENTWISE, "leaky_relu" floats;
+    /// In-place [`LEAKY_RELU`].
+    LEAKY_RELU_INPLACE = ELEMENTWISE, "leaky_relu_inplace" floats;
+    /// `x > 0 ? x : p0 * (e^x - 1)` (ELU).
+    ELU = ELEMENTWISE, "elu" floats;
+    /// In-place [`ELU`].
+    ELU_INPLACE = ELEMENTWISE, "elu_inplace" floats;
+    /// `ln(1 + e^(p0 x)) / p0`, the identity above `p1` (softplus).
+    SOFTPLUS = ELEMENTWISE, "softplus" floats;
+    /// In-place [`SOFTPLUS`].
+    SOFTPLUS_INPLACE = ELEMENTWISE, "softplus_inplace" floats;
+    /// `relu6(x + 3) / 6`.
+    HARDSIGMOID = ELEMENTWISE, "hardsigmoid" floats;
+    /// In-place [`HARDSIGMOID`].
+    HARDSIGMOID_INPLACE = ELEMENTWISE, "hardsigmoid_inplace" floats;
+    /// `x * relu6(x + 3) / 6`.
+    HARDSWISH = ELEMENTWISE, "hardswish" floats;
+    /// In-place [`HARDSWISH`].
+    HARDSWISH_INPLACE = ELEMENTWISE, "hardswish_inplace" floats;
+    /// `x * tanh(ln(1 + e^x))` (Mish).
+    MISH = ELEMENTWISE, "mish" floats;
+    /// In-place [`MISH`].
+    MISH_INPLACE = ELEMENTWISE, "mish_inplace" floats;
     /// `x * p0 + p1`.
     AFFINE = ELEMENTWISE, "affine" floats;
     /// In-place [`AFFINE`].

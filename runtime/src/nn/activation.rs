@@ -97,6 +97,67 @@ stateless! {
         /// Use the tanh approximation.
         approximate_tanh: bool,
     } => |s, x| if s.approximate_tanh { x.gelu_tanh() } else { x.gelu() };
+    /// `x > 0 ? x : negative_slope * x` (`nn.LeakyReLU`; the default slope is 0.01).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Forward, LeakyReLU};
+    /// let y = LeakyReLU::default().forward(&Tensor::from_vec(vec![-100.0f32], &[1]));
+    /// assert_eq!(y.to_vec::<f32>(), vec![-1.0]);
+    /// ```
+    LeakyReLU {
+        /// Slope for negative inputs.
+        negative_slope: f64,
+    } => |s, x| x.leaky_relu(s.negative_slope);
+    /// `x > 0 ? x : alpha * (e^x - 1)` (`nn.ELU`; `alpha` defaults to 1).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ELU, Forward};
+    /// assert_eq!(ELU::default().forward(&Tensor::zeros(&[1], DType::F32, &Device::Cpu)).to_vec::<f32>(), vec![0.0]);
+    /// ```
+    ELU {
+        /// Scale of the negative branch.
+        alpha: f64,
+    } => |s, x| x.elu(s.alpha);
+    /// `ln(1 + e^(beta x)) / beta` (`nn.Softplus`; defaults beta 1, threshold 20).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Forward, Softplus};
+    /// let y = Softplus::default().forward(&Tensor::zeros(&[1], DType::F64, &Device::Cpu));
+    /// assert!((y.item::<f64>() - 2f64.ln()).abs() < 1e-15);
+    /// ```
+    Softplus {
+        /// Sharpness.
+        beta: f64,
+        /// Above `beta * x > threshold` the output is `x`.
+        threshold: f64,
+    } => |s, x| x.softplus(s.beta, s.threshold);
+    /// `relu6(x + 3) / 6` (`nn.Hardsigmoid`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Forward, Hardsigmoid};
+    /// assert_eq!(Hardsigmoid.forward(&Tensor::zeros(&[1], DType::F32, &Device::Cpu)).to_vec::<f32>(), vec![0.5]);
+    /// ```
+    Hardsigmoid => |_s, x| x.hardsigmoid();
+    /// `x * relu6(x + 3) / 6` (`nn.Hardswish`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Forward, Hardswish};
+    /// assert_eq!(Hardswish.forward(&Tensor::full(&[1], 4.0, DType::F32, &Device::Cpu)).to_vec::<f32>(), vec![4.0]);
+    /// ```
+    Hardswish => |_s, x| x.hardswish();
+    /// `x * tanh(softplus(x))` (`nn.Mish`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Forward, Mish};
+    /// assert_eq!(Mish.forward(&Tensor::zeros(&[1], DType::F32, &Device::Cpu)).to_vec::<f32>(), vec![0.0]);
+    /// ```
+    Mish => |_s, x| x.mish();
     /// `x * sigmoid(x)` (`nn.SiLU`).
     ///
     /// ```
@@ -212,6 +273,29 @@ impl Default for Hardtanh {
         Hardtanh {
             min_val: -1.0,
             max_val: 1.0,
+        }
+    }
+}
+
+impl Default for LeakyReLU {
+    fn default() -> Self {
+        LeakyReLU {
+            negative_slope: 0.01,
+        }
+    }
+}
+
+impl Default for ELU {
+    fn default() -> Self {
+        ELU { alpha: 1.0 }
+    }
+}
+
+impl Default for Softplus {
+    fn default() -> Self {
+        Softplus {
+            beta: 1.0,
+            threshold: 20.0,
         }
     }
 }

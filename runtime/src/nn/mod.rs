@@ -11,8 +11,8 @@ mod layers;
 mod module;
 
 pub use activation::{
-    AdaptiveAvgPool2d, AvgPool2d, Flatten, GELU, Hardtanh, Identity, LogSoftmax, MaxPool2d, ReLU,
-    ReLU6, SiLU, Sigmoid, Softmax, Tanh,
+    AdaptiveAvgPool2d, AvgPool2d, ELU, Flatten, GELU, Hardsigmoid, Hardswish, Hardtanh, Identity,
+    LeakyReLU, LogSoftmax, MaxPool2d, Mish, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Softplus, Tanh,
 };
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use declared::{DeclaredDim, DeclaredShapes, output_is, shapes_fit};

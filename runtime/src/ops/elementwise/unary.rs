@@ -133,6 +133,79 @@ impl UnaryOp for ClampK {
     }
 }
 
+/// `x > 0 ? x : slope * x`, a select (no branch).
+struct LeakyReluK(f64);
+impl UnaryOp for LeakyReluK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::LEAKY_RELU, &kernels::LEAKY_RELU_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        if x > A::zero() { x } else { x * c::<A>(self.0) }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.0, 0.0)
+    }
+}
+
+/// `x > 0 ? x : alpha * (e^x - 1)`, with `expm1` as PyTorch.
+struct EluK(f64);
+impl UnaryOp for EluK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::ELU, &kernels::ELU_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        if x > A::zero() {
+            x
+        } else {
+            c::<A>(self.0) * x.exp_m1()
+        }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.0, 0.0)
+    }
+}
+
+/// `ln(1 + e^(beta x)) / beta`, and `x` itself where `beta x > threshold` (PyTorch's).
+struct SoftplusK {
+    beta: f64,
+    threshold: f64,
+}
+impl UnaryOp for SoftplusK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::SOFTPLUS, &kernels::SOFTPLUS_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        let beta = c::<A>(self.beta);
+        let bx = x * beta;
+        if bx > c::<A>(self.threshold) {
+            x
+        } else {
+            bx.exp().ln_1p() / beta
+        }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.beta, self.threshold)
+    }
+}
+
+/// `clamp(x + 3, 0, 6)`, the shared factor of hardsigmoid and hardswish.
+#[inline(always)]
+fn relu6_shift<A: Real>(x: A) -> A {
+    let y = x + c::<A>(3.0);
+    let y = if y < A::zero() { A::zero() } else { y };
+    if y > c::<A>(6.0) { c::<A>(6.0) } else { y }
+}
+
+unary_kernel!(
+    HardsigmoidK,
+    HARDSIGMOID,
+    HARDSIGMOID_INPLACE,
+    |x| relu6_shift(x) / c::<A>(6.0)
+);
+unary_kernel!(HardswishK, HARDSWISH, HARDSWISH_INPLACE, |x| x
+    * relu6_shift(x)
+    / c::<A>(6.0));
+unary_kernel!(MishK, MISH, MISH_INPLACE, |x| x * x.exp().ln_1p().tanh());
+
 impl Tensor {
     /// A 0-d tensor for a Python-style scalar operand: the tensor's dtype, or f32 when a
     /// fractional scalar meets an integer tensor.
@@ -495,6 +568,108 @@ impl Tensor {
         self.unary_op("silu", SiluK, |x, _, g| {
             let s = x.sigmoid();
             g.mul(&s.mul(&x.mul(&s.rsub_scalar(1.0)).add_scalar(1.0)))
+        })
+    }
+
+    /// `x > 0 ? x : negative_slope * x` (`F.leaky_relu`; PyTorch's default slope is 0.01).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![-2.0f32, 3.0], &[2]).leaky_relu(0.1);
+    /// assert_eq!(y.to_vec::<f32>(), vec![-0.2, 3.0]);
+    /// ```
+    pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
+        self.unary_op("leaky_relu", LeakyReluK(negative_slope), move |x, _, g| {
+            let positive = x.gt_scalar(0.0).to_dtype(g.dtype());
+            g.mul(
+                &positive
+                    .mul_scalar(1.0 - negative_slope)
+                    .add_scalar(negative_slope),
+            )
+        })
+    }
+
+    /// `x > 0 ? x : alpha * (e^x - 1)` (`F.elu`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![0.0f64, 2.0], &[2]).elu(1.0).to_vec::<f64>();
+    /// assert_eq!(y, vec![0.0, 2.0]);
+    /// ```
+    pub fn elu(&self, alpha: f64) -> Tensor {
+        self.unary_op("elu", EluK(alpha), move |x, _, g| {
+            // exp of min(x, 0): the negative branch never overflows for large x.
+            let negative = x.clamp(f64::NEG_INFINITY, 0.0).exp().mul_scalar(alpha);
+            let one = Tensor::ones(&[], g.dtype(), &g.device());
+            g.mul(&Tensor::where_cond(&x.gt_scalar(0.0), &one, &negative))
+        })
+    }
+
+    /// `ln(1 + e^(beta x)) / beta`, reverting to `x` where `beta x > threshold`
+    /// (`F.softplus(x, beta, threshold)`; PyTorch's defaults are 1 and 20).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![0.0f64, 30.0], &[2]).softplus(1.0, 20.0).to_vec::<f64>();
+    /// assert!((y[0] - 2f64.ln()).abs() < 1e-15 && y[1] == 30.0);
+    /// ```
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
+        self.unary_op("softplus", SoftplusK { beta, threshold }, move |x, _, g| {
+            let bx = x.mul_scalar(beta);
+            let one = Tensor::ones(&[], g.dtype(), &g.device());
+            g.mul(&Tensor::where_cond(
+                &bx.gt_scalar(threshold),
+                &one,
+                &bx.sigmoid(),
+            ))
+        })
+    }
+
+    /// `relu6(x + 3) / 6` (`F.hardsigmoid`); the gradient is 1/6 strictly inside (-3, 3).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![-4.0f32, 0.0, 4.0], &[3]).hardsigmoid();
+    /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.5, 1.0]);
+    /// ```
+    pub fn hardsigmoid(&self) -> Tensor {
+        self.unary_op("hardsigmoid", HardsigmoidK, |x, _, g| {
+            let inside = x.gt_scalar(-3.0).logical_and(&x.lt_scalar(3.0));
+            g.mul(&inside.to_dtype(g.dtype()).mul_scalar(1.0 / 6.0))
+        })
+    }
+
+    /// `x * relu6(x + 3) / 6` (`F.hardswish`, MobileNetV3's activation).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![-4.0f32, 0.0, 4.0], &[3]).hardswish();
+    /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.0, 4.0]);
+    /// ```
+    pub fn hardswish(&self) -> Tensor {
+        self.unary_op("hardswish", HardswishK, |x, _, g| {
+            // PyTorch's: 0 below -3, x / 3 + 1/2 up to 3 (inclusive), 1 above.
+            let zero = Tensor::zeros(&[], g.dtype(), &g.device());
+            let one = Tensor::ones(&[], g.dtype(), &g.device());
+            let middle = x.mul_scalar(1.0 / 3.0).add_scalar(0.5);
+            let upper = Tensor::where_cond(&x.le_scalar(3.0), &middle, &one);
+            g.mul(&Tensor::where_cond(&x.lt_scalar(-3.0), &zero, &upper))
+        })
+    }
+
+    /// `x * tanh(ln(1 + e^x))` (`F.mish`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![0.0f64, 1.0], &[2]).mish().to_vec::<f64>();
+    /// assert!(y[0] == 0.0 && (y[1] - 1f64.exp().ln_1p().tanh()).abs() < 1e-15);
+    /// ```
+    pub fn mish(&self) -> Tensor {
+        self.unary_op("mish", MishK, |x, _, g| {
+            let t = x.softplus(1.0, 20.0).tanh();
+            let s = x.sigmoid();
+            let dt = t.mul(&t).rsub_scalar(1.0);
+            g.mul(&t.add(&x.mul(&s).mul(&dt)))
         })
     }
 
