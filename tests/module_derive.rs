@@ -85,8 +85,10 @@ fn names_follow_pytorch_conventions() {
         [
             "blocks.0.norm.running_mean",
             "blocks.0.norm.running_var",
+            "blocks.0.norm.num_batches_tracked",
             "blocks.1.norm.running_mean",
             "blocks.1.norm.running_var",
+            "blocks.1.norm.num_batches_tracked",
             "step"
         ]
     );

@@ -2,6 +2,7 @@
 
 use super::Module;
 use super::functional::{self as F, Conv1dArgs, Conv2dArgs};
+use crate::autograd::no_grad;
 use crate::{DType, Device, Tensor};
 
 /// `U(-bound, bound)` as a leaf that requires grad (PyTorch's default `kaiming_uniform_`
@@ -175,7 +176,9 @@ macro_rules! batch_norm {
         #[doc = $doc]
         ///
         /// Learnable `weight`/`bias` (ones/zeros) and `running_mean`/`running_var` buffers
-        /// (zeros/ones), with `momentum = 0.1` and `eps = 1e-5` as in PyTorch.
+        /// (zeros/ones) and `num_batches_tracked` (an int64 count, so a PyTorch state dict
+        /// loads strictly), with `momentum = Some(0.1)` and `eps = 1e-5` as in PyTorch;
+        /// `momentum = None` keeps a cumulative average (factor `1 / num_batches_tracked`).
         #[derive(Module, Debug)]
         #[module(crate = crate)]
         pub struct $name {
@@ -191,9 +194,12 @@ macro_rules! batch_norm {
             /// Running (unbiased) variance, updated in training.
             #[buffer]
             pub running_var: Tensor,
-            /// Update weight of the running statistics.
+            /// Training batches seen (0-d int64), counted in training mode.
+            #[buffer]
+            pub num_batches_tracked: Tensor,
+            /// Update weight of the running statistics; `None` for a cumulative average.
             #[module(skip)]
-            pub momentum: f64,
+            pub momentum: Option<f64>,
             /// Added to the variance.
             #[module(skip)]
             pub eps: f64,
@@ -212,7 +218,8 @@ macro_rules! batch_norm {
                         .requires_grad(true),
                     running_mean: on(Tensor::zeros(&[channels], DType::F32, &Device::Cpu), device),
                     running_var: on(Tensor::ones(&[channels], DType::F32, &Device::Cpu), device),
-                    momentum: 0.1,
+                    num_batches_tracked: on(Tensor::zeros(&[], DType::I64, &Device::Cpu), device),
+                    momentum: Some(0.1),
                     eps: 1e-5,
                     training: true,
                 }
@@ -221,6 +228,13 @@ macro_rules! batch_norm {
             #[doc = concat!("Normalises ", $shape, " over the batch (and spatial) dims.")]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
+                let factor = if self.training {
+                    no_grad(|| self.num_batches_tracked.add_scalar_(1.0));
+                    self.momentum
+                        .unwrap_or_else(|| 1.0 / self.num_batches_tracked.item::<i64>() as f64)
+                } else {
+                    0.0 // unused: eval normalises with the running statistics
+                };
                 F::batch_norm(
                     x,
                     Some(&self.running_mean),
@@ -228,7 +242,7 @@ macro_rules! batch_norm {
                     Some(&self.weight),
                     Some(&self.bias),
                     self.training,
-                    self.momentum,
+                    factor,
                     self.eps,
                 )
             }
@@ -243,7 +257,7 @@ batch_norm!(
 );
 batch_norm!(
     BatchNorm2d,
-    "Batch normalisation of `[N, C, H, W]` (`nn.BatchNorm2d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(3, &Device::Cpu);\nassert_eq!(bn.named_buffers().len(), 2);\n```",
+    "Batch normalisation of `[N, C, H, W]` (`nn.BatchNorm2d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(3, &Device::Cpu);\nlet names: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();\nassert_eq!(names, [\"running_mean\", \"running_var\", \"num_batches_tracked\"]);\n```",
     "`[N, C, H, W]`"
 );
 
