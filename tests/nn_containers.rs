@@ -14,7 +14,12 @@ fn keys(m: &impl Module) -> Vec<String> {
 /// `nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Sequential(nn.Flatten(),
 /// nn.Linear(4 * 13 * 13, 10)))`: parameter names in PyTorch's order.
 fn small_cnn() -> Sequential {
-    manual_seed(3);
+    small_cnn_seeded(3)
+}
+
+/// [`small_cnn`] initialised from `seed`.
+fn small_cnn_seeded(seed: u64) -> Sequential {
+    manual_seed(seed);
     Sequential::new()
         .append(Conv2d::new(
             1,
@@ -93,22 +98,7 @@ fn eval_reaches_layers_inside_a_sequential() {
 #[test]
 fn sequential_state_dict_round_trips_into_a_fresh_model() {
     let trained = small_cnn();
-    manual_seed(99);
-    let mut fresh = Sequential::new()
-        .append(Conv2d::new(
-            1,
-            4,
-            [3, 3],
-            F::Conv2dArgs::default(),
-            &Device::Cpu,
-        ))
-        .append(ReLU)
-        .append(MaxPool2d::new(2))
-        .append(
-            Sequential::new()
-                .append(Flatten::default())
-                .append(Linear::new(4 * 13 * 13, 10, &Device::Cpu)),
-        );
+    let mut fresh = small_cnn_seeded(99);
     let x = Tensor::randn_with(
         &[1, 1, 28, 28],
         DType::F32,
