@@ -154,10 +154,10 @@ impl Storage {
         )
     }
 
-    /// Whether scalar operands of float ops should go inside the kernel (`affine`) rather
-    /// than as a 0-d tensor: on a device, where a 0-d tensor costs an upload.
-    pub(crate) fn scalar_in_kernel(&self) -> bool {
-        matches!(self, Storage::Cuda(_))
+    /// Whether scalar operands of float ops on `device` should go inside the kernel
+    /// (`affine`) rather than as a 0-d tensor: on a GPU, where a 0-d tensor costs an upload.
+    pub(crate) fn scalar_in_kernel(device: Device) -> bool {
+        device.is_cuda()
     }
 
     /// Checks int64 `index` values against `bounds` now where the elements are on the host

@@ -34,8 +34,7 @@ pub struct KernelModule {
 pub const ELEMENTWISE: KernelModule =
     KernelModule::new("elementwise", include_str!("elementwise.cu"));
 
-/// Reductions along a dim (sum, prod, max/min with indices), softmax, log-softmax, cumsum,
-/// and the fused row ops: layer norm forward/backward and cross-entropy forward/backward.
+/// Reductions along a dim (sum, prod, max/min with indices), softmax, log-softmax, cumsum.
 pub const ROWS: KernelModule = KernelModule::new("rows", include_str!("rows.cu"));
 
 /// index_select, gather, scatter_add (atomics) and the im2col pair behind conv2d.

@@ -1,7 +1,8 @@
 //! CUDA storage through `cudarc` (libraries loaded at run time, so building needs no CUDA
 //! install): device buffers come from a per-device [`CachingAllocator`] over the driver's
 //! `cuMemAlloc`; work is queued on the device's stream and the host waits only when it
-//! reads. [`ops`] launches the NVRTC-compiled kernels and cuBLAS on this storage.
+//! reads. [`launch`] (with `index` and `blas`) launches the NVRTC-compiled kernels and cuBLAS
+//! on this storage; `backend` is this storage's side of the boundary.
 
 mod backend;
 mod blas;

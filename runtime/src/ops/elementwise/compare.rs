@@ -19,14 +19,9 @@ impl Tensor {
             self.detach().to_dtype(dtype),
             other.detach().to_dtype(dtype),
         );
-        let (la, lb) = (
-            a.layout().broadcast_to(&shape),
-            b.layout().broadcast_to(&shape),
-        );
-        let out = a
-            .read_storage()
-            .compare(&la, &b.read_storage(), &lb, cmp, op);
-        Tensor::from_backend(op, &shape, out)
+        Tensor::broadcast_pair(&a, &b, &shape, op, |sa, la, sb, lb| {
+            sa.compare(la, sb, lb, cmp, op)
+        })
     }
 
     pub(super) fn compare_scalar(&self, value: f64, cmp: Cmp, op: &str) -> Tensor {
@@ -104,12 +99,9 @@ impl Tensor {
     pub fn logical_and(&self, other: &Tensor) -> Tensor {
         let (a, b) = (self.ne_scalar(0.0), other.ne_scalar(0.0));
         let shape = broadcast_shape("logical_and", &a, &b);
-        let (la, lb) = (
-            a.layout().broadcast_to(&shape),
-            b.layout().broadcast_to(&shape),
-        );
-        let out = a.read_storage().logical_and(&la, &b.read_storage(), &lb);
-        Tensor::from_backend("logical_and", &shape, out)
+        Tensor::broadcast_pair(&a, &b, &shape, "logical_and", |sa, la, sb, lb| {
+            sa.logical_and(la, sb, lb)
+        })
     }
 
     /// Elementwise logical not of a bool tensor.

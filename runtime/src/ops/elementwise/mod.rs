@@ -5,8 +5,10 @@
 use super::{broadcast_shape, check_same_device};
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::storage::Storage;
 use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
 use crate::{DType, Tensor};
+use ferrograd_kernels::Layout;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 use ferrograd_kernels::{NumElement, Real};
 
@@ -118,12 +120,9 @@ impl Tensor {
             a.shape(),
             b.shape()
         );
-        let la = a.layout().broadcast_to(shape);
-        let lb = b.layout().broadcast_to(shape);
-        let out = a
-            .read_storage()
-            .binary(&la, &b.read_storage(), &lb, kernel, op);
-        Tensor::from_backend(op, shape, out)
+        Tensor::broadcast_pair(a, b, shape, op, |sa, la, sb, lb| {
+            sa.binary(la, sb, lb, kernel, op)
+        })
     }
 
     /// A float-only binary op over the broadcast shape of `a` and `b` (one float dtype).
@@ -135,11 +134,26 @@ impl Tensor {
         op: &str,
         kernel: &K,
     ) -> Tensor {
-        let la = a.layout().broadcast_to(shape);
-        let lb = b.layout().broadcast_to(shape);
-        let out = a
-            .read_storage()
-            .binary_float(&la, &b.read_storage(), &lb, kernel, op);
+        Tensor::broadcast_pair(a, b, shape, op, |sa, la, sb, lb| {
+            sa.binary_float(la, sb, lb, kernel, op)
+        })
+    }
+
+    /// Runs a two-operand backend op over `a` and `b` viewed at the broadcast `shape`: the
+    /// new contiguous result, or a panic naming `op`.
+    #[track_caller]
+    pub(super) fn broadcast_pair(
+        a: &Tensor,
+        b: &Tensor,
+        shape: &[usize],
+        op: &str,
+        f: impl FnOnce(&Storage, &Layout, &Storage, &Layout) -> crate::Result<Storage>,
+    ) -> Tensor {
+        let (la, lb) = (
+            a.layout().broadcast_to(shape),
+            b.layout().broadcast_to(shape),
+        );
+        let out = f(&a.read_storage(), &la, &b.read_storage(), &lb);
         Tensor::from_backend(op, shape, out)
     }
 

@@ -4,6 +4,7 @@
 
 use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::storage::Storage;
 use crate::storage::op::{IntMap, UnaryOp};
 use crate::{DType, Tensor};
 use ferrograd_kernels::Real;
@@ -230,7 +231,7 @@ impl Tensor {
     /// device (no upload of the scalar). The results are the same for f32/f64.
     pub(crate) fn scalar_in_kernel(&self) -> bool {
         self.dtype().is_half()
-            || (self.dtype().is_float() && self.read_storage().scalar_in_kernel())
+            || (self.dtype().is_float() && Storage::scalar_in_kernel(self.device()))
     }
 
     /// `self + value`.

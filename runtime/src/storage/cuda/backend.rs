@@ -1,5 +1,5 @@
 //! The CUDA side of the backend boundary: each op family on [`CudaStorage`] through the
-//! launch layer ([`super::ops`]) when the op's kernel family is instantiated for the dtype
+//! launch layer ([`super::launch`], with `index` and `blas`) when the op's kernel family is instantiated for the dtype
 //! at hand, else on a host copy through the CPU backend (the host fallback: it waits for
 //! the device and is counted in `cuda::host_fallbacks`).
 
