@@ -481,6 +481,152 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::linear(&x[0], &x[1], Some(&x[2])),
             vec![input(&[2, 3], 1), input(&[4, 3], 2), input(&[4], 3)],
         ),
+        // rearrangements
+        case("flip", |x| x[0].flip(&[0, 2]), vec![input(&[2, 3, 4], 1)]),
+        case(
+            "roll",
+            |x| x[0].roll(&[2, -1], &[1, 0]),
+            vec![input(&[3, 5], 1)],
+        ),
+        case(
+            "roll_flat",
+            |x| x[0].roll(&[3], &[]),
+            vec![input(&[3, 5], 1)],
+        ),
+        case(
+            "repeat",
+            |x| x[0].repeat(&[2, 1, 3]),
+            vec![input(&[2, 3], 1)],
+        ),
+        case(
+            "repeat_interleave",
+            |x| x[0].repeat_interleave(3, -1),
+            vec![input(&[2, 3], 1)],
+        ),
+        case(
+            "repeat_interleave_counts",
+            |x| x[0].repeat_interleave_counts(&Tensor::from_vec(vec![2i64, 0, 3], &[3]), 0),
+            vec![input(&[3, 2], 1)],
+        ),
+        // padding modes
+        case(
+            "pad_reflect",
+            |x| F::pad_with(&x[0], &[2, 1, 1, 2], F::PadMode::Reflect),
+            vec![input(&[1, 2, 4, 3], 1)],
+        ),
+        case(
+            "pad_replicate",
+            |x| F::pad_with(&x[0], &[3, 1], F::PadMode::Replicate),
+            vec![input(&[2, 2, 3], 1)],
+        ),
+        case(
+            "pad_circular",
+            |x| F::pad_with(&x[0], &[1, 2, 2, 0], F::PadMode::Circular),
+            vec![input(&[1, 1, 3, 3], 1)],
+        ),
+        // transposed convolutions
+        case(
+            "conv_transpose2d",
+            |x| {
+                let args = F::ConvTranspose2dArgs {
+                    stride: [2, 1],
+                    padding: [1, 0],
+                    output_padding: [1, 0],
+                    dilation: [1, 2],
+                    groups: 2,
+                };
+                F::conv_transpose2d(&x[0], &x[1], Some(&x[2]), &args)
+            },
+            vec![
+                input(&[2, 4, 3, 3], 1),
+                input(&[4, 3, 2, 2], 2),
+                input(&[6], 3),
+            ],
+        ),
+        case(
+            "conv_transpose1d",
+            |x| {
+                let args = F::ConvTranspose1dArgs::default().stride(3).padding(1);
+                F::conv_transpose1d(&x[0], &x[1], None, &args)
+            },
+            vec![input(&[2, 3, 4], 1), input(&[3, 2, 3], 2)],
+        ),
+        // normalisation
+        case(
+            "group_norm",
+            |x| F::group_norm(&x[0], 2, Some(&x[1]), Some(&x[2]), 1e-5),
+            vec![input(&[2, 4, 3], 1), input(&[4], 2), input(&[4], 3)],
+        ),
+        case(
+            "instance_norm",
+            |x| F::instance_norm(&x[0], None, None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5),
+            vec![input(&[2, 3, 2, 3], 1), input(&[3], 2), input(&[3], 3)],
+        ),
+        case(
+            "rms_norm",
+            |x| F::rms_norm(&x[0], &[2, 3], Some(&x[1]), None),
+            vec![input(&[2, 2, 3], 1), input(&[2, 3], 2)],
+        ),
+        // affine and lookup
+        case(
+            "bilinear",
+            |x| F::bilinear(&x[0], &x[1], &x[2], Some(&x[3])),
+            vec![
+                input(&[4, 3], 1),
+                input(&[4, 2], 2),
+                input(&[5, 3, 2], 3),
+                input(&[5], 4),
+            ],
+        ),
+        case(
+            "embedding_bag_mean",
+            |x| {
+                let ids = Tensor::from_vec(vec![0i64, 2, 1, 2, 3], &[5]);
+                let offsets = Tensor::from_vec(vec![0i64, 1, 1], &[3]);
+                F::embedding_bag(
+                    &ids,
+                    &x[0],
+                    Some(&offsets),
+                    F::EmbeddingBagMode::Mean,
+                    None,
+                    false,
+                    None,
+                )
+            },
+            vec![input(&[4, 3], 1)],
+        ),
+        case(
+            "embedding_bag_weighted_sum",
+            |x| {
+                let ids = Tensor::from_vec(vec![0i64, 2, 1, 2], &[2, 2]);
+                F::embedding_bag(
+                    &ids,
+                    &x[0],
+                    None,
+                    F::EmbeddingBagMode::Sum,
+                    Some(&x[1]),
+                    false,
+                    None,
+                )
+            },
+            vec![input(&[4, 3], 1), input(&[2, 2], 2)],
+        ),
+        case(
+            "embedding_bag_max",
+            |x| {
+                let ids = Tensor::from_vec(vec![0i64, 2, 1, 3], &[2, 2]);
+                F::embedding_bag(
+                    &ids,
+                    &x[0],
+                    None,
+                    F::EmbeddingBagMode::Max,
+                    None,
+                    false,
+                    None,
+                )
+            },
+            vec![input(&[4, 3], 1)],
+        ),
     ]
 }
 

@@ -208,37 +208,58 @@ fn batch_norm_tracks_batches_and_supports_a_cumulative_average() {
     for b in &batches {
         bn.forward(b);
     }
-    assert_eq!(bn.num_batches_tracked.item::<i64>(), 3);
+    assert_eq!(bn.num_batches_tracked.as_ref().unwrap().item::<i64>(), 3);
     assert_eq!(
-        bn.num_batches_tracked.dtype(),
+        bn.num_batches_tracked.as_ref().unwrap().dtype(),
         DType::I64,
         "to_dtype leaves the count alone"
     );
     let want_mean = mean_of(&|b| b.mean(&[0], false));
     let want_var = mean_of(&|b| b.var(&[0], true, false));
-    for (got, want) in bn.running_mean.to_vec::<f64>().iter().zip(&want_mean) {
+    for (got, want) in bn
+        .running_mean
+        .as_ref()
+        .unwrap()
+        .to_vec::<f64>()
+        .iter()
+        .zip(&want_mean)
+    {
         assert!(
             (got - want).abs() < 1e-12,
             "cumulative mean {got} vs {want}"
         );
     }
-    for (got, want) in bn.running_var.to_vec::<f64>().iter().zip(&want_var) {
+    for (got, want) in bn
+        .running_var
+        .as_ref()
+        .unwrap()
+        .to_vec::<f64>()
+        .iter()
+        .zip(&want_var)
+    {
         assert!((got - want).abs() < 1e-12, "cumulative var {got} vs {want}");
     }
     // Eval does not count; the default momentum is PyTorch's 0.1.
     bn.eval();
     bn.forward(&batches[0]);
-    assert_eq!(bn.num_batches_tracked.item::<i64>(), 3);
+    assert_eq!(bn.num_batches_tracked.as_ref().unwrap().item::<i64>(), 3);
     let mut fresh = BatchNorm1d::new(2, &Device::Cpu);
     fresh.to_dtype(DType::F64);
     fresh.forward(&batches[0]);
     let first_mean = batches[0].mean(&[0], false).to_vec::<f64>();
-    for (got, want) in fresh.running_mean.to_vec::<f64>().iter().zip(&first_mean) {
+    for (got, want) in fresh
+        .running_mean
+        .as_ref()
+        .unwrap()
+        .to_vec::<f64>()
+        .iter()
+        .zip(&first_mean)
+    {
         assert!((got - 0.1 * want).abs() < 1e-12);
     }
     // The count is part of the state dict and loads strictly.
     let state = bn.state_dict();
     assert_eq!(state["num_batches_tracked"].shape(), &[] as &[usize]);
     fresh.load_state_dict(&state, true).unwrap();
-    assert_eq!(fresh.num_batches_tracked.item::<i64>(), 3);
+    assert_eq!(fresh.num_batches_tracked.as_ref().unwrap().item::<i64>(), 3);
 }

@@ -3,8 +3,10 @@
 //! tensor-to-tensor modules that [`Sequential`](super::Sequential) chains.
 
 use super::Module;
-use super::layers::{
-    BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding, LayerNorm, Linear,
+use super::{
+    AlphaDropout, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
+    Dropout, Dropout2d, Embedding, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, Linear,
+    RMSNorm,
 };
 use crate::Tensor;
 
@@ -81,7 +83,15 @@ forward_by_inherent!(
     BatchNorm2d,
     LayerNorm,
     Dropout,
-    Embedding
+    Embedding,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    RMSNorm,
+    Dropout2d,
+    AlphaDropout,
 );
 
 impl<'a, L: Layer + ?Sized> Forward<&'a Tensor> for Box<L> {

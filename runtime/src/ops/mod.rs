@@ -5,6 +5,9 @@ mod elementwise;
 mod index;
 mod inplace;
 mod linalg;
+mod rearrange;
+
+pub(crate) use rearrange::index_on;
 mod reduce;
 mod view;
 

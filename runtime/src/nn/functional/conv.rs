@@ -275,3 +275,210 @@ pub fn conv1d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
     };
     conv2d(&input.unsqueeze(2), &weight.unsqueeze(2), bias, &args2).squeeze(2)
 }
+
+/// Stride, padding, output padding, dilation and groups of a `D`-dimensional transposed
+/// convolution.
+///
+/// ```
+/// use ferrograd_runtime::nn::functional::ConvTranspose2dArgs;
+/// let args = ConvTranspose2dArgs::default().stride(2).padding(1).output_padding(1);
+/// assert_eq!((args.stride, args.output_padding), ([2, 2], [1, 1]));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvTransposeArgs<const D: usize> {
+    /// Step of the window per spatial dim.
+    pub stride: [usize; D],
+    /// `dilation * (k - 1) - padding` zeros are added to each side of the input.
+    pub padding: [usize; D],
+    /// Extra size added to one side of the output (less than the stride).
+    pub output_padding: [usize; D],
+    /// Spacing of kernel elements per spatial dim.
+    pub dilation: [usize; D],
+    /// Number of channel groups.
+    pub groups: usize,
+}
+
+/// Arguments of [`conv_transpose1d`].
+pub type ConvTranspose1dArgs = ConvTransposeArgs<1>;
+/// Arguments of [`conv_transpose2d`].
+pub type ConvTranspose2dArgs = ConvTransposeArgs<2>;
+
+impl<const D: usize> Default for ConvTransposeArgs<D> {
+    fn default() -> Self {
+        ConvTransposeArgs {
+            stride: [1; D],
+            padding: [0; D],
+            output_padding: [0; D],
+            dilation: [1; D],
+            groups: 1,
+        }
+    }
+}
+
+impl<const D: usize> ConvTransposeArgs<D> {
+    /// The same stride on every spatial dim.
+    pub fn stride(mut self, stride: usize) -> Self {
+        self.stride = [stride; D];
+        self
+    }
+    /// The same padding on every spatial dim.
+    pub fn padding(mut self, padding: usize) -> Self {
+        self.padding = [padding; D];
+        self
+    }
+    /// The same output padding on every spatial dim.
+    pub fn output_padding(mut self, output_padding: usize) -> Self {
+        self.output_padding = [output_padding; D];
+        self
+    }
+    /// The same dilation on every spatial dim.
+    pub fn dilation(mut self, dilation: usize) -> Self {
+        self.dilation = [dilation; D];
+        self
+    }
+    /// The number of groups.
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+}
+
+/// 2-D transposed convolution (`F.conv_transpose2d`, the gradient of `conv2d` with
+/// respect to its input): input `[N, C_in, H, W]`, weight `[C_in, C_out/groups, kh, kw]`,
+/// optional bias `[C_out]`; output size `(H - 1)·stride - 2·padding + dilation·(k - 1) +
+/// output_padding + 1`. One GEMM per group scatters each input pixel into the columns that
+/// `conv2d` would gather, and a fold sums them (no zero-stuffed input).
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::ones(&[1, 1, 2, 2], DType::F32, &Device::Cpu);
+/// let w = Tensor::ones(&[1, 1, 2, 2], DType::F32, &Device::Cpu);
+/// let y = F::conv_transpose2d(&x, &w, None, &F::ConvTranspose2dArgs::default());
+/// assert_eq!(y.to_vec::<f32>(), vec![1.0, 2.0, 1.0, 2.0, 4.0, 2.0, 1.0, 2.0, 1.0]);
+/// ```
+#[track_caller]
+pub fn conv_transpose2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    args: &ConvTranspose2dArgs,
+) -> Tensor {
+    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+        return conv_transpose2d(&x, &w, b.as_ref(), args);
+    }
+    assert!(
+        input.dim() == 4,
+        "conv_transpose2d: expected 4D input (batch, channels, height, width), but got input of shape {:?}",
+        input.shape()
+    );
+    assert!(
+        weight.dim() == 4,
+        "conv_transpose2d: expected a 4D weight [in, out/groups, kh, kw], got shape {:?}",
+        weight.shape()
+    );
+    let s = input.shape();
+    let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
+    let ws = weight.shape();
+    let (cin, og, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let groups = args.groups.max(1);
+    assert!(
+        cin == c && c % groups == 0,
+        "conv_transpose2d: given groups={groups}, weight of size {ws:?}, expected input {s:?} to have {cin} channels (divisible by groups), but got {c} channels instead (dim 1)"
+    );
+    assert!(
+        args.stride.iter().chain(&args.dilation).all(|&v| v > 0),
+        "conv_transpose2d: stride and dilation must be positive, got stride {:?}, dilation {:?}",
+        args.stride,
+        args.dilation
+    );
+    let out_size = |d: usize, len: usize, k: usize| -> usize {
+        assert!(
+            args.output_padding[d] < args.stride[d],
+            "conv_transpose2d: output padding must be smaller than stride, but got output_padding={:?} and stride={:?}",
+            args.output_padding,
+            args.stride
+        );
+        let full =
+            (len - 1) * args.stride[d] + args.dilation[d] * (k - 1) + args.output_padding[d] + 1;
+        full.checked_sub(2 * args.padding[d])
+            .filter(|&o| o > 0)
+            .unwrap_or_else(|| {
+                panic!(
+                    "conv_transpose2d: calculated output size is non-positive: input spatial size {:?}, padding {:?}, kernel {:?}, stride {:?}, dilation {:?} (input shape {s:?})",
+                    [h, w],
+                    args.padding,
+                    [kh, kw],
+                    args.stride,
+                    args.dilation
+                )
+            })
+    };
+    let (oh, ow) = (out_size(0, h, kh), out_size(1, w, kw));
+    let o = og * groups;
+    let kk = kh * kw;
+    // Columns [O*kh*kw, N*H*W] = W_g^T @ x_g per group, in conv2d's kernel-major order.
+    let x = input
+        .reshape(&[n, groups, c / groups, h * w])
+        .permute(&[1, 2, 0, 3])
+        .reshape(&[groups, c / groups, n * h * w]);
+    let cols = weight
+        .reshape(&[groups, c / groups, og * kk])
+        .transpose(1, 2)
+        .matmul(&x)
+        .reshape(&[o * kk, n * h * w]);
+    let g = Conv2dGeometry {
+        n,
+        c: o,
+        input: [oh, ow],
+        kernel: [kh, kw],
+        stride: args.stride,
+        padding: args.padding,
+        dilation: args.dilation,
+    };
+    debug_assert_eq!(g.output(), Some([h, w]));
+    let out = fold_columns(&cols, &g);
+    match bias {
+        Some(b) => {
+            assert!(
+                b.shape() == [o],
+                "conv_transpose2d: expected bias of shape [{o}], got {:?}",
+                b.shape()
+            );
+            out.add(&b.reshape(&[1, o, 1, 1]))
+        }
+        None => out,
+    }
+}
+
+/// 1-D transposed convolution (`F.conv_transpose1d`): input `[N, C_in, L]`, weight
+/// `[C_in, C_out/groups, k]`.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::ones(&[2, 3, 5], DType::F32, &Device::Cpu);
+/// let w = Tensor::ones(&[3, 4, 3], DType::F32, &Device::Cpu);
+/// let y = F::conv_transpose1d(&x, &w, None, &F::ConvTranspose1dArgs::default().stride(2));
+/// assert_eq!(y.shape(), &[2, 4, 11]);
+/// ```
+#[track_caller]
+pub fn conv_transpose1d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    args: &ConvTranspose1dArgs,
+) -> Tensor {
+    assert!(
+        input.dim() == 3 && weight.dim() == 3,
+        "conv_transpose1d: expected a 3D input [N, C, L] and a 3D weight [in, out/groups, k], got shapes {:?} and {:?}",
+        input.shape(),
+        weight.shape()
+    );
+    let args2 = ConvTranspose2dArgs {
+        stride: [1, args.stride[0]],
+        padding: [0, args.padding[0]],
+        output_padding: [0, args.output_padding[0]],
+        dilation: [1, args.dilation[0]],
+        groups: args.groups,
+    };
+    conv_transpose2d(&input.unsqueeze(2), &weight.unsqueeze(2), bias, &args2).squeeze(2)
+}

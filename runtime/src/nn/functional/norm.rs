@@ -142,3 +142,175 @@ pub fn batch_norm(
     }
     y
 }
+
+/// Group normalisation (`F.group_norm`): the channels of `[N, C, ...]` are split into
+/// `num_groups` groups, each normalised over its channels and spatial positions (biased
+/// variance), then scaled and shifted per channel.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f64, 3.0, 10.0, 30.0], &[1, 4, 1]);
+/// let y = F::group_norm(&x, 2, None, None, 0.0);
+/// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0, -1.0, 1.0]);
+/// ```
+#[track_caller]
+pub fn group_norm(
+    input: &Tensor,
+    num_groups: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Tensor {
+    if let Some(x) = amp::full_precision(input) {
+        return group_norm(&x, num_groups, weight, bias, eps);
+    }
+    assert!(
+        input.dim() >= 2,
+        "group_norm: expected input of shape [N, C, ...], got {:?}",
+        input.shape()
+    );
+    let (n, c) = (input.shape()[0], input.shape()[1]);
+    assert!(
+        num_groups > 0 && c.is_multiple_of(num_groups),
+        "group_norm: expected number of channels in input ({c}, dim 1 of shape {:?}) to be divisible by num_groups, but got num_groups={num_groups}",
+        input.shape()
+    );
+    let mut stat_shape = vec![1usize; input.dim()];
+    stat_shape[1] = c;
+    let grouped = input.reshape(&[n, num_groups, input.numel() / (n * num_groups).max(1)]);
+    let mean = grouped.mean(&[2], true);
+    let centered = grouped.sub(&mean);
+    let var = centered.mul(&centered).mean(&[2], true);
+    let mut y = centered
+        .mul(&var.add_scalar(eps).rsqrt())
+        .reshape(input.shape());
+    for (name, t) in [("weight", weight), ("bias", bias)] {
+        if let Some(t) = t {
+            assert!(
+                t.shape() == [c],
+                "group_norm: {name} should have shape [{c}] for input of shape {:?}, got {:?}",
+                input.shape(),
+                t.shape()
+            );
+        }
+    }
+    if let Some(w) = weight {
+        y = y.mul(&w.reshape(&stat_shape));
+    }
+    if let Some(b) = bias {
+        y = y.add(&b.reshape(&stat_shape));
+    }
+    y
+}
+
+/// Instance normalisation (`F.instance_norm`): each channel of each sample of `[N, C, ...]`
+/// normalised over its spatial positions. With `use_input_stats` the running statistics,
+/// if given, are updated with the batch average of the per-instance ones (as PyTorch,
+/// unbiased variance); without it they are used instead.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f64, 3.0, 10.0, 30.0], &[2, 1, 2]);
+/// let y = F::instance_norm(&x, None, None, None, None, true, 0.1, 0.0);
+/// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0, -1.0, 1.0]);
+/// ```
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub fn instance_norm(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    use_input_stats: bool,
+    momentum: f64,
+    eps: f64,
+) -> Tensor {
+    assert!(
+        input.dim() >= 3,
+        "instance_norm: expected input of shape [N, C, L] or [N, C, H, W], got {:?}",
+        input.shape()
+    );
+    let (n, c) = (input.shape()[0], input.shape()[1]);
+    let mut folded: Vec<usize> = vec![1, n * c];
+    folded.extend_from_slice(&input.shape()[2..]);
+    let x = input.reshape(&folded);
+    // PyTorch's formulation: batch_norm over [1, N*C, ...] with the statistics repeated
+    // per sample, then the running statistics averaged back over the samples.
+    let repeated = |t: Option<&Tensor>| t.map(|t| t.detach().repeat(&[n]));
+    let (rm, rv) = (repeated(running_mean), repeated(running_var));
+    let (w, b) = (weight.map(|w| w.repeat(&[n])), bias.map(|b| b.repeat(&[n])));
+    let y = batch_norm(
+        &x,
+        rm.as_ref(),
+        rv.as_ref(),
+        w.as_ref(),
+        b.as_ref(),
+        use_input_stats,
+        momentum,
+        eps,
+    );
+    if use_input_stats {
+        no_grad(|| {
+            for (running, updated) in [(running_mean, rm), (running_var, rv)] {
+                if let (Some(running), Some(updated)) = (running, updated) {
+                    running.copy_(&updated.reshape(&[n, c]).mean(&[0], false));
+                }
+            }
+        });
+    }
+    y.reshape(input.shape())
+}
+
+/// Root-mean-square normalisation over the trailing `normalized_shape` dims
+/// (`F.rms_norm`): `x / sqrt(mean(x²) + eps) * weight`; `eps = None` uses the dtype's
+/// machine epsilon, as PyTorch.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![3.0f64, 4.0], &[1, 2]);
+/// let y = F::rms_norm(&x, &[2], None, Some(0.0));
+/// let r = (12.5f64).sqrt();
+/// assert_eq!(y.to_vec::<f64>(), vec![3.0 / r, 4.0 / r]);
+/// ```
+#[track_caller]
+pub fn rms_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Tensor {
+    if let Some(x) = amp::full_precision(input) {
+        return rms_norm(&x, normalized_shape, weight, eps);
+    }
+    let k = normalized_shape.len();
+    assert!(
+        k <= input.dim() && input.shape()[input.dim() - k..] == *normalized_shape,
+        "rms_norm: given normalized_shape={normalized_shape:?}, expected input with shape [*, {}], but got input of size {:?}",
+        normalized_shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        input.shape()
+    );
+    let eps = eps.unwrap_or(match input.dtype() {
+        crate::DType::F64 => f64::EPSILON,
+        crate::DType::F16 => 9.765_625e-4,
+        crate::DType::BF16 => 7.812_5e-3,
+        _ => f32::EPSILON as f64,
+    });
+    let dims: Vec<isize> = (input.dim() - k..input.dim()).map(|d| d as isize).collect();
+    let y = input.mul(&input.mul(input).mean(&dims, true).add_scalar(eps).rsqrt());
+    match weight {
+        Some(w) => {
+            assert!(
+                w.shape() == normalized_shape,
+                "rms_norm: weight of shape {:?} must have shape {normalized_shape:?}",
+                w.shape()
+            );
+            y.mul(w)
+        }
+        None => y,
+    }
+}

@@ -1,0 +1,411 @@
+//! Normalisation layers: [`BatchNorm1d`], [`BatchNorm2d`], [`LayerNorm`], [`GroupNorm`],
+//! [`InstanceNorm1d`], [`InstanceNorm2d`], [`RMSNorm`], with PyTorch's parameters,
+//! buffers and defaults.
+
+use super::Module;
+use super::functional as F;
+use super::init::{filled_param, on};
+use crate::autograd::no_grad;
+use crate::{DType, Device, Tensor};
+
+/// The running-statistics buffers of a batch or instance norm: mean zeros, variance ones,
+/// and the int64 batch count.
+fn running_stats(channels: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
+    (
+        on(Tensor::zeros(&[channels], DType::F32, &Device::Cpu), device),
+        on(Tensor::ones(&[channels], DType::F32, &Device::Cpu), device),
+        on(Tensor::zeros(&[], DType::I64, &Device::Cpu), device),
+    )
+}
+
+/// The update weight of the running statistics for this training step: `momentum`, or
+/// `1 / num_batches_tracked` (a cumulative average) when it is `None`. Counts the batch.
+fn step_factor(num_batches_tracked: &Tensor, momentum: Option<f64>) -> f64 {
+    no_grad(|| num_batches_tracked.add_scalar_(1.0));
+    momentum.unwrap_or_else(|| 1.0 / num_batches_tracked.item::<i64>() as f64)
+}
+
+macro_rules! batch_norm {
+    ($name:ident, $doc:literal, $shape:literal) => {
+        #[doc = $doc]
+        ///
+        /// Learnable `weight`/`bias` (ones/zeros) and `running_mean`/`running_var` buffers
+        /// (zeros/ones) and `num_batches_tracked` (an int64 count, so a PyTorch state dict
+        /// loads strictly), with `momentum = Some(0.1)` and `eps = 1e-5` as in PyTorch;
+        /// `momentum = None` keeps a cumulative average (factor `1 / num_batches_tracked`).
+        /// Without `affine` (see [`Self::with_options`]) there is no weight or bias; without
+        /// `track_running_stats` no buffers, and batch statistics are used in eval too.
+        #[derive(Module, Debug)]
+        #[module(crate = crate)]
+        pub struct $name {
+            /// Per-channel scale (`affine`).
+            #[param]
+            pub weight: Option<Tensor>,
+            /// Per-channel shift (`affine`).
+            #[param]
+            pub bias: Option<Tensor>,
+            /// Running mean, updated in training (`track_running_stats`).
+            #[buffer]
+            pub running_mean: Option<Tensor>,
+            /// Running (unbiased) variance, updated in training.
+            #[buffer]
+            pub running_var: Option<Tensor>,
+            /// Training batches seen (0-d int64), counted in training mode.
+            #[buffer]
+            pub num_batches_tracked: Option<Tensor>,
+            /// Update weight of the running statistics; `None` for a cumulative average.
+            #[module(skip)]
+            pub momentum: Option<f64>,
+            /// Added to the variance.
+            #[module(skip)]
+            pub eps: f64,
+            /// Batch statistics (true) or running statistics (false).
+            #[module(training)]
+            pub training: bool,
+        }
+
+        impl $name {
+            /// A layer over `channels` channels, in training mode, with PyTorch's defaults
+            /// (`eps=1e-5, momentum=0.1, affine=True, track_running_stats=True`).
+            pub fn new(channels: usize, device: &Device) -> Self {
+                Self::with_options(channels, 1e-5, Some(0.1), true, true, device)
+            }
+
+            /// A layer with every constructor argument of PyTorch's.
+            pub fn with_options(
+                channels: usize,
+                eps: f64,
+                momentum: Option<f64>,
+                affine: bool,
+                track_running_stats: bool,
+                device: &Device,
+            ) -> Self {
+                let (mean, var, count) = running_stats(channels, device);
+                let track = track_running_stats;
+                $name {
+                    weight: affine.then(|| filled_param(&[channels], 1.0, device)),
+                    bias: affine.then(|| filled_param(&[channels], 0.0, device)),
+                    running_mean: track.then_some(mean),
+                    running_var: track.then_some(var),
+                    num_batches_tracked: track.then_some(count),
+                    momentum,
+                    eps,
+                    training: true,
+                }
+            }
+
+            #[doc = concat!("Normalises ", $shape, " over the batch (and spatial) dims.")]
+            #[track_caller]
+            pub fn forward(&self, x: &Tensor) -> Tensor {
+                let use_batch_stats = self.training || self.running_mean.is_none();
+                let factor = match (&self.num_batches_tracked, self.training) {
+                    (Some(count), true) => step_factor(count, self.momentum),
+                    _ => 0.0,
+                };
+                F::batch_norm(
+                    x,
+                    self.running_mean.as_ref(),
+                    self.running_var.as_ref(),
+                    self.weight.as_ref(),
+                    self.bias.as_ref(),
+                    use_batch_stats,
+                    factor,
+                    self.eps,
+                )
+            }
+        }
+    };
+}
+
+batch_norm!(
+    BatchNorm1d,
+    "Batch normalisation of `[N, C]` or `[N, C, L]` (`nn.BatchNorm1d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm1d, Module};\nlet mut bn = BatchNorm1d::new(3, &Device::Cpu);\nlet y = bn.forward(&Tensor::randn(&[8, 3], DType::F32, &Device::Cpu));\nassert_eq!(y.shape(), &[8, 3]);\nbn.eval();\nassert!(!bn.training);\n```",
+    "`[N, C]` or `[N, C, L]`"
+);
+batch_norm!(
+    BatchNorm2d,
+    "Batch normalisation of `[N, C, H, W]` (`nn.BatchNorm2d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(3, &Device::Cpu);\nlet names: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();\nassert_eq!(names, [\"running_mean\", \"running_var\", \"num_batches_tracked\"]);\n```",
+    "`[N, C, H, W]`"
+);
+
+macro_rules! instance_norm {
+    ($name:ident, $doc:literal, $dims:literal) => {
+        #[doc = $doc]
+        ///
+        /// PyTorch's defaults: no affine parameters and no running statistics
+        /// (`affine=False, track_running_stats=False`), `eps = 1e-5`, `momentum = 0.1`.
+        #[derive(Module, Debug)]
+        #[module(crate = crate)]
+        pub struct $name {
+            /// Per-channel scale (`affine`).
+            #[param]
+            pub weight: Option<Tensor>,
+            /// Per-channel shift (`affine`).
+            #[param]
+            pub bias: Option<Tensor>,
+            /// Running mean (`track_running_stats`).
+            #[buffer]
+            pub running_mean: Option<Tensor>,
+            /// Running variance (`track_running_stats`).
+            #[buffer]
+            pub running_var: Option<Tensor>,
+            /// Training batches seen (`track_running_stats`).
+            #[buffer]
+            pub num_batches_tracked: Option<Tensor>,
+            /// Update weight of the running statistics; `None` for a cumulative average.
+            #[module(skip)]
+            pub momentum: Option<f64>,
+            /// Added to the variance.
+            #[module(skip)]
+            pub eps: f64,
+            /// Training mode.
+            #[module(training)]
+            pub training: bool,
+        }
+
+        impl $name {
+            /// A layer with PyTorch's defaults (no parameters, no buffers).
+            pub fn new(channels: usize, device: &Device) -> Self {
+                Self::with_options(channels, 1e-5, Some(0.1), false, false, device)
+            }
+
+            /// A layer with every constructor argument of PyTorch's.
+            pub fn with_options(
+                channels: usize,
+                eps: f64,
+                momentum: Option<f64>,
+                affine: bool,
+                track_running_stats: bool,
+                device: &Device,
+            ) -> Self {
+                let (mean, var, count) = running_stats(channels, device);
+                let track = track_running_stats;
+                $name {
+                    weight: affine.then(|| filled_param(&[channels], 1.0, device)),
+                    bias: affine.then(|| filled_param(&[channels], 0.0, device)),
+                    running_mean: track.then_some(mean),
+                    running_var: track.then_some(var),
+                    num_batches_tracked: track.then_some(count),
+                    momentum,
+                    eps,
+                    training: true,
+                }
+            }
+
+            /// Normalises each channel of each sample over its spatial positions.
+            #[track_caller]
+            pub fn forward(&self, x: &Tensor) -> Tensor {
+                assert!(
+                    x.dim() == $dims,
+                    "{}: expected a {}D input, got shape {:?}",
+                    stringify!($name),
+                    $dims,
+                    x.shape()
+                );
+                let use_input_stats = self.training || self.running_mean.is_none();
+                let factor = match (&self.num_batches_tracked, self.training) {
+                    (Some(count), true) => step_factor(count, self.momentum),
+                    _ => 0.0,
+                };
+                F::instance_norm(
+                    x,
+                    self.running_mean.as_ref(),
+                    self.running_var.as_ref(),
+                    self.weight.as_ref(),
+                    self.bias.as_ref(),
+                    use_input_stats,
+                    factor,
+                    self.eps,
+                )
+            }
+        }
+    };
+}
+
+instance_norm!(
+    InstanceNorm1d,
+    "Instance normalisation of `[N, C, L]` (`nn.InstanceNorm1d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nlet norm = InstanceNorm1d::new(3, &Device::Cpu);\nassert_eq!(norm.num_parameters(), 0);\nlet y = norm.forward(&Tensor::randn(&[2, 3, 8], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2], false).abs().max_all().item::<f64>() < 1e-12);\n```",
+    3
+);
+instance_norm!(
+    InstanceNorm2d,
+    "Instance normalisation of `[N, C, H, W]` (`nn.InstanceNorm2d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nlet norm = InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, true, &Device::Cpu);\nassert_eq!(norm.state_dict().len(), 5);\nassert_eq!(norm.forward(&Tensor::randn(&[2, 3, 4, 4], DType::F32, &Device::Cpu)).shape(), &[2, 3, 4, 4]);\n```",
+    4
+);
+
+/// Layer normalisation over the trailing dims (`nn.LayerNorm`), weight ones, bias zeros.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::LayerNorm;
+/// let ln = LayerNorm::new(&[4], &Device::Cpu);
+/// assert_eq!(ln.forward(&Tensor::randn(&[2, 4], DType::F32, &Device::Cpu)).shape(), &[2, 4]);
+/// let ln = LayerNorm::new(&[3, 4], &Device::Cpu);
+/// assert_eq!(ln.forward(&Tensor::randn(&[2, 3, 4], DType::F32, &Device::Cpu)).shape(), &[2, 3, 4]);
+/// ```
+#[derive(Module, Debug)]
+#[module(crate = crate)]
+pub struct LayerNorm {
+    /// Elementwise scale, shape `normalized_shape` (`elementwise_affine`).
+    #[param]
+    pub weight: Option<Tensor>,
+    /// Elementwise shift, shape `normalized_shape` (`elementwise_affine` and `bias`).
+    #[param]
+    pub bias: Option<Tensor>,
+    /// The trailing dims normalised over.
+    #[module(skip)]
+    pub normalized_shape: Vec<usize>,
+    /// Added to the variance.
+    #[module(skip)]
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// A layer over the trailing dims `normalized_shape`, `eps = 1e-5`, with weight and
+    /// bias.
+    pub fn new(normalized_shape: &[usize], device: &Device) -> Self {
+        Self::with_options(normalized_shape, 1e-5, true, true, device)
+    }
+
+    /// A layer with every constructor argument of PyTorch's.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{LayerNorm, Module};
+    /// assert_eq!(LayerNorm::with_options(&[8], 1e-6, true, false, &Device::Cpu).num_parameters(), 8);
+    /// ```
+    pub fn with_options(
+        normalized_shape: &[usize],
+        eps: f64,
+        elementwise_affine: bool,
+        bias: bool,
+        device: &Device,
+    ) -> Self {
+        LayerNorm {
+            weight: elementwise_affine.then(|| filled_param(normalized_shape, 1.0, device)),
+            bias: (elementwise_affine && bias).then(|| filled_param(normalized_shape, 0.0, device)),
+            normalized_shape: normalized_shape.to_vec(),
+            eps,
+        }
+    }
+
+    /// Normalises the trailing dims of `x`.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        F::layer_norm(
+            x,
+            &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+}
+
+/// Group normalisation (`nn.GroupNorm`): weight ones, bias zeros (`affine`), `eps = 1e-5`.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::{GroupNorm, Module};
+/// let gn = GroupNorm::new(2, 6, &Device::Cpu);
+/// assert_eq!(gn.num_parameters(), 12);
+/// assert_eq!(gn.forward(&Tensor::randn(&[2, 6, 3, 3], DType::F32, &Device::Cpu)).shape(), &[2, 6, 3, 3]);
+/// ```
+#[derive(Module, Debug)]
+#[module(crate = crate)]
+pub struct GroupNorm {
+    /// Per-channel scale (`affine`).
+    #[param]
+    pub weight: Option<Tensor>,
+    /// Per-channel shift (`affine`).
+    #[param]
+    pub bias: Option<Tensor>,
+    /// Number of channel groups.
+    #[module(skip)]
+    pub num_groups: usize,
+    /// Added to the variance.
+    #[module(skip)]
+    pub eps: f64,
+}
+
+impl GroupNorm {
+    /// `num_channels` channels in `num_groups` groups, with affine parameters.
+    #[track_caller]
+    pub fn new(num_groups: usize, num_channels: usize, device: &Device) -> Self {
+        Self::with_options(num_groups, num_channels, 1e-5, true, device)
+    }
+
+    /// A layer with every constructor argument of PyTorch's.
+    #[track_caller]
+    pub fn with_options(
+        num_groups: usize,
+        num_channels: usize,
+        eps: f64,
+        affine: bool,
+        device: &Device,
+    ) -> Self {
+        assert!(
+            num_groups > 0 && num_channels.is_multiple_of(num_groups),
+            "GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})"
+        );
+        GroupNorm {
+            weight: affine.then(|| filled_param(&[num_channels], 1.0, device)),
+            bias: affine.then(|| filled_param(&[num_channels], 0.0, device)),
+            num_groups,
+            eps,
+        }
+    }
+
+    /// Normalises `[N, C, ...]` per group.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        F::group_norm(
+            x,
+            self.num_groups,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+}
+
+/// Root-mean-square normalisation over the trailing dims (`nn.RMSNorm`): weight ones
+/// (`elementwise_affine`); `eps = None` uses the dtype's machine epsilon.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::RMSNorm;
+/// let norm = RMSNorm::new(&[4], None, &Device::Cpu);
+/// let y = norm.forward(&Tensor::full(&[2, 4], 3.0, DType::F32, &Device::Cpu));
+/// assert!((y.max_all().item::<f32>() - 1.0).abs() < 1e-6);
+/// ```
+#[derive(Module, Debug)]
+#[module(crate = crate)]
+pub struct RMSNorm {
+    /// Elementwise scale, shape `normalized_shape`.
+    #[param]
+    pub weight: Option<Tensor>,
+    /// The trailing dims normalised over.
+    #[module(skip)]
+    pub normalized_shape: Vec<usize>,
+    /// Added to the mean square; `None` for the dtype's epsilon.
+    #[module(skip)]
+    pub eps: Option<f64>,
+}
+
+impl RMSNorm {
+    /// A layer with a weight (`elementwise_affine=True`).
+    pub fn new(normalized_shape: &[usize], eps: Option<f64>, device: &Device) -> Self {
+        RMSNorm {
+            weight: Some(filled_param(normalized_shape, 1.0, device)),
+            normalized_shape: normalized_shape.to_vec(),
+            eps,
+        }
+    }
+
+    /// Normalises the trailing dims of `x`.
+    #[track_caller]
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        F::rms_norm(x, &self.normalized_shape, self.weight.as_ref(), self.eps)
+    }
+}
