@@ -481,6 +481,68 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::linear(&x[0], &x[1], Some(&x[2])),
             vec![input(&[2, 3], 1), input(&[4, 3], 2), input(&[4], 3)],
         ),
+        // pooling and resampling
+        case(
+            "max_pool2d_ceil",
+            |x| {
+                F::max_pool2d_with(
+                    &x[0],
+                    &F::Pool2dArgs::new(3).stride(2).padding(1).ceil_mode(true),
+                )
+            },
+            vec![input(&[1, 2, 6, 5], 1)],
+        ),
+        case(
+            "avg_pool2d_ceil_exclude_pad",
+            |x| {
+                let args = F::Pool2dArgs::new(3)
+                    .stride(2)
+                    .padding(1)
+                    .ceil_mode(true)
+                    .count_include_pad(false);
+                F::avg_pool2d_with(&x[0], &args)
+            },
+            vec![input(&[1, 2, 6, 5], 1)],
+        ),
+        case(
+            "avg_pool1d",
+            |x| F::avg_pool1d(&x[0], &F::Pool1dArgs::new(3).stride(2).padding(1)),
+            vec![input(&[2, 2, 7], 1)],
+        ),
+        case(
+            "adaptive_max_pool2d",
+            |x| F::adaptive_max_pool2d(&x[0], [2, 3]),
+            vec![input(&[1, 2, 5, 7], 1)],
+        ),
+        case(
+            "interpolate_bilinear",
+            |x| {
+                F::interpolate(
+                    &x[0],
+                    &F::InterpolateSize::Size(vec![5, 3]),
+                    F::InterpolateMode::Linear {
+                        align_corners: false,
+                    },
+                )
+            },
+            vec![input(&[1, 2, 3, 4], 1)],
+        ),
+        case(
+            "interpolate_nearest",
+            |x| {
+                F::interpolate(
+                    &x[0],
+                    &F::InterpolateSize::Scale(vec![2.0]),
+                    F::InterpolateMode::Nearest,
+                )
+            },
+            vec![input(&[1, 2, 3], 1)],
+        ),
+        case(
+            "pixel_shuffle",
+            |x| F::pixel_shuffle(&x[0], 2),
+            vec![input(&[1, 8, 2, 3], 1)],
+        ),
         // rearrangements
         case("flip", |x| x[0].flip(&[0, 2]), vec![input(&[2, 3, 4], 1)]),
         case(

@@ -128,6 +128,108 @@ fn cases() -> Vec<(&'static str, Case)> {
                 None,
             )
         }),
+        ("max_pool2d_ceil", |x| {
+            F::max_pool2d_with(
+                &x[0],
+                &F::Pool2dArgs::new(3).stride(2).padding(1).ceil_mode(true),
+            )
+        }),
+        ("max_pool2d_dilated", |x| {
+            let args = F::Pool2dArgs {
+                stride: [2, 1],
+                dilation: [2, 1],
+                ..F::Pool2dArgs::rect([3, 2])
+            };
+            F::max_pool2d_with(&x[0], &args.ceil_mode(true))
+        }),
+        ("avg_pool2d_ceil", |x| {
+            F::avg_pool2d_with(
+                &x[0],
+                &F::Pool2dArgs::new(3).stride(2).padding(1).ceil_mode(true),
+            )
+        }),
+        ("avg_pool2d_exclude_pad", |x| {
+            let args = F::Pool2dArgs::new(3)
+                .stride(2)
+                .padding(1)
+                .ceil_mode(true)
+                .count_include_pad(false);
+            F::avg_pool2d_with(&x[0], &args)
+        }),
+        ("avg_pool2d_divisor", |x| {
+            F::avg_pool2d_with(&x[0], &F::Pool2dArgs::new(2).padding(1).divisor_override(3))
+        }),
+        ("max_pool1d", |x| {
+            F::max_pool1d(
+                &x[0],
+                &F::Pool1dArgs::new(3).stride(2).padding(1).ceil_mode(true),
+            )
+        }),
+        ("avg_pool1d", |x| {
+            let args = F::Pool1dArgs::new(4)
+                .stride(3)
+                .padding(2)
+                .count_include_pad(false)
+                .ceil_mode(true);
+            F::avg_pool1d(&x[0], &args)
+        }),
+        ("adaptive_avg_pool1d", |x| F::adaptive_avg_pool1d(&x[0], 3)),
+        ("adaptive_max_pool2d", |x| {
+            F::adaptive_max_pool2d(&x[0], [3, 2])
+        }),
+        ("adaptive_max_pool1d", |x| F::adaptive_max_pool1d(&x[0], 4)),
+        ("upsample_nearest_size", |x| {
+            F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Size(vec![7, 4]),
+                F::InterpolateMode::Nearest,
+            )
+        }),
+        ("upsample_nearest_scale", |x| {
+            F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Scale(vec![2.0, 1.5]),
+                F::InterpolateMode::Nearest,
+            )
+        }),
+        ("upsample_bilinear", |x| {
+            F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Size(vec![7, 4]),
+                F::InterpolateMode::Linear {
+                    align_corners: false,
+                },
+            )
+        }),
+        ("upsample_bilinear_aligned", |x| {
+            F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Size(vec![7, 4]),
+                F::InterpolateMode::Linear {
+                    align_corners: true,
+                },
+            )
+        }),
+        ("upsample_bilinear_scale", |x| {
+            F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Scale(vec![2.0, 2.0]),
+                F::InterpolateMode::Linear {
+                    align_corners: false,
+                },
+            )
+        }),
+        ("upsample_linear", |x| {
+            F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Size(vec![8]),
+                F::InterpolateMode::Linear {
+                    align_corners: false,
+                },
+            )
+        }),
+        ("pixel_shuffle", |x| F::pixel_shuffle(&x[0], 2)),
+        ("pixel_unshuffle", |x| F::pixel_unshuffle(&x[0], 2)),
         ("flip", |x| x[0].flip(&[0, 2])),
         ("roll", |x| x[0].roll(&[2, -1], &[1, 0])),
         ("roll_flat", |x| x[0].roll(&[3], &[])),
@@ -165,6 +267,9 @@ fn layers_and_ops_match_pytorch_forward_and_gradients() {
         common::typed_tensors(include_bytes!("fixtures/torch_nn.safetensors"));
     let cases = cases();
     let names: Vec<&str> = cases.iter().map(|(n, _)| *n).collect();
+    for (i, n) in names.iter().enumerate() {
+        assert!(!names[..i].contains(n), "case {n} is listed twice");
+    }
     for key in fx.keys().filter(|k| k.ends_with(".out")) {
         let name = key.trim_end_matches(".out");
         assert!(names.contains(&name), "fixture case {name} has no test");

@@ -216,7 +216,7 @@ pub(crate) fn expand(net: &Network, layers: &[Layer], errors: &mut Errors) -> To
                 }
                 Op::Pool { max, kernel, stride, padding } => {
                     let f = if *max { quote!(max_pool2d_with) } else { quote!(avg_pool2d_with) };
-                    quote_spanned!(span=> let __value = #krate::nn::functional::#f(&__value, &#krate::nn::functional::Pool2dArgs { kernel: [#kernel; 2], stride: [#stride; 2], padding: [#padding; 2], dilation: [1; 2] });)
+                    quote_spanned!(span=> let __value = #krate::nn::functional::#f(&__value, &#krate::nn::functional::Pool2dArgs { kernel: [#kernel; 2], stride: [#stride; 2], padding: [#padding; 2], dilation: [1; 2], ..#krate::nn::functional::Pool2dArgs::new(1) });)
                 }
                 Op::AdaptiveAvgPool { out } => {
                     let [h, w] = *out;

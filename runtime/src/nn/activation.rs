@@ -1,55 +1,8 @@
-//! Parameter-free modules for activations, reshapes and pooling, so that a
-//! [`Sequential`](super::Sequential) lines up index for index with PyTorch's (a PyTorch
-//! `nn.ReLU()` at position 1 is a [`ReLU`] at position 1, and `2.weight` stays `2.weight`).
+//! Parameter-free activation modules, so that a [`Sequential`](super::Sequential) lines up
+//! index for index with PyTorch's (a PyTorch `nn.ReLU()` at position 1 is a [`ReLU`] at
+//! position 1, and `2.weight` stays `2.weight`).
 
-use super::forward::Forward;
-use super::functional::{self as F, Pool2dArgs};
-use super::{Module, TensorKind};
-use crate::Tensor;
-
-/// The struct of a [`stateless!`] module: a unit struct, or one with public fields.
-macro_rules! declare {
-    ($(#[$m:meta])* $name:ident) => {
-        $(#[$m])*
-        #[derive(Clone, Debug, PartialEq)]
-        pub struct $name;
-    };
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident: $ty:ty),* }) => {
-        $(#[$m])*
-        #[derive(Clone, Debug, PartialEq)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty),*
-        }
-    };
-}
-
-/// Declares parameter-free modules: `Module` with nothing to visit, and `Forward` by the
-/// given body.
-macro_rules! stateless {
-    ($(
-        $(#[$m:meta])*
-        $name:ident $({ $($(#[$fm:meta])* $field:ident: $ty:ty),* $(,)? })? => |$s:ident, $x:ident| $body:expr;
-    )*) => {
-        $(
-            declare! { $(#[$m])* $name $({ $($(#[$fm])* $field: $ty),* })? }
-
-            impl Module for $name {
-                fn visit(&self, _: &str, _: &mut dyn FnMut(&str, &Tensor, TensorKind)) {}
-                fn visit_mut(&mut self, _: &str, _: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {}
-                fn set_training(&mut self, _: bool) {}
-            }
-
-            impl<'a> Forward<&'a Tensor> for $name {
-                type Output = Tensor;
-                #[track_caller]
-                fn forward(&self, $x: &'a Tensor) -> Tensor {
-                    let $s = self;
-                    $body
-                }
-            }
-        )*
-    };
-}
+use super::stateless::stateless;
 
 stateless! {
     /// `max(x, 0)` (`nn.ReLU`).
@@ -206,66 +159,6 @@ stateless! {
         /// The dim normalised along.
         dim: isize,
     } => |s, x| x.log_softmax(s.dim);
-    /// Flattens dims `start_dim..=end_dim` into one (`nn.Flatten`; `Flatten::default()`
-    /// keeps the batch dim: 1 to -1).
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::{Flatten, Forward};
-    /// let y = Flatten::default().forward(&Tensor::zeros(&[2, 3, 4, 5], DType::F32, &Device::Cpu));
-    /// assert_eq!(y.shape(), &[2, 60]);
-    /// ```
-    Flatten {
-        /// First dim flattened.
-        start_dim: isize,
-        /// Last dim flattened.
-        end_dim: isize,
-    } => |s, x| x.flatten(s.start_dim, s.end_dim);
-    /// Returns its input (`nn.Identity`): a placeholder that keeps indices aligned.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::{Forward, Identity};
-    /// let x = Tensor::ones(&[2], DType::F32, &Device::Cpu);
-    /// assert_eq!(Identity.forward(&x).to_vec::<f32>(), x.to_vec::<f32>());
-    /// ```
-    Identity => |_s, x| x.clone();
-    /// 2-D max pooling (`nn.MaxPool2d`).
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::{Forward, MaxPool2d};
-    /// let pool = MaxPool2d::new(2);
-    /// assert_eq!(pool.forward(&Tensor::zeros(&[1, 3, 8, 8], DType::F32, &Device::Cpu)).shape(), &[1, 3, 4, 4]);
-    /// ```
-    MaxPool2d {
-        /// Window, stride, padding and dilation.
-        args: Pool2dArgs,
-    } => |s, x| F::max_pool2d_with(x, &s.args);
-    /// 2-D average pooling (`nn.AvgPool2d`, padding counted in the average).
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::{AvgPool2d, Forward};
-    /// let y = AvgPool2d::new(2).forward(&Tensor::ones(&[1, 1, 4, 4], DType::F32, &Device::Cpu));
-    /// assert_eq!(y.to_vec::<f32>(), vec![1.0; 4]);
-    /// ```
-    AvgPool2d {
-        /// Window, stride and padding.
-        args: Pool2dArgs,
-    } => |s, x| F::avg_pool2d_with(x, &s.args);
-    /// Average pooling to a fixed output size (`nn.AdaptiveAvgPool2d`).
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::{AdaptiveAvgPool2d, Forward};
-    /// let y = AdaptiveAvgPool2d { output_size: [1, 1] }.forward(&Tensor::ones(&[2, 8, 7, 7], DType::F32, &Device::Cpu));
-    /// assert_eq!(y.shape(), &[2, 8, 1, 1]);
-    /// ```
-    AdaptiveAvgPool2d {
-        /// `[H, W]` of the output.
-        output_size: [usize; 2],
-    } => |s, x| F::adaptive_avg_pool2d(x, s.output_size);
 }
 
 impl Default for Hardtanh {
@@ -296,34 +189,6 @@ impl Default for Softplus {
         Softplus {
             beta: 1.0,
             threshold: 20.0,
-        }
-    }
-}
-
-impl Default for Flatten {
-    fn default() -> Self {
-        Flatten {
-            start_dim: 1,
-            end_dim: -1,
-        }
-    }
-}
-
-impl MaxPool2d {
-    /// A square window of `kernel` with stride `kernel` (`nn.MaxPool2d(kernel)`); set the
-    /// other arguments on `args`.
-    pub fn new(kernel: usize) -> Self {
-        MaxPool2d {
-            args: Pool2dArgs::new(kernel),
-        }
-    }
-}
-
-impl AvgPool2d {
-    /// A square window of `kernel` with stride `kernel` (`nn.AvgPool2d(kernel)`).
-    pub fn new(kernel: usize) -> Self {
-        AvgPool2d {
-            args: Pool2dArgs::new(kernel),
         }
     }
 }

@@ -14,10 +14,13 @@ pub mod init;
 mod linear;
 mod module;
 mod norm;
+mod pooling;
+mod shape;
+mod stateless;
 
 pub use activation::{
-    AdaptiveAvgPool2d, AvgPool2d, ELU, Flatten, GELU, Hardsigmoid, Hardswish, Hardtanh, Identity,
-    LeakyReLU, LogSoftmax, MaxPool2d, Mish, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Softplus, Tanh,
+    ELU, GELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSoftmax, Mish, ReLU, ReLU6, SiLU,
+    Sigmoid, Softmax, Softplus, Tanh,
 };
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{
@@ -33,4 +36,12 @@ pub use linear::{Bilinear, Linear};
 pub use module::{LoadReport, Module, StateDict, StateDictError, TensorKind, join_path};
 pub use norm::{
     BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm,
+};
+pub use pooling::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AvgPool1d,
+    AvgPool2d, MaxPool1d, MaxPool2d,
+};
+pub use shape::{
+    ConstantPad2d, Flatten, Identity, PixelShuffle, PixelUnshuffle, ReflectionPad2d,
+    ReplicationPad2d, Unflatten, Upsample, ZeroPad2d,
 };

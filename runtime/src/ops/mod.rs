@@ -7,7 +7,7 @@ mod inplace;
 mod linalg;
 mod rearrange;
 
-pub(crate) use rearrange::index_on;
+pub(crate) use rearrange::{index_on, wrap_dim};
 mod reduce;
 mod view;
 

@@ -41,13 +41,28 @@ __device__ void max_pool2d(Conv2d g, const T* x, T* out, long long* indices) {
     }
 }
 
-// Average pooling over the full window size (count_include_pad), one thread per output.
+// Average pooling's divisor of output (oy, ox), as PyTorch: mode 0 the window clipped to
+// the padded input (count_include_pad), 1 the input elements in it, 2 `fixed`
+// (divisor_override).
+__device__ __forceinline__ long long avg_divisor(Conv2d g, usize oy, usize ox, unsigned long long mode,
+                                                 unsigned long long fixed) {
+    if (mode == 2) return (long long)fixed;
+    long long hs = (long long)(oy * g.sh) - (long long)g.ph, ws = (long long)(ox * g.sw) - (long long)g.pw;
+    long long he = hs + (long long)g.kh, we = ws + (long long)g.kw;
+    long long hi = (long long)(g.h + (mode == 0 ? g.ph : 0)), wi = (long long)(g.w + (mode == 0 ? g.pw : 0));
+    long long lo_h = mode == 0 ? hs : (hs < 0 ? 0 : hs), lo_w = mode == 0 ? ws : (ws < 0 ? 0 : ws);
+    he = he < hi ? he : hi;
+    we = we < wi ? we : wi;
+    return (he - lo_h) * (we - lo_w);
+}
+
+// Average pooling over avg_divisor, one thread per output.
 template <typename T>
-__device__ void avg_pool2d(Conv2d g, const T* x, T* out) {
+__device__ void avg_pool2d(Conv2d g, const T* x, T* out, unsigned long long mode, unsigned long long fixed) {
     typedef typename Elem<T>::Acc A;
-    A count = (A)(g.kh * g.kw);
     GRID_STRIDE(k, g.n * g.c * g.oh * g.ow) {
         usize ox = k % g.ow, oy = (k / g.ow) % g.oh, plane = k / (g.ow * g.oh);
+        A count = (A)avg_divisor(g, oy, ox, mode, fixed);
         const T* src = x + plane * g.h * g.w;
         A sum = A(0);
         for (usize ki = 0; ki < g.kh; ++ki) {
@@ -65,12 +80,12 @@ __device__ void avg_pool2d(Conv2d g, const T* x, T* out) {
 
 // The input gradient of either pooling, one thread per input pixel (no atomics,
 // deterministic): the gradients of the outputs whose window covers the pixel, for max
-// pooling (`indices` given) only those that chose it, for average pooling each over the
-// window size.
+// pooling (`indices` given) only those that chose it, for average pooling each over its
+// divisor.
 template <typename T>
-__device__ void pool2d_backward(Conv2d g, const T* grad, const long long* indices, T* dx) {
+__device__ void pool2d_backward(Conv2d g, const T* grad, const long long* indices, T* dx, unsigned long long mode,
+                                unsigned long long fixed) {
     typedef typename Elem<T>::Acc A;
-    A count = indices ? A(1) : (A)(g.kh * g.kw);
     GRID_STRIDE(k, g.n * g.c * g.h * g.w) {
         usize x = k % g.w, y = (k / g.w) % g.h, plane = k / (g.w * g.h);
         long long self = (long long)(y * g.w + x);
@@ -83,7 +98,11 @@ __device__ void pool2d_backward(Conv2d g, const T* grad, const long long* indice
                 long long ox = pool_origin(x, kj, g.sw, g.pw, g.dw, g.ow);
                 if (ox < 0) continue;
                 usize o = base + (usize)oy * g.ow + (usize)ox;
-                if (!indices || indices[o] == self) acc += Elem<T>::load(grad[o]) / count;
+                if (indices) {
+                    if (indices[o] == self) acc += Elem<T>::load(grad[o]);
+                } else {
+                    acc += Elem<T>::load(grad[o]) / (A)avg_divisor(g, (usize)oy, (usize)ox, mode, fixed);
+                }
             }
         }
         dx[k] = Elem<T>::store(acc);
@@ -96,10 +115,14 @@ __device__ void pool2d_backward(Conv2d g, const T* grad, const long long* indice
     }                                                                                                          \
     extern "C" __global__ void max_pool2d_backward_##SUFFIX(Conv2d g, const T* grad, const long long* indices,  \
                                                             T* dx) {                                           \
-        pool2d_backward<T>(g, grad, indices, dx);                                                              \
+        pool2d_backward<T>(g, grad, indices, dx, 0, 0);                                                        \
     }                                                                                                          \
-    extern "C" __global__ void avg_pool2d_##SUFFIX(Conv2d g, const T* x, T* out) { avg_pool2d<T>(g, x, out); } \
-    extern "C" __global__ void avg_pool2d_backward_##SUFFIX(Conv2d g, const T* grad, T* dx) {                  \
-        pool2d_backward<T>(g, grad, nullptr, dx);                                                              \
+    extern "C" __global__ void avg_pool2d_##SUFFIX(Conv2d g, const T* x, T* out, unsigned long long mode,      \
+                                                   unsigned long long fixed) {                                 \
+        avg_pool2d<T>(g, x, out, mode, fixed);                                                                 \
+    }                                                                                                          \
+    extern "C" __global__ void avg_pool2d_backward_##SUFFIX(Conv2d g, const T* grad, T* dx,                    \
+                                                            unsigned long long mode, unsigned long long fixed) { \
+        pool2d_backward<T>(g, grad, nullptr, dx, mode, fixed);                                                 \
     }
 FOR_FLOATS(POOL_F)

@@ -19,11 +19,13 @@ mod conv;
 mod loss;
 mod norm;
 mod pool;
+mod resize;
 
 pub use conv::*;
 pub use loss::*;
 pub use norm::*;
 pub use pool::*;
+pub use resize::*;
 
 /// Constant padding (`F.pad(x, pads, value=v)`): `pads` holds `(before, after)` pairs
 /// starting from the last dim, as in PyTorch.

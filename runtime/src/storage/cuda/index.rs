@@ -147,7 +147,14 @@ unsafe impl DeviceRepr for ConvGeometry {}
 
 impl ConvGeometry {
     pub(crate) fn new(g: &ferrograd_kernels::cpu::Conv2dGeometry) -> Option<Self> {
-        let [oh, ow] = g.output()?;
+        Some(Self::with_output(g, g.output()?))
+    }
+
+    /// The geometry with an explicit output size (pooling's `ceil_mode`).
+    pub(crate) fn with_output(
+        g: &ferrograd_kernels::cpu::Conv2dGeometry,
+        [oh, ow]: [usize; 2],
+    ) -> Self {
         let v = [
             g.n,
             g.c,
@@ -164,7 +171,7 @@ impl ConvGeometry {
             oh,
             ow,
         ];
-        Some(ConvGeometry(v.map(|x| x as u64)))
+        ConvGeometry(v.map(|x| x as u64))
     }
 }
 

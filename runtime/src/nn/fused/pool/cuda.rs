@@ -2,13 +2,13 @@
 
 use crate::Tensor;
 use crate::nn::fused::device::dispatch;
-use ferrograd_kernels::cpu::Conv2dGeometry;
+use ferrograd_kernels::fused::pool::PoolGeometry;
 dispatch! {
     /// Max (`max`: values and i64 in-plane indices) or average pooling of contiguous float
     /// `x` `[n, c, h, w]`.
-    fn pool2d(x: &Tensor, max: bool, g: &Conv2dGeometry) -> Option<(Tensor, Option<Tensor>)>;
+    fn pool2d(x: &Tensor, max: bool, g: &PoolGeometry) -> Option<(Tensor, Option<Tensor>)>;
     /// The input gradient of [`pool2d`] from contiguous `grad` (and max pooling's indices).
-    fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) -> Option<Tensor>;
+    fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &PoolGeometry) -> Option<Tensor>;
 }
 
 #[cfg(feature = "cuda")]
@@ -20,7 +20,7 @@ mod imp {
     pub(super) fn pool2d(
         x: &Tensor,
         max: bool,
-        g: &Conv2dGeometry,
+        g: &PoolGeometry,
     ) -> Option<(Tensor, Option<Tensor>)> {
         if !x.dtype().is_float() {
             return None;
@@ -29,7 +29,7 @@ mod imp {
         let op = if max { "max_pool2d" } else { "avg_pool2d" };
         let (out, indices) =
             k::pool2d(max, operand(&d[0], Some(x))?, g).unwrap_or_else(|e| fail(op, e));
-        let shape = [g.n, g.c, g.output()?[0], g.output()?[1]];
+        let shape = [g.window.n, g.window.c, g.output[0], g.output[1]];
         Some((
             cuda_tensor(out, &shape),
             indices.map(|i| cuda_tensor(i, &shape)),
@@ -39,7 +39,7 @@ mod imp {
     pub(super) fn pool2d_backward(
         grad: &Tensor,
         indices: Option<&Tensor>,
-        g: &Conv2dGeometry,
+        g: &PoolGeometry,
     ) -> Option<Tensor> {
         if !grad.dtype().is_float() {
             return None;
@@ -52,7 +52,8 @@ mod imp {
         };
         let dx = k::pool2d_backward(operand(&d[0], Some(grad))?, operand(&d[1], indices), g)
             .unwrap_or_else(|e| fail(op, e));
-        Some(cuda_tensor(dx, &[g.n, g.c, g.input[0], g.input[1]]))
+        let w = &g.window;
+        Some(cuda_tensor(dx, &[w.n, w.c, w.input[0], w.input[1]]))
     }
 
     /// The launches, on CUDA storage.
@@ -69,16 +70,18 @@ mod imp {
         pub(crate) fn pool2d(
             max: bool,
             (src, offset): Operand<'_>,
-            g: &ferrograd_kernels::cpu::Conv2dGeometry,
+            g: &ferrograd_kernels::fused::pool::PoolGeometry,
         ) -> Result<(CudaStorage, Option<CudaStorage>)> {
             let dev = src.device();
-            let [oh, ow] = g.output().unwrap_or([0, 0]);
-            let len = g.n * g.c * oh * ow;
+            let [oh, ow] = g.output;
+            let len = g.window.n * g.window.c * oh * ow;
             let out = output(dev, src.dtype(), len)?;
             let indices = max.then(|| output(dev, DType::I64, len)).transpose()?;
-            let Some(geometry) = ConvGeometry::new(g).filter(|_| len > 0) else {
+            if len == 0 {
                 return Ok((out, indices));
-            };
+            }
+            let geometry = ConvGeometry::with_output(&g.window, g.output);
+            let (mode, fixed) = g.divisor.code();
             let (s, o) = (src.address_of(offset), out.address_of(0));
             let dtype = src.dtype();
             match &indices {
@@ -86,7 +89,9 @@ mod imp {
                     let i = idx.address_of(0);
                     launch!(dev, &kernels::MAX_POOL2D, dtype, spread(len); geometry, s, o, i)?
                 }
-                None => launch!(dev, &kernels::AVG_POOL2D, dtype, spread(len); geometry, s, o)?,
+                None => {
+                    launch!(dev, &kernels::AVG_POOL2D, dtype, spread(len); geometry, s, o, mode, fixed)?
+                }
             }
             Ok((out, indices))
         }
@@ -96,14 +101,17 @@ mod imp {
         pub(crate) fn pool2d_backward(
             (grad, offset): Operand<'_>,
             indices: Option<Operand<'_>>,
-            g: &ferrograd_kernels::cpu::Conv2dGeometry,
+            g: &ferrograd_kernels::fused::pool::PoolGeometry,
         ) -> Result<CudaStorage> {
             let dev = grad.device();
-            let len = g.n * g.c * g.input[0] * g.input[1];
+            let w = &g.window;
+            let len = w.n * w.c * w.input[0] * w.input[1];
             let dx = output(dev, grad.dtype(), len)?;
-            let Some(geometry) = ConvGeometry::new(g).filter(|_| len > 0) else {
+            if len == 0 {
                 return Ok(dx);
-            };
+            }
+            let geometry = ConvGeometry::with_output(w, g.output);
+            let (mode, fixed) = g.divisor.code();
             let (gs, d) = (grad.address_of(offset), dx.address_of(0));
             let dtype = grad.dtype();
             match indices {
@@ -112,7 +120,7 @@ mod imp {
                     launch!(dev, &kernels::MAX_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, i, d)?
                 }
                 None => {
-                    launch!(dev, &kernels::AVG_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, d)?
+                    launch!(dev, &kernels::AVG_POOL2D_BACKWARD, dtype, spread(len); geometry, gs, d, mode, fixed)?
                 }
             }
             Ok(dx)

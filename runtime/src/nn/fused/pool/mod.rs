@@ -6,21 +6,20 @@ mod cuda;
 use super::range;
 use crate::Tensor;
 use crate::autograd::{is_grad_enabled, record};
-use ferrograd_kernels::cpu::Conv2dGeometry;
 use ferrograd_kernels::cpu::CpuStorage;
 use ferrograd_kernels::fused::pool::{
-    avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward,
+    PoolGeometry, avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward,
 };
 use ferrograd_kernels::{Element, with_float_dtype};
 
 /// Max (`max`: also the i64 in-plane indices) or average pooling of `input` `[N, C, H, W]`
 /// over the checked window geometry `g`: one kernel and one autograd node.
 #[track_caller]
-pub(crate) fn pool2d(input: &Tensor, max: bool, g: Conv2dGeometry) -> (Tensor, Option<Tensor>) {
+pub(crate) fn pool2d(input: &Tensor, max: bool, g: PoolGeometry) -> (Tensor, Option<Tensor>) {
     let op = if max { "max_pool2d" } else { "avg_pool2d" };
     let x = input.detach().contiguous();
-    let [oh, ow] = g.output().expect("checked by the caller");
-    let shape = [g.n, g.c, oh, ow];
+    let [oh, ow] = g.output;
+    let shape = [g.window.n, g.window.c, oh, ow];
     let (out, indices) = cuda::pool2d(&x, max, &g).unwrap_or_else(|| {
         let device = x.device();
         let (out, indices) = x.with_cpu(op, |s, _| {
@@ -50,14 +49,15 @@ pub(crate) fn pool2d(input: &Tensor, max: bool, g: Conv2dGeometry) -> (Tensor, O
 /// under `create_graph`, differentiable ops (a scatter of `grad` at the indices for max
 /// pooling; for average pooling a node whose own gradient is average pooling, its
 /// adjoint).
-fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) -> Tensor {
-    let input_shape = [g.n, g.c, g.input[0], g.input[1]];
+fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &PoolGeometry) -> Tensor {
+    let w = &g.window;
+    let input_shape = [w.n, w.c, w.input[0], w.input[1]];
     if is_grad_enabled() {
         if let Some(idx) = indices {
-            let [oh, ow] = g.output().expect("checked by the forward");
-            let (planes, out_len) = (g.n * g.c, oh * ow);
+            let [oh, ow] = g.output;
+            let (planes, out_len) = (w.n * w.c, oh * ow);
             return Tensor::zeros(
-                &[planes, g.input[0] * g.input[1]],
+                &[planes, w.input[0] * w.input[1]],
                 grad.dtype(),
                 &grad.device(),
             )
@@ -78,10 +78,11 @@ fn pool2d_backward(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) 
 }
 
 /// The fused pooling backward on `grad`'s device.
-fn pool2d_backward_kernel(grad: &Tensor, indices: Option<&Tensor>, g: &Conv2dGeometry) -> Tensor {
+fn pool2d_backward_kernel(grad: &Tensor, indices: Option<&Tensor>, g: &PoolGeometry) -> Tensor {
     let grad = grad.contiguous();
     let indices = indices.map(Tensor::contiguous);
-    let input_shape = [g.n, g.c, g.input[0], g.input[1]];
+    let w = &g.window;
+    let input_shape = [w.n, w.c, w.input[0], w.input[1]];
     if let Some(dx) = cuda::pool2d_backward(&grad, indices.as_ref(), g) {
         return dx;
     }
