@@ -481,6 +481,107 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::linear(&x[0], &x[1], Some(&x[2])),
             vec![input(&[2, 3], 1), input(&[4, 3], 2), input(&[4], 3)],
         ),
+        // losses
+        case(
+            "smooth_l1_loss",
+            |x| F::smooth_l1_loss(&x[0], &x[1], F::Reduction::Mean, 0.5),
+            vec![input(&[3, 4], 1), input(&[3, 4], 2)],
+        ),
+        case(
+            "huber_loss",
+            |x| F::huber_loss(&x[0], &x[1], F::Reduction::Sum, 0.7),
+            vec![input(&[3, 4], 1), input(&[3, 4], 2)],
+        ),
+        case(
+            "l1_loss",
+            |x| F::l1_loss(&x[0], &x[1], F::Reduction::Mean),
+            vec![
+                away_from_kinks(&[3, 4], 1),
+                Tensor::zeros(&[3, 4], DType::F64, &Device::Cpu),
+            ],
+        ),
+        case(
+            "binary_cross_entropy",
+            |x| F::binary_cross_entropy(&x[0].sigmoid(), &x[1], Some(&x[2]), F::Reduction::Mean),
+            vec![
+                input(&[3, 4], 1),
+                positive(&[3, 4], 2).mul_scalar(0.5).detach(),
+                positive(&[4], 3).detach(),
+            ],
+        ),
+        case(
+            "bce_with_logits_weighted",
+            |x| {
+                F::binary_cross_entropy_with_logits_weighted(
+                    &x[0],
+                    &x[1],
+                    None,
+                    Some(&x[2]),
+                    F::Reduction::Sum,
+                )
+            },
+            vec![
+                input(&[3, 4], 1),
+                positive(&[3, 4], 2).mul_scalar(0.5).detach(),
+                positive(&[4], 3).detach(),
+            ],
+        ),
+        case(
+            "kl_div",
+            |x| {
+                F::kl_div(
+                    &x[0].log_softmax(1),
+                    &x[1].softmax(1),
+                    F::KlReduction::BatchMean,
+                    false,
+                )
+            },
+            vec![input(&[3, 5], 1), input(&[3, 5], 2)],
+        ),
+        case(
+            "kl_div_log_target",
+            |x| {
+                F::kl_div(
+                    &x[0].log_softmax(1),
+                    &x[1].log_softmax(1),
+                    F::KlReduction::Sum,
+                    true,
+                )
+            },
+            vec![input(&[3, 5], 1), input(&[3, 5], 2)],
+        ),
+        case(
+            "cosine_embedding_loss",
+            |x| {
+                let y = Tensor::from_vec(vec![1.0f64, -1.0, -1.0, 1.0], &[4]);
+                F::cosine_embedding_loss(&x[0], &x[1], &y, -0.9, F::Reduction::Mean)
+            },
+            vec![input(&[4, 3], 1), input(&[4, 3], 2)],
+        ),
+        case(
+            "triplet_margin_loss",
+            |x| {
+                F::triplet_margin_loss(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    5.0,
+                    2.0,
+                    1e-6,
+                    true,
+                    F::Reduction::Mean,
+                )
+            },
+            vec![input(&[4, 3], 1), input(&[4, 3], 2), input(&[4, 3], 3)],
+        ),
+        case(
+            "margin_ranking_loss",
+            |x| {
+                let y = Tensor::from_vec(vec![1.0f64, -1.0, 1.0], &[3]);
+                F::margin_ranking_loss(&x[0], &x[1], &y, 10.0, F::Reduction::Sum)
+            },
+            vec![input(&[3], 1), input(&[3], 2)],
+        ),
         // pooling and resampling
         case(
             "max_pool2d_ceil",

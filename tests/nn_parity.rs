@@ -230,6 +230,83 @@ fn cases() -> Vec<(&'static str, Case)> {
         }),
         ("pixel_shuffle", |x| F::pixel_shuffle(&x[0], 2)),
         ("pixel_unshuffle", |x| F::pixel_unshuffle(&x[0], 2)),
+        ("l1_loss", |x| F::l1_loss(&x[0], &x[1], F::Reduction::Mean)),
+        ("smooth_l1_loss", |x| {
+            F::smooth_l1_loss(&x[0], &x[1], F::Reduction::None, 0.5)
+        }),
+        ("huber_loss", |x| {
+            F::huber_loss(&x[0], &x[1], F::Reduction::Sum, 0.7)
+        }),
+        ("mse_loss", |x| {
+            F::mse_loss(&x[0], &x[1], F::Reduction::Mean)
+        }),
+        ("binary_cross_entropy", |x| {
+            F::binary_cross_entropy(&x[0], &x[1], Some(&x[2]), F::Reduction::Mean)
+        }),
+        ("bce_with_logits", |x| {
+            F::binary_cross_entropy_with_logits_weighted(
+                &x[0],
+                &x[1],
+                Some(&x[2]),
+                Some(&x[3]),
+                F::Reduction::Sum,
+            )
+        }),
+        ("kl_div", |x| {
+            F::kl_div(&x[0], &x[1], F::KlReduction::BatchMean, false)
+        }),
+        ("kl_div_log_target", |x| {
+            F::kl_div(&x[0], &x[1], F::KlReduction::Mean, true)
+        }),
+        ("nll_loss_spatial", |x| {
+            let args = F::CrossEntropyArgs {
+                weight: Some(x[2].clone()),
+                ..Default::default()
+            };
+            F::nll_loss_with(&x[0], &x[1], &args)
+        }),
+        ("cross_entropy_spatial", |x| {
+            let args = F::CrossEntropyArgs {
+                weight: Some(x[2].clone()),
+                label_smoothing: 0.1,
+                ..Default::default()
+            };
+            F::cross_entropy_with(&x[0], &x[1], &args)
+        }),
+        ("cross_entropy_probs", |x| {
+            let args = F::CrossEntropyArgs {
+                label_smoothing: 0.2,
+                ..Default::default()
+            };
+            F::cross_entropy_with(&x[0], &x[1], &args)
+        }),
+        ("margin_ranking_loss", |x| {
+            F::margin_ranking_loss(&x[0], &x[1], &x[2], 0.3, F::Reduction::Mean)
+        }),
+        ("hinge_embedding_loss", |x| {
+            F::hinge_embedding_loss(&x[0], &x[1], 0.8, F::Reduction::Sum)
+        }),
+        ("cosine_embedding_loss", |x| {
+            F::cosine_embedding_loss(&x[0], &x[1], &x[2], 0.2, F::Reduction::Mean)
+        }),
+        ("triplet_margin_loss", |x| {
+            F::triplet_margin_loss(
+                &x[0],
+                &x[1],
+                &x[2],
+                1.5,
+                1.5,
+                1e-6,
+                true,
+                F::Reduction::Mean,
+            )
+        }),
+        ("cosine_similarity", |x| {
+            F::cosine_similarity(&x[0], &x[1], 1, 1e-8)
+        }),
+        ("pairwise_distance", |x| {
+            F::pairwise_distance(&x[0], &x[1], 3.0, 1e-6)
+        }),
         ("flip", |x| x[0].flip(&[0, 2])),
         ("roll", |x| x[0].roll(&[2, -1], &[1, 0])),
         ("roll_flat", |x| x[0].roll(&[3], &[])),

@@ -12,6 +12,7 @@ pub mod functional;
 pub(crate) mod fused;
 pub mod init;
 mod linear;
+mod loss;
 mod module;
 mod norm;
 mod pooling;
@@ -33,6 +34,11 @@ pub use embedding::{Embedding, EmbeddingBag};
 pub use ferrograd_macros::Module;
 pub use forward::{Forward, Layer};
 pub use linear::{Bilinear, Linear};
+pub use loss::{
+    BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HingeEmbeddingLoss,
+    HuberLoss, KLDivLoss, L1Loss, MSELoss, MarginRankingLoss, NLLLoss, SmoothL1Loss,
+    TripletMarginLoss,
+};
 pub use module::{LoadReport, Module, StateDict, StateDictError, TensorKind, join_path};
 pub use norm::{
     BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm,

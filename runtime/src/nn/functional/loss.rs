@@ -233,7 +233,10 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
         return match args.reduction {
             Reduction::None => losses,
             Reduction::Sum => losses.sum_all(),
-            Reduction::Mean => losses.sum_all().div_scalar(input.shape()[0] as f64),
+            // PyTorch averages over every sample and position: numel / C.
+            Reduction::Mean => losses
+                .sum_all()
+                .div_scalar((input.numel() / input.shape()[1].max(1)) as f64),
         };
     }
     // Class-index targets: one fused kernel per pass over the logits.

@@ -17,12 +17,14 @@ use ferrograd_kernels::Dims;
 
 mod conv;
 mod loss;
+mod loss_more;
 mod norm;
 mod pool;
 mod resize;
 
 pub use conv::*;
 pub use loss::*;
+pub use loss_more::*;
 pub use norm::*;
 pub use pool::*;
 pub use resize::*;
