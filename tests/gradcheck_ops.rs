@@ -481,6 +481,53 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::linear(&x[0], &x[1], Some(&x[2])),
             vec![input(&[2, 3], 1), input(&[4, 3], 2), input(&[4], 3)],
         ),
+        // order statistics, selection, products
+        case("sort", |x| x[0].sort(1, true).0, vec![input(&[3, 5], 1)]),
+        case("topk", |x| x[0].topk(2, 0, true).0, vec![input(&[4, 3], 1)]),
+        case(
+            "kthvalue",
+            |x| x[0].kthvalue(2, 1, true).0,
+            vec![input(&[3, 4], 1)],
+        ),
+        case("cummax", |x| x[0].cummax(1).0, vec![input(&[3, 5], 1)]),
+        case("cummin", |x| x[0].cummin(0).0, vec![input(&[4, 3], 1)]),
+        case(
+            "masked_select",
+            |x| x[0].masked_select(&Tensor::from_vec(vec![true, false, true], &[3])),
+            vec![input(&[2, 3], 1)],
+        ),
+        case(
+            "einsum_contract",
+            |x| Tensor::einsum("bij,bjk,k->bi", &[&x[0], &x[1], &x[2]]),
+            vec![input(&[2, 3, 4], 1), input(&[2, 4, 5], 2), input(&[5], 3)],
+        ),
+        case(
+            "outer",
+            |x| x[0].outer(&x[1]),
+            vec![input(&[3], 1), input(&[4], 2)],
+        ),
+        case(
+            "baddbmm",
+            |x| x[0].baddbmm(&x[1], &x[2], 0.5, 2.0),
+            vec![
+                input(&[3, 1], 1),
+                input(&[2, 3, 4], 2),
+                input(&[2, 4, 2], 3),
+            ],
+        ),
+        case(
+            "lerp",
+            |x| x[0].lerp(&x[1], &x[2]),
+            vec![input(&[3, 4], 1), input(&[3, 4], 2), input(&[4], 3)],
+        ),
+        case(
+            "nan_to_num",
+            |x| x[0].add(&x[1]).nan_to_num(0.0, Some(5.0), None),
+            vec![
+                input(&[4], 1),
+                Tensor::from_vec(vec![f64::INFINITY, 0.0, f64::NAN, f64::NEG_INFINITY], &[4]),
+            ],
+        ),
         // losses
         case(
             "smooth_l1_loss",

@@ -31,6 +31,27 @@ pub use error::{Error, Result};
 pub use ferrograd_kernels::{DType, Element, FloatElement, NumElement};
 pub use ferrograd_macros::network;
 pub use random::{Generator, manual_seed};
+
+/// Limits the CPU kernels to `n` threads (`torch.set_num_threads`), at most the size of
+/// the rayon pool (`RAYON_NUM_THREADS`, else one per core); `0` restores that size.
+///
+/// ```
+/// ferrograd_runtime::set_num_threads(1);
+/// assert_eq!(ferrograd_runtime::get_num_threads(), 1);
+/// ferrograd_runtime::set_num_threads(0);
+/// ```
+pub fn set_num_threads(n: usize) {
+    ferrograd_kernels::cpu::set_num_threads(n);
+}
+
+/// The number of threads the CPU kernels use (`torch.get_num_threads`).
+///
+/// ```
+/// assert!(ferrograd_runtime::get_num_threads() >= 1);
+/// ```
+pub fn get_num_threads() -> usize {
+    ferrograd_kernels::cpu::num_threads()
+}
 pub use tensor::Tensor;
 
 /// Everything a model file usually needs: `use ferrograd::prelude::*;`.

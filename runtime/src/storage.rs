@@ -359,6 +359,20 @@ impl Storage {
         )
     }
 
+    /// Per position of contiguous `[outer, r, inner]`, the int64 index along the middle dim
+    /// that `op` (a stable sort, a running max or min) picks.
+    pub(crate) fn dim_indices(
+        &self,
+        layout: &Layout,
+        dims: [usize; 3],
+        op: ferrograd_kernels::cpu::DimIndexOp,
+    ) -> Result<Storage> {
+        self.map_one(
+            |s| cpu::dim_indices(s, layout, dims, op),
+            |s| s.dim_indices(layout, dims, op),
+        )
+    }
+
     /// Inclusive prefix sums along the middle dim.
     pub(crate) fn cumsum(&self, layout: &Layout, dims: [usize; 3]) -> Result<Storage> {
         self.map_one(|s| cpu::cumsum(s, layout, dims), |s| s.cumsum(layout, dims))

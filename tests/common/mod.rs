@@ -23,7 +23,7 @@ pub fn f64_tensors(bytes: &[u8]) -> HashMap<String, Tensor> {
         .collect()
 }
 
-/// Every tensor of a safetensors file of f32, f64 and int64 tensors (as PyTorch's
+/// Every tensor of a safetensors file of f32, f64, int64 and bool tensors (as PyTorch's
 /// `save_file` writes a state dict), in its own dtype.
 pub fn typed_tensors(bytes: &[u8]) -> HashMap<String, Tensor> {
     use safetensors::Dtype;
@@ -52,6 +52,9 @@ pub fn typed_tensors(bytes: &[u8]) -> HashMap<String, Tensor> {
                         .collect::<Vec<i64>>(),
                     shape,
                 ),
+                Dtype::BOOL => {
+                    Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape)
+                }
                 other => panic!("fixture tensor {name} has unsupported dtype {other:?}"),
             };
             (name, t)

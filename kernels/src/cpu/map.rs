@@ -26,7 +26,7 @@ fn build_vec<U: Send>(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sy
 /// Elements per task for a contiguous loop over `n` elements: a few tasks per thread so
 /// that a late-starting worker costs little, never below 4096.
 fn parallel_chunk(n: usize) -> usize {
-    n.div_ceil(rayon::current_num_threads() * 4).max(4096)
+    n.div_ceil(crate::cpu::num_threads() * 4).max(4096)
 }
 
 /// [`build_vec`] with chunks of exactly `chunk` slots (the last may be shorter): one

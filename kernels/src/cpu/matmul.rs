@@ -4,7 +4,6 @@
 use crate::{DType, Layout, NumElement};
 use gemm::Parallelism;
 use half::bf16;
-use rayon::prelude::*;
 
 /// Sizes of a batched matmul `[batch, m, k] @ [batch, k, n] -> [batch, m, n]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,12 +150,10 @@ fn gemm_batched<T: NumElement>(
     };
     let per = s.m * s.n;
     if s.batch > 1 && flops < GEMM_PARALLEL_FLOPS * 8 {
-        out.par_chunks_mut(per)
-            .enumerate()
-            .for_each(|(b, dst)| one_product(b, dst, Parallelism::None));
+        crate::cpu::for_each_chunk_mut(out, per, |b, dst| one_product(b, dst, Parallelism::None));
     } else {
         let parallelism = if flops >= GEMM_PARALLEL_FLOPS {
-            Parallelism::Rayon(rayon::current_num_threads())
+            Parallelism::Rayon(crate::cpu::num_threads())
         } else {
             Parallelism::None
         };

@@ -7,6 +7,7 @@ mod par;
 mod random;
 pub(crate) mod reduce;
 pub(crate) mod simd;
+mod sort;
 pub(crate) mod unfold;
 
 pub use index::{gather, index_select, scatter_add};
@@ -14,9 +15,10 @@ pub use map::{
     binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map,
 };
 pub use matmul::{MatmulShape, matmul};
-pub use par::{for_each_chunk_mut, run_tasks};
+pub use par::{for_each_chunk_mut, num_threads, run_tasks, set_num_threads};
 pub use random::philox4x32_10;
 pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
+pub use sort::{DimIndexOp, dim_indices};
 pub use unfold::{Conv2dGeometry, fold2d, unfold2d};
 
 use crate::{DType, Element};

@@ -13,6 +13,37 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The thread limit set by [`set_num_threads`]; 0 means rayon's pool size.
+static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Limits the CPU kernels to `n` threads (`torch.set_num_threads`); at most the size of
+/// rayon's pool (`RAYON_NUM_THREADS`, else one per core), which is what `0` restores.
+///
+/// ```
+/// use ferrograd_kernels::cpu::{num_threads, set_num_threads};
+/// let before = num_threads();
+/// set_num_threads(1);
+/// assert_eq!(num_threads(), 1);
+/// set_num_threads(0);
+/// assert_eq!(num_threads(), before);
+/// ```
+pub fn set_num_threads(n: usize) {
+    THREAD_LIMIT.store(n, Ordering::Relaxed);
+}
+
+/// The number of threads the CPU kernels use (`torch.get_num_threads`).
+///
+/// ```
+/// assert!(ferrograd_kernels::cpu::num_threads() >= 1);
+/// ```
+pub fn num_threads() -> usize {
+    let pool = rayon::current_num_threads();
+    match THREAD_LIMIT.load(Ordering::Relaxed) {
+        0 => pool,
+        n => n.min(pool),
+    }
+}
+
 /// The task body with its borrow erased, so that helper jobs (which must be `'static`)
 /// can hold it. Only dereferenced after claiming a task index below `n`, which can only
 /// happen while [`run_tasks`] is still waiting for that task, so while the borrow lives.
@@ -66,7 +97,7 @@ impl Shared {
 /// assert_eq!(sum.into_inner(), 4950);
 /// ```
 pub fn run_tasks(n_tasks: usize, task: impl Fn(usize) + Sync) {
-    let helpers = rayon::current_num_threads()
+    let helpers = num_threads()
         .saturating_sub(1)
         .min(n_tasks.saturating_sub(1));
     if helpers == 0 {

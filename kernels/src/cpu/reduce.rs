@@ -27,7 +27,7 @@ pub(crate) fn for_each_outer<U: Send>(
             .for_each(|(o, chunk)| body(o, chunk));
     } else {
         // Several rows per task keep the scheduling cost off tiny rows.
-        let rows_per_task = outer.div_ceil(rayon::current_num_threads() * 4).max(1);
+        let rows_per_task = outer.div_ceil(crate::cpu::num_threads() * 4).max(1);
         for_each_chunk_mut(out, row * rows_per_task, |t, rows| {
             for (i, chunk) in rows.chunks_mut(row).enumerate() {
                 body(t * rows_per_task + i, chunk);

@@ -1,11 +1,14 @@
 //! Tensor ops, one file per family. Each op's shape rule, forward dispatch and backward
 //! sit together in its method; the kernels live in `ferrograd-kernels`.
 
+mod einsum;
 mod elementwise;
 mod index;
 mod inplace;
 mod linalg;
 mod rearrange;
+mod select;
+mod sort;
 
 pub(crate) use rearrange::{index_on, wrap_dim};
 mod reduce;

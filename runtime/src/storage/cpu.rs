@@ -194,6 +194,21 @@ pub(crate) fn rows(
     }, else unreachable!("softmax takes float storage"))
 }
 
+/// The indices a stable sort or running extreme picks along the middle dim of
+/// `[outer, r, inner]` (int64).
+pub(crate) fn dim_indices(
+    src: &CpuStorage,
+    layout: &Layout,
+    dims: [usize; 3],
+    op: ferrograd_kernels::cpu::DimIndexOp,
+) -> CpuStorage {
+    with_dtype!(src.dtype(), T => CpuStorage::I64(ferrograd_kernels::cpu::dim_indices(
+        contiguous::<T>(src, layout),
+        dims,
+        op,
+    )))
+}
+
 /// Inclusive prefix sums along the middle dim of contiguous `[outer, r, inner]`.
 pub(crate) fn cumsum(
     src: &CpuStorage,

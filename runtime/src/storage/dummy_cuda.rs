@@ -136,6 +136,15 @@ impl CudaStorage {
         match *self {}
     }
 
+    pub(crate) fn dim_indices(
+        &self,
+        _: &Layout,
+        _: [usize; 3],
+        _: ferrograd_kernels::cpu::DimIndexOp,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
     pub(crate) fn cumsum(&self, _: &Layout, _: [usize; 3]) -> Result<Self> {
         match *self {}
     }

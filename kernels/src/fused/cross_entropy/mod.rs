@@ -65,7 +65,7 @@ pub fn cross_entropy_rows<T: FloatElement>(
     let per_task = if rows * c < PARALLEL_THRESHOLD {
         rows.max(1)
     } else {
-        rows.div_ceil(rayon::current_num_threads() * 4).max(1)
+        rows.div_ceil(crate::cpu::num_threads() * 4).max(1)
     };
     for_each_chunk_mut(&mut out, per_task, |task, slots| {
         let mut scratch = vec![T::ZERO; c];

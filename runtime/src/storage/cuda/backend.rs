@@ -229,6 +229,17 @@ impl CudaStorage {
         launch::softmax_rows(op.cuda(), self, start(layout), rows, len)
     }
 
+    /// Sorts and running extremes run on the host (data-dependent control flow; a device
+    /// sort is future work), counted as a host fallback.
+    pub(crate) fn dim_indices(
+        &self,
+        layout: &Layout,
+        dims: [usize; 3],
+        op: ferrograd_kernels::cpu::DimIndexOp,
+    ) -> Result<Self> {
+        self.on_host("sort", |h| cpu::dim_indices(h, layout, dims, op))
+    }
+
     pub(crate) fn cumsum(&self, layout: &Layout, dims: [usize; 3]) -> Result<Self> {
         if kernels::CUMSUM_COLS.symbol(self.dtype()).is_none() {
             return self.on_host("cumsum", |h| cpu::cumsum(h, layout, dims));
