@@ -174,6 +174,58 @@ const FLOAT_CASES: &[Case] = &[
             .sum_all()
             .add(&F::adaptive_avg_pool2d(&x[0], [2, 2]).sum_all())
     }),
+    case("pools ceil_mode and divisors", &[&[2, 3, 7, 6]], |x| {
+        let args = F::Pool2dArgs::new(3).stride(2).padding(1).ceil_mode(true);
+        F::max_pool2d_with(&x[0], &args)
+            .add(&F::avg_pool2d_with(&x[0], &args))
+            .add(&F::avg_pool2d_with(&x[0], &args.count_include_pad(false)))
+            .add(&F::avg_pool2d_with(&x[0], &args.divisor_override(4)))
+    }),
+    case(
+        "conv_transpose2d",
+        &[&[2, 4, 3, 3], &[4, 3, 3, 2], &[6]],
+        |x| {
+            let args = F::ConvTranspose2dArgs::default()
+                .stride(2)
+                .padding(1)
+                .output_padding(1)
+                .groups(2);
+            F::conv_transpose2d(&x[0], &x[1], Some(&x[2]), &args)
+        },
+    ),
+    case("group_norm rms_norm", &[&[2, 6, 4], &[6], &[6]], |x| {
+        F::group_norm(&x[0], 3, Some(&x[1]), Some(&x[2]), 1e-5).add(&F::rms_norm(
+            &x[0],
+            &[4],
+            None,
+            Some(1e-6),
+        ))
+    }),
+    case(
+        "interpolate pad_with pixel_shuffle",
+        &[&[1, 4, 3, 4]],
+        |x| {
+            let up = F::interpolate(
+                &x[0],
+                &F::InterpolateSize::Size(vec![6, 5]),
+                F::InterpolateMode::Linear {
+                    align_corners: false,
+                },
+            );
+            let padded = F::pad_with(&up, &[1, 2, 2, 1], F::PadMode::Reflect);
+            padded.sum_all().add(&F::pixel_shuffle(&x[0], 2).sum_all())
+        },
+    ),
+    case("sort topk cummax", &[&[3, 6]], |x| {
+        x[0].sort(1, true)
+            .0
+            .add(&x[0].cummax(1).0)
+            .sum_all()
+            .add(&x[0].topk(2, 0, false).0.sum_all())
+    }),
+    case("einsum", &[&[2, 3, 4], &[4, 5]], |x| {
+        Tensor::einsum("bij,jk->bik", &[&x[0], &x[1]])
+    }),
     case("layer_norm", &[&[3, 8], &[8], &[8]], |x| {
         F::layer_norm(&x[0], &[8], Some(&x[1]), Some(&x[2]), 1e-5)
     }),
