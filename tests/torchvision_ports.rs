@@ -91,6 +91,14 @@ fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f64, atol: f64) {
         .zip(&w)
         .map(|(g, w)| (g - w).abs() / (atol + rtol * w.abs()))
         .fold(0.0f64, f64::max);
+    let max_abs = g
+        .iter()
+        .zip(&w)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0f64, f64::max);
+    if !what.contains("running") {
+        eprintln!("{what}: max |ours - PyTorch| = {max_abs:.2e} ({worst:.3} of the tolerance)");
+    }
     assert!(
         worst <= 1.0,
         "{what}: off by {worst} tolerances (rtol {rtol}, atol {atol})"
