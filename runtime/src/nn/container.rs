@@ -29,53 +29,130 @@ pub struct Sequential {
 
 impl Sequential {
     /// An empty chain (its forward is the identity).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// assert!(Sequential::new().is_empty());
+    /// ```
     pub fn new() -> Self {
         Sequential::default()
     }
 
     /// This chain with `layer` appended (`Sequential.append`, which returns the chain;
     /// [`Sequential::push`] appends in place).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// let net = Sequential::new().append(Linear::new(2, 3, &Device::Cpu)).append(ReLU);
+    /// assert_eq!(net.len(), 2);
+    /// ```
     pub fn append(mut self, layer: impl Layer + 'static) -> Self {
         self.push(layer);
         self
     }
 
     /// Appends `layer` (`Sequential.append`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// let mut net = Sequential::new();
+    /// net.push(ReLU);
+    /// assert_eq!(net.len(), 1);
+    /// ```
     pub fn push(&mut self, layer: impl Layer + 'static) {
         self.layers.push(Box::new(layer));
     }
 
     /// Appends an already boxed layer.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// use ferrograd_runtime::nn::Layer;
+    /// let layer: Box<dyn Layer> = Box::new(ReLU);
+    /// let mut net = Sequential::new();
+    /// net.push_boxed(layer);
+    /// assert_eq!(net.len(), 1);
+    /// ```
     pub fn push_boxed(&mut self, layer: Box<dyn Layer>) {
         self.layers.push(layer);
     }
 
     /// How many layers.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// assert_eq!(Sequential::new().append(ReLU).len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
         self.layers.len()
     }
 
     /// Whether there are no layers.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// assert!(!Sequential::new().append(ReLU).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }
 
     /// Layer `index`, if there is one.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// use ferrograd_runtime::nn::Module;
+    /// let net = Sequential::new().append(Linear::new(2, 3, &Device::Cpu));
+    /// assert_eq!(net.get(0).unwrap().num_parameters(), 9);
+    /// assert!(net.get(1).is_none());
+    /// ```
     pub fn get(&self, index: usize) -> Option<&dyn Layer> {
         self.layers.get(index).map(|l| &**l)
     }
 
     /// Layer `index` for changing it, if there is one.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// use ferrograd_runtime::nn::Module;
+    /// let mut net = Sequential::new().append(Linear::new(2, 3, &Device::Cpu));
+    /// net.get_mut(0).unwrap().eval();
+    /// ```
     pub fn get_mut(&mut self, index: usize) -> Option<&mut (dyn Layer + 'static)> {
         self.layers.get_mut(index).map(|l| &mut **l)
     }
 
     /// The layers in order.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// use ferrograd_runtime::nn::Module;
+    /// let net = Sequential::new().append(Linear::new(2, 3, &Device::Cpu)).append(ReLU);
+    /// let counts: Vec<usize> = net.iter().map(|l| l.num_parameters()).collect();
+    /// assert_eq!(counts, [9, 0]);
+    /// ```
     pub fn iter(&self) -> impl Iterator<Item = &dyn Layer> {
         self.layers.iter().map(|l| &**l)
     }
 
     /// Applies the layers in order (the inherent form of [`Forward::forward`]).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
+    /// let net = Sequential::new().append(Linear::new(2, 3, &Device::Cpu)).append(ReLU);
+    /// let y = net.forward(&Tensor::ones(&[4, 2], DType::F32, &Device::Cpu));
+    /// assert_eq!(y.shape(), &[4, 3]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, input: &Tensor) -> Tensor {
         let mut layers = self.layers.iter();
@@ -161,31 +238,74 @@ impl<M: Module> Default for ModuleList<M> {
 
 impl<M: Module> ModuleList<M> {
     /// An empty list.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleList};
+    /// let list: ModuleList<Linear> = ModuleList::new();
+    /// assert!(list.is_empty());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Appends `module` (`ModuleList.append`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleList};
+    /// let mut list = ModuleList::new();
+    /// list.push(Linear::new(2, 2, &Device::Cpu));
+    /// assert_eq!(list.len(), 1);
+    /// ```
     pub fn push(&mut self, module: M) {
         self.items.push(module);
     }
 
     /// How many modules.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleList};
+    /// let list: ModuleList<Linear> = (0..3).map(|_| Linear::new(2, 2, &Device::Cpu)).collect();
+    /// assert_eq!(list.len(), 3);
+    /// ```
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether there are none.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleList};
+    /// assert!(ModuleList::<Linear>::new().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// The modules in order.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleList};
+    /// let list: ModuleList<Linear> = (0..2).map(|_| Linear::new(2, 2, &Device::Cpu)).collect();
+    /// assert_eq!(list.iter().count(), 2);
+    /// ```
     pub fn iter(&self) -> std::slice::Iter<'_, M> {
         self.items.iter()
     }
 
     /// The modules in order, for changing them.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleList};
+    /// let mut list: ModuleList<Linear> = (0..2).map(|_| Linear::new(2, 2, &Device::Cpu)).collect();
+    /// for l in list.iter_mut() { l.bias = None; }
+    /// assert!(list[1].bias.is_none());
+    /// ```
     pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, M> {
         self.items.iter_mut()
     }
@@ -252,6 +372,13 @@ impl<M: Module> Default for ModuleDict<M> {
 
 impl<M: Module> ModuleDict<M> {
     /// An empty dict.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let dict: ModuleDict<Linear> = ModuleDict::new();
+    /// assert!(dict.is_empty());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -261,6 +388,14 @@ impl<M: Module> ModuleDict<M> {
     ///
     /// # Panics
     /// When `name` is empty or contains a `.` (it would split the state-dict key).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// assert!(dict.insert("head", Linear::new(2, 2, &Device::Cpu)).is_none());
+    /// assert!(dict.insert("head", Linear::new(2, 2, &Device::Cpu)).is_some());
+    /// ```
     #[track_caller]
     pub fn insert(&mut self, name: impl Into<String>, module: M) -> Option<M> {
         let name = name.into();
@@ -278,11 +413,27 @@ impl<M: Module> ModuleDict<M> {
     }
 
     /// The module named `name`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// dict.insert("head", Linear::new(2, 2, &Device::Cpu));
+    /// assert!(dict.get("head").is_some() && dict.get("tail").is_none());
+    /// ```
     pub fn get(&self, name: &str) -> Option<&M> {
         self.items.iter().find(|(n, _)| n == name).map(|(_, m)| m)
     }
 
     /// The module named `name`, for changing it.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// dict.insert("head", Linear::new(2, 2, &Device::Cpu));
+    /// dict.get_mut("head").unwrap().bias = None;
+    /// ```
     pub fn get_mut(&mut self, name: &str) -> Option<&mut M> {
         self.items
             .iter_mut()
@@ -291,27 +442,66 @@ impl<M: Module> ModuleDict<M> {
     }
 
     /// Removes and returns the module named `name` (`ModuleDict.pop`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// dict.insert("head", Linear::new(2, 2, &Device::Cpu));
+    /// assert!(dict.remove("head").is_some() && dict.is_empty());
+    /// ```
     pub fn remove(&mut self, name: &str) -> Option<M> {
         let i = self.items.iter().position(|(n, _)| n == name)?;
         Some(self.items.remove(i).1)
     }
 
     /// The names in insertion order.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// dict.insert("b", Linear::new(2, 2, &Device::Cpu));
+    /// dict.insert("a", Linear::new(2, 2, &Device::Cpu));
+    /// assert_eq!(dict.keys().collect::<Vec<_>>(), ["b", "a"]);
+    /// ```
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.items.iter().map(|(n, _)| n.as_str())
     }
 
     /// `(name, module)` pairs in insertion order.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// dict.insert("a", Linear::new(2, 2, &Device::Cpu));
+    /// assert_eq!(dict.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["a"]);
+    /// ```
     pub fn iter(&self) -> impl Iterator<Item = (&str, &M)> {
         self.items.iter().map(|(n, m)| (n.as_str(), m))
     }
 
     /// How many modules.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// let mut dict = ModuleDict::new();
+    /// dict.insert("a", Linear::new(2, 2, &Device::Cpu));
+    /// assert_eq!(dict.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether there are none.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Linear, ModuleDict};
+    /// assert!(ModuleDict::<Linear>::new().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

@@ -84,36 +84,78 @@ impl<const D: usize> From<ConvArgs<D>> for ConvOptions<D> {
 
 impl<const D: usize> ConvOptions<D> {
     /// The same stride on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert_eq!(ConvOptions::<2>::default().stride(2).stride, [2, 2]);
+    /// ```
     pub fn stride(mut self, stride: usize) -> Self {
         self.stride = [stride; D];
         self
     }
     /// The same padding on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert_eq!(ConvOptions::<1>::default().padding(1).padding, Padding::Explicit([1]));
+    /// ```
     pub fn padding(mut self, padding: usize) -> Self {
         self.padding = Padding::Explicit([padding; D]);
         self
     }
     /// `padding='same'`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert_eq!(ConvOptions::<2>::default().padding_same().padding, Padding::Same);
+    /// ```
     pub fn padding_same(mut self) -> Self {
         self.padding = Padding::Same;
         self
     }
     /// The same dilation on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert_eq!(ConvOptions::<2>::default().dilation(2).dilation, [2, 2]);
+    /// ```
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.dilation = [dilation; D];
         self
     }
     /// The number of groups.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert_eq!(ConvOptions::<2>::default().groups(4).groups, 4);
+    /// ```
     pub fn groups(mut self, groups: usize) -> Self {
         self.groups = groups;
         self
     }
     /// With or without a bias.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert!(!ConvOptions::<2>::default().bias(false).bias);
+    /// ```
     pub fn bias(mut self, bias: bool) -> Self {
         self.bias = bias;
         self
     }
     /// What fills the padding.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{ConvOptions, Padding, PaddingMode};
+    /// assert_eq!(ConvOptions::<2>::default().padding_mode(PaddingMode::Circular).padding_mode, PaddingMode::Circular);
+    /// ```
     pub fn padding_mode(mut self, mode: PaddingMode) -> Self {
         self.padding_mode = mode;
         self
@@ -265,6 +307,15 @@ macro_rules! conv_layer {
         impl $name {
             /// A convolution initialised like PyTorch's; `options` may be a
             /// [`ConvOptions`] or the functional arguments (then with a bias).
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{Conv1d, Conv2d, ConvOptions};
+            /// let c = Conv2d::new(4, 8, 3, ConvOptions::default().groups(2), &Device::Cpu);
+            /// assert_eq!(c.weight.shape(), &[8, 2, 3, 3]);
+            /// let c = Conv1d::new(4, 8, 5, F::Conv1dArgs::default(), &Device::Cpu);
+            /// assert_eq!(c.weight.shape(), &[8, 4, 5]);
+            /// ```
             #[track_caller]
             pub fn new(
                 in_channels: usize,
@@ -296,6 +347,12 @@ macro_rules! conv_layer {
                 }
             }
 
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{Conv2d, ConvOptions};
+            /// let c = Conv2d::new(1, 2, [3, 1], ConvOptions::default().padding_same(), &Device::Cpu);
+            /// assert_eq!(c.forward(&Tensor::zeros(&[1, 1, 5, 6], DType::F32, &Device::Cpu)).shape(), &[1, 2, 5, 6]);
+            /// ```
             #[doc = concat!("Applies the convolution to `", $input, "`.")]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -355,31 +412,67 @@ impl<const D: usize> From<ConvTransposeArgs<D>> for ConvTransposeOptions<D> {
 
 impl<const D: usize> ConvTransposeOptions<D> {
     /// The same stride on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::ConvTransposeOptions;
+    /// assert_eq!(ConvTransposeOptions::<2>::default().stride(2).args.stride, [2, 2]);
+    /// ```
     pub fn stride(mut self, stride: usize) -> Self {
         self.args = self.args.stride(stride);
         self
     }
     /// The same padding on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::ConvTransposeOptions;
+    /// assert_eq!(ConvTransposeOptions::<1>::default().padding(1).args.padding, [1]);
+    /// ```
     pub fn padding(mut self, padding: usize) -> Self {
         self.args = self.args.padding(padding);
         self
     }
     /// The same output padding on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::ConvTransposeOptions;
+    /// assert_eq!(ConvTransposeOptions::<2>::default().output_padding(1).args.output_padding, [1, 1]);
+    /// ```
     pub fn output_padding(mut self, output_padding: usize) -> Self {
         self.args = self.args.output_padding(output_padding);
         self
     }
     /// The same dilation on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::ConvTransposeOptions;
+    /// assert_eq!(ConvTransposeOptions::<2>::default().dilation(3).args.dilation, [3, 3]);
+    /// ```
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.args = self.args.dilation(dilation);
         self
     }
     /// The number of groups.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::ConvTransposeOptions;
+    /// assert_eq!(ConvTransposeOptions::<2>::default().groups(2).args.groups, 2);
+    /// ```
     pub fn groups(mut self, groups: usize) -> Self {
         self.args = self.args.groups(groups);
         self
     }
     /// With or without a bias.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::ConvTransposeOptions;
+    /// assert!(!ConvTransposeOptions::<2>::default().bias(false).bias);
+    /// ```
     pub fn bias(mut self, bias: bool) -> Self {
         self.bias = bias;
         self
@@ -406,6 +499,13 @@ macro_rules! conv_transpose_layer {
         impl $name {
             /// A transposed convolution initialised like PyTorch's (fan_in computed from
             /// the weight's dim 1, `out/groups`, as PyTorch does).
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{ConvTranspose2d, ConvTransposeOptions};
+            /// let up = ConvTranspose2d::new(8, 4, 2, ConvTransposeOptions::default().stride(2), &Device::Cpu);
+            /// assert_eq!(up.weight.shape(), &[8, 4, 2, 2]);
+            /// ```
             #[track_caller]
             pub fn new(
                 in_channels: usize,
@@ -432,6 +532,12 @@ macro_rules! conv_transpose_layer {
                 $name { weight, bias, options }
             }
 
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{ConvTranspose2d, ConvTransposeOptions};
+            /// let up = ConvTranspose2d::new(8, 4, 2, ConvTransposeOptions::default().stride(2), &Device::Cpu);
+            /// assert_eq!(up.forward(&Tensor::zeros(&[1, 8, 3, 3], DType::F32, &Device::Cpu)).shape(), &[1, 4, 6, 6]);
+            /// ```
             #[doc = concat!("Applies the transposed convolution to `", $input, "`.")]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {

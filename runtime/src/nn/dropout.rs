@@ -21,6 +21,12 @@ macro_rules! dropout_layer {
 
         impl $name {
             /// Dropout with probability `p`, in training mode.
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{AlphaDropout, Dropout, Dropout2d};
+            /// assert_eq!((Dropout::new(0.3).p, Dropout2d::new(0.3).training, AlphaDropout::new(0.1).p), (0.3, true, 0.1));
+            /// ```
             #[track_caller]
             pub fn new(p: f64) -> Self {
                 assert!(
@@ -32,6 +38,13 @@ macro_rules! dropout_layer {
             }
 
             /// Applies dropout when training; the identity in eval mode.
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{AlphaDropout, Dropout, Dropout2d};
+            /// let y = Dropout::new(0.0).forward(&Tensor::ones(&[3], DType::F32, &Device::Cpu));
+            /// assert_eq!(y.to_vec::<f32>(), vec![1.0; 3]);
+            /// ```
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
                 $functional(x, self.p, self.training)

@@ -32,6 +32,12 @@ pub struct Embedding {
 
 impl Embedding {
     /// A table initialised from the standard normal distribution.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::Embedding;
+    /// assert_eq!(Embedding::new(10, 3, &Device::Cpu).weight.shape(), &[10, 3]);
+    /// ```
     pub fn new(num_embeddings: usize, dim: usize, device: &Device) -> Self {
         Embedding {
             weight: on(
@@ -45,6 +51,13 @@ impl Embedding {
 
     /// Sets `padding_idx` (negative counts from the end) and zeroes that row, as PyTorch's
     /// constructor does.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::Embedding;
+    /// let emb = Embedding::new(10, 3, &Device::Cpu).padding_idx(-1);
+    /// assert_eq!(emb.options.padding_idx, Some(9));
+    /// ```
     #[track_caller]
     pub fn padding_idx(mut self, padding_idx: i64) -> Self {
         let n = self.weight.shape()[0] as i64;
@@ -65,6 +78,14 @@ impl Embedding {
     }
 
     /// Sets `max_norm` (and the `norm_type` p, 2 in PyTorch by default).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::Embedding;
+    /// let emb = Embedding::new(10, 3, &Device::Cpu).max_norm(1.0, 2.0);
+    /// emb.forward(&Tensor::from_vec(vec![4i64], &[1]));
+    /// assert!(emb.weight.select(0, 4).norm(2.0, &[0], false).item::<f32>() <= 1.0 + 1e-6);
+    /// ```
     pub fn max_norm(mut self, max_norm: f64, norm_type: f64) -> Self {
         self.options.max_norm = Some(max_norm);
         self.options.norm_type = norm_type;
@@ -96,6 +117,13 @@ impl Embedding {
     }
 
     /// Looks up int64 indices of any shape.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::Embedding;
+    /// let emb = Embedding::new(10, 3, &Device::Cpu);
+    /// assert_eq!(emb.forward(&Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2])).shape(), &[2, 2, 3]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, indices: &Tensor) -> Tensor {
         F::embedding_with(indices, &self.weight, &self.options)
@@ -130,6 +158,14 @@ pub struct EmbeddingBag {
 
 impl EmbeddingBag {
     /// A table of `num_embeddings` rows of size `dim`, reduced by `mode`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::EmbeddingBag;
+    /// use ferrograd_runtime::nn::functional::EmbeddingBagMode;
+    /// let bag = EmbeddingBag::new(10, 3, EmbeddingBagMode::Max, &Device::Cpu);
+    /// assert_eq!(bag.weight.shape(), &[10, 3]);
+    /// ```
     pub fn new(num_embeddings: usize, dim: usize, mode: EmbeddingBagMode, device: &Device) -> Self {
         EmbeddingBag {
             weight: on(
@@ -144,6 +180,15 @@ impl EmbeddingBag {
 
     /// Bags of `input`: `[B, L]` (each row a bag), or 1-D with `offsets` (bag starts).
     /// `per_sample_weights` (same shape as `input`) scale rows in `Sum` mode.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::EmbeddingBag;
+    /// use ferrograd_runtime::nn::functional::EmbeddingBagMode;
+    /// let bag = EmbeddingBag::new(10, 3, EmbeddingBagMode::Mean, &Device::Cpu);
+    /// let ids = Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2]);
+    /// assert_eq!(bag.forward(&ids, None, None).shape(), &[2, 3]);
+    /// ```
     #[track_caller]
     pub fn forward(
         &self,

@@ -27,6 +27,13 @@ pub struct Linear {
 
 impl Linear {
     /// A layer with bias, initialised like `nn.Linear(in_features, out_features)`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Bilinear, Linear, Module};
+    /// let fc = Linear::new(4, 2, &Device::Cpu);
+    /// assert_eq!((fc.weight.shape(), fc.num_parameters()), (&[2, 4][..], 10));
+    /// ```
     pub fn new(in_features: usize, out_features: usize, device: &Device) -> Self {
         Self::with_bias(in_features, out_features, true, device)
     }
@@ -57,6 +64,13 @@ impl Linear {
     }
 
     /// Applies the layer to `[*, in_features]`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Bilinear, Linear, Module};
+    /// let fc = Linear::new(4, 2, &Device::Cpu);
+    /// assert_eq!(fc.forward(&Tensor::ones(&[3, 5, 4], DType::F32, &Device::Cpu)).shape(), &[3, 5, 2]);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         F::linear(x, &self.weight, self.bias.as_ref())
@@ -86,6 +100,12 @@ pub struct Bilinear {
 
 impl Bilinear {
     /// A layer initialised like `nn.Bilinear(in1, in2, out, bias)`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Bilinear, Linear, Module};
+    /// assert_eq!(Bilinear::new(3, 4, 5, false, &Device::Cpu).num_parameters(), 60);
+    /// ```
     pub fn new(in1: usize, in2: usize, out: usize, bias: bool, device: &Device) -> Self {
         Bilinear {
             weight: default_uniform(&[out, in1, in2], in1, device),

@@ -67,11 +67,25 @@ macro_rules! batch_norm {
         impl $name {
             /// A layer over `channels` channels, in training mode, with PyTorch's defaults
             /// (`eps=1e-5, momentum=0.1, affine=True, track_running_stats=True`).
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{BatchNorm1d, BatchNorm2d, Module};
+            /// let bn = BatchNorm2d::new(8, &Device::Cpu);
+            /// assert_eq!((bn.eps, bn.momentum, bn.num_parameters()), (1e-5, Some(0.1), 16));
+            /// ```
             pub fn new(channels: usize, device: &Device) -> Self {
                 Self::with_options(channels, 1e-5, Some(0.1), true, true, device)
             }
 
             /// A layer with every constructor argument of PyTorch's.
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{BatchNorm1d, BatchNorm2d, Module};
+            /// let bn = BatchNorm1d::with_options(8, 1e-3, None, false, true, &Device::Cpu);
+            /// assert_eq!((bn.num_parameters(), bn.named_buffers().len()), (0, 3));
+            /// ```
             pub fn with_options(
                 channels: usize,
                 eps: f64,
@@ -94,6 +108,13 @@ macro_rules! batch_norm {
                 }
             }
 
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{BatchNorm1d, BatchNorm2d, Module};
+            /// let bn = BatchNorm1d::new(3, &Device::Cpu);
+            /// let y = bn.forward(&Tensor::randn(&[16, 3], DType::F64, &Device::Cpu));
+            /// assert!(y.mean(&[0], false).abs().max_all().item::<f64>() < 1e-9);
+            /// ```
             #[doc = concat!("Normalises ", $shape, " over the batch (and spatial) dims.")]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -165,11 +186,23 @@ macro_rules! instance_norm {
 
         impl $name {
             /// A layer with PyTorch's defaults (no parameters, no buffers).
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{InstanceNorm2d, Module};
+            /// assert_eq!(InstanceNorm2d::new(3, &Device::Cpu).state_dict().len(), 0);
+            /// ```
             pub fn new(channels: usize, device: &Device) -> Self {
                 Self::with_options(channels, 1e-5, Some(0.1), false, false, device)
             }
 
             /// A layer with every constructor argument of PyTorch's.
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{InstanceNorm2d, Module};
+            /// assert_eq!(InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu).num_parameters(), 6);
+            /// ```
             pub fn with_options(
                 channels: usize,
                 eps: f64,
@@ -193,6 +226,13 @@ macro_rules! instance_norm {
             }
 
             /// Normalises each channel of each sample over its spatial positions.
+            ///
+            /// ```
+            /// use ferrograd_runtime::prelude::*;
+            /// use ferrograd_runtime::nn::{InstanceNorm2d, Module};
+            /// let y = InstanceNorm2d::new(2, &Device::Cpu).forward(&Tensor::randn(&[1, 2, 4, 4], DType::F64, &Device::Cpu));
+            /// assert!(y.mean(&[2, 3], false).abs().max_all().item::<f64>() < 1e-9);
+            /// ```
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
                 assert!(
@@ -263,6 +303,12 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// A layer over the trailing dims `normalized_shape`, `eps = 1e-5`, with weight and
     /// bias.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::LayerNorm;
+    /// assert_eq!(LayerNorm::new(&[3, 4], &Device::Cpu).weight.unwrap().shape(), &[3, 4]);
+    /// ```
     pub fn new(normalized_shape: &[usize], device: &Device) -> Self {
         Self::with_options(normalized_shape, 1e-5, true, true, device)
     }
@@ -273,6 +319,12 @@ impl LayerNorm {
     /// use ferrograd_runtime::prelude::*;
     /// use ferrograd_runtime::nn::{LayerNorm, Module};
     /// assert_eq!(LayerNorm::with_options(&[8], 1e-6, true, false, &Device::Cpu).num_parameters(), 8);
+    /// ```
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{GroupNorm, Module};
+    /// assert_eq!(GroupNorm::with_options(4, 8, 1e-6, false, &Device::Cpu).num_parameters(), 0);
     /// ```
     pub fn with_options(
         normalized_shape: &[usize],
@@ -290,6 +342,13 @@ impl LayerNorm {
     }
 
     /// Normalises the trailing dims of `x`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::LayerNorm;
+    /// let y = LayerNorm::new(&[4], &Device::Cpu).forward(&Tensor::randn(&[2, 4], DType::F64, &Device::Cpu));
+    /// assert!(y.mean(&[1], false).abs().max_all().item::<f64>() < 1e-9);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         F::layer_norm(
@@ -330,6 +389,12 @@ pub struct GroupNorm {
 
 impl GroupNorm {
     /// `num_channels` channels in `num_groups` groups, with affine parameters.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{GroupNorm, Module};
+    /// assert_eq!(GroupNorm::new(4, 8, &Device::Cpu).num_parameters(), 16);
+    /// ```
     #[track_caller]
     pub fn new(num_groups: usize, num_channels: usize, device: &Device) -> Self {
         Self::with_options(num_groups, num_channels, 1e-5, true, device)
@@ -357,6 +422,13 @@ impl GroupNorm {
     }
 
     /// Normalises `[N, C, ...]` per group.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{GroupNorm, Module};
+    /// let y = GroupNorm::new(1, 4, &Device::Cpu).forward(&Tensor::randn(&[2, 4, 3], DType::F64, &Device::Cpu));
+    /// assert!(y.mean(&[1, 2], false).abs().max_all().item::<f64>() < 1e-9);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         F::group_norm(
@@ -395,6 +467,12 @@ pub struct RMSNorm {
 
 impl RMSNorm {
     /// A layer with a weight (`elementwise_affine=True`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::RMSNorm;
+    /// assert_eq!(RMSNorm::new(&[8], Some(1e-6), &Device::Cpu).eps, Some(1e-6));
+    /// ```
     pub fn new(normalized_shape: &[usize], eps: Option<f64>, device: &Device) -> Self {
         RMSNorm {
             weight: Some(filled_param(normalized_shape, 1.0, device)),
@@ -404,6 +482,13 @@ impl RMSNorm {
     }
 
     /// Normalises the trailing dims of `x`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::RMSNorm;
+    /// let y = RMSNorm::new(&[2], Some(0.0), &Device::Cpu).forward(&Tensor::from_vec(vec![3.0f32, 4.0], &[1, 2]));
+    /// assert!((y.mul(&y).mean_all().item::<f32>() - 1.0).abs() < 1e-6);
+    /// ```
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
         F::rms_norm(x, &self.normalized_shape, self.weight.as_ref(), self.eps)

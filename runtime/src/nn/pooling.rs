@@ -112,6 +112,12 @@ stateless! {
 impl MaxPool2d {
     /// A square window of `kernel` with stride `kernel` (`nn.MaxPool2d(kernel)`); set the
     /// other arguments on `args`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d};
+    /// assert_eq!(MaxPool2d::new(3).args.stride, [3, 3]);
+    /// ```
     pub fn new(kernel: usize) -> Self {
         MaxPool2d {
             args: Pool2dArgs::new(kernel),
@@ -136,6 +142,12 @@ impl MaxPool2d {
 
 impl MaxPool1d {
     /// A window of `kernel` with stride `kernel` (`nn.MaxPool1d(kernel)`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d};
+    /// assert_eq!(MaxPool1d::new(3).args.stride, 3);
+    /// ```
     pub fn new(kernel: usize) -> Self {
         MaxPool1d {
             args: Pool1dArgs::new(kernel),
@@ -159,6 +171,12 @@ impl MaxPool1d {
 
 impl AvgPool2d {
     /// A square window of `kernel` with stride `kernel` (`nn.AvgPool2d(kernel)`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d};
+    /// assert_eq!(AvgPool2d::new(2).args.kernel, [2, 2]);
+    /// ```
     pub fn new(kernel: usize) -> Self {
         AvgPool2d {
             args: Pool2dArgs::new(kernel),
@@ -168,6 +186,12 @@ impl AvgPool2d {
 
 impl AvgPool1d {
     /// A window of `kernel` with stride `kernel` (`nn.AvgPool1d(kernel)`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d};
+    /// assert_eq!(AvgPool1d::new(2).args.kernel, 2);
+    /// ```
     pub fn new(kernel: usize) -> Self {
         AvgPool1d {
             args: Pool1dArgs::new(kernel),

@@ -42,21 +42,45 @@ impl<const D: usize> Default for ConvArgs<D> {
 
 impl<const D: usize> ConvArgs<D> {
     /// The same stride on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(Conv2dArgs::default().stride(2).stride, [2, 2]);
+    /// ```
     pub fn stride(mut self, stride: usize) -> Self {
         self.stride = [stride; D];
         self
     }
     /// The same padding on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(Conv2dArgs::default().padding(1).padding, [1, 1]);
+    /// ```
     pub fn padding(mut self, padding: usize) -> Self {
         self.padding = [padding; D];
         self
     }
     /// The same dilation on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(Conv2dArgs::default().dilation(2).dilation, [2, 2]);
+    /// ```
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.dilation = [dilation; D];
         self
     }
     /// The number of groups.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(Conv2dArgs::default().groups(3).groups, 3);
+    /// ```
     pub fn groups(mut self, groups: usize) -> Self {
         self.groups = groups;
         self
@@ -317,26 +341,56 @@ impl<const D: usize> Default for ConvTransposeArgs<D> {
 
 impl<const D: usize> ConvTransposeArgs<D> {
     /// The same stride on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(ConvTranspose2dArgs::default().stride(2).stride, [2, 2]);
+    /// ```
     pub fn stride(mut self, stride: usize) -> Self {
         self.stride = [stride; D];
         self
     }
     /// The same padding on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(ConvTranspose2dArgs::default().padding(1).padding, [1, 1]);
+    /// ```
     pub fn padding(mut self, padding: usize) -> Self {
         self.padding = [padding; D];
         self
     }
     /// The same output padding on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(ConvTranspose2dArgs::default().output_padding(1).output_padding, [1, 1]);
+    /// ```
     pub fn output_padding(mut self, output_padding: usize) -> Self {
         self.output_padding = [output_padding; D];
         self
     }
     /// The same dilation on every spatial dim.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(ConvTranspose2dArgs::default().dilation(2).dilation, [2, 2]);
+    /// ```
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.dilation = [dilation; D];
         self
     }
     /// The number of groups.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
+    /// assert_eq!(ConvTranspose2dArgs::default().groups(2).groups, 2);
+    /// ```
     pub fn groups(mut self, groups: usize) -> Self {
         self.groups = groups;
         self

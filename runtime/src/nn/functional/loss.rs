@@ -84,6 +84,13 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
 }
 
 /// [`nll_loss`] with class weights, `ignore_index` and reduction.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// let logp = Tensor::from_vec(vec![-0.5f32, -1.5, -2.0, -0.2], &[2, 2]);
+/// let target = Tensor::from_vec(vec![1i64, -100], &[2]);
+/// assert_eq!(F::nll_loss_with(&logp, &target, &F::CrossEntropyArgs::default()).item::<f32>(), 1.5);
+/// ```
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
     if let Some(x) = amp::full_precision(input) {

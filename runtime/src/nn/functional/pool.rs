@@ -36,6 +36,12 @@ pub struct Pool2dArgs {
 
 impl Pool2dArgs {
     /// A square window with stride equal to its size.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert_eq!(Pool2dArgs::new(2).kernel, [2, 2]);
+    /// ```
     pub fn new(kernel: usize) -> Self {
         Pool2dArgs {
             kernel: [kernel; 2],
@@ -48,6 +54,12 @@ impl Pool2dArgs {
         }
     }
     /// A `[kh, kw]` window with stride equal to it.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert_eq!(Pool2dArgs::rect([3, 1]).stride, [3, 1]);
+    /// ```
     pub fn rect(kernel: [usize; 2]) -> Self {
         Pool2dArgs {
             kernel,
@@ -56,31 +68,67 @@ impl Pool2dArgs {
         }
     }
     /// The same stride on both dims.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert_eq!(Pool2dArgs::new(3).stride(1).stride, [1, 1]);
+    /// ```
     pub fn stride(mut self, stride: usize) -> Self {
         self.stride = [stride; 2];
         self
     }
     /// The same padding on both dims.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert_eq!(Pool2dArgs::new(3).padding(1).padding, [1, 1]);
+    /// ```
     pub fn padding(mut self, padding: usize) -> Self {
         self.padding = [padding; 2];
         self
     }
     /// The same dilation on both dims (max pooling).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert_eq!(Pool2dArgs::new(3).dilation(2).dilation, [2, 2]);
+    /// ```
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.dilation = [dilation; 2];
         self
     }
     /// Round the output size up (`ceil_mode`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert!(Pool2dArgs::new(3).ceil_mode(true).ceil_mode);
+    /// ```
     pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
         self.ceil_mode = ceil_mode;
         self
     }
     /// Count padding in average pooling's divisor (`count_include_pad`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert!(!Pool2dArgs::new(3).count_include_pad(false).count_include_pad);
+    /// ```
     pub fn count_include_pad(mut self, count_include_pad: bool) -> Self {
         self.count_include_pad = count_include_pad;
         self
     }
     /// Divide average pooling's sums by `divisor` (`divisor_override`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool2dArgs;
+    /// assert_eq!(Pool2dArgs::new(3).divisor_override(4).divisor_override, Some(4));
+    /// ```
     pub fn divisor_override(mut self, divisor: usize) -> Self {
         self.divisor_override = Some(divisor);
         self
@@ -112,6 +160,12 @@ pub struct Pool1dArgs {
 
 impl Pool1dArgs {
     /// A window of `kernel` with stride equal to it.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool1dArgs;
+    /// assert_eq!(Pool1dArgs::new(2).stride, 2);
+    /// ```
     pub fn new(kernel: usize) -> Self {
         Pool1dArgs {
             kernel,
@@ -123,26 +177,56 @@ impl Pool1dArgs {
         }
     }
     /// The stride.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool1dArgs;
+    /// assert_eq!(Pool1dArgs::new(2).stride(1).stride, 1);
+    /// ```
     pub fn stride(mut self, stride: usize) -> Self {
         self.stride = stride;
         self
     }
     /// The padding.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool1dArgs;
+    /// assert_eq!(Pool1dArgs::new(2).padding(1).padding, 1);
+    /// ```
     pub fn padding(mut self, padding: usize) -> Self {
         self.padding = padding;
         self
     }
     /// The dilation (max pooling).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool1dArgs;
+    /// assert_eq!(Pool1dArgs::new(2).dilation(2).dilation, 2);
+    /// ```
     pub fn dilation(mut self, dilation: usize) -> Self {
         self.dilation = dilation;
         self
     }
     /// Round the output size up (`ceil_mode`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool1dArgs;
+    /// assert!(Pool1dArgs::new(2).ceil_mode(true).ceil_mode);
+    /// ```
     pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
         self.ceil_mode = ceil_mode;
         self
     }
     /// Count padding in average pooling's divisor (`count_include_pad`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::functional::Pool1dArgs;
+    /// assert!(!Pool1dArgs::new(2).count_include_pad(false).count_include_pad);
+    /// ```
     pub fn count_include_pad(mut self, count_include_pad: bool) -> Self {
         self.count_include_pad = count_include_pad;
         self
