@@ -15,6 +15,7 @@ pub mod amp;
 mod autocast_state;
 pub mod autograd;
 pub mod cuda;
+pub mod data;
 mod device;
 mod error;
 pub mod memory;

@@ -1,0 +1,264 @@
+//! IDX files (`MNIST`, `FashionMNIST`, `KMNIST`), gzipped or raw.
+
+use super::super::{DataError, Dataset};
+use super::find;
+use crate::{DType, Tensor};
+use flate2::read::GzDecoder;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Reads an unsigned-byte IDX file (gzipped when it starts with gzip's magic): its dims
+/// and its bytes, checked against each other. Never reads or allocates more than the
+/// header's dims promise, and rejects dims whose product overflows.
+///
+/// ```
+/// use ferrograd_runtime::data::datasets::read_idx;
+/// let dir = std::env::temp_dir().join("ferrograd-doc-idx");
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("two.idx");
+/// std::fs::write(&path, [0, 0, 8, 1, 0, 0, 0, 2, 7, 9]).unwrap();
+/// assert_eq!(read_idx(&path).unwrap(), (vec![2], vec![7, 9]));
+/// std::fs::write(&path, [0, 0, 8, 1, 0, 0, 0, 3, 7]).unwrap();
+/// assert!(read_idx(&path).unwrap_err().to_string().contains("truncated"));
+/// ```
+pub fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut file = std::io::BufReader::new(file);
+    let mut magic = [0u8; 2];
+    let peeked = {
+        use std::io::BufRead;
+        let buf = file.fill_buf().map_err(|e| DataError::io(path, e))?;
+        magic.iter_mut().zip(buf).for_each(|(m, b)| *m = *b);
+        buf.len()
+    };
+    let mut reader: Box<dyn Read> = if peeked >= 2 && magic == [0x1f, 0x8b] {
+        Box::new(GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    let bad = |why: String| DataError::format(path, format!("not a valid IDX file: {why}"));
+    let mut head = [0u8; 4];
+    read_exact(&mut reader, &mut head, path, "truncated magic number")?;
+    if head[0] != 0 || head[1] != 0 {
+        return Err(bad(format!(
+            "wrong magic number {:02x}{:02x}{:02x}{:02x}",
+            head[0], head[1], head[2], head[3]
+        )));
+    }
+    if head[2] != 0x08 {
+        return Err(bad(format!(
+            "element type 0x{:02x} is not unsigned bytes (0x08)",
+            head[2]
+        )));
+    }
+    let rank = head[3] as usize;
+    if rank == 0 {
+        return Err(bad("rank 0".into()));
+    }
+    let mut dims_raw = vec![0u8; 4 * rank];
+    read_exact(&mut reader, &mut dims_raw, path, "truncated header")?;
+    let dims: Vec<usize> = dims_raw
+        .chunks_exact(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
+        .collect();
+    let expected = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= isize::MAX as usize / 2)
+        .ok_or_else(|| bad(format!("dims {dims:?} are too large")))?;
+    // Read at most one byte past what the dims promise; the buffer only grows as bytes
+    // actually arrive, so a lying header cannot make it allocate its claimed size.
+    let mut data = Vec::new();
+    reader
+        .take(expected as u64 + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| DataError::io(path, e))?;
+    if data.len() != expected {
+        let what = if data.len() < expected {
+            "truncated data"
+        } else {
+            "trailing bytes"
+        };
+        return Err(bad(format!(
+            "{what}: dims {dims:?} need {expected} bytes, found {}{}",
+            data.len().min(expected),
+            if data.len() > expected { "+" } else { "" }
+        )));
+    }
+    Ok((dims, data))
+}
+
+fn read_exact(
+    reader: &mut dyn Read,
+    buf: &mut [u8],
+    path: &Path,
+    what: &str,
+) -> Result<(), DataError> {
+    reader.read_exact(buf).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            DataError::format(path, format!("not a valid IDX file: {what}"))
+        } else {
+            DataError::io(path, e)
+        }
+    })
+}
+
+/// Images `[N, H, W]` and labels `[N]` of one IDX split, checked against each other.
+#[derive(Clone)]
+struct IdxSplit {
+    pixels: Arc<Vec<u8>>,
+    labels: Arc<Vec<u8>>,
+    h: usize,
+    w: usize,
+}
+
+impl IdxSplit {
+    fn open(dir: &Path, dataset: &str, train: bool) -> Result<Self, DataError> {
+        let prefix = if train { "train" } else { "t10k" };
+        let names = |kind: &str| {
+            let base = format!("{prefix}-{kind}");
+            vec![format!("{base}.gz"), base]
+        };
+        let images_path = find(dir, dataset, &names("images-idx3-ubyte"))?;
+        let labels_path = find(dir, dataset, &names("labels-idx1-ubyte"))?;
+        let (dims, pixels) = read_idx(&images_path)?;
+        let (ldims, labels) = read_idx(&labels_path)?;
+        if dims.len() != 3 {
+            return Err(DataError::format(
+                &images_path,
+                format!("expected images [N, H, W], found dims {dims:?}"),
+            ));
+        }
+        if ldims != [dims[0]] {
+            return Err(DataError::format(
+                &labels_path,
+                format!(
+                    "expected {} labels for the images in {}, found dims {ldims:?}",
+                    dims[0],
+                    images_path.display()
+                ),
+            ));
+        }
+        Ok(IdxSplit {
+            pixels: Arc::new(pixels),
+            labels: Arc::new(labels),
+            h: dims[1],
+            w: dims[2],
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    fn get(&self, index: usize) -> Result<(Tensor, i64), DataError> {
+        if index >= self.len() {
+            return Err(DataError::IndexOutOfRange {
+                index,
+                len: self.len(),
+            });
+        }
+        let plane = self.h * self.w;
+        let px: Vec<f32> = self.pixels[index * plane..(index + 1) * plane]
+            .iter()
+            .map(|&p| p as f32 / 255.0)
+            .collect();
+        Ok((
+            Tensor::from_vec(px, &[1, self.h, self.w]),
+            self.labels[index] as i64,
+        ))
+    }
+
+    fn tensors(&self) -> (Tensor, Tensor) {
+        let n = self.len();
+        let images = Tensor::from_vec(self.pixels.to_vec(), &[n, 1, self.h, self.w])
+            .to_dtype(DType::F32)
+            .div_scalar(255.0);
+        let labels = Tensor::from_vec(
+            self.labels.iter().map(|&l| l as i64).collect::<Vec<i64>>(),
+            &[n],
+        );
+        (images, labels)
+    }
+}
+
+macro_rules! idx_dataset {
+    ($name:ident, $dir:literal, $title:literal) => {
+        #[doc = concat!("The ", $title, " set (`torchvision.datasets.", stringify!($name), "`) from its IDX files")]
+        /// (`train-images-idx3-ubyte[.gz]`, `t10k-labels-idx1-ubyte[.gz]`, ... in `root` or
+        /// `root/raw`). A sample is the image as `[1, H, W]` f32 in [0, 1] (torchvision's
+        /// `ToTensor`) and its label.
+        ///
+        /// ```
+        /// use ferrograd_runtime::data::Dataset;
+        #[doc = concat!("use ferrograd_runtime::data::datasets::", stringify!($name), ";")]
+        #[doc = concat!("let err = ", stringify!($name), "::new(\"/nonexistent\", true).err().unwrap();")]
+        /// assert!(err.to_string().contains("does not download"));
+        /// ```
+        #[derive(Clone)]
+        pub struct $name {
+            split: IdxSplit,
+        }
+
+        impl $name {
+            /// The training (`train`) or test split from the IDX files in `root`.
+            pub fn new(root: impl AsRef<Path>, train: bool) -> Result<Self, DataError> {
+                Ok($name {
+                    split: IdxSplit::open(root.as_ref(), $title, train)?,
+                })
+            }
+
+            #[doc = concat!("The split from `$FERROGRAD_DATA/", $dir, "`.")]
+            ///
+            /// ```
+            #[doc = concat!("use ferrograd_runtime::data::datasets::", stringify!($name), ";")]
+            #[doc = concat!("if let Ok(d) = ", stringify!($name), "::from_data_root(false) {")]
+            ///     use ferrograd_runtime::data::Dataset;
+            ///     assert_eq!(d.len(), 10_000);
+            /// }
+            /// ```
+            pub fn from_data_root(train: bool) -> Result<Self, DataError> {
+                Self::new(super::data_root($dir)?, train)
+            }
+
+            /// Every image as `[N, 1, H, W]` f32 in [0, 1] and every label as int64 `[N]`,
+            /// in one go (for a [`TensorDataset`](crate::data::TensorDataset)).
+            ///
+            /// ```
+            #[doc = concat!("use ferrograd_runtime::data::datasets::", stringify!($name), ";")]
+            #[doc = concat!("if let Ok(d) = ", stringify!($name), "::from_data_root(false) {")]
+            ///     let (x, y) = d.tensors();
+            ///     assert_eq!((x.shape(), y.shape()), (&[10_000, 1, 28, 28][..], &[10_000][..]));
+            /// }
+            /// ```
+            pub fn tensors(&self) -> (Tensor, Tensor) {
+                self.split.tensors()
+            }
+
+            /// The path a data set of this kind is read from by default.
+            ///
+            /// ```
+            #[doc = concat!("use ferrograd_runtime::data::datasets::", stringify!($name), ";")]
+            #[doc = concat!("assert!(", stringify!($name), "::default_dir().is_ok() || std::env::var_os(\"FERROGRAD_DATA\").is_none());")]
+            /// ```
+            pub fn default_dir() -> Result<PathBuf, DataError> {
+                super::data_root($dir)
+            }
+        }
+
+        impl Dataset for $name {
+            type Item = (Tensor, i64);
+            fn len(&self) -> usize {
+                self.split.len()
+            }
+            fn get(&self, index: usize) -> Result<(Tensor, i64), DataError> {
+                self.split.get(index)
+            }
+        }
+    };
+}
+
+idx_dataset!(MNIST, "mnist", "MNIST");
+idx_dataset!(FashionMNIST, "fashion-mnist", "Fashion-MNIST");
+idx_dataset!(KMNIST, "kmnist", "KMNIST");

@@ -1,0 +1,48 @@
+//! Readers for real data sets, as `torchvision.datasets`: the IDX digit and clothing sets
+//! ([`MNIST`], [`FashionMNIST`], [`KMNIST`]). Nothing is downloaded (there may be no
+//! network): each reads from a given directory or from `$FERROGRAD_DATA/<name>`, and a
+//! missing file is a [`DataError::NotFound`](super::DataError::NotFound) saying where it
+//! was looked for. Malformed files (truncated, wrong magic, absurd dimensions) are a
+//! [`DataError::Format`](super::DataError::Format) naming the file, never a panic, and
+//! never allocate the size a corrupt header claims.
+
+mod idx;
+
+pub use idx::{FashionMNIST, KMNIST, MNIST, read_idx};
+
+use super::DataError;
+use std::path::{Path, PathBuf};
+
+/// `$FERROGRAD_DATA/<name>`, or an error saying the variable is unset.
+///
+/// ```
+/// use ferrograd_runtime::data::datasets::data_root;
+/// // SAFETY (test only): no other thread reads the environment here.
+/// unsafe { std::env::set_var("FERROGRAD_DATA", "/data") };
+/// assert_eq!(data_root("mnist").unwrap(), std::path::PathBuf::from("/data/mnist"));
+/// ```
+pub fn data_root(name: &str) -> Result<PathBuf, DataError> {
+    match std::env::var_os("FERROGRAD_DATA") {
+        Some(root) => Ok(PathBuf::from(root).join(name)),
+        None => Err(DataError::NotFound {
+            name: name.to_string(),
+            path: PathBuf::from("$FERROGRAD_DATA (unset)"),
+        }),
+    }
+}
+
+/// The first of `names` that exists in `dir` or `dir/raw` (torchvision's layout).
+fn find(dir: &Path, dataset: &str, names: &[String]) -> Result<PathBuf, DataError> {
+    for sub in [dir.to_path_buf(), dir.join("raw")] {
+        for name in names {
+            let p = sub.join(name);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(DataError::NotFound {
+        name: format!("{dataset} ({})", names.join(" or ")),
+        path: dir.to_path_buf(),
+    })
+}
