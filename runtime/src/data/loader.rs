@@ -195,7 +195,7 @@ impl<D: Dataset + 'static> DataLoaderBuilder<D, DefaultCollate> {
     }
 }
 
-impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoaderBuilder<D, C> {
+impl<D: Dataset + 'static, C> DataLoaderBuilder<D, C> {
     /// Samples per batch (> 0).
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
@@ -252,7 +252,9 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoaderBuilder<D, C> {
             seed: self.seed,
         }
     }
+}
 
+impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoaderBuilder<D, C> {
     /// The loader.
     #[track_caller]
     pub fn build(self) -> DataLoader<D, C> {
