@@ -6,9 +6,10 @@
 //! cargo run --release --example lenet_mnist -- --full  # full set from $FERROGRAD_DATA or ../shared/data
 //! ```
 
+use ferrograd::data::datasets::MNIST;
+use ferrograd::data::{DataLoader, TensorDataset};
 use ferrograd::nn::Module;
 use ferrograd::prelude::*;
-use std::path::PathBuf;
 
 network! {
     /// LeNet-5 for 28x28 digits.
@@ -32,33 +33,29 @@ use mnist::{accuracy, epoch_bar};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let full = std::env::args().any(|a| a == "--full");
-    let dir: PathBuf = mnist::data_dir(full);
-    let (train_x, train_y) = mnist::load_split(&dir, "train")?;
-    let (test_x, test_y) = mnist::load_split(&dir, "t10k")?;
-    let (train_x, test_x) = (
-        train_x.reshape_infer(&[-1, 1, 28, 28]),
-        test_x.reshape_infer(&[-1, 1, 28, 28]),
-    );
+    let dir = mnist::data_dir(full);
+    let (train_x, train_y) = MNIST::new(&dir, true)?.tensors();
+    let (test_x, test_y) = MNIST::new(&dir, false)?.tensors();
     println!("{}", LeNet::summary());
 
     manual_seed(0);
     let mut net = LeNet::new(&Device::Cpu);
     let params = net.parameters();
     let velocity: Vec<Tensor> = params.iter().map(Tensor::zeros_like).collect();
-    let (epochs, batch, lr, momentum) = (if full { 2 } else { 6 }, 64, 0.05, 0.9);
-    let n = train_x.size(0);
+    let (epochs, lr, momentum) = (if full { 2 } else { 6 }, 0.05, 0.9);
+    let mut loader = DataLoader::builder(TensorDataset::new((train_x, train_y)))
+        .batch_size(64)
+        .shuffle(true)
+        .seed(0)
+        .build();
+    let steps = loader.len();
     for epoch in 1..=epochs {
         net.train();
-        let order = Tensor::randperm(n, &Device::Cpu);
         let mut total = 0.0;
-        let steps = n.div_ceil(batch);
         let bar = epoch_bar(epoch, steps);
-        for (step, start) in (0..n).step_by(batch).enumerate() {
-            let idx = order.narrow(0, start, batch.min(n - start));
-            let loss = F::cross_entropy(
-                &net.forward(&train_x.index_select(0, &idx)),
-                &train_y.index_select(0, &idx),
-            );
+        for (step, batch) in loader.iter().enumerate() {
+            let (x, y) = batch?;
+            let loss = F::cross_entropy(&net.forward(&x), &y);
             loss.backward();
             no_grad(|| {
                 for (p, v) in params.iter().zip(&velocity) {

@@ -5,11 +5,13 @@
 //! cargo run --release --example mnist_mlp -- --full  # full set from $FERROGRAD_DATA or ../shared/data
 //! ```
 
+use ferrograd::data::datasets::MNIST;
+use ferrograd::data::{DataLoader, TensorDataset};
 use ferrograd::prelude::*;
 
 #[path = "common/mnist.rs"]
 mod mnist;
-use mnist::{accuracy, data_dir, epoch_bar, load_split};
+use mnist::{accuracy, data_dir, epoch_bar};
 
 /// PyTorch's default `nn.Linear` initialisation: U(-1/sqrt(in), 1/sqrt(in)).
 fn linear_params(inputs: usize, outputs: usize) -> (Tensor, Tensor) {
@@ -23,8 +25,9 @@ fn linear_params(inputs: usize, outputs: usize) -> (Tensor, Tensor) {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let full = std::env::args().any(|a| a == "--full");
     let dir = data_dir(full);
-    let (train_x, train_y) = load_split(&dir, "train")?;
-    let (test_x, test_y) = load_split(&dir, "t10k")?;
+    let (train_x, train_y) = MNIST::new(&dir, true)?.tensors();
+    let (test_x, test_y) = MNIST::new(&dir, false)?.tensors();
+    let (train_x, test_x) = (train_x.flatten(1, -1), test_x.flatten(1, -1));
     println!(
         "MNIST from {}: {} training and {} test images",
         dir.display(),
@@ -38,15 +41,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let params = [&w1, &b1, &w2, &b2];
     let forward = |x: &Tensor| F::linear(&F::linear(x, &w1, Some(&b1)).relu(), &w2, Some(&b2));
 
-    let (epochs, batch, lr) = (if full { 3 } else { 8 }, 64, 0.1);
-    let n = train_x.size(0);
+    let (epochs, lr) = (if full { 3 } else { 8 }, 0.1);
+    let mut loader = DataLoader::builder(TensorDataset::new((train_x, train_y)))
+        .batch_size(64)
+        .shuffle(true)
+        .seed(0)
+        .build();
+    let steps = loader.len();
     for epoch in 1..=epochs {
-        let order = Tensor::randperm(n, &Device::Cpu);
-        let bar = epoch_bar(epoch, n.div_ceil(batch));
+        let bar = epoch_bar(epoch, steps);
         let mut total = 0.0;
-        for (step, start) in (0..n).step_by(batch).enumerate() {
-            let idx = order.narrow(0, start, batch.min(n - start));
-            let (x, y) = (train_x.index_select(0, &idx), train_y.index_select(0, &idx));
+        for (step, batch) in loader.iter().enumerate() {
+            let (x, y) = batch?;
             let loss = F::cross_entropy(&forward(&x), &y);
             loss.backward();
             no_grad(|| {
@@ -63,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let accuracy = accuracy(|| forward(&test_x), &test_y);
         println!(
             "epoch {epoch}: mean loss {:.4}, test accuracy {:.2}%",
-            total / n.div_ceil(batch) as f64,
+            total / steps as f64,
             accuracy * 100.0
         );
     }
