@@ -7,7 +7,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use ferrograd::data::datasets::MNIST;
 use ferrograd::data::{DataLoader, TensorDataset};
-use ferrograd::nn::{Forward, Linear, Module, ReLU, Sequential};
+use ferrograd::nn::{Linear, Module, ReLU, Sequential};
 use ferrograd::prelude::*;
 use std::hint::black_box;
 use std::path::PathBuf;
