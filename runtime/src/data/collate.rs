@@ -3,7 +3,7 @@
 //! `Vec`s and maps, as PyTorch's `default_collate`; any
 //! `Fn(Vec<Item>) -> Result<Batch, DataError>` is a custom collate function.
 
-use super::DataError;
+use super::{DataError, Dataset};
 use crate::{DType, Tensor};
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,6 +21,17 @@ pub trait Collate<I>: Send + Sync + 'static {
     type Batch: Send + 'static;
     /// Batches `items` (never empty inside a loader).
     fn collate(&self, items: Vec<I>) -> Result<Self::Batch, DataError>;
+
+    /// The batch of `indices` fetched from `dataset` in one step, or `None` to load
+    /// the samples one by one and [`collate`](Self::collate) them (the default).
+    fn collate_from<D: Dataset<Item = I> + ?Sized>(
+        &self,
+        dataset: &D,
+        indices: &[usize],
+    ) -> Option<Result<Self::Batch, DataError>> {
+        let _ = (dataset, indices);
+        None
+    }
 }
 
 /// PyTorch's `default_collate` (see [`Stack`]).
@@ -31,6 +42,14 @@ impl<I: Stack> Collate<I> for DefaultCollate {
     type Batch = I::Batch;
     fn collate(&self, items: Vec<I>) -> Result<I::Batch, DataError> {
         I::stack_samples(items)
+    }
+    /// Asks the data set for the stacked batch ([`Dataset::get_stacked`]).
+    fn collate_from<D: Dataset<Item = I> + ?Sized>(
+        &self,
+        dataset: &D,
+        indices: &[usize],
+    ) -> Option<Result<I::Batch, DataError>> {
+        dataset.get_stacked(indices)
     }
 }
 

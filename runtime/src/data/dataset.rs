@@ -2,6 +2,7 @@
 //! [`ConcatDataset`], [`Map`] (per-sample transforms) and [`random_split`].
 
 use super::DataError;
+use super::collate::Stack;
 use super::sampler::permutation;
 use crate::{Generator, Tensor};
 use std::sync::Arc;
@@ -36,6 +37,29 @@ pub trait Dataset: Send + Sync {
     /// [`DataError::IndexOutOfRange`].
     fn get(&self, index: usize) -> Result<Self::Item, DataError>;
 
+    /// The samples at `indices` already batched, in one step rather than one per sample
+    /// (PyTorch's `__getitems__`), or `None` to load them one by one. A
+    /// [`DataLoader`](super::DataLoader) with the default collate asks for this first;
+    /// [`TensorDataset`] answers with one `index_select` per tensor.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::data::{Dataset, TensorDataset};
+    /// let d = TensorDataset::new(Tensor::arange(0.0, 5.0, 1.0, DType::F32, &Device::Cpu));
+    /// let batch = d.get_stacked(&[4, 1]).unwrap().unwrap();
+    /// assert_eq!(batch.to_vec::<f32>(), vec![4.0, 1.0]);
+    /// ```
+    fn get_stacked(
+        &self,
+        indices: &[usize],
+    ) -> Option<Result<<Self::Item as Stack>::Batch, DataError>>
+    where
+        Self::Item: Stack,
+    {
+        let _ = indices;
+        None
+    }
+
     /// This data set with `f` applied to every sample (a transform).
     fn map<F, U>(self, f: F) -> Map<Self, F>
     where
@@ -55,6 +79,12 @@ impl<D: Dataset + ?Sized> Dataset for Arc<D> {
     fn get(&self, index: usize) -> Result<D::Item, DataError> {
         (**self).get(index)
     }
+    fn get_stacked(&self, indices: &[usize]) -> Option<Result<<D::Item as Stack>::Batch, DataError>>
+    where
+        D::Item: Stack,
+    {
+        (**self).get_stacked(indices)
+    }
 }
 
 impl<D: Dataset + ?Sized> Dataset for Box<D> {
@@ -64,6 +94,12 @@ impl<D: Dataset + ?Sized> Dataset for Box<D> {
     }
     fn get(&self, index: usize) -> Result<D::Item, DataError> {
         (**self).get(index)
+    }
+    fn get_stacked(&self, indices: &[usize]) -> Option<Result<<D::Item as Stack>::Batch, DataError>>
+    where
+        D::Item: Stack,
+    {
+        (**self).get_stacked(indices)
     }
 }
 
@@ -113,12 +149,22 @@ where
 /// Tensors whose first dim indexes samples: a tensor, or a tuple or `Vec` of them with the
 /// same first dim ([`TensorDataset`]'s contents).
 pub trait TensorRows: Send + Sync {
-    /// One sample: each tensor's row.
-    type Row: Send + 'static;
+    /// One sample: each tensor's row (and, stacked, a batch of the same form).
+    type Row: Stack<Batch = Self::Row>;
     /// The first dim of every tensor, checked equal.
     fn rows(&self) -> Result<usize, DataError>;
     /// Row `i` of each tensor.
     fn row(&self, i: usize) -> Self::Row;
+    /// The rows at int64 `index` of each tensor, as a batch.
+    fn batch(&self, index: &Tensor) -> Self::Row;
+}
+
+/// `t.index_select(0, index)` with the index moved to `t`'s device.
+fn rows_at(t: &Tensor, index: &Tensor) -> Tensor {
+    let index = index
+        .to_device(&t.device())
+        .expect("the tensor's own device is usable");
+    t.index_select(0, &index)
 }
 
 fn first_dim(t: &Tensor) -> Result<usize, DataError> {
@@ -145,6 +191,9 @@ impl TensorRows for Tensor {
     fn row(&self, i: usize) -> Tensor {
         self.select(0, i)
     }
+    fn batch(&self, index: &Tensor) -> Tensor {
+        rows_at(self, index)
+    }
 }
 
 impl TensorRows for Vec<Tensor> {
@@ -154,6 +203,9 @@ impl TensorRows for Vec<Tensor> {
     }
     fn row(&self, i: usize) -> Vec<Tensor> {
         self.iter().map(|t| t.select(0, i)).collect()
+    }
+    fn batch(&self, index: &Tensor) -> Vec<Tensor> {
+        self.iter().map(|t| rows_at(t, index)).collect()
     }
 }
 
@@ -166,6 +218,9 @@ macro_rules! tensor_rows_tuple {
             }
             fn row(&self, i: usize) -> Self::Row {
                 ($(self.$i.select(0, i),)+)
+            }
+            fn batch(&self, index: &Tensor) -> Self::Row {
+                ($(rows_at(&self.$i, index),)+)
             }
         }
     };
@@ -240,6 +295,19 @@ impl<R: TensorRows> Dataset for TensorDataset<R> {
             });
         }
         Ok(self.tensors.row(index))
+    }
+    fn get_stacked(&self, indices: &[usize]) -> Option<Result<R::Row, DataError>> {
+        if let Some(&index) = indices.iter().find(|&&i| i >= self.len) {
+            return Some(Err(DataError::IndexOutOfRange {
+                index,
+                len: self.len,
+            }));
+        }
+        let index = Tensor::from_vec(
+            indices.iter().map(|&i| i as i64).collect::<Vec<i64>>(),
+            &[indices.len()],
+        );
+        Some(Ok(self.tensors.batch(&index)))
     }
 }
 

@@ -60,6 +60,20 @@ where
     D: Dataset,
     C: Collate<D::Item>,
 {
+    let stacked = catch_unwind(AssertUnwindSafe(|| {
+        in_sample(seed, || collate.collate_from(dataset, indices))
+    }));
+    match stacked {
+        Ok(Some(batch)) => return batch,
+        Ok(None) => {}
+        Err(payload) => {
+            return Err(DataError::Collate(format!(
+                "panicked fetching the batch starting at sample {}: {}",
+                indices.first().copied().unwrap_or(0),
+                panic_message(payload.as_ref())
+            )));
+        }
+    }
     let mut items = Vec::with_capacity(indices.len());
     for &index in indices {
         let got = catch_unwind(AssertUnwindSafe(|| {

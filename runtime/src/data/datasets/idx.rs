@@ -170,6 +170,32 @@ impl IdxSplit {
         ))
     }
 
+    /// The samples at `indices` as one batch: images `[B, 1, H, W]`, labels `[B]`.
+    fn batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor), DataError> {
+        let plane = self.h * self.w;
+        let mut px = Vec::with_capacity(indices.len() * plane);
+        let mut labels = Vec::with_capacity(indices.len());
+        for &index in indices {
+            if index >= self.len() {
+                return Err(DataError::IndexOutOfRange {
+                    index,
+                    len: self.len(),
+                });
+            }
+            px.extend(
+                self.pixels[index * plane..(index + 1) * plane]
+                    .iter()
+                    .map(|&p| p as f32 / 255.0),
+            );
+            labels.push(self.labels[index] as i64);
+        }
+        let b = indices.len();
+        Ok((
+            Tensor::from_vec(px, &[b, 1, self.h, self.w]),
+            Tensor::from_vec(labels, &[b]),
+        ))
+    }
+
     fn tensors(&self) -> (Tensor, Tensor) {
         let n = self.len();
         let images = Tensor::from_vec(self.pixels.to_vec(), &[n, 1, self.h, self.w])
@@ -254,6 +280,9 @@ macro_rules! idx_dataset {
             }
             fn get(&self, index: usize) -> Result<(Tensor, i64), DataError> {
                 self.split.get(index)
+            }
+            fn get_stacked(&self, indices: &[usize]) -> Option<Result<(Tensor, Tensor), DataError>> {
+                Some(self.split.batch(indices))
             }
         }
     };
