@@ -506,3 +506,150 @@ fn reads_the_full_mnist_when_present() {
     let seen: usize = loader.iter().map(|b| b.unwrap().1.shape()[0]).sum();
     assert_eq!(seen, 10_000);
 }
+
+#[test]
+fn cifar_readers_read_records_and_reject_bad_files() {
+    use ferrograd::data::datasets::{CIFAR10, CIFAR100};
+    let dir = temp_dir("cifar").join("cifar-10-batches-bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = |label: u8, fill: u8| {
+        let mut r = vec![label];
+        r.extend(std::iter::repeat_n(fill, 3072));
+        r
+    };
+    for (i, name) in [
+        "data_batch_1",
+        "data_batch_2",
+        "data_batch_3",
+        "data_batch_4",
+        "data_batch_5",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let bytes: Vec<u8> = [record(i as u8, 10 * i as u8), record(9, 255)].concat();
+        std::fs::write(dir.join(format!("{name}.bin")), bytes).unwrap();
+    }
+    std::fs::write(dir.join("test_batch.bin"), record(3, 51)).unwrap();
+    let root = dir.parent().unwrap();
+    let train = CIFAR10::new(root, true).unwrap();
+    assert_eq!(train.len(), 10);
+    let (img, label) = train.get(4).unwrap();
+    assert_eq!((img.shape(), label), (&[3, 32, 32][..], 2));
+    assert_eq!(img.to_vec::<f32>()[0], 20.0 / 255.0);
+    let (x, y) = CIFAR10::new(root, false).unwrap().tensors();
+    assert_eq!(
+        (x.shape(), y.to_vec::<i64>()),
+        (&[1, 3, 32, 32][..], vec![3])
+    );
+    let batch = train.get_stacked(&[1, 9]).unwrap().unwrap();
+    assert_eq!(batch.1.to_vec::<i64>(), vec![9, 9]);
+
+    std::fs::write(dir.join("test_batch.bin"), &record(3, 51)[..100]).unwrap();
+    let e = CIFAR10::new(root, false).err().unwrap().to_string();
+    assert!(
+        e.contains("test_batch.bin") && e.contains("3073-byte records"),
+        "{e}"
+    );
+    std::fs::write(dir.join("test_batch.bin"), record(10, 0)).unwrap();
+    let e = CIFAR10::new(root, false).err().unwrap().to_string();
+    assert!(e.contains("label outside 0..10"), "{e}");
+
+    let dir100 = root.join("cifar-100-binary");
+    std::fs::create_dir_all(&dir100).unwrap();
+    let mut r = vec![3u8, 77];
+    r.extend(std::iter::repeat_n(0u8, 3072));
+    std::fs::write(dir100.join("test.bin"), &r).unwrap();
+    assert_eq!(
+        CIFAR100::new(root, false).unwrap().get(0).unwrap().1,
+        77,
+        "fine label"
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+#[test]
+fn text_csv_and_array_readers() {
+    use ferrograd::data::datasets::{CsvDataset, TextDataset, npy_dataset, read_npy};
+    let dir = temp_dir("tables");
+    let csv = dir.join("t.csv");
+    std::fs::write(&csv, "1,2,3\n4,5\n").unwrap();
+    let e = CsvDataset::new(&csv, false, &[2]).unwrap_err().to_string();
+    assert!(e.contains("t.csv") && e.contains("row 2"), "{e}");
+    std::fs::write(&csv, "1,2,3\n4,5,6\n").unwrap();
+    let e = CsvDataset::new(&csv, false, &[3]).unwrap_err().to_string();
+    assert!(e.contains("target column 4"), "{e}");
+
+    let text = dir.join("t.txt");
+    std::fs::write(&text, [0xff, 0xfe, b'a']).unwrap();
+    assert!(
+        TextDataset::chars(&text, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("not UTF-8")
+    );
+    assert_eq!(TextDataset::bytes(&text, 1).unwrap().len(), 2);
+    std::fs::write(&text, "ab").unwrap();
+    assert!(
+        TextDataset::chars(&text, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("too few")
+    );
+
+    let npy = |name: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/npy")
+            .join(name)
+    };
+    let d = npy_dataset(&[
+        &npy("x.npy"),
+        &npy("y.npy"),
+        &npy("z_be.npy"),
+        &npy("flags.npy"),
+    ])
+    .unwrap();
+    let row = d.get(2).unwrap();
+    assert_eq!(row[0].to_vec::<f32>(), vec![2.0, 2.5]);
+    assert_eq!(row[1].item::<i64>(), 7);
+    assert_eq!(row[2].item::<f64>(), -2.0, "big-endian f8");
+    assert!(row[3].item::<bool>());
+    let e = read_npy(&npy("fortran.npy")).unwrap_err().to_string();
+    assert!(e.contains("Fortran"), "{e}");
+    std::fs::write(
+        dir.join("cut.npy"),
+        &std::fs::read(npy("x.npy")).unwrap()[..140],
+    )
+    .unwrap();
+    assert!(read_npy(&dir.join("cut.npy")).is_err(), "a truncated array");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The bundled Shakespeare corpus as characters: skipped with a message when absent, a
+/// failure under `CI=true`.
+#[test]
+fn reads_the_shakespeare_corpus_when_present() {
+    use ferrograd::data::datasets::TextDataset;
+    let path = std::env::var_os("FERROGRAD_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"))
+        .join("text/shakespeare_8plays.txt");
+    if !path.is_file() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the corpus is missing at {}",
+            path.display()
+        );
+        eprintln!("skipping: corpus not found at {}", path.display());
+        return;
+    }
+    let d = TextDataset::chars(&path, 128).unwrap();
+    assert!(d.len() > 5000 && (40..200).contains(&d.vocab_size()));
+    let (x, y) = d.get(10).unwrap();
+    assert_eq!(
+        x.narrow(0, 1, 127).to_vec::<i64>(),
+        y.narrow(0, 0, 127).to_vec::<i64>()
+    );
+    let round = d.decode(&d.encode("To be, or not to be"));
+    assert_eq!(round, "To be, or not to be");
+}

@@ -247,6 +247,14 @@ pub struct TensorDataset<R: TensorRows> {
     len: usize,
 }
 
+impl<R: TensorRows> std::fmt::Debug for TensorDataset<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorDataset")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 impl<R: TensorRows> TensorDataset<R> {
     /// The data set over `tensors`; panics if their first dims differ (use
     /// [`TensorDataset::try_new`] to get an error instead).

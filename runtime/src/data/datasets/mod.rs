@@ -1,14 +1,22 @@
 //! Readers for real data sets, as `torchvision.datasets`: the IDX digit and clothing sets
-//! ([`MNIST`], [`FashionMNIST`], [`KMNIST`]). Nothing is downloaded (there may be no
+//! ([`MNIST`], [`FashionMNIST`], [`KMNIST`]), [`CIFAR10`]/[`CIFAR100`] binary batches, a
+//! text file as characters or bytes ([`TextDataset`]), numeric CSV ([`CsvDataset`]), and
+//! arrays in safetensors or `.npy` files. Nothing is downloaded (there may be no
 //! network): each reads from a given directory or from `$FERROGRAD_DATA/<name>`, and a
 //! missing file is a [`DataError::NotFound`](super::DataError::NotFound) saying where it
 //! was looked for. Malformed files (truncated, wrong magic, absurd dimensions) are a
 //! [`DataError::Format`](super::DataError::Format) naming the file, never a panic, and
 //! never allocate the size a corrupt header claims.
 
+mod cifar;
 mod idx;
+mod tabular;
+mod text;
 
+pub use cifar::{CIFAR10, CIFAR100};
 pub use idx::{FashionMNIST, KMNIST, MNIST, read_idx};
+pub use tabular::{CsvDataset, npy_dataset, read_npy, safetensors_dataset};
+pub use text::TextDataset;
 
 use super::DataError;
 use std::path::{Path, PathBuf};
