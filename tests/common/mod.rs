@@ -52,6 +52,7 @@ pub fn typed_tensors(bytes: &[u8]) -> HashMap<String, Tensor> {
                         .collect::<Vec<i64>>(),
                     shape,
                 ),
+                Dtype::U8 => Tensor::from_vec(data.to_vec(), shape),
                 Dtype::BOOL => {
                     Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape)
                 }

@@ -28,6 +28,7 @@ pub mod datasets;
 mod loader;
 mod rng;
 mod sampler;
+pub mod transforms;
 
 pub use collate::{Collate, DefaultCollate, Stack};
 pub use dataset::{

@@ -1,5 +1,6 @@
 //! Readers for real data sets, as `torchvision.datasets`: the IDX digit and clothing sets
 //! ([`MNIST`], [`FashionMNIST`], [`KMNIST`]), [`CIFAR10`]/[`CIFAR100`] binary batches, a
+//! folder of images per class ([`ImageFolder`], PNG/JPEG), a
 //! text file as characters or bytes ([`TextDataset`]), numeric CSV ([`CsvDataset`]), and
 //! arrays in safetensors or `.npy` files. Nothing is downloaded (there may be no
 //! network): each reads from a given directory or from `$FERROGRAD_DATA/<name>`, and a
@@ -9,11 +10,13 @@
 //! never allocate the size a corrupt header claims.
 
 mod cifar;
+mod folder;
 mod idx;
 mod tabular;
 mod text;
 
 pub use cifar::{CIFAR10, CIFAR100};
+pub use folder::{ImageFolder, read_image};
 pub use idx::{FashionMNIST, KMNIST, MNIST, read_idx};
 pub use tabular::{CsvDataset, npy_dataset, read_npy, safetensors_dataset};
 pub use text::TextDataset;
