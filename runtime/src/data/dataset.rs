@@ -123,6 +123,53 @@ pub trait IterableDataset: Send + Sync {
 
     /// A fresh pass over the samples.
     fn iter(&self) -> Box<dyn Iterator<Item = Result<Self::Item, DataError>> + Send + '_>;
+
+    /// One pass in batches of `batch_size` joined by `collate` (the last partial batch
+    /// dropped with `drop_last`); a sample's error ends its batch as that error.
+    ///
+    /// ```
+    /// use ferrograd_runtime::data::{DataError, DefaultCollate, IterableDataset};
+    /// struct Count(i64);
+    /// impl IterableDataset for Count {
+    ///     type Item = i64;
+    ///     fn iter(&self) -> Box<dyn Iterator<Item = Result<i64, DataError>> + Send + '_> {
+    ///         Box::new((0..self.0).map(Ok))
+    ///     }
+    /// }
+    /// let batches: Vec<Vec<i64>> = Count(5)
+    ///     .batches(2, false, DefaultCollate)
+    ///     .map(|b| b.unwrap().to_vec::<i64>())
+    ///     .collect();
+    /// assert_eq!(batches, vec![vec![0, 1], vec![2, 3], vec![4]]);
+    /// ```
+    fn batches<C: super::Collate<Self::Item>>(
+        &self,
+        batch_size: usize,
+        drop_last: bool,
+        collate: C,
+    ) -> Box<dyn Iterator<Item = Result<C::Batch, DataError>> + Send + '_>
+    where
+        Self: Sized,
+    {
+        assert!(batch_size > 0, "batches: batch_size must be positive");
+        let mut samples = self.iter();
+        Box::new(std::iter::from_fn(move || {
+            let mut items = Vec::with_capacity(batch_size);
+            for sample in samples.by_ref() {
+                match sample {
+                    Ok(item) => items.push(item),
+                    Err(e) => return Some(Err(e)),
+                }
+                if items.len() == batch_size {
+                    break;
+                }
+            }
+            if items.is_empty() || (drop_last && items.len() < batch_size) {
+                return None;
+            }
+            Some(collate.collate(items))
+        }))
+    }
 }
 
 /// A data set with a transform applied to each sample ([`Dataset::map`]).
