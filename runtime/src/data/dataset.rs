@@ -71,37 +71,28 @@ pub trait Dataset: Send + Sync {
     }
 }
 
-impl<D: Dataset + ?Sized> Dataset for Arc<D> {
-    type Item = D::Item;
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn get(&self, index: usize) -> Result<D::Item, DataError> {
-        (**self).get(index)
-    }
-    fn get_stacked(&self, indices: &[usize]) -> Option<Result<<D::Item as Stack>::Batch, DataError>>
-    where
-        D::Item: Stack,
-    {
-        (**self).get_stacked(indices)
-    }
+/// Shared and boxed data sets are data sets.
+macro_rules! forward_dataset {
+    ($($wrapper:ident),*) => {$(
+        impl<D: Dataset + ?Sized> Dataset for $wrapper<D> {
+            type Item = D::Item;
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn get(&self, index: usize) -> Result<D::Item, DataError> {
+                (**self).get(index)
+            }
+            fn get_stacked(&self, indices: &[usize]) -> Option<Result<<D::Item as Stack>::Batch, DataError>>
+            where
+                D::Item: Stack,
+            {
+                (**self).get_stacked(indices)
+            }
+        }
+    )*};
 }
 
-impl<D: Dataset + ?Sized> Dataset for Box<D> {
-    type Item = D::Item;
-    fn len(&self) -> usize {
-        (**self).len()
-    }
-    fn get(&self, index: usize) -> Result<D::Item, DataError> {
-        (**self).get(index)
-    }
-    fn get_stacked(&self, indices: &[usize]) -> Option<Result<<D::Item as Stack>::Batch, DataError>>
-    where
-        D::Item: Stack,
-    {
-        (**self).get_stacked(indices)
-    }
-}
+forward_dataset!(Arc, Box);
 
 /// An iterable-style data set (`torch.utils.data.IterableDataset`): a stream of samples
 /// rather than random access, for data read sequentially.

@@ -8,8 +8,9 @@ use super::Module;
 use super::functional::{self as F, CrossEntropyArgs, KlReduction, Reduction};
 use crate::Tensor;
 
-macro_rules! pair_loss {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident: $ty:ty = $default:expr),* } => |$s:ident, $x:ident, $t:ident| $body:expr) => {
+/// A loss module's struct: `reduction` (mean by default) and its own options.
+macro_rules! loss_struct {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident: $ty:ty = $default:expr),* }) => {
         $(#[$m])*
         #[derive(Module, Debug, Clone)]
         #[module(crate = crate)]
@@ -25,6 +26,13 @@ macro_rules! pair_loss {
                 $name { reduction: Reduction::Mean, $($field: $default,)* }
             }
         }
+    };
+}
+
+/// A loss of `(input, target)`.
+macro_rules! pair_loss {
+    ($(#[$m:meta])* $name:ident { $($fields:tt)* } => |$s:ident, $x:ident, $t:ident| $body:expr) => {
+        loss_struct! { $(#[$m])* $name { $($fields)* } }
 
         impl<'a> Forward<(&'a Tensor, &'a Tensor)> for $name {
             type Output = Tensor;
@@ -239,23 +247,10 @@ impl<'a> Forward<(&'a Tensor, &'a Tensor)> for BCEWithLogitsLoss {
     }
 }
 
+/// A loss of three tensors.
 macro_rules! triple_loss {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident: $ty:ty = $default:expr),* } => |$s:ident, $a:ident, $b:ident, $c:ident| $body:expr) => {
-        $(#[$m])*
-        #[derive(Module, Debug, Clone)]
-        #[module(crate = crate)]
-        pub struct $name {
-            /// How the losses are reduced.
-            #[module(skip)]
-            pub reduction: Reduction,
-            $($(#[$fm])* #[module(skip)] pub $field: $ty,)*
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                $name { reduction: Reduction::Mean, $($field: $default,)* }
-            }
-        }
+    ($(#[$m:meta])* $name:ident { $($fields:tt)* } => |$s:ident, $a:ident, $b:ident, $c:ident| $body:expr) => {
+        loss_struct! { $(#[$m])* $name { $($fields)* } }
 
         impl<'a> Forward<(&'a Tensor, &'a Tensor, &'a Tensor)> for $name {
             type Output = Tensor;

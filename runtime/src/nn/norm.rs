@@ -25,16 +25,58 @@ fn step_factor(num_batches_tracked: &Tensor, momentum: Option<f64>) -> f64 {
     momentum.unwrap_or_else(|| 1.0 / num_batches_tracked.item::<i64>() as f64)
 }
 
-macro_rules! batch_norm {
-    ($name:ident, $doc:literal, $shape:literal) => {
+/// Which statistics a [`running_norm!`] layer normalises with.
+#[derive(Clone, Copy)]
+enum Stats {
+    /// Over the batch and spatial dims, per channel (`F.batch_norm`).
+    Batch,
+    /// Over the spatial dims, per sample and channel (`F.instance_norm`), of an input of
+    /// this rank.
+    Instance(usize),
+}
+
+/// The forward pass shared by batch and instance norms: the step factor of the running
+/// statistics (counting the batch in training) and the functional.
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+fn running_forward(
+    layer: &str,
+    stats: Stats,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    running: (Option<&Tensor>, Option<&Tensor>, Option<&Tensor>),
+    momentum: Option<f64>,
+    eps: f64,
+    training: bool,
+) -> Tensor {
+    let (mean, var, count) = running;
+    let use_input_stats = training || mean.is_none();
+    let factor = match (count, training) {
+        (Some(count), true) => step_factor(count, momentum),
+        _ => 0.0,
+    };
+    match stats {
+        Stats::Batch => F::batch_norm(x, mean, var, weight, bias, use_input_stats, factor, eps),
+        Stats::Instance(rank) => {
+            assert!(
+                x.dim() == rank,
+                "{layer}: expected a {rank}D input, got shape {:?}",
+                x.shape()
+            );
+            F::instance_norm(x, mean, var, weight, bias, use_input_stats, factor, eps)
+        }
+    }
+}
+
+/// A normalisation layer with optional affine parameters and running statistics:
+/// `BatchNorm*d` (affine and tracking by default) and `InstanceNorm*d` (neither).
+macro_rules! running_norm {
+    (
+        $name:ident, $stats:expr, defaults($affine:expr, $track:expr),
+        doc: $doc:literal, new: $new_doc:literal, options: $options_doc:literal, forward: $forward_doc:literal
+    ) => {
         #[doc = $doc]
-        ///
-        /// Learnable `weight`/`bias` (ones/zeros) and `running_mean`/`running_var` buffers
-        /// (zeros/ones) and `num_batches_tracked` (an int64 count, so a PyTorch state dict
-        /// loads strictly), with `momentum = Some(0.1)` and `eps = 1e-5` as in PyTorch;
-        /// `momentum = None` keeps a cumulative average (factor `1 / num_batches_tracked`).
-        /// Without `affine` (see [`Self::with_options`]) there is no weight or bias; without
-        /// `track_running_stats` no buffers, and batch statistics are used in eval too.
         #[derive(Module, Debug)]
         #[module(crate = crate)]
         pub struct $name {
@@ -65,27 +107,12 @@ macro_rules! batch_norm {
         }
 
         impl $name {
-            /// A layer over `channels` channels, in training mode, with PyTorch's defaults
-            /// (`eps=1e-5, momentum=0.1, affine=True, track_running_stats=True`).
-            ///
-            /// ```
-            /// use ferrograd_runtime::prelude::*;
-            /// use ferrograd_runtime::nn::{BatchNorm1d, BatchNorm2d, Module};
-            /// let bn = BatchNorm2d::new(8, &Device::Cpu);
-            /// assert_eq!((bn.eps, bn.momentum, bn.num_parameters()), (1e-5, Some(0.1), 16));
-            /// ```
+            #[doc = $new_doc]
             pub fn new(channels: usize, device: &Device) -> Self {
-                Self::with_options(channels, 1e-5, Some(0.1), true, true, device)
+                Self::with_options(channels, 1e-5, Some(0.1), $affine, $track, device)
             }
 
-            /// A layer with every constructor argument of PyTorch's.
-            ///
-            /// ```
-            /// use ferrograd_runtime::prelude::*;
-            /// use ferrograd_runtime::nn::{BatchNorm1d, BatchNorm2d, Module};
-            /// let bn = BatchNorm1d::with_options(8, 1e-3, None, false, true, &Device::Cpu);
-            /// assert_eq!((bn.num_parameters(), bn.named_buffers().len()), (0, 3));
-            /// ```
+            #[doc = $options_doc]
             pub fn with_options(
                 channels: usize,
                 eps: f64,
@@ -108,169 +135,56 @@ macro_rules! batch_norm {
                 }
             }
 
-            /// ```
-            /// use ferrograd_runtime::prelude::*;
-            /// use ferrograd_runtime::nn::{BatchNorm1d, BatchNorm2d, Module};
-            /// let bn = BatchNorm1d::new(3, &Device::Cpu);
-            /// let y = bn.forward(&Tensor::randn(&[16, 3], DType::F64, &Device::Cpu));
-            /// assert!(y.mean(&[0], false).abs().max_all().item::<f64>() < 1e-9);
-            /// ```
-            #[doc = concat!("Normalises ", $shape, " over the batch (and spatial) dims.")]
+            #[doc = $forward_doc]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
-                let use_batch_stats = self.training || self.running_mean.is_none();
-                let factor = match (&self.num_batches_tracked, self.training) {
-                    (Some(count), true) => step_factor(count, self.momentum),
-                    _ => 0.0,
-                };
-                F::batch_norm(
-                    x,
-                    self.running_mean.as_ref(),
-                    self.running_var.as_ref(),
-                    self.weight.as_ref(),
-                    self.bias.as_ref(),
-                    use_batch_stats,
-                    factor,
-                    self.eps,
-                )
-            }
-        }
-    };
-}
-
-batch_norm!(
-    BatchNorm1d,
-    "Batch normalisation of `[N, C]` or `[N, C, L]` (`nn.BatchNorm1d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm1d, Module};\nlet mut bn = BatchNorm1d::new(3, &Device::Cpu);\nlet y = bn.forward(&Tensor::randn(&[8, 3], DType::F32, &Device::Cpu));\nassert_eq!(y.shape(), &[8, 3]);\nbn.eval();\nassert!(!bn.training);\n```",
-    "`[N, C]` or `[N, C, L]`"
-);
-batch_norm!(
-    BatchNorm2d,
-    "Batch normalisation of `[N, C, H, W]` (`nn.BatchNorm2d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(3, &Device::Cpu);\nlet names: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();\nassert_eq!(names, [\"running_mean\", \"running_var\", \"num_batches_tracked\"]);\n```",
-    "`[N, C, H, W]`"
-);
-
-macro_rules! instance_norm {
-    ($name:ident, $doc:literal, $dims:literal) => {
-        #[doc = $doc]
-        ///
-        /// PyTorch's defaults: no affine parameters and no running statistics
-        /// (`affine=False, track_running_stats=False`), `eps = 1e-5`, `momentum = 0.1`.
-        #[derive(Module, Debug)]
-        #[module(crate = crate)]
-        pub struct $name {
-            /// Per-channel scale (`affine`).
-            #[param]
-            pub weight: Option<Tensor>,
-            /// Per-channel shift (`affine`).
-            #[param]
-            pub bias: Option<Tensor>,
-            /// Running mean (`track_running_stats`).
-            #[buffer]
-            pub running_mean: Option<Tensor>,
-            /// Running variance (`track_running_stats`).
-            #[buffer]
-            pub running_var: Option<Tensor>,
-            /// Training batches seen (`track_running_stats`).
-            #[buffer]
-            pub num_batches_tracked: Option<Tensor>,
-            /// Update weight of the running statistics; `None` for a cumulative average.
-            #[module(skip)]
-            pub momentum: Option<f64>,
-            /// Added to the variance.
-            #[module(skip)]
-            pub eps: f64,
-            /// Training mode.
-            #[module(training)]
-            pub training: bool,
-        }
-
-        impl $name {
-            /// A layer with PyTorch's defaults (no parameters, no buffers).
-            ///
-            /// ```
-            /// use ferrograd_runtime::prelude::*;
-            /// use ferrograd_runtime::nn::{InstanceNorm2d, Module};
-            /// assert_eq!(InstanceNorm2d::new(3, &Device::Cpu).state_dict().len(), 0);
-            /// ```
-            pub fn new(channels: usize, device: &Device) -> Self {
-                Self::with_options(channels, 1e-5, Some(0.1), false, false, device)
-            }
-
-            /// A layer with every constructor argument of PyTorch's.
-            ///
-            /// ```
-            /// use ferrograd_runtime::prelude::*;
-            /// use ferrograd_runtime::nn::{InstanceNorm2d, Module};
-            /// assert_eq!(InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu).num_parameters(), 6);
-            /// ```
-            pub fn with_options(
-                channels: usize,
-                eps: f64,
-                momentum: Option<f64>,
-                affine: bool,
-                track_running_stats: bool,
-                device: &Device,
-            ) -> Self {
-                let (mean, var, count) = running_stats(channels, device);
-                let track = track_running_stats;
-                $name {
-                    weight: affine.then(|| filled_param(&[channels], 1.0, device)),
-                    bias: affine.then(|| filled_param(&[channels], 0.0, device)),
-                    running_mean: track.then_some(mean),
-                    running_var: track.then_some(var),
-                    num_batches_tracked: track.then_some(count),
-                    momentum,
-                    eps,
-                    training: true,
-                }
-            }
-
-            /// Normalises each channel of each sample over its spatial positions.
-            ///
-            /// ```
-            /// use ferrograd_runtime::prelude::*;
-            /// use ferrograd_runtime::nn::{InstanceNorm2d, Module};
-            /// let y = InstanceNorm2d::new(2, &Device::Cpu).forward(&Tensor::randn(&[1, 2, 4, 4], DType::F64, &Device::Cpu));
-            /// assert!(y.mean(&[2, 3], false).abs().max_all().item::<f64>() < 1e-9);
-            /// ```
-            #[track_caller]
-            pub fn forward(&self, x: &Tensor) -> Tensor {
-                assert!(
-                    x.dim() == $dims,
-                    "{}: expected a {}D input, got shape {:?}",
+                running_forward(
                     stringify!($name),
-                    $dims,
-                    x.shape()
-                );
-                let use_input_stats = self.training || self.running_mean.is_none();
-                let factor = match (&self.num_batches_tracked, self.training) {
-                    (Some(count), true) => step_factor(count, self.momentum),
-                    _ => 0.0,
-                };
-                F::instance_norm(
+                    $stats,
                     x,
-                    self.running_mean.as_ref(),
-                    self.running_var.as_ref(),
                     self.weight.as_ref(),
                     self.bias.as_ref(),
-                    use_input_stats,
-                    factor,
+                    (
+                        self.running_mean.as_ref(),
+                        self.running_var.as_ref(),
+                        self.num_batches_tracked.as_ref(),
+                    ),
+                    self.momentum,
                     self.eps,
+                    self.training,
                 )
             }
         }
     };
 }
 
-instance_norm!(
-    InstanceNorm1d,
-    "Instance normalisation of `[N, C, L]` (`nn.InstanceNorm1d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nlet norm = InstanceNorm1d::new(3, &Device::Cpu);\nassert_eq!(norm.num_parameters(), 0);\nlet y = norm.forward(&Tensor::randn(&[2, 3, 8], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2], false).abs().max_all().item::<f64>() < 1e-12);\n```",
-    3
+running_norm!(
+    BatchNorm1d, Stats::Batch, defaults(true, true),
+    doc: "Batch normalisation of `[N, C]` or `[N, C, L]` (`nn.BatchNorm1d`).\n\nLearnable `weight`/`bias` (ones/zeros), `running_mean`/`running_var` buffers (zeros/ones) and `num_batches_tracked` (an int64 count, so a PyTorch state dict loads strictly), with `momentum = Some(0.1)` and `eps = 1e-5` as in PyTorch; `momentum = None` keeps a cumulative average. Without `affine` there is no weight or bias; without `track_running_stats` no buffers, and batch statistics are used in eval too.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm1d, Module};\nlet mut bn = BatchNorm1d::new(3, &Device::Cpu);\nlet y = bn.forward(&Tensor::randn(&[8, 3], DType::F32, &Device::Cpu));\nassert_eq!(y.shape(), &[8, 3]);\nbn.eval();\nassert!(!bn.training);\n```",
+    new: "A layer over `channels` channels with PyTorch's defaults (`eps=1e-5, momentum=0.1, affine=True, track_running_stats=True`), in training mode.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(8, &Device::Cpu);\nassert_eq!((bn.eps, bn.momentum, bn.num_parameters()), (1e-5, Some(0.1), 16));\n```",
+    options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm1d, Module};\nlet bn = BatchNorm1d::with_options(8, 1e-3, None, false, true, &Device::Cpu);\nassert_eq!((bn.num_parameters(), bn.named_buffers().len()), (0, 3));\n```",
+    forward: "Normalises over the batch (and spatial) dims.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::BatchNorm1d;\nlet bn = BatchNorm1d::new(3, &Device::Cpu);\nlet y = bn.forward(&Tensor::randn(&[16, 3], DType::F64, &Device::Cpu));\nassert!(y.mean(&[0], false).abs().max_all().item::<f64>() < 1e-9);\n```"
 );
-instance_norm!(
-    InstanceNorm2d,
-    "Instance normalisation of `[N, C, H, W]` (`nn.InstanceNorm2d`).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nlet norm = InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, true, &Device::Cpu);\nassert_eq!(norm.state_dict().len(), 5);\nassert_eq!(norm.forward(&Tensor::randn(&[2, 3, 4, 4], DType::F32, &Device::Cpu)).shape(), &[2, 3, 4, 4]);\n```",
-    4
+running_norm!(
+    BatchNorm2d, Stats::Batch, defaults(true, true),
+    doc: "Batch normalisation of `[N, C, H, W]` (`nn.BatchNorm2d`), as [`BatchNorm1d`].\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(3, &Device::Cpu);\nlet names: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();\nassert_eq!(names, [\"running_mean\", \"running_var\", \"num_batches_tracked\"]);\n```",
+    new: "A layer over `channels` channels with PyTorch's defaults, in training mode.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nassert_eq!(BatchNorm2d::new(8, &Device::Cpu).num_parameters(), 16);\n```",
+    options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nassert_eq!(BatchNorm2d::with_options(8, 1e-5, Some(0.1), true, false, &Device::Cpu).named_buffers().len(), 0);\n```",
+    forward: "Normalises over the batch and spatial dims.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::BatchNorm2d;\nlet y = BatchNorm2d::new(2, &Device::Cpu).forward(&Tensor::randn(&[4, 2, 3, 3], DType::F64, &Device::Cpu));\nassert!(y.mean(&[0, 2, 3], false).abs().max_all().item::<f64>() < 1e-9);\n```"
+);
+running_norm!(
+    InstanceNorm1d, Stats::Instance(3), defaults(false, false),
+    doc: "Instance normalisation of `[N, C, L]` (`nn.InstanceNorm1d`): PyTorch's defaults are no affine parameters and no running statistics, `eps = 1e-5`, `momentum = 0.1`.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nlet norm = InstanceNorm1d::new(3, &Device::Cpu);\nassert_eq!(norm.num_parameters(), 0);\nlet y = norm.forward(&Tensor::randn(&[2, 3, 8], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2], false).abs().max_all().item::<f64>() < 1e-12);\n```",
+    new: "A layer with PyTorch's defaults (no parameters, no buffers).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nassert_eq!(InstanceNorm1d::new(3, &Device::Cpu).state_dict().len(), 0);\n```",
+    options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nassert_eq!(InstanceNorm1d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu).num_parameters(), 6);\n```",
+    forward: "Normalises each channel of each sample over its positions.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::InstanceNorm1d;\nlet y = InstanceNorm1d::new(2, &Device::Cpu).forward(&Tensor::randn(&[1, 2, 6], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2], false).abs().max_all().item::<f64>() < 1e-9);\n```"
+);
+running_norm!(
+    InstanceNorm2d, Stats::Instance(4), defaults(false, false),
+    doc: "Instance normalisation of `[N, C, H, W]` (`nn.InstanceNorm2d`), as [`InstanceNorm1d`].\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nlet norm = InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, true, &Device::Cpu);\nassert_eq!(norm.state_dict().len(), 5);\nassert_eq!(norm.forward(&Tensor::randn(&[2, 3, 4, 4], DType::F32, &Device::Cpu)).shape(), &[2, 3, 4, 4]);\n```",
+    new: "A layer with PyTorch's defaults (no parameters, no buffers).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nassert_eq!(InstanceNorm2d::new(3, &Device::Cpu).state_dict().len(), 0);\n```",
+    options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nassert_eq!(InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu).num_parameters(), 6);\n```",
+    forward: "Normalises each channel of each sample over its spatial positions.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::InstanceNorm2d;\nlet y = InstanceNorm2d::new(2, &Device::Cpu).forward(&Tensor::randn(&[1, 2, 4, 4], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2, 3], false).abs().max_all().item::<f64>() < 1e-9);\n```"
 );
 
 /// Layer normalisation over the trailing dims (`nn.LayerNorm`), weight ones, bias zeros.

@@ -64,16 +64,11 @@ pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, bet
         beta >= 0.0,
         "smooth_l1_loss: beta must be non-negative, got {beta}"
     );
-    let d = input.sub(target).abs();
     if beta == 0.0 {
-        return reduce(d, reduction);
+        return l1_loss(input, target, reduction);
     }
-    let quadratic = d.mul(&d).mul_scalar(0.5 / beta);
-    let linear = d.sub_scalar(0.5 * beta);
-    reduce(
-        Tensor::where_cond(&d.lt_scalar(beta), &quadratic, &linear),
-        reduction,
-    )
+    // Smooth L1 with `beta` is the Huber loss with `delta = beta`, divided by `beta`.
+    huber_loss(input, target, reduction, beta).div_scalar(beta)
 }
 
 /// Huber loss (`F.huber_loss`): `0.5 d²` where `|d| <= delta`, else

@@ -57,6 +57,35 @@ pub fn layer_norm(
     crate::nn::fused::layer_norm(input, weight.as_ref(), bias.as_ref(), len, eps)
 }
 
+/// Panics unless every given per-channel tensor has shape `[C]` for `input` `[N, C, ...]`.
+#[track_caller]
+fn check_per_channel(op: &str, input: &Tensor, tensors: &[(&str, Option<&Tensor>)]) {
+    let c = input.shape()[1];
+    for (name, t) in tensors {
+        if let Some(t) = t {
+            assert!(
+                t.shape() == [c],
+                "{op}: {name} should have shape [{c}] for input of shape {:?}, got {:?}",
+                input.shape(),
+                t.shape()
+            );
+        }
+    }
+}
+
+/// `y * weight[c] + bias[c]` over dim 1 of `y` `[N, C, ...]`, each optional.
+fn per_channel_affine(mut y: Tensor, weight: Option<&Tensor>, bias: Option<&Tensor>) -> Tensor {
+    let mut shape = vec![1usize; y.dim()];
+    shape[1] = y.shape()[1];
+    if let Some(w) = weight {
+        y = y.mul(&w.reshape(&shape));
+    }
+    if let Some(b) = bias {
+        y = y.add(&b.reshape(&shape));
+    }
+    y
+}
+
 /// Batch normalisation over dim 1 of `[N, C, ...]` (`F.batch_norm`). In training it
 /// normalises with the batch statistics and updates the running ones in place
 /// (`running = (1 - momentum) * running + momentum * batch`, unbiased variance); in eval
@@ -92,21 +121,16 @@ pub fn batch_norm(
     stat_shape[1] = c;
     let dims: Vec<isize> = (0..input.dim() as isize).filter(|&d| d != 1).collect();
     let per_channel = input.numel() / c.max(1);
-    for (name, t) in [
-        ("running_mean", running_mean),
-        ("running_var", running_var),
-        ("weight", weight),
-        ("bias", bias),
-    ] {
-        if let Some(t) = t {
-            assert!(
-                t.shape() == [c],
-                "batch_norm: {name} should have shape [{c}] for input of shape {:?}, got {:?}",
-                input.shape(),
-                t.shape()
-            );
-        }
-    }
+    check_per_channel(
+        "batch_norm",
+        input,
+        &[
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+            ("weight", weight),
+            ("bias", bias),
+        ],
+    );
     let (mean, var) = if training {
         assert!(
             per_channel > 1,
@@ -133,14 +157,11 @@ pub fn batch_norm(
         let rv = running_var.expect("batch_norm: running_var is required in eval mode");
         (rm.reshape(&stat_shape), rv.reshape(&stat_shape))
     };
-    let mut y = input.sub(&mean).mul(&var.add_scalar(eps).rsqrt());
-    if let Some(w) = weight {
-        y = y.mul(&w.reshape(&stat_shape));
-    }
-    if let Some(b) = bias {
-        y = y.add(&b.reshape(&stat_shape));
-    }
-    y
+    per_channel_affine(
+        input.sub(&mean).mul(&var.add_scalar(eps).rsqrt()),
+        weight,
+        bias,
+    )
 }
 
 /// Group normalisation (`F.group_norm`): the channels of `[N, C, ...]` are split into
@@ -175,32 +196,15 @@ pub fn group_norm(
         "group_norm: expected number of channels in input ({c}, dim 1 of shape {:?}) to be divisible by num_groups, but got num_groups={num_groups}",
         input.shape()
     );
-    let mut stat_shape = vec![1usize; input.dim()];
-    stat_shape[1] = c;
     let grouped = input.reshape(&[n, num_groups, input.numel() / (n * num_groups).max(1)]);
     let mean = grouped.mean(&[2], true);
     let centered = grouped.sub(&mean);
     let var = centered.mul(&centered).mean(&[2], true);
-    let mut y = centered
+    check_per_channel("group_norm", input, &[("weight", weight), ("bias", bias)]);
+    let y = centered
         .mul(&var.add_scalar(eps).rsqrt())
         .reshape(input.shape());
-    for (name, t) in [("weight", weight), ("bias", bias)] {
-        if let Some(t) = t {
-            assert!(
-                t.shape() == [c],
-                "group_norm: {name} should have shape [{c}] for input of shape {:?}, got {:?}",
-                input.shape(),
-                t.shape()
-            );
-        }
-    }
-    if let Some(w) = weight {
-        y = y.mul(&w.reshape(&stat_shape));
-    }
-    if let Some(b) = bias {
-        y = y.add(&b.reshape(&stat_shape));
-    }
-    y
+    per_channel_affine(y, weight, bias)
 }
 
 /// Instance normalisation (`F.instance_norm`): each channel of each sample of `[N, C, ...]`
