@@ -143,71 +143,62 @@ pair_loss! {
     } => |s, x, t| F::hinge_embedding_loss(x, t, s.margin, s.reduction)
 }
 
-/// Cross-entropy of logits against class indices or probabilities
-/// (`nn.CrossEntropyLoss`), with class weights (a buffer), `ignore_index` and label
-/// smoothing.
-///
-/// ```
-/// use ferrograd_runtime::prelude::*;
-/// use ferrograd_runtime::nn::{CrossEntropyLoss, Forward};
-/// let logits = Tensor::zeros(&[1, 2], DType::F64, &Device::Cpu);
-/// let target = Tensor::from_vec(vec![1i64], &[1]);
-/// assert!((CrossEntropyLoss::default().forward((&logits, &target)).item::<f64>() - 2f64.ln()).abs() < 1e-12);
-/// ```
-#[derive(Module, Debug, Clone, Default)]
-#[module(crate = crate)]
-pub struct CrossEntropyLoss {
-    /// Per-class weights `[C]`.
-    #[buffer]
-    pub weight: Option<Tensor>,
-    /// Targets equal to this are skipped (-100 by default).
-    #[module(skip)]
-    pub args: CrossEntropyArgs,
+/// A loss over class targets with class weights (a buffer, as PyTorch's `weight`) and
+/// the other [`CrossEntropyArgs`].
+macro_rules! class_loss {
+    ($(#[$m:meta])* $name:ident => $functional:path) => {
+        $(#[$m])*
+        #[derive(Module, Debug, Clone, Default)]
+        #[module(crate = crate)]
+        pub struct $name {
+            /// Per-class weights `[C]`.
+            #[buffer]
+            pub weight: Option<Tensor>,
+            /// `ignore_index` (-100 by default), reduction and label smoothing.
+            #[module(skip)]
+            pub args: CrossEntropyArgs,
+        }
+
+        impl<'a> Forward<(&'a Tensor, &'a Tensor)> for $name {
+            type Output = Tensor;
+            #[track_caller]
+            fn forward(&self, (x, t): (&'a Tensor, &'a Tensor)) -> Tensor {
+                let args = CrossEntropyArgs {
+                    weight: self.weight.clone(),
+                    ..self.args.clone()
+                };
+                $functional(x, t, &args)
+            }
+        }
+    };
 }
 
-impl<'a> Forward<(&'a Tensor, &'a Tensor)> for CrossEntropyLoss {
-    type Output = Tensor;
-    #[track_caller]
-    fn forward(&self, (x, t): (&'a Tensor, &'a Tensor)) -> Tensor {
-        let args = CrossEntropyArgs {
-            weight: self.weight.clone(),
-            ..self.args.clone()
-        };
-        F::cross_entropy_with(x, t, &args)
-    }
+class_loss! {
+    /// Cross-entropy of logits against class indices or probabilities
+    /// (`nn.CrossEntropyLoss`), with class weights, `ignore_index` and label smoothing.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{CrossEntropyLoss, Forward};
+    /// let logits = Tensor::zeros(&[1, 2], DType::F64, &Device::Cpu);
+    /// let target = Tensor::from_vec(vec![1i64], &[1]);
+    /// assert!((CrossEntropyLoss::default().forward((&logits, &target)).item::<f64>() - 2f64.ln()).abs() < 1e-12);
+    /// ```
+    CrossEntropyLoss => F::cross_entropy_with
 }
 
-/// Negative log-likelihood of log-probabilities (`nn.NLLLoss`), with class weights (a
-/// buffer) and `ignore_index`.
-///
-/// ```
-/// use ferrograd_runtime::prelude::*;
-/// use ferrograd_runtime::nn::{Forward, NLLLoss};
-/// let logp = Tensor::from_vec(vec![-0.5f32, -1.5], &[1, 2]);
-/// let target = Tensor::from_vec(vec![1i64], &[1]);
-/// assert_eq!(NLLLoss::default().forward((&logp, &target)).item::<f32>(), 1.5);
-/// ```
-#[derive(Module, Debug, Clone, Default)]
-#[module(crate = crate)]
-pub struct NLLLoss {
-    /// Per-class weights `[C]`.
-    #[buffer]
-    pub weight: Option<Tensor>,
-    /// `ignore_index` and reduction.
-    #[module(skip)]
-    pub args: CrossEntropyArgs,
-}
-
-impl<'a> Forward<(&'a Tensor, &'a Tensor)> for NLLLoss {
-    type Output = Tensor;
-    #[track_caller]
-    fn forward(&self, (x, t): (&'a Tensor, &'a Tensor)) -> Tensor {
-        let args = CrossEntropyArgs {
-            weight: self.weight.clone(),
-            ..self.args.clone()
-        };
-        F::nll_loss_with(x, t, &args)
-    }
+class_loss! {
+    /// Negative log-likelihood of log-probabilities (`nn.NLLLoss`), with class weights and
+    /// `ignore_index`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::{Forward, NLLLoss};
+    /// let logp = Tensor::from_vec(vec![-0.5f32, -1.5], &[1, 2]);
+    /// let target = Tensor::from_vec(vec![1i64], &[1]);
+    /// assert_eq!(NLLLoss::default().forward((&logp, &target)).item::<f32>(), 1.5);
+    /// ```
+    NLLLoss => F::nll_loss_with
 }
 
 /// Binary cross-entropy on logits (`nn.BCEWithLogitsLoss`), with elementwise `weight`

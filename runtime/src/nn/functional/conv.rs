@@ -40,52 +40,41 @@ impl<const D: usize> Default for ConvArgs<D> {
     }
 }
 
-impl<const D: usize> ConvArgs<D> {
-    /// The same stride on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(Conv2dArgs::default().stride(2).stride, [2, 2]);
-    /// ```
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.stride = [stride; D];
-        self
-    }
-    /// The same padding on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(Conv2dArgs::default().padding(1).padding, [1, 1]);
-    /// ```
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.padding = [padding; D];
-        self
-    }
-    /// The same dilation on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(Conv2dArgs::default().dilation(2).dilation, [2, 2]);
-    /// ```
-    pub fn dilation(mut self, dilation: usize) -> Self {
-        self.dilation = [dilation; D];
-        self
-    }
-    /// The number of groups.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(Conv2dArgs::default().groups(3).groups, 3);
-    /// ```
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
-    }
+/// Builder methods setting one value on every spatial dim (`stride(2)` is PyTorch's
+/// `stride=2`), and `groups`.
+macro_rules! per_dim_setters {
+    ($ty:ident: $($field:ident),*) => {
+        impl<const D: usize> $ty<D> {
+            $(
+                #[doc = concat!("The same ", stringify!($field), " on every spatial dim.")]
+                ///
+                /// ```
+                /// use ferrograd_runtime::nn::functional::*;
+                #[doc = concat!("let args = ", stringify!($ty), "::<2>::default().", stringify!($field), "(3);")]
+                #[doc = concat!("assert_eq!(args.", stringify!($field), ", [3, 3]);")]
+                /// ```
+                pub fn $field(mut self, value: usize) -> Self {
+                    self.$field = [value; D];
+                    self
+                }
+            )*
+
+            /// The number of channel groups.
+            ///
+            /// ```
+            /// use ferrograd_runtime::nn::functional::*;
+            #[doc = concat!("assert_eq!(", stringify!($ty), "::<1>::default().groups(4).groups, 4);")]
+            /// ```
+            pub fn groups(mut self, groups: usize) -> Self {
+                self.groups = groups;
+                self
+            }
+        }
+    };
 }
+
+per_dim_setters!(ConvArgs: stride, padding, dilation);
+per_dim_setters!(ConvTransposeArgs: stride, padding, output_padding, dilation);
 
 pub(super) fn geometry(
     input: &Tensor,
@@ -336,64 +325,6 @@ impl<const D: usize> Default for ConvTransposeArgs<D> {
             dilation: [1; D],
             groups: 1,
         }
-    }
-}
-
-impl<const D: usize> ConvTransposeArgs<D> {
-    /// The same stride on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(ConvTranspose2dArgs::default().stride(2).stride, [2, 2]);
-    /// ```
-    pub fn stride(mut self, stride: usize) -> Self {
-        self.stride = [stride; D];
-        self
-    }
-    /// The same padding on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(ConvTranspose2dArgs::default().padding(1).padding, [1, 1]);
-    /// ```
-    pub fn padding(mut self, padding: usize) -> Self {
-        self.padding = [padding; D];
-        self
-    }
-    /// The same output padding on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(ConvTranspose2dArgs::default().output_padding(1).output_padding, [1, 1]);
-    /// ```
-    pub fn output_padding(mut self, output_padding: usize) -> Self {
-        self.output_padding = [output_padding; D];
-        self
-    }
-    /// The same dilation on every spatial dim.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(ConvTranspose2dArgs::default().dilation(2).dilation, [2, 2]);
-    /// ```
-    pub fn dilation(mut self, dilation: usize) -> Self {
-        self.dilation = [dilation; D];
-        self
-    }
-    /// The number of groups.
-    ///
-    /// ```
-    /// use ferrograd_runtime::prelude::*;
-    /// use ferrograd_runtime::nn::functional::{Conv2dArgs, ConvTranspose2dArgs};
-    /// assert_eq!(ConvTranspose2dArgs::default().groups(2).groups, 2);
-    /// ```
-    pub fn groups(mut self, groups: usize) -> Self {
-        self.groups = groups;
-        self
     }
 }
 
