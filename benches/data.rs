@@ -2,11 +2,12 @@
 //! shuffling `DataLoader` (batches of 64, 2 workers) and one epoch of training the
 //! `mnist_mlp` example's network on the same batches. The target is the first
 //! at most 5% of the second. Needs MNIST in `$FERROGRAD_DATA` or `../shared/data`
-//! (skipped with a message otherwise).
+//! (skipped with a message otherwise). `image_folder` is the ImageFolder half of
+//! `bench/data_compare.py`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ferrograd::data::datasets::MNIST;
-use ferrograd::data::{DataLoader, TensorDataset};
+use ferrograd::data::{DataLoader, Dataset, TensorDataset};
 use ferrograd::nn::{Linear, Module, ReLU, Sequential};
 use ferrograd::prelude::*;
 use std::hint::black_box;
@@ -87,5 +88,43 @@ fn data(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, data);
+/// An ImageFolder of JPEGs (`$FERROGRAD_IMAGE_FOLDER`, written by `bench/data_compare.py`)
+/// through Resize(64) + RandomCrop(56, padding 4) + RandomHorizontalFlip + Normalize, in
+/// batches of 32 on 2 persistent workers: one epoch.
+fn image_folder(c: &mut Criterion) {
+    use ferrograd::data::datasets::ImageFolder;
+    use ferrograd::data::transforms::*;
+    let Some(root) = std::env::var_os("FERROGRAD_IMAGE_FOLDER") else {
+        eprintln!("skipping image_folder: set FERROGRAD_IMAGE_FOLDER (bench/data_compare.py does)");
+        return;
+    };
+    let folder = ImageFolder::new(root).expect("a readable image folder");
+    let pipeline = Compose::new()
+        .then(ToTensor)
+        .then(Resize::shorter_side(64))
+        .then(RandomCrop::new([56, 56], 4))
+        .then(RandomHorizontalFlip::new(0.5))
+        .then(Normalize::new(&[0.5, 0.5, 0.5], &[0.25, 0.25, 0.25]));
+    let data = folder.map(move |(img, y)| (pipeline.apply(img), y));
+    let mut loader = DataLoader::builder(data)
+        .batch_size(32)
+        .shuffle(true)
+        .num_workers(2)
+        .persistent_workers(true)
+        .seed(0)
+        .build();
+    let mut group = c.benchmark_group("image_folder_epoch");
+    group.sample_size(10);
+    group.bench_function("2_workers", |b| {
+        b.iter(|| {
+            loader
+                .iter()
+                .map(|batch| black_box(batch.unwrap()).1.shape()[0])
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, data, image_folder);
 criterion_main!(benches);
