@@ -14,6 +14,7 @@
 pub mod amp;
 mod autocast_state;
 pub mod autograd;
+pub mod checkpoint;
 pub mod cuda;
 pub mod data;
 mod device;

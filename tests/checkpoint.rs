@@ -1,0 +1,245 @@
+//! safetensors checkpoints: round trips of every dtype, PyTorch-saved state dicts loading
+//! strictly (with a key-renaming hook) and giving PyTorch's outputs, hostile files as
+//! errors, and atomic saves that survive a process killed mid-write.
+
+#[allow(dead_code)]
+mod ports;
+
+use ferrograd::checkpoint::*;
+use ferrograd::nn::{BatchNorm1d, Forward, Linear, Module, StateDict};
+use ferrograd::prelude::*;
+use std::path::PathBuf;
+
+#[derive(Module)]
+struct Net {
+    fc: Linear,
+    bn: BatchNorm1d,
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferrograd-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn a_module_round_trips_with_its_buffers() {
+    manual_seed(1);
+    let net = Net {
+        fc: Linear::new(4, 3, &Device::Cpu),
+        bn: BatchNorm1d::new(3, &Device::Cpu),
+    };
+    let x = Tensor::randn(&[8, 4], DType::F32, &Device::Cpu);
+    net.bn.forward(&net.fc.forward(&x)); // moves the running statistics and the count
+    let path = temp("net.safetensors");
+    save_safetensors(&net, &path).unwrap();
+    // For tests/fixtures/check_pytorch_loads.py: this file must load into PyTorch.
+    let interop = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/interop");
+    if std::fs::create_dir_all(&interop).is_ok() {
+        save_safetensors(&net, interop.join("net.safetensors")).unwrap();
+    }
+    let mut fresh = Net {
+        fc: Linear::new(4, 3, &Device::Cpu),
+        bn: BatchNorm1d::new(3, &Device::Cpu),
+    };
+    let report = load_safetensors(&mut fresh, &path, true).unwrap();
+    assert!(report.missing.is_empty() && report.unexpected.is_empty());
+    for ((k, a), (_, b)) in net.state_dict().iter().zip(fresh.state_dict().iter()) {
+        assert_eq!(a.dtype(), b.dtype(), "{k}");
+        assert_eq!(
+            a.to_dtype(DType::F64).to_vec::<f64>(),
+            b.to_dtype(DType::F64).to_vec::<f64>(),
+            "{k}"
+        );
+    }
+    assert_eq!(
+        fresh.bn.num_batches_tracked.as_ref().unwrap().item::<i64>(),
+        1
+    );
+
+    let mut wrong = Net {
+        fc: Linear::new(4, 5, &Device::Cpu),
+        bn: BatchNorm1d::new(5, &Device::Cpu),
+    };
+    let e = load_safetensors(&mut wrong, &path, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("net.safetensors") && e.contains("fc.weight"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_dtype_round_trips() {
+    let mut state = StateDict::new();
+    let cpu = &Device::Cpu;
+    let base = Tensor::from_vec(vec![0.5f64, -1.25, 3.0], &[3]);
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::U8,
+    ] {
+        state.insert(format!("{dtype:?}"), base.abs().to_dtype(dtype));
+    }
+    state.insert("bool".into(), Tensor::from_vec(vec![true, false], &[2]));
+    state.insert("scalar".into(), Tensor::full(&[], 4.0, DType::F32, cpu));
+    let path = temp("dtypes.safetensors");
+    save_state_dict(&state, &path, None).unwrap();
+    let back = read_state_dict(&path).unwrap();
+    assert_eq!(back.len(), state.len());
+    for (k, t) in &state {
+        assert_eq!(
+            (back[k].dtype(), back[k].shape()),
+            (t.dtype(), t.shape()),
+            "{k}"
+        );
+        assert!(
+            back[k]
+                .to_dtype(DType::F64)
+                .allclose(&t.to_dtype(DType::F64), 0.0, 0.0),
+            "{k}"
+        );
+    }
+}
+
+#[test]
+fn a_pytorch_saved_state_dict_loads_strictly_and_gives_pytorchs_outputs() {
+    // Written by `safetensors.torch.save_file` in tests/fixtures/make_torchvision_fixtures.py.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/torchvision_ports.safetensors");
+    let mut model = ports::resnet::ResNet::new([2, 2, 2, 2], 4, 10, &Device::Cpu);
+    load_safetensors_with(&mut model, &path, true, |k| {
+        k.strip_prefix("resnet.state.").map(str::to_string)
+    })
+    .unwrap();
+    model.eval();
+    let fx = read_state_dict(&path).unwrap();
+    let logits = model.forward(&fx["input"]);
+    assert!(logits.allclose(&fx["resnet.eval_logits"], 1e-4, 1e-4));
+    let e = load_safetensors(&mut model, &path, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("missing") || e.contains("unexpected"),
+        "without the hook: {e}"
+    );
+}
+
+/// A safetensors file from a raw header and data section.
+fn raw_file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn hostile_files_are_errors_naming_the_file() {
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("header longer than the file", {
+            let mut v = u64::MAX.to_le_bytes().to_vec();
+            v.extend_from_slice(b"{}");
+            v
+        }),
+        ("not json", raw_file("{nope", &[])),
+        (
+            "offsets past the data",
+            raw_file(
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
+                &[0; 4],
+            ),
+        ),
+        (
+            "overlapping offsets",
+            raw_file(
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}"#,
+                &[0; 8],
+            ),
+        ),
+        (
+            "wrong size for dtype",
+            raw_file(
+                r#"{"a":{"dtype":"F64","shape":[1],"data_offsets":[0,4]}}"#,
+                &[0; 4],
+            ),
+        ),
+        (
+            "huge shape",
+            raw_file(
+                r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}"#,
+                &[0; 4],
+            ),
+        ),
+        (
+            "unknown dtype",
+            raw_file(
+                r#"{"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#,
+                &[0; 8],
+            ),
+        ),
+    ];
+    for (name, bytes) in cases {
+        let path = temp("hostile.safetensors");
+        std::fs::write(&path, &bytes).unwrap();
+        let got = std::panic::catch_unwind(|| read_state_dict(&path));
+        let err = got
+            .unwrap_or_else(|_| panic!("{name}: the reader panicked"))
+            .expect_err(name)
+            .to_string();
+        assert!(err.contains("hostile.safetensors"), "{name}: {err}");
+    }
+    let e = read_state_dict(temp("absent.safetensors"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("absent.safetensors"), "{e}");
+}
+
+/// Saving is atomic: a child process killed while it writes checkpoint after checkpoint
+/// to the same path leaves a complete, loadable file there.
+#[test]
+fn a_save_killed_mid_write_leaves_the_previous_file_intact() {
+    if let Some(path) = std::env::var_os("FERROGRAD_CKPT_CHILD") {
+        // The child: large checkpoints, forever, until killed.
+        let mut state = StateDict::new();
+        state.insert(
+            "big".into(),
+            Tensor::ones(&[4_000_000], DType::F32, &Device::Cpu),
+        );
+        loop {
+            save_state_dict(&state, &path, None).unwrap();
+        }
+    }
+    let path = temp("atomic.safetensors");
+    let mut state = StateDict::new();
+    state.insert(
+        "big".into(),
+        Tensor::zeros(&[4_000_000], DType::F32, &Device::Cpu),
+    );
+    save_state_dict(&state, &path, None).unwrap();
+    for round in 0..3 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_save_killed_mid_write_leaves_the_previous_file_intact",
+                "--nocapture",
+            ])
+            .env("FERROGRAD_CKPT_CHILD", &path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150 + 70 * round));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let back = read_state_dict(&path).expect("a complete file after the kill");
+        let v = back["big"].to_vec::<f32>();
+        assert!(
+            v.len() == 4_000_000 && (v.iter().all(|&x| x == 0.0) || v.iter().all(|&x| x == 1.0))
+        );
+    }
+}
