@@ -37,6 +37,7 @@ macro_rules! setters {
 
 mod adam;
 mod cuda;
+pub mod lr_scheduler;
 mod sgd;
 
 pub use adam::{Adam, AdamConfig, AdamState, AdamW};
