@@ -153,61 +153,11 @@ pub fn safetensors_dataset(
             let view = st
                 .tensor(name)
                 .map_err(|_| DataError::format(path, format!("no tensor named {name:?}")))?;
-            tensor_from_le_bytes(path, name, view.dtype(), view.shape(), view.data())
+            crate::checkpoint::tensor_from_view(&view)
+                .map_err(|reason| DataError::format(path, format!("tensor {name:?}: {reason}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     TensorDataset::try_new(tensors)
-}
-
-fn tensor_from_le_bytes(
-    path: &Path,
-    name: &str,
-    dtype: safetensors::Dtype,
-    shape: &[usize],
-    data: &[u8],
-) -> Result<Tensor, DataError> {
-    use safetensors::Dtype as S;
-    macro_rules! le {
-        ($t:ty, $n:literal) => {
-            Tensor::from_vec(
-                data.chunks_exact($n)
-                    .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
-                    .collect::<Vec<$t>>(),
-                shape,
-            )
-        };
-    }
-    Ok(match dtype {
-        S::F32 => le!(f32, 4),
-        S::F64 => le!(f64, 8),
-        S::I64 => le!(i64, 8),
-        S::F16 => Tensor::from_vec(
-            data.chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        S::BF16 => Tensor::from_vec(
-            data.chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        S::U8 => Tensor::from_vec(data.to_vec(), shape),
-        S::BOOL => Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape),
-        S::I32 => Tensor::from_vec(
-            data.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
-                .collect::<Vec<i64>>(),
-            shape,
-        ),
-        other => {
-            return Err(DataError::format(
-                path,
-                format!("tensor {name:?} has dtype {other:?}, which ferrograd does not hold"),
-            ));
-        }
-    })
 }
 
 /// `.npy` arrays (`numpy.save`), one file per tensor, as a [`TensorDataset`] over their
