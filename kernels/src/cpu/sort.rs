@@ -59,7 +59,9 @@ pub fn dim_indices<T: PartialOrd + Copy + Send + Sync>(
     let lines_per_block = inner;
     let blocks_per_task = per_task.div_ceil(lines_per_block).max(1);
     for_each_chunk_mut(&mut out, blocks_per_task * block, |t, chunk| {
+        // Per-task scratch: one line of values and its order, reused for every line.
         let mut line = Vec::with_capacity(r);
+        let mut idx: Vec<usize> = Vec::with_capacity(r);
         for (b, dst) in chunk.chunks_mut(block).enumerate() {
             let o = t * blocks_per_task + b;
             let base = &src[o * block..(o + 1) * block];
@@ -68,13 +70,14 @@ pub fn dim_indices<T: PartialOrd + Copy + Send + Sync>(
                 line.extend((0..r).map(|j| base[j * inner + i]));
                 match op {
                     DimIndexOp::Sort { descending } => {
-                        let mut idx: Vec<usize> = (0..r).collect();
+                        idx.clear();
+                        idx.extend(0..r);
                         if descending {
                             idx.sort_by(|&a, &b| nan_last(&line[b], &line[a]));
                         } else {
                             idx.sort_by(|&a, &b| nan_last(&line[a], &line[b]));
                         }
-                        for (j, k) in idx.into_iter().enumerate() {
+                        for (j, &k) in idx.iter().enumerate() {
                             dst[j * inner + i] = k as i64;
                         }
                     }

@@ -4,7 +4,7 @@
 //! `Fn(Vec<Item>) -> Result<Batch, DataError>` is a custom collate function.
 
 use super::{DataError, Dataset};
-use crate::{DType, Tensor};
+use crate::Tensor;
 use std::collections::{BTreeMap, HashMap};
 
 /// Batches a list of samples (`collate_fn`).
@@ -120,13 +120,9 @@ stack_scalar!(i64, f32, f64, u8, bool);
 
 impl Stack for usize {
     type Batch = Tensor;
+    /// Indices and counts batch as int64.
     fn stack_samples(items: Vec<usize>) -> Result<Tensor, DataError> {
-        let n = items.len();
-        Ok(Tensor::from_vec(
-            items.into_iter().map(|v| v as i64).collect::<Vec<i64>>(),
-            &[n],
-        )
-        .to_dtype(DType::I64))
+        i64::stack_samples(items.into_iter().map(|v| v as i64).collect())
     }
 }
 
