@@ -111,6 +111,7 @@ fn schedules_match_pytorch() {
                 pct_start: 0.3,
                 div_factor: 25.0,
                 final_div_factor: 1e4,
+                momentum: None,
             },
         ),
         (
@@ -118,6 +119,7 @@ fn schedules_match_pytorch() {
             Schedule::CyclicTriangular {
                 max_lr: 0.4,
                 step_size_up: 5,
+                momentum: None,
             },
         ),
     ];
@@ -175,4 +177,97 @@ fn a_scheduler_resumes_from_its_state() {
     sched.step(&mut opt);
     resumed.step(&mut opt2);
     assert_eq!((resumed.last_epoch(), opt2.lr()), (5, opt.lr()));
+}
+
+/// Runs `schedule` for 30 steps on SGD (momentum 0.9; with `second_lr`, a second group
+/// of that rate) and returns `read(optimizer)` after each.
+fn run_sgd(schedule: Schedule, second_lr: Option<f64>, read: impl Fn(&Sgd) -> f64) -> Vec<f64> {
+    use ferrograd::optim::ParamGroup;
+    let w = || Tensor::zeros(&[1], DType::F32, &Device::Cpu).requires_grad(true);
+    let mut groups = vec![ParamGroup::new(
+        vec![w()],
+        SgdConfig::new(0.1).momentum(0.9),
+    )];
+    if let Some(lr) = second_lr {
+        groups.push(ParamGroup::new(vec![w()], SgdConfig::new(lr).momentum(0.9)));
+    }
+    let mut opt = Sgd::with_groups(groups);
+    let mut sched = Scheduler::new(&mut opt, schedule);
+    let mut out = vec![read(&opt)];
+    for _ in 0..30 {
+        opt.step();
+        sched.step(&mut opt);
+        out.push(read(&opt));
+    }
+    out
+}
+
+/// OneCycleLR and CyclicLR cycle the momentum against the rate; SequentialLR and
+/// ChainedScheduler compose schedules; every group follows the schedule from its own
+/// initial rate, ReduceLROnPlateau included.
+#[test]
+fn momentum_cycles_compositions_and_groups_match_pytorch() {
+    let momentum = |o: &Sgd| o.group_momentum(0).unwrap();
+    let one_cycle = Schedule::OneCycle {
+        max_lr: 0.5,
+        total_steps: 31,
+        pct_start: 0.3,
+        div_factor: 25.0,
+        final_div_factor: 1e4,
+        momentum: Some((0.85, 0.95)),
+    };
+    assert_sequence("one_cycle_momentum", &run_sgd(one_cycle, None, momentum));
+    let cyclic = Schedule::CyclicTriangular {
+        max_lr: 0.4,
+        step_size_up: 5,
+        momentum: Some((0.8, 0.9)),
+    };
+    assert_sequence("cyclic_momentum", &run_sgd(cyclic, None, momentum));
+    let sequential = Schedule::Sequential {
+        schedules: vec![
+            Schedule::Linear {
+                start_factor: 0.1,
+                end_factor: 1.0,
+                total_iters: 5,
+            },
+            Schedule::Exponential { gamma: 0.9 },
+            Schedule::Step {
+                step_size: 3,
+                gamma: 0.5,
+            },
+        ],
+        milestones: vec![5, 15],
+    };
+    assert_sequence("sequential", &run_sgd(sequential, None, |o| o.lr()));
+    let chained = Schedule::Chained(vec![
+        Schedule::Constant {
+            factor: 0.1,
+            total_iters: 4,
+        },
+        Schedule::Exponential { gamma: 0.9 },
+    ]);
+    assert_sequence("chained", &run_sgd(chained, None, |o| o.lr()));
+    let cosine = Schedule::CosineAnnealing {
+        t_max: 12,
+        eta_min: 0.01,
+    };
+    assert_sequence(
+        "cosine_second_group",
+        &run_sgd(cosine, Some(0.3), |o| o.group_lr(1)),
+    );
+
+    let metrics = [1.0, 0.9, 0.9, 0.9, 0.9, 0.8, 0.8, 0.8, 0.8, 0.8].repeat(3);
+    let w = || Tensor::zeros(&[1], DType::F32, &Device::Cpu).requires_grad(true);
+    let mut opt = Sgd::with_groups(vec![
+        ferrograd::optim::ParamGroup::new(vec![w()], SgdConfig::new(0.1)),
+        ferrograd::optim::ParamGroup::new(vec![w()], SgdConfig::new(0.3)),
+    ]);
+    let mut plateau = ReduceLROnPlateau::new(0.5, 2);
+    plateau.cooldown = 1;
+    let mut lrs = vec![opt.group_lr(1)];
+    for m in metrics {
+        plateau.step(&mut opt, m);
+        lrs.push(opt.group_lr(1));
+    }
+    assert_sequence("plateau_second_group", &lrs);
 }

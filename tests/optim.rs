@@ -6,12 +6,16 @@
 mod common;
 
 use ferrograd::nn::Module;
-use ferrograd::optim::{Adam, AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
+use ferrograd::optim::{
+    Adadelta, AdadeltaConfig, Adagrad, AdagradConfig, Adam, AdamConfig, AdamW, Adamax,
+    AdamaxConfig, Lbfgs, LbfgsConfig, LineSearch, NAdam, NAdamConfig, Optimizer, ParamGroup, RAdam,
+    RAdamConfig, RMSprop, RMSpropConfig, Sgd, SgdConfig,
+};
 use ferrograd::prelude::*;
 use ferrograd::testing::{assert_close, test_device};
 use std::collections::HashMap;
 
-const STEPS: usize = 5;
+const STEPS: usize = 20;
 
 fn fixtures() -> HashMap<String, Tensor> {
     // Embedded, so the test binary runs anywhere (the GPU machine has no checkout path).
@@ -75,6 +79,149 @@ fn configs() -> Vec<(&'static str, Make)> {
                     .maximize(true),
             ))
         }),
+        ("rmsprop", |p| {
+            Box::new(RMSprop::new(p, RMSpropConfig::default().lr(0.01)))
+        }),
+        ("rmsprop_centered_momentum", |p| {
+            Box::new(RMSprop::new(
+                p,
+                RMSpropConfig::default()
+                    .lr(0.01)
+                    .alpha(0.9)
+                    .momentum(0.8)
+                    .centered(true)
+                    .weight_decay(0.05),
+            ))
+        }),
+        ("rmsprop_maximize", |p| {
+            Box::new(RMSprop::new(
+                p,
+                RMSpropConfig::default()
+                    .lr(0.005)
+                    .momentum(0.5)
+                    .maximize(true),
+            ))
+        }),
+        ("adagrad", |p| {
+            Box::new(Adagrad::new(p, AdagradConfig::default().lr(0.1)))
+        }),
+        ("adagrad_decay_init", |p| {
+            Box::new(Adagrad::new(
+                p,
+                AdagradConfig::default()
+                    .lr(0.1)
+                    .lr_decay(0.05)
+                    .weight_decay(0.1)
+                    .initial_accumulator_value(0.5),
+            ))
+        }),
+        ("adagrad_maximize", |p| {
+            Box::new(Adagrad::new(
+                p,
+                AdagradConfig::default().lr(0.05).maximize(true),
+            ))
+        }),
+        ("adadelta", |p| {
+            Box::new(Adadelta::new(p, AdadeltaConfig::default()))
+        }),
+        ("adadelta_wd", |p| {
+            Box::new(Adadelta::new(
+                p,
+                AdadeltaConfig::default()
+                    .lr(0.5)
+                    .rho(0.8)
+                    .eps(1e-5)
+                    .weight_decay(0.1),
+            ))
+        }),
+        ("adadelta_maximize", |p| {
+            Box::new(Adadelta::new(
+                p,
+                AdadeltaConfig::default().lr(2.0).maximize(true),
+            ))
+        }),
+        ("adamax", |p| {
+            Box::new(Adamax::new(p, AdamaxConfig::default().lr(0.02)))
+        }),
+        ("adamax_wd", |p| {
+            Box::new(Adamax::new(
+                p,
+                AdamaxConfig::default()
+                    .lr(0.02)
+                    .betas((0.8, 0.95))
+                    .eps(1e-6)
+                    .weight_decay(0.1),
+            ))
+        }),
+        ("adamax_maximize", |p| {
+            Box::new(Adamax::new(
+                p,
+                AdamaxConfig::default().lr(0.01).maximize(true),
+            ))
+        }),
+        ("nadam", |p| {
+            Box::new(NAdam::new(p, NAdamConfig::default().lr(0.01)))
+        }),
+        ("nadam_wd", |p| {
+            Box::new(NAdam::new(
+                p,
+                NAdamConfig::default()
+                    .lr(0.01)
+                    .betas((0.8, 0.99))
+                    .weight_decay(0.1)
+                    .momentum_decay(0.01),
+            ))
+        }),
+        ("nadam_decoupled_maximize", |p| {
+            Box::new(NAdam::new(
+                p,
+                NAdamConfig::default()
+                    .lr(0.01)
+                    .weight_decay(0.1)
+                    .decoupled_weight_decay(true)
+                    .maximize(true),
+            ))
+        }),
+        ("radam", |p| {
+            Box::new(RAdam::new(p, RAdamConfig::default().lr(0.01)))
+        }),
+        ("radam_wd", |p| {
+            Box::new(RAdam::new(
+                p,
+                RAdamConfig::default()
+                    .lr(0.01)
+                    .betas((0.8, 0.9))
+                    .weight_decay(0.1),
+            ))
+        }),
+        ("radam_decoupled_maximize", |p| {
+            Box::new(RAdam::new(
+                p,
+                RAdamConfig::default()
+                    .lr(0.01)
+                    .betas((0.9, 0.9))
+                    .weight_decay(0.1)
+                    .decoupled_weight_decay(true)
+                    .maximize(true),
+            ))
+        }),
+        ("adamw_groups", |p| {
+            let mut it = p.into_iter();
+            let (a, b) = (it.next().unwrap(), it.next().unwrap());
+            let base = AdamConfig::default();
+            Box::new(AdamW::with_groups(vec![
+                ParamGroup::new(vec![a], base.clone().lr(0.01).weight_decay(0.1)),
+                ParamGroup::new(vec![b], base.lr(0.05).weight_decay(0.0)),
+            ]))
+        }),
+        ("sgd_groups", |p| {
+            let mut it = p.into_iter();
+            let (a, b) = (it.next().unwrap(), it.next().unwrap());
+            Box::new(Sgd::with_groups(vec![
+                ParamGroup::new(vec![a], SgdConfig::new(0.1).momentum(0.9)),
+                ParamGroup::new(vec![b], SgdConfig::new(0.01).momentum(0.5).nesterov(true)),
+            ]))
+        }),
     ]
 }
 
@@ -117,10 +264,15 @@ fn torch_trajectories_f32(device: &Device) {
 test_device!(torch_trajectories_f32);
 
 /// f16/bf16 parameters (state kept in the parameter's dtype, math in f32) follow the f32
-/// trajectory within the half types' tolerance.
+/// trajectory within the half types' tolerance. Centred RMSprop is left out in f16: its
+/// variance `square_avg - grad_avg^2` of small gradients underflows f16 state (PyTorch
+/// fails the same way), which is what mixed precision's f32 master weights are for.
 fn half_parameters_track_f32(device: &Device) {
     for dtype in [DType::F16, DType::BF16] {
         for (name, make) in configs() {
+            if name.ends_with("_groups") || (dtype == DType::F16 && name.contains("centered")) {
+                continue;
+            }
             let init = Tensor::randn_with(&[64], DType::F32, &Device::Cpu, &mut Generator::new(3));
             let full = init.to_device(device).unwrap().requires_grad(true);
             let low = init
@@ -232,7 +384,14 @@ fn a_non_contiguous_parameter_is_updated_in_place() {
             .all(|(a, b)| (a - b).abs() < 1e-12),
         "{got:?}"
     );
-    assert_eq!(opt.momentum_buffer(0).unwrap().shape(), &[3, 2]);
+    assert_eq!(
+        opt.state(0)
+            .unwrap()
+            .buffer("momentum_buffer")
+            .unwrap()
+            .shape(),
+        &[3, 2]
+    );
 }
 
 #[test]
@@ -292,4 +451,350 @@ fn a_tensor_without_grad_is_refused() {
         vec![Tensor::zeros(&[1], DType::F32, &Device::Cpu)],
         SgdConfig::new(0.1),
     );
+}
+
+/// The function the L-BFGS fixtures minimise (`lbfgs_loss` of the fixture script).
+fn lbfgs_loss(
+    a: &Tensor,
+    b: &Tensor,
+    fx: &HashMap<String, Tensor>,
+    on: &dyn Fn(&Tensor) -> Tensor,
+) -> Tensor {
+    let (w, ta, tb) = (
+        on(&fx["lbfgs.w_a"]),
+        on(&fx["lbfgs.t_a"]),
+        on(&fx["lbfgs.t_b"]),
+    );
+    (&w * (a - &ta).pow_scalar(2.0)).sum_all()
+        + a.pow_scalar(4.0).sum_all() * 0.25
+        + (b - &tb).pow_scalar(2.0).sum_all()
+        + (b * 0.3).exp().sum_all()
+}
+
+fn lbfgs_replay(device: &Device, dtype: DType) {
+    let fx = fixtures();
+    let on = |t: &Tensor| t.to_dtype(dtype).to_device(device).unwrap().deep_copy();
+    let cases = [
+        ("lbfgs", LbfgsConfig::default().lr(1.0).max_iter(4)),
+        (
+            "lbfgs_strong_wolfe",
+            LbfgsConfig::default()
+                .max_iter(6)
+                .history_size(3)
+                .line_search(LineSearch::StrongWolfe),
+        ),
+    ];
+    for (name, config) in cases {
+        let a = on(&fx["init_a"]).requires_grad(true);
+        let b = on(&fx["init_b"]).requires_grad(true);
+        let mut opt = Lbfgs::new(vec![a.clone(), b.clone()], config);
+        for k in 0..5 {
+            let loss = opt.step_with(&mut || {
+                a.zero_grad();
+                b.zero_grad();
+                let loss = lbfgs_loss(&a, &b, &fx, &on);
+                loss.backward();
+                loss.to_dtype(DType::F64).item::<f64>()
+            });
+            let expected = fx[&format!("{name}.loss{k}")].to_vec::<f64>()[0];
+            let tol = if dtype == DType::F64 { 1e-9 } else { 1e-4 };
+            assert!(
+                (loss - expected).abs() <= tol * expected.abs().max(1.0),
+                "{name} step {k} on {device} in {dtype:?}: loss {loss}, PyTorch {expected}"
+            );
+            for (p, which) in [(&a, "a"), (&b, "b")] {
+                let expected = &fx[&format!("{name}.p{k}_{which}")];
+                let result = std::panic::catch_unwind(|| {
+                    if dtype == DType::F64 {
+                        assert_close(p, expected, DType::F64)
+                    } else {
+                        assert_close(p, &expected.to_dtype(dtype), DType::F16)
+                    }
+                });
+                assert!(
+                    result.is_ok(),
+                    "{name} step {k} parameter {which} on {device} in {dtype:?}"
+                );
+            }
+        }
+        if dtype == DType::F64 {
+            let evals = fx[&format!("{name}.func_evals")].to_vec::<f64>()[0];
+            assert_eq!(opt.func_evals() as f64, evals, "{name}: loss evaluations");
+        }
+    }
+}
+
+/// L-BFGS (fixed step and strong-Wolfe line search) follows PyTorch's iterates, losses
+/// and evaluation counts; in f32 within half-precision tolerance (its line search
+/// branches on the loss's rounding).
+fn lbfgs_matches_torch(device: &Device) {
+    lbfgs_replay(device, DType::F64);
+    lbfgs_replay(device, DType::F32);
+}
+test_device!(lbfgs_matches_torch);
+
+#[test]
+#[should_panic(expected = "L-BFGS re-evaluates the loss; call step_with(closure)")]
+fn lbfgs_without_a_closure_is_refused() {
+    let w = Tensor::zeros(&[1], DType::F64, &Device::Cpu).requires_grad(true);
+    Lbfgs::new(vec![w], LbfgsConfig::default()).step();
+}
+
+/// Makes every fixture optimizer over (a, b), runs `k` steps, and returns it with its
+/// parameters.
+fn stepped(
+    make: Make,
+    fx: &HashMap<String, Tensor>,
+    k: usize,
+) -> (Box<dyn Optimizer>, Tensor, Tensor) {
+    let a = fx["init_a"].deep_copy().requires_grad(true);
+    let b = fx["init_b"].deep_copy().requires_grad(true);
+    let mut opt = make(vec![a.clone(), b.clone()]);
+    for i in 0..k {
+        a.set_grad(Some(fx[&format!("g{i}_a")].clone()));
+        b.set_grad(fx.get(&format!("g{i}_b")).cloned());
+        opt.step();
+    }
+    (opt, a, b)
+}
+
+/// For every optimizer: 10 steps, a state dict through its flat (checkpoint) form into
+/// a fresh optimizer over copies of the parameters, 10 more steps; the result equals 20
+/// straight steps bit for bit.
+#[test]
+fn every_optimizer_resumes_exactly_from_its_state_dict() {
+    let fx = fixtures();
+    for (name, make) in configs() {
+        let (mut straight, a, b) = stepped(make, &fx, 10);
+        let (tensors, groups) = straight.state_dict().to_flat();
+        let restored = ferrograd::optim::OptimizerState::from_flat(&tensors, &groups).unwrap();
+        let (a2, b2) = (
+            a.detach().deep_copy().requires_grad(true),
+            b.detach().deep_copy().requires_grad(true),
+        );
+        // A fresh optimizer with other options: the state dict brings them back.
+        let mut resumed = make(vec![a2.clone(), b2.clone()]);
+        resumed.set_lr(123.0);
+        resumed.load_state_dict(&restored).unwrap();
+        assert_eq!(resumed.lr(), straight.lr(), "{name}");
+        for i in 10..STEPS {
+            for (p, q, which) in [(&a, &a2, "a"), (&b, &b2, "b")] {
+                let g = fx.get(&format!("g{i}_{which}")).cloned();
+                p.set_grad(g.clone());
+                q.set_grad(g);
+            }
+            straight.step();
+            resumed.step();
+        }
+        assert_eq!(a.to_vec::<f64>(), a2.to_vec::<f64>(), "{name}: a");
+        assert_eq!(b.to_vec::<f64>(), b2.to_vec::<f64>(), "{name}: b");
+    }
+}
+
+/// State is keyed by parameter name: an optimizer over the same named parameters in
+/// another order loads it; a state dict naming an unknown parameter or mis-shaped state
+/// is an error that leaves the optimizer unchanged.
+#[test]
+fn state_dicts_follow_parameter_names() {
+    let make = |names: [&str; 2], shapes: [&[usize]; 2]| {
+        let ps: Vec<(String, Tensor)> = names
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| {
+                (
+                    n.to_string(),
+                    Tensor::ones(s, DType::F64, &Device::Cpu).requires_grad(true),
+                )
+            })
+            .collect();
+        for (_, p) in &ps {
+            p.set_grad(Some(Tensor::full(p.shape(), 0.5, DType::F64, &Device::Cpu)));
+        }
+        (Adam::named(ps.clone(), AdamConfig::default()), ps)
+    };
+    let (mut opt, _) = make(["fc.weight", "fc.bias"], [&[2, 3], &[2]]);
+    opt.step();
+    let sd = opt.state_dict();
+    assert_eq!(
+        sd.state.keys().collect::<Vec<_>>(),
+        ["fc.bias", "fc.weight"]
+    );
+    assert_eq!(sd.param_groups[0].params, ["fc.weight", "fc.bias"]);
+    let (mut reordered, _) = make(["fc.bias", "fc.weight"], [&[2], &[2, 3]]);
+    reordered.load_state_dict(&sd).unwrap();
+    assert_eq!(reordered.state(1).unwrap().step, 1);
+    assert_eq!(
+        reordered
+            .state(1)
+            .unwrap()
+            .buffer("exp_avg")
+            .unwrap()
+            .shape(),
+        &[2, 3]
+    );
+
+    let (mut other, _) = make(["head.weight", "head.bias"], [&[2, 3], &[2]]);
+    let err = other.load_state_dict(&sd).unwrap_err();
+    assert!(err.to_string().contains("parameter group 0 holds"), "{err}");
+    assert!(other.state(0).is_none());
+
+    let (mut misshaped, _) = make(["fc.weight", "fc.bias"], [&[3, 2], &[2]]);
+    let err = misshaped.load_state_dict(&sd).unwrap_err();
+    assert!(err.to_string().contains("has shape [2, 3]"), "{err}");
+    assert!(misshaped.state(0).is_none());
+
+    let mut bad = sd.clone();
+    bad.param_groups[0]
+        .hyper
+        .insert("momentum".into(), ferrograd::optim::Hyper::Float(0.9));
+    let err = opt.load_state_dict(&bad).unwrap_err();
+    assert!(err.to_string().contains("\"momentum\""), "{err}");
+    assert!(ferrograd::optim::OptimizerState::from_flat(&Default::default(), "{").is_err());
+}
+
+/// "No weight decay on biases and norms": two groups from `named_parameters`, each with
+/// its own weight decay and learning rate; `add_param_group` and per-group `set_group_lr`.
+#[test]
+fn parameter_groups_have_their_own_options() {
+    network! {
+        struct Net(x: [N, 4]) -> [N, 2] {
+            fc: Linear(4 -> 2),
+        }
+    }
+    let net = Net::new(&Device::Cpu);
+    let (decay, no_decay): (Vec<_>, Vec<_>) = net
+        .named_parameters()
+        .into_iter()
+        .partition(|(n, _)| n.ends_with("weight"));
+    let base = AdamConfig::default().lr(0.1);
+    let mut opt = AdamW::with_groups(vec![ParamGroup::named(
+        decay,
+        base.clone().weight_decay(0.5),
+    )]);
+    opt.add_param_group(ParamGroup::named(no_decay, base.weight_decay(0.0)));
+    assert_eq!(opt.num_groups(), 2);
+    assert_eq!(opt.param_groups()[1].names, ["fc.bias"]);
+    let bias = net.fc.bias.clone().unwrap();
+    let (w0, b0) = (net.fc.weight.deep_copy(), bias.deep_copy());
+    // Zero gradients: only decoupled decay moves a parameter.
+    for p in opt.params() {
+        p.set_grad(Some(Tensor::zeros(p.shape(), DType::F32, &Device::Cpu)));
+    }
+    opt.set_group_lr(1, 0.0);
+    opt.step();
+    assert_close(&net.fc.weight, &(&w0 * (1.0 - 0.1 * 0.5)), DType::F32);
+    assert_eq!(bias.to_vec::<f32>(), b0.to_vec::<f32>());
+    assert_eq!(opt.group_lr(1), 0.0);
+    let sd = opt.state_dict();
+    assert_eq!(sd.param_groups.len(), 2);
+    assert_eq!(
+        sd.param_groups[0].hyper["weight_decay"],
+        ferrograd::optim::Hyper::Float(0.5)
+    );
+}
+
+#[test]
+#[should_panic(expected = "some parameters appear in more than one parameter group")]
+fn a_parameter_in_two_groups_is_refused() {
+    let w = Tensor::zeros(&[1], DType::F32, &Device::Cpu).requires_grad(true);
+    Sgd::with_groups(vec![
+        ParamGroup::new(vec![w.clone()], SgdConfig::new(0.1)),
+        ParamGroup::new(vec![w], SgdConfig::new(0.2)),
+    ]);
+}
+
+/// `clip_grad_norm_` matches PyTorch's formula for p = 1, 2, 3 and inf, returns the
+/// norm before clipping, leaves small gradients alone (up to the 1e-6 guard), and with
+/// `error_if_nonfinite` refuses a NaN norm without touching the gradients.
+fn clip_grad_norm_matches_the_formula(device: &Device) {
+    use ferrograd::optim::utils::{clip_grad_norm_, clip_grad_value_};
+    let mut rng = Generator::new(11);
+    let ps: Vec<Tensor> = [&[3usize, 4][..], &[5]]
+        .iter()
+        .map(|s| Tensor::zeros(s, DType::F64, device).requires_grad(true))
+        .collect();
+    for p_norm in [1.0, 2.0, 3.0, f64::INFINITY] {
+        let grads: Vec<Vec<f64>> = ps
+            .iter()
+            .map(|p| {
+                Tensor::randn_with(p.shape(), DType::F64, &Device::Cpu, &mut rng).to_vec::<f64>()
+            })
+            .collect();
+        for (p, g) in ps.iter().zip(&grads) {
+            p.set_grad(Some(
+                Tensor::from_vec(g.clone(), p.shape())
+                    .to_device(device)
+                    .unwrap(),
+            ));
+        }
+        let all: Vec<f64> = grads.iter().flatten().copied().collect();
+        let total = if p_norm.is_infinite() {
+            all.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+        } else {
+            all.iter()
+                .map(|v| v.abs().powf(p_norm))
+                .sum::<f64>()
+                .powf(1.0 / p_norm)
+        };
+        let got = clip_grad_norm_(&ps, 0.5, p_norm, true).unwrap();
+        assert!(
+            (got.item::<f64>() - total).abs() < 1e-12 * total,
+            "p = {p_norm}"
+        );
+        let coef = (0.5 / (total + 1e-6)).min(1.0);
+        for (p, g) in ps.iter().zip(&grads) {
+            let expected =
+                Tensor::from_vec(g.iter().map(|v| v * coef).collect::<Vec<_>>(), p.shape());
+            assert_close(&p.grad().unwrap(), &expected, DType::F64);
+        }
+    }
+    ps[0].set_grad(Some(Tensor::full(&[3, 4], f64::NAN, DType::F64, device)));
+    let err = clip_grad_norm_(&ps, 1.0, 2.0, true).unwrap_err();
+    assert!(err.to_string().contains("NaN"), "{err}");
+    assert!(
+        ps[1]
+            .grad()
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_vec::<f64>()
+            .iter()
+            .all(|v| v.is_finite())
+    );
+    clip_grad_value_(&ps[1..], 0.01);
+    let g = ps[1]
+        .grad()
+        .unwrap()
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_vec::<f64>();
+    assert!(g.iter().all(|v| v.abs() <= 0.01));
+}
+test_device!(clip_grad_norm_matches_the_formula);
+
+/// EMA and SWA of a model's weights follow their recurrences; `copy_to` loads them.
+#[test]
+fn averaged_models_follow_their_recurrences() {
+    use ferrograd::nn::Linear;
+    use ferrograd::optim::utils::{AveragedModel, Averaging};
+    let model = Linear::new(2, 1, &Device::Cpu);
+    let mut ema = AveragedModel::new(&model, Averaging::Ema { decay: 0.9 }, false);
+    let mut swa = AveragedModel::new(&model, Averaging::Swa, false);
+    let values = [1.0f32, 2.0, 4.0];
+    let (mut e, mut s) = (0.0f32, 0.0f32);
+    for (i, v) in values.iter().enumerate() {
+        model
+            .weight
+            .detach()
+            .copy_(&Tensor::full(&[1, 2], *v as f64, DType::F32, &Device::Cpu));
+        ema.update_parameters(&model);
+        swa.update_parameters(&model);
+        e = if i == 0 { *v } else { 0.9 * e + 0.1 * v };
+        s = (s * i as f32 + v) / (i as f32 + 1.0);
+    }
+    assert!((ema.state_dict()["weight"].to_vec::<f32>()[0] - e).abs() < 1e-6);
+    assert!((swa.state_dict()["weight"].to_vec::<f32>()[0] - s).abs() < 1e-6);
+    let mut other = Linear::new(2, 1, &Device::Cpu);
+    swa.copy_to(&mut other).unwrap();
+    assert!((other.weight.to_vec::<f32>()[1] - 7.0 / 3.0).abs() < 1e-6);
 }

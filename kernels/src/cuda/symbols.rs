@@ -363,6 +363,18 @@ kernels! {
     ADAM_MULTI = optim::CUDA_MODULE, "adam_multi" floats;
     /// One SGD step of every parameter of a dtype.
     SGD_MULTI = optim::CUDA_MODULE, "sgd_multi" floats;
+    /// One RMSprop step of every parameter of a dtype.
+    RMSPROP_MULTI = optim::CUDA_MODULE, "rmsprop_multi" floats;
+    /// One Adagrad step of every parameter of a dtype.
+    ADAGRAD_MULTI = optim::CUDA_MODULE, "adagrad_multi" floats;
+    /// One Adadelta step of every parameter of a dtype.
+    ADADELTA_MULTI = optim::CUDA_MODULE, "adadelta_multi" floats;
+    /// One Adamax step of every parameter of a dtype.
+    ADAMAX_MULTI = optim::CUDA_MODULE, "adamax_multi" floats;
+    /// One NAdam step of every parameter of a dtype.
+    NADAM_MULTI = optim::CUDA_MODULE, "nadam_multi" floats;
+    /// One RAdam step of every parameter of a dtype.
+    RADAM_MULTI = optim::CUDA_MODULE, "radam_multi" floats;
 }
 
 /// The symbols `cast_S_D` of one source dtype, indexed by destination.

@@ -2,17 +2,20 @@
 
 use crate::Tensor;
 use crate::nn::fused::device::dispatch;
-use ferrograd_kernels::fused::optim::{AdamStep, SgdStep};
-/// One parameter of a fused optimizer step: its tensors (parameter, gradient, then the
-/// optimizer's state buffers; all contiguous, distinct buffers) and per-parameter scalars.
+use ferrograd_kernels::fused::optim::{
+    AdadeltaStep, AdagradStep, AdamStep, AdamaxStep, NadamStep, RadamStep, RmspropStep, SgdStep,
+};
+/// One parameter of a fused optimizer step: its tensors (parameter, gradient, then up to
+/// three state buffers of the optimizer; all contiguous, distinct buffers) and its
+/// per-parameter step scalars.
 pub(crate) struct StepSlot<'a> {
     pub(crate) tensors: [Option<&'a Tensor>; 5],
     /// Bit 0: max_exp_avg_sq present; bit 1: first SGD step.
     pub(crate) flags: u64,
-    /// Adam: `lr / (1 - beta1^step)`.
-    pub(crate) step_size: f64,
-    /// Adam: `sqrt(1 - beta2^step)`.
-    pub(crate) bc2_sqrt: f64,
+    /// The optimizer's per-parameter, per-step scalars (`OptSlot::sc` in optim.cu): Adam
+    /// `[step_size, sqrt(bc2)]`, Adagrad/Adamax `[clr]`, NAdam `[bc2, grad_coef,
+    /// avg_coef]`, RAdam `[bc1, sqrt(bc2), rect, rectified]`.
+    pub(crate) sc: [f64; 4],
 }
 
 dispatch! {
@@ -21,6 +24,18 @@ dispatch! {
     fn adam_multi(slots: &[StepSlot<'_>], hyper: &AdamStep) -> bool;
     /// One SGD step of every slot (param, grad, optional momentum buffer) in one launch.
     fn sgd_multi(slots: &[StepSlot<'_>], hyper: &SgdStep) -> bool;
+    /// One RMSprop step (square_avg, optional momentum buffer and grad_avg).
+    fn rmsprop_multi(slots: &[StepSlot<'_>], hyper: &RmspropStep) -> bool;
+    /// One Adagrad step (sum).
+    fn adagrad_multi(slots: &[StepSlot<'_>], hyper: &AdagradStep) -> bool;
+    /// One Adadelta step (square_avg, acc_delta).
+    fn adadelta_multi(slots: &[StepSlot<'_>], hyper: &AdadeltaStep) -> bool;
+    /// One Adamax step (exp_avg, exp_inf).
+    fn adamax_multi(slots: &[StepSlot<'_>], hyper: &AdamaxStep) -> bool;
+    /// One NAdam step (exp_avg, exp_avg_sq).
+    fn nadam_multi(slots: &[StepSlot<'_>], hyper: &NadamStep) -> bool;
+    /// One RAdam step (exp_avg, exp_avg_sq).
+    fn radam_multi(slots: &[StepSlot<'_>], hyper: &RadamStep) -> bool;
 }
 
 #[cfg(feature = "cuda")]
@@ -30,6 +45,7 @@ mod imp {
     use crate::storage::Storage;
     use crate::storage::cuda::{self as backend, CudaStorage};
     use ferrograd_kernels::DType;
+    use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
     use std::sync::{Arc, RwLockReadGuard};
 
     /// A storage lock held for a multi-tensor launch.
@@ -108,34 +124,48 @@ mod imp {
             }
             table.push(k::OptSlot {
                 buffers,
-                n: first_numel(s),
+                n: s.tensors[0].map_or(0, |t| t.numel()),
                 flags: s.flags,
-                step_size: s.step_size,
-                bc2_sqrt: s.bc2_sqrt,
+                sc: s.sc,
             });
         }
         let dev = table[0].buffers[0].expect("a parameter").0.device().clone();
         check(op, f(&dev, dtype, &table))
     }
 
-    fn first_numel(s: &StepSlot<'_>) -> usize {
-        s.tensors[0].map_or(0, |t| t.numel())
-    }
-
+    /// One multi-tensor launch of `kernel` with hyper-parameters `hyper` over `slots`.
     #[track_caller]
-    pub(super) fn adam_multi(slots: &[StepSlot<'_>], h: &AdamStep) -> bool {
-        let hyper = *h;
-        with_slots(slots, "Adam.step", |dev, dtype, table| {
-            k::adam_multi(dev, dtype, table, hyper)
+    fn launch_multi<H: cudarc::driver::DeviceRepr + Copy>(
+        slots: &[StepSlot<'_>],
+        op: &str,
+        kernel: &'static CudaKernel,
+        hyper: H,
+    ) -> bool {
+        with_slots(slots, op, |dev, dtype, table| {
+            k::multi_tensor(dev, kernel, dtype, table, hyper)
         })
     }
 
-    #[track_caller]
-    pub(super) fn sgd_multi(slots: &[StepSlot<'_>], h: &SgdStep) -> bool {
-        let hyper = *h;
-        with_slots(slots, "SGD.step", |dev, dtype, table| {
-            k::sgd_multi(dev, dtype, table, hyper)
-        })
+    macro_rules! multi {
+        ($($name:ident($hyper:ty) = $kernel:ident, $op:literal;)*) => {
+            $(
+                #[track_caller]
+                pub(super) fn $name(slots: &[StepSlot<'_>], h: &$hyper) -> bool {
+                    launch_multi(slots, $op, &kernels::$kernel, *h)
+                }
+            )*
+        };
+    }
+
+    multi! {
+        adam_multi(AdamStep) = ADAM_MULTI, "Adam.step";
+        sgd_multi(SgdStep) = SGD_MULTI, "SGD.step";
+        rmsprop_multi(RmspropStep) = RMSPROP_MULTI, "RMSprop.step";
+        adagrad_multi(AdagradStep) = ADAGRAD_MULTI, "Adagrad.step";
+        adadelta_multi(AdadeltaStep) = ADADELTA_MULTI, "Adadelta.step";
+        adamax_multi(AdamaxStep) = ADAMAX_MULTI, "Adamax.step";
+        nadam_multi(NadamStep) = NADAM_MULTI, "NAdam.step";
+        radam_multi(RadamStep) = RADAM_MULTI, "RAdam.step";
     }
 
     /// The launches, on CUDA storage.
@@ -145,11 +175,8 @@ mod imp {
         use crate::storage::cuda::{CudaStorage, GpuDevice};
         use cudarc::driver::{DeviceRepr, LaunchConfig};
         use ferrograd_kernels::DType;
-        use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
-        use ferrograd_kernels::fused::optim::{AdamStep, SgdStep};
+        use ferrograd_kernels::cuda::CudaKernel;
         use std::sync::Arc;
-
-        // ---- multi-tensor optimizer steps ----------------------------------------------------------
 
         /// Elements per block of the multi-tensor kernels (`OPT_CHUNK` in optim.cu).
         pub(super) const OPT_CHUNK: usize = 4096;
@@ -160,14 +187,15 @@ mod imp {
             pub(crate) buffers: [Option<(&'a CudaStorage, usize)>; 5],
             pub(crate) n: usize,
             pub(crate) flags: u64,
-            pub(crate) step_size: f64,
-            pub(crate) bc2_sqrt: f64,
+            pub(crate) sc: [f64; 4],
         }
 
-        /// The slot table as the kernels read it (`OptSlot`: ten 8-byte words per parameter) and
-        /// the number of chunks (blocks) it spans.
-        fn slot_table(slots: &[&OptSlot<'_>]) -> (Vec<i64>, usize) {
-            let mut words = Vec::with_capacity(slots.len() * 10);
+        /// Words per `OptSlot` of optim.cu: five addresses, n, first_chunk, flags, sc[4].
+        pub(super) const SLOT_WORDS: usize = 12;
+
+        /// The slot table as the kernels read it and the number of chunks (blocks) it spans.
+        pub(super) fn slot_table(slots: &[&OptSlot<'_>]) -> (Vec<i64>, usize) {
+            let mut words = Vec::with_capacity(slots.len() * SLOT_WORDS);
             let mut chunks = 0usize;
             for s in slots {
                 for b in &s.buffers {
@@ -176,15 +204,14 @@ mod imp {
                 words.push(s.n as i64);
                 words.push(chunks as i64);
                 words.push(s.flags as i64);
-                words.push(s.step_size.to_bits() as i64);
-                words.push(s.bc2_sqrt.to_bits() as i64);
+                words.extend(s.sc.iter().map(|v| v.to_bits() as i64));
                 chunks += s.n.div_ceil(OPT_CHUNK);
             }
             (words, chunks)
         }
 
-        /// Launches `kernel` (`ADAM_MULTI` or `SGD_MULTI`) of `dtype` over every slot at once.
-        fn multi_tensor<H: DeviceRepr + Copy>(
+        /// Launches `kernel` of `dtype` over every slot at once.
+        pub(super) fn multi_tensor<H: DeviceRepr + Copy>(
             dev: &Arc<GpuDevice>,
             kernel: &CudaKernel,
             dtype: DType,
@@ -204,32 +231,11 @@ mod imp {
             };
             launch!(dev, kernel, dtype, cfg; t, count, h)
         }
-
-        /// One Adam/AdamW step of every parameter in `slots` (buffers: param, grad, exp_avg,
-        /// exp_avg_sq, max_exp_avg_sq), all of `dtype` on `dev`, in one launch.
-        pub(crate) fn adam_multi(
-            dev: &Arc<GpuDevice>,
-            dtype: DType,
-            slots: &[OptSlot<'_>],
-            hyper: AdamStep,
-        ) -> Result<()> {
-            multi_tensor(dev, &kernels::ADAM_MULTI, dtype, slots, hyper)
-        }
-
-        /// One SGD step of every parameter in `slots` (buffers: param, grad, momentum buffer).
-        pub(crate) fn sgd_multi(
-            dev: &Arc<GpuDevice>,
-            dtype: DType,
-            slots: &[OptSlot<'_>],
-            hyper: SgdStep,
-        ) -> Result<()> {
-            multi_tensor(dev, &kernels::SGD_MULTI, dtype, slots, hyper)
-        }
     }
 
     #[cfg(test)]
     mod tests {
-        use super::k::OPT_CHUNK;
+        use super::k::{OPT_CHUNK, SLOT_WORDS};
         use ferrograd_kernels::fused::optim::{AdamStep, SgdStep};
 
         #[test]
@@ -238,8 +244,9 @@ mod imp {
             assert_eq!(std::mem::size_of::<AdamStep>(), 64);
             assert_eq!(std::mem::size_of::<SgdStep>(), 40);
             assert!(AdamStep::CUDA_DECLARATION.ends_with("bool amsgrad; bool maximize; };\n"));
-            // OPT_CHUNK of optim.cu.
+            // OPT_CHUNK and the OptSlot layout of optim.cu.
             assert_eq!(OPT_CHUNK, 4096);
+            assert_eq!(SLOT_WORDS, 5 + 3 + 4);
         }
     }
 }

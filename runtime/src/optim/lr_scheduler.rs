@@ -103,6 +103,10 @@ pub enum Schedule {
         div_factor: f64,
         /// `final = initial / final_div_factor`.
         final_div_factor: f64,
+        /// `cycle_momentum`: `Some((base_momentum, max_momentum))` moves the optimizer's
+        /// momentum (Adam's beta1) against the rate, from max down to base while the rate
+        /// rises and back (PyTorch's default is on, with (0.85, 0.95)).
+        momentum: Option<(f64, f64)>,
     },
     /// `CyclicLR` (`triangular`): between the initial rate and `max_lr`, up over
     /// `step_size_up` steps and down over as many.
@@ -111,7 +115,22 @@ pub enum Schedule {
         max_lr: f64,
         /// Steps of the rising half.
         step_size_up: u64,
+        /// `cycle_momentum`: `Some((base_momentum, max_momentum))` moves the momentum
+        /// against the rate (PyTorch's default is on, with (0.8, 0.9)).
+        momentum: Option<(f64, f64)>,
     },
+    /// `SequentialLR`: `schedules[i]` from `milestones[i - 1]` on, each restarted at its
+    /// milestone (epoch `t - milestones[i - 1]`) from the initial rate.
+    Sequential {
+        /// One more schedule than milestones.
+        schedules: Vec<Schedule>,
+        /// Increasing epochs at which the next schedule takes over.
+        milestones: Vec<u64>,
+    },
+    /// `ChainedScheduler`: every schedule at once, their factors multiplied
+    /// (`lr * prod(schedule_i(t) / lr)`), as stepping multiplicative schedules in
+    /// sequence does.
+    Chained(Vec<Schedule>),
 }
 
 impl Schedule {
@@ -172,6 +191,7 @@ impl Schedule {
                 pct_start,
                 div_factor,
                 final_div_factor,
+                ..
             } => {
                 let initial = max_lr / div_factor;
                 let min_lr = initial / final_div_factor;
@@ -189,86 +209,174 @@ impl Schedule {
             Schedule::CyclicTriangular {
                 max_lr,
                 step_size_up,
+                ..
+            } => base + (max_lr - base) * triangle(*step_size_up, tf),
+            Schedule::Sequential {
+                schedules,
+                milestones,
             } => {
-                let total = 2.0 * *step_size_up as f64;
-                let cycle = (1.0 + tf / total).floor();
-                let x = 1.0 + tf / total - cycle;
-                let scale = if x <= 0.5 {
-                    x / 0.5
-                } else {
-                    (x - 1.0) / (0.5 - 1.0)
-                };
-                base + (max_lr - base) * scale
+                let i = milestones.iter().filter(|&&m| m <= t).count();
+                let start = if i == 0 { 0 } else { milestones[i - 1] };
+                schedules[i].lr_at(base, t - start)
             }
+            Schedule::Chained(schedules) => schedules
+                .iter()
+                .fold(base, |lr, s| lr * s.lr_at(base, t) / base),
         }
+    }
+
+    /// The momentum at epoch `t`, for schedules that cycle it.
+    ///
+    /// ```
+    /// use ferrograd_runtime::optim::lr_scheduler::Schedule;
+    /// let s = Schedule::CyclicTriangular { max_lr: 1.0, step_size_up: 2, momentum: Some((0.8, 0.9)) };
+    /// assert_eq!(s.momentum_at(0), Some(0.9)); // rate at its lowest, momentum at its highest
+    /// assert!((s.momentum_at(2).unwrap() - 0.8).abs() < 1e-12);
+    /// ```
+    pub fn momentum_at(&self, t: u64) -> Option<f64> {
+        let tf = t as f64;
+        match self {
+            Schedule::OneCycle {
+                total_steps,
+                pct_start,
+                momentum: Some((base_m, max_m)),
+                ..
+            } => {
+                let peak = pct_start * *total_steps as f64 - 1.0;
+                let last = *total_steps as f64 - 1.0;
+                let anneal = |start: f64, end: f64, pct: f64| {
+                    end + (start - end) / 2.0 * ((PI * pct).cos() + 1.0)
+                };
+                Some(if tf <= peak {
+                    anneal(*max_m, *base_m, tf / peak)
+                } else {
+                    anneal(*base_m, *max_m, (tf - peak) / (last - peak))
+                })
+            }
+            Schedule::CyclicTriangular {
+                step_size_up,
+                momentum: Some((base_m, max_m)),
+                ..
+            } => Some(max_m - (max_m - base_m) * triangle(*step_size_up, tf)),
+            Schedule::Sequential {
+                schedules,
+                milestones,
+            } => {
+                let i = milestones.iter().filter(|&&m| m <= t).count();
+                let start = if i == 0 { 0 } else { milestones[i - 1] };
+                schedules[i].momentum_at(t - start)
+            }
+            Schedule::Chained(schedules) => schedules.iter().find_map(|s| s.momentum_at(t)),
+            _ => None,
+        }
+    }
+}
+
+/// CyclicLR's triangular scale at step `t`: 0 → 1 over `step_size_up`, back to 0.
+fn triangle(step_size_up: u64, t: f64) -> f64 {
+    let total = 2.0 * step_size_up as f64;
+    let cycle = (1.0 + t / total).floor();
+    let x = 1.0 + t / total - cycle;
+    if x <= 0.5 {
+        x / 0.5
+    } else {
+        (x - 1.0) / (0.5 - 1.0)
     }
 }
 
 /// A learning-rate schedule driving an optimizer.
 pub trait LrScheduler {
-    /// Moves to the next epoch and sets its rate on `optimizer`.
+    /// Moves to the next epoch and sets its rates on `optimizer`.
     fn step(&mut self, optimizer: &mut dyn Optimizer);
-    /// The rate set last (`get_last_lr()`).
-    fn last_lr(&self) -> f64;
-    /// The schedule's state (`last_epoch`, the initial rate, ...), by name.
+    /// The rate set last on the first group (`get_last_lr()[0]`).
+    fn last_lr(&self) -> f64 {
+        self.last_lrs()[0]
+    }
+    /// The rates set last, per group (`get_last_lr()`).
+    fn last_lrs(&self) -> Vec<f64>;
+    /// The schedule's state (`last_epoch`, the initial rates, ...), by name.
     fn state_dict(&self) -> BTreeMap<String, f64>;
     /// Restores a state saved by [`state_dict`](Self::state_dict).
     fn load_state_dict(&mut self, state: &BTreeMap<String, f64>);
 }
 
-/// A [`Schedule`] applied to an optimizer.
+/// A [`Schedule`] applied to every parameter group of an optimizer, each from its own
+/// initial rate (`base_lrs`).
 pub struct Scheduler {
     schedule: Schedule,
-    base_lr: f64,
+    base_lrs: Vec<f64>,
     last_epoch: u64,
-    last_lr: f64,
+    last_lrs: Vec<f64>,
 }
 
 impl Scheduler {
-    /// Starts `schedule` from `optimizer`'s current rate and sets epoch 0's.
+    /// Starts `schedule` from `optimizer`'s current rates and sets epoch 0's rates (and
+    /// momentum, for schedules that cycle it).
     pub fn new(optimizer: &mut dyn Optimizer, schedule: Schedule) -> Self {
-        let base_lr = optimizer.lr();
-        let last_lr = schedule.lr_at(base_lr, 0);
-        optimizer.set_lr(last_lr);
-        Scheduler {
+        let base_lrs: Vec<f64> = (0..optimizer.num_groups())
+            .map(|g| optimizer.group_lr(g))
+            .collect();
+        let mut s = Scheduler {
             schedule,
-            base_lr,
+            base_lrs,
             last_epoch: 0,
-            last_lr,
-        }
+            last_lrs: Vec::new(),
+        };
+        s.apply(optimizer);
+        s
     }
 
     /// The current epoch (`last_epoch`).
     pub fn last_epoch(&self) -> u64 {
         self.last_epoch
     }
+
+    fn apply(&mut self, optimizer: &mut dyn Optimizer) {
+        let t = self.last_epoch;
+        self.last_lrs = self
+            .base_lrs
+            .iter()
+            .map(|&b| self.schedule.lr_at(b, t))
+            .collect();
+        let momentum = self.schedule.momentum_at(t);
+        for (g, &lr) in self.last_lrs.iter().enumerate() {
+            optimizer.set_group_lr(g, lr);
+            if let Some(m) = momentum {
+                optimizer.set_group_momentum(g, m);
+            }
+        }
+    }
 }
 
 impl LrScheduler for Scheduler {
     fn step(&mut self, optimizer: &mut dyn Optimizer) {
         self.last_epoch += 1;
-        self.last_lr = self.schedule.lr_at(self.base_lr, self.last_epoch);
-        optimizer.set_lr(self.last_lr);
+        self.apply(optimizer);
     }
-    fn last_lr(&self) -> f64 {
-        self.last_lr
+    fn last_lrs(&self) -> Vec<f64> {
+        self.last_lrs.clone()
     }
     fn state_dict(&self) -> BTreeMap<String, f64> {
-        BTreeMap::from([
-            ("base_lr".to_string(), self.base_lr),
-            ("last_epoch".to_string(), self.last_epoch as f64),
-            ("last_lr".to_string(), self.last_lr),
-        ])
+        let mut m = BTreeMap::from([("last_epoch".to_string(), self.last_epoch as f64)]);
+        for (i, (b, l)) in self.base_lrs.iter().zip(&self.last_lrs).enumerate() {
+            m.insert(format!("base_lrs.{i}"), *b);
+            m.insert(format!("last_lrs.{i}"), *l);
+        }
+        m
     }
     fn load_state_dict(&mut self, state: &BTreeMap<String, f64>) {
-        if let Some(&v) = state.get("base_lr") {
-            self.base_lr = v;
-        }
         if let Some(&v) = state.get("last_epoch") {
             self.last_epoch = v as u64;
         }
-        if let Some(&v) = state.get("last_lr") {
-            self.last_lr = v;
+        for (i, b) in self.base_lrs.iter_mut().enumerate() {
+            if let Some(&v) = state.get(&format!("base_lrs.{i}")) {
+                *b = v;
+            }
+        }
+        for (i, l) in self.last_lrs.iter_mut().enumerate() {
+            if let Some(&v) = state.get(&format!("last_lrs.{i}")) {
+                *l = v;
+            }
         }
     }
 }
@@ -338,13 +446,38 @@ impl ReduceLROnPlateau {
             self.bad_epochs = 0;
         }
         if self.bad_epochs > self.patience {
-            let old = optimizer.lr();
-            let new = (old * self.factor).max(self.min_lr);
-            if old - new > self.eps {
-                optimizer.set_lr(new);
+            for g in 0..optimizer.num_groups() {
+                let old = optimizer.group_lr(g);
+                let new = (old * self.factor).max(self.min_lr);
+                if old - new > self.eps {
+                    optimizer.set_group_lr(g, new);
+                }
             }
             self.cooldown_left = self.cooldown;
             self.bad_epochs = 0;
+        }
+    }
+
+    /// The plateau's progress (`best`, `num_bad_epochs`, `cooldown_counter`), for a
+    /// checkpoint.
+    pub fn state_dict(&self) -> BTreeMap<String, f64> {
+        BTreeMap::from([
+            ("best".to_string(), self.best),
+            ("num_bad_epochs".to_string(), self.bad_epochs as f64),
+            ("cooldown_counter".to_string(), self.cooldown_left as f64),
+        ])
+    }
+
+    /// Restores [`ReduceLROnPlateau::state_dict`].
+    pub fn load_state_dict(&mut self, state: &BTreeMap<String, f64>) {
+        if let Some(&v) = state.get("best") {
+            self.best = v;
+        }
+        if let Some(&v) = state.get("num_bad_epochs") {
+            self.bad_epochs = v as u64;
+        }
+        if let Some(&v) = state.get("cooldown_counter") {
+            self.cooldown_left = v as u64;
         }
     }
 }

@@ -1,10 +1,13 @@
-//! Optimizers (`torch.optim`): [`Sgd`], [`Adam`] and [`AdamW`], with PyTorch's update
-//! formulas and defaults.
+//! Optimizers (`torch.optim`): [`Sgd`], [`Adam`], [`AdamW`], [`RMSprop`], [`Adagrad`],
+//! [`Adadelta`], [`Adamax`], [`NAdam`], [`RAdam`] and [`Lbfgs`], with PyTorch's update
+//! formulas, defaults, parameter groups ([`ParamGroup`]) and state dicts
+//! ([`OptimizerState`], keyed by parameter name); schedules in [`lr_scheduler`], gradient
+//! clipping and weight averaging in [`utils`].
 //!
 //! Each step is fused: on the CPU one pass per parameter updates the parameter and its
 //! state together (in parallel above a size threshold); on CUDA one kernel launch updates
-//! every parameter of a dtype (PyTorch's `fused=True`). Parameters without a gradient are
-//! skipped, as in PyTorch.
+//! every parameter of a group and dtype (PyTorch's `fused=True`). Parameters without a
+//! gradient are skipped, as in PyTorch.
 //!
 //! ```
 //! use ferrograd_runtime::prelude::*;
@@ -36,17 +39,41 @@ macro_rules! setters {
 }
 
 mod adam;
+mod adaptive;
+pub(crate) mod core;
 mod cuda;
+mod lbfgs;
 pub mod lr_scheduler;
 mod sgd;
+mod state;
+pub mod utils;
 
-pub use adam::{Adam, AdamConfig, AdamState, AdamW};
+pub use adam::{Adam, AdamConfig, AdamW};
+pub use adaptive::{
+    Adadelta, AdadeltaConfig, Adagrad, AdagradConfig, Adamax, AdamaxConfig, NAdam, NAdamConfig,
+    RAdam, RAdamConfig, RMSprop, RMSpropConfig,
+};
+pub use core::{ParamGroup, ParamState};
+pub use lbfgs::{Lbfgs, LbfgsConfig, LineSearch};
 pub use sgd::{Sgd, SgdConfig};
+pub use state::{GroupRecord, Hyper, OptimError, OptimizerState};
 
 /// What every optimizer does (`torch.optim.Optimizer`).
 pub trait Optimizer {
     /// Updates every parameter that has a gradient.
+    ///
+    /// # Panics
+    /// [`Lbfgs`] needs a closure: call [`Optimizer::step_with`].
     fn step(&mut self);
+
+    /// `optimizer.step(closure)`: `closure` clears the gradients, recomputes the loss,
+    /// back-propagates and returns the loss; optimizers that evaluate the loss several
+    /// times per step ([`Lbfgs`]) call it again. Returns the loss of the first call.
+    fn step_with(&mut self, closure: &mut dyn FnMut() -> f64) -> f64 {
+        let loss = closure();
+        self.step();
+        loss
+    }
 
     /// Clears the gradients of every parameter (`zero_grad(set_to_none=True)`).
     fn zero_grad(&mut self) {
@@ -55,14 +82,49 @@ pub trait Optimizer {
         }
     }
 
-    /// The parameters being optimised.
-    fn params(&self) -> &[Tensor];
+    /// The parameters being optimised, over all groups.
+    fn params(&self) -> Vec<Tensor>;
 
-    /// The learning rate.
-    fn lr(&self) -> f64;
+    /// The number of parameter groups.
+    fn num_groups(&self) -> usize;
 
-    /// Sets the learning rate (for schedules).
-    fn set_lr(&mut self, lr: f64);
+    /// The learning rate of group `group`.
+    fn group_lr(&self, group: usize) -> f64;
+
+    /// Sets the learning rate of group `group` (for schedules).
+    fn set_group_lr(&mut self, group: usize, lr: f64);
+
+    /// The momentum-like option of group `group` that schedules cycle (SGD's and
+    /// RMSprop's `momentum`, the Adam family's `beta1`), if it has one.
+    fn group_momentum(&self, _group: usize) -> Option<f64> {
+        None
+    }
+
+    /// Sets the momentum-like option of group `group` (ignored without one).
+    fn set_group_momentum(&mut self, _group: usize, _momentum: f64) {}
+
+    /// The learning rate of the first group.
+    fn lr(&self) -> f64 {
+        self.group_lr(0)
+    }
+
+    /// Sets the learning rate of every group.
+    fn set_lr(&mut self, lr: f64) {
+        for g in 0..self.num_groups() {
+            self.set_group_lr(g, lr);
+        }
+    }
+
+    /// The state and options (`optimizer.state_dict()`), keyed by parameter name.
+    fn state_dict(&self) -> OptimizerState;
+
+    /// Restores a state dict: options per group, state per parameter name, buffers
+    /// converted to each parameter's dtype and device.
+    ///
+    /// # Errors
+    /// When the groups or names differ, an option is not this optimizer's, or a state is
+    /// incomplete or mis-shaped; the optimizer is then unchanged.
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<(), OptimError>;
 }
 
 /// The parameters with duplicates (the same tensor twice, as with tied weights) removed,

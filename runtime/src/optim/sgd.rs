@@ -1,13 +1,12 @@
 //! Stochastic gradient descent (`torch.optim.SGD`).
 
+use super::check_hyper;
+use super::core::{ParamState, Rule, StepScalars, optimizer_type, set_bool, set_f64};
 use super::cuda::{self, StepSlot};
-use super::{
-    Groups, Optimizer, check_hyper, gradient_of, unique_params, with_contiguous, zeros_like,
-};
+use super::state::Hyper;
 use crate::Tensor;
-use crate::autograd::no_grad;
-use ferrograd_kernels::fused::optim::{SgdStep, sgd_step};
-use ferrograd_kernels::with_float_dtype;
+use ferrograd_kernels::FloatElement;
+use ferrograd_kernels::fused::optim::{SgdStep, StateSlices, sgd_step};
 
 /// Options of [`Sgd`], with PyTorch's defaults (`torch.optim.SGD`).
 ///
@@ -58,33 +57,31 @@ impl SgdConfig {
     }
 }
 
-/// Stochastic gradient descent with optional momentum, dampening, Nesterov momentum and
-/// weight decay (`torch.optim.SGD`).
-///
-/// ```
-/// use ferrograd_runtime::prelude::*;
-/// use ferrograd_runtime::optim::{Optimizer, Sgd, SgdConfig};
-/// let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
-/// let mut opt = Sgd::new(vec![w.clone()], SgdConfig::new(0.1));
-/// (&w * 3.0).sum_all().backward();
-/// opt.step();
-/// assert!((w.item::<f64>() - 0.7).abs() < 1e-12);
-/// ```
-pub struct Sgd {
-    params: Vec<Tensor>,
-    config: SgdConfig,
-    momentum_buffers: Vec<Option<Tensor>>,
+optimizer_type! {
+    /// Stochastic gradient descent with optional momentum, dampening, Nesterov momentum and
+    /// weight decay (`torch.optim.SGD`); its state is `momentum_buffer` per parameter.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::optim::{Optimizer, Sgd, SgdConfig};
+    /// let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+    /// let mut opt = Sgd::new(vec![w.clone()], SgdConfig::new(0.1));
+    /// (&w * 3.0).sum_all().backward();
+    /// opt.step();
+    /// assert!((w.item::<f64>() - 0.7).abs() < 1e-12);
+    /// ```
+    Sgd, SgdRule, SgdConfig
 }
 
-impl Sgd {
-    /// An optimizer over `params` (duplicates are updated once).
-    ///
-    /// # Panics
-    /// On a negative learning rate, momentum or weight decay, on Nesterov momentum without
-    /// momentum or with dampening (PyTorch's `ValueError`s), and on parameters that are
-    /// not floating-point leaves requiring grad.
+pub(crate) struct SgdRule;
+
+impl Rule for SgdRule {
+    type Config = SgdConfig;
+    const NAME: &'static str = "SGD";
+    const BUFFERS: &'static [&'static str] = &["momentum_buffer"];
+
     #[track_caller]
-    pub fn new(params: Vec<Tensor>, config: SgdConfig) -> Self {
+    fn prepare(config: &mut SgdConfig) {
         let op = "SGD";
         check_hyper(op, "learning rate", config.lr, config.lr >= 0.0);
         check_hyper(
@@ -103,118 +100,71 @@ impl Sgd {
             !config.nesterov || (config.momentum > 0.0 && config.dampening == 0.0),
             "SGD: Nesterov momentum requires a momentum and zero dampening"
         );
-        let params = unique_params(op, params);
-        let momentum_buffers = vec![None; params.len()];
-        Sgd {
-            params,
-            config,
-            momentum_buffers,
+    }
+    fn lr(c: &SgdConfig) -> f64 {
+        c.lr
+    }
+    fn set_lr(c: &mut SgdConfig, lr: f64) {
+        c.lr = lr;
+    }
+    fn momentum(c: &SgdConfig) -> Option<f64> {
+        Some(c.momentum)
+    }
+    fn set_momentum(c: &mut SgdConfig, momentum: f64) {
+        c.momentum = momentum;
+    }
+    fn hypers(c: &SgdConfig) -> Vec<(&'static str, Hyper)> {
+        vec![
+            ("lr", Hyper::Float(c.lr)),
+            ("momentum", Hyper::Float(c.momentum)),
+            ("dampening", Hyper::Float(c.dampening)),
+            ("weight_decay", Hyper::Float(c.weight_decay)),
+            ("nesterov", Hyper::Bool(c.nesterov)),
+            ("maximize", Hyper::Bool(c.maximize)),
+        ]
+    }
+    fn set_hyper(c: &mut SgdConfig, key: &str, v: &Hyper) -> bool {
+        match key {
+            "lr" => set_f64(&mut c.lr, v),
+            "momentum" => set_f64(&mut c.momentum, v),
+            "dampening" => set_f64(&mut c.dampening, v),
+            "weight_decay" => set_f64(&mut c.weight_decay, v),
+            "nesterov" => set_bool(&mut c.nesterov, v),
+            "maximize" => set_bool(&mut c.maximize, v),
+            _ => false,
         }
     }
-
-    /// The options.
-    pub fn config(&self) -> &SgdConfig {
-        &self.config
+    fn buffers(c: &SgdConfig) -> [Option<f64>; 3] {
+        [(c.momentum != 0.0).then_some(0.0), None, None]
     }
-
-    /// The momentum buffer of parameter `i`, once it has one.
-    pub fn momentum_buffer(&self, i: usize) -> Option<&Tensor> {
-        self.momentum_buffers.get(i)?.as_ref()
+    fn advance(_: &SgdConfig, _: &mut ParamState, first: bool) -> StepScalars {
+        StepScalars {
+            flags: if first { 2 } else { 0 },
+            sc: [0.0; 4],
+        }
     }
-}
-
-impl Optimizer for Sgd {
-    fn step(&mut self) {
-        let c = &self.config;
-        let base = SgdStep {
-            lr: c.lr,
-            momentum: c.momentum,
-            dampening: c.dampening,
-            weight_decay: c.weight_decay,
-            nesterov: c.nesterov,
-            maximize: c.maximize,
-            first: false,
-        };
-        no_grad(|| {
-            let mut work = Vec::new();
-            for (p, buf) in self.params.iter().zip(&mut self.momentum_buffers) {
-                let Some(g) = gradient_of("SGD.step", p) else {
-                    continue;
-                };
-                let first = buf.is_none();
-                if c.momentum != 0.0 && first {
-                    *buf = Some(zeros_like(p));
-                }
-                work.push((p, g, buf.clone(), first));
-            }
-            let mut groups = Groups::default();
-            for (p, g, buf, first) in &work {
-                if p.layout().contiguous_range().is_some() {
-                    groups.push(sgd_slot(p, g, buf.as_ref(), *first));
-                } else {
-                    with_contiguous(p, |w| {
-                        sgd_on_cpu(&sgd_slot(w, g, buf.as_ref(), *first), &base)
-                    });
-                }
-            }
-            for slots in groups.iter() {
-                if !cuda::sgd_multi(slots, &base) {
-                    slots.iter().for_each(|s| sgd_on_cpu(s, &base));
-                }
-            }
-        });
+    fn cpu<T: FloatElement>(
+        c: &SgdConfig,
+        param: &mut [T],
+        grad: &[T],
+        [buf, ..]: StateSlices<'_, T>,
+        step: &StepScalars,
+    ) {
+        sgd_step(param, grad, buf, &hyper(c, step.flags & 2 != 0));
     }
-
-    fn params(&self) -> &[Tensor] {
-        &self.params
-    }
-
-    fn lr(&self) -> f64 {
-        self.config.lr
-    }
-
-    fn set_lr(&mut self, lr: f64) {
-        self.config.lr = lr;
+    fn cuda(c: &SgdConfig, slots: &[StepSlot<'_>]) -> bool {
+        cuda::sgd_multi(slots, &hyper(c, false))
     }
 }
 
-fn sgd_slot<'a>(
-    p: &'a Tensor,
-    g: &'a Tensor,
-    buf: Option<&'a Tensor>,
-    first: bool,
-) -> StepSlot<'a> {
-    StepSlot {
-        tensors: [Some(p), Some(g), buf, None, None],
-        flags: if first { 2 } else { 0 },
-        step_size: 0.0,
-        bc2_sqrt: 0.0,
+fn hyper(c: &SgdConfig, first: bool) -> SgdStep {
+    SgdStep {
+        lr: c.lr,
+        momentum: c.momentum,
+        dampening: c.dampening,
+        weight_decay: c.weight_decay,
+        nesterov: c.nesterov,
+        maximize: c.maximize,
+        first,
     }
-}
-
-/// The fused SGD update of one contiguous parameter on the host (the host fallback for a
-/// device tensor).
-fn sgd_on_cpu(slot: &StepSlot<'_>, base: &SgdStep) {
-    let [Some(p), Some(g), buf, ..] = slot.tensors else {
-        unreachable!("a slot holds a parameter and its gradient")
-    };
-    let h = &SgdStep {
-        first: slot.flags & 2 != 0,
-        ..*base
-    };
-    let range = |t: &Tensor| t.layout().contiguous_range().expect("contiguous");
-    g.with_cpu("SGD.step", |gs, _| {
-        p.with_cpu_mut("SGD.step", |ps, _| {
-            with_float_dtype!(ps.dtype(), T => {
-                let grad = &gs.typed::<T>()[range(g)];
-                let param = &mut ps.typed_mut::<T>()[range(p)];
-                match buf {
-                    Some(b) => b.with_cpu_mut("SGD.step", |bs, _| {
-                        sgd_step(param, grad, Some(&mut bs.typed_mut::<T>()[range(b)]), h)
-                    }),
-                    None => sgd_step(param, grad, None, h),
-                }
-            }, else unreachable!("parameters are floats"))
-        })
-    });
 }

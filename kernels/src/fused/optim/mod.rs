@@ -1,6 +1,7 @@
 //! Fused optimizer updates: one pass over a parameter, its gradient and its state per
 //! step, computed in the element type's accumulator (f32 for the half types), with
-//! PyTorch's formulas (`torch.optim.Adam`/`AdamW`/`SGD`, single-tensor variant).
+//! PyTorch's formulas (`torch.optim`'s SGD, Adam/AdamW, RMSprop, Adagrad, Adadelta,
+//! Adamax, NAdam and RAdam, single-tensor variant).
 
 use crate::FloatElement;
 use crate::cpu::{PARALLEL_THRESHOLD, run_tasks};
@@ -12,7 +13,16 @@ use std::sync::Mutex;
 /// [`AdamStep`] and [`SgdStep`]), compiled by NVRTC.
 pub const CUDA_MODULE: KernelModule = KernelModule::with_prelude(
     "optim",
-    &[AdamStep::CUDA_DECLARATION, SgdStep::CUDA_DECLARATION],
+    &[
+        AdamStep::CUDA_DECLARATION,
+        SgdStep::CUDA_DECLARATION,
+        RmspropStep::CUDA_DECLARATION,
+        AdagradStep::CUDA_DECLARATION,
+        AdadeltaStep::CUDA_DECLARATION,
+        AdamaxStep::CUDA_DECLARATION,
+        NadamStep::CUDA_DECLARATION,
+        RadamStep::CUDA_DECLARATION,
+    ],
     include_str!("optim.cu"),
 );
 
@@ -53,6 +63,12 @@ macro_rules! hyper_params {
         unsafe impl cudarc::driver::DeviceRepr for $name {}
     };
 }
+
+mod adaptive;
+pub use adaptive::{
+    AdadeltaStep, AdagradStep, AdamaxStep, NadamStep, RadamStep, RmspropStep, StateSlices,
+    adadelta_step, adagrad_step, adamax_step, for_each_chunk, nadam_step, radam_step, rmsprop_step,
+};
 
 hyper_params! {
     /// The hyper-parameters of one Adam/AdamW update of one parameter.
