@@ -243,3 +243,212 @@ fn a_save_killed_mid_write_leaves_the_previous_file_intact() {
         );
     }
 }
+
+/// A state dict saved as shards with an index reads back whole (through the index in
+/// `read_state_dict` and `load_safetensors`); shard sizes respect the limit.
+#[test]
+fn sharded_checkpoints_round_trip() {
+    manual_seed(3);
+    let net = Net {
+        fc: Linear::new(64, 32, &Device::Cpu),
+        bn: BatchNorm1d::new(32, &Device::Cpu),
+    };
+    let dir = temp("shards");
+    std::fs::create_dir_all(&dir).unwrap();
+    let index = save_sharded(&net.state_dict(), &dir, "model", 4096).unwrap();
+    assert_eq!(index.file_name().unwrap(), "model.safetensors.index.json");
+    // fc.weight is 8 KiB: a shard of its own; the rest share shards of at most 4 KiB.
+    let shards: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect();
+    assert!(shards.len() >= 2, "{shards:?}");
+    assert!(
+        shards
+            .iter()
+            .all(|n| n.starts_with("model-0000") && n.contains("-of-0000"))
+    );
+    let back = read_sharded(&index).unwrap();
+    assert_eq!(
+        back.keys().collect::<Vec<_>>(),
+        net.state_dict().keys().collect::<Vec<_>>()
+    );
+    let mut other = Net {
+        fc: Linear::new(64, 32, &Device::Cpu),
+        bn: BatchNorm1d::new(32, &Device::Cpu),
+    };
+    load_safetensors(&mut other, &index, true).unwrap();
+    assert_eq!(
+        other.fc.weight.to_vec::<f32>(),
+        net.fc.weight.to_vec::<f32>()
+    );
+}
+
+/// Hostile indexes are errors: paths out of the directory, missing shards, shards
+/// lacking the tensors the index puts there, malformed JSON.
+#[test]
+fn hostile_shard_indexes_are_errors() {
+    let dir = temp("hostile-shards");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut state = StateDict::new();
+    state.insert("a".into(), Tensor::ones(&[4], DType::F32, &Device::Cpu));
+    save_sharded(&state, &dir, "model", 1 << 20).unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let cases = [
+        ("{", "not JSON"),
+        ("{\"metadata\": {}}", "no weight_map"),
+        (
+            "{\"weight_map\": {\"a\": \"../model-00001-of-00001.safetensors\"}}",
+            "not a file name",
+        ),
+        (
+            "{\"weight_map\": {\"a\": \"/etc/passwd\"}}",
+            "not a file name",
+        ),
+        ("{\"weight_map\": {\"a\": 7}}", "not a file name"),
+        (
+            "{\"weight_map\": {\"b\": \"model-00001-of-00001.safetensors\"}}",
+            "lacks it",
+        ),
+        (
+            "{\"weight_map\": {\"a\": \"nowhere.safetensors\"}}",
+            "nowhere.safetensors",
+        ),
+    ];
+    for (i, (text, expected)) in cases.iter().enumerate() {
+        let p = write(&format!("bad{i}.index.json"), text);
+        let err = read_state_dict(&p).unwrap_err().to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}
+
+/// A training checkpoint keeps every part; files that are not checkpoints, or whose
+/// metadata is malformed, are errors.
+#[test]
+fn training_checkpoints_round_trip_and_refuse_malformed_files() {
+    use ferrograd::data::LoaderState;
+    use ferrograd::optim::{Optimizer, Sgd, SgdConfig};
+    manual_seed(5);
+    let net = Net {
+        fc: Linear::new(4, 3, &Device::Cpu),
+        bn: BatchNorm1d::new(3, &Device::Cpu),
+    };
+    let mut opt = Sgd::named(net.named_parameters(), SgdConfig::new(0.1).momentum(0.9));
+    for p in opt.params() {
+        p.set_grad(Some(Tensor::ones(p.shape(), DType::F32, &Device::Cpu)));
+    }
+    opt.step();
+    let scaler = ferrograd::amp::GradScaler::new().init_scale(128.0);
+    let path = temp("train.safetensors");
+    let loader = LoaderState {
+        seed: u64::MAX - 3,
+        epoch: 2,
+        batch: 5,
+    };
+    Checkpoint::new(&net)
+        .optimizer(&opt)
+        .scaler(&scaler)
+        .epoch(2)
+        .step(40)
+        .loader(loader)
+        .meta("lr", "0.1")
+        .save(&path)
+        .unwrap();
+    let ck = Checkpoint::load(&path).unwrap();
+    assert_eq!((ck.epoch, ck.step, ck.loader), (2, 40, Some(loader)));
+    assert_eq!(ck.metadata["lr"], "0.1");
+    assert_eq!(ck.scaler.as_ref().unwrap()["scale"], 128.0);
+    assert_eq!(
+        ck.model.keys().collect::<Vec<_>>(),
+        net.state_dict().keys().collect::<Vec<_>>()
+    );
+    let opt_state = ck.optimizer.as_ref().unwrap();
+    assert!(opt_state.state["fc.weight"].contains_key("momentum_buffer"));
+    // The model part is a plain state dict for any safetensors reader.
+    let plain =
+        read_state_dict_with(&path, |k| k.strip_prefix("model.").map(str::to_string)).unwrap();
+    assert_eq!(plain.len(), ck.model.len());
+
+    // A bare state dict is not a training checkpoint.
+    let bare = temp("bare.safetensors");
+    save_safetensors(&net, &bare).unwrap();
+    let err = Checkpoint::load(&bare).unwrap_err().to_string();
+    assert!(err.contains("not a ferrograd training checkpoint"), "{err}");
+    // Malformed metadata.
+    for (key, value, expected) in [
+        ("epoch", "-1", "epoch"),
+        ("scheduler", "[1, 2]", "scheduler"),
+        ("loader", "{\"seed\": 1}", "loader"),
+        ("optimizer.param_groups", "{", "param_groups"),
+    ] {
+        let mut meta = std::collections::HashMap::new();
+        meta.insert("format".to_string(), "ferrograd.checkpoint.v1".to_string());
+        meta.insert(key.to_string(), value.to_string());
+        let p = temp(&format!("bad-{key}.safetensors"));
+        save_state_dict(&StateDict::new(), &p, Some(meta)).unwrap();
+        let err = Checkpoint::load(&p).unwrap_err().to_string();
+        assert!(err.contains(expected), "{key}: {err}");
+    }
+}
+
+/// A bounded deterministic fuzz run of the checkpoint readers: mutated, truncated and
+/// extended copies of a real training checkpoint (header bytes mostly) are an `Ok` or an
+/// `Err`, never a panic. The open-ended run is `cargo +nightly fuzz run checkpoint`.
+#[test]
+fn checkpoint_readers_never_panic_on_mutated_files() {
+    use ferrograd::optim::{Adam, AdamConfig, Optimizer};
+    let net = Net {
+        fc: Linear::new(4, 3, &Device::Cpu),
+        bn: BatchNorm1d::new(3, &Device::Cpu),
+    };
+    let mut opt = Adam::named(net.named_parameters(), AdamConfig::default());
+    for p in opt.params() {
+        p.set_grad(Some(Tensor::ones(p.shape(), DType::F32, &Device::Cpu)));
+    }
+    opt.step();
+    let source = temp("fuzz-source.safetensors");
+    Checkpoint::new(&net)
+        .optimizer(&opt)
+        .epoch(1)
+        .save(&source)
+        .unwrap();
+    let original = std::fs::read(&source).unwrap();
+    let header_end = 8 + u64::from_le_bytes(original[..8].try_into().unwrap()) as usize;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = |m: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state as usize) % m.max(1)
+    };
+    let path = temp("fuzz-case.safetensors");
+    for case in 0..600 {
+        let mut bytes = original.clone();
+        match case % 4 {
+            0 => bytes.truncate(next(bytes.len())),
+            1 | 2 => {
+                for _ in 0..1 + next(4) {
+                    let i = next(header_end);
+                    let alphabet = b"{}[]\":,0123456789eE.-x ";
+                    bytes[i] = alphabet[next(alphabet.len())];
+                }
+            }
+            _ => {
+                let i = next(bytes.len());
+                bytes[i] = next(256) as u8;
+            }
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let outcome = std::panic::catch_unwind(|| {
+            let _ = read_state_dict(&path);
+            let _ = Checkpoint::load(&path);
+        });
+        assert!(outcome.is_ok(), "a reader panicked on case {case}");
+    }
+}

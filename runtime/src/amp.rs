@@ -300,4 +300,44 @@ impl GradScaler {
             }
         }
     }
+
+    /// The scaler's state (`scale`, `growth_factor`, `backoff_factor`,
+    /// `growth_interval`, `_growth_tracker`, as PyTorch's `state_dict`), for a checkpoint.
+    ///
+    /// ```
+    /// use ferrograd_runtime::amp::GradScaler;
+    /// let s = GradScaler::new().init_scale(512.0);
+    /// let mut t = GradScaler::new();
+    /// t.load_state_dict(&s.state_dict());
+    /// assert_eq!(t.get_scale(), 512.0);
+    /// ```
+    pub fn state_dict(&self) -> std::collections::BTreeMap<String, f64> {
+        std::collections::BTreeMap::from([
+            ("scale".to_string(), self.scale),
+            ("growth_factor".to_string(), self.growth_factor),
+            ("backoff_factor".to_string(), self.backoff_factor),
+            ("growth_interval".to_string(), self.growth_interval as f64),
+            ("_growth_tracker".to_string(), self.growth_tracker as f64),
+        ])
+    }
+
+    /// Restores [`GradScaler::state_dict`] (keys it lacks keep their values).
+    pub fn load_state_dict(&mut self, state: &std::collections::BTreeMap<String, f64>) {
+        let get = |k: &str| state.get(k).copied().filter(|v| v.is_finite());
+        if let Some(v) = get("scale") {
+            self.scale = v;
+        }
+        if let Some(v) = get("growth_factor") {
+            self.growth_factor = v;
+        }
+        if let Some(v) = get("backoff_factor") {
+            self.backoff_factor = v;
+        }
+        if let Some(v) = get("growth_interval").filter(|v| *v >= 1.0) {
+            self.growth_interval = v as u32;
+        }
+        if let Some(v) = get("_growth_tracker").filter(|v| *v >= 0.0) {
+            self.growth_tracker = v as u32;
+        }
+    }
 }

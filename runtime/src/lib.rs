@@ -32,7 +32,7 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use ferrograd_kernels::{DType, Element, FloatElement, NumElement};
 pub use ferrograd_macros::network;
-pub use random::{Generator, manual_seed};
+pub use random::{BadGeneratorState, Generator, get_rng_state, manual_seed, set_rng_state};
 
 /// Limits the CPU kernels to `n` threads (`torch.set_num_threads`), at most the size of
 /// the rayon pool (`RAYON_NUM_THREADS`, else one per core); `0` restores that size.

@@ -1,7 +1,7 @@
 //! Seedable random number generation (`torch.manual_seed`, `torch.Generator`).
 
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha12Rng;
 use rand_distr::{Distribution, StandardNormal};
 use std::sync::{LazyLock, Mutex};
 
@@ -18,15 +18,69 @@ use std::sync::{LazyLock, Mutex};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Generator {
-    rng: StdRng,
+    // ChaCha12, which is what `rand::rngs::StdRng` is, held directly so that its
+    // position can be saved and restored.
+    rng: ChaCha12Rng,
 }
+
+/// A generator state of the wrong size (not one [`Generator::get_state`] wrote).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a generator state is 56 bytes, got {len}")]
+pub struct BadGeneratorState {
+    /// The length given.
+    pub len: usize,
+}
+
+/// Bytes of a [`Generator`]'s state: the 32-byte key, the stream (8) and the position in
+/// it (16), little-endian.
+const STATE_BYTES: usize = 56;
 
 impl Generator {
     /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Generator {
-            rng: StdRng::seed_from_u64(seed),
+            rng: ChaCha12Rng::seed_from_u64(seed),
         }
+    }
+
+    /// The generator's state as bytes (`torch.Generator.get_state()`): a generator set
+    /// to it draws the same numbers from there on.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// let mut g = Generator::new(1);
+    /// Tensor::rand_with(&[3], DType::F32, &Device::Cpu, &mut g);
+    /// let saved = g.get_state();
+    /// let a = Tensor::rand_with(&[3], DType::F32, &Device::Cpu, &mut g);
+    /// let mut h = Generator::new(99);
+    /// h.set_state(&saved).unwrap();
+    /// assert_eq!(Tensor::rand_with(&[3], DType::F32, &Device::Cpu, &mut h).to_vec::<f32>(), a.to_vec::<f32>());
+    /// ```
+    pub fn get_state(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(STATE_BYTES);
+        out.extend_from_slice(&self.rng.get_seed());
+        out.extend_from_slice(&self.rng.get_stream().to_le_bytes());
+        out.extend_from_slice(&self.rng.get_word_pos().to_le_bytes());
+        out
+    }
+
+    /// Restores a state from [`Generator::get_state`].
+    ///
+    /// # Errors
+    /// When `state` is not 56 bytes long (a state saved by this version); the generator
+    /// is then unchanged.
+    pub fn set_state(&mut self, state: &[u8]) -> Result<(), BadGeneratorState> {
+        if state.len() != STATE_BYTES {
+            return Err(BadGeneratorState { len: state.len() });
+        }
+        let seed: [u8; 32] = state[..32].try_into().expect("32 bytes");
+        let stream = u64::from_le_bytes(state[32..40].try_into().expect("8 bytes"));
+        let pos = u128::from_le_bytes(state[40..].try_into().expect("16 bytes"));
+        let mut rng = ChaCha12Rng::from_seed(seed);
+        rng.set_stream(stream);
+        rng.set_word_pos(pos);
+        self.rng = rng;
+        Ok(())
     }
 
     /// A uniform sample in `[0, 1)`.
@@ -63,6 +117,28 @@ static GLOBAL: LazyLock<Mutex<Generator>> = LazyLock::new(|| Mutex::new(Generato
 /// ```
 pub fn manual_seed(seed: u64) {
     *GLOBAL.lock().unwrap_or_else(|e| e.into_inner()) = Generator::new(seed);
+}
+
+/// The global generator's state (`torch.get_rng_state()`), for a checkpoint.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::{get_rng_state, set_rng_state};
+/// let saved = get_rng_state();
+/// let a = Tensor::rand(&[2], DType::F64, &Device::Cpu);
+/// set_rng_state(&saved).unwrap();
+/// assert_eq!(Tensor::rand(&[2], DType::F64, &Device::Cpu).to_vec::<f64>(), a.to_vec::<f64>());
+/// ```
+pub fn get_rng_state() -> Vec<u8> {
+    with_global(|g| g.get_state())
+}
+
+/// Restores the global generator (`torch.set_rng_state`).
+///
+/// # Errors
+/// As [`Generator::set_state`].
+pub fn set_rng_state(state: &[u8]) -> Result<(), BadGeneratorState> {
+    with_global(|g| g.set_state(state))
 }
 
 /// Runs `f` with the global generator.

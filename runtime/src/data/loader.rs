@@ -133,6 +133,24 @@ pub struct DataLoader<D: Dataset + 'static, C: Collate<D::Item> = DefaultCollate
     epoch: u64,
     generation: u64,
     pool: Option<Pool<C::Batch>>,
+    /// Batches of the next epoch to skip (a resumed position).
+    skip: usize,
+    /// The epoch being iterated and the batches of it yielded (or skipped) so far.
+    cursor: Option<(u64, usize)>,
+}
+
+/// Where a [`DataLoader`] is: its seed, and the epoch and batch it yields next. An
+/// epoch's order and random streams depend only on (seed, epoch), so a loader set to a
+/// saved state ([`DataLoader::load_state`]) goes on with exactly the batches the saved
+/// one would have yielded, in a fresh process too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoaderState {
+    /// The seed of shuffling and per-sample streams.
+    pub seed: u64,
+    /// The epoch of the next batch.
+    pub epoch: u64,
+    /// The next batch's position in its epoch.
+    pub batch: usize,
 }
 
 impl Sampler for Arc<dyn Sampler> {
@@ -296,6 +314,8 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoaderBuilder<D, C> {
             epoch: 0,
             generation: 0,
             pool: None,
+            skip: 0,
+            cursor: None,
         }
     }
 }
@@ -326,6 +346,55 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoader<D, C> {
         self.epoch
     }
 
+    /// The seed of the shuffling and of the per-sample random streams.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The position to save in a checkpoint: the seed and the next batch (within the
+    /// epoch being iterated, or the start of the next one).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::data::{DataLoader, TensorDataset};
+    /// let ds = || TensorDataset::new(vec![Tensor::arange(0.0, 10.0, 1.0, DType::F32, &Device::Cpu)]);
+    /// let mut loader = DataLoader::builder(ds()).batch_size(2).shuffle(true).seed(5).build();
+    /// let mut it = loader.iter();
+    /// it.next();
+    /// it.next();
+    /// drop(it);
+    /// let saved = loader.state(); // epoch 0, batch 2
+    /// let mut fresh = DataLoader::builder(ds()).batch_size(2).shuffle(true).build();
+    /// fresh.load_state(&saved);
+    /// let resumed: Vec<Vec<f32>> = fresh.iter().map(|b| b.unwrap()[0].to_vec::<f32>()).collect();
+    /// let mut again = DataLoader::builder(ds()).batch_size(2).shuffle(true).seed(5).build();
+    /// let whole: Vec<Vec<f32>> = again.iter().map(|b| b.unwrap()[0].to_vec::<f32>()).collect();
+    /// assert_eq!(resumed, whole[2..]); // the three batches the saved loader had left
+    /// ```
+    pub fn state(&self) -> LoaderState {
+        match self.cursor {
+            Some((epoch, done)) if done < self.len() => LoaderState {
+                seed: self.seed,
+                epoch,
+                batch: done,
+            },
+            _ => LoaderState {
+                seed: self.seed,
+                epoch: self.epoch,
+                batch: self.skip,
+            },
+        }
+    }
+
+    /// Moves to a saved position: the next [`iter`](Self::iter) runs `state.epoch` from
+    /// batch `state.batch` on, with `state.seed`.
+    pub fn load_state(&mut self, state: &LoaderState) {
+        self.seed = state.seed;
+        self.epoch = state.epoch;
+        self.skip = state.batch;
+        self.cursor = None;
+    }
+
     /// One epoch's batches, in order, as `Result`s (a sample's error or panic names its
     /// index); the loader then moves to the next epoch.
     pub fn iter(&mut self) -> Batches<'_, D, C> {
@@ -334,7 +403,11 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoader<D, C> {
         self.generation += 1;
         let epoch_seed = mix(self.seed, epoch);
         let mut generator = Generator::new(epoch_seed ^ 0x5A17_CAFE);
-        let batches = self.batches.batches(epoch, &mut generator);
+        let mut batches = self.batches.batches(epoch, &mut generator);
+        // A resumed position: those batches were yielded before the checkpoint.
+        let skip = std::mem::take(&mut self.skip).min(batches.len());
+        batches.drain(..skip);
+        self.cursor = Some((epoch, skip));
         if self.num_workers > 0 && self.pool.is_none() {
             self.pool = Some(self.spawn());
         }
@@ -430,6 +503,9 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> Iterator for Batches<'_, D, C> {
             return None;
         }
         let batch_no = self.next_yield;
+        if let Some((_, done)) = &mut self.loader.cursor {
+            *done += 1;
+        }
         if self.loader.pool.is_none() {
             self.next_yield += 1;
             let indices = std::mem::take(&mut self.batches[batch_no]);

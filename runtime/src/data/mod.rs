@@ -34,7 +34,7 @@ pub use collate::{Collate, DefaultCollate, Stack};
 pub use dataset::{
     ConcatDataset, Dataset, IterableDataset, Map, Subset, TensorDataset, TensorRows, random_split,
 };
-pub use loader::{Batches, DataLoader, DataLoaderBuilder};
+pub use loader::{Batches, DataLoader, DataLoaderBuilder, LoaderState};
 pub use rng::with_sample_rng;
 pub use sampler::{
     BatchSampler, DistributedSampler, RandomSampler, Sampler, SequentialSampler,

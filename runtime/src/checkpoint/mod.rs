@@ -6,6 +6,10 @@
 //! hostile file (bad header length, offsets out of range or overlapping, sizes that do
 //! not match the dtype and shape) is an `Err`, never a panic or an absurd allocation.
 //!
+//! Large models save as shards with an index ([`save_sharded`], the Hugging Face layout);
+//! every reader here accepts the index in place of a single file. A training run saves
+//! and resumes everything it needs with [`Checkpoint`].
+//!
 //! ```
 //! use ferrograd_runtime::prelude::*;
 //! use ferrograd_runtime::checkpoint::{load_safetensors, save_safetensors};
@@ -17,6 +21,12 @@
 //! load_safetensors(&mut other, &path, true).unwrap();
 //! assert_eq!(other.weight.to_vec::<f32>(), fc.weight.to_vec::<f32>());
 //! ```
+
+mod sharded;
+mod training;
+
+pub use sharded::{read_sharded, save_sharded};
+pub use training::Checkpoint;
 
 use crate::nn::{LoadReport, Module, StateDict, StateDictError};
 use crate::{DType, Tensor};
@@ -177,7 +187,8 @@ pub fn save_safetensors(
 }
 
 /// Reads every tensor of a safetensors file into a state dict (on the CPU, in the file's
-/// dtypes), from a memory map of the file.
+/// dtypes), from a memory map of the file; given a sharded checkpoint's
+/// `*.index.json`, reads every shard it lists.
 pub fn read_state_dict(path: impl AsRef<Path>) -> Result<StateDict, CheckpointError> {
     read_state_dict_with(path, |k| Some(k.to_string()))
 }
@@ -203,6 +214,24 @@ pub fn read_state_dict_with(
     rename: impl Fn(&str) -> Option<String>,
 ) -> Result<StateDict, CheckpointError> {
     let path = path.as_ref();
+    if is_index(path) {
+        return sharded::read_sharded_with(path, rename);
+    }
+    read_file(path, |k| rename(k)).map(|(state, _)| state)
+}
+
+/// Whether `path` names a sharded checkpoint's index (`*.index.json`).
+fn is_index(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".index.json"))
+}
+
+/// Every tensor of one safetensors file that `rename` keeps, and the file's metadata.
+pub(crate) fn read_file(
+    path: &Path,
+    mut rename: impl FnMut(&str) -> Option<String>,
+) -> Result<(StateDict, HashMap<String, String>), CheckpointError> {
     let file = std::fs::File::open(path).map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
         source,
@@ -219,6 +248,9 @@ pub fn read_state_dict_with(
         path: path.to_path_buf(),
         reason,
     };
+    let (_, header) = safetensors::SafeTensors::read_metadata(&map)
+        .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
+    let metadata = header.metadata().clone().unwrap_or_default();
     let st = safetensors::SafeTensors::deserialize(&map)
         .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
     let mut out = StateDict::new();
@@ -228,7 +260,7 @@ pub fn read_state_dict_with(
             tensor_from_view(&view).map_err(|reason| bad(format!("tensor {name:?}: {reason}")))?;
         out.insert(key, t);
     }
-    Ok(out)
+    Ok((out, metadata))
 }
 
 /// A safetensors tensor as a CPU tensor of the same dtype (int32 widened to int64), or
