@@ -27,6 +27,7 @@ mod random;
 mod storage;
 mod tensor;
 pub mod testing;
+pub mod train;
 
 pub use device::Device;
 pub use error::{Error, Result};
