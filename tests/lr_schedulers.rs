@@ -1,7 +1,9 @@
 //! Learning-rate schedules follow PyTorch's 30-step sequences to 1e-6 relative
 //! (`tests/fixtures/make_scheduler_fixtures.py`, base rate 0.1 on SGD).
 
-use ferrograd::optim::lr_scheduler::{LrScheduler, ReduceLROnPlateau, Schedule, Scheduler};
+use ferrograd::optim::lr_scheduler::{
+    CyclicMode, LrScheduler, ReduceLROnPlateau, Schedule, Scheduler,
+};
 use ferrograd::optim::{Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::sync::Arc;
@@ -116,9 +118,31 @@ fn schedules_match_pytorch() {
         ),
         (
             "cyclic",
-            Schedule::CyclicTriangular {
+            Schedule::Cyclic {
                 max_lr: 0.4,
                 step_size_up: 5,
+                step_size_down: None,
+                mode: CyclicMode::Triangular,
+                momentum: None,
+            },
+        ),
+        (
+            "cyclic_triangular2",
+            Schedule::Cyclic {
+                max_lr: 0.4,
+                step_size_up: 3,
+                step_size_down: Some(5),
+                mode: CyclicMode::Triangular2,
+                momentum: None,
+            },
+        ),
+        (
+            "cyclic_exp_range",
+            Schedule::Cyclic {
+                max_lr: 0.4,
+                step_size_up: 4,
+                step_size_down: None,
+                mode: CyclicMode::ExpRange { gamma: 0.95 },
                 momentum: None,
             },
         ),
@@ -217,9 +241,11 @@ fn momentum_cycles_compositions_and_groups_match_pytorch() {
         momentum: Some((0.85, 0.95)),
     };
     assert_sequence("one_cycle_momentum", &run_sgd(one_cycle, None, momentum));
-    let cyclic = Schedule::CyclicTriangular {
+    let cyclic = Schedule::Cyclic {
         max_lr: 0.4,
         step_size_up: 5,
+        step_size_down: None,
+        mode: CyclicMode::Triangular,
         momentum: Some((0.8, 0.9)),
     };
     assert_sequence("cyclic_momentum", &run_sgd(cyclic, None, momentum));

@@ -108,13 +108,19 @@ pub enum Schedule {
         /// rises and back (PyTorch's default is on, with (0.85, 0.95)).
         momentum: Option<(f64, f64)>,
     },
-    /// `CyclicLR` (`triangular`): between the initial rate and `max_lr`, up over
-    /// `step_size_up` steps and down over as many.
-    CyclicTriangular {
+    /// `CyclicLR`: between the initial rate and `max_lr`, up over `step_size_up` steps
+    /// and down over `step_size_down` (default: as many), the amplitude kept
+    /// (`Triangular`), halved each cycle (`Triangular2`) or decayed by `gamma` per step
+    /// (`ExpRange`).
+    Cyclic {
         /// The peak rate.
         max_lr: f64,
-        /// Steps of the rising half.
+        /// Steps of the rising part.
         step_size_up: u64,
+        /// Steps of the falling part (`None`: `step_size_up`).
+        step_size_down: Option<u64>,
+        /// How the amplitude changes.
+        mode: CyclicMode,
         /// `cycle_momentum`: `Some((base_momentum, max_momentum))` moves the momentum
         /// against the rate (PyTorch's default is on, with (0.8, 0.9)).
         momentum: Option<(f64, f64)>,
@@ -206,11 +212,13 @@ impl Schedule {
                     anneal(*max_lr, min_lr, (tf - peak) / (last - peak))
                 }
             }
-            Schedule::CyclicTriangular {
+            Schedule::Cyclic {
                 max_lr,
                 step_size_up,
+                step_size_down,
+                mode,
                 ..
-            } => base + (max_lr - base) * triangle(*step_size_up, tf),
+            } => base + (max_lr - base) * cyclic_scale(*step_size_up, *step_size_down, mode, t),
             Schedule::Sequential {
                 schedules,
                 milestones,
@@ -229,7 +237,9 @@ impl Schedule {
     ///
     /// ```
     /// use ferrograd_runtime::optim::lr_scheduler::Schedule;
-    /// let s = Schedule::CyclicTriangular { max_lr: 1.0, step_size_up: 2, momentum: Some((0.8, 0.9)) };
+    /// use ferrograd_runtime::optim::lr_scheduler::CyclicMode;
+    /// let s = Schedule::Cyclic { max_lr: 1.0, step_size_up: 2, step_size_down: None,
+    ///     mode: CyclicMode::Triangular, momentum: Some((0.8, 0.9)) };
     /// assert_eq!(s.momentum_at(0), Some(0.9)); // rate at its lowest, momentum at its highest
     /// assert!((s.momentum_at(2).unwrap() - 0.8).abs() < 1e-12);
     /// ```
@@ -253,11 +263,15 @@ impl Schedule {
                     anneal(*base_m, *max_m, (tf - peak) / (last - peak))
                 })
             }
-            Schedule::CyclicTriangular {
+            Schedule::Cyclic {
                 step_size_up,
+                step_size_down,
+                mode,
                 momentum: Some((base_m, max_m)),
                 ..
-            } => Some(max_m - (max_m - base_m) * triangle(*step_size_up, tf)),
+            } => Some(
+                max_m - (max_m - base_m) * cyclic_scale(*step_size_up, *step_size_down, mode, t),
+            ),
             Schedule::Sequential {
                 schedules,
                 milestones,
@@ -272,16 +286,40 @@ impl Schedule {
     }
 }
 
-/// CyclicLR's triangular scale at step `t`: 0 → 1 over `step_size_up`, back to 0.
-fn triangle(step_size_up: u64, t: f64) -> f64 {
-    let total = 2.0 * step_size_up as f64;
-    let cycle = (1.0 + t / total).floor();
-    let x = 1.0 + t / total - cycle;
-    if x <= 0.5 {
-        x / 0.5
+/// The amplitude change of [`Schedule::Cyclic`] (`CyclicLR`'s `mode`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CyclicMode {
+    /// The same amplitude every cycle.
+    Triangular,
+    /// The amplitude halves each cycle.
+    Triangular2,
+    /// The amplitude decays by `gamma` every step.
+    ExpRange {
+        /// The decay per step.
+        gamma: f64,
+    },
+}
+
+/// CyclicLR's fraction of the amplitude at step `t`: the triangular wave (0 → 1 over
+/// `up` steps, back over `down`) times the mode's scale.
+fn cyclic_scale(up: u64, down: Option<u64>, mode: &CyclicMode, t: u64) -> f64 {
+    let (up, down) = (up as f64, down.unwrap_or(up) as f64);
+    let total = up + down;
+    let ratio = up / total;
+    let tf = t as f64;
+    let cycle = (1.0 + tf / total).floor();
+    let x = 1.0 + tf / total - cycle;
+    let wave = if x <= ratio {
+        x / ratio
     } else {
-        (x - 1.0) / (0.5 - 1.0)
-    }
+        (x - 1.0) / (ratio - 1.0)
+    };
+    let scale = match mode {
+        CyclicMode::Triangular => 1.0,
+        CyclicMode::Triangular2 => 1.0 / 2f64.powf(cycle - 1.0),
+        CyclicMode::ExpRange { gamma } => gamma.powf(tf),
+    };
+    wave * scale
 }
 
 /// A learning-rate schedule driving an optimizer.
