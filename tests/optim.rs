@@ -798,3 +798,23 @@ fn averaged_models_follow_their_recurrences() {
     swa.copy_to(&mut other).unwrap();
     assert!((other.weight.to_vec::<f32>()[1] - 7.0 / 3.0).abs() < 1e-6);
 }
+
+/// Momentum switched on between steps (as OneCycleLR does to SGD) starts a momentum
+/// buffer from that step's gradient, as PyTorch's lazily created buffer does.
+#[test]
+fn momentum_switched_on_later_starts_its_buffer() {
+    let w = Tensor::zeros(&[2], DType::F64, &Device::Cpu).requires_grad(true);
+    let mut opt = Sgd::new(vec![w.clone()], SgdConfig::new(0.1));
+    w.set_grad(Some(Tensor::ones(&[2], DType::F64, &Device::Cpu)));
+    opt.step();
+    assert!(opt.state(0).unwrap().buffer("momentum_buffer").is_none());
+    opt.set_group_momentum(0, 0.9);
+    opt.step(); // buffer = g: the step is lr * g
+    opt.step(); // buffer = 0.9 g + g
+    let expected = -(0.1 + 0.1 + 0.1 * 1.9);
+    assert!(
+        w.to_vec::<f64>()
+            .iter()
+            .all(|v| (v - expected).abs() < 1e-12)
+    );
+}

@@ -290,8 +290,17 @@ impl<R: Rule> Core<R> {
                     let Some(g) = gradient_of(&op, p) else {
                         continue;
                     };
-                    let first = state.is_none();
+                    let mut first = state.is_none();
                     let s = state.get_or_insert_with(|| Self::fresh_state(c, p));
+                    // A buffer the options now ask for (momentum switched on by a
+                    // schedule, say) starts here, as PyTorch's lazily created state does.
+                    let wanted = R::buffers(c);
+                    for (buf, init) in s.buffers.iter_mut().zip(wanted) {
+                        if let (None, Some(v)) = (&buf, init) {
+                            *buf = Some(Tensor::full(p.shape(), v, p.dtype(), &p.device()));
+                            first = true;
+                        }
+                    }
                     s.step += 1;
                     let scalars = R::advance(c, s, first);
                     work.push((p, g, s.buffers.clone(), scalars));
