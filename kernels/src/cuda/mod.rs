@@ -42,7 +42,7 @@ pub const INDEX: KernelModule = KernelModule::new("index", include_str!("index.c
 
 /// Every module, for tests and ahead-of-use compilation: the shared ones above and each
 /// fused op's (`crate::fused::*::CUDA_MODULE`).
-pub const MODULES: [KernelModule; 8] = [
+pub const MODULES: [KernelModule; 9] = [
     ELEMENTWISE,
     ROWS,
     INDEX,
@@ -51,6 +51,7 @@ pub const MODULES: [KernelModule; 8] = [
     crate::fused::dropout::CUDA_MODULE,
     crate::fused::pool::CUDA_MODULE,
     crate::fused::optim::CUDA_MODULE,
+    crate::fused::attention::CUDA_MODULE,
 ];
 
 impl KernelModule {

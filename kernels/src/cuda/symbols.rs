@@ -6,7 +6,7 @@
 
 use super::{ELEMENTWISE, INDEX, KernelModule, ROWS};
 use crate::DType;
-use crate::fused::{cross_entropy, dropout, layer_norm, optim, pool};
+use crate::fused::{attention, cross_entropy, dropout, layer_norm, optim, pool};
 
 /// One family of CUDA kernels: the same template instantiated per dtype as `BASE_DTYPE`.
 ///
@@ -358,6 +358,9 @@ kernels! {
     AVG_POOL2D = pool::CUDA_MODULE, "avg_pool2d" floats;
     /// Average pooling's input gradient.
     AVG_POOL2D_BACKWARD = pool::CUDA_MODULE, "avg_pool2d_backward" floats;
+
+    /// Fused scaled-dot-product attention forward (output and row log-sum-exp).
+    ATTENTION_FORWARD = attention::CUDA_MODULE, "attention_forward" floats;
 
     /// One Adam/AdamW step of every parameter of a dtype.
     ADAM_MULTI = optim::CUDA_MODULE, "adam_multi" floats;

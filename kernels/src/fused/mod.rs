@@ -11,6 +11,7 @@
 //! assert_eq!(CUDA_MODULE.name, "layer_norm");
 //! ```
 
+pub mod attention;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod layer_norm;

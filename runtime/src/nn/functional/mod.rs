@@ -15,6 +15,7 @@ use crate::amp;
 use crate::autograd::record;
 use ferrograd_kernels::Dims;
 
+mod attention;
 mod conv;
 mod loss;
 mod loss_more;
@@ -22,6 +23,7 @@ mod norm;
 mod pool;
 mod resize;
 
+pub use attention::*;
 pub use conv::*;
 pub use loss::*;
 pub use loss_more::*;

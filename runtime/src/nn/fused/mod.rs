@@ -5,12 +5,14 @@
 //! exist), and in `cuda.rs` its CUDA launches. The CPU kernel and the `.cu` source sit in
 //! the kernels crate's mirror folder, `ferrograd_kernels::fused::NAME`.
 
+mod attention;
 mod cross_entropy;
 pub(crate) mod device;
 mod dropout;
 mod layer_norm;
 mod pool;
 
+pub(crate) use attention::{AttnMask, attention};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
 pub(crate) use layer_norm::layer_norm;

@@ -1,0 +1,592 @@
+//! Fused scaled-dot-product attention on the CPU: the forward tiles the queries (a tile
+//! of scores `[TILE, Tk]` per task, never the whole `[Tq, Tk]` matrix), fuses scaling,
+//! masking (causal, boolean or additive, read through broadcasting strides, so a key
+//! padding mask is never expanded) and the softmax, and keeps only each row's
+//! log-sum-exp; the backward recomputes the probabilities from it. Dropout on the
+//! probabilities draws from a Philox stream keyed by (seed, row, column), so the backward
+//! (and the CUDA kernel) regenerate the same mask. `attention.cu` beside it is the CUDA
+//! forward.
+//!
+//! Rows whose every key is masked give zero output and zero gradient (PyTorch's
+//! behaviour).
+
+use crate::Layout;
+use crate::cpu::{num_threads, philox4x32_10, run_tasks};
+use crate::cuda::KernelModule;
+use num_traits::Float;
+use std::sync::Mutex;
+
+/// The CUDA kernels of attention (`attention.cu`), compiled by NVRTC.
+pub const CUDA_MODULE: KernelModule = KernelModule::new("attention", include_str!("attention.cu"));
+
+/// Query rows per task.
+const TILE: usize = 64;
+
+/// Sizes: `bh` independent (batch × head) problems of `tq` queries and `tk` keys, query
+/// and key width `d`, value width `dv`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Batch × heads.
+    pub bh: usize,
+    /// Queries per problem.
+    pub tq: usize,
+    /// Keys (and values) per problem.
+    pub tk: usize,
+    /// Query/key width.
+    pub d: usize,
+    /// Value width.
+    pub dv: usize,
+}
+
+/// A mask read through broadcasting strides: problem `b`'s element (q, k) is
+/// `data[batch_offsets[b] + q * strides[0] + k * strides[1]]` (stride 0 broadcasts, so a
+/// key-padding mask `[B, 1, 1, Tk]` is never expanded).
+#[derive(Clone, Copy, Debug)]
+pub struct MaskView<'a, M> {
+    /// The mask's storage.
+    pub data: &'a [M],
+    /// Where each problem's `[tq, tk]` mask starts.
+    pub batch_offsets: &'a [usize],
+    /// Strides over (query, key).
+    pub strides: [usize; 2],
+}
+
+impl<M: Copy> MaskView<'_, M> {
+    #[inline(always)]
+    fn at(&self, b: usize, q: usize, k: usize) -> M {
+        self.data[self.batch_offsets[b] + q * self.strides[0] + k * self.strides[1]]
+    }
+}
+
+/// Which scores take part.
+#[derive(Clone, Copy, Debug)]
+pub enum Mask<'a, T> {
+    /// Every key.
+    None,
+    /// Key `j` for query `i` when `j <= i` (top-left aligned, PyTorch's `is_causal`).
+    Causal,
+    /// Key `j` when the mask is true (PyTorch's boolean `attn_mask`).
+    Bool(MaskView<'a, bool>),
+    /// Every key, the mask added to the scaled score (`-inf` excludes).
+    Float(MaskView<'a, T>),
+}
+
+/// Attention dropout: probability `p` and the Philox seed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnDropout {
+    /// Drop probability.
+    pub p: f64,
+    /// Seed of the stream.
+    pub seed: u64,
+}
+
+impl AttnDropout {
+    /// Whether the probability at (problem `b`, query `i`, key `j`) is kept: the top 24
+    /// bits of word `j % 4` of `philox4x32_10([j / 4, i, b, 0], seed)` as a fraction of
+    /// 2^24 are at least `p` (the CUDA kernel's rule).
+    ///
+    /// ```
+    /// use ferrograd_kernels::fused::attention::AttnDropout;
+    /// let d = AttnDropout { p: 0.5, seed: 3 };
+    /// let kept = (0..1000).filter(|&j| d.keep(0, 0, j)).count();
+    /// assert!((430..570).contains(&kept));
+    /// ```
+    pub fn keep(&self, b: usize, i: usize, j: usize) -> bool {
+        let bits = philox4x32_10(
+            [(j / 4) as u32, i as u32, b as u32, 0],
+            [self.seed as u32, (self.seed >> 32) as u32],
+        );
+        let u = (bits[j % 4] >> 8) as f64 * (1.0 / 16_777_216.0);
+        u >= self.p
+    }
+}
+
+/// The float types the fused attention runs in (the runtime widens half inputs to f32).
+pub trait AttnFloat: crate::NumElement + Float + Send + Sync + 'static {}
+impl AttnFloat for f32 {}
+impl AttnFloat for f64 {}
+
+/// `dst[m, n] (+)= a[m, k] @ b[k, n]` for row-major `dst` (row stride `n`), `a` and `b`
+/// read through (row, column) strides.
+#[allow(clippy::too_many_arguments)]
+fn gemm_into<T: AttnFloat>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    (a_rs, a_cs): (usize, usize),
+    b: &[T],
+    (b_rs, b_cs): (usize, usize),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(dst.len() >= m * n, "attention: gemm destination too small");
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].iter_mut().for_each(|v| *v = T::ZERO);
+        }
+        return;
+    }
+    let a_last = (m - 1) * a_rs + (k - 1) * a_cs;
+    let b_last = (k - 1) * b_rs + (n - 1) * b_cs;
+    assert!(
+        a_last < a.len() && b_last < b.len(),
+        "attention: gemm operand out of range"
+    );
+    // SAFETY: `dst` holds at least m*n elements written row-major (row stride n, column
+    // stride 1); every element of `a` and `b` read is at most `a_last`/`b_last`, checked
+    // above to be in bounds; `dst` is a distinct mutable borrow, so nothing overlaps.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            T::ONE,
+            T::ONE,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Runs `f` on every piece, in parallel across the pool.
+fn par_pieces<P: Send>(pieces: Vec<P>, f: impl Fn(P) + Sync) {
+    if pieces.len() <= 1 || num_threads() <= 1 {
+        pieces.into_iter().for_each(f);
+        return;
+    }
+    let slots: Vec<Mutex<Option<P>>> = pieces.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    run_tasks(slots.len(), |i| {
+        let piece = slots[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(piece) = piece {
+            f(piece);
+        }
+    });
+}
+
+/// The keys a query row `i` can see under `mask` at most (causal: `i + 1`).
+#[inline(always)]
+fn visible(mask: &Mask<'_, impl Copy>, i: usize, tk: usize) -> usize {
+    match mask {
+        Mask::Causal => (i + 1).min(tk),
+        _ => tk,
+    }
+}
+
+/// Scales the scores `s` (`rows` × `width`, row stride `tk_eff`) of problem `b` from
+/// query `q0`, masks them in place (`-inf` for excluded keys).
+#[allow(clippy::too_many_arguments)]
+fn scale_and_mask<T: AttnFloat>(
+    s: &mut [T],
+    rows: usize,
+    width: usize,
+    b: usize,
+    q0: usize,
+    scale: T,
+    mask: &Mask<'_, T>,
+) {
+    let neg_inf = T::neg_infinity();
+    for r in 0..rows {
+        let i = q0 + r;
+        let row = &mut s[r * width..(r + 1) * width];
+        match mask {
+            Mask::None => row.iter_mut().for_each(|v| *v = *v * scale),
+            Mask::Causal => {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = if j <= i { *v * scale } else { neg_inf };
+                }
+            }
+            Mask::Bool(m) => {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = if m.at(b, i, j) { *v * scale } else { neg_inf };
+                }
+            }
+            Mask::Float(m) => {
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = *v * scale + m.at(b, i, j);
+                }
+            }
+        }
+    }
+}
+
+/// The forward of attention over contiguous `q: [bh, tq, d]`, `k: [bh, tk, d]`,
+/// `v: [bh, tk, dv]`: returns the output `[bh, tq, dv]` and each row's log-sum-exp of the
+/// (scaled, masked) scores `[bh, tq]` (`-inf` for a row with no visible key).
+///
+/// ```
+/// use ferrograd_kernels::fused::attention::{attention_forward, AttentionShape, Mask};
+/// let shape = AttentionShape { bh: 1, tq: 1, tk: 2, d: 1, dv: 1 };
+/// // Equal scores: the output is the mean of the values.
+/// let (out, lse) = attention_forward(&[1.0f64], &[1.0, 1.0], &[2.0, 4.0], shape, &Mask::None, 1.0, None);
+/// assert!((out[0] - 3.0).abs() < 1e-12 && (lse[0] - (1.0 + 2f64.ln())).abs() < 1e-12);
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn attention_forward<T: AttnFloat>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    shape: AttentionShape,
+    mask: &Mask<'_, T>,
+    scale: T,
+    dropout: Option<AttnDropout>,
+) -> (Vec<T>, Vec<T>) {
+    let AttentionShape { bh, tq, tk, d, dv } = shape;
+    assert!(
+        q.len() == bh * tq * d && k.len() == bh * tk * d && v.len() == bh * tk * dv,
+        "attention_forward: operand lengths do not match {shape:?}"
+    );
+    let mut out = vec![T::ZERO; bh * tq * dv];
+    let mut lse = vec![T::neg_infinity(); bh * tq];
+    let mut pieces = Vec::new();
+    for (b, (o_b, l_b)) in out
+        .chunks_mut((tq * dv).max(1))
+        .zip(lse.chunks_mut(tq.max(1)))
+        .enumerate()
+        .take(bh)
+    {
+        for (t, (o, l)) in o_b
+            .chunks_mut((TILE * dv).max(1))
+            .zip(l_b.chunks_mut(TILE))
+            .enumerate()
+        {
+            pieces.push((b, t * TILE, o, l));
+        }
+    }
+    let keep_scale = dropout.map(|d| T::from_f64(1.0 / (1.0 - d.p)));
+    par_pieces(pieces, |(b, q0, o, l)| {
+        let rows = l.len();
+        let width = visible(mask, q0 + rows - 1, tk);
+        let mut s = vec![T::ZERO; rows * width];
+        let qb = &q[(b * tq + q0) * d..];
+        let kb = &k[b * tk * d..];
+        gemm_into(&mut s, (rows, width, d), qb, (d, 1), kb, (1, d), false);
+        scale_and_mask(&mut s, rows, width, b, q0, scale, mask);
+        for r in 0..rows {
+            let row = &mut s[r * width..(r + 1) * width];
+            let max = row.iter().copied().fold(T::neg_infinity(), T::max);
+            if max == T::neg_infinity() {
+                row.iter_mut().for_each(|v| *v = T::ZERO);
+                continue;
+            }
+            let mut sum = T::ZERO;
+            for v in row.iter_mut() {
+                *v = (*v - max).exp();
+                sum = sum + *v;
+            }
+            l[r] = max + sum.ln();
+            let inv = T::ONE / sum;
+            match (dropout, keep_scale) {
+                (Some(drop), Some(ks)) => {
+                    for (j, v) in row.iter_mut().enumerate() {
+                        *v = if drop.keep(b, q0 + r, j) {
+                            *v * inv * ks
+                        } else {
+                            T::ZERO
+                        };
+                    }
+                }
+                _ => row.iter_mut().for_each(|v| *v = *v * inv),
+            }
+        }
+        let vb = &v[b * tk * dv..];
+        gemm_into(o, (rows, dv, width), &s, (width, 1), vb, (dv, 1), false);
+    });
+    (out, lse)
+}
+
+/// The gradients `(dq, dk, dv)` of [`attention_forward`] for output gradient `dout`
+/// (contiguous `[bh, tq, dv]`), from the forward's output and log-sum-exp: the
+/// probabilities are recomputed tile by tile, never stored whole.
+///
+/// ```
+/// use ferrograd_kernels::fused::attention::*;
+/// let shape = AttentionShape { bh: 1, tq: 1, tk: 2, d: 1, dv: 1 };
+/// let (q, k, v) = ([0.0f64], [1.0, -1.0], [2.0, 4.0]);
+/// let (out, lse) = attention_forward(&q, &k, &v, shape, &Mask::None, 1.0, None);
+/// let (_, _, dv) = attention_backward(&q, &k, &v, &out, &lse, &[1.0], shape, &Mask::None, 1.0, None);
+/// assert!((dv[0] - 0.5).abs() < 1e-12 && (dv[1] - 0.5).abs() < 1e-12); // q = 0: equal weights
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<T: AttnFloat>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &[T],
+    lse: &[T],
+    dout: &[T],
+    shape: AttentionShape,
+    mask: &Mask<'_, T>,
+    scale: T,
+    dropout: Option<AttnDropout>,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let AttentionShape { bh, tq, tk, d, dv } = shape;
+    assert!(
+        out.len() == bh * tq * dv && dout.len() == out.len() && lse.len() == bh * tq,
+        "attention_backward: operand lengths do not match {shape:?}"
+    );
+    let mut dq = vec![T::ZERO; bh * tq * d];
+    let mut dk = vec![T::ZERO; bh * tk * d];
+    let mut dvv = vec![T::ZERO; bh * tk * dv];
+    let keep_scale = dropout.map(|d| T::from_f64(1.0 / (1.0 - d.p)));
+    let pieces: Vec<_> = dq
+        .chunks_mut((tq * d).max(1))
+        .zip(dk.chunks_mut((tk * d).max(1)))
+        .zip(dvv.chunks_mut((tk * dv).max(1)))
+        .enumerate()
+        .take(bh)
+        .map(|(b, ((a, c), e))| (b, a, c, e))
+        .collect();
+    par_pieces(pieces, |(b, dq_b, dk_b, dv_b)| {
+        let (qb, kb, vb) = (&q[b * tq * d..], &k[b * tk * d..], &v[b * tk * dv..]);
+        let (ob, gb) = (&out[b * tq * dv..], &dout[b * tq * dv..]);
+        for q0 in (0..tq).step_by(TILE) {
+            let rows = TILE.min(tq - q0);
+            let width = visible(mask, q0 + rows - 1, tk);
+            if width == 0 {
+                continue;
+            }
+            // P (recomputed), then the dropped-out P that multiplied V.
+            let mut p = vec![T::ZERO; rows * width];
+            gemm_into(
+                &mut p,
+                (rows, width, d),
+                &qb[q0 * d..],
+                (d, 1),
+                kb,
+                (1, d),
+                false,
+            );
+            scale_and_mask(&mut p, rows, width, b, q0, scale, mask);
+            for r in 0..rows {
+                let l = lse[b * tq + q0 + r];
+                let row = &mut p[r * width..(r + 1) * width];
+                if l == T::neg_infinity() {
+                    row.iter_mut().for_each(|x| *x = T::ZERO);
+                } else {
+                    row.iter_mut().for_each(|x| *x = (*x - l).exp());
+                }
+            }
+            let dropped = match (dropout, keep_scale) {
+                (Some(drop), Some(ks)) => {
+                    let mut pd = p.clone();
+                    for r in 0..rows {
+                        for j in 0..width {
+                            let x = &mut pd[r * width + j];
+                            *x = if drop.keep(b, q0 + r, j) {
+                                *x * ks
+                            } else {
+                                T::ZERO
+                            };
+                        }
+                    }
+                    Some(pd)
+                }
+                _ => None,
+            };
+            // dV += Pd^T @ dO
+            let pd = dropped.as_deref().unwrap_or(&p);
+            gemm_into(
+                dv_b,
+                (width, dv, rows),
+                pd,
+                (1, width),
+                &gb[q0 * dv..],
+                (dv, 1),
+                true,
+            );
+            // dP = (dO @ V^T) * keep / (1 - p)
+            let mut dp = vec![T::ZERO; rows * width];
+            gemm_into(
+                &mut dp,
+                (rows, width, dv),
+                &gb[q0 * dv..],
+                (dv, 1),
+                vb,
+                (1, dv),
+                false,
+            );
+            if let (Some(drop), Some(ks)) = (dropout, keep_scale) {
+                for r in 0..rows {
+                    for j in 0..width {
+                        let x = &mut dp[r * width + j];
+                        *x = if drop.keep(b, q0 + r, j) {
+                            *x * ks
+                        } else {
+                            T::ZERO
+                        };
+                    }
+                }
+            }
+            // dS = P * (dP - rowsum(dO * O)) * scale (the scale folded in here)
+            for r in 0..rows {
+                let (o_row, g_row) = (
+                    &ob[(q0 + r) * dv..(q0 + r + 1) * dv],
+                    &gb[(q0 + r) * dv..(q0 + r + 1) * dv],
+                );
+                let di = o_row
+                    .iter()
+                    .zip(g_row)
+                    .fold(T::ZERO, |acc, (&o, &g)| acc + o * g);
+                for j in 0..width {
+                    let idx = r * width + j;
+                    dp[idx] = p[idx] * (dp[idx] - di) * scale;
+                }
+            }
+            // dQ = dS @ K; dK += dS^T @ Q
+            gemm_into(
+                &mut dq_b[q0 * d..],
+                (rows, d, width),
+                &dp,
+                (width, 1),
+                kb,
+                (d, 1),
+                false,
+            );
+            gemm_into(
+                dk_b,
+                (width, d, rows),
+                &dp,
+                (1, width),
+                &qb[q0 * d..],
+                (d, 1),
+                true,
+            );
+        }
+    });
+    (dq, dk, dvv)
+}
+
+/// The dropout keep mask of problem `b` as 0/`1/(1-p)` factors `[tq, tk]`, for the
+/// differentiable (unfused) path.
+pub fn dropout_factors<T: AttnFloat>(drop: AttnDropout, bh: usize, tq: usize, tk: usize) -> Vec<T> {
+    let ks = T::from_f64(1.0 / (1.0 - drop.p));
+    let mut out = Vec::with_capacity(bh * tq * tk);
+    for b in 0..bh {
+        for i in 0..tq {
+            for j in 0..tk {
+                out.push(if drop.keep(b, i, j) { ks } else { T::ZERO });
+            }
+        }
+    }
+    out
+}
+
+/// Where each of the `bh` problems' masks starts in a mask broadcast to
+/// `[batch..., tq, tk]` with layout `layout` (the batch dims in row-major order).
+///
+/// ```
+/// use ferrograd_kernels::{Layout, fused::attention::batch_offsets};
+/// // A [2, 1, 1, 5] key-padding mask broadcast over 3 heads and 4 queries.
+/// let l = Layout::contiguous(&[2, 1, 1, 5]).broadcast_to(&[2, 3, 4, 5]);
+/// assert_eq!(batch_offsets(&l), vec![0, 0, 0, 5, 5, 5]);
+/// ```
+pub fn batch_offsets(layout: &Layout) -> Vec<usize> {
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let nb = shape.len().saturating_sub(2);
+    let count: usize = shape[..nb].iter().product();
+    let mut out = Vec::with_capacity(count);
+    let mut index = vec![0usize; nb];
+    for _ in 0..count {
+        out.push(
+            layout.offset()
+                + index
+                    .iter()
+                    .zip(&strides[..nb])
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>(),
+        );
+        for d in (0..nb).rev() {
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The unfused computation in f64.
+    fn reference(
+        q: &[f64],
+        k: &[f64],
+        v: &[f64],
+        s: AttentionShape,
+        causal: bool,
+        scale: f64,
+    ) -> Vec<f64> {
+        let mut out = vec![0.0; s.bh * s.tq * s.dv];
+        for b in 0..s.bh {
+            for i in 0..s.tq {
+                let scores: Vec<f64> = (0..s.tk)
+                    .map(|j| {
+                        if causal && j > i {
+                            f64::NEG_INFINITY
+                        } else {
+                            (0..s.d)
+                                .map(|c| q[(b * s.tq + i) * s.d + c] * k[(b * s.tk + j) * s.d + c])
+                                .sum::<f64>()
+                                * scale
+                        }
+                    })
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for c in 0..s.dv {
+                    out[(b * s.tq + i) * s.dv + c] = (0..s.tk)
+                        .map(|j| e[j] / z * v[(b * s.tk + j) * s.dv + c])
+                        .sum();
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tiles_match_the_unfused_formula() {
+        let s = AttentionShape {
+            bh: 3,
+            tq: 150,
+            tk: 130,
+            d: 8,
+            dv: 5,
+        };
+        let make = |n: usize, seed: f64| {
+            (0..n)
+                .map(|i| ((i as f64 + seed) * 0.37).sin())
+                .collect::<Vec<f64>>()
+        };
+        let (q, k, v) = (
+            make(s.bh * s.tq * s.d, 1.0),
+            make(s.bh * s.tk * s.d, 2.0),
+            make(s.bh * s.tk * s.dv, 3.0),
+        );
+        for causal in [false, true] {
+            let mask = if causal { Mask::Causal } else { Mask::None };
+            let (out, _) = attention_forward(&q, &k, &v, s, &mask, 0.3, None);
+            let expected = reference(&q, &k, &v, s, causal, 0.3);
+            for (a, b) in out.iter().zip(&expected) {
+                assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+            }
+        }
+    }
+}
