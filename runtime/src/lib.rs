@@ -11,6 +11,19 @@
 //! ```
 #![warn(missing_docs)]
 
+/// Builder methods that set one field each.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+}
+
 pub mod amp;
 mod autocast_state;
 pub mod autograd;

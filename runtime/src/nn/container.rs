@@ -230,6 +230,12 @@ pub struct ModuleList<M: Module = Box<dyn Layer>> {
     items: Vec<M>,
 }
 
+impl<M: Module + std::fmt::Debug> std::fmt::Debug for ModuleList<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.items).finish()
+    }
+}
+
 impl<M: Module> Default for ModuleList<M> {
     fn default() -> Self {
         ModuleList { items: Vec::new() }

@@ -2,6 +2,7 @@
 //! PyTorch's default initialisation, and [`functional`], the stateless ops.
 
 mod activation;
+mod attention;
 mod container;
 mod conv;
 mod declared;
@@ -18,11 +19,13 @@ mod norm;
 mod pooling;
 mod shape;
 mod stateless;
+mod transformer;
 
 pub use activation::{
     ELU, GELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSoftmax, Mish, ReLU, ReLU6, SiLU,
     Sigmoid, Softmax, Softplus, Tanh,
 };
+pub use attention::{MhaArgs, MultiheadAttention};
 pub use container::{ModuleDict, ModuleList, Sequential};
 pub use conv::{
     Conv1d, Conv2d, ConvOptions, ConvTranspose1d, ConvTranspose2d, ConvTransposeOptions,
@@ -50,4 +53,8 @@ pub use pooling::{
 pub use shape::{
     ConstantPad2d, Flatten, Identity, PixelShuffle, PixelUnshuffle, ReflectionPad2d,
     ReplicationPad2d, Unflatten, Upsample, ZeroPad2d,
+};
+pub use transformer::{
+    Activation, AttnMasks, Transformer, TransformerConfig, TransformerDecoder,
+    TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
 };

@@ -25,19 +25,6 @@
 use crate::{DType, Device, Tensor};
 use cuda::StepSlot;
 
-/// Builder methods that set one field each.
-macro_rules! setters {
-    ($($(#[$doc:meta])* $field:ident: $ty:ty;)*) => {
-        $(
-            $(#[$doc])*
-            pub fn $field(mut self, $field: $ty) -> Self {
-                self.$field = $field;
-                self
-            }
-        )*
-    };
-}
-
 mod adam;
 mod adaptive;
 pub(crate) mod core;
