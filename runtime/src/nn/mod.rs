@@ -17,6 +17,7 @@ mod loss;
 mod module;
 mod norm;
 mod pooling;
+mod rnn;
 mod shape;
 mod stateless;
 mod transformer;
@@ -49,6 +50,9 @@ pub use norm::{
 pub use pooling::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AvgPool1d,
     AvgPool2d, MaxPool1d, MaxPool2d,
+};
+pub use rnn::{
+    GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell, Recurrent, RnnConfig, RnnMode, RnnState,
 };
 pub use shape::{
     ConstantPad2d, Flatten, Identity, PixelShuffle, PixelUnshuffle, ReflectionPad2d,
