@@ -189,3 +189,79 @@ fn mask_with_causal_is_refused() {
     let m = Tensor::ones(&[5, 5], DType::Bool, &Device::Cpu);
     F::scaled_dot_product_attention(&q, &q, &q, Some(&m), 0.0, true, None);
 }
+
+/// RoPE equals the scalar formula (pairs i and i + d/2 rotated by pos * base^(-2i/d)),
+/// and rotated queries and keys score by relative position only.
+#[test]
+fn rotary_embeddings_follow_the_formula_and_are_relative() {
+    use ferrograd::nn::RotaryEmbedding;
+    let (d, base) = (8usize, 10_000.0f64);
+    let rope = RotaryEmbedding::new(d, base, 64, &Device::Cpu);
+    let x = Tensor::randn(&[2, 3, d], DType::F64, &Device::Cpu);
+    let r = rope.apply(&x, 5).to_vec::<f64>();
+    let xv = x.to_vec::<f64>();
+    for row in 0..6 {
+        let pos = 5 + row % 3;
+        for i in 0..d / 2 {
+            let theta = pos as f64 * base.powf(-2.0 * i as f64 / d as f64);
+            let (a, b) = (xv[row * d + i], xv[row * d + i + d / 2]);
+            let (ra, rb) = (
+                a * theta.cos() - b * theta.sin(),
+                b * theta.cos() + a * theta.sin(),
+            );
+            assert!(
+                (r[row * d + i] - ra).abs() < 1e-6 && (r[row * d + i + d / 2] - rb).abs() < 1e-6
+            );
+        }
+    }
+    let q = Tensor::randn(&[1, d], DType::F64, &Device::Cpu);
+    let k = Tensor::randn(&[1, d], DType::F64, &Device::Cpu);
+    let score = |m: usize, n: usize| {
+        rope.apply(&q, m)
+            .mul(&rope.apply(&k, n))
+            .sum_all()
+            .item::<f64>()
+    };
+    assert!((score(10, 7) - score(30, 27)).abs() < 1e-5);
+}
+
+/// Decoding token by token (and in a chunk) through a KVCache gives full causal
+/// attention's outputs.
+#[test]
+fn cached_decoding_equals_full_causal_attention() {
+    use ferrograd::nn::KVCache;
+    let (t, h, d) = (9, 2, 4);
+    let q = Tensor::randn(&[1, h, t, d], DType::F64, &Device::Cpu);
+    let k = Tensor::randn(&[1, h, t, d], DType::F64, &Device::Cpu);
+    let v = Tensor::randn(&[1, h, t, d], DType::F64, &Device::Cpu);
+    let full = F::scaled_dot_product_attention(&q, &k, &v, None, 0.0, true, None);
+    let mut cache = KVCache::new(1, h, 16, d, DType::F64, &Device::Cpu);
+    let mut steps = Vec::new();
+    // Four tokens one by one, then a chunk of five with the cache's causal mask.
+    for i in 0..4 {
+        let (kc, vc) = cache.append(&k.narrow(2, i, 1), &v.narrow(2, i, 1));
+        steps.push(F::scaled_dot_product_attention(
+            &q.narrow(2, i, 1),
+            &kc,
+            &vc,
+            None,
+            0.0,
+            false,
+            None,
+        ));
+    }
+    let (kc, vc) = cache.append(&k.narrow(2, 4, 5), &v.narrow(2, 4, 5));
+    let mask = cache.causal_mask(5);
+    steps.push(F::scaled_dot_product_attention(
+        &q.narrow(2, 4, 5),
+        &kc,
+        &vc,
+        Some(&mask),
+        0.0,
+        false,
+        None,
+    ));
+    let cached = Tensor::cat(&steps.iter().collect::<Vec<_>>(), 2);
+    assert_close(&cached, &full, DType::F64);
+    assert_eq!(cache.len(), 9);
+}

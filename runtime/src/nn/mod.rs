@@ -18,6 +18,7 @@ mod module;
 mod norm;
 mod pooling;
 mod rnn;
+mod rotary;
 mod shape;
 mod stateless;
 mod transformer;
@@ -54,6 +55,7 @@ pub use pooling::{
 pub use rnn::{
     GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell, Recurrent, RnnConfig, RnnMode, RnnState,
 };
+pub use rotary::{KVCache, RotaryEmbedding};
 pub use shape::{
     ConstantPad2d, Flatten, Identity, PixelShuffle, PixelUnshuffle, ReflectionPad2d,
     ReplicationPad2d, Unflatten, Upsample, ZeroPad2d,
