@@ -38,7 +38,7 @@ impl RotaryEmbedding {
     #[track_caller]
     pub fn new(dim: usize, base: f64, max_len: usize, device: &Device) -> Self {
         assert!(
-            dim > 0 && dim % 2 == 0,
+            dim > 0 && dim.is_multiple_of(2),
             "RotaryEmbedding: dim must be even and positive, got {dim}"
         );
         let half = dim / 2;
