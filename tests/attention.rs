@@ -29,19 +29,7 @@ const CASES: [(&str, bool, Option<f64>); 9] = [
 ];
 
 /// Asserts `a` equals PyTorch's `b` at rtol 1e-4 / atol 1e-5 (f32).
-#[track_caller]
-fn close(a: &Tensor, b: &Tensor, what: &str) {
-    let a = a.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64);
-    let b = b.to_dtype(DType::F64);
-    assert_eq!(a.shape(), b.shape(), "{what}: shape");
-    let (av, bv) = (a.to_vec::<f64>(), b.to_vec::<f64>());
-    for (i, (x, y)) in av.iter().zip(&bv).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-5 + 1e-4 * y.abs(),
-            "{what}: element {i} is {x}, PyTorch {y}"
-        );
-    }
-}
+use common::close_to_torch as close;
 
 fn matches_pytorch(device: &Device) {
     let fx = fixtures();

@@ -17,18 +17,7 @@ fn fixtures() -> HashMap<String, Tensor> {
     common::typed_tensors(include_bytes!("fixtures/torch_transformer.safetensors"))
 }
 
-#[track_caller]
-fn close(a: &Tensor, b: &Tensor, what: &str) {
-    let a = a.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64);
-    let b = b.to_dtype(DType::F64);
-    assert_eq!(a.shape(), b.shape(), "{what}: shape");
-    for (i, (x, y)) in a.to_vec::<f64>().iter().zip(b.to_vec::<f64>()).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-5 + 1e-4 * y.abs(),
-            "{what}: element {i} is {x}, PyTorch {y}"
-        );
-    }
-}
+use common::close_to_torch as close;
 
 /// A case's inputs (requiring grad where PyTorch gave them a gradient) on `device`.
 struct Case<'a> {

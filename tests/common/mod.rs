@@ -62,3 +62,19 @@ pub fn typed_tensors(bytes: &[u8]) -> HashMap<String, Tensor> {
         })
         .collect()
 }
+
+/// Asserts `actual` (any device, any float dtype) equals PyTorch's `expected` at f32's
+/// parity tolerance (rtol 1e-4, atol 1e-5), naming `what` and the first bad element.
+#[track_caller]
+pub fn close_to_torch(actual: &Tensor, expected: &Tensor, what: &str) {
+    use ferrograd::{DType, Device};
+    let a = actual.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64);
+    let b = expected.to_dtype(DType::F64);
+    assert_eq!(a.shape(), b.shape(), "{what}: shape");
+    for (i, (x, y)) in a.to_vec::<f64>().iter().zip(b.to_vec::<f64>()).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-5 + 1e-4 * y.abs(),
+            "{what}: element {i} is {x}, PyTorch {y}"
+        );
+    }
+}

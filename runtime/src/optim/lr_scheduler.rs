@@ -223,9 +223,8 @@ impl Schedule {
                 schedules,
                 milestones,
             } => {
-                let i = milestones.iter().filter(|&&m| m <= t).count();
-                let start = if i == 0 { 0 } else { milestones[i - 1] };
-                schedules[i].lr_at(base, t - start)
+                let (i, local) = segment(milestones, t);
+                schedules[i].lr_at(base, local)
             }
             Schedule::Chained(schedules) => schedules
                 .iter()
@@ -276,14 +275,20 @@ impl Schedule {
                 schedules,
                 milestones,
             } => {
-                let i = milestones.iter().filter(|&&m| m <= t).count();
-                let start = if i == 0 { 0 } else { milestones[i - 1] };
-                schedules[i].momentum_at(t - start)
+                let (i, local) = segment(milestones, t);
+                schedules[i].momentum_at(local)
             }
             Schedule::Chained(schedules) => schedules.iter().find_map(|s| s.momentum_at(t)),
             _ => None,
         }
     }
+}
+
+/// SequentialLR's schedule at epoch `t` and the epoch within it.
+fn segment(milestones: &[u64], t: u64) -> (usize, u64) {
+    let i = milestones.iter().filter(|&&m| m <= t).count();
+    let start = if i == 0 { 0 } else { milestones[i - 1] };
+    (i, t - start)
 }
 
 /// The amplitude change of [`Schedule::Cyclic`] (`CyclicLR`'s `mode`).

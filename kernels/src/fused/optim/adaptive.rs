@@ -66,6 +66,16 @@ fn stored<T: FloatElement>(x: T::Acc) -> T::Acc {
     T::from_acc(x).to_acc()
 }
 
+/// The parameter's decay factor `1 - lr * wd` (decoupled weight decay, else 1) and the
+/// L2 coefficient added to the gradient (coupled, else 0).
+fn weight_decay<T: FloatElement>(decoupled: bool, lr: f64, wd: f64) -> (T::Acc, T::Acc) {
+    if decoupled {
+        (T::Acc::one() - acc::<T>(lr) * acc::<T>(wd), acc::<T>(0.0))
+    } else {
+        (T::Acc::one(), acc::<T>(wd))
+    }
+}
+
 fn acc<T: FloatElement>(v: f64) -> T::Acc {
     <T::Acc as Element>::from_f64(v)
 }
@@ -402,12 +412,7 @@ pub fn nadam_step<T: FloatElement>(
         states[0].is_some() && states[1].is_some(),
         "nadam_step: exp_avg and exp_avg_sq are required"
     );
-    let decay = if h.decoupled && h.weight_decay != 0.0 {
-        T::Acc::one() - acc::<T>(h.lr) * acc::<T>(h.weight_decay)
-    } else {
-        T::Acc::one()
-    };
-    let l2 = acc::<T>(if h.decoupled { 0.0 } else { h.weight_decay });
+    let (decay, l2) = weight_decay::<T>(h.decoupled, h.lr, h.weight_decay);
     let (one_b1, b2, one_b2, bc2, eps, cg, cm) = (
         acc::<T>(1.0 - h.beta1),
         acc::<T>(h.beta2),
@@ -516,12 +521,7 @@ pub fn radam_step<T: FloatElement>(
         states[0].is_some() && states[1].is_some(),
         "radam_step: exp_avg and exp_avg_sq are required"
     );
-    let decay = if h.decoupled && h.weight_decay != 0.0 {
-        T::Acc::one() - acc::<T>(h.lr) * acc::<T>(h.weight_decay)
-    } else {
-        T::Acc::one()
-    };
-    let l2 = acc::<T>(if h.decoupled { 0.0 } else { h.weight_decay });
+    let (decay, l2) = weight_decay::<T>(h.decoupled, h.lr, h.weight_decay);
     let (lr, one_b1, b2, one_b2, bc1, bc2, eps, rect) = (
         acc::<T>(h.lr),
         acc::<T>(1.0 - h.beta1),
