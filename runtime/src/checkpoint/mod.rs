@@ -129,10 +129,6 @@ pub fn save_state_dict(
     metadata: Option<HashMap<String, String>>,
 ) -> Result<(), CheckpointError> {
     let path = path.as_ref();
-    let io = |source| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
     let data: Vec<(String, Tensor, Vec<u8>)> = state
         .iter()
         .map(|(k, t)| (k.clone(), t.clone(), le_bytes(t)))
@@ -152,6 +148,13 @@ pub fn save_state_dict(
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
+    write_atomic(path, &bytes)
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, flushed to disk and
+/// renamed over it (then the directory synced where it can be), so a crash mid-write
+/// leaves the previous file intact; the temporary file is removed on failure.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -163,7 +166,7 @@ pub fn save_state_dict(
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
+        file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)?;
         // Make the rename itself durable where directories can be synced.
@@ -175,7 +178,10 @@ pub fn save_state_dict(
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(io)
+    result.map_err(|source| CheckpointError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Saves `module`'s state dict (`torch.save(model.state_dict())` in safetensors form).

@@ -1,7 +1,7 @@
 //! Sharded checkpoints (the Hugging Face layout): `model-00001-of-00003.safetensors`, …
 //! beside `model.safetensors.index.json`, whose `weight_map` names each tensor's shard.
 
-use super::{CheckpointError, read_file, save_state_dict};
+use super::{CheckpointError, read_file, save_state_dict, write_atomic};
 use crate::nn::StateDict;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -69,34 +69,6 @@ pub fn save_sharded(
     let path = dir.join(format!("{prefix}.safetensors.index.json"));
     write_atomic(&path, index.to_string().as_bytes())?;
     Ok(path)
-}
-
-/// Writes `bytes` to `path` through a flushed temporary file renamed over it.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    use std::io::Write;
-    let io = |source| CheckpointError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(io)
 }
 
 /// Reads every tensor a sharded checkpoint's index lists (see [`save_sharded`]; also
