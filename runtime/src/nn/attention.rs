@@ -6,12 +6,13 @@ use super::{Linear, Module};
 use crate::{DType, Device, Tensor};
 
 /// The optional arguments of [`MultiheadAttention::forward_with`], PyTorch's keyword
-/// arguments (`Default`: no masks, no weights returned).
+/// arguments (`Default`: no masks, no weights returned, weights averaged over heads when
+/// asked for, as PyTorch's `average_attn_weights=True`).
 ///
 /// Masks follow `nn.MultiheadAttention`: in a boolean `key_padding_mask` (`[N, S]`) or
 /// `attn_mask` (`[L, S]` or `[N * heads, L, S]`) **true excludes** the key (the opposite of
 /// `F::scaled_dot_product_attention`'s masks); float masks are added to the scores.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct MhaArgs<'a> {
     /// Keys to ignore per batch element.
     pub key_padding_mask: Option<&'a Tensor>,
@@ -24,6 +25,18 @@ pub struct MhaArgs<'a> {
     /// A causal mask: query `i` sees keys `0..=i` (with `attn_mask` absent, it is made
     /// here; PyTorch requires the mask as well).
     pub is_causal: bool,
+}
+
+impl Default for MhaArgs<'_> {
+    fn default() -> Self {
+        MhaArgs {
+            key_padding_mask: None,
+            attn_mask: None,
+            need_weights: false,
+            average_attn_weights: true,
+            is_causal: false,
+        }
+    }
 }
 
 /// Multi-head attention (`nn.MultiheadAttention`): project queries, keys and values,

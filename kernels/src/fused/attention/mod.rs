@@ -92,12 +92,42 @@ impl AttnDropout {
     /// assert!((430..570).contains(&kept));
     /// ```
     pub fn keep(&self, b: usize, i: usize, j: usize) -> bool {
-        let bits = philox4x32_10(
-            [(j / 4) as u32, i as u32, b as u32, 0],
+        let bits = self.block(b, i, j / 4);
+        self.kept(bits[j % 4])
+    }
+
+    /// The Philox block of keys `4 * block .. 4 * block + 4` of row `i` of problem `b`.
+    #[inline(always)]
+    fn block(&self, b: usize, i: usize, block: usize) -> [u32; 4] {
+        philox4x32_10(
+            [block as u32, i as u32, b as u32, 0],
             [self.seed as u32, (self.seed >> 32) as u32],
-        );
-        let u = (bits[j % 4] >> 8) as f64 * (1.0 / 16_777_216.0);
-        u >= self.p
+        )
+    }
+
+    #[inline(always)]
+    fn kept(&self, word: u32) -> bool {
+        (word >> 8) as f64 * (1.0 / 16_777_216.0) >= self.p
+    }
+
+    /// Multiplies row `i` of problem `b` (keys from 0) in place by `1 / (1 - p)` where
+    /// kept and 0 where dropped, drawing each Philox block once for its four keys.
+    ///
+    /// ```
+    /// use ferrograd_kernels::fused::attention::AttnDropout;
+    /// let d = AttnDropout { p: 0.5, seed: 3 };
+    /// let mut row = vec![1.0f64; 10];
+    /// d.apply_row(0, 2, &mut row);
+    /// assert!((0..10).all(|j| row[j] == if d.keep(0, 2, j) { 2.0 } else { 0.0 }));
+    /// ```
+    pub fn apply_row<T: AttnFloat>(&self, b: usize, i: usize, row: &mut [T]) {
+        let ks = T::from_f64(1.0 / (1.0 - self.p));
+        for (blk, quad) in row.chunks_mut(4).enumerate() {
+            let bits = self.block(b, i, blk);
+            for (x, word) in quad.iter_mut().zip(bits) {
+                *x = if self.kept(word) { *x * ks } else { T::ZERO };
+            }
+        }
     }
 }
 
@@ -266,7 +296,6 @@ pub fn attention_forward<T: AttnFloat>(
             pieces.push((b, t * TILE, o, l));
         }
     }
-    let keep_scale = dropout.map(|d| T::from_f64(1.0 / (1.0 - d.p)));
     par_pieces(pieces, |(b, q0, o, l)| {
         let rows = l.len();
         let width = visible(mask, q0 + rows - 1, tk);
@@ -289,17 +318,9 @@ pub fn attention_forward<T: AttnFloat>(
             }
             l[r] = max + sum.ln();
             let inv = T::ONE / sum;
-            match (dropout, keep_scale) {
-                (Some(drop), Some(ks)) => {
-                    for (j, v) in row.iter_mut().enumerate() {
-                        *v = if drop.keep(b, q0 + r, j) {
-                            *v * inv * ks
-                        } else {
-                            T::ZERO
-                        };
-                    }
-                }
-                _ => row.iter_mut().for_each(|v| *v = *v * inv),
+            row.iter_mut().for_each(|v| *v = *v * inv);
+            if let Some(drop) = dropout {
+                drop.apply_row(b, q0 + r, row);
             }
         }
         let vb = &v[b * tk * dv..];
@@ -341,7 +362,6 @@ pub fn attention_backward<T: AttnFloat>(
     let mut dq = vec![T::ZERO; bh * tq * d];
     let mut dk = vec![T::ZERO; bh * tk * d];
     let mut dvv = vec![T::ZERO; bh * tk * dv];
-    let keep_scale = dropout.map(|d| T::from_f64(1.0 / (1.0 - d.p)));
     let pieces: Vec<_> = dq
         .chunks_mut((tq * d).max(1))
         .zip(dk.chunks_mut((tk * d).max(1)))
@@ -380,23 +400,17 @@ pub fn attention_backward<T: AttnFloat>(
                     row.iter_mut().for_each(|x| *x = (*x - l).exp());
                 }
             }
-            let dropped = match (dropout, keep_scale) {
-                (Some(drop), Some(ks)) => {
-                    let mut pd = p.clone();
-                    for r in 0..rows {
-                        for j in 0..width {
-                            let x = &mut pd[r * width + j];
-                            *x = if drop.keep(b, q0 + r, j) {
-                                *x * ks
-                            } else {
-                                T::ZERO
-                            };
-                        }
-                    }
-                    Some(pd)
+            // The tile's dropout factors (0 or 1 / (1 - p)), drawn once for P and dP.
+            let factors = dropout.map(|drop| {
+                let mut f = vec![T::ONE; rows * width];
+                for (r, row) in f.chunks_mut(width).enumerate() {
+                    drop.apply_row(b, q0 + r, row);
                 }
-                _ => None,
-            };
+                f
+            });
+            let dropped = factors
+                .as_ref()
+                .map(|f| p.iter().zip(f).map(|(&x, &k)| x * k).collect::<Vec<T>>());
             // dV += Pd^T @ dO
             let pd = dropped.as_deref().unwrap_or(&p);
             gemm_into(
@@ -419,17 +433,8 @@ pub fn attention_backward<T: AttnFloat>(
                 (1, dv),
                 false,
             );
-            if let (Some(drop), Some(ks)) = (dropout, keep_scale) {
-                for r in 0..rows {
-                    for j in 0..width {
-                        let x = &mut dp[r * width + j];
-                        *x = if drop.keep(b, q0 + r, j) {
-                            *x * ks
-                        } else {
-                            T::ZERO
-                        };
-                    }
-                }
+            if let Some(f) = &factors {
+                dp.iter_mut().zip(f).for_each(|(x, &k)| *x = *x * k);
             }
             // dS = P * (dP - rowsum(dO * O)) * scale (the scale folded in here)
             for r in 0..rows {
@@ -473,14 +478,9 @@ pub fn attention_backward<T: AttnFloat>(
 /// The dropout keep mask of problem `b` as 0/`1/(1-p)` factors `[tq, tk]`, for the
 /// differentiable (unfused) path.
 pub fn dropout_factors<T: AttnFloat>(drop: AttnDropout, bh: usize, tq: usize, tk: usize) -> Vec<T> {
-    let ks = T::from_f64(1.0 / (1.0 - drop.p));
-    let mut out = Vec::with_capacity(bh * tq * tk);
-    for b in 0..bh {
-        for i in 0..tq {
-            for j in 0..tk {
-                out.push(if drop.keep(b, i, j) { ks } else { T::ZERO });
-            }
-        }
+    let mut out = vec![T::ONE; bh * tq * tk];
+    for (n, row) in out.chunks_mut(tk.max(1)).enumerate() {
+        drop.apply_row(n / tq.max(1), n % tq.max(1), row);
     }
     out
 }
