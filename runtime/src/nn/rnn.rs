@@ -233,6 +233,15 @@ impl Recurrent {
         &self.config
     }
 
+    /// weight_ih, weight_hh, bias_ih, bias_hh and weight_hr of one direction of one layer
+    /// (`sfx` = `l0`, `l1_reverse`, …), `None` where the options keep none.
+    fn direction_weights(&self, sfx: &str) -> Vec<Option<Tensor>> {
+        ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"]
+            .iter()
+            .map(|n| self.param(&format!("{n}_{sfx}")).cloned())
+            .collect()
+    }
+
     fn param(&self, name: &str) -> Option<&Tensor> {
         self.params.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
@@ -382,11 +391,7 @@ impl Recurrent {
         c0: Option<Tensor>,
         masks: Option<&[Tensor]>,
     ) -> (Tensor, Tensor, Option<Tensor>) {
-        let names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"];
-        let weights: Vec<Option<Tensor>> = names
-            .iter()
-            .map(|n| self.param(&format!("{n}_{sfx}")).cloned())
-            .collect();
+        let weights = self.direction_weights(sfx);
         let mut inputs: Vec<Tensor> = vec![x.clone(), h0.clone()];
         inputs.extend(c0.clone());
         inputs.extend(weights.iter().flatten().cloned());
@@ -395,7 +400,8 @@ impl Recurrent {
             return self.run_direction(x, sfx, reverse, h0, c0, masks);
         }
         let (t_len, n) = (x.size(0), x.size(1));
-        let steps = no_grad(|| self.forward_steps(x, &weights, reverse, &h0, c0.as_ref(), masks));
+        let steps =
+            no_grad(|| self.loop_steps(x, &weights, reverse, &h0, c0.as_ref(), masks, true));
         let (y, h, c) = (steps.y.clone(), steps.h.clone(), steps.c.clone());
         let h_out = h.size(-1);
         let mut flat = vec![y.reshape(&[t_len * n * h_out]), h.reshape(&[n * h_out])];
@@ -507,8 +513,12 @@ impl Recurrent {
             .collect()
     }
 
-    /// The time loop without autograd, keeping what the backward needs.
-    fn forward_steps(
+    /// The time loop of one direction over `x` `[T, N, in]` with weights `w` (weight_ih,
+    /// weight_hh, bias_ih, bias_hh, weight_hr): outputs, final state and, with
+    /// `keep_steps`, what each step's backward needs. Recorded by autograd when grad mode
+    /// is on ([`Recurrent::run_direction`]); the fused node runs it under `no_grad`.
+    #[allow(clippy::too_many_arguments)]
+    fn loop_steps(
         &self,
         x: &Tensor,
         w: &[Option<Tensor>],
@@ -516,13 +526,14 @@ impl Recurrent {
         h0: &Tensor,
         c0: Option<&Tensor>,
         masks: Option<&[Tensor]>,
+        keep_steps: bool,
     ) -> Steps {
         let (w_ih, w_hh, b_ih, b_hh, w_hr) = (
-            w[0].as_ref().expect("weights").detach(),
-            w[1].as_ref().expect("weights").detach(),
-            w[2].as_ref().map(Tensor::detach),
-            w[3].as_ref().map(Tensor::detach),
-            w[4].as_ref().map(Tensor::detach),
+            w[0].clone().expect("weights"),
+            w[1].clone().expect("weights"),
+            w[2].clone(),
+            w[3].clone(),
+            w[4].clone(),
         );
         let fold_hh = self.mode != RnnMode::Gru;
         let bias = match (&b_ih, &b_hh, fold_hh) {
@@ -531,8 +542,10 @@ impl Recurrent {
             _ => None,
         };
         let t_len = x.size(0);
-        let xi = F::linear(&x.detach(), &w_ih, bias.as_ref());
-        let (mut h, mut c) = (h0.detach(), c0.map(Tensor::detach));
+        // Every step's input projection in one product; the recurrent bias joins it, except
+        // for the GRU's new gate, where it sits inside r * (h W_hn + b_hn).
+        let xi = F::linear(x, &w_ih, bias.as_ref());
+        let (mut h, mut c) = (h0.clone(), c0.cloned());
         let order: Vec<usize> = if reverse {
             (0..t_len).rev().collect()
         } else {
@@ -607,7 +620,9 @@ impl Recurrent {
                     }
                 }
             }
-            recs.push(rec);
+            if keep_steps {
+                recs.push(rec);
+            }
         }
         let outs: Vec<Tensor> = outs
             .into_iter()
@@ -628,90 +643,13 @@ impl Recurrent {
         x: &Tensor,
         sfx: &str,
         reverse: bool,
-        mut h: Tensor,
-        mut c: Option<Tensor>,
+        h: Tensor,
+        c: Option<Tensor>,
         masks: Option<&[Tensor]>,
     ) -> (Tensor, Tensor, Option<Tensor>) {
-        let w_ih = self.param(&format!("weight_ih_{sfx}")).expect("weights");
-        let w_hh = self.param(&format!("weight_hh_{sfx}")).expect("weights");
-        let b_ih = self.param(&format!("bias_ih_{sfx}"));
-        let b_hh = self.param(&format!("bias_hh_{sfx}"));
-        let w_hr = self.param(&format!("weight_hr_{sfx}"));
-        let t_len = x.size(0);
-        // Every step's input projection in one product; the recurrent bias joins it, except
-        // for the GRU's new gate, where it sits inside r * (h W_hn + b_hn).
-        let fold_hh = self.mode != RnnMode::Gru;
-        let bias = match (b_ih, b_hh, fold_hh) {
-            (Some(a), Some(b), true) => Some(a.add(b)),
-            (Some(a), _, _) => Some(a.clone()),
-            _ => None,
-        };
-        let xi = F::linear(x, w_ih, bias.as_ref());
-        let mut outs: Vec<Option<Tensor>> = vec![None; t_len];
-        let steps: Vec<usize> = if reverse {
-            (0..t_len).rev().collect()
-        } else {
-            (0..t_len).collect()
-        };
-        for t in steps {
-            let xt = xi.select(0, t);
-            let (h_new, c_new) = match self.mode {
-                RnnMode::Tanh | RnnMode::Relu => {
-                    let pre = xt.add(&h.matmul(&w_hh.t()));
-                    let h_new = if self.mode == RnnMode::Tanh {
-                        pre.tanh()
-                    } else {
-                        pre.relu()
-                    };
-                    (h_new, None)
-                }
-                RnnMode::Lstm => {
-                    let gates = xt.add(&h.matmul(&w_hh.t()));
-                    let g = gates.chunk(4, 1);
-                    let (i, f, gg, o) =
-                        (g[0].sigmoid(), g[1].sigmoid(), g[2].tanh(), g[3].sigmoid());
-                    let c_prev = c.as_ref().expect("an LSTM keeps c");
-                    let c_new = f.mul(c_prev).add(&i.mul(&gg));
-                    let mut h_new = o.mul(&c_new.tanh());
-                    if let Some(w) = w_hr {
-                        h_new = h_new.matmul(&w.t());
-                    }
-                    (h_new, Some(c_new))
-                }
-                RnnMode::Gru => {
-                    let hh = F::linear(&h, w_hh, b_hh);
-                    let (xg, hg) = (xt.chunk(3, 1), hh.chunk(3, 1));
-                    let r = xg[0].add(&hg[0]).sigmoid();
-                    let z = xg[1].add(&hg[1]).sigmoid();
-                    let nn = xg[2].add(&r.mul(&hg[2])).tanh();
-                    // (1 - z) * n + z * h
-                    (nn.add(&z.mul(&h.sub(&nn))), None)
-                }
-            };
-            match masks {
-                Some(m) => {
-                    let valid = &m[t];
-                    let keep = |new: &Tensor, old: &Tensor| old.add(&valid.mul(&new.sub(old)));
-                    h = keep(&h_new, &h);
-                    if let (Some(cn), Some(co)) = (&c_new, &c) {
-                        c = Some(keep(cn, co));
-                    }
-                    outs[t] = Some(h_new.mul(valid));
-                }
-                None => {
-                    h = h_new;
-                    if c_new.is_some() {
-                        c = c_new;
-                    }
-                    outs[t] = Some(h.clone());
-                }
-            }
-        }
-        let outs: Vec<Tensor> = outs
-            .into_iter()
-            .map(|o| o.expect("every step ran"))
-            .collect();
-        (Tensor::stack(&outs.iter().collect::<Vec<_>>(), 0), h, c)
+        let w = self.direction_weights(sfx);
+        let s = self.loop_steps(x, &w, reverse, &h, c.as_ref(), masks, false);
+        (s.y, s.h, s.c)
     }
 }
 
