@@ -3,7 +3,7 @@
 use half::{bf16, f16};
 use std::fmt::{Debug, Display};
 
-use crate::cpu::CpuStorage;
+use crate::cpu::{CpuStorage, HostBuffer};
 
 /// The element type of a tensor, as PyTorch's `torch.dtype`.
 ///
@@ -143,8 +143,8 @@ pub trait Element: Copy + Send + Sync + Default + PartialOrd + Debug + Display +
     fn slice(storage: &CpuStorage) -> Option<&[Self]>;
     /// Mutably borrows the typed slice of a storage of this dtype, if it is one.
     fn slice_mut(storage: &mut CpuStorage) -> Option<&mut [Self]>;
-    /// Wraps a vector as storage.
-    fn into_storage(v: Vec<Self>) -> CpuStorage;
+    /// Wraps a buffer as storage.
+    fn into_storage(v: HostBuffer<Self>) -> CpuStorage;
 }
 
 /// An element type with arithmetic (every dtype but bool).
@@ -295,17 +295,17 @@ macro_rules! element {
             }
             fn slice(storage: &CpuStorage) -> Option<&[Self]> {
                 match storage {
-                    CpuStorage::$variant(v) => Some(v),
+                    CpuStorage::$variant(v) => Some(&v[..]),
                     _ => None,
                 }
             }
             fn slice_mut(storage: &mut CpuStorage) -> Option<&mut [Self]> {
                 match storage {
-                    CpuStorage::$variant(v) => Some(v),
+                    CpuStorage::$variant(v) => Some(&mut v[..]),
                     _ => None,
                 }
             }
-            fn into_storage(v: Vec<Self>) -> CpuStorage {
+            fn into_storage(v: HostBuffer<Self>) -> CpuStorage {
                 CpuStorage::$variant(v)
             }
         }

@@ -28,6 +28,7 @@ pub mod amp;
 mod autocast_state;
 pub mod autograd;
 pub mod checkpoint;
+pub mod cpu;
 pub mod cuda;
 pub mod data;
 mod device;

@@ -1,6 +1,7 @@
 //! Indexing kernels. Indices are validated by the runtime (which names the op in its
 //! panic); slice indexing here still bounds-checks, so a bad index can never be UB.
 
+use super::pool::HostBuffer;
 use crate::{Element, Layout, NumElement};
 
 /// Picks rows `index` along the middle dim of a contiguous `[outer, r, inner]` buffer.
@@ -16,15 +17,22 @@ pub fn index_select<T: Element>(
     r: usize,
     inner: usize,
     index: &[i64],
-) -> Vec<T> {
-    let mut out = Vec::with_capacity(outer * index.len() * inner);
-    for o in 0..outer {
-        for &i in index {
+) -> HostBuffer<T> {
+    let mut out = HostBuffer::<T>::new_uninit(outer * index.len() * inner);
+    if inner > 0 {
+        for (dst, (o, &i)) in out
+            .chunks_exact_mut(inner)
+            .zip((0..outer).flat_map(|o| index.iter().map(move |i| (o, i))))
+        {
             let start = (o * r + i as usize) * inner;
-            out.extend_from_slice(&src[start..start + inner]);
+            for (d, &s) in dst.iter_mut().zip(&src[start..start + inner]) {
+                d.write(s);
+            }
         }
     }
-    out
+    // SAFETY: the chunks of `inner` slots tile the buffer (outer * index.len() of them)
+    // and each was written from a source row of the same length.
+    unsafe { out.assume_init() }
 }
 
 /// `out[p] = src[p with p[dim] = index[p]]` for every position `p` of `index_shape`.
@@ -42,7 +50,7 @@ pub fn gather<T: Element>(
     index: &[i64],
     index_shape: &[usize],
     dim: usize,
-) -> Vec<T> {
+) -> HostBuffer<T> {
     let dim_stride = src_layout.strides()[dim];
     let mut strides = crate::Dims::from_slice(src_layout.strides());
     strides[dim] = 0;

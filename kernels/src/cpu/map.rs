@@ -3,15 +3,19 @@
 
 use super::PARALLEL_THRESHOLD;
 use super::par::for_each_chunk_mut;
+use super::pool::HostBuffer;
 use super::simd::{SimdKernel, with_simd};
 use crate::layout::{coalesce, for_each_row};
 use crate::{Element, Layout};
 use std::mem::MaybeUninit;
 
-/// Builds a `Vec` of `n` elements by handing disjoint chunks of its uninitialised buffer
+/// Builds a pooled buffer of `n` elements by handing disjoint chunks of its uninitialised slots
 /// to `fill(start, chunk)`, which must write every slot of its chunk. Above the threshold
 /// the chunks go to rayon, a few per thread; no zero-fill happens first.
-fn build_vec<U: Send>(n: usize, fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+fn build_vec<U: Copy + Send>(
+    n: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
+) -> HostBuffer<U> {
     build_vec_in(
         n,
         if n < PARALLEL_THRESHOLD {
@@ -31,13 +35,13 @@ fn parallel_chunk(n: usize) -> usize {
 
 /// [`build_vec`] with chunks of exactly `chunk` slots (the last may be shorter): one
 /// chunk runs on the calling thread, several go to rayon.
-pub(super) fn build_vec_in<U: Send>(
+pub(crate) fn build_vec_in<U: Copy + Send>(
     n: usize,
     chunk: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
-) -> Vec<U> {
-    let mut out = Vec::with_capacity(n);
-    let slots = &mut out.spare_capacity_mut()[..n];
+) -> HostBuffer<U> {
+    let mut out = HostBuffer::<U>::new_uninit(n);
+    let slots = &mut out[..];
     if chunk >= n {
         fill(0, slots);
     } else {
@@ -47,8 +51,7 @@ pub(super) fn build_vec_in<U: Send>(
     // SAFETY: the chunks partition the first `n` slots and every caller's `fill` writes
     // every slot of its chunk (each zips the chunk with a source of the same length, or
     // walks whole rows that tile it).
-    unsafe { out.set_len(n) };
-    out
+    unsafe { out.assume_init() }
 }
 
 /// `dst[i] = f(src[i])` over equally long slices, vectorised per CPU level.
@@ -104,7 +107,7 @@ pub fn unary_map<T: Element, U: Element>(
     src: &[T],
     layout: &Layout,
     f: impl Fn(T) -> U + Sync,
-) -> Vec<U> {
+) -> HostBuffer<U> {
     let n = layout.numel();
     if let Some(range) = layout.contiguous_range() {
         let src = &src[range];
@@ -117,7 +120,7 @@ pub fn unary_map<T: Element, U: Element>(
     let inner = *shape.last().unwrap();
     let inner_stride = *strides[0].last().unwrap();
     if inner == 0 {
-        return Vec::new();
+        return HostBuffer::zeroed(0);
     }
     // Whole rows per task; each task writes exactly its rows.
     let rows_per = rows_per_task(n / inner, inner);
@@ -178,7 +181,7 @@ pub fn binary_map<T: Element, U: Element>(
     rhs: &[T],
     rhs_layout: &Layout,
     f: impl Fn(T, T) -> U + Sync,
-) -> Vec<U> {
+) -> HostBuffer<U> {
     debug_assert_eq!(lhs_layout.shape(), rhs_layout.shape());
     let n = lhs_layout.numel();
     if let (Some(lr), Some(rr)) = (lhs_layout.contiguous_range(), rhs_layout.contiguous_range()) {
@@ -200,7 +203,7 @@ pub fn binary_map<T: Element, U: Element>(
     let inner = *shape.last().unwrap();
     let (ls, rs) = (*strides[0].last().unwrap(), *strides[1].last().unwrap());
     if inner == 0 {
-        return Vec::new();
+        return HostBuffer::zeroed(0);
     }
     let base = [lhs_layout.offset(), rhs_layout.offset()];
     let rows_per = if n < PARALLEL_THRESHOLD {
@@ -260,7 +263,7 @@ pub fn ternary_map<C: Element, T: Element, U: Element>(
     b: &[T],
     b_layout: &Layout,
     f: impl Fn(C, T, T) -> U + Sync,
-) -> Vec<U> {
+) -> HostBuffer<U> {
     let n = cond_layout.numel();
     let (shape, strides) = coalesce(
         cond_layout.shape(),
@@ -276,44 +279,41 @@ pub fn ternary_map<C: Element, T: Element, U: Element>(
         strides[1][shape.len() - 1],
         strides[2][shape.len() - 1],
     );
-    let rows = n / inner.max(1);
-    let mut out = vec![U::default(); n];
+    if n == 0 || inner == 0 {
+        return HostBuffer::zeroed(n);
+    }
+    let rows = n / inner;
+    let per = if n < PARALLEL_THRESHOLD {
+        rows
+    } else {
+        rows_per_task(rows, inner)
+    };
     let base = [cond_layout.offset(), a_layout.offset(), b_layout.offset()];
-    let run = |chunk_index: usize, chunk: &mut [U], rows_per: usize| {
-        let first = chunk_index * rows_per;
-        let count = chunk.len() / inner;
+    build_vec_in(n, per * inner, |start, chunk| {
+        let first = start / inner;
         for_each_row(
             &shape,
             &strides,
             base,
-            first..first + count,
+            first..first + chunk.len() / inner,
             |row, [co, ao, bo]| {
                 let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
                 for (j, d) in dst.iter_mut().enumerate() {
-                    *d = f(cond[co + j * cs], a[ao + j * as_], b[bo + j * bs]);
+                    d.write(f(cond[co + j * cs], a[ao + j * as_], b[bo + j * bs]));
                 }
             },
         );
-    };
-    if n < PARALLEL_THRESHOLD || inner == 0 {
-        if inner > 0 {
-            run(0, &mut out, rows);
-        }
-    } else {
-        let per = rows_per_task(rows, inner);
-        for_each_chunk_mut(&mut out, per * inner, |i, chunk| run(i, chunk, per));
-    }
-    out
+    })
 }
 
 /// Converts a strided view to another element type, contiguous.
 ///
 /// ```
 /// use ferrograd_kernels::{cpu::cast, Layout};
-/// let v: Vec<i64> = cast(&[1.5f32, -2.5], &Layout::contiguous(&[2]));
+/// let v: ferrograd_kernels::cpu::HostBuffer<i64> = cast(&[1.5f32, -2.5], &Layout::contiguous(&[2]));
 /// assert_eq!(v, vec![1, -2]);
 /// ```
-pub fn cast<T: Element, U: Element>(src: &[T], layout: &Layout) -> Vec<U> {
+pub fn cast<T: Element, U: Element>(src: &[T], layout: &Layout) -> HostBuffer<U> {
     unary_map(src, layout, |x| U::from_f64(x.to_f64()))
 }
 

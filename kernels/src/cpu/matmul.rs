@@ -1,6 +1,7 @@
 //! Batched matrix multiply through the `gemm` crate, which takes arbitrary row and column
 //! strides, so transposed and broadcast operands are never copied.
 
+use super::pool::HostBuffer;
 use crate::{DType, Layout, NumElement};
 use gemm::Parallelism;
 use half::bf16;
@@ -35,7 +36,7 @@ pub fn matmul<T: NumElement>(
     lhs_layout: &Layout,
     rhs: &[T],
     rhs_layout: &Layout,
-) -> Vec<T> {
+) -> HostBuffer<T> {
     let (ls, rs) = (lhs_layout.shape(), rhs_layout.shape());
     let shape = MatmulShape {
         batch: ls[0],
@@ -44,29 +45,18 @@ pub fn matmul<T: NumElement>(
         n: rs[2],
     };
     let len = shape.batch * shape.m * shape.n;
-    if len == 0 {
-        return Vec::new();
-    }
-    if shape.k == 0 {
-        return vec![T::ZERO; len];
+    if len == 0 || shape.k == 0 {
+        return HostBuffer::zeroed(len);
     }
     if T::DTYPE == DType::F32 || T::DTYPE == DType::F64 || T::DTYPE == DType::F16 {
         // gemm overwrites every element of its destination (beta = 0, read_dst = false),
         // so the output needs no zero-fill first.
-        let mut out = Vec::with_capacity(len);
-        gemm_batched(
-            &mut out.spare_capacity_mut()[..len],
-            lhs,
-            lhs_layout,
-            rhs,
-            rhs_layout,
-            shape,
-        );
+        let mut out = HostBuffer::<T>::new_uninit(len);
+        gemm_batched(&mut out[..], lhs, lhs_layout, rhs, rhs_layout, shape);
         // SAFETY: gemm_batched wrote all `len` elements (every batch's m x n block).
-        unsafe { out.set_len(len) };
-        return out;
+        return unsafe { out.assume_init() };
     }
-    let mut out = vec![T::ZERO; len];
+    let mut out = HostBuffer::<T>::zeroed(len);
     match T::DTYPE {
         DType::BF16 => {
             // gemm has no bf16 kernel: widen to f32 (the accumulation type anyway).
@@ -81,7 +71,7 @@ pub fn matmul<T: NumElement>(
                 rhs_layout,
                 shape,
             );
-            for (o, v) in out.iter_mut().zip(o32) {
+            for (o, &v) in out.iter_mut().zip(o32.iter()) {
                 *o = T::from_f64(bf16::from_f32(v).to_f64());
             }
         }

@@ -1,9 +1,11 @@
 //! CPU kernels: contiguous fast paths, strided fallbacks, rayon above a size threshold.
 
+mod arena;
 mod index;
 mod map;
 mod matmul;
 mod par;
+mod pool;
 mod random;
 pub(crate) mod reduce;
 pub(crate) mod simd;
@@ -16,6 +18,9 @@ pub use map::{
 };
 pub use matmul::{MatmulShape, matmul};
 pub use par::{for_each_chunk_mut, num_threads, run_tasks, set_num_threads};
+pub use pool::{
+    ALIGN, DEFAULT_CACHE_LIMIT, HOST_POOL, HostBuffer, HostPool, HostStats, size_class,
+};
 pub use random::philox4x32_10;
 pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
 pub use sort::{DimIndexOp, dim_indices};
@@ -32,26 +37,26 @@ pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 ///
 /// ```
 /// use ferrograd_kernels::{cpu::CpuStorage, DType};
-/// let s = CpuStorage::F32(vec![1.0, 2.0]);
+/// let s = CpuStorage::F32(vec![1.0, 2.0].into());
 /// assert_eq!(s.dtype(), DType::F32);
 /// assert_eq!(s.len(), 2);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub enum CpuStorage {
     /// float32 elements.
-    F32(Vec<f32>),
+    F32(HostBuffer<f32>),
     /// float64 elements.
-    F64(Vec<f64>),
+    F64(HostBuffer<f64>),
     /// float16 elements.
-    F16(Vec<f16>),
+    F16(HostBuffer<f16>),
     /// bfloat16 elements.
-    BF16(Vec<bf16>),
+    BF16(HostBuffer<bf16>),
     /// int64 elements.
-    I64(Vec<i64>),
+    I64(HostBuffer<i64>),
     /// uint8 elements.
-    U8(Vec<u8>),
+    U8(HostBuffer<u8>),
     /// bool elements.
-    Bool(Vec<bool>),
+    Bool(HostBuffer<bool>),
 }
 
 /// Runs `$body` with `$T` bound to the Rust element type of `$dtype`.
@@ -182,6 +187,6 @@ impl CpuStorage {
 
     /// `n` copies of `value` converted to `dtype`.
     pub fn full(dtype: DType, n: usize, value: f64) -> Self {
-        with_dtype!(dtype, T => T::into_storage(vec![T::from_f64(value); n]))
+        with_dtype!(dtype, T => T::into_storage(HostBuffer::full(n, T::from_f64(value))))
     }
 }

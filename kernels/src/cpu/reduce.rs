@@ -3,6 +3,7 @@
 
 use super::PARALLEL_THRESHOLD;
 use super::par::for_each_chunk_mut;
+use super::pool::HostBuffer;
 use super::simd::{SimdKernel, with_simd};
 use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
@@ -42,7 +43,7 @@ pub(crate) fn for_each_outer<U: Send>(
 /// use ferrograd_kernels::cpu::reduce_dim;
 /// // prod over dim 1 of a [1, 3, 2] buffer
 /// let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
-/// let p: Vec<f32> = reduce_dim(&x, 1, 3, 2, 1.0f32, |a, v| a * v, |a| a);
+/// let p = reduce_dim(&x, 1, 3, 2, 1.0f32, |a, v| a * v, |a: f32| a);
 /// assert_eq!(p, vec![15.0, 48.0]);
 /// ```
 pub fn reduce_dim<T: Element, A: Copy + Send + Sync, U: Element>(
@@ -53,8 +54,8 @@ pub fn reduce_dim<T: Element, A: Copy + Send + Sync, U: Element>(
     init: A,
     fold: impl Fn(A, T) -> A + Sync,
     finish: impl Fn(A) -> U + Sync,
-) -> Vec<U> {
-    let mut out = vec![U::default(); outer * inner];
+) -> HostBuffer<U> {
+    let mut out = HostBuffer::<U>::zeroed(outer * inner);
     for_each_outer(&mut out, outer, r * inner, |o, dst| {
         let block = &src[o * r * inner..(o + 1) * r * inner];
         if inner == 1 {
@@ -105,8 +106,8 @@ pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
 /// assert_eq!(sum_dim(&x, 2, 3, 1), vec![6.0, 15.0]);
 /// assert_eq!(sum_dim(&x, 1, 2, 3), vec![5.0, 7.0, 9.0]);
 /// ```
-pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> Vec<T> {
-    let mut out = vec![T::ZERO; outer * inner];
+pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> HostBuffer<T> {
+    let mut out = HostBuffer::<T>::zeroed(outer * inner);
     for_each_outer(&mut out, outer, r * inner, |o, dst| {
         let block = &src[o * r * inner..(o + 1) * r * inner];
         if inner == 1 {
@@ -133,7 +134,7 @@ pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -
 /// use ferrograd_kernels::cpu::arg_reduce_dim;
 /// let x = [3.0f32, 7.0, 7.0, 1.0];
 /// let (v, i) = arg_reduce_dim(&x, 1, 4, 1, |c, b| c > b);
-/// assert_eq!((v, i), (vec![7.0], vec![1]));
+/// assert_eq!((v.to_vec(), i.to_vec()), (vec![7.0], vec![1]));
 /// ```
 pub fn arg_reduce_dim<T: Element>(
     src: &[T],
@@ -141,7 +142,7 @@ pub fn arg_reduce_dim<T: Element>(
     r: usize,
     inner: usize,
     better: impl Fn(T, T) -> bool + Sync,
-) -> (Vec<T>, Vec<i64>) {
+) -> (HostBuffer<T>, HostBuffer<i64>) {
     #[allow(clippy::eq_op)]
     let is_nan = |v: T| v != v;
     let mut out: Vec<(T, i64)> = vec![(T::default(), 0); outer * inner];
@@ -161,7 +162,10 @@ pub fn arg_reduce_dim<T: Element>(
             }
         }
     });
-    out.into_iter().unzip()
+    (
+        out.iter().map(|&(v, _)| v).collect(),
+        out.iter().map(|&(_, i)| i).collect(),
+    )
 }
 
 /// Inclusive prefix sum along the middle dim of `[outer, r, inner]`.
@@ -170,8 +174,8 @@ pub fn arg_reduce_dim<T: Element>(
 /// use ferrograd_kernels::cpu::cumsum_dim;
 /// assert_eq!(cumsum_dim(&[1i64, 2, 3, 4], 1, 4, 1), vec![1, 3, 6, 10]);
 /// ```
-pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> Vec<T> {
-    let mut out = vec![T::ZERO; outer * r * inner];
+pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> HostBuffer<T> {
+    let mut out = HostBuffer::<T>::zeroed(outer * r * inner);
     for_each_outer(&mut out, outer, r * inner, |o, dst| {
         let block = &src[o * r * inner..(o + 1) * r * inner];
         let mut acc = vec![T::Acc::ZERO; inner];
@@ -240,8 +244,8 @@ impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
     }
 }
 
-fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool) -> Vec<T> {
-    let mut out = vec![T::ZERO; rows * len];
+fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool) -> HostBuffer<T> {
+    let mut out = HostBuffer::<T>::zeroed(rows * len);
     for_each_outer(&mut out, rows, len * 4, |o, dst| {
         with_simd(SoftmaxRow {
             row: &src[o * len..(o + 1) * len],
@@ -259,7 +263,7 @@ fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool
 /// let s = softmax_rows(&[0.0f32, 0.0, 1000.0, 1000.0], 2, 2);
 /// assert_eq!(s, vec![0.5, 0.5, 0.5, 0.5]);
 /// ```
-pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<T> {
+pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> HostBuffer<T> {
     softmax_family(src, rows, len, false)
 }
 
@@ -270,6 +274,6 @@ pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<
 /// let s = log_softmax_rows(&[0.0f64, 0.0], 1, 2);
 /// assert!((s[0] + std::f64::consts::LN_2).abs() < 1e-12);
 /// ```
-pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Vec<T> {
+pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> HostBuffer<T> {
     softmax_family(src, rows, len, true)
 }

@@ -5,6 +5,7 @@
 
 use super::PARALLEL_THRESHOLD;
 use super::par::for_each_chunk_mut;
+use super::pool::HostBuffer;
 use std::cmp::Ordering;
 
 /// What an index scan computes along the dim.
@@ -42,9 +43,9 @@ pub fn dim_indices<T: PartialOrd + Copy + Send + Sync>(
     src: &[T],
     [outer, r, inner]: [usize; 3],
     op: DimIndexOp,
-) -> Vec<i64> {
+) -> HostBuffer<i64> {
     assert_eq!(src.len(), outer * r * inner, "dim_indices: input length");
-    let mut out = vec![0i64; src.len()];
+    let mut out = HostBuffer::<i64>::zeroed(src.len());
     if out.is_empty() {
         return out;
     }

@@ -4,6 +4,7 @@
 use super::PARALLEL_THRESHOLD;
 use super::map::build_vec_in;
 use super::par::for_each_chunk_mut;
+use super::pool::HostBuffer;
 use crate::NumElement;
 use std::mem::MaybeUninit;
 
@@ -151,7 +152,7 @@ fn copy_short<T: Copy>(src: &[T], dst: &mut [MaybeUninit<T>]) {
 /// let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
 /// assert_eq!(unfold2d(&x, &g), vec![1.0, 5.0, 2.0, 6.0, 3.0, 7.0, 4.0, 8.0]);
 /// ```
-pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
+pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> HostBuffer<T> {
     let [oh, ow] = g.out_unchecked();
     let [h, w] = g.input;
     let [kh, kw] = g.kernel;
@@ -159,7 +160,7 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let row_len = g.n * plane;
     let len = g.c * kh * kw * row_len;
     if row_len == 0 {
-        return vec![T::ZERO; len];
+        return HostBuffer::zeroed(len);
     }
     let fill_row = |r: usize, row: &mut [MaybeUninit<T>]| {
         let (c, tap) = (r / (kh * kw), r % (kh * kw));
@@ -197,13 +198,13 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> Vec<T> {
 /// // two windows of width 2 over 3 pixels: the middle pixel is covered twice
 /// assert_eq!(fold2d(&[1.0f32, 1.0, 1.0, 1.0], &g), vec![1.0, 2.0, 1.0]);
 /// ```
-pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> Vec<T> {
+pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> HostBuffer<T> {
     let [oh, ow] = g.out_unchecked();
     let [h, w] = g.input;
     let [kh, kw] = g.kernel;
     let plane = oh * ow;
     let row_len = g.n * plane;
-    let mut out = vec![T::ZERO; g.n * g.c * h * w];
+    let mut out = HostBuffer::<T>::zeroed(g.n * g.c * h * w);
     if h * w == 0 {
         return out;
     }
@@ -305,7 +306,11 @@ mod tests {
                         let y: Vec<f64> =
                             (0..cols.len()).map(|i| (i as f64 * 0.11).cos()).collect();
                         let lhs: f64 = cols.iter().zip(&y).map(|(a, b)| a * b).sum();
-                        let rhs: f64 = src.iter().zip(fold2d(&y, &g)).map(|(a, b)| a * b).sum();
+                        let rhs: f64 = src
+                            .iter()
+                            .zip(fold2d(&y, &g).iter())
+                            .map(|(a, b)| a * b)
+                            .sum();
                         assert!((lhs - rhs).abs() < 1e-9, "fold {g:?}: {lhs} vs {rhs}");
                         checked += 1;
                     }

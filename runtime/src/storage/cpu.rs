@@ -6,8 +6,8 @@
 use super::op::{BinaryFloatOp, BinaryOp, Cmp, IntMap, ReduceOp, RowOp, UnaryOp};
 use ferrograd_kernels::IndexBounds;
 use ferrograd_kernels::cpu::{
-    Conv2dGeometry, CpuStorage, arg_reduce_dim, binary_inplace as binary_inplace_map, binary_map,
-    cast as cast_map, cumsum_dim, fill_strided, fold2d, gather as gather_map,
+    Conv2dGeometry, CpuStorage, HostBuffer, arg_reduce_dim, binary_inplace as binary_inplace_map,
+    binary_map, cast as cast_map, cumsum_dim, fill_strided, fold2d, gather as gather_map,
     index_select as index_select_map, log_softmax_rows, matmul as matmul_map, reduce_dim,
     scatter_add as scatter_add_map, softmax_rows, sum_dim, ternary_map,
     unary_inplace as unary_inplace_map, unary_map, unfold2d,
@@ -227,7 +227,7 @@ pub(crate) fn index_values(
     layout: &Layout,
     bounds: &IndexBounds,
     ignore: Option<i64>,
-) -> Vec<i64> {
+) -> HostBuffer<i64> {
     let values = unary_map(index.typed::<i64>(), layout, |v| v);
     if let Some(bad) = bounds.first_bad(&values, ignore) {
         panic!("{}", bounds.message(bad));

@@ -13,7 +13,7 @@ use crate::memory::{Block, CachingAllocator, MemoryStats, OutOfMemory, RawMemory
 use crate::{Device, Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use ferrograd_kernels::IndexBounds;
-use ferrograd_kernels::cpu::{CpuStorage, unary_map};
+use ferrograd_kernels::cpu::{CpuStorage, HostBuffer, unary_map};
 use ferrograd_kernels::cuda::KernelModule;
 use ferrograd_kernels::{DType, Element, Layout, with_dtype};
 use std::collections::{HashMap, VecDeque};
@@ -248,7 +248,7 @@ impl GpuDevice {
             return Ok(address);
         }
         let mut buf = self.alloc(DType::I64, words.len())?;
-        buf.upload(&CpuStorage::I64(words.to_vec()))?;
+        buf.upload(&CpuStorage::I64(HostBuffer::from_slice(words)))?;
         let address = buf.address_of(0);
         if tables.len() == KEEP {
             tables.remove(0);
@@ -429,7 +429,7 @@ impl CudaStorage {
         self.dev.take_index_error()?;
         let (len, address) = (self.len, self.address_of(0));
         Ok(with_dtype!(self.dtype, T => {
-            let mut host = vec![T::default(); len];
+            let mut host = HostBuffer::<T>::zeroed(len);
             if len > 0 {
                 // SAFETY: the block holds `len` initialised elements of `T` written by an
                 // upload or a kernel, and the stream is idle, so nothing writes it meanwhile.

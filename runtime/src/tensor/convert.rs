@@ -29,7 +29,10 @@ impl Tensor {
         );
         let guard = self.read_storage();
         match &*guard {
-            Storage::Cpu(s) => unary_map(s.typed::<T>(), self.layout(), |x| x),
+            Storage::Cpu(s) => match self.layout().contiguous_range() {
+                Some(range) => s.typed::<T>()[range].to_vec(),
+                None => unary_map(s.typed::<T>(), self.layout(), |x| x).to_vec(),
+            },
             Storage::Cuda(s) => {
                 let host = s.to_cpu(self.layout()).unwrap_or_else(|e| {
                     panic!("to_vec: reading from {} failed: {e}", self.device())

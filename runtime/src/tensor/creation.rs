@@ -4,7 +4,7 @@ use super::Tensor;
 use crate::random::{Generator, with_global};
 use crate::storage::Storage;
 use crate::{DType, Device};
-use ferrograd_kernels::cpu::CpuStorage;
+use ferrograd_kernels::cpu::{CpuStorage, HostBuffer};
 use ferrograd_kernels::{Element, Layout, with_dtype};
 
 impl Tensor {
@@ -34,7 +34,7 @@ impl Tensor {
             "from_vec: shape {shape:?} has {numel} elements but {} values were given",
             data.len()
         );
-        Tensor::from_cpu(T::into_storage(data), shape)
+        Tensor::from_slice(&data, shape)
     }
 
     /// A tensor copied from a slice.
@@ -45,7 +45,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Tensor {
-        Tensor::from_vec(data.to_vec(), shape)
+        let numel: usize = shape.iter().product();
+        assert!(
+            data.len() == numel,
+            "from_vec: shape {shape:?} has {numel} elements but {} values were given",
+            data.len()
+        );
+        Tensor::from_cpu(T::into_storage(HostBuffer::from_slice(data)), shape)
     }
 
     /// A 0-dimensional tensor holding `value`.

@@ -11,6 +11,7 @@
 //! behaviour).
 
 use crate::Layout;
+use crate::cpu::HostBuffer;
 use crate::cpu::{num_threads, philox4x32_10, run_tasks};
 use crate::cuda::KernelModule;
 use num_traits::Float;
@@ -273,14 +274,14 @@ pub fn attention_forward<T: AttnFloat>(
     mask: &Mask<'_, T>,
     scale: T,
     dropout: Option<AttnDropout>,
-) -> (Vec<T>, Vec<T>) {
+) -> (HostBuffer<T>, HostBuffer<T>) {
     let AttentionShape { bh, tq, tk, d, dv } = shape;
     assert!(
         q.len() == bh * tq * d && k.len() == bh * tk * d && v.len() == bh * tk * dv,
         "attention_forward: operand lengths do not match {shape:?}"
     );
-    let mut out = vec![T::ZERO; bh * tq * dv];
-    let mut lse = vec![T::neg_infinity(); bh * tq];
+    let mut out = HostBuffer::<T>::zeroed(bh * tq * dv);
+    let mut lse = HostBuffer::full(bh * tq, T::neg_infinity());
     let mut pieces = Vec::new();
     for (b, (o_b, l_b)) in out
         .chunks_mut((tq * dv).max(1))
@@ -353,15 +354,15 @@ pub fn attention_backward<T: AttnFloat>(
     mask: &Mask<'_, T>,
     scale: T,
     dropout: Option<AttnDropout>,
-) -> (Vec<T>, Vec<T>, Vec<T>) {
+) -> (HostBuffer<T>, HostBuffer<T>, HostBuffer<T>) {
     let AttentionShape { bh, tq, tk, d, dv } = shape;
     assert!(
         out.len() == bh * tq * dv && dout.len() == out.len() && lse.len() == bh * tq,
         "attention_backward: operand lengths do not match {shape:?}"
     );
-    let mut dq = vec![T::ZERO; bh * tq * d];
-    let mut dk = vec![T::ZERO; bh * tk * d];
-    let mut dvv = vec![T::ZERO; bh * tk * dv];
+    let mut dq = HostBuffer::<T>::zeroed(bh * tq * d);
+    let mut dk = HostBuffer::<T>::zeroed(bh * tk * d);
+    let mut dvv = HostBuffer::<T>::zeroed(bh * tk * dv);
     let pieces: Vec<_> = dq
         .chunks_mut((tq * d).max(1))
         .zip(dk.chunks_mut((tk * d).max(1)))

@@ -4,6 +4,7 @@
 //! smoothing: with `w_c` the class weights (1 without), `eps` the smoothing and `C` classes,
 //! `loss = (1 - eps) * w_t * (lse - x_t) + eps / C * sum_c w_c * (lse - x_c)`.
 
+use crate::cpu::HostBuffer;
 use crate::cpu::reduce::{for_each_outer, row_max, sum_slice};
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
@@ -31,11 +32,11 @@ pub struct CrossEntropyRows<'a, T> {
 /// Per-row results of [`cross_entropy_rows`].
 pub struct CrossEntropyOutput<T: NumElement> {
     /// Each row's loss (0 when ignored).
-    pub loss: Vec<T>,
+    pub loss: HostBuffer<T>,
     /// Each row's target weight `w_t` (0 when ignored): the mean's denominator.
-    pub row_weight: Vec<T>,
+    pub row_weight: HostBuffer<T>,
     /// Each row's log-sum-exp, kept for backward.
-    pub lse: Vec<T::Acc>,
+    pub lse: HostBuffer<T::Acc>,
 }
 
 /// Cross-entropy of each row of contiguous logits `x` (`[rows, classes]`) at `target`
@@ -46,7 +47,7 @@ pub struct CrossEntropyOutput<T: NumElement> {
 /// let opts = CrossEntropyRows { classes: 2, weight: None, ignore_index: -100, smoothing: 0.0 };
 /// let out = cross_entropy_rows(&[0.0f64, 0.0, 5.0, 5.0], &[1, -100], &opts);
 /// assert!((out.loss[0] - 2f64.ln()).abs() < 1e-12);
-/// assert_eq!((out.loss[1], out.row_weight), (0.0, vec![1.0, 0.0]));
+/// assert_eq!((out.loss[1], out.row_weight.to_vec()), (0.0, vec![1.0, 0.0]));
 /// ```
 pub fn cross_entropy_rows<T: FloatElement>(
     x: &[T],
@@ -73,17 +74,11 @@ pub fn cross_entropy_rows<T: FloatElement>(
             *slot = row_loss(x, target, o, task * per_task + i, &mut scratch);
         }
     });
-    let mut result = CrossEntropyOutput {
-        loss: Vec::with_capacity(rows),
-        row_weight: Vec::with_capacity(rows),
-        lse: Vec::with_capacity(rows),
-    };
-    for (l, wt, lse) in out {
-        result.loss.push(l);
-        result.row_weight.push(wt);
-        result.lse.push(lse);
+    CrossEntropyOutput {
+        loss: out.iter().map(|o| o.0).collect(),
+        row_weight: out.iter().map(|o| o.1).collect(),
+        lse: out.iter().map(|o| o.2).collect(),
     }
-    result
 }
 
 /// Row `r` of [`cross_entropy_rows`]: (loss, target weight, log-sum-exp).
@@ -131,7 +126,7 @@ pub fn cross_entropy_backward_rows<T: FloatElement>(
     lse: &[T::Acc],
     grad: &[T],
     grad_stride: usize,
-) -> Vec<T> {
+) -> HostBuffer<T> {
     let c = o.classes;
     let rows = target.len();
     let acc = |v: f64| <T::Acc as Element>::from_f64(v);
@@ -142,7 +137,7 @@ pub fn cross_entropy_backward_rows<T: FloatElement>(
         None => acc(c as f64),
     };
     let per_class = eps / acc(c as f64);
-    let mut dx = vec![T::ZERO; rows * c];
+    let mut dx = HostBuffer::<T>::zeroed(rows * c);
     for_each_outer(&mut dx, rows, c * 2, |r, dst| {
         let t = target[r];
         if t == o.ignore_index {

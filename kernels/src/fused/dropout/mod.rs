@@ -1,6 +1,7 @@
 //! Dropout: the CPU kernel and, in `dropout.cu` beside it, the CUDA kernel, both drawing
 //! the mask from the same Philox4x32-10 stream.
 
+use crate::cpu::HostBuffer;
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut, philox4x32_10};
 use crate::cuda::KernelModule;
 use crate::{Element, FloatElement};
@@ -19,7 +20,12 @@ pub const CUDA_MODULE: KernelModule = KernelModule::new("dropout", include_str!(
 /// assert!((700..800).contains(&kept));
 /// assert_eq!(y, mask); // x is all ones
 /// ```
-pub fn dropout<T: FloatElement>(x: &[T], seed: u64, p: f64, scale: f64) -> (Vec<T>, Vec<T>) {
+pub fn dropout<T: FloatElement>(
+    x: &[T],
+    seed: u64,
+    p: f64,
+    scale: f64,
+) -> (HostBuffer<T>, HostBuffer<T>) {
     let n = x.len();
     let kept = T::from_acc(<T::Acc as Element>::from_f64(scale));
     let key = [seed as u32, (seed >> 32) as u32];
@@ -30,7 +36,7 @@ pub fn dropout<T: FloatElement>(x: &[T], seed: u64, p: f64, scale: f64) -> (Vec<
     } else {
         1 << 14
     };
-    let mut mask = vec![T::ZERO; n];
+    let mut mask = HostBuffer::<T>::zeroed(n);
     for_each_chunk_mut(&mut mask, chunk, |i, dst| {
         for (b, quad) in dst.chunks_mut(4).enumerate() {
             let block = (i * chunk / 4 + b) as u64;
@@ -41,7 +47,7 @@ pub fn dropout<T: FloatElement>(x: &[T], seed: u64, p: f64, scale: f64) -> (Vec<
             }
         }
     });
-    let mut y = vec![T::ZERO; n];
+    let mut y = HostBuffer::<T>::zeroed(n);
     for_each_chunk_mut(&mut y, chunk, |i, dst| {
         let start = i * chunk;
         for ((d, &v), &m) in dst.iter_mut().zip(&x[start..]).zip(&mask[start..]) {

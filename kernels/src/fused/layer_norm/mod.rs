@@ -3,6 +3,7 @@
 //! accumulator type); the backward pass turns the output gradient into the input gradient
 //! in one pass per row, and the weight and bias gradients from per-task partial sums.
 
+use crate::cpu::HostBuffer;
 use crate::cpu::reduce::{for_each_outer, sum_slice};
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::{PARALLEL_THRESHOLD, run_tasks};
@@ -27,11 +28,11 @@ type PartialRows<'a, A> = (&'a mut [A], &'a mut [A]);
 /// The results of [`layer_norm_rows`]: output, per-row mean and reciprocal std.
 pub struct LayerNormOutput<T: NumElement> {
     /// Normalised, scaled and shifted rows.
-    pub y: Vec<T>,
+    pub y: HostBuffer<T>,
     /// Each row's mean.
-    pub mean: Vec<T::Acc>,
+    pub mean: HostBuffer<T::Acc>,
     /// Each row's `1 / sqrt(var + eps)` (biased variance).
-    pub rstd: Vec<T::Acc>,
+    pub rstd: HostBuffer<T::Acc>,
 }
 
 /// Layer norm of `rows` contiguous rows of `len`: `(x - mean) * rstd * weight + bias`.
@@ -39,7 +40,7 @@ pub struct LayerNormOutput<T: NumElement> {
 /// ```
 /// use ferrograd_kernels::fused::layer_norm::layer_norm_rows;
 /// let out = layer_norm_rows(&[1.0f64, 3.0], 1, 2, None, None, 0.0);
-/// assert_eq!((out.y, out.mean, out.rstd), (vec![-1.0, 1.0], vec![2.0], vec![1.0]));
+/// assert_eq!((out.y.to_vec(), out.mean.to_vec(), out.rstd.to_vec()), (vec![-1.0, 1.0], vec![2.0], vec![1.0]));
 /// ```
 pub fn layer_norm_rows<T: FloatElement>(
     x: &[T],
@@ -54,7 +55,7 @@ pub fn layer_norm_rows<T: FloatElement>(
         "layer_norm_rows: {} elements are not {rows} rows of {len}",
         x.len()
     );
-    let mut y = vec![T::ZERO; rows * len];
+    let mut y = HostBuffer::<T>::zeroed(rows * len);
     let mut stats = vec![(T::Acc::ZERO, T::Acc::ZERO); rows];
     let eps = <T::Acc as Element>::from_f64(eps);
     let n = <T::Acc as Element>::from_f64(len as f64);
@@ -77,7 +78,8 @@ pub fn layer_norm_rows<T: FloatElement>(
             body(r, &mut piece[0])
         });
     }
-    let (mean, rstd) = stats.into_iter().unzip();
+    let mean = stats.iter().map(|s| s.0).collect();
+    let rstd = stats.iter().map(|s| s.1).collect();
     LayerNormOutput { y, mean, rstd }
 }
 
@@ -90,7 +92,7 @@ pub fn layer_norm_rows<T: FloatElement>(
 /// let f = layer_norm_rows(&x, 1, 2, None, None, 0.0);
 /// let (dx, dw, db) = layer_norm_backward_rows(&[1.0, 1.0], &x, &f.mean, &f.rstd, None, 1, 2, true, true);
 /// assert_eq!(dx, vec![0.0, 0.0]); // shifting every input leaves the output unchanged
-/// assert_eq!((dw.unwrap(), db.unwrap()), (vec![-1.0, 1.0], vec![1.0, 1.0]));
+/// assert_eq!((dw.unwrap().to_vec(), db.unwrap().to_vec()), (vec![-1.0, 1.0], vec![1.0, 1.0]));
 /// ```
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward_rows<T: FloatElement>(
@@ -103,8 +105,8 @@ pub fn layer_norm_backward_rows<T: FloatElement>(
     len: usize,
     want_weight: bool,
     want_bias: bool,
-) -> (Vec<T>, Option<Vec<T>>, Option<Vec<T>>) {
-    let mut dx = vec![T::ZERO; rows * len];
+) -> (HostBuffer<T>, Option<HostBuffer<T>>, Option<HostBuffer<T>>) {
+    let mut dx = HostBuffer::<T>::zeroed(rows * len);
     let n = <T::Acc as Element>::from_f64(len as f64);
     // Rows per task: about PARALLEL_THRESHOLD elements each, one task when small.
     let per_task = if rows * len < PARALLEL_THRESHOLD {
@@ -155,7 +157,7 @@ pub fn layer_norm_backward_rows<T: FloatElement>(
                 db[j] = db[j] + pb[j];
             }
         }
-        let narrow = |v: Vec<T::Acc>| v.into_iter().map(T::from_acc).collect::<Vec<T>>();
+        let narrow = |v: Vec<T::Acc>| v.into_iter().map(T::from_acc).collect::<HostBuffer<T>>();
         (
             want_weight.then(|| narrow(dw)),
             want_bias.then(|| narrow(db)),

@@ -9,6 +9,7 @@
 //! (`val > max || isnan(val)`); padding never wins.
 
 use crate::cpu::Conv2dGeometry;
+use crate::cpu::HostBuffer;
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::unfold::valid_columns;
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
@@ -191,15 +192,15 @@ fn for_each_tap(
 /// let w = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [2, 2], padding: [0, 0], dilation: [1, 1] };
 /// let g = PoolGeometry::new(w, false, AvgDivisor::Padded).unwrap();
 /// let (out, idx) = max_pool2d(&[1.0f32, 4.0, 3.0, 2.0], &g);
-/// assert_eq!((out, idx), (vec![4.0], vec![1]));
+/// assert_eq!((out.to_vec(), idx.to_vec()), (vec![4.0], vec![1]));
 /// ```
-pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (Vec<T>, Vec<i64>) {
+pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (HostBuffer<T>, HostBuffer<i64>) {
     let g = &pg.window;
     let [h, w] = g.input;
     let [oh, ow] = pg.output;
     assert_eq!(x.len(), g.n * g.c * h * w, "max_pool2d: input length");
     let plane_out = oh * ow;
-    let mut indices = vec![0i64; g.n * g.c * plane_out];
+    let mut indices = HostBuffer::<i64>::zeroed(g.n * g.c * plane_out);
     let work = indices.len() * g.kernel[0] * g.kernel[1];
     for_planes(&mut indices, plane_out, work, |first, chunk| {
         let mut best = vec![T::neg_infinity(); ow];
@@ -213,7 +214,7 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (Vec<T>, Vec<i
             });
         }
     });
-    let mut out = vec![T::ZERO; indices.len()];
+    let mut out = HostBuffer::<T>::zeroed(indices.len());
     for_planes(&mut out, plane_out, indices.len(), |first, chunk| {
         for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
             let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
@@ -277,7 +278,7 @@ pub fn max_pool2d_backward<T: FloatElement>(
     grad: &[T],
     indices: &[i64],
     pg: &PoolGeometry,
-) -> Vec<T> {
+) -> HostBuffer<T> {
     let g = &pg.window;
     let [h, w] = g.input;
     let [oh, ow] = pg.output;
@@ -286,7 +287,7 @@ pub fn max_pool2d_backward<T: FloatElement>(
         grad.len() == g.n * g.c * plane_out && indices.len() == grad.len(),
         "max_pool2d_backward: gradient and index lengths"
     );
-    let mut dx = vec![T::ZERO; g.n * g.c * h * w];
+    let mut dx = HostBuffer::<T>::zeroed(g.n * g.c * h * w);
     for_planes(&mut dx, h * w, grad.len(), |first, chunk| {
         for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
             let range = (first + p) * plane_out..(first + p + 1) * plane_out;
@@ -308,14 +309,14 @@ pub fn max_pool2d_backward<T: FloatElement>(
 /// let g = PoolGeometry::new(w, false, AvgDivisor::Padded).unwrap();
 /// assert_eq!(avg_pool2d(&[1.0f32, 4.0, 3.0, 2.0], &g), vec![2.5]);
 /// ```
-pub fn avg_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> Vec<T> {
+pub fn avg_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> HostBuffer<T> {
     let g = &pg.window;
     let [h, w] = g.input;
     let [oh, ow] = pg.output;
     assert_eq!(x.len(), g.n * g.c * h * w, "avg_pool2d: input length");
     let plane_out = oh * ow;
     let divisors = pg.divisors::<T::Acc>();
-    let mut out = vec![T::ZERO; g.n * g.c * plane_out];
+    let mut out = HostBuffer::<T>::zeroed(g.n * g.c * plane_out);
     let work = out.len() * g.kernel[0] * g.kernel[1];
     let stride = g.stride[1];
     for_planes(&mut out, plane_out, work, |first, chunk| {
@@ -347,7 +348,7 @@ pub fn avg_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> Vec<T> {
 /// let g = PoolGeometry::new(w, false, AvgDivisor::Padded).unwrap();
 /// assert_eq!(avg_pool2d_backward(&[4.0f32], &g), vec![1.0; 4]);
 /// ```
-pub fn avg_pool2d_backward<T: FloatElement>(grad: &[T], pg: &PoolGeometry) -> Vec<T> {
+pub fn avg_pool2d_backward<T: FloatElement>(grad: &[T], pg: &PoolGeometry) -> HostBuffer<T> {
     let g = &pg.window;
     let [h, w] = g.input;
     let [oh, ow] = pg.output;
@@ -358,7 +359,7 @@ pub fn avg_pool2d_backward<T: FloatElement>(grad: &[T], pg: &PoolGeometry) -> Ve
         "avg_pool2d_backward: gradient length"
     );
     let divisors = pg.divisors::<T::Acc>();
-    let mut dx = vec![T::ZERO; g.n * g.c * h * w];
+    let mut dx = HostBuffer::<T>::zeroed(g.n * g.c * h * w);
     let work = grad.len() * g.kernel[0] * g.kernel[1];
     let stride = g.stride[1];
     for_planes(&mut dx, h * w, work, |first, chunk| {

@@ -1,0 +1,1054 @@
+//! Host memory for tensors: a caching allocator, and [`HostBuffer`], the buffer type
+//! every CPU tensor's elements live in.
+//!
+//! Without a cache every large tensor is a fresh `mmap` from the C allocator, which the
+//! kernel zero-fills page by page on first touch and unmaps again on drop: for large
+//! batches more time goes to page faults than to the kernels. The pool keeps freed
+//! blocks and hands them out again, as the CUDA caching allocator does for device memory:
+//!
+//! - Requests up to 1 MiB (most of them, and the most frequent) are rounded up to a
+//!   *size class* (multiples of 64 bytes up to 4 KiB, then eight classes per power of
+//!   two, so at most 12.5% is wasted) and served best fit: the smallest cached block of
+//!   that class or up to a quarter larger. These blocks are never split. The cache of
+//!   small blocks is sharded: each thread allocates from its own shard (sixteen
+//!   mutexes, one per thread slot, so rayon workers and loader threads do not contend)
+//!   and a block goes back to the shard it came from, where the thread that allocates
+//!   that size again finds it.
+//! - Larger requests take whole pages from an *arena*: one reserved range of address
+//!   space carved best fit, split, and merged again on free, the CUDA caching
+//!   allocator's design (`ferrograd_runtime::memory`) with a single segment that grows
+//!   at its top. A network's activations and im2col columns come in dozens of distinct
+//!   large sizes; with a block or segment per size the cache grows to several times the
+//!   peak in use, while in one range free neighbours always merge. It sits behind one
+//!   mutex, taken once per large tensor (whose kernel then runs far longer). Where no
+//!   range can be reserved, large blocks are mappings of their own, not cached.
+//! - Every block is aligned to [`ALIGN`] (64) bytes. Fresh pages arrive zeroed from the
+//!   kernel without a fill. The arena is 2 MiB aligned and can be marked for transparent
+//!   huge pages (`madvise`, Linux; [`HostPool::set_huge_pages`] or
+//!   `FERROGRAD_CPU_HUGE_PAGES=1`; off by default, as measured in `bench/memory_compare.py`).
+//! - Cached bytes are capped ([`HostPool::set_cache_limit`], or the environment
+//!   variable `FERROGRAD_CPU_CACHE_LIMIT`, in bytes or with a `K`/`M`/`G` (binary)
+//!   suffix; default 2 GiB): a freed small block that would exceed the cap goes back to
+//!   the system, and the arena's free pages beyond it are released
+//!   (`madvise(MADV_DONTNEED)`). [`HostPool::empty_cache`] returns all of them.
+//!
+//! A block is reused only when its [`HostBuffer`] is dropped, and a buffer is dropped
+//! only when nothing borrows it (every tensor view holds the storage that owns it).
+//!
+//! ```
+//! use ferrograd_kernels::cpu::{HOST_POOL, HostBuffer};
+//! let a = HostBuffer::<f32>::zeroed(100_000);
+//! let address = a.as_ptr() as usize;
+//! assert_eq!(address % 64, 0);
+//! drop(a);
+//! // Freed on this thread, it comes back for a request of the same size class.
+//! let b = HostBuffer::<f32>::full(100_000, 1.5);
+//! assert_eq!(b.as_ptr() as usize, address);
+//! assert!(HOST_POOL.stats().allocated >= 400_000);
+//! ```
+
+use super::arena::Arena;
+use crate::Element;
+use std::alloc::{self, Layout};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Alignment of every block, in bytes (a cache line, and a whole AVX-512 vector).
+pub const ALIGN: usize = 64;
+/// Blocks this large come straight from the kernel as anonymous mappings.
+const MAP_MIN: usize = 256 << 10;
+/// Blocks this large are aligned to it and offered transparent huge pages.
+const HUGE_PAGE: usize = 2 << 20;
+/// Requests above this size go to the segment allocator.
+const LARGE: usize = 1 << 20;
+/// The number of shards of the cache.
+const SHARDS: usize = 16;
+/// The cap on cached bytes when neither code nor the environment sets one.
+pub const DEFAULT_CACHE_LIMIT: usize = 2 << 30;
+/// `limit` before the environment was read.
+const UNSET: usize = usize::MAX;
+
+/// Rounds a request up to its size class.
+///
+/// ```
+/// use ferrograd_kernels::cpu::size_class;
+/// assert_eq!(size_class(1), 64);
+/// assert_eq!(size_class(4096), 4096);
+/// assert_eq!(size_class(4097), 4608);
+/// assert_eq!(size_class(1 << 20), 1 << 20);
+/// assert!(size_class(1_000_001) <= 1_000_001 * 9 / 8);
+/// ```
+pub fn size_class(bytes: usize) -> usize {
+    let b = bytes.max(1);
+    if b <= 4096 {
+        return b.div_ceil(64) * 64;
+    }
+    let log2 = usize::BITS - 1 - b.leading_zeros();
+    let step = 1usize << (log2 - 3);
+    b.div_ceil(step) * step
+}
+
+/// Allocator statistics, as for the CUDA caching allocator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Bytes in blocks held by buffers (`memory_allocated`).
+    pub allocated: usize,
+    /// Bytes held from the system, in use or cached (`memory_reserved`).
+    pub reserved: usize,
+    /// The highest `allocated` since start or the last peak reset.
+    pub max_allocated: usize,
+    /// The highest `reserved` since start or the last peak reset.
+    pub max_reserved: usize,
+    /// Blocks obtained from the system.
+    pub system_allocations: usize,
+    /// Requests served from the cache.
+    pub cache_hits: usize,
+}
+
+/// A block's address, movable between threads (it is only ever owned by one buffer or
+/// one free list).
+struct Raw(NonNull<u8>);
+// SAFETY: a `Raw` is a plain address of memory no one else references while it sits in
+// a free list; the list's mutex orders its hand-over between threads.
+unsafe impl Send for Raw {}
+
+/// One shard's cached blocks by size, padded to its own cache line.
+#[repr(align(64))]
+struct Shard(Mutex<BTreeMap<usize, Vec<Raw>>>);
+
+/// The caching allocator for host memory. The runtime uses the one global instance,
+/// [`HOST_POOL`]; tests build their own to see exact statistics.
+pub struct HostPool {
+    shards: [Shard; SHARDS],
+    large: Mutex<Arena>,
+    limit: AtomicUsize,
+    huge_pages: AtomicBool,
+    allocated: AtomicUsize,
+    /// Bytes of small blocks held from the system.
+    reserved: AtomicUsize,
+    /// The large pool's reserved bytes, mirrored outside its lock.
+    large_reserved: AtomicUsize,
+    /// Bytes of small blocks cached.
+    cached: AtomicUsize,
+    max_allocated: AtomicUsize,
+    max_reserved: AtomicUsize,
+    system_allocations: AtomicUsize,
+    cache_hits: AtomicUsize,
+    /// Whether `limit`/`huge_pages` come from the environment on first use.
+    from_env: bool,
+}
+
+/// The pool every CPU tensor allocates from.
+pub static HOST_POOL: HostPool = HostPool::build(UNSET, false, true);
+
+thread_local! {
+    static SHARD_OF_THREAD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's shard: threads take slots round-robin on first use.
+fn current_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    SHARD_OF_THREAD.with(|s| {
+        if s.get() == usize::MAX {
+            s.set(NEXT.fetch_add(1, Relaxed) % SHARDS);
+        }
+        s.get()
+    })
+}
+
+/// Parses a byte count: digits with an optional `K`, `M` or `G` (powers of 1024,
+/// optionally followed by `iB` or `B`).
+fn parse_bytes(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: usize = t[..digits].parse().ok()?;
+    let shift = match t[digits..].trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
+impl HostPool {
+    const fn build(limit: usize, huge_pages: bool, from_env: bool) -> Self {
+        HostPool {
+            shards: [const { Shard(Mutex::new(BTreeMap::new())) }; SHARDS],
+            large: Mutex::new(Arena::new(huge_pages)),
+            limit: AtomicUsize::new(limit),
+            huge_pages: AtomicBool::new(huge_pages),
+            allocated: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
+            large_reserved: AtomicUsize::new(0),
+            cached: AtomicUsize::new(0),
+            max_allocated: AtomicUsize::new(0),
+            max_reserved: AtomicUsize::new(0),
+            system_allocations: AtomicUsize::new(0),
+            cache_hits: AtomicUsize::new(0),
+            from_env,
+        }
+    }
+
+    /// A pool of its own caching at most `limit` bytes (huge pages off), leaked so that
+    /// buffers can point at it; for tests and tools that need exact statistics.
+    ///
+    /// ```
+    /// use ferrograd_kernels::cpu::{HostBuffer, HostPool};
+    /// let pool = HostPool::leaked(1 << 20);
+    /// let a = HostBuffer::<u8>::zeroed_in(pool, 1000);
+    /// assert_eq!(pool.stats().allocated, 1024);
+    /// drop(a);
+    /// assert_eq!((pool.stats().allocated, pool.stats().reserved), (0, 1024));
+    /// ```
+    pub fn leaked(limit: usize) -> &'static HostPool {
+        Box::leak(Box::new(HostPool::build(limit, false, false)))
+    }
+
+    /// Reads `FERROGRAD_CPU_CACHE_LIMIT` and `FERROGRAD_CPU_HUGE_PAGES` once.
+    fn settle_env(&self) {
+        static READ: OnceLock<()> = OnceLock::new();
+        if !self.from_env {
+            return;
+        }
+        READ.get_or_init(|| {
+            let limit = std::env::var("FERROGRAD_CPU_CACHE_LIMIT")
+                .ok()
+                .and_then(|v| parse_bytes(&v))
+                .unwrap_or(DEFAULT_CACHE_LIMIT);
+            let _ = self.limit.compare_exchange(UNSET, limit, Relaxed, Relaxed);
+            if let Ok(v) = std::env::var("FERROGRAD_CPU_HUGE_PAGES") {
+                self.store_huge_pages(!matches!(v.trim(), "0" | "" | "false" | "off"));
+            }
+        });
+    }
+
+    /// The cap on cached (freed, kept) bytes.
+    ///
+    /// ```
+    /// use ferrograd_kernels::cpu::HostPool;
+    /// assert_eq!(HostPool::leaked(4096).cache_limit(), 4096);
+    /// ```
+    pub fn cache_limit(&self) -> usize {
+        self.settle_env();
+        self.limit.load(Relaxed)
+    }
+
+    /// Sets the cap on cached bytes; cached blocks beyond it go back to the system now.
+    ///
+    /// ```
+    /// use ferrograd_kernels::cpu::{HostBuffer, HostPool};
+    /// let pool = HostPool::leaked(1 << 30);
+    /// drop(HostBuffer::<f64>::zeroed_in(pool, 1 << 20));
+    /// assert_eq!(pool.stats().reserved, 8 << 20);
+    /// pool.set_cache_limit(0);
+    /// assert_eq!(pool.stats().reserved, 0);
+    /// ```
+    pub fn set_cache_limit(&self, bytes: usize) {
+        self.settle_env();
+        self.limit.store(bytes, Relaxed);
+        self.trim_to(bytes);
+        let small_cached = self.cached.load(Relaxed);
+        let mut large = lock_large(&self.large);
+        large.release(bytes.saturating_sub(small_cached));
+        self.sync_large(&large);
+    }
+
+    /// Whether blocks of 2 MiB and more are offered transparent huge pages.
+    pub fn huge_pages(&self) -> bool {
+        self.settle_env();
+        self.huge_pages.load(Relaxed)
+    }
+
+    /// Turns transparent huge pages for new large blocks on or off.
+    ///
+    /// ```
+    /// let pool = ferrograd_kernels::cpu::HostPool::leaked(0);
+    /// pool.set_huge_pages(false);
+    /// assert!(!pool.huge_pages());
+    /// ```
+    pub fn set_huge_pages(&self, on: bool) {
+        self.settle_env();
+        self.store_huge_pages(on);
+    }
+
+    fn store_huge_pages(&self, on: bool) {
+        self.huge_pages.store(on, Relaxed);
+        lock_large(&self.large).set_huge_pages(on);
+    }
+
+    /// The current statistics of both pools. The peaks are tracked over the total.
+    pub fn stats(&self) -> HostStats {
+        let (grows, hits) = {
+            let large = lock_large(&self.large);
+            (large.grows, large.hits)
+        };
+        HostStats {
+            allocated: self.allocated.load(Relaxed),
+            reserved: self.reserved.load(Relaxed) + self.large_reserved.load(Relaxed),
+            max_allocated: self.max_allocated.load(Relaxed),
+            max_reserved: self.max_reserved.load(Relaxed),
+            system_allocations: self.system_allocations.load(Relaxed) + grows,
+            cache_hits: self.cache_hits.load(Relaxed) + hits,
+        }
+    }
+
+    /// Restarts the peaks from the current values.
+    pub fn reset_peak_stats(&self) {
+        self.max_allocated
+            .store(self.allocated.load(Relaxed), Relaxed);
+        self.max_reserved.store(
+            self.reserved.load(Relaxed) + self.large_reserved.load(Relaxed),
+            Relaxed,
+        );
+    }
+
+    /// A block of more than [`LARGE`] bytes from the arena, or a mapping of its own
+    /// where the arena has no room: its address, size and shard marker.
+    fn allocate_large(&self, bytes: usize) -> (NonNull<u8>, usize, usize) {
+        self.settle_env();
+        let mut large = lock_large(&self.large);
+        let found = large.allocate(bytes);
+        self.sync_large(&large);
+        drop(large);
+        if let Some((address, size)) = found {
+            self.note_allocated(size);
+            let ptr = NonNull::new(address as *mut u8).expect("arena address 0");
+            return (ptr, size, ARENA_SHARD);
+        }
+        let size = bytes.next_multiple_of(4096);
+        let ptr = system_allocate(size, self.huge_pages()).unwrap_or_else(|| {
+            // Out of memory: give the cache back and try once more.
+            self.empty_cache();
+            system_allocate(size, false).unwrap_or_else(|| {
+                alloc::handle_alloc_error(Layout::from_size_align(size, ALIGN).unwrap())
+            })
+        });
+        self.system_allocations.fetch_add(1, Relaxed);
+        self.reserved.fetch_add(size, Relaxed);
+        self.note_reserved();
+        self.note_allocated(size);
+        (ptr, size, MAPPED_SHARD)
+    }
+
+    /// Takes back an arena block; free pages beyond the cap go back to the system.
+    fn free_large(&self, ptr: NonNull<u8>, size: usize) {
+        self.allocated.fetch_sub(size, Relaxed);
+        let limit = self.cache_limit();
+        let small_cached = self.cached.load(Relaxed);
+        let mut large = lock_large(&self.large);
+        large.free(ptr.as_ptr() as usize, size);
+        if large.resident_free + small_cached > limit {
+            large.release(limit.saturating_sub(small_cached));
+        }
+        self.sync_large(&large);
+    }
+
+    /// Mirrors the arena's resident bytes (read under its lock) and updates the peak.
+    fn sync_large(&self, large: &Arena) {
+        self.large_reserved
+            .store(large.allocated + large.resident_free, Relaxed);
+        self.note_reserved();
+    }
+
+    fn note_reserved(&self) {
+        let total = self.reserved.load(Relaxed) + self.large_reserved.load(Relaxed);
+        self.max_reserved.fetch_max(total, Relaxed);
+    }
+
+    /// Returns every cached block to the system; blocks held by buffers stay. On glibc
+    /// the C heap is trimmed too, so the process's resident size drops.
+    pub fn empty_cache(&self) {
+        self.trim_to(0);
+        let mut large = lock_large(&self.large);
+        large.release(0);
+        self.sync_large(&large);
+        drop(large);
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free heap memory; it takes no pointers.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+
+    /// Releases cached small blocks, largest first in each shard, until at most `keep`
+    /// bytes of them are cached.
+    fn trim_to(&self, keep: usize) {
+        for shard in &self.shards {
+            if self.cached.load(Relaxed) <= keep {
+                return;
+            }
+            let mut released = Vec::new();
+            {
+                let mut map = lock(shard);
+                while self.cached.load(Relaxed) > keep {
+                    let Some(mut entry) = map.last_entry() else {
+                        break;
+                    };
+                    let size = *entry.key();
+                    let raw = entry.get_mut().pop();
+                    if entry.get().is_empty() {
+                        entry.remove();
+                    }
+                    if let Some(raw) = raw {
+                        self.cached.fetch_sub(size, Relaxed);
+                        released.push((raw, size));
+                    }
+                }
+            }
+            for (raw, size) in released {
+                self.release_to_system(raw.0, size);
+            }
+        }
+    }
+
+    /// A block of at least `bytes` bytes: its address, its size, and whether it is
+    /// fresh from the system (and so zeroed).
+    fn allocate(&self, bytes: usize) -> (NonNull<u8>, usize, usize, bool) {
+        if bytes > LARGE {
+            let (ptr, size, shard) = self.allocate_large(bytes);
+            return (ptr, size, shard, false);
+        }
+        let class = size_class(bytes);
+        let shard = current_shard();
+        let hit = {
+            let mut map = lock(&self.shards[shard]);
+            let found = map
+                .range(class..=class + class / 4)
+                .next()
+                .map(|(&size, _)| size);
+            found.and_then(|size| {
+                let list = map.get_mut(&size)?;
+                let raw = list.pop();
+                if list.is_empty() {
+                    map.remove(&size);
+                }
+                raw.map(|r| (r.0, size))
+            })
+        };
+        if let Some((ptr, size)) = hit {
+            self.cached.fetch_sub(size, Relaxed);
+            self.cache_hits.fetch_add(1, Relaxed);
+            self.note_allocated(size);
+            return (ptr, size, shard, false);
+        }
+        let ptr = match system_allocate(class, false) {
+            Some(p) => p,
+            None => {
+                // Out of memory: give the cache back and try once more, as on a device.
+                self.empty_cache();
+                system_allocate(class, false).unwrap_or_else(|| {
+                    alloc::handle_alloc_error(Layout::from_size_align(class, ALIGN).unwrap())
+                })
+            }
+        };
+        self.system_allocations.fetch_add(1, Relaxed);
+        self.reserved.fetch_add(class, Relaxed);
+        self.note_reserved();
+        self.note_allocated(class);
+        (ptr, class, shard, true)
+    }
+
+    fn note_allocated(&self, size: usize) {
+        let now = self.allocated.fetch_add(size, Relaxed) + size;
+        self.max_allocated.fetch_max(now, Relaxed);
+    }
+
+    /// Takes back a block from a dropped buffer: cached in `shard` unless that would
+    /// exceed the cap.
+    fn free(&self, ptr: NonNull<u8>, size: usize, shard: usize) {
+        if shard == ARENA_SHARD {
+            return self.free_large(ptr, size);
+        }
+        if shard == MAPPED_SHARD {
+            self.allocated.fetch_sub(size, Relaxed);
+            return self.release_to_system(ptr, size);
+        }
+        self.allocated.fetch_sub(size, Relaxed);
+        let limit = self.cache_limit();
+        let admitted = self
+            .cached
+            .fetch_update(Relaxed, Relaxed, |c| {
+                (c + size <= limit).then_some(c + size)
+            })
+            .is_ok();
+        if admitted {
+            lock(&self.shards[shard])
+                .entry(size)
+                .or_default()
+                .push(Raw(ptr));
+        } else {
+            self.release_to_system(ptr, size);
+        }
+    }
+
+    fn release_to_system(&self, ptr: NonNull<u8>, size: usize) {
+        self.reserved.fetch_sub(size, Relaxed);
+        system_free(ptr, size);
+    }
+}
+
+/// The `shard` of a buffer whose block belongs to the arena.
+const ARENA_SHARD: usize = usize::MAX;
+/// The `shard` of a large buffer with a mapping of its own (no arena room).
+const MAPPED_SHARD: usize = usize::MAX - 1;
+
+/// Zeroed memory of `size` bytes (a size class or segment size): an anonymous mapping
+/// from [`MAP_MIN`] on (huge-page aligned and advised with `huge`), else the C heap.
+fn system_allocate(size: usize, huge: bool) -> Option<NonNull<u8>> {
+    #[cfg(unix)]
+    if size >= MAP_MIN {
+        return map_anonymous(size, huge && size >= HUGE_PAGE);
+    }
+    let _ = huge;
+    // SAFETY: `size` is non-zero (classes start at 64) and the alignment a power of two.
+    NonNull::new(unsafe { alloc::alloc_zeroed(Layout::from_size_align_unchecked(size, ALIGN)) })
+}
+
+fn lock_large(large: &Mutex<Arena>) -> MutexGuard<'_, Arena> {
+    // The arena's methods panic only on an internal bug, before changing anything, so
+    // a poisoned lock is still consistent.
+    large.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock(shard: &Shard) -> MutexGuard<'_, BTreeMap<usize, Vec<Raw>>> {
+    // A panic while a shard was held leaves the map consistent (every update is one
+    // call), so a poisoned lock is still usable.
+    shard.0.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Maps `size` bytes (a multiple of the page size) of zeroed anonymous memory; with
+/// `huge`, aligned to 2 MiB and advised to use transparent huge pages.
+#[cfg(unix)]
+fn map_anonymous(size: usize, huge: bool) -> Option<NonNull<u8>> {
+    let span = if huge { size + HUGE_PAGE } else { size };
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
+    // no existing memory; the result is checked against MAP_FAILED.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    if !huge {
+        return NonNull::new(base.cast());
+    }
+    let start = base as usize;
+    let aligned = start.next_multiple_of(HUGE_PAGE);
+    let head = aligned - start;
+    let tail = span - head - size;
+    // SAFETY: the head and tail are whole pages of the mapping just made (the mapping and
+    // `size` are page multiples), outside the `size` bytes kept; unmapping them frees
+    // nothing anyone refers to. madvise only changes how the kept range is backed.
+    unsafe {
+        if head > 0 {
+            libc::munmap(base, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + size) as *mut libc::c_void, tail);
+        }
+        #[cfg(target_os = "linux")]
+        libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+    }
+    NonNull::new(aligned as *mut u8)
+}
+
+fn system_free(ptr: NonNull<u8>, size: usize) {
+    #[cfg(unix)]
+    if size >= MAP_MIN {
+        // SAFETY: blocks of this size class were mapped by `map_anonymous` with exactly
+        // this length at this address, and no buffer refers to them any more.
+        unsafe { libc::munmap(ptr.as_ptr().cast(), size) };
+        return;
+    }
+    // SAFETY: smaller blocks came from `alloc_zeroed` with this size and alignment.
+    unsafe { alloc::dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(size, ALIGN)) }
+}
+
+/// A tensor's elements in host memory: a slice of `T` in a block of the caching
+/// allocator, returned to it on drop. Dereferences to `[T]`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::HostBuffer;
+/// let mut b: HostBuffer<i64> = (0..5).collect();
+/// b[0] = 10;
+/// assert_eq!(b, vec![10, 1, 2, 3, 4]);
+/// assert_eq!(b.iter().sum::<i64>(), 20);
+/// ```
+pub struct HostBuffer<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    /// Bytes of the block, 0 for an empty buffer (no block).
+    block: usize,
+    shard: usize,
+    pool: &'static HostPool,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: a HostBuffer owns its elements exclusively, like a Vec<T>.
+unsafe impl<T: Send> Send for HostBuffer<T> {}
+// SAFETY: shared access only hands out `&[T]`, like a Vec<T>.
+unsafe impl<T: Sync> Sync for HostBuffer<T> {}
+
+impl<T: Copy> HostBuffer<T> {
+    /// `len` slots of uninitialised memory from `pool` (no fill happens), to be written
+    /// and then declared initialised with [`HostBuffer::assume_init`].
+    ///
+    /// ```
+    /// use ferrograd_kernels::cpu::{HOST_POOL, HostBuffer};
+    /// let mut b = HostBuffer::<f32>::new_uninit_in(&HOST_POOL, 3);
+    /// for (i, slot) in b.iter_mut().enumerate() {
+    ///     slot.write(i as f32);
+    /// }
+    /// // SAFETY: every slot was written above.
+    /// let b = unsafe { b.assume_init() };
+    /// assert_eq!(b, vec![0.0, 1.0, 2.0]);
+    /// ```
+    pub fn new_uninit_in(pool: &'static HostPool, len: usize) -> HostBuffer<MaybeUninit<T>> {
+        Self::raw_in(pool, len).0
+    }
+
+    /// [`HostBuffer::new_uninit_in`] from the global pool.
+    pub fn new_uninit(len: usize) -> HostBuffer<MaybeUninit<T>> {
+        Self::new_uninit_in(&HOST_POOL, len)
+    }
+
+    /// A buffer for `len` elements and whether its memory is fresh from the system
+    /// (all zero bytes).
+    fn raw_in(pool: &'static HostPool, len: usize) -> (HostBuffer<MaybeUninit<T>>, bool) {
+        assert!(size_of::<T>() > 0, "HostBuffer of a zero-sized type");
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b <= isize::MAX as usize)
+            .unwrap_or_else(|| {
+                panic!(
+                    "capacity overflow: {len} elements of {} bytes",
+                    size_of::<T>()
+                )
+            });
+        if bytes == 0 {
+            return (
+                HostBuffer {
+                    ptr: NonNull::dangling(),
+                    len: 0,
+                    block: 0,
+                    shard: 0,
+                    pool,
+                    _owns: PhantomData,
+                },
+                true,
+            );
+        }
+        let (ptr, block, shard, fresh) = pool.allocate(bytes);
+        (
+            HostBuffer {
+                ptr: ptr.cast(),
+                len,
+                block,
+                shard,
+                pool,
+                _owns: PhantomData,
+            },
+            fresh,
+        )
+    }
+
+    /// A copy of `src`.
+    ///
+    /// ```
+    /// let b = ferrograd_kernels::cpu::HostBuffer::from_slice(&[1u8, 2, 3]);
+    /// assert_eq!(&b[..], &[1, 2, 3]);
+    /// ```
+    pub fn from_slice(src: &[T]) -> Self {
+        let mut out = HostBuffer::<T>::new_uninit(src.len());
+        // SAFETY: `out` has room for exactly `src.len()` elements and is a fresh block,
+        // so the ranges cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr().cast::<T>(), src.len());
+            out.assume_init()
+        }
+    }
+
+    /// `len` copies of `value`.
+    ///
+    /// ```
+    /// let b = ferrograd_kernels::cpu::HostBuffer::full(3, 7i64);
+    /// assert_eq!(b, vec![7, 7, 7]);
+    /// ```
+    pub fn full(len: usize, value: T) -> Self {
+        let mut out = HostBuffer::<T>::new_uninit(len);
+        for slot in out.iter_mut() {
+            slot.write(value);
+        }
+        // SAFETY: every slot was written.
+        unsafe { out.assume_init() }
+    }
+
+    /// The elements as a `Vec` (a copy).
+    pub fn to_vec(&self) -> Vec<T> {
+        self.deref().to_vec()
+    }
+}
+
+impl<T: Element> HostBuffer<T> {
+    /// `len` zeros from `pool`: memory fresh from the system is zero already and is not
+    /// filled again.
+    pub fn zeroed_in(pool: &'static HostPool, len: usize) -> Self {
+        let (mut out, fresh) = Self::raw_in(pool, len);
+        if !fresh {
+            // SAFETY: the slots are `len` elements of writable memory; zero bytes are a
+            // valid value of every element type (0, 0.0, false).
+            unsafe { std::ptr::write_bytes(out.as_mut_ptr(), 0, len) };
+        }
+        // SAFETY: every byte is zero, a valid `T`.
+        unsafe { out.assume_init() }
+    }
+
+    /// `len` zeros from the global pool.
+    ///
+    /// ```
+    /// let b = ferrograd_kernels::cpu::HostBuffer::<f64>::zeroed(4);
+    /// assert_eq!(b, vec![0.0; 4]);
+    /// ```
+    pub fn zeroed(len: usize) -> Self {
+        Self::zeroed_in(&HOST_POOL, len)
+    }
+}
+
+impl<T: Copy> HostBuffer<MaybeUninit<T>> {
+    /// Declares every slot written.
+    ///
+    /// # Safety
+    /// Every one of the `len` slots must hold an initialised `T`.
+    pub unsafe fn assume_init(self) -> HostBuffer<T> {
+        let this = ManuallyDrop::new(self);
+        HostBuffer {
+            ptr: this.ptr.cast(),
+            len: this.len,
+            block: this.block,
+            shard: this.shard,
+            pool: this.pool,
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<T> Drop for HostBuffer<T> {
+    fn drop(&mut self) {
+        if self.block != 0 {
+            self.pool.free(self.ptr.cast(), self.block, self.shard);
+        }
+    }
+}
+
+impl<T> Deref for HostBuffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` is valid for `len` elements of `T` (dangling only for len 0),
+        // owned by this buffer and initialised (the only way to a `HostBuffer<T>` of a
+        // non-MaybeUninit `T` writes every element first).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> DerefMut for HostBuffer<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Copy> Clone for HostBuffer<T> {
+    fn clone(&self) -> Self {
+        HostBuffer::from_slice(self)
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for HostBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.deref().fmt(f)
+    }
+}
+
+impl<T: PartialEq> PartialEq for HostBuffer<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.deref() == other.deref()
+    }
+}
+
+impl<T: PartialEq> PartialEq<Vec<T>> for HostBuffer<T> {
+    fn eq(&self, other: &Vec<T>) -> bool {
+        self.deref() == other.as_slice()
+    }
+}
+
+impl<T: PartialEq> PartialEq<[T]> for HostBuffer<T> {
+    fn eq(&self, other: &[T]) -> bool {
+        self.deref() == other
+    }
+}
+
+impl<T: Copy> From<Vec<T>> for HostBuffer<T> {
+    /// Copies the elements into a pooled block.
+    fn from(v: Vec<T>) -> Self {
+        HostBuffer::from_slice(&v)
+    }
+}
+
+impl<T: Copy> From<&[T]> for HostBuffer<T> {
+    fn from(v: &[T]) -> Self {
+        HostBuffer::from_slice(v)
+    }
+}
+
+impl<'a, T> IntoIterator for &'a HostBuffer<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.deref().iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a mut HostBuffer<T> {
+    type Item = &'a mut T;
+    type IntoIter = std::slice::IterMut<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.deref_mut().iter_mut()
+    }
+}
+
+impl<T: Copy> FromIterator<T> for HostBuffer<T> {
+    /// Writes straight into a pooled block when the iterator knows its length, else
+    /// collects into a `Vec` first.
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        let mut iter = iter.into_iter();
+        let (lower, upper) = iter.size_hint();
+        if upper != Some(lower) {
+            return HostBuffer::from_slice(&iter.collect::<Vec<T>>());
+        }
+        let mut out = HostBuffer::<T>::new_uninit(lower);
+        let mut written = 0;
+        for (slot, x) in out.iter_mut().zip(&mut iter) {
+            slot.write(x);
+            written += 1;
+        }
+        if written == lower {
+            if let Some(next) = iter.next() {
+                // The size hint was wrong: keep what was written and the rest.
+                // SAFETY: all `lower` slots were written.
+                let head = unsafe { out.assume_init() };
+                let all: Vec<T> = head.iter().copied().chain(Some(next)).chain(iter).collect();
+                return HostBuffer::from_slice(&all);
+            }
+            // SAFETY: all `lower` slots were written.
+            return unsafe { out.assume_init() };
+        }
+        // Fewer than promised: copy out the written prefix.
+        // SAFETY: the first `written` slots were written.
+        let prefix: Vec<T> = out[..written]
+            .iter()
+            .map(|s| unsafe { s.assume_init() })
+            .collect();
+        HostBuffer::from_slice(&prefix)
+    }
+}
+
+impl<T> HostBuffer<T> {
+    /// The address of the first element.
+    pub fn as_ptr(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
+
+    /// The mutable address of the first element.
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes of the block behind this buffer (its size class), 0 when empty.
+    pub fn block_size(&self) -> usize {
+        self.block
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_classes_waste_at_most_an_eighth() {
+        for bytes in (1..100_000)
+            .step_by(37)
+            .chain([1 << 20, (1 << 20) + 1, 3 << 30])
+        {
+            let c = size_class(bytes);
+            assert!(c >= bytes && c.is_multiple_of(64), "{bytes} -> {c}");
+            assert!(bytes <= 4096 || c - bytes <= bytes / 8, "{bytes} -> {c}");
+        }
+        assert_eq!(size_class(MAP_MIN) % 4096, 0);
+    }
+
+    #[test]
+    fn byte_counts_parse_with_binary_suffixes() {
+        assert_eq!(parse_bytes("1024"), Some(1024));
+        assert_eq!(parse_bytes("512M"), Some(512 << 20));
+        assert_eq!(parse_bytes(" 2GiB "), Some(2 << 30));
+        assert_eq!(parse_bytes("3 kb"), Some(3 << 10));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("5T"), None);
+    }
+
+    #[test]
+    fn a_freed_block_of_the_same_class_comes_back() {
+        let pool = HostPool::leaked(1 << 30);
+        for len in [10usize, 1000, 100_000, 3 << 20] {
+            let a = HostBuffer::<f32>::zeroed_in(pool, len);
+            let address = a.as_ptr() as usize;
+            drop(a);
+            let before = pool.stats();
+            let b = HostBuffer::<f32>::zeroed_in(pool, len - len / 20);
+            assert_eq!(b.as_ptr() as usize, address, "len {len}");
+            let after = pool.stats();
+            assert_eq!(after.cache_hits, before.cache_hits + 1, "len {len}");
+            assert_eq!(after.system_allocations, before.system_allocations);
+            // Zeroed even though the block held data before.
+            assert!(b.iter().all(|&x| x == 0.0));
+        }
+    }
+
+    #[test]
+    fn blocks_are_aligned_and_zeroed_when_asked() {
+        let pool = HostPool::leaked(1 << 30);
+        let mut held = Vec::new();
+        for len in [1usize, 3, 63, 64, 65, 4097, 300_000, (1 << 20) + 1, 5 << 20] {
+            let mut b = HostBuffer::<u8>::zeroed_in(pool, len);
+            assert_eq!(b.as_ptr() as usize % ALIGN, 0, "len {len}");
+            assert!(b.iter().all(|&x| x == 0));
+            b.fill(0xAB);
+            held.push(b);
+        }
+        drop(held);
+        for len in [3usize, 65, 300_000, 5 << 20] {
+            let b = HostBuffer::<u8>::zeroed_in(pool, len);
+            assert!(
+                b.iter().all(|&x| x == 0),
+                "reused block of {len} not zeroed"
+            );
+        }
+    }
+
+    #[test]
+    fn statistics_add_up() {
+        let pool = HostPool::leaked(1 << 30);
+        let a = HostBuffer::<f64>::zeroed_in(pool, 100); // 800 -> 832 bytes
+        let b = HostBuffer::<f64>::zeroed_in(pool, 1 << 18); // 2 MiB: the arena
+        let s = pool.stats();
+        assert_eq!(s.allocated, 832 + (2 << 20));
+        assert_eq!(s.reserved, s.allocated);
+        assert_eq!(s.max_allocated, s.allocated);
+        assert_eq!(s.system_allocations, 2);
+        drop(a);
+        drop(b);
+        let s = pool.stats();
+        assert_eq!(s.allocated, 0);
+        assert_eq!(s.reserved, 832 + (2 << 20)); // cached
+        assert_eq!(s.max_allocated, 832 + (2 << 20));
+        pool.reset_peak_stats();
+        assert_eq!(pool.stats().max_allocated, 0);
+        assert_eq!(pool.stats().max_reserved, 832 + (2 << 20));
+        pool.empty_cache();
+        let s = pool.stats();
+        assert_eq!((s.allocated, s.reserved), (0, 0));
+        // Empty buffers take no block.
+        let e = HostBuffer::<f32>::zeroed_in(pool, 0);
+        assert_eq!((e.len(), e.block_size(), pool.stats().allocated), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_cap_sends_freed_blocks_back_to_the_system() {
+        let pool = HostPool::leaked(10_000);
+        let a = HostBuffer::<u8>::zeroed_in(pool, 6000);
+        let b = HostBuffer::<u8>::zeroed_in(pool, 6000);
+        let c = HostBuffer::<u8>::zeroed_in(pool, 3 << 20);
+        let class = size_class(6000);
+        drop(a); // cached: 6144 <= 10_000
+        assert_eq!(pool.stats().reserved, 2 * class + (3 << 20));
+        drop(b); // would make 12_288 cached: released
+        assert_eq!(pool.stats().reserved, class + (3 << 20));
+        drop(c); // its pages are released at once
+        assert_eq!(pool.stats().reserved, class);
+        pool.set_cache_limit(0);
+        assert_eq!(pool.stats().reserved, 0);
+        assert_eq!(pool.cache_limit(), 0);
+    }
+
+    #[test]
+    fn many_threads_allocate_and_free_at_once() {
+        use rayon::prelude::*;
+        let pool = HostPool::leaked(64 << 20);
+        (0..64usize).into_par_iter().for_each(|task| {
+            let mut held = Vec::new();
+            for round in 0..200usize {
+                let len = 1 + (task * 7919 + round * 104_729) % 300_000;
+                let mut b = HostBuffer::<u32>::new_uninit_in(pool, len);
+                for (i, slot) in b.iter_mut().enumerate() {
+                    slot.write((task * 1_000_003 + i) as u32);
+                }
+                // SAFETY: every slot was written.
+                let b = unsafe { b.assume_init() };
+                held.push(b);
+                if held.len() > 3 {
+                    let old = held.remove(0);
+                    // Nobody else wrote into the block while this thread held it.
+                    assert!(
+                        old.iter()
+                            .enumerate()
+                            .all(|(i, &v)| v == (task * 1_000_003 + i) as u32)
+                    );
+                }
+            }
+        });
+        let s = pool.stats();
+        assert_eq!(s.allocated, 0);
+        assert!(s.cache_hits > 0 && s.reserved <= 64 << 20, "{s:?}");
+        pool.empty_cache();
+        assert_eq!(pool.stats().reserved, 0);
+    }
+
+    #[test]
+    fn collecting_trusts_no_size_hint() {
+        struct Liar(usize, usize);
+        impl Iterator for Liar {
+            type Item = u8;
+            fn next(&mut self) -> Option<u8> {
+                (self.0 < self.1).then(|| {
+                    self.0 += 1;
+                    self.0 as u8
+                })
+            }
+            fn size_hint(&self) -> (usize, Option<usize>) {
+                (3, Some(3))
+            }
+        }
+        let more: HostBuffer<u8> = Liar(0, 5).collect();
+        assert_eq!(more, vec![1, 2, 3, 4, 5]);
+        let fewer: HostBuffer<u8> = Liar(0, 2).collect();
+        assert_eq!(fewer, vec![1, 2]);
+        let unknown: HostBuffer<i64> = (0..10).filter(|x| x % 2 == 0).collect();
+        assert_eq!(unknown, vec![0, 2, 4, 6, 8]);
+    }
+}
