@@ -11,6 +11,7 @@
 //! cargo bench --bench memory -- mlp_rss        # RSS over 10,000 MLP steps, then after empty_cache
 //! ```
 //!
+//! `MEMORY_TRACE=1` prints the allocator statistics after each MobileNet forward.
 //! Inputs are random (the memory behaviour does not depend on the pixels); threads are
 //! `BENCH_THREADS` (default 2).
 

@@ -60,7 +60,7 @@ pub(super) struct Arena {
 /// How much address space to reserve: twice the physical memory, at least 4 GiB and at
 /// most 16 TiB (it costs page-table entries only for pages touched).
 fn reservation() -> usize {
-    #[cfg(unix)]
+    #[cfg(all(unix, not(miri)))]
     {
         // SAFETY: sysconf only reads system configuration.
         let (pages, size) = unsafe {
@@ -257,7 +257,7 @@ impl Arena {
 
 /// Reserves `len` bytes of address space, 2 MiB aligned, readable and writable but not
 /// committed (`MAP_NORESERVE`: pages exist once touched).
-#[cfg(unix)]
+#[cfg(all(unix, not(miri)))]
 fn reserve(len: usize, huge: bool) -> Option<Region> {
     let span = len + HUGE;
     #[cfg(target_os = "linux")]
@@ -299,7 +299,9 @@ fn reserve(len: usize, huge: bool) -> Option<Region> {
     Some(Region { base, len })
 }
 
-#[cfg(not(unix))]
+/// No arena without mmap (and none under Miri, which cannot model the reservation):
+/// large blocks are then allocations of their own.
+#[cfg(any(not(unix), miri))]
 fn reserve(_len: usize, _huge: bool) -> Option<Region> {
     None
 }
@@ -322,12 +324,12 @@ fn advise_huge(base: usize, len: usize, on: bool) {
 /// Drops the pages of `[address, address + len)` (whole pages of a free piece): the
 /// memory goes back to the system and reads as zeros when touched again.
 fn discard(address: usize, len: usize) {
-    #[cfg(unix)]
+    #[cfg(all(unix, not(miri)))]
     // SAFETY: the range is a free piece of the arena's mapping: no buffer refers to it.
     unsafe {
         libc::madvise(address as *mut libc::c_void, len, libc::MADV_DONTNEED);
     }
-    #[cfg(not(unix))]
+    #[cfg(any(not(unix), miri))]
     let _ = (address, len);
 }
 
@@ -336,6 +338,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot reserve the arena")]
     fn pieces_split_merge_and_grow_at_the_top() {
         let mut a = Arena::new(false);
         let (x, sx) = a.allocate(3 * PAGE + 1).unwrap();
