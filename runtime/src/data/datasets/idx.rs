@@ -198,7 +198,7 @@ impl IdxSplit {
 
     fn tensors(&self) -> (Tensor, Tensor) {
         let n = self.len();
-        let images = Tensor::from_vec(self.pixels.to_vec(), &[n, 1, self.h, self.w])
+        let images = Tensor::from_slice(&self.pixels, &[n, 1, self.h, self.w])
             .to_dtype(DType::F32)
             .div_scalar(255.0);
         let labels = Tensor::from_vec(
