@@ -259,11 +259,25 @@ impl Arena {
 /// committed (`MAP_NORESERVE`: pages exist once touched).
 #[cfg(all(unix, not(miri)))]
 fn reserve(len: usize, huge: bool) -> Option<Region> {
-    let span = len + HUGE;
+    let base = map_aligned(len, HUGE, true)?;
+    if huge {
+        advise_huge(base, len, true);
+    }
+    Some(Region { base, len })
+}
+
+/// Maps `len` bytes (a page multiple) of zeroed anonymous memory at a multiple of
+/// `align` (a power of two; 1 for any page), without committing them when `noreserve`.
+#[cfg(all(unix, not(miri)))]
+pub(super) fn map_aligned(len: usize, align: usize, noreserve: bool) -> Option<usize> {
+    let span = if align > PAGE { len + align } else { len };
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     #[cfg(target_os = "linux")]
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    if noreserve {
+        flags |= libc::MAP_NORESERVE;
+    }
     #[cfg(not(target_os = "linux"))]
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let _ = noreserve;
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing touches
     // no existing memory; the result is checked against MAP_FAILED.
     let p = unsafe {
@@ -280,11 +294,11 @@ fn reserve(len: usize, huge: bool) -> Option<Region> {
         return None;
     }
     let start = p as usize;
-    let base = start.next_multiple_of(HUGE);
+    let base = start.next_multiple_of(align.max(1));
     let head = base - start;
     let tail = span - head - len;
-    // SAFETY: the head and tail are whole pages of the mapping just made, outside the
-    // range kept; nothing refers to them.
+    // SAFETY: the head and tail are whole pages of the mapping just made (the mapping
+    // and `len` are page multiples), outside the range kept; nothing refers to them.
     unsafe {
         if head > 0 {
             libc::munmap(p, head);
@@ -293,10 +307,7 @@ fn reserve(len: usize, huge: bool) -> Option<Region> {
             libc::munmap((base + len) as *mut libc::c_void, tail);
         }
     }
-    if huge {
-        advise_huge(base, len, true);
-    }
-    Some(Region { base, len })
+    Some(base)
 }
 
 /// No arena without mmap (and none under Miri, which cannot model the reservation):
@@ -306,7 +317,7 @@ fn reserve(_len: usize, _huge: bool) -> Option<Region> {
     None
 }
 
-fn advise_huge(base: usize, len: usize, on: bool) {
+pub(super) fn advise_huge(base: usize, len: usize, on: bool) {
     #[cfg(target_os = "linux")]
     // SAFETY: madvise only changes how pages of our own mapping are backed.
     unsafe {

@@ -529,43 +529,11 @@ fn lock(shard: &Shard) -> MutexGuard<'_, BTreeMap<usize, Vec<Raw>>> {
 /// `huge`, aligned to 2 MiB and advised to use transparent huge pages.
 #[cfg(all(unix, not(miri)))]
 fn map_anonymous(size: usize, huge: bool) -> Option<NonNull<u8>> {
-    let span = if huge { size + HUGE_PAGE } else { size };
-    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
-    // no existing memory; the result is checked against MAP_FAILED.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return None;
+    let address = super::arena::map_aligned(size, if huge { HUGE_PAGE } else { 1 }, false)?;
+    if huge {
+        super::arena::advise_huge(address, size, true);
     }
-    if !huge {
-        return NonNull::new(base.cast());
-    }
-    let start = base as usize;
-    let aligned = start.next_multiple_of(HUGE_PAGE);
-    let head = aligned - start;
-    let tail = span - head - size;
-    // SAFETY: the head and tail are whole pages of the mapping just made (the mapping and
-    // `size` are page multiples), outside the `size` bytes kept; unmapping them frees
-    // nothing anyone refers to. madvise only changes how the kept range is backed.
-    unsafe {
-        if head > 0 {
-            libc::munmap(base, head);
-        }
-        if tail > 0 {
-            libc::munmap((aligned + size) as *mut libc::c_void, tail);
-        }
-        #[cfg(target_os = "linux")]
-        libc::madvise(aligned as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
-    }
-    NonNull::new(aligned as *mut u8)
+    NonNull::new(address as *mut u8)
 }
 
 fn system_free(ptr: NonNull<u8>, size: usize) {
