@@ -28,7 +28,7 @@ use std::time::Instant;
 
 #[path = "common/models.rs"]
 mod models;
-use models::{LeNet, Mlp};
+use models::{LeNet, Mlp, epoch};
 
 /// Resident set size in bytes, from `/proc/self/statm` (0 where there is none).
 fn rss() -> usize {
@@ -52,13 +52,7 @@ fn train_epoch(model: &dyn Fn(&Tensor) -> Tensor, params: Vec<(String, Tensor)>,
         .shuffle(true)
         .seed(0)
         .build();
-    for batch in loader.iter() {
-        let (x, y) = batch.unwrap();
-        opt.zero_grad();
-        let loss = F::cross_entropy(&model(&x), &y);
-        loss.backward();
-        opt.step();
-    }
+    epoch(&mut loader, &mut opt, model);
 }
 
 fn main() {

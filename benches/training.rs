@@ -8,13 +8,13 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use ferrograd::data::datasets::MNIST;
 use ferrograd::data::{DataLoader, TensorDataset};
 use ferrograd::nn::Module;
-use ferrograd::optim::{AdamConfig, AdamW, Optimizer};
+use ferrograd::optim::{AdamConfig, AdamW};
 use ferrograd::prelude::*;
 use std::path::PathBuf;
 
 #[path = "common/models.rs"]
 mod models;
-use models::{LeNet, Mlp};
+use models::{LeNet, Mlp, epoch};
 
 fn mnist() -> Option<(Tensor, Tensor)> {
     let root = std::env::var_os("FERROGRAD_DATA")
@@ -28,24 +28,6 @@ fn mnist() -> Option<(Tensor, Tensor)> {
             None
         }
     }
-}
-
-/// One epoch of `forward` over `loader` with `opt`.
-fn epoch(
-    loader: &mut DataLoader<TensorDataset<(Tensor, Tensor)>>,
-    opt: &mut AdamW,
-    forward: &dyn Fn(&Tensor) -> Tensor,
-) -> f32 {
-    let mut last = 0.0;
-    for batch in loader.iter() {
-        let (x, y) = batch.unwrap();
-        opt.zero_grad();
-        let loss = F::cross_entropy(&forward(&x), &y);
-        loss.backward();
-        opt.step();
-        last = loss.item::<f32>();
-    }
-    last
 }
 
 fn training(c: &mut Criterion) {

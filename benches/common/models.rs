@@ -1,5 +1,8 @@
-//! The MNIST MLP and LeNet-5 the benchmarks train, as the examples define them.
+//! The MNIST MLP and LeNet-5 the benchmarks train, as the examples define them, and
+//! their training epoch.
 
+use ferrograd::data::{DataLoader, TensorDataset};
+use ferrograd::optim::{AdamW, Optimizer};
 use ferrograd::prelude::*;
 
 network! {
@@ -19,4 +22,22 @@ network! {
         fc2: Linear(120 -> 84), relu,
         fc3: Linear(84 -> 10),
     }
+}
+
+/// One epoch of `forward` over `loader` with `opt`.
+pub fn epoch(
+    loader: &mut DataLoader<TensorDataset<(Tensor, Tensor)>>,
+    opt: &mut AdamW,
+    forward: &dyn Fn(&Tensor) -> Tensor,
+) -> f32 {
+    let mut last = 0.0;
+    for batch in loader.iter() {
+        let (x, y) = batch.unwrap();
+        opt.zero_grad();
+        let loss = F::cross_entropy(&forward(&x), &y);
+        loss.backward();
+        opt.step();
+        last = loss.item::<f32>();
+    }
+    last
 }

@@ -325,8 +325,18 @@ impl HostPool {
             return (ptr, size, ARENA_SHARD);
         }
         let size = bytes.next_multiple_of(4096);
-        let ptr = system_allocate(size, self.huge_pages()).unwrap_or_else(|| {
-            // Out of memory: give the cache back and try once more.
+        (
+            self.system_block(size, self.huge_pages()),
+            size,
+            MAPPED_SHARD,
+        )
+    }
+
+    /// A fresh block of `size` bytes from the system, counted as reserved and allocated.
+    /// When the system refuses, the cache goes back first and the request is retried
+    /// once (as on a device); a second refusal is the usual allocation-failure abort.
+    fn system_block(&self, size: usize, huge: bool) -> NonNull<u8> {
+        let ptr = system_allocate(size, huge).unwrap_or_else(|| {
             self.empty_cache();
             system_allocate(size, false).unwrap_or_else(|| {
                 alloc::handle_alloc_error(Layout::from_size_align(size, ALIGN).unwrap())
@@ -336,7 +346,7 @@ impl HostPool {
         self.reserved.fetch_add(size, Relaxed);
         self.note_reserved();
         self.note_allocated(size);
-        (ptr, size, MAPPED_SHARD)
+        ptr
     }
 
     /// Takes back an arena block; free pages beyond the cap go back to the system.
@@ -440,21 +450,7 @@ impl HostPool {
             self.note_allocated(size);
             return (ptr, size, shard, false);
         }
-        let ptr = match system_allocate(class, false) {
-            Some(p) => p,
-            None => {
-                // Out of memory: give the cache back and try once more, as on a device.
-                self.empty_cache();
-                system_allocate(class, false).unwrap_or_else(|| {
-                    alloc::handle_alloc_error(Layout::from_size_align(class, ALIGN).unwrap())
-                })
-            }
-        };
-        self.system_allocations.fetch_add(1, Relaxed);
-        self.reserved.fetch_add(class, Relaxed);
-        self.note_reserved();
-        self.note_allocated(class);
-        (ptr, class, shard, true)
+        (self.system_block(class, false), class, shard, true)
     }
 
     fn note_allocated(&self, size: usize) {

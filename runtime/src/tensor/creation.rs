@@ -19,7 +19,8 @@ impl Tensor {
             .unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"))
     }
 
-    /// A tensor owning `data` with shape `shape` (`torch.tensor(data).reshape(shape)`).
+    /// A tensor of `data`'s values with shape `shape` (`torch.tensor(data).reshape(shape)`):
+    /// like PyTorch, the values are copied, here into the CPU caching allocator's memory.
     ///
     /// ```
     /// # use ferrograd_runtime::prelude::*;
@@ -28,12 +29,6 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
-        let numel: usize = shape.iter().product();
-        assert!(
-            data.len() == numel,
-            "from_vec: shape {shape:?} has {numel} elements but {} values were given",
-            data.len()
-        );
         Tensor::from_slice(&data, shape)
     }
 
@@ -45,13 +40,19 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Tensor {
+        Tensor::from_host(HostBuffer::from_slice(data), shape)
+    }
+
+    /// A tensor owning the pooled buffer `data` (no copy).
+    #[track_caller]
+    pub(crate) fn from_host<T: Element>(data: HostBuffer<T>, shape: &[usize]) -> Tensor {
         let numel: usize = shape.iter().product();
         assert!(
             data.len() == numel,
             "from_vec: shape {shape:?} has {numel} elements but {} values were given",
             data.len()
         );
-        Tensor::from_cpu(T::into_storage(HostBuffer::from_slice(data)), shape)
+        Tensor::from_cpu(T::into_storage(data), shape)
     }
 
     /// A 0-dimensional tensor holding `value`.

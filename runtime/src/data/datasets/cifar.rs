@@ -1,7 +1,7 @@
 //! CIFAR-10 and CIFAR-100 binary batches.
 
 use super::super::{DataError, Dataset};
-use super::find;
+use super::{find, scaled_pixels};
 use crate::{DType, Tensor};
 use std::path::Path;
 use std::sync::Arc;
@@ -80,16 +80,18 @@ impl Records {
     }
 
     fn batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor), DataError> {
-        let mut px = Vec::with_capacity(indices.len() * PIXELS);
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
-            let r = self.record(i)?;
-            px.extend(r[self.label_bytes..].iter().map(|&p| p as f32 / 255.0));
-            labels.push(r[self.label_at] as i64);
+            labels.push(self.record(i)?[self.label_at] as i64);
         }
+        let px = scaled_pixels(
+            indices,
+            PIXELS,
+            |i| Ok(&self.record(i)?[self.label_bytes..]),
+        )?;
         let b = indices.len();
         Ok((
-            Tensor::from_vec(px, &[b, 3, 32, 32]),
+            Tensor::from_host(px, &[b, 3, 32, 32]),
             Tensor::from_vec(labels, &[b]),
         ))
     }

@@ -1,7 +1,7 @@
 //! IDX files (`MNIST`, `FashionMNIST`, `KMNIST`), gzipped or raw.
 
 use super::super::{DataError, Dataset};
-use super::find;
+use super::{find, scaled_pixels};
 use crate::{DType, Tensor};
 use flate2::read::GzDecoder;
 use std::io::Read;
@@ -173,7 +173,6 @@ impl IdxSplit {
     /// The samples at `indices` as one batch: images `[B, 1, H, W]`, labels `[B]`.
     fn batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor), DataError> {
         let plane = self.h * self.w;
-        let mut px = Vec::with_capacity(indices.len() * plane);
         let mut labels = Vec::with_capacity(indices.len());
         for &index in indices {
             if index >= self.len() {
@@ -182,16 +181,14 @@ impl IdxSplit {
                     len: self.len(),
                 });
             }
-            px.extend(
-                self.pixels[index * plane..(index + 1) * plane]
-                    .iter()
-                    .map(|&p| p as f32 / 255.0),
-            );
             labels.push(self.labels[index] as i64);
         }
+        let px = scaled_pixels(indices, plane, |i| {
+            Ok(&self.pixels[i * plane..(i + 1) * plane])
+        })?;
         let b = indices.len();
         Ok((
-            Tensor::from_vec(px, &[b, 1, self.h, self.w]),
+            Tensor::from_host(px, &[b, 1, self.h, self.w]),
             Tensor::from_vec(labels, &[b]),
         ))
     }

@@ -22,6 +22,7 @@ pub use tabular::{CsvDataset, npy_dataset, read_npy, safetensors_dataset};
 pub use text::TextDataset;
 
 use super::DataError;
+use ferrograd_kernels::cpu::HostBuffer;
 use std::path::{Path, PathBuf};
 
 /// `$FERROGRAD_DATA/<name>`, or an error saying the variable is unset.
@@ -56,4 +57,25 @@ fn find(dir: &Path, dataset: &str, names: &[String]) -> Result<PathBuf, DataErro
         name: format!("{dataset} ({})", names.join(" or ")),
         path: dir.to_path_buf(),
     })
+}
+
+/// The pixel rows `row(i)` (each `row_len` bytes) for every `i` of `indices`, scaled to
+/// `[0, 1]`, written straight into one pooled buffer: a loader batch costs one pass
+/// over its pixels and no copy.
+fn scaled_pixels<'a>(
+    indices: &[usize],
+    row_len: usize,
+    row: impl Fn(usize) -> Result<&'a [u8], DataError>,
+) -> Result<HostBuffer<f32>, DataError> {
+    let mut out = HostBuffer::<f32>::new_uninit(indices.len() * row_len);
+    if row_len > 0 {
+        for (dst, &i) in out.chunks_exact_mut(row_len).zip(indices) {
+            for (d, &p) in dst.iter_mut().zip(row(i)?) {
+                d.write(p as f32 / 255.0);
+            }
+        }
+    }
+    // SAFETY: the chunks of `row_len` slots tile the buffer (one per index) and each was
+    // written from a row of `row_len` bytes (`row` returns whole rows).
+    Ok(unsafe { out.assume_init() })
 }
