@@ -7,6 +7,7 @@ use super::pool::HostBuffer;
 use super::simd::{SimdKernel, with_simd};
 use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
+use std::mem::MaybeUninit;
 
 /// Runs `body(o, out_row)` for every outer index, in parallel when the work is large.
 pub(crate) fn for_each_outer<U: Send>(
@@ -213,9 +214,10 @@ pub(crate) fn row_max<T: FloatElement>(row: &[T]) -> T::Acc {
 }
 
 /// One row of softmax (or log-softmax): max, exponentials, sum, then scale or shift.
+/// Writes every element of `dst` (uninitialised on entry) exactly once before reading it.
 struct SoftmaxRow<'a, T> {
     row: &'a [T],
-    dst: &'a mut [T],
+    dst: &'a mut [MaybeUninit<T>],
     log: bool,
 }
 
@@ -227,17 +229,22 @@ impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
         // A pure map (vectorises), then a laned sum: a running sum in the same loop would
         // serialise on the float additions.
         for (d, &v) in self.dst.iter_mut().zip(self.row) {
-            *d = T::from_acc((v.to_acc() - max).exp_vec());
+            d.write(T::from_acc((v.to_acc() - max).exp_vec()));
         }
-        let total = sum_slice(self.dst);
+        // SAFETY: the loop above wrote every element of `dst` (`row` is as long as `dst`);
+        // `MaybeUninit<T>` has `T`'s layout.
+        let dst = unsafe { &mut *(self.dst as *mut [MaybeUninit<T>] as *mut [T]) };
+        let total = sum_slice(dst);
         if self.log {
-            let shift = max + total.ln();
-            for (d, &v) in self.dst.iter_mut().zip(self.row) {
-                *d = T::from_acc(v.to_acc() - shift);
+            // `(x - max) - ln Σ`, not `x - (max + ln Σ)`: the sum `max + ln Σ` rounds at the
+            // scale of `max` and loses the digits of `ln Σ` for large inputs.
+            let log_total = total.ln();
+            for (d, &v) in dst.iter_mut().zip(self.row) {
+                *d = T::from_acc((v.to_acc() - max) - log_total);
             }
         } else {
             let inv = T::Acc::ONE / total;
-            for d in self.dst.iter_mut() {
+            for d in dst.iter_mut() {
                 *d = T::from_acc(d.to_acc() * inv);
             }
         }
@@ -245,7 +252,8 @@ impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
 }
 
 fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool) -> HostBuffer<T> {
-    let mut out = HostBuffer::<T>::zeroed(rows * len);
+    debug_assert_eq!(src.len(), rows * len);
+    let mut out = HostBuffer::<T>::new_uninit(rows * len);
     for_each_outer(&mut out, rows, len * 4, |o, dst| {
         with_simd(SoftmaxRow {
             row: &src[o * len..(o + 1) * len],
@@ -253,7 +261,9 @@ fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool
             log,
         })
     });
-    out
+    // SAFETY: `for_each_outer` hands every row of `out` to one `SoftmaxRow`, which writes
+    // all of it.
+    unsafe { out.assume_init() }
 }
 
 /// Softmax of each contiguous row of length `len` (accumulating in f32 for half types).
@@ -276,4 +286,49 @@ pub fn softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> Host
 /// ```
 pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> HostBuffer<T> {
     softmax_family(src, rows, len, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(x - max) - ln Σ`: inputs near 1e4 in f32 give log-probabilities to f32 precision
+    /// of the values themselves (the old `x - (max + ln Σ)` was off by ~1e-4 here).
+    #[test]
+    fn log_softmax_of_large_inputs_is_precise() {
+        let x: Vec<f32> = (0..9).map(|j| 1.0e4 + 0.25 * j as f32).collect();
+        let xr: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let max = xr.iter().cloned().fold(f64::MIN, f64::max);
+        let lse = max + xr.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+        let got = log_softmax_rows(&x, 1, 9);
+        for (j, (&g, &v)) in got.iter().zip(&xr).enumerate() {
+            let want = v - lse;
+            assert!((g as f64 - want).abs() < 1e-6, "[{j}]: {g} vs {want}");
+        }
+        let p = softmax_rows(&x, 1, 9);
+        let total: f32 = p.iter().sum();
+        assert!((total - 1.0).abs() < 1e-6);
+    }
+
+    /// Every element of a multi-row, parallel-sized output is written (the buffer starts
+    /// uninitialised).
+    #[test]
+    fn softmax_rows_write_every_element() {
+        let (rows, len) = (300, 513);
+        let x: Vec<f32> = (0..rows * len)
+            .map(|i| ((i * 7) % 13) as f32 * 0.1)
+            .collect();
+        for log in [false, true] {
+            let out = softmax_family(&x, rows, len, log);
+            for r in 0..rows {
+                let row = &out[r * len..(r + 1) * len];
+                let total: f32 = if log {
+                    row.iter().map(|v| v.exp()).sum()
+                } else {
+                    row.iter().sum()
+                };
+                assert!((total - 1.0).abs() < 1e-4, "row {r} (log {log}): {total}");
+            }
+        }
+    }
 }

@@ -2,7 +2,8 @@
 // per-row loss, target weight and log-sum-exp forward; the logits' gradient backward.
 // Targets are checked on the device as they are read (see `IndexCheck` in common.cuh).
 
-// Per row: lse = log(sum(exp(x))) and, with w_c the class weights (1 when `weight` is
+// Per row: lse = log(sum(exp(x))), kept as the pair (max, log(sum(exp(x - max)))) and used as
+// (max - x) + log(sum): max + log(sum) would round at max's scale (see mod.rs); and, with w_c the class weights (1 when `weight` is
 // null) and eps the label smoothing, loss = (1 - eps) * w_t * (lse - x_t) +
 // eps / C * sum_c w_c * (lse - x_c), and the row's weight w_t; both 0 for an ignored row.
 
@@ -20,13 +21,13 @@ __device__ void cross_entropy_rows(usize len, const T* x, const long long* targe
     A shift = (max == neg_infinity<A>()) ? A(0) : max;
     A acc = A(0);
     for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += d_exp(Elem<T>::load(row[j]) - shift);
-    A lse = shift + d_log(block_reduce<A, SumRed>(acc, scratch));
+    A log_total = d_log(block_reduce<A, SumRed>(acc, scratch));
     A smooth = A(0);
     if (smoothing != 0.0) {
         A s = A(0);
         for (usize j = threadIdx.x; j < len; j += blockDim.x) {
             A w = weight ? Elem<T>::load(weight[j]) : A(1);
-            s += w * (lse - Elem<T>::load(row[j]));
+            s += w * ((shift - Elem<T>::load(row[j])) + log_total);
         }
         smooth = block_reduce<A, SumRed>(s, scratch);
     }
@@ -37,11 +38,12 @@ __device__ void cross_entropy_rows(usize len, const T* x, const long long* targe
         if (valid) {
             wt = weight ? Elem<T>::load(weight[t]) : A(1);
             A e = (A)smoothing;
-            l = (A(1) - e) * wt * (lse - Elem<T>::load(row[t])) + e / (A)len * smooth;
+            l = (A(1) - e) * wt * ((shift - Elem<T>::load(row[t])) + log_total) + e / (A)len * smooth;
         }
         loss[blockIdx.x] = Elem<T>::store(l);
         row_weight[blockIdx.x] = Elem<T>::store(wt);
-        lse_out[blockIdx.x] = lse;
+        lse_out[2 * blockIdx.x] = shift;
+        lse_out[2 * blockIdx.x + 1] = log_total;
     }
 }
 
@@ -68,9 +70,9 @@ __device__ void cross_entropy_backward_rows(usize len, const T* x, const long lo
     }
     A g = valid ? Elem<T>::load(grad[blockIdx.x * grad_stride]) : A(0);
     A wt = valid ? (weight ? Elem<T>::load(weight[t]) : A(1)) : A(0);
-    A l = lse[blockIdx.x];
+    A shift = lse[2 * blockIdx.x], log_total = lse[2 * blockIdx.x + 1];
     for (usize j = threadIdx.x; j < len; j += blockDim.x) {
-        A p = d_exp(Elem<T>::load(x[base + j]) - l);
+        A p = d_exp((Elem<T>::load(x[base + j]) - shift) - log_total);
         A d = (A(1) - e) * wt * (p - ((long long)j == t ? A(1) : A(0)));
         if (smoothing != 0.0) d += e / (A)len * (p * total_w - (weight ? Elem<T>::load(weight[j]) : A(1)));
         dx[base + j] = Elem<T>::store(valid ? g * d : A(0));

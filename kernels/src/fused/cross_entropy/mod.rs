@@ -1,5 +1,8 @@
 //! Fused cross-entropy over class-index targets: one pass per row computes the row's
 //! log-sum-exp, loss and weight; backward rebuilds the softmax from the saved log-sum-exp.
+//! The log-sum-exp is kept as two numbers, the row's max `m` and `ln Σ exp(x - m)`, and
+//! used as `(m - x) + ln Σ`: the sum `m + ln Σ` would round at the scale of `m` and lose
+//! `ln Σ`'s digits for large logits (PyTorch's precision needs the two apart).
 //! Formulas as PyTorch's `cross_entropy` with class weights, `ignore_index` and label
 //! smoothing: with `w_c` the class weights (1 without), `eps` the smoothing and `C` classes,
 //! `loss = (1 - eps) * w_t * (lse - x_t) + eps / C * sum_c w_c * (lse - x_c)`.
@@ -35,7 +38,8 @@ pub struct CrossEntropyOutput<T: NumElement> {
     pub loss: HostBuffer<T>,
     /// Each row's target weight `w_t` (0 when ignored): the mean's denominator.
     pub row_weight: HostBuffer<T>,
-    /// Each row's log-sum-exp, kept for backward.
+    /// Each row's log-sum-exp as `[max, ln Σ exp(x - max)]` pairs (`2 * rows` values),
+    /// kept for backward.
     pub lse: HostBuffer<T::Acc>,
 }
 
@@ -61,7 +65,7 @@ pub fn cross_entropy_rows<T: FloatElement>(
         "cross_entropy_rows: {} logits are not {rows} rows of {c}",
         x.len()
     );
-    let mut out = vec![(T::ZERO, T::ZERO, T::Acc::ZERO); rows];
+    let mut out = vec![(T::ZERO, T::ZERO, [T::Acc::ZERO; 2]); rows];
     // Tasks of several rows, each with one scratch row for the exponentials.
     let per_task = if rows * c < PARALLEL_THRESHOLD {
         rows.max(1)
@@ -77,32 +81,35 @@ pub fn cross_entropy_rows<T: FloatElement>(
     CrossEntropyOutput {
         loss: out.iter().map(|o| o.0).collect(),
         row_weight: out.iter().map(|o| o.1).collect(),
-        lse: out.iter().map(|o| o.2).collect(),
+        lse: out.iter().flat_map(|o| o.2).collect(),
     }
 }
 
-/// Row `r` of [`cross_entropy_rows`]: (loss, target weight, log-sum-exp).
+/// Row `r` of [`cross_entropy_rows`]: (loss, target weight, `[max, ln Σ]`).
 fn row_loss<T: FloatElement>(
     x: &[T],
     target: &[i64],
     o: &CrossEntropyRows<'_, T>,
     r: usize,
     scratch: &mut [T],
-) -> (T, T, T::Acc) {
+) -> (T, T, [T::Acc; 2]) {
     let c = o.classes;
     let acc = |v: f64| <T::Acc as Element>::from_f64(v);
     let eps = acc(o.smoothing);
     let w = |j: usize| o.weight.map_or(T::Acc::ONE, |w| w[j].to_acc());
     let row = &x[r * c..(r + 1) * c];
     let lse = with_simd(RowLse { row, scratch });
+    let [shift, log_total] = lse;
+    // `lse - x` as `(max - x) + ln Σ` (see the module docs).
+    let nll = |j: usize| (shift - row[j].to_acc()) + log_total;
     let t = target[r];
     if t == o.ignore_index {
         return (T::ZERO, T::ZERO, lse);
     }
     let t = t as usize;
-    let mut loss = (T::Acc::ONE - eps) * w(t) * (lse - row[t].to_acc());
+    let mut loss = (T::Acc::ONE - eps) * w(t) * nll(t);
     if o.smoothing != 0.0 {
-        let smooth = (0..c).fold(T::Acc::ZERO, |s, j| s + w(j) * (lse - row[j].to_acc()));
+        let smooth = (0..c).fold(T::Acc::ZERO, |s, j| s + w(j) * nll(j));
         loss = loss + eps / acc(c as f64) * smooth;
     }
     (T::from_acc(loss), T::from_acc(w(t)), lse)
@@ -148,7 +155,8 @@ pub fn cross_entropy_backward_rows<T: FloatElement>(
         with_simd(GradRow {
             row: &x[r * c..(r + 1) * c],
             dst,
-            lse: lse[r],
+            shift: lse[2 * r],
+            log_total: lse[2 * r + 1],
             // d = g * ((1 - eps) * w_t + eps / C * W) * p_j - g * eps / C * w_j,
             // then - g * (1 - eps) * w_t at the target.
             coef: g * ((T::Acc::ONE - eps) * w(t) + per_class * total_w),
@@ -168,9 +176,10 @@ struct RowLse<'a, T> {
 }
 
 impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
-    type Output = T::Acc;
+    /// `[max, ln Σ exp(x - max)]` (max 0 for an all `-inf` row).
+    type Output = [T::Acc; 2];
     #[inline(always)]
-    fn run(self) -> T::Acc {
+    fn run(self) -> [T::Acc; 2] {
         let max = row_max(self.row);
         let shift = if max == T::Acc::neg_infinity() {
             T::Acc::ZERO
@@ -181,8 +190,7 @@ impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
         for (e, &v) in self.scratch.iter_mut().zip(self.row) {
             *e = T::from_acc((v.to_acc() - shift).exp_vec());
         }
-        let total = sum_slice(self.scratch);
-        shift + total.ln()
+        [shift, sum_slice(self.scratch).ln()]
     }
 }
 
@@ -190,7 +198,9 @@ impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
 struct GradRow<'a, T: NumElement> {
     row: &'a [T],
     dst: &'a mut [T],
-    lse: T::Acc,
+    /// The row's `[max, ln Σ]`: `p_j = exp((x_j - max) - ln Σ)`.
+    shift: T::Acc,
+    log_total: T::Acc,
     coef: T::Acc,
     offset: T::Acc,
     weight: Option<&'a [T]>,
@@ -200,16 +210,17 @@ impl<T: FloatElement> SimdKernel for GradRow<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let (lse, coef, offset) = (self.lse, self.coef, self.offset);
+        let (shift, log_total, coef, offset) = (self.shift, self.log_total, self.coef, self.offset);
         match self.weight {
             Some(w) => {
                 for ((d, &v), &wj) in self.dst.iter_mut().zip(self.row).zip(w) {
-                    *d = T::from_acc(coef * (v.to_acc() - lse).exp_vec() - offset * wj.to_acc());
+                    let p = ((v.to_acc() - shift) - log_total).exp_vec();
+                    *d = T::from_acc(coef * p - offset * wj.to_acc());
                 }
             }
             None => {
                 for (d, &v) in self.dst.iter_mut().zip(self.row) {
-                    *d = T::from_acc(coef * (v.to_acc() - lse).exp_vec() - offset);
+                    *d = T::from_acc(coef * ((v.to_acc() - shift) - log_total).exp_vec() - offset);
                 }
             }
         }
@@ -249,6 +260,37 @@ mod tests {
             xm[i] -= 1e-6;
             let fd = (objective(&xp) - objective(&xm)) / 2e-6;
             assert!((fd - dx[i]).abs() < 1e-7, "dx[{i}]: {fd} vs {}", dx[i]);
+        }
+    }
+
+    /// Logits near 1e4 in f32: the loss and gradient keep f64's digits to f32 precision
+    /// (the old `lse = max + ln Σ` form lost ~1e-4 in the loss at this scale).
+    #[test]
+    fn large_logits_keep_their_precision() {
+        let c = 7;
+        let x64: Vec<f64> = (0..c).map(|j| 1.0e4 + 0.37 * j as f64 - 1.1).collect();
+        let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
+        // Reference on the f32-rounded inputs, in f64.
+        let xr: Vec<f64> = x32.iter().map(|&v| v as f64).collect();
+        let max = xr.iter().cloned().fold(f64::MIN, f64::max);
+        let lse = max + xr.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+        let o = CrossEntropyRows {
+            classes: c,
+            weight: None,
+            ignore_index: -100,
+            smoothing: 0.0,
+        };
+        let f = cross_entropy_rows(&x32, &[3], &o);
+        let want = lse - xr[3];
+        assert!(
+            (f.loss[0] as f64 - want).abs() < 2e-6,
+            "loss {} vs {want}",
+            f.loss[0]
+        );
+        let dx = cross_entropy_backward_rows(&x32, &[3], &o, &f.lse, &[1.0], 0);
+        for j in 0..c {
+            let p = (xr[j] - lse).exp() - if j == 3 { 1.0 } else { 0.0 };
+            assert!((dx[j] as f64 - p).abs() < 1e-6, "dx[{j}]: {} vs {p}", dx[j]);
         }
     }
 }

@@ -56,7 +56,7 @@ mod imp {
         Some((
             cuda_tensor(loss, &[rows]),
             cuda_tensor(row_weight, &[rows]),
-            cuda_tensor(lse, &[rows]),
+            cuda_tensor(lse, &[rows, 2]),
         ))
     }
     #[track_caller]
@@ -103,7 +103,7 @@ mod imp {
         }
 
         /// Fused cross-entropy of contiguous logits `[rows, classes]`: per-row loss and target
-        /// weight (dtype of `x`), and log-sum-exp (accumulator dtype).
+        /// weight (dtype of `x`), and log-sum-exp as `[max, ln Σ]` pairs (accumulator dtype).
         pub(crate) fn cross_entropy(
             x: Operand<'_>,
             o: &CrossEntropy<'_>,
@@ -113,7 +113,8 @@ mod imp {
             let dtype = x.0.dtype();
             let loss = output(dev, dtype, o.rows)?;
             let row_weight = output(dev, dtype, o.rows)?;
-            let lse = output(dev, acc_dtype(dtype), o.rows)?;
+            // `[max, ln Σ]` per row (see the kernel).
+            let lse = output(dev, acc_dtype(dtype), 2 * o.rows)?;
             if o.rows == 0 {
                 return Ok((loss, row_weight, lse));
             }

@@ -93,7 +93,7 @@ fn cross_entropy_forward(
     (
         Tensor::from_cpu_on(loss, &[rows], device),
         Tensor::from_cpu_on(row_weight, &[rows], device),
-        Tensor::from_cpu_on(lse, &[rows], device),
+        Tensor::from_cpu_on(lse, &[rows, 2], device),
     )
 }
 
