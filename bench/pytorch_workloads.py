@@ -66,6 +66,8 @@ x1, w1 = torch.randn(64, 1, 28, 28), torch.randn(6, 1, 5, 5)
 x2, w2 = torch.randn(64, 6, 14, 14), torch.randn(16, 6, 5, 5)
 results["conv2d_lenet1_b64"] = median_time(lambda: F.conv2d(x1, w1, padding=2))
 results["conv2d_lenet2_b64"] = median_time(lambda: F.conv2d(x2, w2))
+xd, wd = torch.randn(20, 96, 112, 112), torch.randn(96, 1, 3, 3)
+results["conv2d_depthwise_b20"] = median_time(lambda: F.conv2d(xd, wd, padding=1, groups=96))
 xp = torch.randn(64, 6, 28, 28, requires_grad=True)
 results["max_pool2d_lenet_b64"] = median_time(lambda: F.max_pool2d(xp, 2).sum().backward())
 

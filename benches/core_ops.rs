@@ -77,6 +77,13 @@ fn conv2d_lenet(c: &mut Criterion) {
     c.bench_function("conv2d_lenet2_b64", |bench| {
         bench.iter(|| black_box(F::conv2d(&x2, &w2, None, &F::Conv2dArgs::default())))
     });
+    // MobileNetV2's widest 3x3 depthwise layer, forward.
+    let xd = Tensor::randn(&[20, 96, 112, 112], DType::F32, &Device::Cpu);
+    let wd = Tensor::randn(&[96, 1, 3, 3], DType::F32, &Device::Cpu);
+    let dw = F::Conv2dArgs::default().padding(1).groups(96);
+    c.bench_function("conv2d_depthwise_b20", |bench| {
+        bench.iter(|| black_box(F::conv2d(&xd, &wd, None, &dw)))
+    });
     // LeNet's first pooling layer, forward + backward.
     let p = Tensor::randn(&[64, 6, 28, 28], DType::F32, &Device::Cpu).requires_grad(true);
     c.bench_function("max_pool2d_lenet_b64", |bench| {

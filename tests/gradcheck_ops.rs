@@ -381,6 +381,40 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             },
             vec![input(&[1, 4, 5, 5], 1), input(&[2, 2, 2, 3], 2)],
         ),
+        // One input channel per group: the direct depthwise kernels.
+        case(
+            "conv2d_depthwise",
+            |x| {
+                F::conv2d(
+                    &x[0],
+                    &x[1],
+                    Some(&x[2]),
+                    &F::Conv2dArgs::default().padding(1).groups(3),
+                )
+            },
+            vec![
+                input(&[2, 3, 5, 4], 1),
+                input(&[3, 1, 3, 3], 2),
+                input(&[3], 3),
+            ],
+        ),
+        case(
+            "conv2d_depthwise_multiplier_stride_dilation",
+            |x| {
+                F::conv2d(
+                    &x[0],
+                    &x[1],
+                    None,
+                    &F::Conv2dArgs {
+                        stride: [2, 1],
+                        padding: [1, 2],
+                        dilation: [1, 2],
+                        groups: 2,
+                    },
+                )
+            },
+            vec![input(&[2, 2, 6, 5], 1), input(&[4, 1, 3, 2], 2)],
+        ),
         case(
             "conv1d",
             |x| {
@@ -939,6 +973,13 @@ fn second_order_gradients_pass_gradcheck() {
                 ..Default::default()
             };
             F::cross_entropy_with(&(a * b), &Tensor::from_vec(vec![2i64, 0, 1], &[3]), &args)
+        }),
+        ("conv2d_depthwise", |a, b| {
+            // a: 3 channels of 1x3 rows as [1, 3, 1, 3]; b's rows as 1x3 kernels.
+            let x = a.reshape(&[1, 3, 1, 3]);
+            let w = b.reshape(&[3, 1, 1, 3]);
+            let y = F::conv2d(&x, &w, None, &F::Conv2dArgs::default().padding(1).groups(3));
+            y.pow_scalar(2.0).sum_all()
         }),
         ("pools", |a, b| {
             let x = (a * b).reshape(&[1, 1, 3, 3]);

@@ -477,3 +477,57 @@ fn activations_match_pytorchs_formulas_and_gradients() {
         }
     }
 }
+
+/// A depthwise convolution (one input channel per group: direct kernels on the CPU) is a
+/// dense convolution with a block-diagonal weight (im2col + GEMM): same output and the
+/// same gradients for input, weight and bias, at a size that runs the kernels in parallel,
+/// on every device.
+#[test]
+fn depthwise_conv2d_matches_a_dense_block_diagonal_convolution() {
+    for device in ferrograd::testing::devices() {
+        for (m, stride, padding, dilation) in [(1, 1, 1, 1), (1, 2, 1, 1), (2, 1, 2, 2)] {
+            let (n, c, h, w) = (3, 8, 17, 13);
+            let o = c * m;
+            let rng = &mut Generator::new(7);
+            let x = Tensor::randn_with(&[n, c, h, w], DType::F32, &device, rng);
+            let wt = Tensor::randn_with(&[o, 1, 3, 3], DType::F32, &device, rng);
+            let b = Tensor::randn_with(&[o], DType::F32, &device, rng);
+            let mask: Vec<f32> = (0..o * c)
+                .map(|i| f32::from(((i / c) / m == i % c) as u8))
+                .collect();
+            let mask = Tensor::from_vec(mask, &[o, c, 1, 1])
+                .to_device(&device)
+                .unwrap();
+            let args = F::Conv2dArgs::default()
+                .stride(stride)
+                .padding(padding)
+                .dilation(dilation);
+            let run = |dense: bool| {
+                let (x, wt, b) = (
+                    x.detach().requires_grad(true),
+                    wt.detach().requires_grad(true),
+                    b.detach().requires_grad(true),
+                );
+                let y = if dense {
+                    F::conv2d(&x, &wt.mul(&mask), Some(&b), &args)
+                } else {
+                    F::conv2d(&x, &wt, Some(&b), &args.groups(c))
+                };
+                let up = Tensor::randn_with(y.shape(), DType::F32, &device, &mut Generator::new(9));
+                y.mul(&up).sum_all().backward();
+                [y, x.grad().unwrap(), wt.grad().unwrap(), b.grad().unwrap()]
+            };
+            let (direct, dense) = (run(false), run(true));
+            for (name, (a, e)) in ["output", "input grad", "weight grad", "bias grad"]
+                .iter()
+                .zip(direct.iter().zip(&dense))
+            {
+                assert_eq!(a.shape(), e.shape(), "{name}");
+                assert!(
+                    a.allclose(e, 1e-4, 1e-4),
+                    "{device:?} m={m} stride={stride} padding={padding} dilation={dilation}: {name} differs"
+                );
+            }
+        }
+    }
+}

@@ -118,7 +118,7 @@ pub fn unfold(
 
 /// im2col in kernel-major order: `[C*kh*kw, N*oh*ow]`, and the output size.
 #[track_caller]
-fn unfold_columns(
+pub(crate) fn unfold_columns(
     op: &str,
     input: &Tensor,
     kernel: [usize; 2],
@@ -229,6 +229,17 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
             weight.shape()
         )
     });
+    // One input channel per group (depthwise): direct loops, no im2col columns.
+    if crate::nn::fused::depthwise_applies(input, weight, groups) {
+        if let Some(b) = bias {
+            assert!(
+                b.shape() == [o],
+                "conv2d: expected bias of shape [{o}], got {:?}",
+                b.shape()
+            );
+        }
+        return crate::nn::fused::depthwise_conv2d(input, weight, bias, g, args);
+    }
     // One GEMM over the whole batch: [O, K] @ [K, N*L] (per group), then [O, N, ..] -> [N, O, ..].
     let (cols, _) = unfold_columns(
         "conv2d",

@@ -1,4 +1,5 @@
-//! Fused ops, one folder each: layer norm, cross-entropy, dropout and pooling. A folder
+//! Fused ops, one folder each: layer norm, cross-entropy, dropout, pooling, attention and
+//! the direct depthwise convolution. A folder
 //! holds the op's entry point (called by `nn::functional`), its autograd node (one per
 //! op: backward runs the fused gradient kernel, or, when a graph of the backward itself is
 //! wanted (`create_graph`), the same formula as tensor ops so that higher derivatives
@@ -6,6 +7,7 @@
 //! the kernels crate's mirror folder, `ferrograd_kernels::fused::NAME`.
 
 mod attention;
+mod conv;
 mod cross_entropy;
 pub(crate) mod device;
 mod dropout;
@@ -13,6 +15,7 @@ mod layer_norm;
 mod pool;
 
 pub(crate) use attention::{AttnMask, attention};
+pub(crate) use conv::{depthwise_applies, depthwise_conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
 pub(crate) use layer_norm::layer_norm;

@@ -1,0 +1,449 @@
+//! Direct depthwise convolution on the CPU (`groups == in_channels`, each output channel
+//! reads one input channel): forward and both backward passes as SIMD loops over NCHW
+//! planes, without the im2col copy that a grouped GEMM with one input channel per group
+//! would spend most of its time on (MobileNet's 3×3 depthwise layers). On CUDA the
+//! runtime keeps im2col + batched GEMM, so this folder has no `.cu`.
+//!
+//! Output channel `oc` reads input channel `oc / multiplier` (PyTorch's depthwise
+//! "channel multiplier": `out_channels = multiplier * in_channels`). Every loop walks one
+//! output (or input) row at a time with the kernel taps innermost, so the row stays in L1,
+//! and the in-bounds span of each tap is computed once per row rather than tested per
+//! pixel. Products are accumulated with `mul_add` (one rounding; an FMA instruction under
+//! the AVX2/AVX-512 dispatch, a correctly rounded libm call elsewhere).
+
+use crate::cpu::Conv2dGeometry;
+use crate::cpu::HostBuffer;
+use crate::cpu::reduce::for_each_outer;
+use crate::cpu::simd::{SimdKernel, with_simd};
+use crate::cpu::unfold::valid_columns;
+use crate::{FloatElement, NumElement};
+
+/// The element types with a direct kernel: f32 and f64 (they accumulate in themselves;
+/// half-precision convolutions take the im2col path, which accumulates in f32).
+pub trait Float: FloatElement + NumElement<Acc = Self> {}
+impl<T: FloatElement + NumElement<Acc = T>> Float for T {}
+use std::ops::Range;
+
+/// The output rows `oy` and, for one tap, input row `y`, of kernel row `ki`: `None`
+/// when the tap falls into the padding for that output row.
+#[inline(always)]
+fn input_row(g: &Conv2dGeometry, oy: usize, ki: usize) -> Option<usize> {
+    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+    (y >= 0 && (y as usize) < g.input[0]).then_some(y as usize)
+}
+
+/// Kernel column `kj`'s in-bounds output columns and the input column of the first one.
+#[inline(always)]
+fn tap_columns(g: &Conv2dGeometry, ow: usize, kj: usize) -> (Range<usize>, usize) {
+    let offset = (kj * g.dilation[1]) as isize - g.padding[1] as isize;
+    let cols = valid_columns(offset, g.stride[1], g.input[1], ow);
+    let x0 = (cols.start as isize * g.stride[1] as isize + offset).max(0) as usize;
+    (cols, x0)
+}
+
+/// One output plane: `out = bias + Σ_taps w[tap] * shifted input plane`.
+struct ForwardPlane<'a, T> {
+    x: &'a [T],
+    w: &'a [T],
+    bias: T,
+    out: &'a mut [T],
+    g: &'a Conv2dGeometry,
+    ow: usize,
+}
+
+impl<T: Float> SimdKernel for ForwardPlane<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (g, ow) = (self.g, self.ow);
+        let [kh, kw] = g.kernel;
+        let (w_in, s1) = (g.input[1], g.stride[1]);
+        for (oy, row) in self.out.chunks_exact_mut(ow).enumerate() {
+            row.fill(self.bias);
+            for ki in 0..kh {
+                let Some(y) = input_row(g, oy, ki) else {
+                    continue;
+                };
+                let src = &self.x[y * w_in..(y + 1) * w_in];
+                for kj in 0..kw {
+                    let wv = self.w[ki * kw + kj];
+                    let (cols, x0) = tap_columns(g, ow, kj);
+                    let dst = &mut row[cols.clone()];
+                    if s1 == 1 {
+                        for (d, &v) in dst.iter_mut().zip(&src[x0..x0 + cols.len()]) {
+                            *d = v.mul_add(wv, *d);
+                        }
+                    } else {
+                        for (i, d) in dst.iter_mut().enumerate() {
+                            *d = src[x0 + i * s1].mul_add(wv, *d);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The channel multiplier of a depthwise convolution with `out_channels` outputs.
+fn multiplier(g: &Conv2dGeometry, out_channels: usize) -> usize {
+    assert!(
+        g.c > 0 && out_channels.is_multiple_of(g.c),
+        "depthwise conv2d: {out_channels} output channels are not a multiple of {} input channels",
+        g.c
+    );
+    out_channels / g.c
+}
+
+/// Depthwise `conv2d` forward of contiguous `x` `[n, c, h, w]` with weight
+/// `[out_channels, 1, kh, kw]` (`out_channels` a multiple of `c`) and optional bias
+/// `[out_channels]`: the contiguous output `[n, out_channels, oh, ow]`.
+///
+/// ```
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::conv::depthwise_conv2d;
+/// // two channels, a 2x2 kernel of ones on channel 0 and of twos on channel 1
+/// let g = Conv2dGeometry { n: 1, c: 2, input: [2, 2], kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// let x = [1.0f32, 2.0, 3.0, 4.0, 1.0, 1.0, 1.0, 1.0];
+/// let w = [1.0f32, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0];
+/// assert_eq!(depthwise_conv2d(&x, &w, Some(&[0.5, 0.0]), &g, 2), vec![10.5, 8.0]);
+/// ```
+pub fn depthwise_conv2d<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    let m = multiplier(g, out_channels);
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [h, wd] = g.input;
+    let [kh, kw] = g.kernel;
+    let (plane, taps) = (oh * ow, kh * kw);
+    let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
+    for_each_outer(&mut out, g.n * out_channels, plane * taps, |p, dst| {
+        let (n, oc) = (p / out_channels, p % out_channels);
+        let c = oc / m;
+        let base = (n * g.c + c) * h * wd;
+        with_simd(ForwardPlane {
+            x: &x[base..base + h * wd],
+            w: &w[oc * taps..(oc + 1) * taps],
+            bias: bias.map_or(T::ZERO, |b| b[oc]),
+            out: dst,
+            g,
+            ow,
+        })
+    });
+    out
+}
+
+/// One input plane of the input gradient: the sum over the `m` output channels that read
+/// it of each tap's weight times the output gradient, scattered back to the input pixels.
+struct InputGradPlane<'a, T> {
+    /// The `m` output-gradient planes of this input channel, `[m, oh, ow]`.
+    gout: &'a [T],
+    /// Their weights, `[m, kh, kw]`.
+    w: &'a [T],
+    dx: &'a mut [T],
+    g: &'a Conv2dGeometry,
+    oh: usize,
+    ow: usize,
+}
+
+impl<T: Float> SimdKernel for InputGradPlane<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (g, oh, ow) = (self.g, self.oh, self.ow);
+        let [kh, kw] = g.kernel;
+        let (w_in, s0, s1) = (g.input[1], g.stride[0], g.stride[1]);
+        let (plane, taps) = (oh * ow, kh * kw);
+        let m = self.w.len() / taps;
+        for (y, row) in self.dx.chunks_exact_mut(w_in).enumerate() {
+            row.fill(T::ZERO);
+            for ki in 0..kh {
+                // The output row that reads input row `y` through kernel row `ki`.
+                let t = (y + g.padding[0]) as isize - (ki * g.dilation[0]) as isize;
+                if t < 0 || !(t as usize).is_multiple_of(s0) || t as usize / s0 >= oh {
+                    continue;
+                }
+                let oy = t as usize / s0;
+                for j in 0..m {
+                    let grow = &self.gout[j * plane + oy * ow..j * plane + (oy + 1) * ow];
+                    for kj in 0..kw {
+                        let wv = self.w[j * taps + ki * kw + kj];
+                        let (cols, x0) = tap_columns(g, ow, kj);
+                        let src = &grow[cols.clone()];
+                        if s1 == 1 {
+                            for (d, &v) in row[x0..x0 + cols.len()].iter_mut().zip(src) {
+                                *d = v.mul_add(wv, *d);
+                            }
+                        } else {
+                            for (i, &v) in src.iter().enumerate() {
+                                let d = &mut row[x0 + i * s1];
+                                *d = v.mul_add(wv, *d);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The input gradient of [`depthwise_conv2d`]: contiguous `[n, c, h, w]` from the output
+/// gradient `gout` `[n, out_channels, oh, ow]` and the weight.
+///
+/// ```
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::conv::depthwise_conv2d_backward_input;
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// // one output pixel reads every input pixel once, scaled by the matching tap
+/// let dx = depthwise_conv2d_backward_input(&[2.0f32], &[1.0, 2.0, 3.0, 4.0], &g, 1);
+/// assert_eq!(dx, vec![2.0, 4.0, 6.0, 8.0]);
+/// ```
+pub fn depthwise_conv2d_backward_input<T: Float>(
+    gout: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    let m = multiplier(g, out_channels);
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [h, wd] = g.input;
+    let taps = g.kernel[0] * g.kernel[1];
+    let plane = oh * ow;
+    let mut dx = HostBuffer::<T>::zeroed(g.n * g.c * h * wd);
+    for_each_outer(&mut dx, g.n * g.c, plane * taps * m, |p, dst| {
+        let (n, c) = (p / g.c, p % g.c);
+        let first = n * out_channels + c * m;
+        with_simd(InputGradPlane {
+            gout: &gout[first * plane..(first + m) * plane],
+            w: &w[c * m * taps..(c + 1) * m * taps],
+            dx: dst,
+            g,
+            oh,
+            ow,
+        })
+    });
+    dx
+}
+
+/// One output channel's weight gradient: each tap's dot product of the output gradient
+/// with the shifted input, over the batch, summed in several lanes.
+struct WeightGradChannel<'a, T> {
+    /// The channel's output-gradient planes of every sample, `n` planes `batch_stride` apart.
+    gout: &'a [T],
+    /// The input planes it reads, likewise.
+    x: &'a [T],
+    gout_stride: usize,
+    x_stride: usize,
+    n: usize,
+    dw: &'a mut [T],
+    g: &'a Conv2dGeometry,
+    oh: usize,
+    ow: usize,
+}
+
+impl<T: Float> SimdKernel for WeightGradChannel<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        const LANES: usize = 8;
+        let (g, oh, ow) = (self.g, self.oh, self.ow);
+        let [kh, kw] = g.kernel;
+        let (w_in, s1) = (g.input[1], g.stride[1]);
+        let plane_in = g.input[0] * w_in;
+        for ki in 0..kh {
+            for kj in 0..kw {
+                let (cols, x0) = tap_columns(g, ow, kj);
+                let mut lanes = [T::ZERO; LANES];
+                let mut tail = T::ZERO;
+                for n in 0..self.n {
+                    let gp = &self.gout[n * self.gout_stride..n * self.gout_stride + oh * ow];
+                    let xp = &self.x[n * self.x_stride..n * self.x_stride + plane_in];
+                    for oy in 0..oh {
+                        let Some(y) = input_row(g, oy, ki) else {
+                            continue;
+                        };
+                        let grow = &gp[oy * ow + cols.start..oy * ow + cols.end];
+                        let src = &xp[y * w_in..(y + 1) * w_in];
+                        if s1 == 1 {
+                            let src = &src[x0..x0 + cols.len()];
+                            let gc = grow.chunks_exact(LANES);
+                            let sc = src.chunks_exact(LANES);
+                            for (&a, &b) in gc.remainder().iter().zip(sc.remainder()) {
+                                tail = a.mul_add(b, tail);
+                            }
+                            for (a, b) in gc.zip(sc) {
+                                for l in 0..LANES {
+                                    lanes[l] = a[l].mul_add(b[l], lanes[l]);
+                                }
+                            }
+                        } else {
+                            for (i, &a) in grow.iter().enumerate() {
+                                tail = a.mul_add(src[x0 + i * s1], tail);
+                            }
+                        }
+                    }
+                }
+                let total = lanes.iter().fold(tail, |s, &l| s + l);
+                self.dw[ki * kw + kj] = total;
+            }
+        }
+    }
+}
+
+/// The weight gradient of [`depthwise_conv2d`]: `[out_channels, 1, kh, kw]` from the
+/// output gradient and the input. Channels run in parallel; each sums over the batch.
+///
+/// ```
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::conv::depthwise_conv2d_backward_weight;
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [2, 2], kernel: [2, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// let dw = depthwise_conv2d_backward_weight(&[2.0f32], &[1.0, 2.0, 3.0, 4.0], &g, 1);
+/// assert_eq!(dw, vec![2.0, 4.0, 6.0, 8.0]);
+/// ```
+pub fn depthwise_conv2d_backward_weight<T: Float>(
+    gout: &[T],
+    x: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    let m = multiplier(g, out_channels);
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [kh, kw] = g.kernel;
+    let plane_in = g.input[0] * g.input[1];
+    let plane = oh * ow;
+    let mut dw = HostBuffer::<T>::zeroed(out_channels * kh * kw);
+    for_each_outer(&mut dw, out_channels, g.n * plane * kh * kw, |oc, dst| {
+        let c = oc / m;
+        with_simd(WeightGradChannel {
+            gout: &gout[oc * plane..],
+            x: &x[c * plane_in..],
+            gout_stride: out_channels * plane,
+            x_stride: g.c * plane_in,
+            n: g.n,
+            dw: dst,
+            g,
+            oh,
+            ow,
+        })
+    });
+    dw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The textbook definition, one output pixel at a time.
+    fn reference(x: &[f64], w: &[f64], g: &Conv2dGeometry, oc_total: usize) -> Vec<f64> {
+        let [oh, ow] = g.output().unwrap();
+        let [h, wd] = g.input;
+        let [kh, kw] = g.kernel;
+        let m = oc_total / g.c;
+        let mut out = vec![0.0; g.n * oc_total * oh * ow];
+        for n in 0..g.n {
+            for oc in 0..oc_total {
+                let c = oc / m;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = 0.0;
+                        for ki in 0..kh {
+                            for kj in 0..kw {
+                                let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize
+                                    - g.padding[0] as isize;
+                                let xx = (ox * g.stride[1] + kj * g.dilation[1]) as isize
+                                    - g.padding[1] as isize;
+                                if y >= 0 && xx >= 0 && (y as usize) < h && (xx as usize) < wd {
+                                    s += w[(oc * kh + ki) * kw + kj]
+                                        * x[((n * g.c + c) * h + y as usize) * wd + xx as usize];
+                                }
+                            }
+                        }
+                        out[((n * oc_total + oc) * oh + oy) * ow + ox] = s;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn values(len: usize, seed: usize) -> Vec<f64> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104_729) % 211) as f64) / 50.0 - 2.0)
+            .collect()
+    }
+
+    /// Forward against the definition, and both gradients as the adjoints of the forward
+    /// (`<conv(x, w), g> = <x, dx(g)> = <w, dw(g, x)>`, exact for a bilinear map), over
+    /// strides, paddings, dilations, multipliers and odd sizes.
+    #[test]
+    fn matches_the_definition_and_its_adjoints() {
+        let cases = [
+            ([7, 9], [3, 3], [1, 1], [1, 1], [1, 1], 1),
+            ([8, 8], [3, 3], [2, 2], [1, 1], [1, 1], 1),
+            ([9, 7], [3, 2], [2, 1], [0, 2], [1, 2], 2),
+            ([5, 11], [5, 5], [1, 3], [2, 2], [1, 1], 3),
+            ([6, 6], [3, 3], [1, 1], [2, 2], [2, 2], 1),
+            ([3, 3], [1, 1], [1, 1], [0, 0], [1, 1], 2),
+        ];
+        for (input, kernel, stride, padding, dilation, m) in cases {
+            let g = Conv2dGeometry {
+                n: 2,
+                c: 3,
+                input,
+                kernel,
+                stride,
+                padding,
+                dilation,
+            };
+            let oc = g.c * m;
+            let [oh, ow] = g.output().unwrap();
+            let x = values(g.n * g.c * input[0] * input[1], 1);
+            let w = values(oc * kernel[0] * kernel[1], 2);
+            let b = values(oc, 3);
+            let y = depthwise_conv2d(&x, &w, Some(&b), &g, oc);
+            let want = reference(&x, &w, &g, oc);
+            for (i, (&a, &r)) in y.iter().zip(&want).enumerate() {
+                let r = r + b[(i / (oh * ow)) % oc];
+                assert!((a - r).abs() < 1e-12, "{g:?} m {m}: y[{i}] {a} vs {r}");
+            }
+            let gout = values(y.len(), 4);
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+            let lhs = dot(&want, &gout);
+            let dx = depthwise_conv2d_backward_input(&gout, &w, &g, oc);
+            let dw = depthwise_conv2d_backward_weight(&gout, &x, &g, oc);
+            assert!(
+                (dot(&x, &dx) - lhs).abs() < 1e-9 * lhs.abs().max(1.0),
+                "{g:?}: dx"
+            );
+            assert!(
+                (dot(&w, &dw) - lhs).abs() < 1e-9 * lhs.abs().max(1.0),
+                "{g:?}: dw"
+            );
+            // The adjoint identity alone would not pin dx/dw down: check them entrywise
+            // against the definition's derivative (unit perturbations of a linear map).
+            for i in (0..x.len()).step_by(5) {
+                let mut e = vec![0.0; x.len()];
+                e[i] = 1.0;
+                let want = dot(&reference(&e, &w, &g, oc), &gout);
+                assert!(
+                    (dx[i] - want).abs() < 1e-9,
+                    "{g:?}: dx[{i}] {} vs {want}",
+                    dx[i]
+                );
+            }
+            for i in 0..w.len() {
+                let mut e = vec![0.0; w.len()];
+                e[i] = 1.0;
+                let want = dot(&reference(&x, &e, &g, oc), &gout);
+                assert!(
+                    (dw[i] - want).abs() < 1e-9,
+                    "{g:?}: dw[{i}] {} vs {want}",
+                    dw[i]
+                );
+            }
+        }
+    }
+}
