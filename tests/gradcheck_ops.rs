@@ -462,6 +462,25 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::batch_norm(&x[0], None, None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5),
             vec![input(&[4, 3, 2], 1), input(&[3], 2), input(&[3], 3)],
         ),
+        // Eval: the running statistics folded into one per-channel affine pass.
+        case(
+            "batch_norm_eval",
+            |x| {
+                let rm = Tensor::from_vec(vec![0.5f64, -1.0, 2.0], &[3]);
+                let rv = Tensor::from_vec(vec![1.5f64, 0.25, 4.0], &[3]);
+                F::batch_norm(
+                    &x[0],
+                    Some(&rm),
+                    Some(&rv),
+                    Some(&x[1]),
+                    Some(&x[2]),
+                    false,
+                    0.1,
+                    1e-5,
+                )
+            },
+            vec![input(&[4, 3, 2], 1), input(&[3], 2), input(&[3], 3)],
+        ),
         case(
             "embedding",
             move |x| F::embedding(&idx(vec![1, 0, 1, 2], &[2, 2]), &x[0]),
@@ -980,6 +999,16 @@ fn second_order_gradients_pass_gradcheck() {
             let w = b.reshape(&[3, 1, 1, 3]);
             let y = F::conv2d(&x, &w, None, &F::Conv2dArgs::default().padding(1).groups(3));
             y.pow_scalar(2.0).sum_all()
+        }),
+        ("batch_norm_eval", |a, b| {
+            let (rm, rv) = (
+                b.sum(&[1], false),
+                b.pow_scalar(2.0).sum(&[1], false).add_scalar(0.5),
+            );
+            let w = b.sum(&[0], false);
+            let x = a.reshape(&[1, 3, 3]);
+            let y = F::batch_norm(&x, Some(&rm), Some(&rv), Some(&w), None, false, 0.1, 1e-5);
+            (y.pow_scalar(2.0) * b).sum_all()
         }),
         ("pools", |a, b| {
             let x = (a * b).reshape(&[1, 1, 3, 3]);

@@ -12,6 +12,7 @@
 //! ```
 
 pub mod attention;
+pub mod batch_norm;
 pub mod conv;
 pub mod cross_entropy;
 pub mod dropout;

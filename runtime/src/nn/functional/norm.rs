@@ -155,7 +155,17 @@ pub fn batch_norm(
     } else {
         let rm = running_mean.expect("batch_norm: running_mean is required in eval mode");
         let rv = running_var.expect("batch_norm: running_var is required in eval mode");
-        (rm.reshape(&stat_shape), rv.reshape(&stat_shape))
+        // One pass over the input: the statistics, weight and bias folded into a
+        // per-channel scale and shift first (on [C], as PyTorch's CPU kernel does).
+        let mut scale = rv.add_scalar(eps).rsqrt();
+        if let Some(w) = weight {
+            scale = scale.mul(w);
+        }
+        let mut shift = rm.mul(&scale).neg();
+        if let Some(b) = bias {
+            shift = shift.add(b);
+        }
+        return crate::nn::fused::channel_affine(input, &scale, &shift);
     };
     per_channel_affine(
         input.sub(&mean).mul(&var.add_scalar(eps).rsqrt()),

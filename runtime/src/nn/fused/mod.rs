@@ -1,5 +1,5 @@
-//! Fused ops, one folder each: layer norm, cross-entropy, dropout, pooling, attention and
-//! the direct depthwise convolution. A folder
+//! Fused ops, one folder each: layer norm, cross-entropy, dropout, pooling, attention, the
+//! direct depthwise convolution and eval-mode batch norm's per-channel affine pass. A folder
 //! holds the op's entry point (called by `nn::functional`), its autograd node (one per
 //! op: backward runs the fused gradient kernel, or, when a graph of the backward itself is
 //! wanted (`create_graph`), the same formula as tensor ops so that higher derivatives
@@ -7,6 +7,7 @@
 //! the kernels crate's mirror folder, `ferrograd_kernels::fused::NAME`.
 
 mod attention;
+mod batch_norm;
 mod conv;
 mod cross_entropy;
 pub(crate) mod device;
@@ -15,6 +16,7 @@ mod layer_norm;
 mod pool;
 
 pub(crate) use attention::{AttnMask, attention};
+pub(crate) use batch_norm::channel_affine;
 pub(crate) use conv::{depthwise_applies, depthwise_conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
