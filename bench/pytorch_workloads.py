@@ -95,4 +95,25 @@ def chain10():
 
 
 results["chain10_fwd_bwd"] = median_time(chain10)
+
+# Whole CNNs (torchvision architectures, random weights), as benches/core_ops.rs' cnn group.
+try:
+    import torchvision
+    mobilenet = torchvision.models.mobilenet_v2().eval()
+    x20 = torch.randn(20, 3, 224, 224)
+    with torch.no_grad():
+        results["cnn/mobilenet_v2_fwd_b20"] = median_time(lambda: mobilenet(x20), min_time=5.0)
+    resnet = torchvision.models.resnet18().eval()
+    x8 = torch.randn(8, 3, 224, 224)
+    with torch.no_grad():
+        results["cnn/resnet18_fwd_b8"] = median_time(lambda: resnet(x8), min_time=5.0)
+    resnet.train()
+
+    def resnet_step():
+        resnet(x8).sum().backward()
+        resnet.zero_grad(set_to_none=True)
+
+    results["cnn/resnet18_fwd_bwd_b8"] = median_time(resnet_step, min_time=5.0)
+except ImportError:
+    print("torchvision is not installed: skipping the cnn workloads", file=sys.stderr)
 json.dump({"torch": torch.__version__, "threads": threads, "results": results}, sys.stdout, indent=1)

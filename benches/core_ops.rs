@@ -2,9 +2,15 @@
 //! workloads in PyTorch and prints ratios; keep the two in step.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ferrograd::autograd::NoGradGuard;
+use ferrograd::nn::{Forward, Module};
 use ferrograd::optim::{Adam, AdamConfig, Optimizer};
 use ferrograd::prelude::*;
 use std::hint::black_box;
+
+#[path = "../tests/ports/mod.rs"]
+#[allow(dead_code)]
+mod ports;
 
 fn matmul(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_f32");
@@ -123,8 +129,39 @@ fn chain10(c: &mut Criterion) {
     });
 }
 
+/// Whole torchvision-architecture CNNs (random weights): MobileNetV2 forward at batch 20
+/// and ResNet-18 forward and forward + backward at batch 8, 224².
+fn cnn_models(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cnn");
+    group.sample_size(10);
+    let cpu = &Device::Cpu;
+    let mut mobilenet = ports::mobilenet::MobileNetV2::new(1000, 1.0, cpu);
+    mobilenet.eval();
+    let x20 = Tensor::randn(&[20, 3, 224, 224], DType::F32, cpu);
+    group.bench_function("mobilenet_v2_fwd_b20", |bench| {
+        let _guard = NoGradGuard::new();
+        bench.iter(|| black_box(mobilenet.forward(&x20)))
+    });
+    let mut resnet = ports::resnet::resnet18(1000, cpu);
+    let x8 = Tensor::randn(&[8, 3, 224, 224], DType::F32, cpu);
+    resnet.eval();
+    group.bench_function("resnet18_fwd_b8", |bench| {
+        let _guard = NoGradGuard::new();
+        bench.iter(|| black_box(resnet.forward(&x8)))
+    });
+    resnet.train();
+    group.bench_function("resnet18_fwd_bwd_b8", |bench| {
+        bench.iter(|| {
+            resnet.forward(&x8).sum_all().backward();
+            resnet.zero_grad();
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    cnn_models,
     matmul,
     elementwise,
     softmax,

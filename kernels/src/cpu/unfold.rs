@@ -72,15 +72,16 @@ pub(crate) fn valid_columns(
     lo.min(ow)..hi.min(ow).max(lo.min(ow))
 }
 
-/// Copies one kernel tap `(ki, kj)` of one image plane into a row of `oh * ow` columns,
-/// zero outside the input. The in-bounds part of each output row is a plain copy,
-/// computed once per tap rather than tested per pixel; every slot of `dst` is written.
-fn gather_tap<T: NumElement>(
+/// Copies one kernel tap `(ki, kj)` of one image plane into a row of `oys.len() * ow`
+/// columns (output rows `oys` of the `oh` rows), zero outside the input. The in-bounds part
+/// of each output row is a plain copy, computed once per tap rather than tested per pixel;
+/// every slot of `dst` is written.
+pub(crate) fn gather_tap<T: NumElement>(
     img: &[T],
     g: &Conv2dGeometry,
     [oh, ow]: [usize; 2],
-    ki: usize,
-    kj: usize,
+    oys: std::ops::Range<usize>,
+    (ki, kj): (usize, usize),
     dst: &mut [MaybeUninit<T>],
 ) {
     let [h, w] = g.input;
@@ -88,17 +89,20 @@ fn gather_tap<T: NumElement>(
     let cols = valid_columns(offset, g.stride[1], w, ow);
     let x0 = (cols.start as isize * g.stride[1] as isize + offset).max(0) as usize;
     let zero = |d: &mut [MaybeUninit<T>]| d.iter_mut().for_each(|d| _ = d.write(T::ZERO));
+    let dst = &mut dst[..oys.len() * ow];
     // Output rows whose input row lies inside the image; the others are all padding.
     let row_offset = (ki * g.dilation[0]) as isize - g.padding[0] as isize;
-    let rows = valid_columns(row_offset, g.stride[0], h, oh);
+    let valid = valid_columns(row_offset, g.stride[0], h, oh);
+    let rows = valid.start.clamp(oys.start, oys.end)..valid.end.clamp(oys.start, oys.end);
     if cols.is_empty() || rows.is_empty() {
-        zero(&mut dst[..oh * ow]);
+        zero(dst);
         return;
     }
-    zero(&mut dst[..rows.start * ow]);
-    zero(&mut dst[rows.end * ow..oh * ow]);
+    let (first, last) = (rows.start - oys.start, rows.end - oys.start);
+    zero(&mut dst[..first * ow]);
+    zero(&mut dst[last * ow..]);
     let y0 = (rows.start as isize * g.stride[0] as isize + row_offset) as usize;
-    let dst = &mut dst[rows.start * ow..rows.end * ow];
+    let dst = &mut dst[first * ow..last * ow];
     for (i, dst_row) in dst.chunks_exact_mut(ow).enumerate() {
         let y = y0 + i * g.stride[0];
         let src_row = &img[y * w..(y + 1) * w];
@@ -170,8 +174,8 @@ pub fn unfold2d<T: NumElement>(src: &[T], g: &Conv2dGeometry) -> HostBuffer<T> {
                 img,
                 g,
                 [oh, ow],
-                tap / kw,
-                tap % kw,
+                0..oh,
+                (tap / kw, tap % kw),
                 &mut row[n * plane..(n + 1) * plane],
             );
         }

@@ -15,8 +15,11 @@ use crate::cpu::Conv2dGeometry;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
-use crate::cpu::unfold::valid_columns;
+use crate::cpu::unfold::{gather_tap, valid_columns};
+use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut, num_threads};
 use crate::{FloatElement, NumElement};
+use gemm::Parallelism;
+use std::mem::MaybeUninit;
 
 /// The element types with a direct kernel: f32 and f64 (they accumulate in themselves;
 /// half-precision convolutions take the im2col path, which accumulates in f32).
@@ -58,6 +61,7 @@ impl<T: Float> SimdKernel for ForwardPlane<'_, T> {
         let (g, ow) = (self.g, self.ow);
         let [kh, kw] = g.kernel;
         let (w_in, s1) = (g.input[1], g.stride[1]);
+        let spans: Vec<_> = (0..kw).map(|kj| tap_columns(g, ow, kj)).collect();
         for (oy, row) in self.out.chunks_exact_mut(ow).enumerate() {
             row.fill(self.bias);
             for ki in 0..kh {
@@ -65,9 +69,8 @@ impl<T: Float> SimdKernel for ForwardPlane<'_, T> {
                     continue;
                 };
                 let src = &self.x[y * w_in..(y + 1) * w_in];
-                for kj in 0..kw {
+                for (kj, (cols, x0)) in spans.iter().cloned().enumerate() {
                     let wv = self.w[ki * kw + kj];
-                    let (cols, x0) = tap_columns(g, ow, kj);
                     let dst = &mut row[cols.clone()];
                     if s1 == 1 {
                         for (d, &v) in dst.iter_mut().zip(&src[x0..x0 + cols.len()]) {
@@ -158,6 +161,7 @@ impl<T: Float> SimdKernel for InputGradPlane<'_, T> {
         let (w_in, s0, s1) = (g.input[1], g.stride[0], g.stride[1]);
         let (plane, taps) = (oh * ow, kh * kw);
         let m = self.w.len() / taps;
+        let spans: Vec<_> = (0..kw).map(|kj| tap_columns(g, ow, kj)).collect();
         for (y, row) in self.dx.chunks_exact_mut(w_in).enumerate() {
             row.fill(T::ZERO);
             for ki in 0..kh {
@@ -169,9 +173,8 @@ impl<T: Float> SimdKernel for InputGradPlane<'_, T> {
                 let oy = t as usize / s0;
                 for j in 0..m {
                     let grow = &self.gout[j * plane + oy * ow..j * plane + (oy + 1) * ow];
-                    for kj in 0..kw {
+                    for (kj, (cols, x0)) in spans.iter().cloned().enumerate() {
                         let wv = self.w[j * taps + ki * kw + kj];
-                        let (cols, x0) = tap_columns(g, ow, kj);
                         let src = &grow[cols.clone()];
                         if s1 == 1 {
                             for (d, &v) in row[x0..x0 + cols.len()].iter_mut().zip(src) {
@@ -332,6 +335,165 @@ pub fn depthwise_conv2d_backward_weight<T: Float>(
     dw
 }
 
+/// Elements of one im2col tile: small enough to stay in L2 while the GEMM packs it.
+const TILE_ELEMS: usize = 64 * 1024;
+/// Fewest output columns per tile (a narrower GEMM wastes its microkernel).
+const MIN_TILE_COLS: usize = 128;
+
+/// `conv2d` forward of contiguous `x` `[n, c, h, w]` with weight `[out_channels, c/groups,
+/// kh, kw]` and optional bias: the contiguous output `[n, out_channels, oh, ow]`.
+///
+/// Per sample and group, the output rows are taken a tile at a time: the tile's im2col
+/// columns (`[c/groups * kh * kw, rows * ow]`, sized to stay in L2) are gathered and one
+/// GEMM writes the tile straight into the NCHW output, on top of the bias. The batch-wide
+/// column matrix never exists, nor a permuted copy of the output. A 1×1 convolution with
+/// stride 1 and no padding is a plain GEMM on the input. Samples run in parallel (one
+/// thread per GEMM) when there are enough of them, else each GEMM is parallel.
+///
+/// ```
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::conv::conv2d;
+/// // one 2x2 image with two channels, one 1x1 filter summing them, bias 0.5
+/// let g = Conv2dGeometry { n: 1, c: 2, input: [2, 2], kernel: [1, 1], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// let x = [1.0f32, 2.0, 3.0, 4.0, 10.0, 20.0, 30.0, 40.0];
+/// assert_eq!(conv2d(&x, &[1.0, 1.0], Some(&[0.5]), &g, 1, 1), vec![11.5, 22.5, 33.5, 44.5]);
+/// ```
+pub fn conv2d<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> HostBuffer<T> {
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [kh, kw] = g.kernel;
+    let in_plane = g.input[0] * g.input[1];
+    let plane = oh * ow;
+    assert!(
+        groups > 0 && g.c.is_multiple_of(groups) && out_channels.is_multiple_of(groups),
+        "conv2d: {groups} groups do not divide {} input and {out_channels} output channels",
+        g.c
+    );
+    let (cg, og) = (g.c / groups, out_channels / groups);
+    let k = cg * kh * kw;
+    assert!(
+        x.len() == g.n * g.c * in_plane && w.len() == out_channels * k,
+        "conv2d: {} input and {} weight elements do not match {g:?} with {out_channels} outputs",
+        x.len(),
+        w.len()
+    );
+    let len = g.n * out_channels * plane;
+    if len == 0 {
+        return HostBuffer::zeroed(len);
+    }
+    if k == 0 {
+        // No input channels: the output is the bias.
+        let mut out = HostBuffer::<T>::zeroed(len);
+        if let Some(b) = bias {
+            for (i, row) in out.chunks_mut(plane).enumerate() {
+                row.fill(b[i % out_channels]);
+            }
+        }
+        return out;
+    }
+    let pointwise = kh == 1 && kw == 1 && g.stride == [1, 1] && g.padding == [0, 0];
+    let rows_per_tile = if pointwise {
+        oh
+    } else {
+        (TILE_ELEMS / k / ow)
+            .max(MIN_TILE_COLS.div_ceil(ow))
+            .clamp(1, oh)
+    };
+    let sample = |n: usize, dst: &mut [MaybeUninit<T>], parallelism: Parallelism| {
+        let mut cols = (!pointwise).then(|| HostBuffer::<T>::new_uninit(k * rows_per_tile * ow));
+        for gi in 0..groups {
+            let first = n * g.c + gi * cg;
+            let img = &x[first * in_plane..(first + cg) * in_plane];
+            let wg = &w[gi * og * k..(gi + 1) * og * k];
+            let dst = &mut dst[gi * og * plane..(gi + 1) * og * plane];
+            if let Some(b) = bias {
+                for (o, row) in dst.chunks_exact_mut(plane).enumerate() {
+                    row.iter_mut().for_each(|d| _ = d.write(b[gi * og + o]));
+                }
+            }
+            for oy0 in (0..oh).step_by(rows_per_tile) {
+                let oys = oy0..(oy0 + rows_per_tile).min(oh);
+                let cols_n = oys.len() * ow;
+                let (rhs, rhs_rs): (*const T, usize) = match cols.as_mut() {
+                    None => (img[oy0 * ow..].as_ptr(), in_plane),
+                    Some(cols) => {
+                        for (r, row) in cols.chunks_exact_mut(cols_n).take(k).enumerate() {
+                            let (ci, tap) = (r / (kh * kw), r % (kh * kw));
+                            gather_tap(
+                                &img[ci * in_plane..(ci + 1) * in_plane],
+                                g,
+                                [oh, ow],
+                                oys.clone(),
+                                (tap / kw, tap % kw),
+                                row,
+                            );
+                        }
+                        (cols.as_ptr() as *const T, cols_n)
+                    }
+                };
+                // SAFETY: dst: rows `o < og` of this group's output block, columns
+                // `oy0 * ow .. oy0 * ow + cols_n` (row stride `plane`), inside `dst`; with a
+                // bias they were written above (read_dst), else gemm only writes them.
+                // lhs: `wg`, `og x k` row-major. rhs: `k x cols_n` with row stride
+                // `rhs_rs` — the tile's columns, every element written by `gather_tap`
+                // (each of the first `k` rows of `cols_n` slots), or for a pointwise conv
+                // the input channels' planes from column `oy0 * ow` (here `oy0` is 0 and
+                // `cols_n` the plane). Nothing overlaps `dst`.
+                unsafe {
+                    gemm::gemm(
+                        og,
+                        cols_n,
+                        k,
+                        dst.as_mut_ptr().add(oy0 * ow) as *mut T,
+                        1,
+                        plane as isize,
+                        bias.is_some(),
+                        wg.as_ptr(),
+                        1,
+                        k as isize,
+                        rhs,
+                        1,
+                        rhs_rs as isize,
+                        T::ONE,
+                        T::ONE,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    );
+                }
+            }
+        }
+    };
+    let mut out = HostBuffer::<T>::new_uninit(len);
+    let threads = num_threads();
+    let flops = og * k * plane;
+    if g.n >= threads && threads > 1 && g.n * out_channels * k * plane >= PARALLEL_THRESHOLD {
+        for_each_chunk_mut(&mut out, out_channels * plane, |n, dst| {
+            sample(n, dst, Parallelism::None)
+        });
+    } else {
+        let parallelism = if threads > 1 && flops >= 48 * 48 * 48 {
+            Parallelism::Rayon(threads)
+        } else {
+            Parallelism::None
+        };
+        for (n, dst) in out.chunks_mut(out_channels * plane).enumerate() {
+            sample(n, dst, parallelism);
+        }
+    }
+    // SAFETY: each sample's block is `groups` blocks of `og` rows of `plane` elements; the
+    // row tiles cover `0..oh` and every GEMM writes its `og x cols_n` tile, so every
+    // element of `out` was written.
+    unsafe { out.assume_init() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +605,74 @@ mod tests {
                     "{g:?}: dw[{i}] {} vs {want}",
                     dw[i]
                 );
+            }
+        }
+    }
+
+    /// The general (grouped, any kernel) forward against the definition, across tile
+    /// boundaries (a map tall enough for several row tiles), pointwise convs, odd strides,
+    /// paddings and dilations, with and without bias.
+    #[test]
+    fn tiled_gemm_conv_matches_the_definition() {
+        let cases = [
+            // (n, c, o, groups, input, kernel, stride, padding, dilation)
+            (2, 3, 4, 1, [9, 7], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (3, 4, 6, 2, [8, 9], [3, 2], [2, 1], [0, 2], [1, 2]),
+            (2, 5, 3, 1, [6, 6], [1, 1], [1, 1], [0, 0], [1, 1]),
+            (1, 2, 2, 1, [5, 5], [1, 1], [2, 2], [1, 1], [1, 1]),
+            // 64 channels x 3x3 = K 576: tiles of a few rows over 40 output rows.
+            (2, 64, 8, 1, [40, 40], [3, 3], [1, 1], [1, 1], [1, 1]),
+        ];
+        for (n, c, o, groups, input, kernel, stride, padding, dilation) in cases {
+            let g = Conv2dGeometry {
+                n,
+                c,
+                input,
+                kernel,
+                stride,
+                padding,
+                dilation,
+            };
+            let [oh, ow] = g.output().unwrap();
+            let (cg, og) = (c / groups, o / groups);
+            let x = values(n * c * input[0] * input[1], 1);
+            let w = values(o * cg * kernel[0] * kernel[1], 2);
+            let b = values(o, 3);
+            for bias in [None, Some(&b[..])] {
+                let y = conv2d(&x, &w, bias, &g, o, groups);
+                for (i, &got) in y.iter().enumerate() {
+                    let (ni, oc, oy, ox) = (
+                        i / (o * oh * ow),
+                        (i / (oh * ow)) % o,
+                        (i / ow) % oh,
+                        i % ow,
+                    );
+                    let mut want = bias.map_or(0.0, |b| b[oc]);
+                    for ci in 0..cg {
+                        let cin = (oc / og) * cg + ci;
+                        for ki in 0..kernel[0] {
+                            for kj in 0..kernel[1] {
+                                let y = (oy * stride[0] + ki * dilation[0]) as isize
+                                    - padding[0] as isize;
+                                let xx = (ox * stride[1] + kj * dilation[1]) as isize
+                                    - padding[1] as isize;
+                                if y >= 0
+                                    && xx >= 0
+                                    && (y as usize) < input[0]
+                                    && (xx as usize) < input[1]
+                                {
+                                    want += w[((oc * cg + ci) * kernel[0] + ki) * kernel[1] + kj]
+                                        * x[((ni * c + cin) * input[0] + y as usize) * input[1]
+                                            + xx as usize];
+                                }
+                            }
+                        }
+                    }
+                    assert!(
+                        (got - want).abs() < 1e-10,
+                        "{g:?} groups {groups}: y[{i}] {got} vs {want}"
+                    );
+                }
             }
         }
     }

@@ -1,4 +1,5 @@
-//! Convolutions: `conv1d`, `conv2d` (im2col + GEMM) and `unfold`.
+//! Convolutions: `conv1d`, `conv2d` (on the CPU: `nn::fused::conv`; elsewhere im2col +
+//! GEMM) and `unfold`.
 
 use crate::amp;
 use crate::autograd::record;
@@ -229,8 +230,8 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
             weight.shape()
         )
     });
-    // One input channel per group (depthwise): direct loops, no im2col columns.
-    if crate::nn::fused::depthwise_applies(input, weight, groups) {
+    // CPU f32/f64: direct depthwise loops, or im2col tiles GEMMed into the output.
+    if crate::nn::fused::conv2d_applies(input, weight) {
         if let Some(b) = bias {
             assert!(
                 b.shape() == [o],
@@ -238,7 +239,7 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
                 b.shape()
             );
         }
-        return crate::nn::fused::depthwise_conv2d(input, weight, bias, g, args);
+        return crate::nn::fused::conv2d(input, weight, bias, g, args);
     }
     // One GEMM over the whole batch: [O, K] @ [K, N*L] (per group), then [O, N, ..] -> [N, O, ..].
     let (cols, _) = unfold_columns(

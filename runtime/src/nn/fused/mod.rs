@@ -1,5 +1,5 @@
 //! Fused ops, one folder each: layer norm, cross-entropy, dropout, pooling, attention, the
-//! direct depthwise convolution and eval-mode batch norm's per-channel affine pass. A folder
+//! CPU convolution (direct depthwise, tiled im2col + GEMM) and eval-mode batch norm's per-channel affine pass. A folder
 //! holds the op's entry point (called by `nn::functional`), its autograd node (one per
 //! op: backward runs the fused gradient kernel, or, when a graph of the backward itself is
 //! wanted (`create_graph`), the same formula as tensor ops so that higher derivatives
@@ -17,7 +17,7 @@ mod pool;
 
 pub(crate) use attention::{AttnMask, attention};
 pub(crate) use batch_norm::channel_affine;
-pub(crate) use conv::{depthwise_applies, depthwise_conv2d};
+pub(crate) use conv::{applies as conv2d_applies, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
 pub(crate) use layer_norm::layer_norm;

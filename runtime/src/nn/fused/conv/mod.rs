@@ -1,7 +1,10 @@
-//! Direct depthwise convolution on the CPU (`groups == in_channels`): one kernel forward,
-//! one per gradient, no im2col columns. CPU kernels:
+//! `conv2d` on the CPU for f32/f64: direct depthwise loops (`groups == in_channels`: one
+//! kernel forward, one per gradient, no im2col columns), and for every other convolution a
+//! forward that gathers im2col columns one L2-sized tile at a time and GEMMs each tile
+//! straight into the NCHW output (its backward is the tensor-op gradient: a transposed
+//! convolution and a per-group GEMM with the columns). CPU kernels:
 //! `ferrograd_kernels::fused::conv`. CUDA tensors and half-precision inputs take
-//! `F::conv2d`'s im2col + GEMM path instead (see [`depthwise_applies`]).
+//! `F::conv2d`'s batch-wide im2col + GEMM path instead (see [`applies`]).
 
 use super::{range, with_optional};
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
@@ -10,17 +13,14 @@ use crate::{DType, Device, Tensor};
 use ferrograd_kernels::Element;
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::fused::conv::{
-    Float, depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
+    Float, conv2d as gemm_forward, depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
     depthwise_conv2d_backward_weight,
 };
 
-/// Whether [`depthwise_conv2d`] serves a convolution of `input` with `weight`
-/// (`[out, in/groups, kh, kw]`) in `groups` groups: one input channel per group, a CPU
-/// tensor of f32 or f64.
-pub(crate) fn depthwise_applies(input: &Tensor, weight: &Tensor, groups: usize) -> bool {
-    weight.shape()[1] == 1
-        && groups == input.shape()[1]
-        && input.device() == Device::Cpu
+/// Whether [`conv2d`] serves a convolution of `input` with `weight`: CPU tensors of f32
+/// or f64 (one dtype).
+pub(crate) fn applies(input: &Tensor, weight: &Tensor) -> bool {
+    input.device() == Device::Cpu
         && weight.device() == Device::Cpu
         && matches!(input.dtype(), DType::F32 | DType::F64)
         && weight.dtype() == input.dtype()
@@ -82,21 +82,34 @@ impl Typed<'_> {
     }
 }
 
+/// Direct loops for one input channel per group, else tiled im2col + GEMM.
 fn forward<T: Float>(
     x: &[T],
     w: &[T],
     b: Option<&[T]>,
     g: &Conv2dGeometry,
     o: usize,
+    groups: usize,
 ) -> CpuStorage {
-    T::into_storage(dw_forward(x, w, b, g, o))
+    if is_depthwise(g, groups) {
+        T::into_storage(dw_forward(x, w, b, g, o))
+    } else {
+        T::into_storage(gemm_forward(x, w, b, g, o, groups))
+    }
 }
 
-/// Depthwise `conv2d` of `input` `[N, C, H, W]` with `weight` `[O, 1, kh, kw]` (`O` a
-/// multiple of `C`) and optional `bias` `[O]`, shapes checked by `F::conv2d`; output
-/// `[N, O, oh, ow]`. One autograd node; its backward runs the direct gradient kernels, or
-/// under `create_graph` the same gradients as differentiable ops.
-pub(crate) fn depthwise_conv2d(
+/// One input channel per group, and more than one group (a single-channel input with
+/// one group, as LeNet's first layer, is a small dense GEMM, which the tiled path runs
+/// faster than per-tap row loops).
+fn is_depthwise(g: &Conv2dGeometry, groups: usize) -> bool {
+    groups == g.c && groups > 1
+}
+
+/// `conv2d` of `input` `[N, C, H, W]` with `weight` `[O, C/groups, kh, kw]` and optional
+/// `bias` `[O]`, shapes checked by `F::conv2d`; output `[N, O, oh, ow]`. One autograd node;
+/// a depthwise backward runs the direct gradient kernels (under `create_graph`, and for
+/// other convolutions, the gradients are differentiable tensor ops).
+pub(crate) fn conv2d(
     input: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
@@ -105,14 +118,15 @@ pub(crate) fn depthwise_conv2d(
 ) -> Tensor {
     let op = "conv2d";
     let o = weight.shape()[0];
+    let groups = args.groups.max(1);
     let [oh, ow] = g.output().expect("conv2d checked the geometry");
     let x = input.detach().contiguous();
     let w = weight.detach().contiguous();
     let b = bias.map(|b| b.detach().contiguous());
     let out = typed(op, &x, &w, b.as_ref(), |t| {
         t.run(
-            |x, w, b| forward(x, w, b, &g, o),
-            |x, w, b| forward(x, w, b, &g, o),
+            |x, w, b| forward(x, w, b, &g, o, groups),
+            |x, w, b| forward(x, w, b, &g, o, groups),
         )
     });
     let out = Tensor::from_cpu(out, &[g.n, o, oh, ow]);
@@ -124,8 +138,8 @@ pub(crate) fn depthwise_conv2d(
         let (sx, sw) = (SavedTensor::new(input), SavedTensor::new(weight));
         move |ctx, gout: &Tensor| {
             let (x, w) = (sx.get("conv2d"), sw.get("conv2d"));
-            let (dx, dw) = if is_grad_enabled() {
-                conv2d_backward_graph(gout, &x, &w, &g, &args)
+            let (dx, dw) = if is_grad_enabled() || !is_depthwise(&g, groups) {
+                conv2d_backward_graph(gout, &x, &w, &g, &args, [ctx.needs(0), ctx.needs(1)])
             } else {
                 depthwise_backward(gout, &x, &w, &g, ctx.needs(0), ctx.needs(1))
             };
@@ -180,7 +194,7 @@ fn depthwise_backward(
 }
 
 /// The input's and the weight's gradient of any `conv2d` as differentiable tensor ops
-/// (for `create_graph`): a transposed convolution of the output gradient, and per group
+/// (each when wanted): a transposed convolution of the output gradient, and per group
 /// `gout @ columnsᵀ` over the input's im2col columns.
 pub(crate) fn conv2d_backward_graph(
     gout: &Tensor,
@@ -188,6 +202,7 @@ pub(crate) fn conv2d_backward_graph(
     w: &Tensor,
     g: &Conv2dGeometry,
     args: &Conv2dArgs,
+    [want_x, want_w]: [bool; 2],
 ) -> (Option<Tensor>, Option<Tensor>) {
     let [oh, ow] = g.output().expect("conv2d checked the geometry");
     let ws = w.shape();
@@ -206,7 +221,10 @@ pub(crate) fn conv2d_backward_graph(
         dilation: g.dilation,
         groups,
     };
-    let dx = conv_transpose2d(gout, w, None, &t_args);
+    let dx = want_x.then(|| conv_transpose2d(gout, w, None, &t_args));
+    if !want_w {
+        return (dx, None);
+    }
     let (cols, _) = unfold_columns(
         "conv2d backward",
         x,
@@ -223,5 +241,5 @@ pub(crate) fn conv2d_backward_graph(
     let dw = go
         .matmul(&cols.reshape(&[groups, k, nl]).transpose(1, 2))
         .reshape(ws);
-    (Some(dx), Some(dw))
+    (dx, Some(dw))
 }
