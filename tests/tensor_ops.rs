@@ -531,3 +531,15 @@ fn depthwise_conv2d_matches_a_dense_block_diagonal_convolution() {
         }
     }
 }
+
+/// A bias of another dtype than the input (f64 bias on f32 data) promotes, as in PyTorch,
+/// instead of reaching the single-dtype CPU kernels.
+#[test]
+fn conv2d_with_a_bias_of_another_dtype_promotes() {
+    let x = Tensor::ones(&[1, 2, 3, 3], DType::F32, &Device::Cpu);
+    let w = Tensor::ones(&[1, 2, 2, 2], DType::F32, &Device::Cpu);
+    let b = Tensor::from_vec(vec![0.5f64], &[1]);
+    let y = F::conv2d(&x, &w, Some(&b), &F::Conv2dArgs::default());
+    assert_eq!(y.dtype(), DType::F64);
+    assert_eq!(y.to_vec::<f64>(), vec![8.5; 4]);
+}

@@ -231,7 +231,7 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
         )
     });
     // CPU f32/f64: direct depthwise loops, or im2col tiles GEMMed into the output.
-    if crate::nn::fused::conv2d_applies(input, weight) {
+    if crate::nn::fused::conv2d_applies(input, weight, bias) {
         if let Some(b) = bias {
             assert!(
                 b.shape() == [o],

@@ -17,13 +17,15 @@ use ferrograd_kernels::fused::conv::{
     depthwise_conv2d_backward_weight,
 };
 
-/// Whether [`conv2d`] serves a convolution of `input` with `weight`: CPU tensors of f32
-/// or f64 (one dtype).
-pub(crate) fn applies(input: &Tensor, weight: &Tensor) -> bool {
-    input.device() == Device::Cpu
-        && weight.device() == Device::Cpu
-        && matches!(input.dtype(), DType::F32 | DType::F64)
-        && weight.dtype() == input.dtype()
+/// Whether [`conv2d`] serves a convolution of `input` with `weight` and `bias`: CPU
+/// tensors of f32 or f64, all of one dtype (mixed dtypes take the composed path, which
+/// promotes as PyTorch does).
+pub(crate) fn applies(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> bool {
+    let same = |t: &Tensor| t.device() == Device::Cpu && t.dtype() == input.dtype();
+    matches!(input.dtype(), DType::F32 | DType::F64)
+        && same(input)
+        && same(weight)
+        && bias.is_none_or(same)
 }
 
 /// Runs `f` with the host slices of contiguous `x`, `w` and the optional `b`, typed as
