@@ -279,6 +279,14 @@ impl FloatElement for f64 {}
 impl FloatElement for f16 {}
 impl FloatElement for bf16 {}
 
+/// f32 and f64: the float elements that accumulate in themselves (`Acc = Self`), for
+/// kernels that compute in the element type directly (the half types go through
+/// [`FloatElement`]'s f32 accumulation instead).
+pub trait WideFloat: FloatElement + NumElement<Acc = Self> {}
+
+impl WideFloat for f32 {}
+impl WideFloat for f64 {}
+
 macro_rules! element {
     ($t:ty, $variant:ident, $to:expr, $from:expr) => {
         impl Element for $t {

@@ -21,7 +21,7 @@ pub mod fused;
 mod index_bounds;
 mod layout;
 
-pub use dtype::{DType, Element, FloatElement, NumElement, Real};
+pub use dtype::{DType, Element, FloatElement, NumElement, Real, WideFloat};
 pub use index_bounds::IndexBounds;
 pub use layout::{Dims, Layout, broadcast_shapes, coalesce};
 

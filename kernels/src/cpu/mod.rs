@@ -131,6 +131,31 @@ macro_rules! with_float_dtype {
     };
 }
 
+/// Like [`with_dtype!`] for f32 and f64 only (the [`WideFloat`](crate::WideFloat) types);
+/// `$other` runs for the rest.
+///
+/// ```
+/// use ferrograd_kernels::{with_wide_float_dtype, DType};
+/// assert_eq!(with_wide_float_dtype!(DType::F64, T => std::mem::size_of::<T>(), else 0), 8);
+/// assert_eq!(with_wide_float_dtype!(DType::F16, T => std::mem::size_of::<T>(), else 0), 0);
+/// ```
+#[macro_export]
+macro_rules! with_wide_float_dtype {
+    ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
 impl CpuStorage {
     /// The dtype of the elements.
     pub fn dtype(&self) -> DType {

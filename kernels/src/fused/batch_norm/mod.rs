@@ -5,10 +5,10 @@
 //! the runtime applies the folded scale and shift as two broadcast ops, so this folder
 //! has no `.cu`.
 
+use crate::WideFloat as Float;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
-use crate::fused::conv::Float;
 use std::mem::MaybeUninit;
 
 /// One plane (a sample's channel): `dst = src * scale + shift`.

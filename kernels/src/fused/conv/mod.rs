@@ -11,20 +11,15 @@
 //! pixel. Products are accumulated with `mul_add` (one rounding; an FMA instruction under
 //! the AVX2/AVX-512 dispatch, a correctly rounded libm call elsewhere).
 
+use crate::WideFloat as Float;
 use crate::cpu::Conv2dGeometry;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::unfold::{gather_tap, valid_columns};
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut, num_threads};
-use crate::{FloatElement, NumElement};
 use gemm::Parallelism;
 use std::mem::MaybeUninit;
-
-/// The element types with a direct kernel: f32 and f64 (they accumulate in themselves;
-/// half-precision convolutions take the im2col path, which accumulates in f32).
-pub trait Float: FloatElement + NumElement<Acc = Self> {}
-impl<T: FloatElement + NumElement<Acc = T>> Float for T {}
 use std::ops::Range;
 
 /// The output rows `oy` and, for one tap, input row `y`, of kernel row `ki`: `None`

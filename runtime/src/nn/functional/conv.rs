@@ -230,15 +230,15 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
             weight.shape()
         )
     });
+    if let Some(b) = bias {
+        assert!(
+            b.shape() == [o],
+            "conv2d: expected bias of shape [{o}], got {:?}",
+            b.shape()
+        );
+    }
     // CPU f32/f64: direct depthwise loops, or im2col tiles GEMMed into the output.
     if crate::nn::fused::conv2d_applies(input, weight, bias) {
-        if let Some(b) = bias {
-            assert!(
-                b.shape() == [o],
-                "conv2d: expected bias of shape [{o}], got {:?}",
-                b.shape()
-            );
-        }
         return crate::nn::fused::conv2d(input, weight, bias, g, args);
     }
     // One GEMM over the whole batch: [O, K] @ [K, N*L] (per group), then [O, N, ..] -> [N, O, ..].
@@ -260,14 +260,7 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
     };
     let out = out.reshape(&[o, n, oh, ow]).permute(&[1, 0, 2, 3]);
     match bias {
-        Some(b) => {
-            assert!(
-                b.shape() == [o],
-                "conv2d: expected bias of shape [{o}], got {:?}",
-                b.shape()
-            );
-            out.add(&b.reshape(&[1, o, 1, 1]))
-        }
+        Some(b) => out.add(&b.reshape(&[1, o, 1, 1])),
         None => out.contiguous(),
     }
 }

@@ -7,8 +7,8 @@
 use super::range;
 use crate::autograd::{SavedTensor, record};
 use crate::{DType, Device, Tensor};
-use ferrograd_kernels::Element;
 use ferrograd_kernels::fused::batch_norm::channel_affine as affine_kernel;
+use ferrograd_kernels::{Element, with_wide_float_dtype};
 
 /// `input * scale[c] + shift[c]` for `input` `[N, C, ...]` and `scale`, `shift` `[C]` on the
 /// input's device (checked by the caller). Differentiable in all three. Operands of
@@ -33,20 +33,13 @@ pub(crate) fn channel_affine(input: &Tensor, scale: &Tensor, shift: &Tensor) -> 
     let inner = input.numel() / (input.shape()[0] * c);
     let out = x.with_cpu(op, |xs, _| {
         s.with_cpu(op, |ss, _| {
-            t.with_cpu(op, |ts, _| match x.dtype() {
-                DType::F32 => f32::into_storage(affine_kernel(
-                    &xs.typed::<f32>()[range(&x)],
-                    &ss.typed::<f32>()[range(&s)],
-                    &ts.typed::<f32>()[range(&t)],
+            t.with_cpu(op, |ts, _| {
+                with_wide_float_dtype!(x.dtype(), T => T::into_storage(affine_kernel::<T>(
+                    &xs.typed::<T>()[range(&x)],
+                    &ss.typed::<T>()[range(&s)],
+                    &ts.typed::<T>()[range(&t)],
                     inner,
-                )),
-                DType::F64 => f64::into_storage(affine_kernel(
-                    &xs.typed::<f64>()[range(&x)],
-                    &ss.typed::<f64>()[range(&s)],
-                    &ts.typed::<f64>()[range(&t)],
-                    inner,
-                )),
-                other => unreachable!("channel_affine takes f32 or f64, got {other:?}"),
+                )), else unreachable!("channel_affine takes f32 or f64"))
             })
         })
     });

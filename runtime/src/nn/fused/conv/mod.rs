@@ -10,12 +10,12 @@ use super::{range, with_optional};
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
 use crate::nn::functional::{Conv2dArgs, ConvTranspose2dArgs, conv_transpose2d, unfold_columns};
 use crate::{DType, Device, Tensor};
-use ferrograd_kernels::Element;
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::fused::conv::{
-    Float, conv2d as gemm_forward, depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
+    conv2d as gemm_forward, depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
     depthwise_conv2d_backward_weight,
 };
+use ferrograd_kernels::{Element, WideFloat, with_wide_float_dtype};
 
 /// Whether [`conv2d`] serves a convolution of `input` with `weight` and `bias`: CPU
 /// tensors of f32 or f64, all of one dtype (mixed dtypes take the composed path, which
@@ -28,64 +28,23 @@ pub(crate) fn applies(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) ->
         && bias.is_none_or(same)
 }
 
-/// Runs `f` with the host slices of contiguous `x`, `w` and the optional `b`, typed as
-/// their (shared, f32 or f64) dtype, and wraps the returned storage.
-fn typed<R>(
+/// The host elements of contiguous `t` (in `s`, its storage) as `T`.
+fn host<'s, T: Element>(s: &'s CpuStorage, t: &Tensor) -> &'s [T] {
+    &s.typed::<T>()[range(t)]
+}
+
+/// `f(a, b)` on the host storage of two CPU tensors.
+fn with_two<R>(
     op: &str,
-    x: &Tensor,
-    w: &Tensor,
-    b: Option<&Tensor>,
-    f: impl FnOnce(Typed<'_>) -> R,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl FnOnce(&CpuStorage, &CpuStorage) -> R,
 ) -> R {
-    x.with_cpu(op, |xs, _| {
-        w.with_cpu(op, |ws, _| {
-            with_optional(op, b, |bs| {
-                f(Typed {
-                    x: (xs, x),
-                    w: (ws, w),
-                    b: bs.map(|s| (s, b.expect("present"))),
-                })
-            })
-        })
-    })
-}
-
-/// Host operands of [`typed`].
-struct Typed<'a> {
-    x: (&'a CpuStorage, &'a Tensor),
-    w: (&'a CpuStorage, &'a Tensor),
-    b: Option<(&'a CpuStorage, &'a Tensor)>,
-}
-
-impl Typed<'_> {
-    fn slice<'s, T: Element>((s, t): (&'s CpuStorage, &Tensor)) -> &'s [T] {
-        &s.typed::<T>()[range(t)]
-    }
-
-    /// `f` on f32 or f64 slices (the dtype of `x`).
-    fn run<F32, F64>(&self, f32: F32, f64: F64) -> CpuStorage
-    where
-        F32: FnOnce(&[f32], &[f32], Option<&[f32]>) -> CpuStorage,
-        F64: FnOnce(&[f64], &[f64], Option<&[f64]>) -> CpuStorage,
-    {
-        match self.x.0.dtype() {
-            DType::F32 => f32(
-                Self::slice(self.x),
-                Self::slice(self.w),
-                self.b.map(Self::slice),
-            ),
-            DType::F64 => f64(
-                Self::slice(self.x),
-                Self::slice(self.w),
-                self.b.map(Self::slice),
-            ),
-            other => unreachable!("depthwise conv2d takes f32 or f64, got {other:?}"),
-        }
-    }
+    a.with_cpu(op, |sa, _| b.with_cpu(op, |sb, _| f(sa, sb)))
 }
 
 /// Direct loops for one input channel per group, else tiled im2col + GEMM.
-fn forward<T: Float>(
+fn forward<T: WideFloat>(
     x: &[T],
     w: &[T],
     b: Option<&[T]>,
@@ -125,11 +84,17 @@ pub(crate) fn conv2d(
     let x = input.detach().contiguous();
     let w = weight.detach().contiguous();
     let b = bias.map(|b| b.detach().contiguous());
-    let out = typed(op, &x, &w, b.as_ref(), |t| {
-        t.run(
-            |x, w, b| forward(x, w, b, &g, o, groups),
-            |x, w, b| forward(x, w, b, &g, o, groups),
-        )
+    let out = with_two(op, &x, &w, |xs, ws| {
+        with_optional(op, b.as_ref(), |bs| {
+            with_wide_float_dtype!(x.dtype(), T => forward::<T>(
+                host(xs, &x),
+                host(ws, &w),
+                bs.map(|s| host(s, b.as_ref().expect("present"))),
+                &g,
+                o,
+                groups,
+            ), else unreachable!("conv2d kernels take f32 or f64 (see `applies`)"))
+        })
     });
     let out = Tensor::from_cpu(out, &[g.n, o, oh, ow]);
     let mut inputs = vec![input, weight];
@@ -173,22 +138,19 @@ fn depthwise_backward(
         w.detach().contiguous(),
     );
     let o = w.shape()[0];
-    // `typed` hands out (x, w, b) slices; here they are (gout, w, x).
     let dx = want_x.then(|| {
-        let s = typed(op, &gout, &w, None, |t| {
-            t.run(
-                |gs, ws, _| f32::into_storage(depthwise_conv2d_backward_input(gs, ws, g, o)),
-                |gs, ws, _| f64::into_storage(depthwise_conv2d_backward_input(gs, ws, g, o)),
-            )
+        let s = with_two(op, &gout, &w, |gs, ws| {
+            with_wide_float_dtype!(x.dtype(), T => T::into_storage(
+                depthwise_conv2d_backward_input::<T>(host(gs, &gout), host(ws, &w), g, o)
+            ), else unreachable!("conv2d kernels take f32 or f64"))
         });
         Tensor::from_cpu(s, x.shape())
     });
     let dw = want_w.then(|| {
-        let s = typed(op, &gout, &x, None, |t| {
-            t.run(
-                |gs, xs, _| f32::into_storage(depthwise_conv2d_backward_weight(gs, xs, g, o)),
-                |gs, xs, _| f64::into_storage(depthwise_conv2d_backward_weight(gs, xs, g, o)),
-            )
+        let s = with_two(op, &gout, &x, |gs, xs| {
+            with_wide_float_dtype!(x.dtype(), T => T::into_storage(
+                depthwise_conv2d_backward_weight::<T>(host(gs, &gout), host(xs, &x), g, o)
+            ), else unreachable!("conv2d kernels take f32 or f64"))
         });
         Tensor::from_cpu(s, w.shape())
     });
@@ -198,7 +160,7 @@ fn depthwise_backward(
 /// The input's and the weight's gradient of any `conv2d` as differentiable tensor ops
 /// (each when wanted): a transposed convolution of the output gradient, and per group
 /// `gout @ columnsᵀ` over the input's im2col columns.
-pub(crate) fn conv2d_backward_graph(
+fn conv2d_backward_graph(
     gout: &Tensor,
     x: &Tensor,
     w: &Tensor,
