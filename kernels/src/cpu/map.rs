@@ -306,6 +306,38 @@ pub fn ternary_map<C: Element, T: Element, U: Element>(
     })
 }
 
+/// `dst[i] = src[i] / 255` in f32: image bytes to `[0, 1]` exactly as torchvision's
+/// `ToTensor` (`x.float().div(255)`, a true division, so every value is bit-identical),
+/// vectorised per CPU level.
+///
+/// # Panics
+/// If the slices differ in length.
+///
+/// ```
+/// use ferrograd_kernels::cpu::bytes_to_unit;
+/// use std::mem::MaybeUninit;
+/// let mut out = [MaybeUninit::<f32>::uninit(); 3];
+/// bytes_to_unit(&[0, 51, 255], &mut out);
+/// // SAFETY: bytes_to_unit wrote every slot.
+/// let out: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
+/// assert_eq!(out, vec![0.0, 0.2, 1.0]);
+/// ```
+#[track_caller]
+pub fn bytes_to_unit(src: &[u8], dst: &mut [MaybeUninit<f32>]) {
+    assert_eq!(
+        src.len(),
+        dst.len(),
+        "bytes_to_unit: {} bytes for {} outputs",
+        src.len(),
+        dst.len()
+    );
+    with_simd(MapSlice {
+        src,
+        dst,
+        f: &|p: u8| p as f32 / 255.0,
+    })
+}
+
 /// Converts a strided view to another element type, contiguous.
 ///
 /// ```
@@ -370,6 +402,37 @@ pub fn fill_strided<T: Element>(dst: &mut [T], layout: &Layout, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_to_unit_is_the_true_division_for_every_byte_and_length() {
+        // Every byte value at every offset within a vector, lengths crossing the SIMD
+        // widths (4, 8, 16) and their tails.
+        for len in [0, 1, 7, 8, 15, 16, 17, 255, 256, 784, 1000] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 37 + len) as u8).collect();
+            let mut out = vec![MaybeUninit::<f32>::uninit(); len];
+            bytes_to_unit(&src, &mut out);
+            for (o, &p) in out.iter().zip(&src) {
+                // SAFETY: bytes_to_unit wrote every slot.
+                let v = unsafe { o.assume_init() };
+                assert_eq!(v.to_bits(), (p as f32 / 255.0).to_bits(), "byte {p}");
+            }
+        }
+        let all: Vec<u8> = (0..=255).collect();
+        let mut out = vec![MaybeUninit::<f32>::uninit(); 256];
+        bytes_to_unit(&all, &mut out);
+        // SAFETY: as above.
+        let out: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
+        // torchvision's ToTensor gives these exactly: f64 division rounded once to f32.
+        for (p, v) in out.iter().enumerate() {
+            assert_eq!(*v, (p as f64 / 255.0) as f32);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "bytes_to_unit: 3 bytes for 2 outputs")]
+    fn bytes_to_unit_refuses_mismatched_lengths() {
+        bytes_to_unit(&[1, 2, 3], &mut [MaybeUninit::uninit(); 2]);
+    }
 
     /// Views of a `[6, 50, 130]` buffer: permuted, sliced with steps, broadcast.
     fn layouts() -> Vec<Layout> {

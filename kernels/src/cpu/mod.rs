@@ -14,7 +14,8 @@ pub(crate) mod unfold;
 
 pub use index::{gather, index_select, scatter_add};
 pub use map::{
-    binary_inplace, binary_map, cast, fill_strided, ternary_map, unary_inplace, unary_map,
+    binary_inplace, binary_map, bytes_to_unit, cast, fill_strided, ternary_map, unary_inplace,
+    unary_map,
 };
 pub use matmul::{MatmulShape, matmul};
 pub use par::{for_each_chunk_mut, num_threads, run_tasks, set_num_threads};

@@ -72,11 +72,8 @@ impl Records {
 
     fn get(&self, index: usize) -> Result<(Tensor, i64), DataError> {
         let r = self.record(index)?;
-        let px: Vec<f32> = r[self.label_bytes..]
-            .iter()
-            .map(|&p| p as f32 / 255.0)
-            .collect();
-        Ok((Tensor::from_vec(px, &[3, 32, 32]), r[self.label_at] as i64))
+        let px = scaled_pixels(&[index], PIXELS, |_| Ok(&r[self.label_bytes..]))?;
+        Ok((Tensor::from_host(px, &[3, 32, 32]), r[self.label_at] as i64))
     }
 
     fn batch(&self, indices: &[usize]) -> Result<(Tensor, Tensor), DataError> {

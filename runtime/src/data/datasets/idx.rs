@@ -160,12 +160,11 @@ impl IdxSplit {
             });
         }
         let plane = self.h * self.w;
-        let px: Vec<f32> = self.pixels[index * plane..(index + 1) * plane]
-            .iter()
-            .map(|&p| p as f32 / 255.0)
-            .collect();
+        let px = scaled_pixels(&[index], plane, |i| {
+            Ok(&self.pixels[i * plane..(i + 1) * plane])
+        })?;
         Ok((
-            Tensor::from_vec(px, &[1, self.h, self.w]),
+            Tensor::from_host(px, &[1, self.h, self.w]),
             self.labels[index] as i64,
         ))
     }

@@ -22,7 +22,7 @@ pub use tabular::{CsvDataset, npy_dataset, read_npy, safetensors_dataset};
 pub use text::TextDataset;
 
 use super::DataError;
-use ferrograd_kernels::cpu::HostBuffer;
+use ferrograd_kernels::cpu::{HostBuffer, bytes_to_unit};
 use std::path::{Path, PathBuf};
 
 /// `$FERROGRAD_DATA/<name>`, or an error saying the variable is unset.
@@ -70,12 +70,11 @@ fn scaled_pixels<'a>(
     let mut out = HostBuffer::<f32>::new_uninit(indices.len() * row_len);
     if row_len > 0 {
         for (dst, &i) in out.chunks_exact_mut(row_len).zip(indices) {
-            for (d, &p) in dst.iter_mut().zip(row(i)?) {
-                d.write(p as f32 / 255.0);
-            }
+            // Asserts that `row` returned a whole row.
+            bytes_to_unit(row(i)?, dst);
         }
     }
-    // SAFETY: the chunks of `row_len` slots tile the buffer (one per index) and each was
-    // written from a row of `row_len` bytes (`row` returns whole rows).
+    // SAFETY: the chunks of `row_len` slots tile the buffer (one per index) and
+    // `bytes_to_unit` wrote each whole chunk (it asserts the row is as long).
     Ok(unsafe { out.assume_init() })
 }

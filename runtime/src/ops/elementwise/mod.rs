@@ -1,5 +1,5 @@
 //! Elementwise ops: binary arithmetic with broadcasting and type promotion (here, with
-//! the operator impls), unary math and scalar ops ([`unary`]), comparisons, logical ops
+//! the operator impls), unary math and scalar ops ([`unary`]), activations ([`activation`]), comparisons, logical ops
 //! and `where` ([`compare`]).
 
 use super::{broadcast_shape, check_same_device};
@@ -12,10 +12,33 @@ use ferrograd_kernels::Layout;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 use ferrograd_kernels::{NumElement, Real};
 
+/// A float constant in the element type of a kernel.
+#[inline(always)]
+fn c<A: Real>(v: f64) -> A {
+    A::from(v).expect("constant representable in f32")
+}
+
+/// A unary op type: its CPU function and its CUDA kernels (out of place, in place).
+macro_rules! unary_kernel {
+    ($name:ident, $cuda:ident, $cuda_inplace:ident, |$x:ident| $body:expr) => {
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::$cuda, &kernels::$cuda_inplace]);
+            #[inline(always)]
+            fn apply<A: Real>(&self, $x: A) -> A {
+                $body
+            }
+        }
+    };
+}
+
+mod activation;
 mod compare;
 mod unary;
 
-pub(crate) use unary::{AffineK, ClampK};
+pub(crate) use activation::ClampK;
+pub(crate) use unary::AffineK;
 
 /// A binary op type: its CPU function and its CUDA kernels (out of place, in place).
 macro_rules! binary_kernel {

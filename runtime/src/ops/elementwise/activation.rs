@@ -1,0 +1,355 @@
+//! Activations (`relu`, `gelu`, `silu`, `leaky_relu`, `elu`, `softplus`, `hardsigmoid`,
+//! `hardswish`, `mish`, `hardtanh`, `relu6`, `clamp`): the op types (CPU function and
+//! CUDA kernels, branch-free selects where the op has a kink) and the methods with their
+//! PyTorch gradients.
+
+use super::c;
+use crate::Tensor;
+use crate::storage::op::{IntMap, UnaryOp};
+use ferrograd_kernels::Real;
+use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
+
+unary_kernel!(ReluK, RELU, RELU_INPLACE, |x| if x > A::zero() {
+    x
+} else {
+    A::zero()
+});
+unary_kernel!(GeluErfK, GELU, GELU_INPLACE, |x| c::<A>(0.5)
+    * x
+    * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf()));
+unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
+    let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
+    c::<A>(0.5) * x * (A::one() + inner.tanh())
+});
+unary_kernel!(SiluK, SILU, SILU_INPLACE, |x| x
+    / (A::one() + (-x).exp_vec()));
+/// `min(max(x, lo), hi)` as two selects, no branch, so the loop vectorises; NaN
+/// propagates as in PyTorch (both comparisons are false for it).
+pub(crate) struct ClampK(pub(crate) f64, pub(crate) f64);
+impl UnaryOp for ClampK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::CLAMP, &kernels::CLAMP_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        let (lo, hi) = (c::<A>(self.0), c::<A>(self.1));
+        let y = if x < lo { lo } else { x };
+        if y > hi { hi } else { y }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.0, self.1)
+    }
+}
+
+/// `x > 0 ? x : slope * x`, a select (no branch).
+struct LeakyReluK(f64);
+impl UnaryOp for LeakyReluK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::LEAKY_RELU, &kernels::LEAKY_RELU_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        if x > A::zero() { x } else { x * c::<A>(self.0) }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.0, 0.0)
+    }
+}
+
+/// `x > 0 ? x : alpha * (e^x - 1)`, with `expm1` as PyTorch.
+struct EluK(f64);
+impl UnaryOp for EluK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::ELU, &kernels::ELU_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        if x > A::zero() {
+            x
+        } else {
+            c::<A>(self.0) * x.exp_m1()
+        }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.0, 0.0)
+    }
+}
+
+/// `ln(1 + e^(beta x)) / beta`, and `x` itself where `beta x > threshold` (PyTorch's).
+struct SoftplusK {
+    beta: f64,
+    threshold: f64,
+}
+impl UnaryOp for SoftplusK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::SOFTPLUS, &kernels::SOFTPLUS_INPLACE]);
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        let beta = c::<A>(self.beta);
+        let bx = x * beta;
+        if bx > c::<A>(self.threshold) {
+            x
+        } else {
+            bx.exp().ln_1p() / beta
+        }
+    }
+    fn params(&self) -> (f64, f64) {
+        (self.beta, self.threshold)
+    }
+}
+
+/// `clamp(x + 3, 0, 6)`, the shared factor of hardsigmoid and hardswish.
+#[inline(always)]
+fn relu6_shift<A: Real>(x: A) -> A {
+    let y = x + c::<A>(3.0);
+    let y = if y < A::zero() { A::zero() } else { y };
+    if y > c::<A>(6.0) { c::<A>(6.0) } else { y }
+}
+
+unary_kernel!(
+    HardsigmoidK,
+    HARDSIGMOID,
+    HARDSIGMOID_INPLACE,
+    |x| relu6_shift(x) / c::<A>(6.0)
+);
+unary_kernel!(HardswishK, HARDSWISH, HARDSWISH_INPLACE, |x| x
+    * relu6_shift(x)
+    / c::<A>(6.0));
+unary_kernel!(MishK, MISH, MISH_INPLACE, |x| x * x.exp().ln_1p().tanh());
+
+impl Tensor {
+    /// `max(x, 0)`.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// assert_eq!(Tensor::from_vec(vec![-1.0f32, 2.0], &[2]).relu().to_vec::<f32>(), vec![0.0, 2.0]);
+    /// ```
+    pub fn relu(&self) -> Tensor {
+        self.unary_op("relu", ReluK, |x, _, g| {
+            g.mul(&x.gt_scalar(0.0).to_dtype(g.dtype()))
+        })
+    }
+
+    /// GELU with the exact erf form, `x * Φ(x)` (PyTorch's default).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![1.0f64], &[1]).gelu().item::<f64>();
+    /// assert!((y - 0.8413447460685429).abs() < 1e-12);
+    /// ```
+    pub fn gelu(&self) -> Tensor {
+        self.unary_op("gelu", GeluErfK, |x, _, g| {
+            let cdf = x
+                .mul_scalar(std::f64::consts::FRAC_1_SQRT_2)
+                .erf()
+                .add_scalar(1.0)
+                .mul_scalar(0.5);
+            let pdf = x
+                .mul(x)
+                .mul_scalar(-0.5)
+                .exp()
+                .mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt());
+            g.mul(&cdf.add(&x.mul(&pdf)))
+        })
+    }
+
+    /// GELU with the tanh approximation (`approximate='tanh'`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![1.0f64], &[1]).gelu_tanh().item::<f64>();
+    /// assert!((y - 0.8411919906082768).abs() < 1e-12);
+    /// ```
+    pub fn gelu_tanh(&self) -> Tensor {
+        self.unary_op("gelu_tanh", GeluTanhK, |x, _, g| {
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let x2 = x.mul(x);
+            let t = x.add(&x2.mul(x).mul_scalar(0.044715)).mul_scalar(k).tanh();
+            let dinner = x2.mul_scalar(3.0 * 0.044715).add_scalar(1.0).mul_scalar(k);
+            let d = t.add_scalar(1.0).mul_scalar(0.5).add(
+                &x.mul_scalar(0.5)
+                    .mul(&t.mul(&t).rsub_scalar(1.0))
+                    .mul(&dinner),
+            );
+            g.mul(&d)
+        })
+    }
+
+    /// SiLU (swish), `x * sigmoid(x)`.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).silu().to_vec::<f32>(), vec![0.0]);
+    /// ```
+    pub fn silu(&self) -> Tensor {
+        self.unary_op("silu", SiluK, |x, _, g| {
+            let s = x.sigmoid();
+            g.mul(&s.mul(&x.mul(&s.rsub_scalar(1.0)).add_scalar(1.0)))
+        })
+    }
+
+    /// `x > 0 ? x : negative_slope * x` (`F.leaky_relu`; PyTorch's default slope is 0.01).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![-2.0f32, 3.0], &[2]).leaky_relu(0.1);
+    /// assert_eq!(y.to_vec::<f32>(), vec![-0.2, 3.0]);
+    /// ```
+    pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
+        self.unary_op("leaky_relu", LeakyReluK(negative_slope), move |x, _, g| {
+            let positive = x.gt_scalar(0.0).to_dtype(g.dtype());
+            g.mul(
+                &positive
+                    .mul_scalar(1.0 - negative_slope)
+                    .add_scalar(negative_slope),
+            )
+        })
+    }
+
+    /// `x > 0 ? x : alpha * (e^x - 1)` (`F.elu`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![0.0f64, 2.0], &[2]).elu(1.0).to_vec::<f64>();
+    /// assert_eq!(y, vec![0.0, 2.0]);
+    /// ```
+    pub fn elu(&self, alpha: f64) -> Tensor {
+        self.unary_op("elu", EluK(alpha), move |x, _, g| {
+            // exp of min(x, 0): the negative branch never overflows for large x.
+            let negative = x.clamp(f64::NEG_INFINITY, 0.0).exp().mul_scalar(alpha);
+            let one = Tensor::ones(&[], g.dtype(), &g.device());
+            g.mul(&Tensor::where_cond(&x.gt_scalar(0.0), &one, &negative))
+        })
+    }
+
+    /// `ln(1 + e^(beta x)) / beta`, reverting to `x` where `beta x > threshold`
+    /// (`F.softplus(x, beta, threshold)`; PyTorch's defaults are 1 and 20).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![0.0f64, 30.0], &[2]).softplus(1.0, 20.0).to_vec::<f64>();
+    /// assert!((y[0] - 2f64.ln()).abs() < 1e-15 && y[1] == 30.0);
+    /// ```
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
+        self.unary_op("softplus", SoftplusK { beta, threshold }, move |x, _, g| {
+            let bx = x.mul_scalar(beta);
+            let one = Tensor::ones(&[], g.dtype(), &g.device());
+            g.mul(&Tensor::where_cond(
+                &bx.gt_scalar(threshold),
+                &one,
+                &bx.sigmoid(),
+            ))
+        })
+    }
+
+    /// `relu6(x + 3) / 6` (`F.hardsigmoid`); the gradient is 1/6 strictly inside (-3, 3).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![-4.0f32, 0.0, 4.0], &[3]).hardsigmoid();
+    /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.5, 1.0]);
+    /// ```
+    pub fn hardsigmoid(&self) -> Tensor {
+        self.unary_op("hardsigmoid", HardsigmoidK, |x, _, g| {
+            let inside = x.gt_scalar(-3.0).logical_and(&x.lt_scalar(3.0));
+            g.mul(&inside.to_dtype(g.dtype()).mul_scalar(1.0 / 6.0))
+        })
+    }
+
+    /// `x * relu6(x + 3) / 6` (`F.hardswish`, MobileNetV3's activation).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![-4.0f32, 0.0, 4.0], &[3]).hardswish();
+    /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.0, 4.0]);
+    /// ```
+    pub fn hardswish(&self) -> Tensor {
+        self.unary_op("hardswish", HardswishK, |x, _, g| {
+            // PyTorch's: 0 below -3, x / 3 + 1/2 up to 3 (inclusive), 1 above.
+            let zero = Tensor::zeros(&[], g.dtype(), &g.device());
+            let one = Tensor::ones(&[], g.dtype(), &g.device());
+            let middle = x.mul_scalar(1.0 / 3.0).add_scalar(0.5);
+            let upper = Tensor::where_cond(&x.le_scalar(3.0), &middle, &one);
+            g.mul(&Tensor::where_cond(&x.lt_scalar(-3.0), &zero, &upper))
+        })
+    }
+
+    /// `x * tanh(ln(1 + e^x))` (`F.mish`).
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let y = Tensor::from_vec(vec![0.0f64, 1.0], &[2]).mish().to_vec::<f64>();
+    /// assert!(y[0] == 0.0 && (y[1] - 1f64.exp().ln_1p().tanh()).abs() < 1e-15);
+    /// ```
+    pub fn mish(&self) -> Tensor {
+        self.unary_op("mish", MishK, |x, _, g| {
+            let t = x.softplus(1.0, 20.0).tanh();
+            let s = x.sigmoid();
+            let dt = t.mul(&t).rsub_scalar(1.0);
+            g.mul(&t.add(&x.mul(&s).mul(&dt)))
+        })
+    }
+
+    /// `min(max(self, min_val), max_val)` as an activation (`F.hardtanh`): the forward of
+    /// [`clamp`](Tensor::clamp), but the gradient passes only strictly inside
+    /// `(min_val, max_val)`, as PyTorch's.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![-2.0f32, 0.5, 1.0, 3.0], &[4]);
+    /// assert_eq!(t.hardtanh(-1.0, 1.0).to_vec::<f32>(), vec![-1.0, 0.5, 1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn hardtanh(&self, min_val: f64, max_val: f64) -> Tensor {
+        assert!(
+            min_val <= max_val,
+            "hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})"
+        );
+        self.unary_op("hardtanh", ClampK(min_val, max_val), move |x, _, g| {
+            g.mul(
+                &x.gt_scalar(min_val)
+                    .logical_and(&x.lt_scalar(max_val))
+                    .to_dtype(g.dtype()),
+            )
+        })
+    }
+
+    /// `min(max(self, 0), 6)` (`F.relu6`, MobileNet's activation): [`hardtanh`](Tensor::hardtanh)
+    /// over `[0, 6]`.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![-1.0f32, 2.0, 7.0], &[3]);
+    /// assert_eq!(t.relu6().to_vec::<f32>(), vec![0.0, 2.0, 6.0]);
+    /// ```
+    pub fn relu6(&self) -> Tensor {
+        self.hardtanh(0.0, 6.0)
+    }
+
+    /// Clamps to `[min, max]` (`torch.clamp`); the gradient passes where the input was inside.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// let t = Tensor::from_vec(vec![-2.0f32, 0.5, 3.0], &[3]);
+    /// assert_eq!(t.clamp(-1.0, 1.0).to_vec::<f32>(), vec![-1.0, 0.5, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn clamp(&self, min: f64, max: f64) -> Tensor {
+        assert!(min <= max, "clamp: min ({min}) must not exceed max ({max})");
+        if !self.dtype().is_float() {
+            return self.int_map(IntMap::Clamp(min, max));
+        }
+        self.unary_op("clamp", ClampK(min, max), move |x, _, g| {
+            g.mul(
+                &x.ge_scalar(min)
+                    .logical_and(&x.le_scalar(max))
+                    .to_dtype(g.dtype()),
+            )
+        })
+    }
+
+    /// Clamps from below only.
+    ///
+    /// ```
+    /// # use ferrograd_runtime::prelude::*;
+    /// assert_eq!(Tensor::from_vec(vec![-2.0f32, 3.0], &[2]).clamp_min(0.0).to_vec::<f32>(), vec![0.0, 3.0]);
+    /// ```
+    pub fn clamp_min(&self, min: f64) -> Tensor {
+        self.clamp(min, f64::INFINITY)
+    }
+}
