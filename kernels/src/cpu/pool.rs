@@ -51,7 +51,6 @@ use super::arena::Arena;
 use crate::Element;
 use std::alloc::{self, Layout};
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -119,9 +118,43 @@ struct Raw(NonNull<u8>);
 // a free list; the list's mutex orders its hand-over between threads.
 unsafe impl Send for Raw {}
 
-/// One shard's cached blocks by size, padded to its own cache line.
+/// The number of small size classes: 64-byte steps to 4 KiB (64), then eight per power
+/// of two up to [`LARGE`] (8 × 8), and `LARGE` itself.
+const CLASSES: usize = 64 + 8 * 8 + 1;
+
+/// The slot of a size class (a value [`size_class`] returns, at most [`LARGE`]).
+#[inline]
+fn class_index(size: usize) -> usize {
+    if size <= 4096 {
+        return size / 64 - 1;
+    }
+    let log2 = (usize::BITS - 1 - size.leading_zeros()) as usize;
+    64 + (log2 - 12) * 8 + (size >> (log2 - 3)) - 8
+}
+
+/// The size class of slot `index` (the inverse of [`class_index`]; slots that no class
+/// maps to give sizes no request rounds to, and stay empty).
+#[inline]
+fn class_size(index: usize) -> usize {
+    if index < 64 {
+        return (index + 1) * 64;
+    }
+    let (log2, m) = (12 + (index - 64) / 8, 8 + (index - 64) % 8);
+    m << (log2 - 3)
+}
+
+/// One shard's cached blocks, a free list per size class (lists are kept when empty,
+/// so caching a block never allocates once its class has been seen).
+struct Lists {
+    free: [Vec<Raw>; CLASSES],
+    /// Requests this shard served from its lists (counted under its lock, not with an
+    /// atomic on the hot path).
+    hits: usize,
+}
+
+/// One shard, padded to its own cache line.
 #[repr(align(64))]
-struct Shard(Mutex<BTreeMap<usize, Vec<Raw>>>);
+struct Shard(Mutex<Lists>);
 
 /// The caching allocator for host memory. The runtime uses the one global instance,
 /// [`HOST_POOL`]; tests build their own to see exact statistics.
@@ -140,7 +173,6 @@ pub struct HostPool {
     max_allocated: AtomicUsize,
     max_reserved: AtomicUsize,
     system_allocations: AtomicUsize,
-    cache_hits: AtomicUsize,
     /// Whether `limit`/`huge_pages` come from the environment on first use.
     from_env: bool,
 }
@@ -182,7 +214,12 @@ fn parse_bytes(text: &str) -> Option<usize> {
 impl HostPool {
     const fn build(limit: usize, huge_pages: bool, from_env: bool) -> Self {
         HostPool {
-            shards: [const { Shard(Mutex::new(BTreeMap::new())) }; SHARDS],
+            shards: [const {
+                Shard(Mutex::new(Lists {
+                    free: [const { Vec::new() }; CLASSES],
+                    hits: 0,
+                }))
+            }; SHARDS],
             large: Mutex::new(Arena::new(huge_pages)),
             limit: AtomicUsize::new(limit),
             huge_pages: AtomicBool::new(huge_pages),
@@ -193,7 +230,6 @@ impl HostPool {
             max_allocated: AtomicUsize::new(0),
             max_reserved: AtomicUsize::new(0),
             system_allocations: AtomicUsize::new(0),
-            cache_hits: AtomicUsize::new(0),
             from_env,
         }
     }
@@ -297,7 +333,7 @@ impl HostPool {
             max_allocated: self.max_allocated.load(Relaxed),
             max_reserved: self.max_reserved.load(Relaxed),
             system_allocations: self.system_allocations.load(Relaxed) + grows,
-            cache_hits: self.cache_hits.load(Relaxed) + hits,
+            cache_hits: hits + self.shards.iter().map(|s| lock(s).hits).sum::<usize>(),
         }
     }
 
@@ -398,20 +434,17 @@ impl HostPool {
             }
             let mut released = Vec::new();
             {
-                let mut map = lock(shard);
-                while self.cached.load(Relaxed) > keep {
-                    let Some(mut entry) = map.last_entry() else {
-                        break;
-                    };
-                    let size = *entry.key();
-                    let raw = entry.get_mut().pop();
-                    if entry.get().is_empty() {
-                        entry.remove();
-                    }
-                    if let Some(raw) = raw {
+                let mut lists = lock(shard);
+                'classes: for index in (0..CLASSES).rev() {
+                    let size = class_size(index);
+                    while let Some(raw) = lists.free[index].pop() {
                         self.cached.fetch_sub(size, Relaxed);
                         released.push((raw, size));
+                        if self.cached.load(Relaxed) <= keep {
+                            break 'classes;
+                        }
                     }
+                    lists.free[index] = Vec::new();
                 }
             }
             for (raw, size) in released {
@@ -430,23 +463,16 @@ impl HostPool {
         let class = size_class(bytes);
         let shard = current_shard();
         let hit = {
-            let mut map = lock(&self.shards[shard]);
-            let found = map
-                .range(class..=class + class / 4)
-                .next()
-                .map(|(&size, _)| size);
-            found.and_then(|size| {
-                let list = map.get_mut(&size)?;
-                let raw = list.pop();
-                if list.is_empty() {
-                    map.remove(&size);
-                }
-                raw.map(|r| (r.0, size))
-            })
+            // The smallest cached block of this class or up to 25 % larger.
+            let mut lists = lock(&self.shards[shard]);
+            let first = class_index(class);
+            (first..CLASSES)
+                .take_while(|&i| class_size(i) <= class + class / 4)
+                .find_map(|i| lists.free[i].pop().map(|r| (r.0, class_size(i))))
+                .inspect(|_| lists.hits += 1)
         };
         if let Some((ptr, size)) = hit {
             self.cached.fetch_sub(size, Relaxed);
-            self.cache_hits.fetch_add(1, Relaxed);
             self.note_allocated(size);
             return (ptr, size, shard, false);
         }
@@ -455,7 +481,10 @@ impl HostPool {
 
     fn note_allocated(&self, size: usize) {
         let now = self.allocated.fetch_add(size, Relaxed) + size;
-        self.max_allocated.fetch_max(now, Relaxed);
+        // A plain load first: at a steady peak no read-modify-write is needed.
+        if now > self.max_allocated.load(Relaxed) {
+            self.max_allocated.fetch_max(now, Relaxed);
+        }
     }
 
     /// Takes back a block from a dropped buffer: cached in `shard` unless that would
@@ -477,10 +506,7 @@ impl HostPool {
             })
             .is_ok();
         if admitted {
-            lock(&self.shards[shard])
-                .entry(size)
-                .or_default()
-                .push(Raw(ptr));
+            lock(&self.shards[shard]).free[class_index(size)].push(Raw(ptr));
         } else {
             self.release_to_system(ptr, size);
         }
@@ -515,7 +541,7 @@ fn lock_large(large: &Mutex<Arena>) -> MutexGuard<'_, Arena> {
     large.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn lock(shard: &Shard) -> MutexGuard<'_, BTreeMap<usize, Vec<Raw>>> {
+fn lock(shard: &Shard) -> MutexGuard<'_, Lists> {
     // A panic while a shard was held leaves the map consistent (every update is one
     // call), so a poisoned lock is still usable.
     shard.0.lock().unwrap_or_else(|e| e.into_inner())
@@ -864,6 +890,45 @@ mod tests {
             assert!(bytes <= 4096 || c - bytes <= bytes / 8, "{bytes} -> {c}");
         }
         assert_eq!(size_class(MAP_MIN) % 4096, 0);
+    }
+
+    #[test]
+    fn every_size_class_has_its_own_slot() {
+        let mut seen = [false; CLASSES];
+        let mut last = 0;
+        for bytes in (1..=LARGE)
+            .step_by(61)
+            .chain([4096, 4097, LARGE - 1, LARGE])
+        {
+            let class = size_class(bytes);
+            let index = class_index(class);
+            assert!(
+                index < CLASSES,
+                "{bytes} bytes: class {class}, slot {index}"
+            );
+            assert_eq!(class_size(index), class, "{bytes} bytes");
+            seen[index] = true;
+            if bytes % 61 == 1 {
+                assert!(index >= last, "slots follow sizes");
+                last = index;
+            }
+        }
+        assert!(seen[0] && seen[CLASSES - 1]);
+        // Slot sizes never decrease, so a search upward finds the smallest fitting block
+        // (slot 64 repeats 4096 and stays empty: 4096 bytes map to slot 63).
+        assert!((1..CLASSES).all(|i| class_size(i) >= class_size(i - 1)));
+    }
+
+    #[test]
+    fn a_slightly_larger_cached_block_serves_a_request() {
+        let pool = HostPool::leaked(1 << 20);
+        let a = HostBuffer::<u8>::zeroed_in(pool, 4608);
+        let address = a.as_ptr();
+        drop(a);
+        // 4097 bytes round to 4608 as well; 4096 may take the 4608 block (+12.5 %).
+        let b = HostBuffer::<u8>::zeroed_in(pool, 4096);
+        assert_eq!(b.as_ptr(), address);
+        assert_eq!(pool.stats().cache_hits, 1);
     }
 
     #[test]

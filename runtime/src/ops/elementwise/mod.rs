@@ -11,6 +11,7 @@ use crate::{DType, Tensor};
 use ferrograd_kernels::Layout;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 use ferrograd_kernels::{NumElement, Real};
+use std::borrow::Cow;
 
 /// A float constant in the element type of a kernel.
 #[inline(always)]
@@ -114,19 +115,27 @@ impl Tensor {
 
     /// The inputs of a binary op converted to their common dtype, and the broadcast shape.
     #[track_caller]
-    fn promote_pair(
-        &self,
-        other: &Tensor,
+    fn promote_pair<'a>(
+        &'a self,
+        other: &'a Tensor,
         op: &str,
         float_result: bool,
-    ) -> (Tensor, Tensor, ferrograd_kernels::Dims) {
+    ) -> (Cow<'a, Tensor>, Cow<'a, Tensor>, ferrograd_kernels::Dims) {
         check_same_device(op, &[self, other]);
         let shape = broadcast_shape(op, self, other);
         let mut dtype = DType::promote(self.dtype(), other.dtype());
         if float_result && !dtype.is_float() {
             dtype = DType::F32;
         }
-        (self.to_dtype(dtype), other.to_dtype(dtype), shape)
+        // Borrowed when no cast is needed: no reference-count traffic on the per-op path.
+        let cast = |t: &'a Tensor| {
+            if t.dtype() == dtype {
+                Cow::Borrowed(t)
+            } else {
+                Cow::Owned(t.to_dtype(dtype))
+            }
+        };
+        (cast(self), cast(other), shape)
     }
 
     #[track_caller]
