@@ -177,11 +177,50 @@ pub trait Real: num_traits::Float + NumElement + std::iter::Sum {
     fn erf(self) -> Self;
     /// `e^x`, written so that loops over it vectorise (f32: about 1 ulp; f64: `std`'s).
     fn exp_vec(self) -> Self;
+
+    /// `e^x` for `x <= 0` or NaN (softmax's `x - max`), as [`Real::exp_vec`] without its
+    /// overflow branch; with `FMA` the f32 polynomial runs in fused multiply-adds (only
+    /// for code compiled with FMA: see `SimdKernel::run_fma`).
+    #[inline(always)]
+    fn exp_nonpos<const FMA: bool>(self) -> Self {
+        self.exp_vec()
+    }
 }
 
 impl Real for f32 {
     fn erf(self) -> Self {
         libm::erff(self)
+    }
+
+    /// The scheme of [`Real::exp_vec`] for `x <= 0`: below `ln 2^-150` the result is 0;
+    /// NaN stays NaN (every step propagates it). Within 2 ulp of `f32::exp`, with or without
+    /// FMA (tested).
+    #[inline(always)]
+    fn exp_nonpos<const FMA: bool>(self) -> f32 {
+        #[inline(always)]
+        fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+            if FMA { a.mul_add(b, c) } else { a * b + c }
+        }
+        const LOG2E: f32 = std::f32::consts::LOG2_E;
+        const LN2_HI: f32 = 0.693_359_4;
+        const LN2_LO: f32 = -2.121_944_4e-4;
+        const ROUND: f32 = 12_582_912.0;
+        const LO: f32 = -103.972_08;
+        let x = if self < LO { LO } else { self };
+        let n = madd::<FMA>(x, LOG2E, ROUND) - ROUND;
+        let r = madd::<FMA>(n, -LN2_LO, madd::<FMA>(n, -LN2_HI, x));
+        let mut p = 1.987_569_1e-4f32;
+        p = madd::<FMA>(p, r, 1.398_199_9e-3);
+        p = madd::<FMA>(p, r, 8.333_452e-3);
+        p = madd::<FMA>(p, r, 4.166_579_6e-2);
+        p = madd::<FMA>(p, r, 1.666_666_5e-1);
+        p = madd::<FMA>(p, r, 0.5);
+        let y = madd::<FMA>(p, r * r, r) + 1.0;
+        // 2^n as 2^h * 2^(n-h) (n down to -150), from exponent bits as in `exp_vec`.
+        let h = madd::<FMA>(n, 0.5, ROUND) - ROUND;
+        let scale = |k: f32| f32::from_bits((k + (127.0 + 8_388_608.0)).to_bits() << 23);
+        let v = y * scale(h) * scale(n - h);
+        if self < LO { 0.0 } else { v }
     }
 
     /// Cephes' `expf` scheme: `x = n ln2 + r` with `|r| <= ln2 / 2`, a degree-6 polynomial
@@ -267,6 +306,29 @@ mod tests {
         assert_eq!(100.0f32.exp_vec(), f32::INFINITY);
         assert!(f32::NAN.exp_vec().is_nan());
         assert_eq!(0.0f32.exp_vec(), 1.0);
+    }
+
+    #[test]
+    fn exp_nonpos_is_within_two_ulp_of_std_with_and_without_fma() {
+        fn check<const FMA: bool>() {
+            let mut x = -110.0f32;
+            while x <= 0.0 {
+                let (got, want) = (x.exp_nonpos::<FMA>(), x.exp());
+                let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
+                assert!(
+                    ulp <= 2 || (want < f32::MIN_POSITIVE && (got - want).abs() <= 2.0 * 1.4e-45),
+                    "exp({x}) = {got}, want {want} (fma {FMA})"
+                );
+                x += 0.00731;
+            }
+            assert_eq!(0.0f32.exp_nonpos::<FMA>(), 1.0);
+            assert_eq!((-0.0f32).exp_nonpos::<FMA>(), 1.0);
+            assert_eq!(f32::NEG_INFINITY.exp_nonpos::<FMA>(), 0.0);
+            assert!(f32::NAN.exp_nonpos::<FMA>().is_nan());
+        }
+        check::<false>();
+        check::<true>();
+        assert_eq!((-1.5f64).exp_nonpos::<true>(), (-1.5f64).exp());
     }
 }
 

@@ -190,51 +190,59 @@ pub fn cumsum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize
     out
 }
 
-/// The maximum of a row in the accumulator type, over independent lanes so it vectorises.
+/// The largest element of a row, for softmax and cross-entropy. NaN is skipped here: a
+/// NaN element still makes every output NaN, because its `e^(x - max)` is NaN and so is
+/// the row's sum (PyTorch's result). Skipping it lets the loop be a plain `max`.
 #[inline(always)]
 pub(crate) fn row_max<T: FloatElement>(row: &[T]) -> T::Acc {
-    const LANES: usize = 8;
-    let mut lanes = [T::Acc::neg_infinity(); LANES];
-    let chunks = row.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    // NaN-propagating max: once a lane holds NaN it keeps it, as PyTorch's softmax does.
     #[inline(always)]
-    fn nan_max<A: num_traits::Float>(m: A, v: A) -> A {
-        if v > m || v.is_nan() { v } else { m }
+    fn max<A: PartialOrd>(m: A, v: A) -> A {
+        if v > m { v } else { m }
     }
-    for chunk in chunks {
-        for (m, &v) in lanes.iter_mut().zip(chunk) {
-            *m = nan_max(*m, v.to_acc());
+    // 16 lanes stay in registers; each step folds a block of 64 as a tree first, so the
+    // running maxima wait on one operation per block.
+    let mut lanes = [T::Acc::neg_infinity(); ROW_LANES];
+    let blocks = row.chunks_exact(4 * ROW_LANES);
+    let tail = blocks.remainder();
+    for c in blocks {
+        for (j, m) in lanes.iter_mut().enumerate() {
+            let (a, b) = (c[j].to_acc(), c[j + ROW_LANES].to_acc());
+            let (x, y) = (c[j + 2 * ROW_LANES].to_acc(), c[j + 3 * ROW_LANES].to_acc());
+            *m = max(*m, max(max(a, b), max(x, y)));
         }
     }
-    let max = lanes
-        .iter()
-        .fold(T::Acc::neg_infinity(), |m, &v| nan_max(m, v));
-    tail.iter().fold(max, |m, &v| nan_max(m, v.to_acc()))
+    let vectors = tail.chunks_exact(ROW_LANES);
+    let scalars = vectors.remainder();
+    for c in vectors {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = max(*m, v.to_acc());
+        }
+    }
+    let m = lanes.iter().fold(T::Acc::neg_infinity(), |m, &v| max(m, v));
+    scalars.iter().fold(m, |m, &v| max(m, v.to_acc()))
 }
 
-/// One row of softmax (or log-softmax): max, exponentials, sum, then scale or shift.
-/// Writes every element of `dst` (uninitialised on entry) exactly once before reading it.
+/// The register-resident lanes of the row loops.
+const ROW_LANES: usize = 16;
+
+/// One row of softmax (or log-softmax): max, exponentials with their sum, then scale or
+/// shift. Writes every element of `dst` (uninitialised on entry) exactly once before
+/// reading it. The row stays in L1 between the passes, so the input is read from memory
+/// once and the output written once.
 struct SoftmaxRow<'a, T> {
     row: &'a [T],
     dst: &'a mut [MaybeUninit<T>],
     log: bool,
 }
 
-impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
-    type Output = ();
+impl<T: FloatElement> SoftmaxRow<'_, T> {
     #[inline(always)]
-    fn run(self) {
+    fn body<const FMA: bool>(self) {
         let max = row_max(self.row);
-        // A pure map (vectorises), then a laned sum: a running sum in the same loop would
-        // serialise on the float additions.
-        for (d, &v) in self.dst.iter_mut().zip(self.row) {
-            d.write(T::from_acc((v.to_acc() - max).exp_vec()));
-        }
-        // SAFETY: the loop above wrote every element of `dst` (`row` is as long as `dst`);
+        let total = exp_shifted_sum::<T, FMA>(self.row, self.dst, max);
+        // SAFETY: `exp_shifted_sum` wrote every element of `dst` (`row` is as long);
         // `MaybeUninit<T>` has `T`'s layout.
         let dst = unsafe { &mut *(self.dst as *mut [MaybeUninit<T>] as *mut [T]) };
-        let total = sum_slice(dst);
         if self.log {
             // `(x - max) - ln Σ`, not `x - (max + ln Σ)`: the sum `max + ln Σ` rounds at the
             // scale of `max` and loses the digits of `ln Σ` for large inputs.
@@ -249,6 +257,92 @@ impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
             }
         }
     }
+}
+
+impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        self.body::<false>()
+    }
+    #[inline(always)]
+    fn run_fma(self) {
+        self.body::<true>()
+    }
+}
+
+/// `Σ e^(x - max)` over `row` (`max` at least every element, or NaN follows), in the
+/// blocks and lanes of [`exp_shifted_sum`], storing nothing.
+#[inline(always)]
+pub(crate) fn exp_shifted_total<T: FloatElement, const FMA: bool>(
+    row: &[T],
+    max: T::Acc,
+) -> T::Acc {
+    let e = |v: T| (v.to_acc() - max).exp_nonpos::<FMA>();
+    let mut lanes = [T::Acc::ZERO; ROW_LANES];
+    let blocks = row.chunks_exact(4 * ROW_LANES);
+    let tail = blocks.remainder();
+    for c in blocks {
+        for (j, l) in lanes.iter_mut().enumerate() {
+            let (a, b) = (e(c[j]), e(c[j + ROW_LANES]));
+            let (x, y) = (e(c[j + 2 * ROW_LANES]), e(c[j + 3 * ROW_LANES]));
+            *l = *l + ((a + b) + (x + y));
+        }
+    }
+    let vectors = tail.chunks_exact(ROW_LANES);
+    let scalars = vectors.remainder();
+    for c in vectors {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = *l + e(v);
+        }
+    }
+    let total = lanes.iter().fold(T::Acc::ZERO, |t, &l| t + l);
+    scalars.iter().fold(total, |t, &v| t + e(v))
+}
+
+/// Writes `e^(x - max)` of `row` into `dst` and returns their sum (of the values before
+/// rounding to `T`), in one pass: blocks of 64 summed as trees into 16 lanes, so neither
+/// the exponentials nor the additions wait on one another. A NaN in the row makes the
+/// sum NaN.
+#[inline(always)]
+pub(crate) fn exp_shifted_sum<T: FloatElement, const FMA: bool>(
+    row: &[T],
+    dst: &mut [MaybeUninit<T>],
+    max: T::Acc,
+) -> T::Acc {
+    debug_assert_eq!(row.len(), dst.len());
+    let e = |v: T| (v.to_acc() - max).exp_nonpos::<FMA>();
+    let mut lanes = [T::Acc::ZERO; ROW_LANES];
+    let mut src = row.chunks_exact(4 * ROW_LANES);
+    let mut out = dst.chunks_exact_mut(4 * ROW_LANES);
+    for (c, d) in (&mut src).zip(&mut out) {
+        for (j, l) in lanes.iter_mut().enumerate() {
+            let (a, b) = (e(c[j]), e(c[j + ROW_LANES]));
+            let (x, y) = (e(c[j + 2 * ROW_LANES]), e(c[j + 3 * ROW_LANES]));
+            d[j].write(T::from_acc(a));
+            d[j + ROW_LANES].write(T::from_acc(b));
+            d[j + 2 * ROW_LANES].write(T::from_acc(x));
+            d[j + 3 * ROW_LANES].write(T::from_acc(y));
+            *l = *l + ((a + b) + (x + y));
+        }
+    }
+    let (src, out) = (src.remainder(), out.into_remainder());
+    let mut vectors = src.chunks_exact(ROW_LANES);
+    let mut outs = out.chunks_exact_mut(ROW_LANES);
+    for (c, d) in (&mut vectors).zip(&mut outs) {
+        for ((l, o), &v) in lanes.iter_mut().zip(d).zip(c) {
+            let ev = e(v);
+            o.write(T::from_acc(ev));
+            *l = *l + ev;
+        }
+    }
+    let mut total = lanes.iter().fold(T::Acc::ZERO, |t, &l| t + l);
+    for (o, &v) in outs.into_remainder().iter_mut().zip(vectors.remainder()) {
+        let ev = e(v);
+        o.write(T::from_acc(ev));
+        total = total + ev;
+    }
+    total
 }
 
 fn softmax_family<T: FloatElement>(src: &[T], rows: usize, len: usize, log: bool) -> HostBuffer<T> {
@@ -312,6 +406,41 @@ mod tests {
 
     /// Every element of a multi-row, parallel-sized output is written (the buffer starts
     /// uninitialised).
+    /// Every block/lane/tail split of a row (64-blocks, 16-vectors, scalars) against an
+    /// f64 reference, with a NaN row and an all `-inf` row.
+    #[test]
+    fn softmax_rows_match_the_reference_at_every_length() {
+        for len in [1, 5, 16, 17, 63, 64, 65, 100, 1000] {
+            let rows = 3;
+            let mut x: Vec<f32> = (0..rows * len)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37)
+                .collect();
+            x[len + len / 2] = f32::NAN;
+            for v in &mut x[2 * len..] {
+                *v = f32::NEG_INFINITY;
+            }
+            for log in [false, true] {
+                let got = softmax_family(&x, rows, len, log);
+                let row = &x[..len];
+                let max = row.iter().fold(f64::MIN, |m, &v| m.max(v as f64));
+                let total: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+                for (j, &v) in row.iter().enumerate() {
+                    let lp = (v as f64 - max) - total.ln();
+                    let want = if log { lp } else { lp.exp() };
+                    let g = got[j] as f64;
+                    assert!(
+                        (g - want).abs() <= 2e-6 * want.abs().max(1.0),
+                        "len {len} [{j}] log {log}: {g} vs {want}"
+                    );
+                }
+                assert!(
+                    got[len..].iter().all(|v| v.is_nan()),
+                    "len {len}: a NaN or all -inf row gives NaN"
+                );
+            }
+        }
+    }
+
     #[test]
     fn softmax_rows_write_every_element() {
         let (rows, len) = (300, 513);

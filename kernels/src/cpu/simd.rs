@@ -10,6 +10,18 @@
 pub(crate) trait SimdKernel {
     type Output;
     fn run(self) -> Self::Output;
+
+    /// The body for the AVX2 and AVX-512 levels, which have FMA: a kernel whose float
+    /// math gains from fused multiply-adds overrides it (`#[inline(always)]`, typically
+    /// `self.body::<true>()` against `run`'s `self.body::<false>()`). Outside those levels
+    /// `f32::mul_add` is a library call, so `run` must not use it.
+    #[inline(always)]
+    fn run_fma(self) -> Self::Output
+    where
+        Self: Sized,
+    {
+        self.run()
+    }
 }
 
 /// Runs `kernel` with AVX2+FMA code generation when the CPU supports it, else as is.
@@ -20,7 +32,7 @@ pub(crate) fn with_simd<K: SimdKernel>(kernel: K) -> K::Output {
         if std::arch::is_x86_feature_detected!("avx512f") {
             #[target_feature(enable = "avx512f,avx2,fma")]
             unsafe fn avx512<K: SimdKernel>(kernel: K) -> K::Output {
-                kernel.run()
+                kernel.run_fma()
             }
             // SAFETY: `avx512` needs AVX-512F (checked here), which implies AVX2 and FMA.
             return unsafe { avx512(kernel) };
@@ -29,7 +41,7 @@ pub(crate) fn with_simd<K: SimdKernel>(kernel: K) -> K::Output {
         {
             #[target_feature(enable = "avx2,fma")]
             unsafe fn avx2<K: SimdKernel>(kernel: K) -> K::Output {
-                kernel.run()
+                kernel.run_fma()
             }
             // SAFETY: `avx2` only needs the CPU to support AVX2 and FMA, checked just above.
             return unsafe { avx2(kernel) };

@@ -11,6 +11,7 @@ mod embedding;
 mod forward;
 pub mod functional;
 pub(crate) mod fused;
+pub mod fusion;
 pub mod init;
 mod linear;
 mod loss;

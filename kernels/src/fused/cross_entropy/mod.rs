@@ -8,7 +8,7 @@
 //! `loss = (1 - eps) * w_t * (lse - x_t) + eps / C * sum_c w_c * (lse - x_c)`.
 
 use crate::cpu::HostBuffer;
-use crate::cpu::reduce::{for_each_outer, row_max, sum_slice};
+use crate::cpu::reduce::{exp_shifted_total, for_each_outer, row_max};
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
 use crate::cuda::KernelModule;
@@ -66,16 +66,15 @@ pub fn cross_entropy_rows<T: FloatElement>(
         x.len()
     );
     let mut out = vec![(T::ZERO, T::ZERO, [T::Acc::ZERO; 2]); rows];
-    // Tasks of several rows, each with one scratch row for the exponentials.
+    // Tasks of several rows.
     let per_task = if rows * c < PARALLEL_THRESHOLD {
         rows.max(1)
     } else {
         rows.div_ceil(crate::cpu::num_threads() * 4).max(1)
     };
     for_each_chunk_mut(&mut out, per_task, |task, slots| {
-        let mut scratch = vec![T::ZERO; c];
         for (i, slot) in slots.iter_mut().enumerate() {
-            *slot = row_loss(x, target, o, task * per_task + i, &mut scratch);
+            *slot = row_loss(x, target, o, task * per_task + i);
         }
     });
     CrossEntropyOutput {
@@ -91,14 +90,13 @@ fn row_loss<T: FloatElement>(
     target: &[i64],
     o: &CrossEntropyRows<'_, T>,
     r: usize,
-    scratch: &mut [T],
 ) -> (T, T, [T::Acc; 2]) {
     let c = o.classes;
     let acc = |v: f64| <T::Acc as Element>::from_f64(v);
     let eps = acc(o.smoothing);
     let w = |j: usize| o.weight.map_or(T::Acc::ONE, |w| w[j].to_acc());
     let row = &x[r * c..(r + 1) * c];
-    let lse = with_simd(RowLse { row, scratch });
+    let lse = with_simd(RowLse { row });
     let [shift, log_total] = lse;
     // `lse - x` as `(max - x) + ln Σ` (see the module docs).
     let nll = |j: usize| (shift - row[j].to_acc()) + log_total;
@@ -168,11 +166,22 @@ pub fn cross_entropy_backward_rows<T: FloatElement>(
     dx
 }
 
-/// A row's log-sum-exp: laned max, exponentials, laned sum (vectorises).
+/// A row's log-sum-exp: the max, then the sum of the exponentials (nothing stored).
 struct RowLse<'a, T> {
     row: &'a [T],
-    /// As long as the row.
-    scratch: &'a mut [T],
+}
+
+impl<T: FloatElement> RowLse<'_, T> {
+    #[inline(always)]
+    fn body<const FMA: bool>(self) -> [T::Acc; 2] {
+        let max = row_max(self.row);
+        let shift = if max == T::Acc::neg_infinity() {
+            T::Acc::ZERO
+        } else {
+            max
+        };
+        [shift, exp_shifted_total::<T, FMA>(self.row, shift).ln()]
+    }
 }
 
 impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
@@ -180,17 +189,11 @@ impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
     type Output = [T::Acc; 2];
     #[inline(always)]
     fn run(self) -> [T::Acc; 2] {
-        let max = row_max(self.row);
-        let shift = if max == T::Acc::neg_infinity() {
-            T::Acc::ZERO
-        } else {
-            max
-        };
-        // A pure map into scratch (vectorises), then a laned sum, as the softmax kernel.
-        for (e, &v) in self.scratch.iter_mut().zip(self.row) {
-            *e = T::from_acc((v.to_acc() - shift).exp_vec());
-        }
-        [shift, sum_slice(self.scratch).ln()]
+        self.body::<false>()
+    }
+    #[inline(always)]
+    fn run_fma(self) -> [T::Acc; 2] {
+        self.body::<true>()
     }
 }
 
@@ -210,17 +213,31 @@ impl<T: FloatElement> SimdKernel for GradRow<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
+        self.body::<false>()
+    }
+    #[inline(always)]
+    fn run_fma(self) {
+        self.body::<true>()
+    }
+}
+
+impl<T: FloatElement> GradRow<'_, T> {
+    /// `(x - max) - ln Σ <= 0`, so the exponential needs no overflow branch.
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
         let (shift, log_total, coef, offset) = (self.shift, self.log_total, self.coef, self.offset);
         match self.weight {
             Some(w) => {
                 for ((d, &v), &wj) in self.dst.iter_mut().zip(self.row).zip(w) {
-                    let p = ((v.to_acc() - shift) - log_total).exp_vec();
+                    let p = ((v.to_acc() - shift) - log_total).exp_nonpos::<FMA>();
                     *d = T::from_acc(coef * p - offset * wj.to_acc());
                 }
             }
             None => {
                 for (d, &v) in self.dst.iter_mut().zip(self.row) {
-                    *d = T::from_acc(coef * ((v.to_acc() - shift) - log_total).exp_vec() - offset);
+                    *d = T::from_acc(
+                        coef * ((v.to_acc() - shift) - log_total).exp_nonpos::<FMA>() - offset,
+                    );
                 }
             }
         }

@@ -1,0 +1,121 @@
+//! `nn::fusion`: an eval-mode batch norm folded into the convolution or linear layer
+//! before it gives the same outputs as the two layers (f64, every geometry option), and
+//! refuses a norm in training mode or without running statistics.
+
+use ferrograd::nn::{
+    BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvOptions, Linear, Module, fusion,
+};
+use ferrograd::prelude::*;
+
+/// A batch norm with statistics and affine parameters far from the defaults, in eval mode.
+fn trained_bn2d(c: usize, affine: bool) -> BatchNorm2d {
+    let mut bn = BatchNorm2d::with_options(c, 1e-3, Some(0.1), affine, true, &Device::Cpu);
+    let v = |scale: f64, shift: f64| {
+        Tensor::from_vec(
+            (0..c)
+                .map(|i| shift + scale * ((i * 7 % 5) as f64 - 2.0))
+                .collect::<Vec<_>>(),
+            &[c],
+        )
+    };
+    bn.running_mean = Some(v(0.3, 0.1));
+    bn.running_var = Some(v(0.2, 0.9));
+    if affine {
+        bn.weight = Some(v(0.4, 1.2).requires_grad(true));
+        bn.bias = Some(v(-0.25, 0.05).requires_grad(true));
+    }
+    bn.to_dtype(DType::F64);
+    bn.eval();
+    bn
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    a.sub(b).abs().max_all().item::<f64>()
+}
+
+#[test]
+fn fused_conv_bn_equals_conv_then_bn() {
+    manual_seed(3);
+    let options = [
+        ConvOptions::default().padding(1),
+        ConvOptions::default().stride(2).bias(false),
+        ConvOptions::default().padding(2).dilation(2).groups(2),
+        ConvOptions::default().groups(4).padding(1).bias(false), // depthwise
+    ];
+    for (k, o) in options.into_iter().enumerate() {
+        for affine in [true, false] {
+            let mut conv = Conv2d::new(4, 8, 3, o, &Device::Cpu);
+            conv.to_dtype(DType::F64);
+            let bn = trained_bn2d(8, affine);
+            let fused = fusion::fuse_conv_bn_eval(&conv, &bn);
+            let x = Tensor::randn(&[2, 4, 11, 9], DType::F64, &Device::Cpu);
+            let want = bn.forward(&conv.forward(&x));
+            let got = fused.forward(&x);
+            assert_eq!(got.shape(), want.shape());
+            let d = max_diff(&got, &want);
+            assert!(d < 1e-12, "options #{k}, affine {affine}: {d}");
+            // With an activation after it, as in a ResNet block.
+            assert!(max_diff(&got.relu(), &want.relu()) < 1e-12);
+            assert!(fused.bias.is_some());
+            assert!(fused.weight.requires_grad_flag());
+        }
+    }
+}
+
+#[test]
+fn fused_conv1d_and_linear_equal_their_pairs() {
+    manual_seed(4);
+    let mut bn = BatchNorm1d::with_options(6, 1e-5, Some(0.1), true, true, &Device::Cpu);
+    bn.to_dtype(DType::F64);
+    // Running statistics from a few training batches.
+    for _ in 0..3 {
+        bn.forward(
+            &Tensor::randn(&[16, 6], DType::F64, &Device::Cpu)
+                .mul_scalar(2.0)
+                .add_scalar(0.5),
+        );
+    }
+    bn.eval();
+    let mut fc = Linear::new(5, 6, &Device::Cpu);
+    fc.to_dtype(DType::F64);
+    let x = Tensor::randn(&[7, 5], DType::F64, &Device::Cpu);
+    let fused = fusion::fuse_linear_bn_eval(&fc, &bn);
+    assert!(max_diff(&fused.forward(&x), &bn.forward(&fc.forward(&x))) < 1e-12);
+
+    let mut conv = Conv1d::new(
+        3,
+        6,
+        3,
+        ConvOptions::default().padding(1).stride(2),
+        &Device::Cpu,
+    );
+    conv.to_dtype(DType::F64);
+    let x = Tensor::randn(&[2, 3, 10], DType::F64, &Device::Cpu);
+    let fused = fusion::fuse_conv1d_bn_eval(&conv, &bn);
+    assert!(max_diff(&fused.forward(&x), &bn.forward(&conv.forward(&x))) < 1e-12);
+}
+
+#[test]
+#[should_panic(expected = "fuse_conv_bn_eval: the batch norm must be in eval mode")]
+fn a_training_batch_norm_is_refused() {
+    let conv = Conv2d::new(2, 3, 1, ConvOptions::default(), &Device::Cpu);
+    fusion::fuse_conv_bn_eval(&conv, &BatchNorm2d::new(3, &Device::Cpu));
+}
+
+#[test]
+#[should_panic(expected = "no running statistics")]
+fn a_batch_norm_without_statistics_is_refused() {
+    let conv = Conv2d::new(2, 3, 1, ConvOptions::default(), &Device::Cpu);
+    let mut bn = BatchNorm2d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu);
+    bn.eval();
+    fusion::fuse_conv_bn_eval(&conv, &bn);
+}
+
+#[test]
+#[should_panic(expected = "does not match the 3 output channels")]
+fn a_channel_mismatch_is_refused() {
+    let conv = Conv2d::new(2, 3, 1, ConvOptions::default(), &Device::Cpu);
+    let mut bn = BatchNorm2d::new(4, &Device::Cpu);
+    bn.eval();
+    fusion::fuse_conv_bn_eval(&conv, &bn);
+}
