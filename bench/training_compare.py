@@ -2,7 +2,7 @@
 """The training epochs of benches/training.rs in PyTorch, on the same machine, threads,
 batch size and data, and the ratios (PyTorch time / ferrograd time: >1 means ferrograd is
 faster). MLP 784-128-10 over the 60,000 MNIST training images and LeNet-5 over the first
-10,000, batch 64, AdamW, shuffled.
+10,000, batch 64, AdamW (and LeNet-5 with SGD, momentum 0.9), shuffled.
 
 PyTorch is timed two ways: the same loop through `DataLoader(TensorDataset(x, y),
 batch_size=64, shuffle=True)` (what ferrograd's loop does), and with the batches cut
@@ -76,9 +76,12 @@ def median(f, reps):
 
 out = {}
 torch.manual_seed(0)
-for name, make, n, reps in [("mlp_60k_b64", mlp, 60000, 5), ("lenet_10k_b64", lenet, 10000, 5)]:
+adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)
+sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+for name, make, n, reps, optim in [("mlp_60k_b64", mlp, 60000, 5, adamw), ("lenet_10k_b64", lenet, 10000, 5, adamw),
+                                   ("lenet_10k_b64_sgd", lenet, 10000, 5, sgd)]:
     xs, ys = x[:n], y[:n]
-    model = make(); opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model = make(); opt = optim(model)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, ys), batch_size=64, shuffle=True)
     out[name] = {
         "loader": median(lambda: epoch_loader(model, opt, loader), reps),
@@ -101,9 +104,9 @@ torch_out = subprocess.run([args.python, "-c", TORCH_SIDE, str(root)], env=env, 
 torch_results = json.loads(torch_out)
 print(f"\nferrograd vs PyTorch {torch_results['torch']} on {threads} threads, one epoch "
       "(ratio = PyTorch time / ferrograd time)")
-print(f"{'workload':<16}{'ferrograd':>12}{'torch+DataLoader':>18}{'ratio':>7}{'torch slices':>14}{'ratio':>7}")
+print(f"{'workload':<18}{'ferrograd':>12}{'torch+DataLoader':>18}{'ratio':>7}{'torch slices':>14}{'ratio':>7}")
 for name, t in torch_results["results"].items():
     est = root / "target/criterion/train_epoch" / name / "new/estimates.json"
     ours = json.loads(est.read_text())["median"]["point_estimate"] / 1e9
-    print(f"{name:<16}{ours * 1e3:10.0f}ms{t['loader'] * 1e3:16.0f}ms{t['loader'] / ours:7.2f}"
+    print(f"{name:<18}{ours * 1e3:10.0f}ms{t['loader'] * 1e3:16.0f}ms{t['loader'] / ours:7.2f}"
           f"{t['slices'] * 1e3:12.0f}ms{t['slices'] / ours:7.2f}")

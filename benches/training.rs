@@ -8,7 +8,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use ferrograd::data::datasets::MNIST;
 use ferrograd::data::{DataLoader, TensorDataset};
 use ferrograd::nn::Module;
-use ferrograd::optim::{AdamConfig, AdamW};
+use ferrograd::optim::{AdamConfig, AdamW, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::path::PathBuf;
 
@@ -58,6 +58,11 @@ fn training(c: &mut Criterion) {
             .build();
     group.bench_function("lenet_10k_b64", |b| {
         b.iter(|| epoch(&mut loader, &mut opt, &|x| lenet.forward(x)))
+    });
+    // The same with SGD (lr 0.01, momentum 0.9), the optimizer of #17's LeNet target.
+    let mut sgd = Sgd::new(lenet.parameters(), SgdConfig::new(0.01).momentum(0.9));
+    group.bench_function("lenet_10k_b64_sgd", |b| {
+        b.iter(|| epoch(&mut loader, &mut sgd, &|x| lenet.forward(x)))
     });
     group.finish();
 }

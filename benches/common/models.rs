@@ -2,7 +2,7 @@
 //! their training epoch.
 
 use ferrograd::data::{DataLoader, TensorDataset};
-use ferrograd::optim::{AdamW, Optimizer};
+use ferrograd::optim::Optimizer;
 use ferrograd::prelude::*;
 
 network! {
@@ -27,7 +27,7 @@ network! {
 /// One epoch of `forward` over `loader` with `opt`.
 pub fn epoch(
     loader: &mut DataLoader<TensorDataset<(Tensor, Tensor)>>,
-    opt: &mut AdamW,
+    opt: &mut dyn Optimizer,
     forward: &dyn Fn(&Tensor) -> Tensor,
 ) -> f32 {
     let mut last = 0.0;

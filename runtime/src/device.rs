@@ -19,21 +19,6 @@ pub enum Device {
 }
 
 impl Device {
-    /// `Cuda(ordinal)` when that GPU can be used, else `Cpu`.
-    ///
-    /// ```
-    /// use ferrograd_runtime::Device;
-    /// let dev = Device::cuda_if_available(0);
-    /// assert!(dev == Device::Cpu || dev == Device::Cuda(0));
-    /// ```
-    pub fn cuda_if_available(ordinal: usize) -> Device {
-        if crate::storage::cuda_device_available(ordinal) {
-            Device::Cuda(ordinal)
-        } else {
-            Device::Cpu
-        }
-    }
-
     /// Whether this is a CUDA device.
     ///
     /// ```

@@ -495,3 +495,22 @@ impl StorageCell {
         self.version.load(Ordering::Relaxed)
     }
 }
+
+// Defined here, in the backend layer that can ask the driver, so that `device` (below
+// it) imports nothing from above.
+impl crate::Device {
+    /// `Cuda(ordinal)` when that GPU can be used, else `Cpu`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::Device;
+    /// let dev = Device::cuda_if_available(0);
+    /// assert!(dev == Device::Cpu || dev == Device::Cuda(0));
+    /// ```
+    pub fn cuda_if_available(ordinal: usize) -> Device {
+        if cuda_device_available(ordinal) {
+            Device::Cuda(ordinal)
+        } else {
+            Device::Cpu
+        }
+    }
+}

@@ -262,45 +262,11 @@ pub(crate) fn read_file(
     let mut out = StateDict::new();
     for (name, view) in st.tensors() {
         let Some(key) = rename(&name) else { continue };
-        let t =
-            tensor_from_view(&view).map_err(|reason| bad(format!("tensor {name:?}: {reason}")))?;
+        let t = crate::tensor::tensor_from_view(&view)
+            .map_err(|reason| bad(format!("tensor {name:?}: {reason}")))?;
         out.insert(key, t);
     }
     Ok((out, metadata))
-}
-
-/// A safetensors tensor as a CPU tensor of the same dtype (int32 widened to int64), or
-/// why not.
-pub(crate) fn tensor_from_view(
-    view: &safetensors::tensor::TensorView<'_>,
-) -> Result<Tensor, String> {
-    let (shape, data) = (view.shape(), view.data());
-    macro_rules! le {
-        ($t:ty, $n:literal) => {
-            Tensor::from_vec(
-                data.chunks_exact($n)
-                    .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
-                    .collect::<Vec<$t>>(),
-                shape,
-            )
-        };
-    }
-    Ok(match view.dtype() {
-        S::F32 => le!(f32, 4),
-        S::F64 => le!(f64, 8),
-        S::F16 => le!(half::f16, 2),
-        S::BF16 => le!(half::bf16, 2),
-        S::I64 => le!(i64, 8),
-        S::I32 => Tensor::from_vec(
-            data.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
-                .collect::<Vec<i64>>(),
-            shape,
-        ),
-        S::U8 => Tensor::from_vec(data.to_vec(), shape),
-        S::BOOL => Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape),
-        other => return Err(format!("dtype {other:?} is not one ferrograd holds")),
-    })
 }
 
 /// Loads a safetensors file into `module` (`model.load_state_dict(load_file(path),

@@ -2,8 +2,8 @@
 
 use super::check_same_device;
 use crate::Tensor;
-use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::ops::autocast;
 use ferrograd_kernels::{Dims, Layout, broadcast_shapes};
 
 impl Tensor {
@@ -21,7 +21,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
-        if let Some([a, b]) = amp::low_precision_all([self, other]) {
+        if let Some([a, b]) = autocast::low_precision_all([self, other]) {
             return a.matmul(&b);
         }
         check_same_device("matmul", &[self, other]);

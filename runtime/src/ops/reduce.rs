@@ -1,7 +1,7 @@
 //! Reductions over dims (with `keepdim`), the fused softmax family, and cumsum.
 
-use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::ops::autocast;
 use crate::storage::op::{ReduceOp, RowOp};
 use crate::tensor::backend_failed;
 use crate::{DType, Tensor};
@@ -84,7 +84,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Tensor {
-        match amp::full_precision(self) {
+        match autocast::full_precision(self) {
             Some(x) => x.sum_same_dtype(dims, keepdim),
             None => self.sum_same_dtype(dims, keepdim),
         }
@@ -306,7 +306,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn prod(&self, dim: isize, keepdim: bool) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.prod(dim, keepdim);
         }
         let d = self.normalize_dim("prod", dim);
@@ -340,7 +340,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.logsumexp(dims, keepdim);
         }
         let reduced = self.reduction_dims("logsumexp", dims);
@@ -411,7 +411,7 @@ impl Tensor {
     /// Softmax or log-softmax: one row kernel each, and backward from the saved output.
     #[track_caller]
     fn softmax_family(&self, op: &'static str, dim: isize, log: bool) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.softmax_family(op, dim, log);
         }
         let x = if self.dtype().is_float() {
@@ -454,7 +454,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.norm(p, dims, keepdim);
         }
         if p == 2.0 {
@@ -489,7 +489,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: isize) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.cumsum(dim);
         }
         let d = self.normalize_dim("cumsum", dim);

@@ -146,3 +146,39 @@ impl Tensor {
         }))
     }
 }
+
+/// A safetensors tensor as a CPU tensor of the same dtype (int32 widened to int64), or
+/// why not.
+pub(crate) fn tensor_from_view(
+    view: &safetensors::tensor::TensorView<'_>,
+) -> Result<Tensor, String> {
+    let (shape, data) = (view.shape(), view.data());
+    macro_rules! le {
+        ($t:ty, $n:literal) => {
+            Tensor::from_vec(
+                data.chunks_exact($n)
+                    .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
+                    .collect::<Vec<$t>>(),
+                shape,
+            )
+        };
+    }
+    Ok(match view.dtype() {
+        safetensors::Dtype::F32 => le!(f32, 4),
+        safetensors::Dtype::F64 => le!(f64, 8),
+        safetensors::Dtype::F16 => le!(half::f16, 2),
+        safetensors::Dtype::BF16 => le!(half::bf16, 2),
+        safetensors::Dtype::I64 => le!(i64, 8),
+        safetensors::Dtype::I32 => Tensor::from_vec(
+            data.chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
+                .collect::<Vec<i64>>(),
+            shape,
+        ),
+        safetensors::Dtype::U8 => Tensor::from_vec(data.to_vec(), shape),
+        safetensors::Dtype::BOOL => {
+            Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape)
+        }
+        other => return Err(format!("dtype {other:?} is not one ferrograd holds")),
+    })
+}

@@ -1,6 +1,7 @@
 //! The `Tensor` handle: shared storage, a strided layout, and autograd metadata.
 
 mod convert;
+pub(crate) use convert::tensor_from_view;
 mod creation;
 mod display;
 

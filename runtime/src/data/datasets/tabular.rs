@@ -153,7 +153,7 @@ pub fn safetensors_dataset(
             let view = st
                 .tensor(name)
                 .map_err(|_| DataError::format(path, format!("no tensor named {name:?}")))?;
-            crate::checkpoint::tensor_from_view(&view)
+            crate::tensor::tensor_from_view(&view)
                 .map_err(|reason| DataError::format(path, format!("tensor {name:?}: {reason}")))
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -1,8 +1,8 @@
 //! Convolutions: `conv1d`, `conv2d` (on the CPU: `nn::fused::conv`; elsewhere im2col +
 //! GEMM) and `unfold`.
 
-use crate::amp;
 use crate::autograd::record;
+use crate::ops::autocast;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::Conv2dGeometry;
 
@@ -185,7 +185,7 @@ fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
 /// ```
 #[track_caller]
 pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv2dArgs) -> Tensor {
-    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+    if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
         return conv2d(&x, &w, b.as_ref(), args);
     }
     assert!(
@@ -353,7 +353,7 @@ pub fn conv_transpose2d(
     bias: Option<&Tensor>,
     args: &ConvTranspose2dArgs,
 ) -> Tensor {
-    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+    if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
         return conv_transpose2d(&x, &w, b.as_ref(), args);
     }
     assert!(

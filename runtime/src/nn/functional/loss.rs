@@ -1,6 +1,6 @@
 //! Losses: cross-entropy (fused for class indices), NLL, MSE and BCE with logits.
 
-use crate::amp;
+use crate::ops::autocast;
 use crate::ops::check_same_device;
 use crate::{DType, Tensor};
 use ferrograd_kernels::Dims;
@@ -93,7 +93,7 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
-    if let Some(x) = amp::full_precision(input) {
+    if let Some(x) = autocast::full_precision(input) {
         return nll_loss_with(&x, target, args);
     }
     let (picked, weights, target_shape) = pick_targets("nll_loss", input, target, args);
@@ -215,7 +215,7 @@ pub fn cross_entropy(input: &Tensor, target: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return cross_entropy_with(&x, &t, args);
     }
     if target.dtype().is_float() {
@@ -269,7 +269,7 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
 /// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return mse_loss(&x, &t, reduction);
     }
     assert!(
@@ -301,7 +301,7 @@ pub fn binary_cross_entropy_with_logits(
     target: &Tensor,
     reduction: Reduction,
 ) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return binary_cross_entropy_with_logits(&x, &t, reduction);
     }
     assert!(

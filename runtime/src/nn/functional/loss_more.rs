@@ -7,7 +7,7 @@
 
 use super::Reduction;
 use crate::Tensor;
-use crate::amp;
+use crate::ops::autocast;
 
 /// Applies `reduction` to elementwise losses (`Mean` over every element).
 pub(super) fn reduce(losses: Tensor, reduction: Reduction) -> Tensor {
@@ -38,7 +38,7 @@ fn same_shape(op: &str, input: &Tensor, target: &Tensor) {
 /// ```
 #[track_caller]
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return l1_loss(&x, &t, reduction);
     }
     same_shape("l1_loss", input, target);
@@ -56,7 +56,7 @@ pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor 
 /// ```
 #[track_caller]
 pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, beta: f64) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return smooth_l1_loss(&x, &t, reduction, beta);
     }
     same_shape("smooth_l1_loss", input, target);
@@ -82,7 +82,7 @@ pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, bet
 /// ```
 #[track_caller]
 pub fn huber_loss(input: &Tensor, target: &Tensor, reduction: Reduction, delta: f64) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return huber_loss(&x, &t, reduction, delta);
     }
     same_shape("huber_loss", input, target);
@@ -117,7 +117,7 @@ pub fn binary_cross_entropy(
     weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return binary_cross_entropy(&x, &t, weight, reduction);
     }
     same_shape("binary_cross_entropy", input, target);
@@ -153,7 +153,7 @@ pub fn binary_cross_entropy_with_logits_weighted(
     pos_weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return binary_cross_entropy_with_logits_weighted(&x, &t, weight, pos_weight, reduction);
     }
     same_shape("binary_cross_entropy_with_logits", input, target);
@@ -205,7 +205,7 @@ pub enum KlReduction {
 /// ```
 #[track_caller]
 pub fn kl_div(input: &Tensor, target: &Tensor, reduction: KlReduction, log_target: bool) -> Tensor {
-    if let Some([x, t]) = amp::full_precision_all([input, target]) {
+    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return kl_div(&x, &t, reduction, log_target);
     }
     same_shape("kl_div", input, target);

@@ -11,8 +11,8 @@
 //! assert_eq!(y.shape(), &[8, 6, 14, 14]);
 //! ```
 use crate::Tensor;
-use crate::amp;
 use crate::autograd::record;
+use crate::ops::autocast;
 use ferrograd_kernels::Dims;
 
 mod attention;
@@ -203,7 +203,7 @@ pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    if let Some((x, w, b)) = amp::low_precision_with_bias(input, weight, bias) {
+    if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
         return linear(&x, &w, b.as_ref());
     }
     let y = input.matmul(&weight.t());

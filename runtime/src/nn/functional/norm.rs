@@ -1,8 +1,8 @@
 //! Normalisation: `layer_norm` (fused) and `batch_norm`.
 
 use crate::Tensor;
-use crate::amp;
 use crate::autograd::no_grad;
+use crate::ops::autocast;
 
 /// Layer normalisation over the trailing `normalized_shape` dims (`F.layer_norm`).
 ///
@@ -20,7 +20,7 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    if let Some(x) = amp::full_precision(input) {
+    if let Some(x) = autocast::full_precision(input) {
         return layer_norm(&x, normalized_shape, weight, bias, eps);
     }
     let k = normalized_shape.len();
@@ -192,7 +192,7 @@ pub fn group_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    if let Some(x) = amp::full_precision(input) {
+    if let Some(x) = autocast::full_precision(input) {
         return group_norm(&x, num_groups, weight, bias, eps);
     }
     assert!(
@@ -294,7 +294,7 @@ pub fn rms_norm(
     weight: Option<&Tensor>,
     eps: Option<f64>,
 ) -> Tensor {
-    if let Some(x) = amp::full_precision(input) {
+    if let Some(x) = autocast::full_precision(input) {
         return rms_norm(&x, normalized_shape, weight, eps);
     }
     let k = normalized_shape.len();

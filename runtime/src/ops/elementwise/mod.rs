@@ -3,8 +3,8 @@
 //! and `where` ([`compare`]).
 
 use super::{broadcast_shape, check_same_device};
-use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::ops::autocast;
 use crate::storage::Storage;
 use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
 use crate::{DType, Tensor};
@@ -295,7 +295,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
-        if let Some([a, b]) = amp::full_precision_all([self, exponent]) {
+        if let Some([a, b]) = autocast::full_precision_all([self, exponent]) {
             return a.pow(&b);
         }
         let (a, b, shape) = self.promote_pair(exponent, "pow", true);
@@ -391,7 +391,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn atan2(&self, other: &Tensor) -> Tensor {
-        if let Some([a, b]) = amp::full_precision_all([self, other]) {
+        if let Some([a, b]) = autocast::full_precision_all([self, other]) {
             return a.atan2(&b);
         }
         let (a, b, shape) = self.promote_pair(other, "atan2", true);

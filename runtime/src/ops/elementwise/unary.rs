@@ -3,8 +3,8 @@
 //! kernels) and the methods with their backward.
 
 use super::c;
-use crate::amp;
 use crate::autograd::{SavedTensor, record};
+use crate::ops::autocast;
 use crate::storage::Storage;
 use crate::storage::op::{IntMap, UnaryOp};
 use crate::{DType, Tensor};
@@ -279,7 +279,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).exp().to_vec::<f32>(), vec![1.0]);
     /// ```
     pub fn exp(&self) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.exp();
         }
         self.unary_op("exp", ExpK, |_, out, g| g.mul(out))
@@ -292,7 +292,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).log().to_vec::<f32>(), vec![0.0]);
     /// ```
     pub fn log(&self) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.log();
         }
         self.unary_op("log", LogK, |x, _, g| g.div(x))
@@ -315,7 +315,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1]).rsqrt().to_vec::<f32>(), vec![0.5]);
     /// ```
     pub fn rsqrt(&self) -> Tensor {
-        if let Some(x) = amp::full_precision(self) {
+        if let Some(x) = autocast::full_precision(self) {
             return x.rsqrt();
         }
         self.unary_op("rsqrt", RsqrtK, |_, out, g| {
