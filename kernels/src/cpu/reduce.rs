@@ -4,7 +4,7 @@
 use super::PARALLEL_THRESHOLD;
 use super::par::for_each_chunk_mut;
 use super::pool::HostBuffer;
-use super::simd::{SimdKernel, with_simd};
+use super::simd::{FmaKernel, with_simd};
 use crate::{Element, FloatElement, NumElement, Real};
 use num_traits::Float;
 use std::mem::MaybeUninit;
@@ -235,7 +235,9 @@ struct SoftmaxRow<'a, T> {
     log: bool,
 }
 
-impl<T: FloatElement> SoftmaxRow<'_, T> {
+impl<T: FloatElement> FmaKernel for SoftmaxRow<'_, T> {
+    type Output = ();
+
     #[inline(always)]
     fn body<const FMA: bool>(self) {
         let max = row_max(self.row);
@@ -256,18 +258,6 @@ impl<T: FloatElement> SoftmaxRow<'_, T> {
                 *d = T::from_acc(d.to_acc() * inv);
             }
         }
-    }
-}
-
-impl<T: FloatElement> SimdKernel for SoftmaxRow<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        self.body::<false>()
-    }
-    #[inline(always)]
-    fn run_fma(self) {
-        self.body::<true>()
     }
 }
 

@@ -11,16 +11,35 @@ pub(crate) trait SimdKernel {
     type Output;
     fn run(self) -> Self::Output;
 
-    /// The body for the AVX2 and AVX-512 levels, which have FMA: a kernel whose float
-    /// math gains from fused multiply-adds overrides it (`#[inline(always)]`, typically
-    /// `self.body::<true>()` against `run`'s `self.body::<false>()`). Outside those levels
-    /// `f32::mul_add` is a library call, so `run` must not use it.
+    /// The body for the AVX2 and AVX-512 levels, which have FMA; `run` unless the kernel
+    /// is an [`FmaKernel`].
     #[inline(always)]
     fn run_fma(self) -> Self::Output
     where
         Self: Sized,
     {
         self.run()
+    }
+}
+
+/// A kernel whose float math gains from fused multiply-adds: `body::<true>()` runs at
+/// the AVX2 and AVX-512 levels (which have FMA), `body::<false>()` elsewhere, where
+/// `f32::mul_add` would be a library call. Implementations mark `body`
+/// `#[inline(always)]`.
+pub(crate) trait FmaKernel {
+    type Output;
+    fn body<const FMA: bool>(self) -> Self::Output;
+}
+
+impl<K: FmaKernel> SimdKernel for K {
+    type Output = K::Output;
+    #[inline(always)]
+    fn run(self) -> K::Output {
+        self.body::<false>()
+    }
+    #[inline(always)]
+    fn run_fma(self) -> K::Output {
+        self.body::<true>()
     }
 }
 

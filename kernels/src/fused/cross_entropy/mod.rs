@@ -9,7 +9,7 @@
 
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::{exp_shifted_total, for_each_outer, row_max};
-use crate::cpu::simd::{SimdKernel, with_simd};
+use crate::cpu::simd::{FmaKernel, with_simd};
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
 use crate::cuda::KernelModule;
 use crate::{Element, FloatElement, NumElement, Real};
@@ -171,7 +171,10 @@ struct RowLse<'a, T> {
     row: &'a [T],
 }
 
-impl<T: FloatElement> RowLse<'_, T> {
+impl<T: FloatElement> FmaKernel for RowLse<'_, T> {
+    /// `[max, ln Σ exp(x - max)]` (max 0 for an all `-inf` row).
+    type Output = [T::Acc; 2];
+
     #[inline(always)]
     fn body<const FMA: bool>(self) -> [T::Acc; 2] {
         let max = row_max(self.row);
@@ -181,19 +184,6 @@ impl<T: FloatElement> RowLse<'_, T> {
             max
         };
         [shift, exp_shifted_total::<T, FMA>(self.row, shift).ln()]
-    }
-}
-
-impl<T: FloatElement> SimdKernel for RowLse<'_, T> {
-    /// `[max, ln Σ exp(x - max)]` (max 0 for an all `-inf` row).
-    type Output = [T::Acc; 2];
-    #[inline(always)]
-    fn run(self) -> [T::Acc; 2] {
-        self.body::<false>()
-    }
-    #[inline(always)]
-    fn run_fma(self) -> [T::Acc; 2] {
-        self.body::<true>()
     }
 }
 
@@ -209,19 +199,9 @@ struct GradRow<'a, T: NumElement> {
     weight: Option<&'a [T]>,
 }
 
-impl<T: FloatElement> SimdKernel for GradRow<'_, T> {
+impl<T: FloatElement> FmaKernel for GradRow<'_, T> {
     type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        self.body::<false>()
-    }
-    #[inline(always)]
-    fn run_fma(self) {
-        self.body::<true>()
-    }
-}
 
-impl<T: FloatElement> GradRow<'_, T> {
     /// `(x - max) - ln Σ <= 0`, so the exponential needs no overflow branch.
     #[inline(always)]
     fn body<const FMA: bool>(self) {
