@@ -57,6 +57,17 @@ def cross_entropy_step():
 
 
 results["cross_entropy_fwd_bwd_256x1000"] = median_time(cross_entropy_step)
+xa = torch.randn(256, 4096, requires_grad=True)
+ga = torch.randn(256, 4096)
+
+
+def activation_step(f):
+    f(xa).backward(ga)
+    xa.grad = None
+
+
+results["gelu_fwd_bwd_256x4096"] = median_time(lambda: activation_step(F.gelu))
+results["silu_fwd_bwd_256x4096"] = median_time(lambda: activation_step(F.silu))
 p = torch.randn(1_000_000, requires_grad=True)
 p.grad = torch.randn(1_000_000)
 opt = torch.optim.Adam([p])  # the default single-tensor/foreach CPU implementation

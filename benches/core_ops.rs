@@ -64,6 +64,22 @@ fn fused_ops(c: &mut Criterion) {
             logits.zero_grad();
         })
     });
+    let xa = Tensor::randn(&[256, 4096], DType::F32, &Device::Cpu).requires_grad(true);
+    let ga = Tensor::randn(&[256, 4096], DType::F32, &Device::Cpu);
+    for (name, f) in [
+        (
+            "gelu_fwd_bwd_256x4096",
+            Tensor::gelu as fn(&Tensor) -> Tensor,
+        ),
+        ("silu_fwd_bwd_256x4096", Tensor::silu),
+    ] {
+        c.bench_function(name, |bench| {
+            bench.iter(|| {
+                f(&xa).backward_with(&ga);
+                xa.zero_grad();
+            })
+        });
+    }
     let p = Tensor::randn(&[1_000_000], DType::F32, &Device::Cpu).requires_grad(true);
     let g = Tensor::randn(&[1_000_000], DType::F32, &Device::Cpu);
     let mut opt = Adam::new(vec![p.clone()], AdamConfig::default());

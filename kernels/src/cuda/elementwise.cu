@@ -14,6 +14,28 @@ struct MaxOp { template <typename A> static __device__ A apply(A a, A b) { retur
 struct MinOp { template <typename A> static __device__ A apply(A a, A b) { return (a != a || a < b) ? a : b; } };
 struct PowOp { template <typename A> static __device__ A apply(A a, A b) { return d_pow(a, b); } };
 struct Atan2Op { template <typename A> static __device__ A apply(A a, A b) { return d_atan2(a, b); } };
+// The fused backwards of GELU (erf and tanh forms) and SiLU: a = incoming gradient, b = x.
+struct GeluBackwardOp {
+    template <typename A> static __device__ A apply(A g, A x) {
+        A cdf = (A)0.5 * ((A)1 + d_erf(x * (A)0.70710678118654752440));
+        A pdf = d_exp((A)-0.5 * x * x) * (A)0.39894228040143267794;
+        return g * (cdf + x * pdf);
+    }
+};
+struct GeluTanhBackwardOp {
+    template <typename A> static __device__ A apply(A g, A x) {
+        const A k = (A)0.79788456080286535588, c = (A)0.044715;
+        A t = d_tanh(k * (x + c * x * x * x));
+        A inner = k * ((A)1 + (A)3 * c * x * x);
+        return g * ((A)0.5 * ((A)1 + t) + (A)0.5 * x * ((A)1 - t * t) * inner);
+    }
+};
+struct SiluBackwardOp {
+    template <typename A> static __device__ A apply(A g, A x) {
+        A s = (A)1 / ((A)1 + d_exp(-x));
+        return g * s * ((A)1 + x * ((A)1 - s));
+    }
+};
 // `copy_` and region writes: the destination takes the source.
 struct AssignOp { template <typename A> static __device__ A apply(A, A b) { return b; } };
 
@@ -66,6 +88,9 @@ __device__ void binary_inplace(usize n, const Geometry& g, T* dst, const T* src,
 #define MIN_F(T, S) BINARY_ONE(minimum, MinOp, T, S)
 #define POW_F(T, S) BINARY_ONE(pow, PowOp, T, S)
 #define ATAN2_F(T, S) BINARY_ONE(atan2, Atan2Op, T, S)
+#define GELU_BACKWARD_F(T, S) BINARY_ONE(gelu_backward, GeluBackwardOp, T, S)
+#define GELU_TANH_BACKWARD_F(T, S) BINARY_ONE(gelu_tanh_backward, GeluTanhBackwardOp, T, S)
+#define SILU_BACKWARD_F(T, S) BINARY_ONE(silu_backward, SiluBackwardOp, T, S)
 #define ASSIGN_F(T, S) BINARY_ONE(assign, AssignOp, T, S)
 FOR_NUMS(ADD_F)
 FOR_NUMS(SUB_F)
@@ -75,6 +100,9 @@ FOR_NUMS(MAX_F)
 FOR_NUMS(MIN_F)
 FOR_FLOATS(POW_F)
 FOR_FLOATS(ATAN2_F)
+FOR_FLOATS(GELU_BACKWARD_F)
+FOR_FLOATS(GELU_TANH_BACKWARD_F)
+FOR_FLOATS(SILU_BACKWARD_F)
 FOR_ALL(ASSIGN_F)
 
 // out = a && b for bool tensors (`alpha` is the binary kernels' shared parameter, unused).

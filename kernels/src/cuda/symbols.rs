@@ -170,6 +170,18 @@ kernels! {
     ATAN2 = ELEMENTWISE, "atan2" floats;
     /// In-place [`ATAN2`].
     ATAN2_INPLACE = ELEMENTWISE, "atan2_inplace" floats;
+    /// GELU's backward `g * gelu'(x)` (erf form), `a = g`, `b = x`.
+    GELU_BACKWARD = ELEMENTWISE, "gelu_backward" floats;
+    /// In-place [`GELU_BACKWARD`] (into `g`).
+    GELU_BACKWARD_INPLACE = ELEMENTWISE, "gelu_backward_inplace" floats;
+    /// GELU's backward with the tanh approximation.
+    GELU_TANH_BACKWARD = ELEMENTWISE, "gelu_tanh_backward" floats;
+    /// In-place [`GELU_TANH_BACKWARD`].
+    GELU_TANH_BACKWARD_INPLACE = ELEMENTWISE, "gelu_tanh_backward_inplace" floats;
+    /// SiLU's backward `g * s * (1 + x * (1 - s))`, `s = sigmoid(x)`.
+    SILU_BACKWARD = ELEMENTWISE, "silu_backward" floats;
+    /// In-place [`SILU_BACKWARD`].
+    SILU_BACKWARD_INPLACE = ELEMENTWISE, "silu_backward_inplace" floats;
     /// `out = alpha * b` (a copy; `a` is ignored).
     ASSIGN = ELEMENTWISE, "assign" all;
     /// In-place [`ASSIGN`]: a strided copy into a region.

@@ -5,7 +5,8 @@
 
 use super::c;
 use crate::Tensor;
-use crate::storage::op::{IntMap, UnaryOp};
+use crate::autograd::is_grad_enabled;
+use crate::storage::op::{BinaryFloatOp, IntMap, UnaryOp};
 use ferrograd_kernels::Real;
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 
@@ -112,6 +113,67 @@ unary_kernel!(HardswishK, HARDSWISH, HARDSWISH_INPLACE, |x| x
     / c::<A>(6.0));
 unary_kernel!(MishK, MISH, MISH_INPLACE, |x| x * x.exp().ln_1p().tanh());
 
+/// A fused backward: `apply(g, x) = g * f'(x)` in one pass (no intermediate tensors).
+macro_rules! backward_kernel {
+    ($(#[$m:meta])* $name:ident, $cuda:ident, $cuda_inplace:ident, |$g:ident, $x:ident| $body:expr) => {
+        $(#[$m])*
+        struct $name;
+        impl BinaryFloatOp for $name {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::$cuda, &kernels::$cuda_inplace]);
+            #[inline(always)]
+            fn apply<A: Real>(&self, $g: A, $x: A) -> A {
+                $body
+            }
+        }
+    };
+}
+
+backward_kernel!(
+    /// `g * (Φ(x) + x φ(x))`.
+    GeluBackwardK, GELU_BACKWARD, GELU_BACKWARD_INPLACE, |g, x| {
+        let cdf = c::<A>(0.5) * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf());
+        let pdf = (c::<A>(-0.5) * x * x).exp_vec() * c::<A>(0.398_942_280_401_432_7);
+        g * (cdf + x * pdf)
+    }
+);
+backward_kernel!(
+    /// `g * (½(1 + t) + ½x(1 − t²)·k(1 + 3·0.044715x²))`, `t = tanh(k(x + 0.044715x³))`.
+    GeluTanhBackwardK, GELU_TANH_BACKWARD, GELU_TANH_BACKWARD_INPLACE, |g, x| {
+        let (k, a) = (c::<A>((2.0 / std::f64::consts::PI).sqrt()), c::<A>(0.044715));
+        let half = c::<A>(0.5);
+        let t = (k * (x + a * x * x * x)).tanh();
+        let inner = k * (A::one() + c::<A>(3.0) * a * x * x);
+        g * (half * (A::one() + t) + half * x * (A::one() - t * t) * inner)
+    }
+);
+backward_kernel!(
+    /// `g * s(1 + x(1 − s))`, `s = sigmoid(x)` computed without overflow.
+    SiluBackwardK, SILU_BACKWARD, SILU_BACKWARD_INPLACE, |g, x| {
+        let e = (-x.abs()).exp_vec();
+        let r = A::one() / (A::one() + e);
+        let s = if x >= A::zero() { r } else { e * r };
+        g * s * (A::one() + x * (A::one() - s))
+    }
+);
+
+impl Tensor {
+    /// `g * f'(x)` through a fused backward kernel; under `create_graph` (grad mode on
+    /// in the backward) the differentiable `composite` instead.
+    fn fused_backward<K: BinaryFloatOp>(
+        g: &Tensor,
+        x: &Tensor,
+        op: &str,
+        kernel: &K,
+        composite: impl FnOnce() -> Tensor,
+    ) -> Tensor {
+        if is_grad_enabled() || g.dtype() != x.dtype() || g.shape() != x.shape() {
+            return composite();
+        }
+        Tensor::binary_float_raw(g, x, x.shape(), op, kernel)
+    }
+}
+
 impl Tensor {
     /// `max(x, 0)`.
     ///
@@ -134,17 +196,19 @@ impl Tensor {
     /// ```
     pub fn gelu(&self) -> Tensor {
         self.unary_op("gelu", GeluErfK, |x, _, g| {
-            let cdf = x
-                .mul_scalar(std::f64::consts::FRAC_1_SQRT_2)
-                .erf()
-                .add_scalar(1.0)
-                .mul_scalar(0.5);
-            let pdf = x
-                .mul(x)
-                .mul_scalar(-0.5)
-                .exp()
-                .mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt());
-            g.mul(&cdf.add(&x.mul(&pdf)))
+            Tensor::fused_backward(g, x, "gelu_backward", &GeluBackwardK, || {
+                let cdf = x
+                    .mul_scalar(std::f64::consts::FRAC_1_SQRT_2)
+                    .erf()
+                    .add_scalar(1.0)
+                    .mul_scalar(0.5);
+                let pdf = x
+                    .mul(x)
+                    .mul_scalar(-0.5)
+                    .exp()
+                    .mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt());
+                g.mul(&cdf.add(&x.mul(&pdf)))
+            })
         })
     }
 
@@ -157,16 +221,18 @@ impl Tensor {
     /// ```
     pub fn gelu_tanh(&self) -> Tensor {
         self.unary_op("gelu_tanh", GeluTanhK, |x, _, g| {
-            let k = (2.0 / std::f64::consts::PI).sqrt();
-            let x2 = x.mul(x);
-            let t = x.add(&x2.mul(x).mul_scalar(0.044715)).mul_scalar(k).tanh();
-            let dinner = x2.mul_scalar(3.0 * 0.044715).add_scalar(1.0).mul_scalar(k);
-            let d = t.add_scalar(1.0).mul_scalar(0.5).add(
-                &x.mul_scalar(0.5)
-                    .mul(&t.mul(&t).rsub_scalar(1.0))
-                    .mul(&dinner),
-            );
-            g.mul(&d)
+            Tensor::fused_backward(g, x, "gelu_tanh_backward", &GeluTanhBackwardK, || {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let x2 = x.mul(x);
+                let t = x.add(&x2.mul(x).mul_scalar(0.044715)).mul_scalar(k).tanh();
+                let dinner = x2.mul_scalar(3.0 * 0.044715).add_scalar(1.0).mul_scalar(k);
+                let d = t.add_scalar(1.0).mul_scalar(0.5).add(
+                    &x.mul_scalar(0.5)
+                        .mul(&t.mul(&t).rsub_scalar(1.0))
+                        .mul(&dinner),
+                );
+                g.mul(&d)
+            })
         })
     }
 
@@ -178,8 +244,10 @@ impl Tensor {
     /// ```
     pub fn silu(&self) -> Tensor {
         self.unary_op("silu", SiluK, |x, _, g| {
-            let s = x.sigmoid();
-            g.mul(&s.mul(&x.mul(&s.rsub_scalar(1.0)).add_scalar(1.0)))
+            Tensor::fused_backward(g, x, "silu_backward", &SiluBackwardK, || {
+                let s = x.sigmoid();
+                g.mul(&s.mul(&x.mul(&s.rsub_scalar(1.0)).add_scalar(1.0)))
+            })
         })
     }
 
