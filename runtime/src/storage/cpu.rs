@@ -19,7 +19,7 @@ use ferrograd_kernels::{
 /// `op(x)` over the view `layout` of float storage `src`.
 pub(crate) fn unary<K: UnaryOp>(src: &CpuStorage, layout: &Layout, op: &K) -> CpuStorage {
     with_float_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout,
-        |x: T| T::from_acc(op.apply(x.to_acc())))),
+        #[inline(always)] |x: T| T::from_acc(op.apply(x.to_acc())))),
         else unreachable!("unary ops take float storage, got {:?}", src.dtype()))
 }
 
@@ -61,8 +61,10 @@ pub(crate) fn binary_float<K: BinaryFloatOp>(
     lb: &Layout,
     op: &K,
 ) -> CpuStorage {
+    // Forced inline so that the op's body is compiled into each CPU-level copy of the loop
+    // (a large closure called from several places stays out of line, at baseline width).
     with_float_dtype!(a.dtype(), T => T::into_storage(binary_map(a.typed::<T>(), la, b.typed::<T>(), lb,
-        |x: T, y: T| T::from_acc(op.apply(x.to_acc(), y.to_acc())))),
+        #[inline(always)] |x: T, y: T| T::from_acc(op.apply(x.to_acc(), y.to_acc())))),
         else unreachable!("float ops take float storage, got {:?}", a.dtype()))
 }
 

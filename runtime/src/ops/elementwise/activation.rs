@@ -17,7 +17,7 @@ unary_kernel!(ReluK, RELU, RELU_INPLACE, |x| if x > A::zero() {
 });
 unary_kernel!(GeluErfK, GELU, GELU_INPLACE, |x| c::<A>(0.5)
     * x
-    * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf()));
+    * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf_vec()));
 unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
     c::<A>(0.5) * x * (A::one() + inner.tanh())
@@ -132,7 +132,7 @@ macro_rules! backward_kernel {
 backward_kernel!(
     /// `g * (Φ(x) + x φ(x))`.
     GeluBackwardK, GELU_BACKWARD, GELU_BACKWARD_INPLACE, |g, x| {
-        let cdf = c::<A>(0.5) * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf());
+        let cdf = c::<A>(0.5) * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf_vec());
         let pdf = (c::<A>(-0.5) * x * x).exp_vec() * c::<A>(0.398_942_280_401_432_7);
         g * (cdf + x * pdf)
     }
