@@ -17,5 +17,6 @@ pub mod conv;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod layer_norm;
+pub mod lstm_cell;
 pub mod optim;
 pub mod pool;

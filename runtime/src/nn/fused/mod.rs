@@ -13,6 +13,7 @@ mod cross_entropy;
 pub(crate) mod device;
 mod dropout;
 mod layer_norm;
+mod lstm_cell;
 mod pool;
 
 pub(crate) use attention::{AttnMask, attention};
@@ -21,6 +22,7 @@ pub(crate) use conv::{applies as conv2d_applies, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
 pub(crate) use layer_norm::layer_norm;
+pub(crate) use lstm_cell::{LstmStep, lstm_step, lstm_step_backward};
 pub(crate) use pool::pool2d;
 
 use crate::Tensor;

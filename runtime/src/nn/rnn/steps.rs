@@ -5,6 +5,7 @@ use super::{Recurrent, RnnMode};
 use crate::Tensor;
 use crate::autograd::{is_grad_enabled, no_grad, record};
 use crate::nn::functional as F;
+use crate::nn::fused::{LstmStep, lstm_step, lstm_step_backward};
 
 impl Recurrent {
     /// One direction of one layer as one autograd node: the forward runs the time loop
@@ -182,6 +183,13 @@ impl Recurrent {
         } else {
             (0..t_len).collect()
         };
+        // The fused cell kernel serves every step that autograd does not record.
+        let fused_cell = !is_grad_enabled()
+            || !std::iter::once(x)
+                .chain([h0])
+                .chain(c0)
+                .chain(w.iter().flatten())
+                .any(Tensor::requires_grad_flag);
         let mut recs = Vec::with_capacity(t_len);
         let mut outs: Vec<Option<Tensor>> = vec![None; t_len];
         for &t in &order {
@@ -194,6 +202,7 @@ impl Recurrent {
                 tanh_c: None,
                 m: None,
                 hn: None,
+                lstm: None,
             };
             let (h_new, c_new) = match self.mode {
                 RnnMode::Tanh | RnnMode::Relu => {
@@ -206,21 +215,26 @@ impl Recurrent {
                     rec.gates = vec![hn.clone()];
                     (hn, None)
                 }
+                RnnMode::Lstm if fused_cell => {
+                    let cp = c.as_ref().expect("an LSTM keeps c");
+                    let hw = h.matmul(&w_hh.t());
+                    match lstm_step(&xt, &hw, cp) {
+                        Some(step) => {
+                            let hn = match &w_hr {
+                                Some(w) => step.h.matmul(&w.t()),
+                                None => step.h.clone(),
+                            };
+                            rec.m = Some(step.h.clone());
+                            let cn = step.c.clone();
+                            rec.lstm = Some(step);
+                            (hn, Some(cn))
+                        }
+                        None => self.lstm_composite(&xt.add(&hw), cp, w_hr.as_ref(), &mut rec),
+                    }
+                }
                 RnnMode::Lstm => {
-                    let g = xt.add(&h.matmul(&w_hh.t())).chunk(4, 1);
-                    let (i, f, gg, o) =
-                        (g[0].sigmoid(), g[1].sigmoid(), g[2].tanh(), g[3].sigmoid());
-                    let cn = f.mul(c.as_ref().expect("an LSTM keeps c")).add(&i.mul(&gg));
-                    let tc = cn.tanh();
-                    let m = o.mul(&tc);
-                    let hn = match &w_hr {
-                        Some(w) => m.matmul(&w.t()),
-                        None => m.clone(),
-                    };
-                    rec.gates = vec![i, f, gg, o];
-                    rec.tanh_c = Some(tc);
-                    rec.m = Some(m);
-                    (hn, Some(cn))
+                    let cp = c.as_ref().expect("an LSTM keeps c");
+                    self.lstm_composite(&xt.add(&h.matmul(&w_hh.t())), cp, w_hr.as_ref(), &mut rec)
                 }
                 RnnMode::Gru => {
                     let hh = F::linear(&h, &w_hh, b_hh.as_ref());
@@ -267,6 +281,31 @@ impl Recurrent {
         }
     }
 
+    /// The LSTM step's elementwise part as tensor ops (recorded when grad mode is on):
+    /// from the pre-activations `pre` `[N, 4H]` and `c`, the new `(h, c)`; keeps the
+    /// activated gates, `tanh(c')` and `o tanh(c')` in `rec`.
+    fn lstm_composite(
+        &self,
+        pre: &Tensor,
+        c_prev: &Tensor,
+        w_hr: Option<&Tensor>,
+        rec: &mut StepRec,
+    ) -> (Tensor, Option<Tensor>) {
+        let g = pre.chunk(4, 1);
+        let (i, f, gg, o) = (g[0].sigmoid(), g[1].sigmoid(), g[2].tanh(), g[3].sigmoid());
+        let cn = f.mul(c_prev).add(&i.mul(&gg));
+        let tc = cn.tanh();
+        let m = o.mul(&tc);
+        let hn = match w_hr {
+            Some(w) => m.matmul(&w.t()),
+            None => m.clone(),
+        };
+        rec.gates = vec![i, f, gg, o];
+        rec.tanh_c = Some(tc);
+        rec.m = Some(m);
+        (hn, Some(cn))
+    }
+
     /// One direction of one layer over `x` `[T, N, in]`, recorded step by step: outputs
     /// `[T, N, H_out]` and the final `h` (and `c`).
     fn run_direction(
@@ -297,6 +336,9 @@ struct StepRec {
     m: Option<Tensor>,
     /// GRU: the new gate's hidden part `h W_hn^T + b_hn`.
     hn: Option<Tensor>,
+    /// LSTM through the fused cell: the activated gates `[N, 4H]` and `tanh(c')` (then
+    /// `gates` and `tanh_c` are empty).
+    lstm: Option<LstmStep>,
 }
 
 /// The forward of one direction, kept for its backward.
@@ -373,8 +415,6 @@ impl Steps {
                     (da.clone(), da, None)
                 }
                 RnnMode::Lstm => {
-                    let (i, f, g, o) = (&rec.gates[0], &rec.gates[1], &rec.gates[2], &rec.gates[3]);
-                    let tc = rec.tanh_c.as_ref().expect("kept");
                     let dm = match &w_hr {
                         Some(wr) => {
                             dproj.push((dh_new.clone(), rec.m.clone().expect("kept")));
@@ -382,27 +422,41 @@ impl Steps {
                         }
                         None => dh_new,
                     };
-                    let d_o = dm.mul(tc);
-                    let dct = dc_new
-                        .expect("an LSTM has dc")
-                        .add(&dm.mul(o).mul(&tc.mul(tc).neg().add_scalar(1.0)));
                     let c_prev = rec.c_prev.as_ref().expect("kept");
-                    let sig = |a: &Tensor| a.mul(&a.neg().add_scalar(1.0));
-                    let da = Tensor::cat(
-                        &[
-                            &dct.mul(g).mul(&sig(i)),
-                            &dct.mul(c_prev).mul(&sig(f)),
-                            &dct.mul(i).mul(&g.mul(g).neg().add_scalar(1.0)),
-                            &d_o.mul(&sig(o)),
-                        ],
-                        1,
-                    );
-                    let dc_prev = dct.mul(f);
-                    dc = Some(match &dc_keep {
-                        Some(kp) => dc_prev.add(kp),
-                        None => dc_prev,
-                    });
-                    (da.clone(), da, None)
+                    let dc_new = dc_new.expect("an LSTM has dc");
+                    let fused = rec
+                        .lstm
+                        .as_ref()
+                        .and_then(|step| lstm_step_backward(&dm, &dc_new, step, c_prev));
+                    if let Some((da, dc_prev)) = fused {
+                        dc = Some(match &dc_keep {
+                            Some(kp) => dc_prev.add(kp),
+                            None => dc_prev,
+                        });
+                        (da.clone(), da, None)
+                    } else {
+                        let (i, f, g, o) =
+                            (&rec.gates[0], &rec.gates[1], &rec.gates[2], &rec.gates[3]);
+                        let tc = rec.tanh_c.as_ref().expect("kept");
+                        let d_o = dm.mul(tc);
+                        let dct = dc_new.add(&dm.mul(o).mul(&tc.mul(tc).neg().add_scalar(1.0)));
+                        let sig = |a: &Tensor| a.mul(&a.neg().add_scalar(1.0));
+                        let da = Tensor::cat(
+                            &[
+                                &dct.mul(g).mul(&sig(i)),
+                                &dct.mul(c_prev).mul(&sig(f)),
+                                &dct.mul(i).mul(&g.mul(g).neg().add_scalar(1.0)),
+                                &d_o.mul(&sig(o)),
+                            ],
+                            1,
+                        );
+                        let dc_prev = dct.mul(f);
+                        dc = Some(match &dc_keep {
+                            Some(kp) => dc_prev.add(kp),
+                            None => dc_prev,
+                        });
+                        (da.clone(), da, None)
+                    }
                 }
                 RnnMode::Gru => {
                     let (r, z, nn) = (&rec.gates[0], &rec.gates[1], &rec.gates[2]);

@@ -20,7 +20,7 @@ unary_kernel!(GeluErfK, GELU, GELU_INPLACE, |x| c::<A>(0.5)
     * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf_vec()));
 unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
-    c::<A>(0.5) * x * (A::one() + inner.tanh())
+    c::<A>(0.5) * x * (A::one() + inner.tanh_vec())
 });
 unary_kernel!(SiluK, SILU, SILU_INPLACE, |x| x
     / (A::one() + (-x).exp_vec()));
@@ -142,7 +142,7 @@ backward_kernel!(
     GeluTanhBackwardK, GELU_TANH_BACKWARD, GELU_TANH_BACKWARD_INPLACE, |g, x| {
         let (k, a) = (c::<A>((2.0 / std::f64::consts::PI).sqrt()), c::<A>(0.044715));
         let half = c::<A>(0.5);
-        let t = (k * (x + a * x * x * x)).tanh();
+        let t = (k * (x + a * x * x * x)).tanh_vec();
         let inner = k * (A::one() + c::<A>(3.0) * a * x * x);
         g * (half * (A::one() + t) + half * x * (A::one() - t * t) * inner)
     }

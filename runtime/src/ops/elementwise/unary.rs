@@ -17,7 +17,7 @@ unary_kernel!(SqrtK, SQRT, SQRT_INPLACE, |x| x.sqrt());
 unary_kernel!(RsqrtK, RSQRT, RSQRT_INPLACE, |x| x.sqrt().recip());
 unary_kernel!(SinK, SIN, SIN_INPLACE, |x| x.sin());
 unary_kernel!(CosK, COS, COS_INPLACE, |x| x.cos());
-unary_kernel!(TanhK, TANH, TANH_INPLACE, |x| x.tanh());
+unary_kernel!(TanhK, TANH, TANH_INPLACE, |x| x.tanh_vec());
 // e^-|x| never overflows, so both branches are stable; the select vectorises.
 unary_kernel!(SigmoidK, SIGMOID, SIGMOID_INPLACE, |x| {
     let e = (-x.abs()).exp_vec();
