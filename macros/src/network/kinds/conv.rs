@@ -1,0 +1,161 @@
+//! `Conv1d`, `Conv2d`, `ConvTranspose1d`, `ConvTranspose2d`
+//! `(in -> out, kernel = k, stride = 1, padding = 0 | "same", dilation = 1, groups = 1,
+//! bias = true, output_padding = 0)` over `[N, C, L]` / `[N, C, H, W]`, spatial sizes
+//! literal or symbolic.
+
+use super::{Built, Cx, Kind, Out, Ty};
+use crate::network::dim::Dim;
+use crate::network::parse::Value;
+use quote::{format_ident, quote};
+
+pub(crate) struct Conv;
+
+impl Kind for Conv {
+    fn names(&self) -> &'static [&'static str] {
+        &["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"]
+    }
+    fn has_params(&self) -> bool {
+        true
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &[
+            "kernel",
+            "stride",
+            "padding",
+            "dilation",
+            "groups",
+            "bias",
+            "output_padding",
+        ]
+    }
+    fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
+        let kind = cx.kind();
+        let transpose = kind.starts_with("ConvTranspose");
+        let dims = if kind.ends_with("1d") { 1 } else { 2 };
+        let arrow = Some(cx.arrow("in_channels -> out_channels")?);
+        let kernel = cx.int("kernel", true, None, 1);
+        let stride = cx.int("stride", false, Some(1), 1);
+        let (same, padding) = match cx.value("padding", false) {
+            Some(Value::Str(s)) if s.value() == "same" => (true, 0),
+            Some(Value::Str(s)) => {
+                cx.error(
+                    s.span(),
+                    format!(
+                        "padding {:?} is not known: write an integer or \"same\"",
+                        s.value()
+                    ),
+                );
+                (false, 0)
+            }
+            v => (false, cx.int_of(v, "padding", Some(0), 0)),
+        };
+        let dilation = cx.int("dilation", false, Some(1), 1);
+        let groups = cx.int("groups", false, Some(1), 1);
+        let bias = cx.bool("bias", true);
+        let output_padding = if transpose {
+            cx.int("output_padding", false, Some(0), 0)
+        } else {
+            0
+        };
+        cx.finish(if transpose {
+            "`in -> out`, `kernel`, `stride`, `padding`, `output_padding`, `dilation`, `groups` and `bias`"
+        } else {
+            "`in -> out`, `kernel`, `stride`, `padding` (an integer or \"same\"), `dilation`, `groups` and `bias`"
+        });
+        let (inp, out) = arrow?;
+        let (ci, co) = (cx.dim(&inp)?, cx.dim(&out)?);
+        let desc = cx.desc.clone();
+        if same && (stride != 1 || transpose) {
+            cx.error(cx.args_span(), format!("`{desc}`: padding = \"same\" needs stride 1 (PyTorch's rule), and convolutions only"));
+        }
+        for (d, tok, what) in [(&ci, &inp, "in_channels"), (&co, &out, "out_channels")] {
+            if let Some(v) = d.as_lit()
+                && (v <= 0 || v % groups != 0)
+            {
+                cx.error(
+                    tok.span(),
+                    format!("`{desc}`: {what} {v} is not a positive multiple of groups = {groups}"),
+                );
+            }
+        }
+        if transpose && output_padding >= stride.max(dilation) {
+            cx.error(cx.args_span(), format!("`{desc}`: output_padding {output_padding} must be smaller than stride or dilation ({})", stride.max(dilation)));
+        }
+        if !cx.arity(inputs, 1, "one value") {
+            return None;
+        }
+        let x = &inputs[0];
+        cx.need_float(x);
+        let layout = if dims == 1 {
+            "[N, C, L]"
+        } else {
+            "[N, C, H, W]"
+        };
+        if !cx.need_rank(x, &[dims + 2], layout) {
+            return None;
+        }
+        cx.expect_dim(&x.shape[1], &ci, inp.span(), "input channels", x);
+        let mut shape = vec![x.shape[0].clone(), co.clone()];
+        let span = dilation * (kernel - 1) + 1;
+        for (axis, size) in x.shape[2..].iter().enumerate() {
+            let o = if transpose {
+                size.sub(&Dim::lit(1))
+                    .mul(&Dim::lit(stride))
+                    .add(&Dim::lit(span - 2 * padding + output_padding))
+            } else if same {
+                size.clone()
+            } else {
+                size.add(&Dim::lit(2 * padding - span))
+                    .floor_div(stride)
+                    .add(&Dim::lit(1))
+            };
+            if let Some(v) = o.as_lit()
+                && v <= 0
+            {
+                let (origin, shown) = (x.origin.clone(), x.show());
+                cx.error(cx.kind_span(), format!("`{desc}` produces a non-positive size: spatial dim {axis} of {origin} is {size}, smaller than the kernel span {span} after padding {padding} (input shape {shown})"));
+                shape.push(Dim::lit(1));
+            } else {
+                shape.push(o);
+            }
+        }
+        let k = kernel.pow(dims as u32);
+        let params = co
+            .mul(&ci.floor_div(groups))
+            .mul(&Dim::lit(k))
+            .add(&if bias { co.clone() } else { Dim::lit(0) });
+        let (it, ot) = (
+            cx.const_tokens(&ci, inp.span()),
+            cx.const_tokens(&co, out.span()),
+        );
+        let krate = &cx.krate;
+        let ty = format_ident!("{}", kind);
+        let (kernel, stride, padding, dilation, groups, output_padding) = (
+            kernel as usize,
+            stride as usize,
+            padding as usize,
+            dilation as usize,
+            groups as usize,
+            output_padding as usize,
+        );
+        let options = if transpose {
+            quote!(#krate::nn::ConvTransposeOptions::default().stride(#stride).padding(#padding).output_padding(#output_padding).dilation(#dilation).groups(#groups).bias(#bias))
+        } else if same {
+            quote!(#krate::nn::ConvOptions::default().padding_same().dilation(#dilation).groups(#groups).bias(#bias))
+        } else {
+            quote!(#krate::nn::ConvOptions::default().stride(#stride).padding(#padding).dilation(#dilation).groups(#groups).bias(#bias))
+        };
+        Some(Built {
+            out: Out::One(Ty::float(shape)),
+            field: Some((
+                quote!(#krate::nn::#ty),
+                quote!(#krate::nn::#ty::new(#it, #ot, #kernel, #options, device)),
+            )),
+            params,
+            forward: Box::new(|x, f| {
+                let x = &x[0];
+                quote!(#f.forward(&#x))
+            }),
+        })
+    }
+}
