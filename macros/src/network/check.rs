@@ -652,11 +652,17 @@ impl Checker<'_> {
             kind.keys(),
         );
         if unknown {
-            // Check the arguments alone; the output stays unknown.
-            let _ = kind.check(&mut cx, &[]);
+            // An input is unknown after an earlier mistake: stay quiet, so one mistake
+            // is one error.
             return None;
         }
-        let built = kind.check(&mut cx, &tys)?;
+        let built = kind.check(&mut cx, &tys);
+        // After a wrong argument the output would be a guess: leave it unknown rather
+        // than report its consequences downstream.
+        if cx.bad_args() {
+            return None;
+        }
+        let built = built?;
         Some(self.emit(call, built, &vars))
     }
 
@@ -829,7 +835,12 @@ fn pattern_tokens(v: &Val) -> TokenStream {
 
 /// Compares an inferred shape with a written one, erroring on each disagreeing dim.
 fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what: &str) {
-    let expected = shape_dims(written, errors);
+    let evaluated: Vec<Option<Dim>> = written.dims.iter().map(|d| eval_dim(d, errors)).collect();
+    if evaluated.iter().any(Option::is_none) {
+        // A malformed dim was reported; comparing against a guess would only add noise.
+        return;
+    }
+    let expected: Vec<Dim> = evaluated.into_iter().flatten().collect();
     if expected.len() != inferred.len() {
         errors.push(
             written.span,

@@ -144,7 +144,10 @@ impl Dim {
         };
         // Built directly (not through `floor_div`, which comes back here).
         let mut terms = BTreeMap::new();
-        terms.insert(vec![Atom::Div(Box::new(inner.add(&Dim::lit(c * k))), *k)], 1);
+        terms.insert(
+            vec![Atom::Div(Box::new(inner.add(&Dim::lit(c * k))), *k)],
+            1,
+        );
         Dim { terms }
     }
 

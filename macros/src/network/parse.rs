@@ -488,6 +488,25 @@ impl Expr {
             return Ok(Expr::Value(input.parse()?));
         }
         let call = Call::parse_with(input, true)?;
+        // `fc: Linear(8 -> 4)` with nothing after it: the group holds arguments, not values.
+        if input.peek(syn::token::Paren) && call.args_span.is_none() {
+            let fork = input.fork();
+            let content;
+            parenthesized!(content in fork);
+            let as_values =
+                Punctuated::<Expr, Token![,]>::parse_terminated(&content.fork()).is_ok();
+            if !as_values && Punctuated::<Arg, Token![,]>::parse_terminated(&content).is_ok() {
+                return Err(syn::Error::new(
+                    call.kind.span(),
+                    format!(
+                        "`{}(..)` is not applied to anything: write the values it takes after its arguments, as `{}(..)(x)`, or pipe into it, as `x -> {}(..)`",
+                        call.describe(),
+                        call.describe(),
+                        call.describe()
+                    ),
+                ));
+            }
+        }
         if !input.peek(syn::token::Paren) {
             return Err(syn::Error::new(
                 call.kind.span(),

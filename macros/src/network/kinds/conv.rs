@@ -38,7 +38,7 @@ impl Kind for Conv {
         let (same, padding) = match cx.value("padding", false) {
             Some(Value::Str(s)) if s.value() == "same" => (true, 0),
             Some(Value::Str(s)) => {
-                cx.error(
+                cx.arg_error(
                     s.span(),
                     format!(
                         "padding {:?} is not known: write an integer or \"same\"",
@@ -66,20 +66,20 @@ impl Kind for Conv {
         let (ci, co) = (cx.dim(&inp)?, cx.dim(&out)?);
         let desc = cx.desc.clone();
         if same && (stride != 1 || transpose) {
-            cx.error(cx.args_span(), format!("`{desc}`: padding = \"same\" needs stride 1 (PyTorch's rule), and convolutions only"));
+            cx.arg_error(cx.args_span(), format!("`{desc}`: padding = \"same\" needs stride 1 (PyTorch's rule), and convolutions only"));
         }
         for (d, tok, what) in [(&ci, &inp, "in_channels"), (&co, &out, "out_channels")] {
             if let Some(v) = d.as_lit()
                 && (v <= 0 || v % groups != 0)
             {
-                cx.error(
+                cx.arg_error(
                     tok.span(),
                     format!("`{desc}`: {what} {v} is not a positive multiple of groups = {groups}"),
                 );
             }
         }
         if transpose && output_padding >= stride.max(dilation) {
-            cx.error(cx.args_span(), format!("`{desc}`: output_padding {output_padding} must be smaller than stride or dilation ({})", stride.max(dilation)));
+            cx.arg_error(cx.args_span(), format!("`{desc}`: output_padding {output_padding} must be smaller than stride or dilation ({})", stride.max(dilation)));
         }
         if !cx.arity(inputs, 1, "one value") {
             return None;

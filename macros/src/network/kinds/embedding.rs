@@ -28,13 +28,13 @@ impl Kind for Embedding {
                 let (p, span) = cx.dim_of(&v, "padding_idx")?;
                 match (p.as_lit(), n.as_lit()) {
                     (Some(p), Some(n)) if p >= n || p < -n => {
-                        cx.error(span, format!("`padding_idx` {p} is out of range for {n} embeddings (valid: {} to {})", -n, n - 1));
+                        cx.arg_error(span, format!("`padding_idx` {p} is out of range for {n} embeddings (valid: {} to {})", -n, n - 1));
                         None
                     }
                     (Some(p), Some(n)) => Some(if p < 0 { p + n } else { p }),
                     (Some(p), None) if p >= 0 => Some(p),
                     _ => {
-                        cx.error(span, "`padding_idx` must be an integer literal (negative ones need a literal `num_embeddings`)");
+                        cx.arg_error(span, "`padding_idx` must be an integer literal (negative ones need a literal `num_embeddings`)");
                         None
                     }
                 }

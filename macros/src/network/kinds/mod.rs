@@ -174,6 +174,8 @@ pub(crate) struct Cx<'a> {
     /// Size names bound from the inputs' shapes at run time.
     pub(crate) runtime: &'a [String],
     args: Vec<Option<Arg>>,
+    /// Whether an argument was wrong (then the output is left unknown).
+    bad_args: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -215,11 +217,25 @@ impl<'a> Cx<'a> {
             krate,
             runtime,
             args,
+            bad_args: false,
         }
     }
 
+    /// Reports a mistake in the inputs' shapes (the output is still inferred, so later
+    /// independent mistakes are found too).
     pub(crate) fn error(&mut self, span: Span, message: impl fmt::Display) {
         self.errors.push(span, message);
+    }
+
+    /// Reports a wrong argument; the call's output is then left unknown.
+    pub(crate) fn arg_error(&mut self, span: Span, message: impl fmt::Display) {
+        self.bad_args = true;
+        self.errors.push(span, message);
+    }
+
+    /// Whether [`Cx::arg_error`] was called.
+    pub(crate) fn bad_args(&self) -> bool {
+        self.bad_args
     }
 
     /// The kind's name as written.
@@ -249,7 +265,7 @@ impl<'a> Cx<'a> {
             Some(Arg::Arrow(a, b)) => Some((a, b)),
             _ => {
                 let (kind, span) = (self.kind(), self.args_span());
-                self.error(
+                self.arg_error(
                     span,
                     format!(
                         "`{kind}` needs `{what}` as its first argument, as `{kind}({what}, ..)`"
@@ -287,7 +303,7 @@ impl<'a> Cx<'a> {
             Value::Dim(d) => self.dim(d).map(|x| (x, d.span())),
             other => {
                 let kind = self.kind();
-                self.error(
+                self.arg_error(
                     other.span(),
                     format!(
                         "`{key}` of `{kind}` is a size: an integer or a size expression, not `{}`",
@@ -314,7 +330,7 @@ impl<'a> Cx<'a> {
                     _ => match y.as_lit() {
                         Some(k) if k > 0 => x.floor_div(k),
                         Some(_) => {
-                            self.error(
+                            self.arg_error(
                                 b.span(),
                                 format!(
                                     "division by {} in `{}`: sizes divide by positive integers",
@@ -325,7 +341,7 @@ impl<'a> Cx<'a> {
                             return None;
                         }
                         None => {
-                            self.error(*span, format!("`{}` divides by a size name: sizes divide by integer literals only", d.text()));
+                            self.arg_error(*span, format!("`{}` divides by a size name: sizes divide by integer literals only", d.text()));
                             return None;
                         }
                     },
@@ -361,7 +377,7 @@ impl<'a> Cx<'a> {
                 Some(d) => d,
                 None => {
                     let span = self.args_span();
-                    self.error(span, format!("`{kind}` needs `{key} = ..`"));
+                    self.arg_error(span, format!("`{kind}` needs `{key} = ..`"));
                     min.max(1)
                 }
             };
@@ -377,14 +393,14 @@ impl<'a> Cx<'a> {
                 } else {
                     format!("at least {min}")
                 };
-                self.error(
+                self.arg_error(
                     span,
                     format!("`{key}` of `{kind}` must be {need}, but it is {x}"),
                 );
                 default.unwrap_or(min.max(1))
             }
             None => {
-                self.error(span, format!("`{key}` of `{kind}` must be an integer literal here: shapes are computed at compile time"));
+                self.arg_error(span, format!("`{key}` of `{kind}` must be an integer literal here: shapes are computed at compile time"));
                 default.unwrap_or(min.max(1))
             }
         }
@@ -406,7 +422,7 @@ impl<'a> Cx<'a> {
                 match d.as_lit() {
                     Some(x) => (x, span),
                     None => {
-                        self.error(
+                        self.arg_error(
                             span,
                             format!("`{key}` of `{kind}` must be an integer literal"),
                         );
@@ -418,7 +434,7 @@ impl<'a> Cx<'a> {
                 Some(d) => (d, self.args_span()),
                 None => {
                     let span = self.args_span();
-                    self.error(span, format!("`{kind}` needs `{key} = ..`"));
+                    self.arg_error(span, format!("`{kind}` needs `{key} = ..`"));
                     return None;
                 }
             },
@@ -426,7 +442,7 @@ impl<'a> Cx<'a> {
         let r = rank as i64;
         if raw < -r || raw >= r {
             let desc = self.desc.clone();
-            self.error(
+            self.arg_error(
                 span,
                 format!("`{desc}`: {key} {raw} is out of range for {} of rank {rank} {} (valid: {} to {})", input.origin, input.show(), -r, r - 1),
             );
@@ -451,7 +467,7 @@ impl<'a> Cx<'a> {
                 Some(d) => d,
                 None => {
                     let span = self.args_span();
-                    self.error(span, format!("`{kind}` needs `{key}`, as `{kind}(0.5)`"));
+                    self.arg_error(span, format!("`{kind}` needs `{key}`, as `{kind}(0.5)`"));
                     lo
                 }
             };
@@ -460,7 +476,7 @@ impl<'a> Cx<'a> {
             Value::Float(x, s) => (*x, *s),
             Value::Dim(DimExpr::Lit(x, s)) => (*x as f64, *s),
             other => {
-                self.error(
+                self.arg_error(
                     other.span(),
                     format!("`{key}` of `{kind}` is a number, not `{}`", other.text()),
                 );
@@ -470,7 +486,7 @@ impl<'a> Cx<'a> {
         let inside = x >= lo && (x < hi || (hi_inclusive && x == hi));
         if !inside {
             let close = if hi_inclusive { "]" } else { ")" };
-            self.error(
+            self.arg_error(
                 span,
                 format!("`{key}` of `{kind}` must be in [{lo}, {hi}{close}, but it is {x}"),
             );
@@ -485,7 +501,7 @@ impl<'a> Cx<'a> {
             Some(Value::Bool(b)) => b.value,
             Some(other) => {
                 let kind = self.kind();
-                self.error(
+                self.arg_error(
                     other.span(),
                     format!(
                         "`{key}` of `{kind}` is `true` or `false`, not `{}`",
@@ -506,7 +522,7 @@ impl<'a> Cx<'a> {
                 Arg::Named(k, _) => format!("unknown argument `{k}`"),
                 _ => "unexpected argument".to_string(),
             };
-            self.error(
+            self.arg_error(
                 arg.span(),
                 format!("{what} for `{kind}`: it takes {allowed}"),
             );

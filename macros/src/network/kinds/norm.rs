@@ -12,7 +12,7 @@ fn size(cx: &mut Cx, what: &str) -> Option<(Dim, proc_macro2::Span)> {
         Some(v) => cx.dim_of(&v, what),
         None => {
             let span = cx.args_span();
-            cx.error(span, format!("`{kind}` needs the {what}, as `{kind}(16)`"));
+            cx.arg_error(span, format!("`{kind}` needs the {what}, as `{kind}(16)`"));
             None
         }
     }
@@ -138,7 +138,7 @@ impl Kind for GroupNorm {
         if let Some(v) = c.as_lit()
             && v % groups != 0
         {
-            cx.error(
+            cx.arg_error(
                 span,
                 format!("`{desc}`: {v} channels do not split into {groups} groups"),
             );

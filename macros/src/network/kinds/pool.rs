@@ -27,7 +27,7 @@ impl Kind for Pool {
         cx.finish("`kernel` (first), `stride` and `padding`");
         let desc = cx.desc.clone();
         if padding * 2 > kernel {
-            cx.error(pad_span.unwrap_or(cx.args_span()), format!("`{desc}`: padding {padding} is more than half the kernel {kernel} (PyTorch's limit)"));
+            cx.arg_error(pad_span.unwrap_or(cx.args_span()), format!("`{desc}`: padding {padding} is more than half the kernel {kernel} (PyTorch's limit)"));
         }
         if !cx.arity(inputs, 1, "one value") {
             return None;

@@ -62,7 +62,7 @@ impl Kind for Reshape {
             Some(Value::Shape(s)) => Some(s),
             _ => {
                 let span = cx.args_span();
-                cx.error(span, "`reshape` needs a target shape, as `reshape([N, 16, 5, 5])` (one dim may be -1)");
+                cx.arg_error(span, "`reshape` needs a target shape, as `reshape([N, 16, 5, 5])` (one dim may be -1)");
                 None
             }
         };
@@ -80,7 +80,7 @@ impl Kind for Reshape {
                 && matches!(**inner, DimExpr::Lit(1, _))
             {
                 if infer.is_some() {
-                    cx.error(*span, "`reshape` infers one dim at most: only one `-1`");
+                    cx.arg_error(*span, "`reshape` infers one dim at most: only one `-1`");
                     return None;
                 }
                 infer = Some(dims.len());
@@ -177,7 +177,7 @@ impl Kind for Permute {
         seen.dedup();
         if seen.len() != rank {
             let (desc, span) = (cx.desc.clone(), cx.args_span());
-            cx.error(
+            cx.arg_error(
                 span,
                 format!("`{desc}` is not a permutation of 0..{rank}: each dim appears once"),
             );
@@ -248,7 +248,7 @@ impl Kind for Squeeze {
         let d = d?;
         if x.shape[d].as_lit() != Some(1) {
             let (desc, span) = (cx.desc.clone(), cx.args_span());
-            cx.error(
+            cx.arg_error(
                 span,
                 format!(
                     "`{desc}`: dim {d} of {} is {}, not 1 (shape {})",

@@ -1,0 +1,9 @@
+use ferrograd::prelude::*;
+
+network! {
+    pub struct Net(x: [N, 3, 8, 8]) -> [N, 8, 8, 8] {
+        conv: Conv2d(3 -> 8, kernel = 0),
+    }
+}
+
+fn main() {}
