@@ -2,7 +2,7 @@
 //! symbolic sizes; each network's forward equals a hand-written one with the same
 //! weights, trains (every parameter gets a gradient) and has PyTorch's state_dict keys.
 
-use ferrograd::nn::Module;
+use ferrograd::nn::{MhaArgs, Module};
 use ferrograd::prelude::*;
 
 network! {
@@ -153,4 +153,79 @@ fn two_inputs_two_outputs_and_tuples() {
         summary.contains("proj") && summary.contains("[N, T, 16]"),
         "{summary}"
     );
+}
+
+network! {
+    /// An LSTM classifier: embeddings, a 2-layer bidirectional LSTM, mean over time.
+    pub struct LstmClassifier(ids: [N, T]: i64) -> [N, 5] {
+        let emb = ids -> embed: Embedding(100 -> 16);
+        let (out, (h, c)) = lstm: LSTM(16 -> 32, num_layers = 2, batch_first = true, bidirectional = true)(emb);
+        out -> mean(dim = 1) -> head: Linear(64 -> 5)
+    }
+}
+
+network! {
+    /// A pre-norm encoder layer, then self-attention returning its weights too.
+    pub struct Encoder(x: [N, T, 32]) -> ([N, T, 32], [N, T, T]) {
+        let y = x -> layer: TransformerEncoderLayer(32, 4, dim_feedforward = 64, dropout = 0.0, batch_first = true, norm_first = true, activation = "gelu");
+        let (out, weights) = attn: MultiheadAttention(32, 4, batch_first = true, need_weights = true)(y);
+        (out, weights)
+    }
+}
+
+#[test]
+fn lstm_classifier() {
+    manual_seed(7);
+    let net = LstmClassifier::new(&Device::Cpu);
+    let ids = Tensor::from_vec((0..24).map(|i| (i * 7 % 100) as i64).collect(), &[4, 6]);
+    let y = net.forward(&ids);
+    let (out, _) = net.lstm.forward(&net.embed.forward(&ids), None);
+    let expected = net.head.forward(&out.mean(&[1], false));
+    assert!(y.allclose(&expected, 1e-6, 1e-6));
+    y.sum_all().backward();
+    assert!(all_have_grads(&net));
+    let keys: Vec<String> = net.state_dict().into_keys().collect();
+    for k in [
+        "lstm.weight_ih_l0",
+        "lstm.weight_hh_l1_reverse",
+        "lstm.bias_ih_l1",
+        "embed.weight",
+        "head.bias",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "{k} in {keys:?}");
+    }
+    assert_eq!(LstmClassifier::NUM_PARAMETERS, net.num_parameters());
+}
+
+#[test]
+fn transformer_encoder_layer_and_attention_weights() {
+    manual_seed(8);
+    let net = Encoder::new(&Device::Cpu);
+    let x = Tensor::randn(&[2, 5, 32], DType::F32, &Device::Cpu);
+    let (out, weights) = net.forward(&x);
+    let y = net.layer.forward(&x);
+    let (o, w) = net.attn.forward_with(
+        &y,
+        &y,
+        &y,
+        &MhaArgs {
+            need_weights: true,
+            ..Default::default()
+        },
+    );
+    assert!(out.allclose(&o, 1e-6, 1e-6));
+    assert!(weights.allclose(&w.expect("weights"), 1e-6, 1e-6));
+    assert_eq!(weights.shape(), &[2, 5, 5]);
+    out.sum_all().backward();
+    assert!(all_have_grads(&net));
+    assert_eq!(Encoder::NUM_PARAMETERS, net.num_parameters());
+    let keys: Vec<String> = net.state_dict().into_keys().collect();
+    for k in [
+        "layer.self_attn.in_proj_weight",
+        "layer.linear1.weight",
+        "layer.norm2.bias",
+        "attn.out_proj.weight",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "{k} in {keys:?}");
+    }
 }

@@ -3,6 +3,7 @@
 //! and forward. Adding a kind is one file and one line in [`KINDS`].
 
 mod activation;
+mod attention;
 mod cat;
 mod conv;
 mod dropout;
@@ -11,6 +12,7 @@ mod linear;
 mod matmul;
 mod norm;
 mod pool;
+mod recurrent;
 mod reduce;
 mod shape_ops;
 mod softmax;
@@ -115,6 +117,9 @@ pub(crate) static KINDS: &[&dyn Kind] = &[
     &cat::Chunk,
     &matmul::Matmul,
     &reduce::Reduce,
+    &recurrent::Recurrent,
+    &attention::MultiheadAttention,
+    &attention::EncoderLayer,
 ];
 
 /// The kind called `name`.

@@ -1,0 +1,238 @@
+//! `MultiheadAttention(embed_dim, num_heads, batch_first = false, dropout = 0.0,
+//! bias = true, kdim = E, vdim = E, need_weights = false, is_causal = false)` applied to
+//! `x` (self-attention) or `(query, key, value)`; with `need_weights`, yields
+//! `(out, weights)` (weights averaged over heads, `[N, L, S]`).
+//! `TransformerEncoderLayer(d_model, nhead, dim_feedforward = 2048, dropout = 0.1,
+//! activation = "relu", layer_norm_eps = 1e-5, batch_first = false, norm_first = false,
+//! bias = true)`: same shape out.
+
+use super::{Built, Cx, Kind, Out, Ty};
+use crate::network::dim::Dim;
+use crate::network::parse::Value;
+use quote::quote;
+
+/// `[L, N, E]` / `[N, L, E]`: (sequence, batch) of a rank-3 value.
+fn seq_batch(t: &Ty, batch_first: bool) -> (Dim, Dim) {
+    if batch_first {
+        (t.shape[1].clone(), t.shape[0].clone())
+    } else {
+        (t.shape[0].clone(), t.shape[1].clone())
+    }
+}
+
+pub(crate) struct MultiheadAttention;
+
+impl Kind for MultiheadAttention {
+    fn names(&self) -> &'static [&'static str] {
+        &["MultiheadAttention"]
+    }
+    fn has_params(&self) -> bool {
+        true
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &[
+            "embed_dim",
+            "num_heads",
+            "batch_first",
+            "dropout",
+            "bias",
+            "kdim",
+            "vdim",
+            "need_weights",
+            "is_causal",
+        ]
+    }
+    fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
+        let e = cx.int("embed_dim", true, None, 1);
+        let heads = cx.int("num_heads", true, None, 1);
+        let batch_first = cx.bool("batch_first", false);
+        let dropout = cx.float("dropout", false, Some(0.0), 0.0, 1.0, false);
+        let bias = cx.bool("bias", true);
+        let kdim = cx.int("kdim", false, Some(e), 1);
+        let vdim = cx.int("vdim", false, Some(e), 1);
+        let need_weights = cx.bool("need_weights", false);
+        let is_causal = cx.bool("is_causal", false);
+        cx.finish("`embed_dim`, `num_heads`, `batch_first`, `dropout`, `bias`, `kdim`, `vdim`, `need_weights` and `is_causal`");
+        let desc = cx.desc.clone();
+        if e % heads != 0 {
+            cx.arg_error(
+                cx.args_span(),
+                format!("`{desc}`: embed_dim {e} does not split into {heads} heads"),
+            );
+        }
+        let (q, k, v) = match inputs.len() {
+            1 => (&inputs[0], &inputs[0], &inputs[0]),
+            3 => (&inputs[0], &inputs[1], &inputs[2]),
+            _ => {
+                cx.arity(inputs, 3, "`x` (self-attention) or `query, key, value`");
+                return None;
+            }
+        };
+        let layout = if batch_first {
+            "[N, L, E]"
+        } else {
+            "[L, N, E]"
+        };
+        for t in [q, k, v] {
+            cx.need_float(t);
+            if !cx.need_rank(t, &[3], layout) {
+                return None;
+            }
+        }
+        let span = cx.kind_span();
+        cx.expect_dim(
+            &q.shape[2],
+            &Dim::lit(e),
+            span,
+            "a query width (embed_dim) of",
+            q,
+        );
+        cx.expect_dim(
+            &k.shape[2],
+            &Dim::lit(kdim),
+            span,
+            "a key width (kdim) of",
+            k,
+        );
+        cx.expect_dim(
+            &v.shape[2],
+            &Dim::lit(vdim),
+            span,
+            "a value width (vdim) of",
+            v,
+        );
+        let ((l, n), (s, nk)) = (seq_batch(q, batch_first), seq_batch(k, batch_first));
+        cx.expect_dim(&nk, &n, span, "keys with the batch size of the query,", k);
+        cx.expect_dim(
+            &seq_batch(v, batch_first).0,
+            &s,
+            span,
+            "values as long as the keys,",
+            v,
+        );
+        let packed = kdim == e && vdim == e;
+        let (eu, hu, ku, vu) = (e as usize, heads as usize, kdim as usize, vdim as usize);
+        let b = if bias { 4 * e } else { 0 };
+        let params = Dim::lit(e * e + e * kdim + e * vdim + e * e + b);
+        let krate = cx.krate.clone();
+        let init = if packed && dropout == 0.0 && bias {
+            quote!(#krate::nn::MultiheadAttention::new(#eu, #hu, device).batch_first(#batch_first))
+        } else {
+            quote!(#krate::nn::MultiheadAttention::with_options(#eu, #hu, #dropout, #bias, ::core::option::Option::Some(#ku), ::core::option::Option::Some(#vu), device).batch_first(#batch_first))
+        };
+        let out_ty = Ty::float(q.shape.clone());
+        let out = if need_weights {
+            Out::Tuple(vec![Out::One(out_ty), Out::One(Ty::float(vec![n, l, s]))])
+        } else {
+            Out::One(out_ty)
+        };
+        Some(Built {
+            out,
+            field: Some((quote!(#krate::nn::MultiheadAttention), init)),
+            params,
+            forward: Box::new(move |x, f| {
+                let (q, k, v) = if x.len() == 1 {
+                    (&x[0], &x[0], &x[0])
+                } else {
+                    (&x[0], &x[1], &x[2])
+                };
+                let args = quote!(#krate::nn::MhaArgs { need_weights: #need_weights, average_attn_weights: true, is_causal: #is_causal, ..::core::default::Default::default() });
+                if need_weights {
+                    quote!({
+                        let (__o, __w) = #f.forward_with(&#q, &#k, &#v, &#args);
+                        (__o, __w.expect("need_weights returns the weights"))
+                    })
+                } else {
+                    quote!(#f.forward_with(&#q, &#k, &#v, &#args).0)
+                }
+            }),
+        })
+    }
+}
+
+pub(crate) struct EncoderLayer;
+
+impl Kind for EncoderLayer {
+    fn names(&self) -> &'static [&'static str] {
+        &["TransformerEncoderLayer"]
+    }
+    fn has_params(&self) -> bool {
+        true
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &[
+            "d_model",
+            "nhead",
+            "dim_feedforward",
+            "dropout",
+            "activation",
+            "layer_norm_eps",
+            "batch_first",
+            "norm_first",
+            "bias",
+        ]
+    }
+    fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
+        let e = cx.int("d_model", true, None, 1);
+        let heads = cx.int("nhead", true, None, 1);
+        let ff = cx.int("dim_feedforward", false, Some(2048), 1);
+        let dropout = cx.float("dropout", false, Some(0.1), 0.0, 1.0, false);
+        let gelu = match cx.value("activation", false) {
+            None => false,
+            Some(Value::Str(s)) if s.value() == "relu" => false,
+            Some(Value::Str(s)) if s.value() == "gelu" => true,
+            Some(other) => {
+                cx.arg_error(other.span(), "`activation` is \"relu\" or \"gelu\"");
+                false
+            }
+        };
+        let eps = cx.float("layer_norm_eps", false, Some(1e-5), 0.0, f64::MAX, true);
+        let batch_first = cx.bool("batch_first", false);
+        let norm_first = cx.bool("norm_first", false);
+        let bias = cx.bool("bias", true);
+        cx.finish("`d_model`, `nhead`, `dim_feedforward`, `dropout`, `activation`, `layer_norm_eps`, `batch_first`, `norm_first` and `bias`");
+        let desc = cx.desc.clone();
+        if e % heads != 0 {
+            cx.arg_error(
+                cx.args_span(),
+                format!("`{desc}`: d_model {e} does not split into {heads} heads"),
+            );
+        }
+        if !cx.arity(inputs, 1, "one value") {
+            return None;
+        }
+        let x = &inputs[0];
+        cx.need_float(x);
+        if !cx.need_rank(
+            x,
+            &[3],
+            if batch_first {
+                "[N, L, E]"
+            } else {
+                "[L, N, E]"
+            },
+        ) {
+            return None;
+        }
+        let span = cx.kind_span();
+        cx.expect_dim(&x.shape[2], &Dim::lit(e), span, "a width (d_model) of", x);
+        let b = |n: i64| if bias { n } else { 0 };
+        let params = Dim::lit(4 * e * e + b(4 * e) + 2 * e * ff + b(ff + e) + 2 * (e + b(e)));
+        let krate = cx.krate.clone();
+        let (eu, hu, fu) = (e as usize, heads as usize, ff as usize);
+        let act = if gelu { quote!(Gelu) } else { quote!(Relu) };
+        let init = quote!(#krate::nn::TransformerEncoderLayer::new(#krate::nn::TransformerConfig {
+            dim_feedforward: #fu, dropout: #dropout, activation: #krate::nn::Activation::#act, layer_norm_eps: #eps,
+            batch_first: #batch_first, norm_first: #norm_first, bias: #bias, ..#krate::nn::TransformerConfig::new(#eu, #hu)
+        }, device));
+        Some(Built {
+            out: Out::One(Ty::float(x.shape.clone())),
+            field: Some((quote!(#krate::nn::TransformerEncoderLayer), init)),
+            params,
+            forward: Box::new(|x, f| {
+                let x = &x[0];
+                quote!(#f.forward(&#x))
+            }),
+        })
+    }
+}
