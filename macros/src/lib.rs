@@ -73,7 +73,7 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
 /// symbolically. Every shape mistake is a compile error on the token to change.
 #[proc_macro]
 pub fn network(input: TokenStream) -> TokenStream {
-    let net = syn::parse_macro_input!(input as network::parse::Network);
+    let net = syn::parse_macro_input!(input as network::parse::Networks);
     network::network(net)
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()

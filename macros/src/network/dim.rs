@@ -175,6 +175,23 @@ impl Dim {
         Some(out)
     }
 
+    /// This dim with names replaced where `map` gives a dim (the others kept).
+    pub(crate) fn subst(&self, map: &dyn Fn(&str) -> Option<Dim>) -> Dim {
+        let mut out = Dim::default();
+        for (m, c) in &self.terms {
+            let mut term = Dim::lit(*c);
+            for a in m {
+                let factor = match a {
+                    Atom::Sym(s) => map(s).unwrap_or_else(|| Dim::sym(s)),
+                    Atom::Div(d, k) => d.subst(map).floor_div(*k),
+                };
+                term = term.mul(&factor);
+            }
+            out = out.add(&term);
+        }
+        out
+    }
+
     /// The value at the sizes `env` gives each name (`None` on overflow).
     fn eval(&self, env: &dyn Fn(&str) -> i64) -> Option<i128> {
         let mut total: i128 = 0;

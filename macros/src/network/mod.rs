@@ -9,10 +9,14 @@ pub(crate) mod parse;
 
 use proc_macro2::TokenStream;
 
-pub(crate) fn network(net: parse::Network) -> syn::Result<TokenStream> {
+pub(crate) fn network(nets: parse::Networks) -> syn::Result<TokenStream> {
     let mut errors = check::Errors::default();
-    let checked = check::check(&net, &mut errors);
-    let code = expand::expand(&net, &checked);
+    let sigs: Vec<check::Signature> = nets.0.iter().map(check::Signature::of).collect();
+    let mut code = TokenStream::new();
+    for net in &nets.0 {
+        let checked = check::check(net, &sigs, &mut errors);
+        code.extend(expand::expand(net, &checked));
+    }
     errors.finish()?;
     Ok(code)
 }

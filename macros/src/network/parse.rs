@@ -275,11 +275,22 @@ pub(crate) struct Call {
     pub(crate) generics: Option<syn::AngleBracketedGenericArguments>,
     pub(crate) args: Vec<Arg>,
     pub(crate) args_span: Option<Span>,
+    /// `name: [Kind; n]`: `n` copies applied in turn (fields `name.0`, `name.1`, ..).
+    pub(crate) repeat: Option<(usize, Span)>,
+    /// `name: (A, B, ..)`: a sequence applied in turn, kept as one tuple field.
+    pub(crate) items: Vec<Call>,
 }
 
 impl Call {
     /// How the call reads in source, for messages: `fc1: Linear(401 -> 120)`.
     pub(crate) fn describe(&self) -> String {
+        if !self.items.is_empty() {
+            let items: Vec<String> = self.items.iter().map(Call::describe).collect();
+            return match &self.name {
+                Some(n) => format!("{n}: ({})", items.join(", ")),
+                None => format!("({})", items.join(", ")),
+            };
+        }
         let generics = self.generics.as_ref().map_or(String::new(), |g| {
             quote::ToTokens::to_token_stream(g)
                 .to_string()
@@ -299,9 +310,10 @@ impl Call {
             ),
             None => format!("{}{generics}", self.kind),
         };
-        match &self.name {
-            Some(n) => format!("{n}: {call}"),
-            None => call,
+        match (&self.name, self.repeat) {
+            (Some(n), Some((k, _))) => format!("{n}: [{call}; {k}]"),
+            (Some(n), None) => format!("{n}: {call}"),
+            (None, _) => call,
         }
     }
 
@@ -323,6 +335,55 @@ impl Call {
     /// is left for the inputs.
     fn parse_with(input: ParseStream, in_expression: bool) -> syn::Result<Self> {
         let first: Ident = input.parse()?;
+        if input.peek(Token![:]) && !input.peek(Token![::]) && input.peek2(syn::token::Bracket) {
+            // `name: [Kind<..>(args); n]`
+            input.parse::<Token![:]>()?;
+            let content;
+            bracketed!(content in input);
+            let mut call = Call::parse_with(&content, false)?;
+            content.parse::<Token![;]>()?;
+            let count: LitInt = content.parse()?;
+            let n: usize = count.base10_parse()?;
+            if n == 0 {
+                return Err(syn::Error::new(
+                    count.span(),
+                    "a repetition needs at least one copy",
+                ));
+            }
+            if call.name.is_some() {
+                return Err(syn::Error::new(
+                    call.kind.span(),
+                    "name the repetition, not its element: `blocks: [Block; 3]`",
+                ));
+            }
+            call.name = Some(first);
+            call.repeat = Some((n, count.span()));
+            return Ok(call);
+        }
+        if input.peek(Token![:]) && !input.peek(Token![::]) && input.peek2(syn::token::Paren) {
+            // `name: (A, B, ..)`
+            input.parse::<Token![:]>()?;
+            let content;
+            let paren = parenthesized!(content in input);
+            let items = Punctuated::<Call, Token![,]>::parse_terminated_with(&content, |p| {
+                Call::parse_with(p, false)
+            })?;
+            if items.is_empty() {
+                return Err(syn::Error::new(
+                    paren.span.join(),
+                    "a sequence holds at least one layer",
+                ));
+            }
+            return Ok(Call {
+                kind: Ident::new("Sequential", first.span()),
+                name: Some(first),
+                generics: None,
+                args: Vec::new(),
+                args_span: Some(paren.span.join()),
+                repeat: None,
+                items: items.into_iter().collect(),
+            });
+        }
         let (name, kind) = if input.peek(Token![:]) && !input.peek(Token![::]) {
             input.parse::<Token![:]>()?;
             (Some(first), input.parse::<Ident>()?)
@@ -361,6 +422,8 @@ impl Call {
             generics,
             args,
             args_span,
+            repeat: None,
+            items: Vec::new(),
         })
     }
 }
@@ -619,7 +682,7 @@ pub(crate) enum Body {
     /// The short form: steps applied in turn to the first input.
     Chain(Vec<Step>),
     /// Statements and the output expression.
-    Graph(Vec<Stmt>, Expr),
+    Graph(Vec<Stmt>, Box<Expr>),
 }
 
 /// The element type of a declared input.
@@ -758,15 +821,12 @@ impl Parse for Network {
                         "expected the end of the body: only the last expression (the output) goes without `let`",
                     ));
                 }
-                break Body::Graph(stmts, output);
+                break Body::Graph(stmts, Box::new(output));
             }
         } else {
             let steps = Punctuated::<Step, Token![,]>::parse_terminated(&body_tokens)?;
             Body::Chain(steps.into_iter().collect())
         };
-        if !input.is_empty() {
-            return Err(input.error("unexpected tokens after the network body"));
-        }
         Ok(Network {
             attrs,
             vis,
@@ -777,5 +837,19 @@ impl Parse for Network {
             tuple_output,
             body,
         })
+    }
+}
+
+/// Every network of one `network!` invocation: they may use each other as layers, with
+/// their shapes (and const parameters) checked without annotations.
+pub(crate) struct Networks(pub(crate) Vec<Network>);
+
+impl Parse for Networks {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut nets = vec![input.parse::<Network>()?];
+        while !input.is_empty() {
+            nets.push(input.parse()?);
+        }
+        Ok(Networks(nets))
     }
 }

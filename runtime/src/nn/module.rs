@@ -300,6 +300,45 @@ macro_rules! sequence_module {
 sequence_module!([M: Module] Vec<M>);
 sequence_module!([M: Module, const N: usize] [M; N]);
 
+/// Tuples of modules name their items by position, `name.0.…`, `name.1.…`, as a
+/// heterogeneous `nn.Sequential` (what `network!`'s `name: (A, B)` sequences hold).
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::{BatchNorm1d, Linear, Module};
+/// let pair = (Linear::new(2, 3, &Device::Cpu), BatchNorm1d::new(3, &Device::Cpu));
+/// let names: Vec<String> = pair.named_parameters().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["0.weight", "0.bias", "1.weight", "1.bias"]);
+/// ```
+macro_rules! tuple_module {
+    ($($m:ident $i:tt),+) => {
+        impl<$($m: Module),+> Module for ($($m,)+) {
+            fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
+                $(self.$i.visit(&join_path(prefix, stringify!($i)), f);)+
+            }
+            fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Tensor, TensorKind)) {
+                $(self.$i.visit_mut(&join_path(prefix, stringify!($i)), f);)+
+            }
+            fn set_training(&mut self, training: bool) {
+                $(self.$i.set_training(training);)+
+            }
+        }
+    };
+}
+
+tuple_module!(A 0);
+tuple_module!(A 0, B 1);
+tuple_module!(A 0, B 1, C 2);
+tuple_module!(A 0, B 1, C 2, D 3);
+tuple_module!(A 0, B 1, C 2, D 3, E 4);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_module!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
 /// `None` has no tensors; `Some(m)` is `m` under the same path (no extra segment).
 impl<M: Module> Module for Option<M> {
     fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, TensorKind)) {
