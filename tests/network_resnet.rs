@@ -3,9 +3,7 @@
 //! torchvision's `resnet18`, the same parameter count, and the same forward as the
 //! hand-written port in `tests/ports` given the same weights.
 
-#[allow(dead_code)]
 mod common;
-#[allow(dead_code)]
 mod ports;
 
 use ferrograd::nn::{Forward, Module};

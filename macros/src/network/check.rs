@@ -639,7 +639,7 @@ impl Checker<'_> {
             return self.sequence(call, inputs, unknown);
         }
         let (vars, tys): (Vec<TokenStream>, Vec<Ty>) = inputs.into_iter().unzip();
-        let (call, r) = self.resolve(call, &tys, unknown, annotation, true)?;
+        let (call, r) = self.resolve(call, &tys, unknown, annotation, call.name.is_some())?;
         let field = call.name.as_ref().map_or(quote!(self), |n| quote!(self.#n));
         let label = call
             .name
