@@ -4,6 +4,7 @@
 //! hand-written port in `tests/ports` given the same weights.
 
 mod common;
+#[allow(dead_code)]
 mod ports;
 
 use ferrograd::nn::{Forward, Module};
