@@ -58,6 +58,37 @@ fn hand_down(m: &DownBlock, x: &Tensor) -> Tensor {
     (&main + &short).relu()
 }
 
+/// Sorted (key, shape) pairs of `m`, and of the PyTorch module `net` in the fixture
+/// (tests/fixtures/make_dsl_keys.py).
+fn keys_and_torch_keys(
+    m: &impl Module,
+    net: &str,
+) -> (Vec<(String, Vec<usize>)>, Vec<(String, Vec<usize>)>) {
+    let mut ours = Vec::new();
+    m.visit("", &mut |name, t, _| {
+        ours.push((name.to_string(), t.shape().to_vec()))
+    });
+    let mut theirs: Vec<(String, Vec<usize>)> = include_str!("fixtures/dsl_keys.txt")
+        .lines()
+        .filter_map(|l| {
+            let p: Vec<&str> = l.split(' ').collect();
+            (p[0] == net).then(|| {
+                (
+                    p[1].to_string(),
+                    p[2].split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(|x| x.parse().expect("size"))
+                        .collect(),
+                )
+            })
+        })
+        .collect();
+    ours.sort();
+    theirs.sort();
+    assert!(!theirs.is_empty());
+    (ours, theirs)
+}
+
 fn all_have_grads(m: &impl Module) -> bool {
     m.parameters().iter().all(|p| p.grad().is_some())
 }
@@ -148,6 +179,8 @@ fn two_inputs_two_outputs_and_tuples() {
     assert!(right.allclose(&net.head_b.forward(&b).tanh().add_scalar(-0.5), 1e-6, 1e-6));
     (&left.sum_all() + &right.sum_all()).backward();
     assert!(all_have_grads(&net));
+    let (ours, theirs) = keys_and_torch_keys(&net, "two_tower");
+    assert_eq!(ours, theirs);
     let summary = TwoTower::summary();
     assert!(
         summary.contains("proj") && summary.contains("[N, T, 16]"),

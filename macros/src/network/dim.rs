@@ -65,6 +65,15 @@ impl Dim {
         }
     }
 
+    /// `(c, name)` when the dim is `c * name` for a literal `c` (`4*H`).
+    pub(crate) fn as_scaled_sym(&self) -> Option<(i64, &str)> {
+        let (m, c) = self.terms.iter().next()?;
+        match m.as_slice() {
+            [Atom::Sym(s)] if self.terms.len() == 1 => Some((*c, s)),
+            _ => None,
+        }
+    }
+
     fn add_term(&mut self, m: Monomial, c: i64) {
         let e = self.terms.entry(m).or_insert(0);
         *e += c;

@@ -98,6 +98,23 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
                 bound.push(s.to_string());
                 continue;
             }
+            if let Some((c, s)) = d.as_scaled_sym()
+                && c > 1
+                && !consts.iter().any(|k| k == s)
+                && !bound.iter().any(|b| b == s)
+            {
+                // `4*H`: H is the size divided by 4, which must divide it.
+                let var = format_ident!("__dim_{}", s);
+                let (c, text) = (c as usize, d.to_string());
+                binds.push(quote! {
+                    if #ident.shape()[#i] % #c != 0 {
+                        panic!("{}.forward: input `{}` must have a multiple of {} at dim {} (declared {} there, shape {}), got shape {:?}", #net_name, #input_name, #c, #i, #text, #declared, #ident.shape());
+                    }
+                    let #var = #ident.shape()[#i] / #c;
+                });
+                bound.push(s.to_string());
+                continue;
+            }
             let want = d.tokens(&sym);
             let text = d.to_string();
             if let Some(s) = d.as_sym()

@@ -1,0 +1,153 @@
+//! Real architectures written entirely in `network!`: a U-Net and a BERT-style encoder
+//! layer with its embeddings. Each forward equals a hand-written one with the same
+//! weights, one training step reaches every parameter, and the state_dict keys and
+//! shapes equal those of the PyTorch module written the same way
+//! (`tests/fixtures/make_dsl_keys.py` → `tests/fixtures/dsl_keys.txt`).
+
+use ferrograd::nn::Module;
+use ferrograd::optim::{Optimizer, Sgd, SgdConfig};
+use ferrograd::prelude::*;
+
+network! {
+    /// Two 3x3 convolutions with batch norm and ReLU (`nn.Sequential` of six).
+    pub struct DoubleConv<const CIN: usize, const COUT: usize>(x: [N, CIN, H, W]) -> [N, COUT, H, W] {
+        x -> block: (
+            Conv2d(CIN -> COUT, kernel = 3, padding = 1, bias = false), BatchNorm2d(COUT), relu,
+            Conv2d(COUT -> COUT, kernel = 3, padding = 1, bias = false), BatchNorm2d(COUT), relu
+        )
+    }
+
+    /// A two-level U-Net: sizes are multiples of 4 (declared as `4 * H`).
+    pub struct UNet(x: [N, 3, 4 * H, 4 * W]) -> [N, 2, 4 * H, 4 * W] {
+        let e1 = x -> enc1: DoubleConv<3, 16>;
+        let e2 = e1 -> max_pool2d(2) -> enc2: DoubleConv<16, 32>;
+        let mid = e2 -> max_pool2d(2) -> bottleneck: DoubleConv<32, 64>;
+        let u2 = mid -> up2: ConvTranspose2d(64 -> 32, kernel = 2, stride = 2);
+        let d2 = cat(dim = 1)(u2, e2) -> dec2: DoubleConv<64, 32>;
+        let u1 = d2 -> up1: ConvTranspose2d(32 -> 16, kernel = 2, stride = 2);
+        cat(dim = 1)(u1, e1) -> dec1: DoubleConv<32, 16> -> head: Conv2d(16 -> 2, kernel = 1)
+    }
+}
+
+network! {
+    /// BERT-style: word, position and token-type embeddings, then one post-norm encoder
+    /// layer written out (attention, residual, norm, GELU feed-forward, residual, norm).
+    pub struct BertLayer(ids: [N, T]: i64, positions: [N, T]: i64, types: [N, T]: i64) -> [N, T, 32] {
+        let emb = word_embeddings: Embedding(100 -> 32, padding_idx = 0)(ids)
+            + position_embeddings: Embedding(64 -> 32)(positions)
+            + token_type_embeddings: Embedding(2 -> 32)(types);
+        let h = emb -> emb_norm: LayerNorm(32) -> emb_dropout: Dropout(0.1);
+        let a = attention: MultiheadAttention(32, 4, batch_first = true)(h) -> attn_dropout: Dropout(0.1);
+        let h1 = h + a -> attn_norm: LayerNorm(32);
+        let f = h1 -> intermediate: Linear(32 -> 64) -> gelu -> output: Linear(64 -> 32) -> ffn_dropout: Dropout(0.1);
+        h1 + f -> out_norm: LayerNorm(32)
+    }
+}
+
+/// `net`'s parameter and buffer names with shapes, sorted.
+fn keys(m: &impl Module) -> Vec<(String, Vec<usize>)> {
+    let mut out = Vec::new();
+    m.visit("", &mut |name, t, _| {
+        out.push((name.to_string(), t.shape().to_vec()))
+    });
+    out.sort();
+    out
+}
+
+/// The PyTorch module's keys for `net` from the fixture.
+fn torch_keys(net: &str) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = include_str!("fixtures/dsl_keys.txt")
+        .lines()
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split(' ').collect();
+            (parts[0] == net).then(|| {
+                let shape = parts[2]
+                    .split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(|x| x.parse().expect("size"))
+                    .collect();
+                (parts[1].to_string(), shape)
+            })
+        })
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no keys for {net} in the fixture");
+    out
+}
+
+/// DoubleConv by hand, for any channel counts.
+fn dc<const A: usize, const B: usize>(m: &DoubleConv<A, B>, x: &Tensor) -> Tensor {
+    let (c1, n1, _, c2, n2, _) = &m.block;
+    let y = n1.forward(&c1.forward(x)).relu();
+    n2.forward(&c2.forward(&y)).relu()
+}
+
+fn one_sgd_step(params: Vec<Tensor>) {
+    let mut opt = Sgd::new(params, SgdConfig::new(0.01));
+    opt.step();
+}
+
+#[test]
+fn unet() {
+    manual_seed(21);
+    let net = UNet::new(&Device::Cpu);
+    assert_eq!(keys(&net), torch_keys("unet"));
+    assert_eq!(UNet::NUM_PARAMETERS, net.num_parameters());
+    let x = Tensor::randn(&[2, 3, 12, 8], DType::F32, &Device::Cpu);
+    let y = net.forward(&x);
+    assert_eq!(y.shape(), &[2, 2, 12, 8]);
+    // By hand (training mode, batch statistics, like the network).
+    let e1 = dc(&net.enc1, &x);
+    let e2 = dc(&net.enc2, &F::max_pool2d(&e1, 2));
+    let mid = dc(&net.bottleneck, &F::max_pool2d(&e2, 2));
+    let d2 = dc(&net.dec2, &Tensor::cat(&[&net.up2.forward(&mid), &e2], 1));
+    let d1 = dc(&net.dec1, &Tensor::cat(&[&net.up1.forward(&d2), &e1], 1));
+    assert!(y.allclose(&net.head.forward(&d1), 1e-5, 1e-5));
+    y.sum_all().backward();
+    assert!(net.parameters().iter().all(|p| p.grad().is_some()));
+    let before = net.head.weight.to_vec::<f32>();
+    one_sgd_step(net.parameters());
+    assert_ne!(
+        net.head.weight.to_vec::<f32>(),
+        before,
+        "the step moved the head"
+    );
+    // A size that is not a multiple of 4 is refused, naming the input and the factor.
+    let m = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        net.forward(&Tensor::randn(&[1, 3, 10, 8], DType::F32, &Device::Cpu))
+    }))
+    .expect_err("10 is not a multiple of 4");
+    let m = m.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        m.contains("UNet.forward") && m.contains("multiple of 4"),
+        "{m}"
+    );
+}
+
+#[test]
+fn bert_layer() {
+    manual_seed(22);
+    let mut net = BertLayer::new(&Device::Cpu);
+    assert_eq!(keys(&net), torch_keys("bert"));
+    assert_eq!(BertLayer::NUM_PARAMETERS, net.num_parameters());
+    net.eval();
+    let ids = Tensor::from_vec((0..10).map(|i| (i * 13 % 100) as i64).collect(), &[2, 5]);
+    let pos = Tensor::from_vec((0..10).map(|i| (i % 5) as i64).collect(), &[2, 5]);
+    let types = Tensor::from_vec((0..10).map(|i| (i / 7) as i64).collect(), &[2, 5]);
+    let y = net.forward(&ids, &pos, &types);
+    let emb = &(&net.word_embeddings.forward(&ids) + &net.position_embeddings.forward(&pos))
+        + &net.token_type_embeddings.forward(&types);
+    let h = net.emb_norm.forward(&emb);
+    let a = net.attention.forward(&h, &h, &h);
+    let h1 = net.attn_norm.forward(&(&h + &a));
+    let f = net.output.forward(&net.intermediate.forward(&h1).gelu());
+    let expected = net.out_norm.forward(&(&h1 + &f));
+    assert!(y.allclose(&expected, 1e-5, 1e-5));
+    net.train();
+    net.forward(&ids, &pos, &types).sum_all().backward();
+    let named = net.named_parameters();
+    for (name, p) in &named {
+        assert!(p.grad().is_some(), "{name} has a gradient");
+    }
+    one_sgd_step(net.parameters());
+}
