@@ -58,17 +58,17 @@ fn hand_down(m: &DownBlock, x: &Tensor) -> Tensor {
     (&main + &short).relu()
 }
 
+/// Sorted (key, shape) pairs.
+type Keys = Vec<(String, Vec<usize>)>;
+
 /// Sorted (key, shape) pairs of `m`, and of the PyTorch module `net` in the fixture
 /// (tests/fixtures/make_dsl_keys.py).
-fn keys_and_torch_keys(
-    m: &impl Module,
-    net: &str,
-) -> (Vec<(String, Vec<usize>)>, Vec<(String, Vec<usize>)>) {
+fn keys_and_torch_keys(m: &impl Module, net: &str) -> (Keys, Keys) {
     let mut ours = Vec::new();
     m.visit("", &mut |name, t, _| {
         ours.push((name.to_string(), t.shape().to_vec()))
     });
-    let mut theirs: Vec<(String, Vec<usize>)> = include_str!("fixtures/dsl_keys.txt")
+    let mut theirs: Keys = include_str!("fixtures/dsl_keys.txt")
         .lines()
         .filter_map(|l| {
             let p: Vec<&str> = l.split(' ').collect();
