@@ -37,7 +37,8 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Declares a network whose shapes are checked at compile time.
+/// Declares networks whose shapes are checked at compile time (the grammar: README,
+/// "Modules and the `network!` DSL").
 ///
 /// ```ignore
 /// network! {
@@ -57,20 +58,15 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
 /// }
 /// ```
 ///
-/// It generates the struct (deriving `Module`, one field per named layer), `new(&Device)`,
-/// `forward(&Tensor) -> Tensor`, `summary()` and `NUM_PARAMETERS`. A step is
-/// `name: Kind(args)` for a layer with parameters (`Linear`, `Conv1d`, `Conv2d`,
-/// `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `Dropout`, `Embedding`) or an op
-/// (`relu`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu`, `softmax`, `log_softmax`,
-/// `flatten`, `reshape([..])`, `max_pool2d(k, stride = s, padding = p)`, `avg_pool2d(..)`,
-/// `adaptive_avg_pool2d(h, w)`, `cat(value, dim = d)`), optionally followed by
-/// `=> [shape]`, which is checked. `let h` names the current value and `+ h` adds a named
-/// value back (residual connections); every declared input is a named value too, and
-/// `forward` takes one tensor per input. `block: OtherNetwork => [shape]` uses another
-/// network as a layer, checked against that network's declared shapes (through
-/// `nn::DeclaredShapes`, by constant evaluation).
-/// Dims are literals or names: `N` binds at run time, const generics are checked
-/// symbolically. Every shape mistake is a compile error on the token to change.
+/// Each network generates its struct (deriving `Module`, one field per named layer),
+/// `new(&Device)`, `forward(&self, inputs..)`, `summary()` and `NUM_PARAMETERS`. The chain
+/// form above applies steps in turn; the graph form names values
+/// (`let y = x -> fc: Linear(4 -> 2) -> relu;`), applies layers to any of them
+/// (`relu(y + x)`, `down: Conv2d(8 -> 16, kernel = 1)(x)`), and returns its last
+/// expression (a tuple for several outputs). Networks declared in the same `network!` are
+/// layers of each other (`block: ResBlock<64>`, `blocks: [ResBlock<64>; 3]`), sizes are
+/// symbolic (`[N, C, (H + 1) / 2]`), and every mistake is a compile error on the token to
+/// change.
 #[proc_macro]
 pub fn network(input: TokenStream) -> TokenStream {
     let net = syn::parse_macro_input!(input as network::parse::Networks);
