@@ -219,3 +219,50 @@ fn networks_nest_as_layers_with_checked_shapes() {
     );
     assert!(Tower::summary().contains("ResBlock"));
 }
+
+/// A hand-written module joining `network!` through `DeclaredShapes`, with a wrong
+/// parameter count.
+#[derive(ferrograd::nn::Module)]
+pub struct Liar {
+    fc: ferrograd::nn::Linear,
+}
+
+impl Liar {
+    pub fn new(device: &Device) -> Self {
+        Liar {
+            fc: ferrograd::nn::Linear::new(8, 8, device),
+        }
+    }
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.fc.forward(x)
+    }
+}
+
+impl ferrograd::nn::DeclaredShapes for Liar {
+    const INPUT: &'static [ferrograd::nn::DeclaredDim] = &[
+        ferrograd::nn::DeclaredDim::Sym("N"),
+        ferrograd::nn::DeclaredDim::Lit(8),
+    ];
+    const OUTPUT: &'static [ferrograd::nn::DeclaredDim] = &[
+        ferrograd::nn::DeclaredDim::Sym("N"),
+        ferrograd::nn::DeclaredDim::Lit(8),
+    ];
+    const PARAMETERS: usize = 64;
+}
+
+network! {
+    pub struct UsesLiar(x: [N, 8]) -> [N, 8] {
+        inner: Liar => [N, 8],
+    }
+}
+
+#[test]
+fn a_wrong_declared_parameter_count_is_caught_at_construction() {
+    let m = panic_message(|| {
+        UsesLiar::new(&Device::Cpu);
+    });
+    assert!(
+        m.contains("`Liar` declares 64 parameters") && m.contains("hold 72"),
+        "{m}"
+    );
+}

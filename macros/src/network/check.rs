@@ -1098,9 +1098,19 @@ impl Checker<'_> {
             Some(g) => quote!(#kind #g),
             None => quote!(#kind),
         };
+        // A hand-written `DeclaredShapes` may claim any count: compare it with the built
+        // module's once, when the network is constructed.
+        let text = kind.to_string();
+        let init = quote!({
+            let __module = <#ty_tokens>::new(device);
+            let __declared = <#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
+            let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
+            assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
+            __module
+        });
         let built = Built {
             out: Out::One(Ty::float(output)),
-            field: Some((ty_tokens.clone(), quote!(<#ty_tokens>::new(device)))),
+            field: Some((ty_tokens.clone(), init)),
             params: Dim::lit(0),
             forward: Box::new(|x, f| {
                 let x = &x[0];
