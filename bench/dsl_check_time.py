@@ -2,6 +2,9 @@
 """The compile-time cost of `network!`: `cargo check` of a small crate with and without a
 100-layer network (50 x `Linear(64 -> 64)`, `relu`), dependencies already checked, each
 timed 15 times alternately after touching its source; prints both medians and their ratio.
+With OPT_MACROS=1 the crate compiles its proc macros optimised
+(`[profile.dev.build-override] opt-level = 3`, as README recommends); LAYERS=k sets the
+number of `Linear`/`relu` pairs (50).
 
     python3 bench/dsl_check_time.py
 """
@@ -25,7 +28,7 @@ ferrograd = {{ path = "{root}" }}
 
 [features]
 with_net = []
-''')
+''' + ("\n[profile.dev.build-override]\nopt-level = 3\n" if os.environ.get("OPT_MACROS") == "1" else ""))
 layers = "\n".join(f"        fc{i}: Linear(64 -> 64),\n        relu," for i in range(int(os.environ.get("LAYERS", "50"))))
 (crate / "src" / "lib.rs").write_text(f'''use ferrograd::prelude::*;
 
@@ -59,4 +62,4 @@ for _ in range(15):
     without.append(check(False))
     with_net.append(check(True))
 a, b = statistics.median(without), statistics.median(with_net)
-print(f"cargo check without: {a:.3f} s, with a 100-layer network: {b:.3f} s, ratio {b / a:.3f} (+{1000 * (b - a):.1f} ms)")
+print(f"cargo check without: {a:.3f} s, with a {2 * int(os.environ.get('LAYERS', '50'))}-layer network: {b:.3f} s, ratio {b / a:.3f} (+{1000 * (b - a):.1f} ms)")

@@ -262,3 +262,22 @@ fn transformer_encoder_layer_and_attention_weights() {
         assert!(keys.iter().any(|x| x == k), "{k} in {keys:?}");
     }
 }
+
+network! {
+    /// `split` into parts of 4.
+    pub struct Splits(x: [N, 12]) -> [N, 4] {
+        let (a, b, c) = x -> split(4, dim = 1);
+        a * b + c
+    }
+}
+
+#[test]
+fn split_into_equal_parts() {
+    let net = Splits::new(&Device::Cpu);
+    let x = Tensor::randn(&[3, 12], DType::F32, &Device::Cpu);
+    let p = x.split(4, 1);
+    assert!(
+        net.forward(&x)
+            .allclose(&(&p[0].mul(&p[1]) + &p[2]), 1e-6, 1e-6)
+    );
+}

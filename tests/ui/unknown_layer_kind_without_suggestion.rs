@@ -2,7 +2,7 @@ use ferrograd::prelude::*;
 
 network! {
     pub struct Net(x: [N, 784]) -> [N, 10] {
-        attn: MultiHeadAttention(784 -> 10),
+        caps: CapsuleLayer(784 -> 10),
     }
 }
 

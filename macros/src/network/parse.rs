@@ -33,7 +33,7 @@ use syn::punctuated::Punctuated;
 use syn::{Attribute, Generics, Ident, LitInt, Token, Visibility, bracketed, parenthesized};
 
 /// A dimension as written.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum DimExpr {
     Lit(i64, Span),
     Sym(Ident),
@@ -127,7 +127,7 @@ impl Parse for DimExpr {
 }
 
 /// A written shape `[N, 1, 28, 28]`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct ShapeExpr {
     pub(crate) dims: Vec<DimExpr>,
     pub(crate) span: Span,
@@ -159,7 +159,7 @@ impl Parse for ShapeExpr {
 }
 
 /// An argument's value.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum Value {
     Dim(DimExpr),
     Float(f64, Span),
@@ -216,7 +216,7 @@ impl Parse for Value {
 }
 
 /// An argument of a call.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum Arg {
     /// `in -> out`
     Arrow(DimExpr, DimExpr),
@@ -267,7 +267,7 @@ impl Parse for Arg {
 }
 
 /// A layer or op as written: `conv1: Conv2d(1 -> 6, kernel = 5)`, `relu`, `Block<64>`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Call {
     /// The field name of a layer with parameters.
     pub(crate) name: Option<Ident>,
@@ -429,7 +429,7 @@ impl Call {
 }
 
 /// One step of the chain form: a call, `let h` or `+ h`, with an optional checked shape.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum Step {
     Call(Call, Option<ShapeExpr>),
     Save(Ident, Option<ShapeExpr>),
@@ -462,7 +462,7 @@ impl Parse for Step {
 }
 
 /// An expression of the graph form.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum Expr {
     /// A named value.
     Value(Ident),
@@ -644,7 +644,7 @@ impl Parse for Expr {
 }
 
 /// The left side of a `let`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum Pattern {
     Name(Ident),
     Ignore,
@@ -671,7 +671,7 @@ impl Parse for Pattern {
 }
 
 /// `let pattern = expr;`
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Stmt {
     pub(crate) pattern: Pattern,
     pub(crate) expr: Expr,
@@ -704,7 +704,7 @@ impl DKind {
 }
 
 /// A declared input `x: [N, 784]` or `ids: [N, T]: i64`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Input {
     pub(crate) name: Ident,
     pub(crate) shape: ShapeExpr,

@@ -73,35 +73,60 @@ pub(crate) struct Chunk;
 
 impl Kind for Chunk {
     fn names(&self) -> &'static [&'static str] {
-        &["chunk"]
+        &["chunk", "split"]
     }
     fn has_params(&self) -> bool {
         false
     }
     fn keys(&self) -> &'static [&'static str] {
-        &["chunks", "dim"]
+        &["chunks", "split_size", "dim"]
     }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
-        let n = cx.int("chunks", true, None, 1);
+        let split = cx.kind() == "split";
+        let (key, what) = if split {
+            ("split_size", "the size of each part and `dim = d`")
+        } else {
+            ("chunks", "the number of chunks and `dim = d`")
+        };
+        let k = cx.int(key, true, None, 1);
         if !cx.arity(inputs, 1, "one value") {
-            cx.finish("the number of chunks and `dim = d`");
+            cx.finish(what);
             return None;
         }
         let x = &inputs[0];
         let d = cx.axis("dim", false, Some(0), x.shape.len(), x);
-        cx.finish("the number of chunks and `dim = d`");
+        cx.finish(what);
         let d = d?;
-        let Some(part) = x.shape[d].div_exact(&Dim::lit(n)) else {
-            let (desc, span) = (cx.desc.clone(), cx.args_span());
-            cx.error(span, format!("`{desc}`: dim {d} of {} is {}, which does not split into {n} equal chunks (shape {})", x.origin, x.shape[d], x.show()));
-            return None;
+        let desc = cx.desc.clone();
+        // `chunk(n)`: n equal parts; `split(size)`: parts of `size`, the dim a multiple of
+        // it (so every part has one shape and their number is known).
+        let (part, n) = match (split, x.shape[d].div_exact(&Dim::lit(k))) {
+            (false, Some(part)) => (part, k),
+            (true, Some(count)) => match count.as_lit() {
+                Some(c) => (Dim::lit(k), c),
+                None => {
+                    let span = cx.args_span();
+                    cx.arg_error(span, format!("`{desc}`: dim {d} of {} is {}, so the number of parts is not known at compile time; use `chunk`", x.origin, x.shape[d]));
+                    return None;
+                }
+            },
+            (false, None) => {
+                let span = cx.args_span();
+                cx.arg_error(span, format!("`{desc}`: dim {d} of {} is {}, which does not split into {k} equal chunks (shape {})", x.origin, x.shape[d], x.show()));
+                return None;
+            }
+            (true, None) => {
+                let span = cx.args_span();
+                cx.arg_error(span, format!("`{desc}`: dim {d} of {} is {}, not a multiple of {k}: the parts would differ in size (shape {})", x.origin, x.shape[d], x.show()));
+                return None;
+            }
         };
         let mut shape = x.shape.clone();
         shape[d] = part;
         let one = Ty { shape, ..x.clone() };
         let di = d as isize;
-        let n = n as usize;
-        let vars: Vec<_> = (0..n).map(|i| format_ident!("__chunk{}", i)).collect();
+        let (n, k) = (n as usize, k as usize);
+        let vars: Vec<_> = (0..n).map(|i| format_ident!("__part{}", i)).collect();
         Some(Built {
             out: Out::Tuple(vec![Out::One(one); n]),
             field: None,
@@ -109,9 +134,14 @@ impl Kind for Chunk {
             forward: Box::new(move |x, _| {
                 let x = &x[0];
                 let vars = &vars;
+                let parts = if split {
+                    quote!(#x.split(#k, #di))
+                } else {
+                    quote!(#x.chunk(#n, #di))
+                };
                 quote!({
-                    let mut __parts = #x.chunk(#n, #di).into_iter();
-                    #(let #vars = __parts.next().expect("chunk count checked at compile time");)*
+                    let mut __parts = #parts.into_iter();
+                    #(let #vars = __parts.next().expect("the part count is checked at compile time");)*
                     (#(#vars),*)
                 })
             }),
