@@ -1,0 +1,517 @@
+//! Calls: a built-in kind, a sequence, a sibling network (declared in the same
+//! `network!`, checked through its declaration) or a network declared elsewhere
+//! (annotated, checked by constant evaluation); and their code.
+
+use super::{
+    Checker, Errors, Field, Resolved, Row, Signature, UserLayer, Val, eval_dim, pattern_tokens,
+    shape_dims, show,
+};
+use crate::network::dim::Dim;
+use crate::network::kinds::{self, Built, Cx, Out, Ty};
+use crate::network::parse::{Call, DimExpr, ShapeExpr};
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use std::collections::HashMap;
+
+impl Checker<'_> {
+    pub(super) fn call(
+        &mut self,
+        call: &Call,
+        inputs: Vec<(TokenStream, Ty)>,
+        unknown: bool,
+        annotation: Option<&ShapeExpr>,
+    ) -> Option<Val> {
+        if let Some(name) = &call.name {
+            if let Some(first) = self.field_names.iter().find(|n| *n == name) {
+                self.errors.push(name.span(), format!("duplicate layer name `{name}`: `{first}` is already a layer of this network"));
+            }
+            self.field_names.push(name.clone());
+        }
+        if !call.items.is_empty() {
+            return self.sequence(call, inputs, unknown);
+        }
+        let (vars, tys): (Vec<TokenStream>, Vec<Ty>) = inputs.into_iter().unzip();
+        let (call, r) = self.resolve(call, &tys, unknown, annotation, call.name.is_some())?;
+        let field = call.name.as_ref().map_or(quote!(self), |n| quote!(self.#n));
+        let label = call
+            .name
+            .as_ref()
+            .map_or(call.kind.to_string(), |n| n.to_string());
+        Some(self.emit(&call, r, &vars, field, label, true))
+    }
+
+    /// Checks one call (a built-in kind, a sibling network, or an annotated network) on
+    /// inputs of types `tys`: the call as checked (a typo of a kind is corrected) and
+    /// its result. `named`: the call has (or, in a sequence, stands for) a field.
+    fn resolve(
+        &mut self,
+        call: &Call,
+        tys: &[Ty],
+        unknown: bool,
+        annotation: Option<&ShapeExpr>,
+        named: bool,
+    ) -> Option<(Call, Resolved)> {
+        let kind_name = call.kind.to_string();
+        let Some(kind) = kinds::find(&kind_name) else {
+            if let Some(sig) = self
+                .siblings
+                .iter()
+                .find(|s| s.name == kind_name && s.name != self.own_name)
+            {
+                return self
+                    .sibling(call, sig, tys, unknown, named)
+                    .map(|r| (call.clone(), r));
+            }
+            if kind_name == self.own_name {
+                self.errors.push(
+                    call.kind.span(),
+                    format!(
+                        "`{kind_name}` uses itself as a layer: a network cannot contain itself"
+                    ),
+                );
+                return None;
+            }
+            let close = kinds::suggest(&kind_name, kinds::all_names());
+            // `name: Type` without arguments: a network declared elsewhere (so its output
+            // is annotated), unless the name is a typo of a built-in.
+            if named && call.args_span.is_none() && (close.is_none() || annotation.is_some()) {
+                return self
+                    .user(call, tys, unknown, annotation)
+                    .map(|r| (call.clone(), r));
+            }
+            if let Some(close) = close
+                && let Some(fixed_kind) = kinds::find(close)
+                && fixed_kind.has_params() == named
+                && call.repeat.is_none()
+            {
+                // A typo of a built-in: report it, then check the call as that kind, so
+                // mistakes after it are still found.
+                self.errors.push(
+                    call.kind.span(),
+                    format!("unknown layer kind `{kind_name}`: did you mean `{close}`?"),
+                );
+                let fixed = Call {
+                    kind: syn::Ident::new(close, call.kind.span()),
+                    ..call.clone()
+                };
+                return self
+                    .builtin(&fixed, fixed_kind, tys, unknown)
+                    .map(|r| (fixed.clone(), r));
+            }
+            let message = match close {
+                Some(close) => format!("unknown layer kind `{kind_name}`: did you mean `{close}`?"),
+                None => format!(
+                    "unknown layer kind `{kind_name}`: expected one of {} (layers with parameters, written `name: Kind(..)`), {} (ops), a network declared in the same `network!`, or one declared elsewhere written `name: Type => [output shape]`",
+                    kinds::KINDS
+                        .iter()
+                        .filter(|k| k.has_params())
+                        .flat_map(|k| k.names().iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    kinds::KINDS
+                        .iter()
+                        .filter(|k| !k.has_params())
+                        .flat_map(|k| k.names().iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+            };
+            self.errors.push(call.kind.span(), message);
+            return None;
+        };
+        if kind.has_params() && !named {
+            self.errors.push(
+                call.kind.span(),
+                format!(
+                    "`{kind_name}` has parameters, so it needs a field name: write `name: {}`",
+                    call.describe()
+                ),
+            );
+        }
+        if !kind.has_params()
+            && let Some(name) = &call.name
+        {
+            self.errors.push(
+                name.span(),
+                format!(
+                    "`{kind_name}` has no parameters and takes no field name: write `{}`",
+                    call.describe_kind()
+                ),
+            );
+        }
+        if let Some(g) = &call.generics {
+            self.errors.push(
+                g.lt_token.span,
+                format!("`{kind_name}` is a built-in layer and takes no generic arguments"),
+            );
+        }
+        if let Some((_, span)) = call.repeat {
+            self.errors.push(span, format!("`[{kind_name}; n]` repeats a network declared in this `network!`; for built-in layers, write them out or declare a block network"));
+            return None;
+        }
+        self.builtin(call, kind, tys, unknown)
+            .map(|r| (call.clone(), r))
+    }
+
+    fn builtin(
+        &mut self,
+        call: &Call,
+        kind: &dyn kinds::Kind,
+        tys: &[Ty],
+        unknown: bool,
+    ) -> Option<Resolved> {
+        if unknown {
+            // An input is unknown after an earlier mistake: stay quiet, so one mistake
+            // is one error.
+            return None;
+        }
+        let mut cx = Cx::new(
+            self.errors,
+            call,
+            self.krate.clone(),
+            &self.runtime,
+            kind.keys(),
+        );
+        let built = kind.check(&mut cx, tys);
+        // After a wrong argument the output would be a guess: leave it unknown rather
+        // than report its consequences downstream.
+        if cx.bad_args() {
+            return None;
+        }
+        Some(Resolved {
+            built: built?,
+            params: None,
+        })
+    }
+
+    /// `name: (A, B, ..)`: items applied in turn, one field holding them as a tuple
+    /// (state_dict keys `name.0.…`, `name.1.…`, as `nn.Sequential`).
+    fn sequence(
+        &mut self,
+        call: &Call,
+        inputs: Vec<(TokenStream, Ty)>,
+        unknown: bool,
+    ) -> Option<Val> {
+        let name = call
+            .name
+            .clone()
+            .expect("a sequence is named by the parser");
+        let (mut vars, mut tys): (Vec<TokenStream>, Vec<Ty>) = inputs.into_iter().unzip();
+        let mut out = None;
+        let (mut types, mut inits) = (Vec::new(), Vec::new());
+        for (k, item) in call.items.iter().enumerate() {
+            let index = syn::Index::from(k);
+            let (item, r) = self.resolve(item, &tys, unknown, None, true)?;
+            let krate = &self.krate;
+            let (ty, init) =
+                r.built.field.clone().unwrap_or_else(|| {
+                    (quote!(#krate::nn::Identity), quote!(#krate::nn::Identity))
+                });
+            types.push(ty);
+            inits.push(init);
+            let mut r = r;
+            r.built.field = None;
+            let val = self.emit(
+                &item,
+                r,
+                &vars,
+                quote!(self.#name.#index),
+                format!("{name}.{k}"),
+                false,
+            );
+            match &val {
+                Val::One(v, t) => {
+                    vars = vec![v.clone()];
+                    tys = vec![t.clone()];
+                }
+                Val::Tuple(_) => {
+                    if k + 1 < call.items.len() {
+                        self.errors.push(item.kind.span(), format!("`{}` yields a tuple, so nothing can follow it in the sequence `{name}`", item.describe()));
+                        return None;
+                    }
+                }
+            }
+            out = Some(val);
+        }
+        self.checked.fields.push(Field {
+            name,
+            ty: quote!((#(#types,)*)),
+            init: quote!((#(#inits,)*)),
+        });
+        out
+    }
+
+    /// Emits a checked call: its field, summary row and forward statement.
+    fn emit(
+        &mut self,
+        call: &Call,
+        r: Resolved,
+        vars: &[TokenStream],
+        field: TokenStream,
+        label: String,
+        push_field: bool,
+    ) -> Val {
+        let built = r.built;
+        if push_field && let (Some(name), Some((ty, init))) = (&call.name, built.field) {
+            self.checked.fields.push(Field {
+                name: name.clone(),
+                ty,
+                init,
+            });
+        }
+        let desc = call.describe();
+        let origin = format!("the previous layer (`{desc}`)");
+        let out = self.alloc(&built.out, &origin);
+        let pattern = pattern_tokens(&out);
+        let code = (built.forward)(vars, &field);
+        let span = call.kind.span();
+        self.checked
+            .stmts
+            .push(quote::quote_spanned!(span=> let #pattern = #code;));
+        let params = r.params.clone().unwrap_or_else(|| {
+            built.params.tokens(&|s| {
+                let i = syn::Ident::new(s, Span::call_site());
+                quote!(#i)
+            })
+        });
+        self.checked.rows.push(Row {
+            label,
+            kind: call.describe_kind(),
+            out: match &out {
+                Val::One(_, t) => t.show(),
+                Val::Tuple(_) => "(tuple)".to_string(),
+            },
+            params,
+            params_lit: if r.params.is_some() {
+                None
+            } else {
+                built.params.as_lit()
+            },
+        });
+        out
+    }
+
+    fn alloc(&mut self, out: &Out, origin: &str) -> Val {
+        match out {
+            Out::One(ty) => {
+                let var = self.var();
+                Val::One(
+                    var,
+                    Ty {
+                        origin: origin.to_string(),
+                        ..ty.clone()
+                    },
+                )
+            }
+            Out::Tuple(items) => Val::Tuple(items.iter().map(|o| self.alloc(o, origin)).collect()),
+        }
+    }
+
+    /// A network declared in the same `network!`: its const parameters substituted, its
+    /// input unified with the value it is applied to (binding its size names), its output
+    /// computed; `[Block; n]` chains `n` copies.
+    fn sibling(
+        &mut self,
+        call: &Call,
+        sig: &Signature,
+        tys: &[Ty],
+        unknown: bool,
+        named: bool,
+    ) -> Option<Resolved> {
+        let kind = &call.kind;
+        let desc = call.describe();
+        if !named {
+            self.errors.push(kind.span(), format!("the network `{kind}` has parameters, so it needs a field name: write `name: {desc}`"));
+            return None;
+        }
+        // Const arguments.
+        let given: Vec<syn::GenericArgument> = call
+            .generics
+            .as_ref()
+            .map_or(Vec::new(), |g| g.args.iter().cloned().collect());
+        if given.len() != sig.consts.len() {
+            let span = call
+                .generics
+                .as_ref()
+                .map_or(kind.span(), |g| g.lt_token.span);
+            self.errors.push(
+                span,
+                format!(
+                    "`{kind}` takes {} const parameter{} ({}), but `{desc}` gives {}",
+                    sig.consts.len(),
+                    if sig.consts.len() == 1 { "" } else { "s" },
+                    sig.consts.join(", "),
+                    given.len()
+                ),
+            );
+            return None;
+        }
+        let mut map: HashMap<String, Dim> = HashMap::new();
+        for (c, arg) in sig.consts.iter().zip(&given) {
+            let tokens = match arg {
+                syn::GenericArgument::Const(syn::Expr::Block(b)) => b
+                    .block
+                    .stmts
+                    .iter()
+                    .map(quote::ToTokens::to_token_stream)
+                    .collect(),
+                other => quote::ToTokens::to_token_stream(other),
+            };
+            let Ok(d) = syn::parse2::<DimExpr>(tokens) else {
+                self.errors.push(syn::spanned::Spanned::span(arg), format!("`{c}` of `{kind}` must be a size: an integer, a const parameter, or `{{arithmetic}}` of them"));
+                return None;
+            };
+            map.insert(c.clone(), eval_dim(&d, self.errors)?);
+        }
+        if sig.inputs.len() != 1 || sig.tuple_output {
+            self.errors.push(kind.span(), format!("`{kind}` has {} inputs and {} outputs: as a layer a network takes one value and yields one", sig.inputs.len(), sig.outputs.len()));
+            return None;
+        }
+        if unknown {
+            return None;
+        }
+        if tys.len() != 1 {
+            self.errors.push(
+                kind.span(),
+                format!(
+                    "`{desc}` takes one value, but it is applied to {}",
+                    tys.len()
+                ),
+            );
+            return None;
+        }
+        let ty = &tys[0];
+        let subst = |d: &Dim, map: &HashMap<String, Dim>| d.subst(&|s| map.get(s).cloned());
+        let declared_in: Vec<Dim> = sig.inputs[0].iter().map(|d| subst(d, &map)).collect();
+        let mismatch = |errors: &mut Errors, map: &HashMap<String, Dim>| {
+            let want: Vec<Dim> = sig.inputs[0].iter().map(|d| subst(d, map)).collect();
+            errors.push(
+                kind.span(),
+                format!(
+                    "`{desc}` takes {} (`{kind}` declares its input as {}), but {} yields {}",
+                    show(&want),
+                    show(&sig.inputs[0]),
+                    ty.origin,
+                    ty.show()
+                ),
+            );
+        };
+        if declared_in.len() != ty.shape.len() {
+            mismatch(self.errors, &map);
+            return None;
+        }
+        // Unify: a lone size name binds; everything else must agree.
+        for (d, got) in declared_in.iter().zip(&ty.shape) {
+            if let Some(s) = d.as_sym()
+                && !map.contains_key(s)
+            {
+                map.insert(s.to_string(), got.clone());
+            }
+        }
+        if declared_in
+            .iter()
+            .zip(&ty.shape)
+            .any(|(d, got)| !subst(d, &map).same(got))
+        {
+            mismatch(self.errors, &map);
+            return None;
+        }
+        let output: Vec<Dim> = sig.outputs[0].iter().map(|d| subst(d, &map)).collect();
+        let count = call.repeat.map_or(1, |(n, _)| n);
+        if count > 1
+            && !(output.len() == ty.shape.len()
+                && output.iter().zip(&ty.shape).all(|(a, b)| a.same(b)))
+        {
+            self.errors.push(call.repeat.expect("repeated").1, format!("`{desc}` chains {count} copies, but one copy turns {} into {}: a repeated block keeps its input's shape", ty.show(), show(&output)));
+            return None;
+        }
+        let ty_tokens = match &call.generics {
+            Some(g) => quote!(#kind #g),
+            None => quote!(#kind),
+        };
+        let (field_ty, init) = match call.repeat {
+            Some((n, _)) => (
+                quote!([#ty_tokens; #n]),
+                quote!(::core::array::from_fn(|_| <#ty_tokens>::new(device))),
+            ),
+            None => (ty_tokens.clone(), quote!(<#ty_tokens>::new(device))),
+        };
+        let repeated = call.repeat.is_some();
+        let built = Built {
+            out: Out::One(Ty::float(output)),
+            field: Some((field_ty, init)),
+            params: Dim::lit(0),
+            forward: Box::new(move |x, f| {
+                let x = &x[0];
+                if repeated {
+                    quote!({
+                        let mut __r = #x.clone();
+                        for __block in #f.iter() {
+                            __r = __block.forward(&__r);
+                        }
+                        __r
+                    })
+                } else {
+                    quote!(#f.forward(&#x))
+                }
+            }),
+        };
+        Some(Resolved {
+            built,
+            params: Some(quote!(<#ty_tokens>::NUM_PARAMETERS * #count)),
+        })
+    }
+
+    /// `name: Type => [shape]`: another network as a layer, checked through
+    /// `nn::DeclaredShapes` by constant evaluation.
+    fn user(
+        &mut self,
+        call: &Call,
+        tys: &[Ty],
+        unknown: bool,
+        annotation: Option<&ShapeExpr>,
+    ) -> Option<Resolved> {
+        let kind = &call.kind;
+        let Some(annotation) = annotation else {
+            self.errors.push(kind.span(), format!("`{}` uses the network `{kind}` as a layer: write its output shape after it, as `{} => [..]`, and it is checked against `{kind}`'s declaration", call.describe(), call.describe()));
+            return None;
+        };
+        if unknown || tys.len() != 1 {
+            return None;
+        }
+        let output = shape_dims(annotation, self.errors);
+        self.checked.users.push(UserLayer {
+            ty: kind.clone(),
+            input: tys[0].shape.clone(),
+            output: output.clone(),
+            desc: call.describe(),
+        });
+        let ty_tokens = match &call.generics {
+            Some(g) => quote!(#kind #g),
+            None => quote!(#kind),
+        };
+        // A hand-written `DeclaredShapes` may claim any count: compare it with the built
+        // module's once, when the network is constructed.
+        let text = kind.to_string();
+        let init = quote!({
+            let __module = <#ty_tokens>::new(device);
+            let __declared = <#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
+            let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
+            assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
+            __module
+        });
+        let built = Built {
+            out: Out::One(Ty::float(output)),
+            field: Some((ty_tokens.clone(), init)),
+            params: Dim::lit(0),
+            forward: Box::new(|x, f| {
+                let x = &x[0];
+                quote!(#f.forward(&#x))
+            }),
+        };
+        Some(Resolved {
+            built,
+            params: Some(quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)),
+        })
+    }
+}

@@ -1,0 +1,456 @@
+//! Shape analysis of a parsed network: lowers the chain form to the graph form, walks
+//! the graph binding each value's type, runs each call's [`Kind`] rule, and collects
+//! what code generation needs (fields, forward statements, summary rows). Every mistake
+//! is an error spanned on the user's token; analysis goes on past it with the shape the
+//! call would produce (or stops following that value), so independent mistakes are
+//! reported together.
+
+mod calls;
+mod values;
+
+use super::dim::Dim;
+use super::kinds::{Built, Ty};
+use super::parse::{
+    Arg, Body, Call, DimExpr, Expr, Network, Pattern, ShapeExpr, Step, Stmt, Value,
+};
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use std::collections::HashMap;
+use std::fmt;
+
+/// Error collection that keeps every independent mistake.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, span: Span, message: impl fmt::Display) {
+        let e = syn::Error::new(span, message);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// A shape as users write it: `[N, 16, 5, 5]`.
+pub(crate) fn show(shape: &[Dim]) -> String {
+    format!(
+        "[{}]",
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Numpy-style broadcasting of two shapes, `None` when they do not broadcast.
+pub(crate) fn broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+    let n = a.len().max(b.len());
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = (i + a.len()).checked_sub(n).map(|j| &a[j]);
+        let y = (i + b.len()).checked_sub(n).map(|j| &b[j]);
+        out.push(match (x, y) {
+            (Some(x), None) => x.clone(),
+            (None, Some(y)) => y.clone(),
+            (Some(x), Some(y)) if x.same(y) => x.clone(),
+            (Some(x), Some(y)) if x.as_lit() == Some(1) => y.clone(),
+            (Some(x), Some(y)) if y.as_lit() == Some(1) => x.clone(),
+            _ => return None,
+        });
+    }
+    Some(out)
+}
+
+/// A value during analysis: a tensor in a local variable, or a tuple of values.
+#[derive(Clone)]
+enum Val {
+    One(TokenStream, Ty),
+    Tuple(Vec<Val>),
+}
+
+/// A field of the generated struct.
+pub(crate) struct Field {
+    pub(crate) name: syn::Ident,
+    pub(crate) ty: TokenStream,
+    pub(crate) init: TokenStream,
+}
+
+/// A summary row: label, kind, output shape, parameters.
+pub(crate) struct Row {
+    pub(crate) label: String,
+    pub(crate) kind: String,
+    pub(crate) out: String,
+    pub(crate) params: TokenStream,
+    pub(crate) params_lit: Option<i64>,
+}
+
+/// A call's checked result; `params` overrides the summary row's count (a network's
+/// `NUM_PARAMETERS`).
+struct Resolved {
+    built: Built,
+    params: Option<TokenStream>,
+}
+
+/// Another network used as a layer: checked against its declaration when constants are
+/// evaluated.
+pub(crate) struct UserLayer {
+    pub(crate) ty: syn::Ident,
+    pub(crate) input: Vec<Dim>,
+    pub(crate) output: Vec<Dim>,
+    pub(crate) desc: String,
+}
+
+/// Everything code generation needs.
+pub(crate) struct Checked {
+    pub(crate) fields: Vec<Field>,
+    pub(crate) rows: Vec<Row>,
+    pub(crate) stmts: Vec<TokenStream>,
+    /// The forward's result expression.
+    pub(crate) result: TokenStream,
+    pub(crate) users: Vec<UserLayer>,
+}
+
+/// What a network declares, for its siblings in the same `network!` to use it as a layer.
+pub(crate) struct Signature {
+    name: String,
+    consts: Vec<String>,
+    inputs: Vec<Vec<Dim>>,
+    outputs: Vec<Vec<Dim>>,
+    tuple_output: bool,
+}
+
+impl Signature {
+    pub(crate) fn of(net: &Network) -> Signature {
+        // Malformed dims are reported where the network itself is checked.
+        let mut quiet = Errors::default();
+        Signature {
+            name: net.name.to_string(),
+            consts: net
+                .generics
+                .const_params()
+                .map(|c| c.ident.to_string())
+                .collect(),
+            inputs: net
+                .inputs
+                .iter()
+                .map(|i| shape_dims(&i.shape, &mut quiet))
+                .collect(),
+            outputs: net
+                .outputs
+                .iter()
+                .map(|o| shape_dims(o, &mut quiet))
+                .collect(),
+            tuple_output: net.tuple_output,
+        }
+    }
+}
+
+struct Checker<'a> {
+    errors: &'a mut Errors,
+    krate: TokenStream,
+    runtime: Vec<String>,
+    env: HashMap<String, Val>,
+    next_var: usize,
+    checked: Checked,
+    field_names: Vec<syn::Ident>,
+    siblings: &'a [Signature],
+    own_name: String,
+}
+
+/// Evaluates a written shape.
+fn shape_dims(shape: &ShapeExpr, errors: &mut Errors) -> Vec<Dim> {
+    shape
+        .dims
+        .iter()
+        .map(|d| eval_dim(d, errors).unwrap_or_else(|| Dim::lit(1)))
+        .collect()
+}
+
+pub(crate) fn eval_dim(d: &DimExpr, errors: &mut Errors) -> Option<Dim> {
+    Some(match d {
+        DimExpr::Lit(v, _) => Dim::lit(*v),
+        DimExpr::Sym(i) => Dim::sym(&i.to_string()),
+        DimExpr::Neg(inner, _) => eval_dim(inner, errors)?.neg(),
+        DimExpr::Bin(a, op, b, span) => {
+            let (x, y) = (eval_dim(a, errors)?, eval_dim(b, errors)?);
+            match op {
+                '+' => x.add(&y),
+                '-' => x.sub(&y),
+                '*' => x.mul(&y),
+                _ => match y.as_lit() {
+                    Some(k) if k > 0 => x.floor_div(k),
+                    _ => {
+                        errors.push(
+                            *span,
+                            format!(
+                                "`{}`: sizes divide by positive integer literals only",
+                                d.text()
+                            ),
+                        );
+                        return None;
+                    }
+                },
+            }
+        }
+    })
+}
+
+/// Lowers the chain form to statements and an output expression. Each step's value gets
+/// an internal name (`__chainK`), so chains of thousands of layers stay flat.
+fn lower_chain(net: &Network, steps: &[Step]) -> (Vec<Stmt>, Expr) {
+    let mut stmts = Vec::new();
+    let mut cur = Expr::Value(net.inputs[0].name.clone());
+    for (k, step) in steps.iter().enumerate() {
+        let (expr, annotation) = match step {
+            Step::Call(call, ann) => {
+                let expr = if call.kind == "cat" {
+                    // `cat(h, dim = d)`: the named values join the current one.
+                    let mut others = Vec::new();
+                    let mut args = Vec::new();
+                    for a in &call.args {
+                        match a {
+                            Arg::Positional(Value::Dim(DimExpr::Sym(i))) => {
+                                others.push(Expr::Value(i.clone()))
+                            }
+                            other => args.push(other.clone()),
+                        }
+                    }
+                    let mut inputs = vec![cur.clone()];
+                    inputs.extend(others);
+                    let span = call.args_or_kind();
+                    Expr::Apply(
+                        Call {
+                            args,
+                            ..call.clone()
+                        },
+                        inputs,
+                        span,
+                    )
+                } else {
+                    Expr::Pipe(Box::new(cur.clone()), call.clone())
+                };
+                (expr, ann.clone())
+            }
+            Step::Save(name, ann) => {
+                let value = match ann {
+                    Some(a) => Expr::Annotated(Box::new(cur.clone()), a.clone()),
+                    None => cur.clone(),
+                };
+                stmts.push(Stmt {
+                    pattern: Pattern::Name(name.clone()),
+                    expr: value,
+                });
+                continue;
+            }
+            Step::Add(name, ann) => {
+                let span = name.span();
+                (
+                    Expr::Binary(
+                        Box::new(cur.clone()),
+                        '+',
+                        Box::new(Expr::Value(name.clone())),
+                        span,
+                    ),
+                    ann.clone(),
+                )
+            }
+        };
+        let expr = match annotation {
+            Some(a) => Expr::Annotated(Box::new(expr), a),
+            None => expr,
+        };
+        let var = format_ident!("__chain{}", k);
+        stmts.push(Stmt {
+            pattern: Pattern::Name(var.clone()),
+            expr,
+        });
+        cur = Expr::Value(var);
+    }
+    (stmts, cur)
+}
+
+/// Analyses the network.
+pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) -> Checked {
+    let consts: Vec<String> = net
+        .generics
+        .const_params()
+        .map(|c| c.ident.to_string())
+        .collect();
+    let mut runtime = Vec::new();
+    for input in &net.inputs {
+        for d in shape_dims(&input.shape, errors) {
+            for s in d.symbols() {
+                if !consts.contains(&s) && !runtime.contains(&s) {
+                    runtime.push(s);
+                }
+            }
+        }
+    }
+    let mut c = Checker {
+        errors,
+        krate: quote!(::ferrograd),
+        runtime,
+        env: HashMap::new(),
+        next_var: 0,
+        checked: Checked {
+            fields: Vec::new(),
+            rows: Vec::new(),
+            stmts: Vec::new(),
+            result: quote!(()),
+            users: Vec::new(),
+        },
+        field_names: Vec::new(),
+        siblings,
+        own_name: net.name.to_string(),
+    };
+    for (k, input) in net.inputs.iter().enumerate() {
+        let shape = shape_dims(&input.shape, c.errors);
+        let var = format_ident!("__input{}", k);
+        let ty = Ty {
+            shape,
+            dtype: input.dtype.1,
+            origin: format!("the input `{}`", input.name),
+        };
+        if c.env
+            .insert(input.name.to_string(), Val::One(quote!(#var), ty))
+            .is_some()
+        {
+            c.errors.push(
+                input.name.span(),
+                format!("duplicate input name `{}`", input.name),
+            );
+        }
+    }
+    let lowered;
+    let (stmts, output) = match &net.body {
+        Body::Chain(steps) => {
+            lowered = lower_chain(net, steps);
+            (&lowered.0, &lowered.1)
+        }
+        Body::Graph(stmts, output) => (stmts, &**output),
+    };
+    for stmt in stmts {
+        let value = c.expr(&stmt.expr, None);
+        c.bind(&stmt.pattern, value);
+    }
+    let result = c.expr(output, None);
+    c.outputs(net, output, result);
+    c.checked
+}
+
+impl Checker<'_> {
+    fn var(&mut self) -> TokenStream {
+        let v = format_ident!("__v{}", self.next_var);
+        self.next_var += 1;
+        quote!(#v)
+    }
+
+    fn outputs(&mut self, net: &Network, output: &Expr, result: Option<Val>) {
+        let Some(result) = result else { return };
+        let declared = &net.outputs;
+        let singles: Vec<(TokenStream, Ty)> = match (&result, net.tuple_output) {
+            (Val::One(v, t), false) => vec![(v.clone(), t.clone())],
+            (Val::Tuple(items), true) if items.len() == declared.len() => {
+                let mut out = Vec::new();
+                for i in items {
+                    match i {
+                        Val::One(v, t) => out.push((v.clone(), t.clone())),
+                        Val::Tuple(_) => {
+                            self.errors.push(output.span(), "each declared output is one tensor, but this part of the result is a tuple");
+                            return;
+                        }
+                    }
+                }
+                out
+            }
+            (Val::Tuple(items), _) => {
+                self.errors.push(
+                    output.span(),
+                    format!(
+                        "the network declares {} output{} but the body yields a tuple of {}",
+                        declared.len(),
+                        if declared.len() == 1 { "" } else { "s" },
+                        items.len()
+                    ),
+                );
+                return;
+            }
+            (Val::One(_, t), true) => {
+                self.errors.push(
+                    output.span(),
+                    format!(
+                        "the network declares {} outputs but the body yields one tensor {}",
+                        declared.len(),
+                        t.show()
+                    ),
+                );
+                return;
+            }
+        };
+        for ((_, ty), shape) in singles.iter().zip(declared) {
+            check_shape(&ty.shape, shape, self.errors, "the declared output");
+        }
+        let vars: Vec<&TokenStream> = singles.iter().map(|(v, _)| v).collect();
+        self.checked.result = if net.tuple_output {
+            quote!((#(#vars),*))
+        } else {
+            quote!(#(#vars)*)
+        };
+    }
+}
+
+fn pattern_tokens(v: &Val) -> TokenStream {
+    match v {
+        Val::One(var, _) => quote!(#var),
+        Val::Tuple(items) => {
+            let parts = items.iter().map(pattern_tokens);
+            quote!((#(#parts),*))
+        }
+    }
+}
+
+/// Compares an inferred shape with a written one, erroring on each disagreeing dim.
+fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what: &str) {
+    let evaluated: Vec<Option<Dim>> = written.dims.iter().map(|d| eval_dim(d, errors)).collect();
+    if evaluated.iter().any(Option::is_none) {
+        // A malformed dim was reported; comparing against a guess would only add noise.
+        return;
+    }
+    let expected: Vec<Dim> = evaluated.into_iter().flatten().collect();
+    if expected.len() != inferred.len() {
+        errors.push(
+            written.span,
+            format!(
+                "{what} has rank {} ({}) but the network produces rank {} ({})",
+                expected.len(),
+                show(&expected),
+                inferred.len(),
+                show(inferred)
+            ),
+        );
+        return;
+    }
+    for (i, ((d, w), tok)) in inferred
+        .iter()
+        .zip(&expected)
+        .zip(&written.dims)
+        .enumerate()
+    {
+        if !d.same(w) {
+            errors.push(
+                tok.span(),
+                format!(
+                    "{what} says dim {i} is {} but the network produces {} there (shape {})",
+                    tok.text(),
+                    d,
+                    show(inferred)
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Values: binding `let` patterns, and the type of each expression (names, calls,
+//! pipes, arithmetic, tuples, annotations), emitting its statements.
+
+use super::{Checker, Val, broadcast, check_shape};
+use crate::network::kinds::{self, Ty};
+use crate::network::parse::{DKind, Expr, Pattern, ShapeExpr};
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+
+impl Checker<'_> {
+    pub(super) fn bind(&mut self, pattern: &Pattern, value: Option<Val>) {
+        match pattern {
+            Pattern::Ignore => {}
+            Pattern::Name(name) => {
+                let key = name.to_string();
+                let internal = key.starts_with("__chain");
+                if !internal && (self.env.contains_key(&key)) {
+                    self.errors.push(
+                        name.span(),
+                        format!(
+                            "`{name}` already names a value of this network: pick another name"
+                        ),
+                    );
+                }
+                match value {
+                    Some(Val::One(var, mut ty)) => {
+                        if !internal {
+                            ty.origin = format!("`{name}`");
+                        }
+                        self.env.insert(key, Val::One(var, ty));
+                    }
+                    Some(v) => {
+                        self.env.insert(key, v);
+                    }
+                    // Unknown: later uses stay quiet.
+                    None => {
+                        self.env.remove(&key);
+                        self.env.insert(format!("?{key}"), Val::Tuple(Vec::new()));
+                    }
+                }
+            }
+            Pattern::Tuple(items, span) => match value {
+                Some(Val::Tuple(vals)) if vals.len() == items.len() => {
+                    for (p, v) in items.iter().zip(vals) {
+                        self.bind(p, Some(v));
+                    }
+                }
+                Some(Val::Tuple(vals)) => {
+                    self.errors.push(
+                        *span,
+                        format!(
+                            "this pattern has {} parts but the value is a tuple of {}",
+                            items.len(),
+                            vals.len()
+                        ),
+                    );
+                    for p in items {
+                        self.bind(p, None);
+                    }
+                }
+                Some(Val::One(_, ty)) => {
+                    self.errors.push(
+                        *span,
+                        format!(
+                            "this pattern takes a tuple apart, but the value is one tensor {}",
+                            ty.show()
+                        ),
+                    );
+                    for p in items {
+                        self.bind(p, None);
+                    }
+                }
+                None => {
+                    for p in items {
+                        self.bind(p, None);
+                    }
+                }
+            },
+        }
+    }
+
+    /// The type of `expr`, emitting its statements; `annotation` is a `=> [shape]` that
+    /// follows a call (a user network's declared output).
+    pub(super) fn expr(&mut self, expr: &Expr, annotation: Option<&ShapeExpr>) -> Option<Val> {
+        match expr {
+            Expr::Value(name) => {
+                let key = name.to_string();
+                if let Some(v) = self.env.get(&key) {
+                    return Some(v.clone());
+                }
+                if self.env.contains_key(&format!("?{key}")) {
+                    return None;
+                }
+                let known: Vec<String> = self
+                    .env
+                    .keys()
+                    .filter(|k| !k.starts_with('?') && !k.starts_with("__"))
+                    .cloned()
+                    .collect();
+                let hint = match kinds::suggest(&key, known.iter().map(String::as_str)) {
+                    Some(k) => format!(": did you mean `{k}`?"),
+                    None if kinds::find(&key).is_some() => format!(
+                        ": `{key}` is an op; apply it to a value, as `{key}(x)` or `x -> {key}`"
+                    ),
+                    None => format!(
+                        ": name a value with `let {key} = ..` (or `let {key}` in a chain) before using it, or declare an input `{key}`"
+                    ),
+                };
+                self.errors
+                    .push(name.span(), format!("no value named `{name}`{hint}"));
+                None
+            }
+            Expr::Scalar(_, span) => {
+                self.errors.push(
+                    *span,
+                    "a number is not a tensor: scale a value with it, as `x * 0.5`",
+                );
+                None
+            }
+            Expr::Tuple(items, _) => {
+                let vals: Vec<Option<Val>> = items.iter().map(|e| self.expr(e, None)).collect();
+                vals.into_iter().collect::<Option<Vec<_>>>().map(Val::Tuple)
+            }
+            Expr::Annotated(inner, shape) => {
+                let v = self.expr(inner, Some(shape))?;
+                if let Val::One(_, ty) = &v {
+                    let what = match inner.as_ref() {
+                        Expr::Pipe(_, call) | Expr::Apply(call, ..) => {
+                            format!("the annotation after `{}`", call.describe())
+                        }
+                        other => format!("the annotation after `{}`", other.text()),
+                    };
+                    check_shape(&ty.shape, shape, self.errors, &what);
+                }
+                Some(v)
+            }
+            Expr::Binary(a, op, b, span) => self.binary(a, *op, b, *span),
+            Expr::Apply(call, inputs, _) => {
+                let mut vals = Vec::new();
+                let mut unknown = false;
+                for e in inputs {
+                    match self.expr(e, None) {
+                        Some(Val::One(v, t)) => vals.push((v, t)),
+                        Some(Val::Tuple(_)) => {
+                            self.errors.push(
+                                e.span(),
+                                format!(
+                                    "`{}` is a tuple: take it apart with `let (a, b) = ..` first",
+                                    e.text()
+                                ),
+                            );
+                            unknown = true;
+                        }
+                        None => unknown = true,
+                    }
+                }
+                self.call(call, vals, unknown, annotation)
+            }
+            Expr::Pipe(from, call) => {
+                let v = self.expr(from, None);
+                let (vals, unknown) = match v {
+                    Some(Val::One(v, t)) => (vec![(v, t)], false),
+                    Some(Val::Tuple(items)) => {
+                        let mut vals = Vec::new();
+                        for i in items {
+                            match i {
+                                Val::One(v, t) => vals.push((v, t)),
+                                Val::Tuple(_) => {
+                                    self.errors.push(from.span(), "a nested tuple cannot be piped into a call: take it apart first");
+                                    return None;
+                                }
+                            }
+                        }
+                        (vals, false)
+                    }
+                    None => (Vec::new(), true),
+                };
+                self.call(call, vals, unknown, annotation)
+            }
+        }
+    }
+
+    fn binary(&mut self, a: &Expr, op: char, b: &Expr, span: Span) -> Option<Val> {
+        let scalar = |e: &Expr| {
+            if let Expr::Scalar(v, _) = e {
+                Some(*v)
+            } else {
+                None
+            }
+        };
+        let text = format!("{} {op} {}", a.text(), b.text());
+        let (value, s, scalar_left) = match (scalar(a), scalar(b)) {
+            (Some(_), Some(_)) => {
+                self.errors
+                    .push(span, format!("`{text}` has no tensor in it"));
+                return None;
+            }
+            (None, Some(s)) => (a, s, false),
+            (Some(s), None) => (b, s, true),
+            (None, None) => {
+                let (x, y) = (self.one(a)?, self.one(b)?);
+                let Some(shape) = broadcast(&x.1.shape, &y.1.shape) else {
+                    let what = if op == '+' { "adds" } else { "combines" };
+                    let message = if x.1.shape.len() == y.1.shape.len() && op == '+' {
+                        format!(
+                            "residual add of mismatched shapes: {} yields {} but {} is {}",
+                            x.1.origin,
+                            x.1.show(),
+                            y.1.origin,
+                            y.1.show()
+                        )
+                    } else {
+                        format!(
+                            "`{text}` {what} shapes that do not broadcast: {} yields {} and {} yields {}",
+                            x.1.origin,
+                            x.1.show(),
+                            y.1.origin,
+                            y.1.show()
+                        )
+                    };
+                    self.errors.push(span, message);
+                    return None;
+                };
+                let method = match op {
+                    '+' => quote!(add),
+                    '-' => quote!(sub),
+                    '*' => quote!(mul),
+                    _ => quote!(div),
+                };
+                let (vx, vy) = (&x.0, &y.0);
+                let var = self.var();
+                self.checked
+                    .stmts
+                    .push(quote!(let #var = #vx.#method(&#vy);));
+                let ty = Ty {
+                    shape,
+                    dtype: DKind::Float,
+                    origin: format!("`{text}`"),
+                };
+                return Some(Val::One(var, ty));
+            }
+        };
+        let (v, ty) = self.one(value)?;
+        let code = match (op, scalar_left) {
+            ('+', _) => quote!(#v.add_scalar(#s)),
+            ('*', _) => quote!(#v.mul_scalar(#s)),
+            ('-', false) => {
+                let n = -s;
+                quote!(#v.add_scalar(#n))
+            }
+            ('-', true) => quote!(#v.rsub_scalar(#s)),
+            ('/', false) => quote!(#v.div_scalar(#s)),
+            _ => {
+                self.errors.push(span, format!("`{text}` divides a number by a tensor: write `x.reciprocal()`-style ops as layers"));
+                return None;
+            }
+        };
+        let var = self.var();
+        self.checked.stmts.push(quote!(let #var = #code;));
+        Some(Val::One(
+            var,
+            Ty {
+                origin: format!("`{text}`"),
+                ..ty
+            },
+        ))
+    }
+
+    /// One tensor value.
+    fn one(&mut self, e: &Expr) -> Option<(TokenStream, Ty)> {
+        match self.expr(e, None)? {
+            Val::One(v, t) => Some((v, t)),
+            Val::Tuple(_) => {
+                self.errors.push(
+                    e.span(),
+                    format!(
+                        "`{}` is a tuple, not a tensor: take it apart with `let (a, b) = ..`",
+                        e.text()
+                    ),
+                );
+                None
+            }
+        }
+    }
+}

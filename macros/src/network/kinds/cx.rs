@@ -1,0 +1,494 @@
+//! [`Cx`]: what a kind's check reads its arguments through (typed, validated, with
+//! spanned errors and suggestions for misspelt keys) and reports mistakes with.
+
+use super::{Ty, suggest};
+use crate::network::check::Errors;
+use crate::network::dim::Dim;
+use crate::network::parse::{Arg, Call, DKind, DimExpr, Value};
+use proc_macro2::{Span, TokenStream};
+use std::fmt;
+
+/// The context of one call's check.
+pub(crate) struct Cx<'a> {
+    pub(crate) errors: &'a mut Errors,
+    pub(crate) call: &'a Call,
+    /// How the call reads: `fc1: Linear(400 -> 120)`.
+    pub(crate) desc: String,
+    pub(crate) krate: TokenStream,
+    /// Size names bound from the inputs' shapes at run time.
+    pub(crate) runtime: &'a [String],
+    args: Vec<Option<Arg>>,
+    /// Whether an argument was wrong (then the output is left unknown).
+    bad_args: bool,
+}
+
+impl<'a> Cx<'a> {
+    pub(crate) fn new(
+        errors: &'a mut Errors,
+        call: &'a Call,
+        krate: TokenStream,
+        runtime: &'a [String],
+        keys: &[&str],
+    ) -> Self {
+        // A misspelt key close to a known one is reported with a suggestion and then read
+        // as the key it resembles, so one typo is one error.
+        let args = call
+            .args
+            .iter()
+            .map(|arg| match arg {
+                Arg::Named(k, v) if !keys.contains(&k.to_string().as_str()) => {
+                    match suggest(&k.to_string(), keys.iter().copied()) {
+                        Some(key) => {
+                            errors.push(
+                                k.span(),
+                                format!(
+                                    "unknown argument `{k}` for `{}`: did you mean `{key}`?",
+                                    call.kind
+                                ),
+                            );
+                            Some(Arg::Named(syn::Ident::new(key, k.span()), v.clone()))
+                        }
+                        None => Some(arg.clone()),
+                    }
+                }
+                _ => Some(arg.clone()),
+            })
+            .collect();
+        Cx {
+            errors,
+            call,
+            desc: call.describe(),
+            krate,
+            runtime,
+            args,
+            bad_args: false,
+        }
+    }
+
+    /// Reports a mistake in the inputs' shapes (the output is still inferred, so later
+    /// independent mistakes are found too).
+    pub(crate) fn error(&mut self, span: Span, message: impl fmt::Display) {
+        self.errors.push(span, message);
+    }
+
+    /// Reports a wrong argument; the call's output is then left unknown.
+    pub(crate) fn arg_error(&mut self, span: Span, message: impl fmt::Display) {
+        self.bad_args = true;
+        self.errors.push(span, message);
+    }
+
+    /// Whether [`Cx::arg_error`] was called.
+    pub(crate) fn bad_args(&self) -> bool {
+        self.bad_args
+    }
+
+    /// The kind's name as written.
+    pub(crate) fn kind(&self) -> String {
+        self.call.kind.to_string()
+    }
+
+    pub(crate) fn kind_span(&self) -> Span {
+        self.call.kind.span()
+    }
+
+    pub(crate) fn args_span(&self) -> Span {
+        self.call.args_or_kind()
+    }
+
+    fn take(&mut self, pick: impl Fn(&Arg) -> bool) -> Option<Arg> {
+        let slot = self
+            .args
+            .iter_mut()
+            .find(|a| a.as_ref().is_some_and(&pick))?;
+        slot.take()
+    }
+
+    /// `in -> out`, required.
+    pub(crate) fn arrow(&mut self, what: &str) -> Option<(DimExpr, DimExpr)> {
+        match self.take(|a| matches!(a, Arg::Arrow(..))) {
+            Some(Arg::Arrow(a, b)) => Some((a, b)),
+            _ => {
+                let (kind, span) = (self.kind(), self.args_span());
+                self.arg_error(
+                    span,
+                    format!(
+                        "`{kind}` needs `{what}` as its first argument, as `{kind}({what}, ..)`"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// `key = value`, or the next positional value when `positional`.
+    pub(crate) fn value(&mut self, key: &str, positional: bool) -> Option<Value> {
+        if let Some(Arg::Named(_, v)) = self.take(|a| matches!(a, Arg::Named(k, _) if k == key)) {
+            return Some(v);
+        }
+        if positional
+            && let Some(Arg::Positional(v)) = self.take(|a| matches!(a, Arg::Positional(_)))
+        {
+            return Some(v);
+        }
+        None
+    }
+
+    /// The next positional value.
+    pub(crate) fn positional(&mut self) -> Option<Value> {
+        match self.take(|a| matches!(a, Arg::Positional(_))) {
+            Some(Arg::Positional(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A dimension value as a [`Dim`]; reports non-dimensions.
+    pub(crate) fn dim_of(&mut self, v: &Value, key: &str) -> Option<(Dim, Span)> {
+        match v {
+            Value::Dim(d) => self.dim(d).map(|x| (x, d.span())),
+            other => {
+                let kind = self.kind();
+                self.arg_error(
+                    other.span(),
+                    format!(
+                        "`{key}` of `{kind}` is a size: an integer or a size expression, not `{}`",
+                        other.text()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Evaluates written dimension arithmetic.
+    pub(crate) fn dim(&mut self, d: &DimExpr) -> Option<Dim> {
+        Some(match d {
+            DimExpr::Lit(v, _) => Dim::lit(*v),
+            DimExpr::Sym(i) => Dim::sym(&i.to_string()),
+            DimExpr::Neg(inner, _) => self.dim(inner)?.neg(),
+            DimExpr::Bin(a, op, b, span) => {
+                let (x, y) = (self.dim(a)?, self.dim(b)?);
+                match op {
+                    '+' => x.add(&y),
+                    '-' => x.sub(&y),
+                    '*' => x.mul(&y),
+                    _ => match y.as_lit() {
+                        Some(k) if k > 0 => x.floor_div(k),
+                        Some(_) => {
+                            self.arg_error(
+                                b.span(),
+                                format!(
+                                    "division by {} in `{}`: sizes divide by positive integers",
+                                    y,
+                                    d.text()
+                                ),
+                            );
+                            return None;
+                        }
+                        None => {
+                            self.arg_error(*span, format!("`{}` divides by a size name: sizes divide by integer literals only", d.text()));
+                            return None;
+                        }
+                    },
+                }
+            }
+        })
+    }
+
+    /// An integer argument (`key = v`, or positional when `positional`) that must be a
+    /// literal at least `min`; `default` when absent (`None`: required).
+    pub(crate) fn int(
+        &mut self,
+        key: &str,
+        positional: bool,
+        default: Option<i64>,
+        min: i64,
+    ) -> i64 {
+        let v = self.value(key, positional);
+        self.int_of(v, key, default, min)
+    }
+
+    /// [`Cx::int`] of a value already taken.
+    pub(crate) fn int_of(
+        &mut self,
+        v: Option<Value>,
+        key: &str,
+        default: Option<i64>,
+        min: i64,
+    ) -> i64 {
+        let kind = self.kind();
+        let Some(v) = v else {
+            return match default {
+                Some(d) => d,
+                None => {
+                    let span = self.args_span();
+                    self.arg_error(span, format!("`{kind}` needs `{key} = ..`"));
+                    min.max(1)
+                }
+            };
+        };
+        let Some((d, span)) = self.dim_of(&v, key) else {
+            return default.unwrap_or(min.max(1));
+        };
+        match d.as_lit() {
+            Some(x) if x >= min => x,
+            Some(x) => {
+                let need = if min == 1 {
+                    "positive".to_string()
+                } else {
+                    format!("at least {min}")
+                };
+                self.arg_error(
+                    span,
+                    format!("`{key}` of `{kind}` must be {need}, but it is {x}"),
+                );
+                default.unwrap_or(min.max(1))
+            }
+            None => {
+                self.arg_error(span, format!("`{key}` of `{kind}` must be an integer literal here: shapes are computed at compile time"));
+                default.unwrap_or(min.max(1))
+            }
+        }
+    }
+
+    /// A signed axis (`dim = -1`) for a value of `rank`, normalised; reports out of range.
+    pub(crate) fn axis(
+        &mut self,
+        key: &str,
+        positional: bool,
+        default: Option<i64>,
+        rank: usize,
+        input: &Ty,
+    ) -> Option<usize> {
+        let kind = self.kind();
+        let (raw, span) = match self.value(key, positional) {
+            Some(v) => {
+                let (d, span) = self.dim_of(&v, key)?;
+                match d.as_lit() {
+                    Some(x) => (x, span),
+                    None => {
+                        self.arg_error(
+                            span,
+                            format!("`{key}` of `{kind}` must be an integer literal"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            None => match default {
+                Some(d) => (d, self.args_span()),
+                None => {
+                    let span = self.args_span();
+                    self.arg_error(span, format!("`{kind}` needs `{key} = ..`"));
+                    return None;
+                }
+            },
+        };
+        let r = rank as i64;
+        if raw < -r || raw >= r {
+            let desc = self.desc.clone();
+            self.arg_error(
+                span,
+                format!("`{desc}`: {key} {raw} is out of range for {} of rank {rank} {} (valid: {} to {})", input.origin, input.show(), -r, r - 1),
+            );
+            return None;
+        }
+        Some(raw.rem_euclid(r.max(1)) as usize)
+    }
+
+    /// A float argument in `[lo, hi)` (`hi_inclusive` for `[lo, hi]`).
+    pub(crate) fn float(
+        &mut self,
+        key: &str,
+        positional: bool,
+        default: Option<f64>,
+        lo: f64,
+        hi: f64,
+        hi_inclusive: bool,
+    ) -> f64 {
+        let kind = self.kind();
+        let Some(v) = self.value(key, positional) else {
+            return match default {
+                Some(d) => d,
+                None => {
+                    let span = self.args_span();
+                    self.arg_error(span, format!("`{kind}` needs `{key}`, as `{kind}(0.5)`"));
+                    lo
+                }
+            };
+        };
+        let (x, span) = match &v {
+            Value::Float(x, s) => (*x, *s),
+            Value::Dim(DimExpr::Lit(x, s)) => (*x as f64, *s),
+            other => {
+                self.arg_error(
+                    other.span(),
+                    format!("`{key}` of `{kind}` is a number, not `{}`", other.text()),
+                );
+                return default.unwrap_or(lo);
+            }
+        };
+        let inside = x >= lo && (x < hi || (hi_inclusive && x == hi));
+        if !inside {
+            let close = if hi_inclusive { "]" } else { ")" };
+            self.arg_error(
+                span,
+                format!("`{key}` of `{kind}` must be in [{lo}, {hi}{close}, but it is {x}"),
+            );
+        }
+        x
+    }
+
+    /// A `true`/`false` argument.
+    pub(crate) fn bool(&mut self, key: &str, default: bool) -> bool {
+        match self.value(key, false) {
+            None => default,
+            Some(Value::Bool(b)) => b.value,
+            Some(other) => {
+                let kind = self.kind();
+                self.arg_error(
+                    other.span(),
+                    format!(
+                        "`{key}` of `{kind}` is `true` or `false`, not `{}`",
+                        other.text()
+                    ),
+                );
+                default
+            }
+        }
+    }
+
+    /// Reports arguments nobody took.
+    pub(crate) fn finish(&mut self, allowed: &str) {
+        let kind = self.kind();
+        let left: Vec<Arg> = self.args.iter_mut().filter_map(Option::take).collect();
+        for arg in left {
+            let what = match &arg {
+                Arg::Named(k, _) => format!("unknown argument `{k}`"),
+                _ => "unexpected argument".to_string(),
+            };
+            self.arg_error(
+                arg.span(),
+                format!("{what} for `{kind}`: it takes {allowed}"),
+            );
+        }
+    }
+
+    /// Checks the number of values the call is applied to.
+    pub(crate) fn arity(&mut self, inputs: &[Ty], n: usize, what: &str) -> bool {
+        if inputs.len() == n {
+            return true;
+        }
+        let (kind, span) = (self.kind(), self.kind_span());
+        self.error(
+            span,
+            format!(
+                "`{kind}` takes {what}, but it is applied to {} value{}",
+                inputs.len(),
+                if inputs.len() == 1 { "" } else { "s" }
+            ),
+        );
+        false
+    }
+
+    /// Requires a float input (layers do arithmetic; indices go through `Embedding`).
+    pub(crate) fn need_float(&mut self, input: &Ty) -> bool {
+        if input.dtype == DKind::Float {
+            return true;
+        }
+        let (desc, span) = (self.desc.clone(), self.kind_span());
+        self.error(span, format!("`{desc}` takes a float tensor, but {} is {} ({}): integer ids go through an `Embedding` first", input.origin, input.dtype.name(), input.show()));
+        false
+    }
+
+    /// Requires one of `ranks` for `input`, with the usual fix in the message.
+    pub(crate) fn need_rank(&mut self, input: &Ty, ranks: &[usize], layout: &str) -> bool {
+        if ranks.contains(&input.shape.len()) {
+            return true;
+        }
+        let kind = self.kind();
+        let rank = input.shape.len();
+        let hint = if ranks.contains(&2) && rank > 2 && kind == "Linear" {
+            ": add `flatten` before it".to_string()
+        } else if let Some(fix) = rank_fix(&kind, rank) {
+            format!(": for a rank-{rank} input use `{fix}`")
+        } else {
+            String::new()
+        };
+        let (desc, span) = (self.desc.clone(), self.kind_span());
+        let ranks = ranks
+            .iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(" or rank-");
+        self.error(span, format!("`{desc}` expects a rank-{ranks} input {layout}, but {} yields rank {rank} {}{hint}", input.origin, input.show()));
+        false
+    }
+
+    /// A dim's tokens in the constructor (`new(device)`): literals and const parameters
+    /// only.
+    pub(crate) fn const_tokens(&mut self, d: &Dim, span: Span) -> TokenStream {
+        let runtime: Vec<String> = d
+            .symbols()
+            .into_iter()
+            .filter(|s| self.runtime.contains(s))
+            .collect();
+        if let Some(s) = runtime.first() {
+            let desc = self.desc.clone();
+            self.error(span, format!("`{desc}`: `{s}` is a size of the input, known only at run time; layer sizes are literals, const parameters or consts"));
+        }
+        d.tokens(&|s| {
+            let i = syn::Ident::new(s, span);
+            quote::quote!(#i)
+        })
+    }
+
+    /// A dim's tokens inside `forward`: input sizes bound at run time, const parameters,
+    /// literals and consts.
+    pub(crate) fn runtime_tokens(&self, d: &Dim) -> TokenStream {
+        let runtime = self.runtime.to_vec();
+        d.tokens(&move |s| {
+            if runtime.iter().any(|r| r == s) {
+                let i = quote::format_ident!("__dim_{}", s);
+                quote::quote!(#i)
+            } else {
+                let i = syn::Ident::new(s, Span::call_site());
+                quote::quote!(#i)
+            }
+        })
+    }
+
+    /// Compares an input dim with what the call expects; reports a mismatch on `token`.
+    pub(crate) fn expect_dim(
+        &mut self,
+        got: &Dim,
+        want: &Dim,
+        token: Span,
+        what: &str,
+        input: &Ty,
+    ) -> bool {
+        if got.same(want) {
+            return true;
+        }
+        let desc = self.desc.clone();
+        self.error(
+            token,
+            format!(
+                "`{desc}` expects {what} {want}, but {} yields {got} (shape {})",
+                input.origin,
+                input.show()
+            ),
+        );
+        false
+    }
+}
+
+/// The layer to use for a rank the kind does not take (`BatchNorm1d` on rank 4).
+fn rank_fix(kind: &str, rank: usize) -> Option<&'static str> {
+    match (kind, rank) {
+        ("BatchNorm1d" | "BatchNorm3d", 4) => Some("BatchNorm2d"),
+        ("BatchNorm2d", 2 | 3) => Some("BatchNorm1d"),
+        ("Conv2d", 3) => Some("Conv1d"),
+        ("Conv1d", 4) => Some("Conv2d"),
+        _ => None,
+    }
+}

@@ -1,0 +1,215 @@
+//! The syntax tree of the `network!` DSL and its parser: a faithful mirror of this
+//! grammar (README, "The network! DSL"):
+//!
+//! ```text
+//! network  := attrs vis "struct" Ident generics? "(" input ("," input)* ")" "->" outputs "{" body "}"
+//! input    := Ident ":" shape (":" dtype)?            dtype := "f32" | "i64" | "bool" | ...
+//! outputs  := shape | "(" shape ("," shape)* ")"
+//! shape    := "[" dim ("," dim)* "]"
+//! dim      := dim ("+" | "-" | "*" | "/") dim | "(" dim ")" | LitInt | Ident
+//!
+//! body     := chain | graph                           (a graph has a `;` or a `->` outside parentheses)
+//! chain    := step ("," step)* ","?                   (applied in turn to the first input)
+//! step     := call ("=>" shape)? | "let" Ident | "+" Ident
+//! graph    := ("let" pattern "=" expr ";")* expr      (the last expression is the output)
+//! pattern  := Ident | "_" | "(" pattern ("," pattern)* ")"
+//! expr     := arith ("=>" shape)? ("->" call ("=>" shape)?)*
+//! arith    := arith ("+" | "-" | "*" | "/") arith | primary
+//! primary  := call "(" expr ("," expr)* ")"           (a layer or op applied to values)
+//!           | Ident                                   (a named value)
+//!           | "(" expr ("," expr)* ")"                (grouping, or a tuple)
+//!           | LitFloat | LitInt                       (a scalar)
+//! call     := (Ident ":")? Ident generics? ("(" arg ("," arg)* ")")?
+//! arg      := dim "->" dim | Ident "=" value | value
+//! value    := dim | "-" dim | LitFloat | LitStr | LitBool | shape
+//! ```
+//!
+//! In an expression a call's last parenthesised group holds the values it is applied to:
+//! `relu(x)`, `fc: Linear(4 -> 2)(x)`, `softmax(dim = 1)(scores)`.
+
+mod expr;
+mod terms;
+
+pub(crate) use expr::{Expr, Pattern, Stmt};
+pub(crate) use terms::{Arg, Call, DimExpr, ShapeExpr, Step, Value};
+
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Generics, Ident, Token, Visibility, parenthesized};
+
+/// A network's body.
+pub(crate) enum Body {
+    /// The short form: steps applied in turn to the first input.
+    Chain(Vec<Step>),
+    /// Statements and the output expression.
+    Graph(Vec<Stmt>, Box<Expr>),
+}
+
+/// The element type of a declared input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DKind {
+    Float,
+    Int,
+    Bool,
+}
+
+impl DKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DKind::Float => "float",
+            DKind::Int => "integer",
+            DKind::Bool => "bool",
+        }
+    }
+}
+
+/// A declared input `x: [N, 784]` or `ids: [N, T]: i64`.
+#[derive(Clone)]
+pub(crate) struct Input {
+    pub(crate) name: Ident,
+    pub(crate) shape: ShapeExpr,
+    /// The declared dtype (`f32` when not written) and its token.
+    pub(crate) dtype: (Ident, DKind),
+}
+
+/// A whole `network!` invocation.
+pub(crate) struct Network {
+    pub(crate) attrs: Vec<Attribute>,
+    pub(crate) vis: Visibility,
+    pub(crate) name: Ident,
+    pub(crate) generics: Generics,
+    pub(crate) inputs: Vec<Input>,
+    pub(crate) outputs: Vec<ShapeExpr>,
+    /// Whether the outputs were written as a tuple.
+    pub(crate) tuple_output: bool,
+    pub(crate) body: Body,
+}
+
+/// Whether a body is the graph form: a `;`, or a `->` outside any group, at its top level.
+fn is_graph(body: ParseStream) -> bool {
+    let fork = body.fork();
+    let mut previous_minus = false;
+    while !fork.is_empty() {
+        let Ok(tt) = fork.parse::<proc_macro2::TokenTree>() else {
+            return false;
+        };
+        if let proc_macro2::TokenTree::Punct(p) = &tt {
+            if p.as_char() == ';' || (previous_minus && p.as_char() == '>') {
+                return true;
+            }
+            previous_minus = p.as_char() == '-' && p.spacing() == proc_macro2::Spacing::Joint;
+        } else {
+            previous_minus = false;
+        }
+    }
+    false
+}
+
+impl Parse for Network {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        input.parse::<Token![struct]>()?;
+        let name: Ident = input.parse()?;
+        let generics: Generics = input.parse()?;
+        let content;
+        parenthesized!(content in input);
+        let inputs = Punctuated::<Input, Token![,]>::parse_terminated_with(&content, |p| {
+            let name: Ident = p.parse()?;
+            p.parse::<Token![:]>()?;
+            let shape = p.parse()?;
+            let dtype = if p.peek(Token![:]) {
+                p.parse::<Token![:]>()?;
+                let t: Ident = p.parse()?;
+                let kind = match t.to_string().as_str() {
+                    "f16" | "bf16" | "f32" | "f64" => DKind::Float,
+                    "i64" | "u8" => DKind::Int,
+                    "bool" => DKind::Bool,
+                    other => {
+                        return Err(syn::Error::new(
+                            t.span(),
+                            format!(
+                                "unknown dtype `{other}`: expected f16, bf16, f32, f64, i64, u8 or bool"
+                            ),
+                        ));
+                    }
+                };
+                (t, kind)
+            } else {
+                (Ident::new("f32", name.span()), DKind::Float)
+            };
+            Ok(Input { name, shape, dtype })
+        })?;
+        if inputs.is_empty() {
+            return Err(syn::Error::new(
+                name.span(),
+                "a network declares at least one input, as `(x: [N, 784])`",
+            ));
+        }
+        input.parse::<Token![->]>()?;
+        let (outputs, tuple_output) = if input.peek(syn::token::Paren) {
+            let content;
+            parenthesized!(content in input);
+            let shapes = Punctuated::<ShapeExpr, Token![,]>::parse_terminated(&content)?;
+            (shapes.into_iter().collect(), true)
+        } else {
+            (vec![input.parse::<ShapeExpr>()?], false)
+        };
+        let body_tokens;
+        syn::braced!(body_tokens in input);
+        let body = if is_graph(&body_tokens) {
+            let mut stmts = Vec::new();
+            loop {
+                if body_tokens.peek(Token![let]) {
+                    body_tokens.parse::<Token![let]>()?;
+                    let pattern = body_tokens.parse()?;
+                    body_tokens.parse::<Token![=]>()?;
+                    let expr = body_tokens.parse()?;
+                    body_tokens.parse::<Token![;]>()?;
+                    stmts.push(Stmt { pattern, expr });
+                    continue;
+                }
+                if body_tokens.is_empty() {
+                    return Err(syn::Error::new(
+                        body_tokens.span(),
+                        "the network body ends without its output: finish it with the expression to return, without a `;`",
+                    ));
+                }
+                let output: Expr = body_tokens.parse()?;
+                if !body_tokens.is_empty() {
+                    return Err(body_tokens.error(
+                        "expected the end of the body: only the last expression (the output) goes without `let`",
+                    ));
+                }
+                break Body::Graph(stmts, Box::new(output));
+            }
+        } else {
+            let steps = Punctuated::<Step, Token![,]>::parse_terminated(&body_tokens)?;
+            Body::Chain(steps.into_iter().collect())
+        };
+        Ok(Network {
+            attrs,
+            vis,
+            name,
+            generics,
+            inputs: inputs.into_iter().collect(),
+            outputs,
+            tuple_output,
+            body,
+        })
+    }
+}
+
+/// Every network of one `network!` invocation: they may use each other as layers, with
+/// their shapes (and const parameters) checked without annotations.
+pub(crate) struct Networks(pub(crate) Vec<Network>);
+
+impl Parse for Networks {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut nets = vec![input.parse::<Network>()?];
+        while !input.is_empty() {
+            nets.push(input.parse()?);
+        }
+        Ok(Networks(nets))
+    }
+}

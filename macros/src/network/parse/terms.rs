@@ -1,0 +1,436 @@
+//! The small pieces: dimensions, shapes, argument values, arguments, calls and the
+//! chain form's steps.
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Ident, LitInt, Token, bracketed, parenthesized};
+
+/// A dimension as written.
+#[derive(Clone)]
+pub(crate) enum DimExpr {
+    Lit(i64, Span),
+    Sym(Ident),
+    Neg(Box<DimExpr>, Span),
+    Bin(Box<DimExpr>, char, Box<DimExpr>, Span),
+}
+
+impl DimExpr {
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            DimExpr::Lit(_, s) | DimExpr::Neg(_, s) | DimExpr::Bin(.., s) => *s,
+            DimExpr::Sym(i) => i.span(),
+        }
+    }
+
+    /// How it reads in source.
+    pub(crate) fn text(&self) -> String {
+        match self {
+            DimExpr::Lit(v, _) => v.to_string(),
+            DimExpr::Sym(i) => i.to_string(),
+            DimExpr::Neg(d, _) => format!("-{}", d.text()),
+            DimExpr::Bin(a, op, b, _) => {
+                let side = |d: &DimExpr| match d {
+                    DimExpr::Bin(..) => format!("({})", d.text()),
+                    _ => d.text(),
+                };
+                format!("{} {op} {}", side(a), side(b))
+            }
+        }
+    }
+
+    fn atom(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(syn::token::Paren) {
+            let content;
+            parenthesized!(content in input);
+            return content.parse();
+        }
+        if input.peek(Token![-]) && !input.peek(Token![->]) {
+            let minus: Token![-] = input.parse()?;
+            let inner = Self::atom(input)?;
+            let span = minus.span.join(inner.span()).unwrap_or(minus.span);
+            return Ok(DimExpr::Neg(Box::new(inner), span));
+        }
+        if input.peek(LitInt) {
+            let lit: LitInt = input.parse()?;
+            return Ok(DimExpr::Lit(lit.base10_parse()?, lit.span()));
+        }
+        if input.peek(Ident) {
+            return Ok(DimExpr::Sym(input.parse()?));
+        }
+        Err(input.error("expected a dimension: an integer literal, a name such as `N`, or arithmetic of them such as `2 * C`"))
+    }
+
+    fn product(input: ParseStream) -> syn::Result<Self> {
+        let mut left = Self::atom(input)?;
+        while input.peek(Token![*]) || (input.peek(Token![/]) && !input.peek(Token![/=])) {
+            let op = if input.peek(Token![*]) {
+                input.parse::<Token![*]>()?;
+                '*'
+            } else {
+                input.parse::<Token![/]>()?;
+                '/'
+            };
+            let right = Self::atom(input)?;
+            let span = left.span().join(right.span()).unwrap_or(left.span());
+            left = DimExpr::Bin(Box::new(left), op, Box::new(right), span);
+        }
+        Ok(left)
+    }
+}
+
+impl Parse for DimExpr {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut left = Self::product(input)?;
+        loop {
+            let op = if input.peek(Token![+]) {
+                input.parse::<Token![+]>()?;
+                '+'
+            } else if input.peek(Token![-]) && !input.peek(Token![->]) {
+                input.parse::<Token![-]>()?;
+                '-'
+            } else {
+                break;
+            };
+            let right = Self::product(input)?;
+            let span = left.span().join(right.span()).unwrap_or(left.span());
+            left = DimExpr::Bin(Box::new(left), op, Box::new(right), span);
+        }
+        Ok(left)
+    }
+}
+
+/// A written shape `[N, 1, 28, 28]`.
+#[derive(Clone)]
+pub(crate) struct ShapeExpr {
+    pub(crate) dims: Vec<DimExpr>,
+    pub(crate) span: Span,
+}
+
+impl ShapeExpr {
+    pub(crate) fn text(&self) -> String {
+        format!(
+            "[{}]",
+            self.dims
+                .iter()
+                .map(DimExpr::text)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+impl Parse for ShapeExpr {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let content;
+        let bracket = bracketed!(content in input);
+        let dims = Punctuated::<DimExpr, Token![,]>::parse_terminated(&content)?;
+        Ok(ShapeExpr {
+            dims: dims.into_iter().collect(),
+            span: bracket.span.join(),
+        })
+    }
+}
+
+/// An argument's value.
+#[derive(Clone)]
+pub(crate) enum Value {
+    Dim(DimExpr),
+    Float(f64, Span),
+    Str(syn::LitStr),
+    Bool(syn::LitBool),
+    Shape(ShapeExpr),
+}
+
+impl Value {
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            Value::Dim(d) => d.span(),
+            Value::Float(_, s) => *s,
+            Value::Str(s) => s.span(),
+            Value::Bool(b) => b.span,
+            Value::Shape(s) => s.span,
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Value::Dim(d) => d.text(),
+            Value::Float(v, _) => format!("{v:?}"),
+            Value::Str(s) => format!("{:?}", s.value()),
+            Value::Bool(b) => b.value.to_string(),
+            Value::Shape(s) => s.text(),
+        }
+    }
+}
+
+impl Parse for Value {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(syn::token::Bracket) {
+            return Ok(Value::Shape(input.parse()?));
+        }
+        if input.peek(syn::LitStr) {
+            return Ok(Value::Str(input.parse()?));
+        }
+        if input.peek(syn::LitBool) {
+            return Ok(Value::Bool(input.parse()?));
+        }
+        let negative = input.peek(Token![-]) && input.peek2(syn::LitFloat);
+        if negative || input.peek(syn::LitFloat) {
+            let minus: Option<Token![-]> = input.parse()?;
+            let lit: syn::LitFloat = input.parse()?;
+            let v: f64 = lit.base10_parse()?;
+            let span = minus
+                .and_then(|m| m.span.join(lit.span()))
+                .unwrap_or(lit.span());
+            return Ok(Value::Float(if negative { -v } else { v }, span));
+        }
+        Ok(Value::Dim(input.parse()?))
+    }
+}
+
+/// An argument of a call.
+#[derive(Clone)]
+pub(crate) enum Arg {
+    /// `in -> out`
+    Arrow(DimExpr, DimExpr),
+    /// `key = value`
+    Named(Ident, Value),
+    /// `value`
+    Positional(Value),
+}
+
+impl Arg {
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            Arg::Arrow(a, b) => a.span().join(b.span()).unwrap_or(a.span()),
+            Arg::Named(k, v) => k.span().join(v.span()).unwrap_or(k.span()),
+            Arg::Positional(v) => v.span(),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Arg::Arrow(a, b) => format!("{} -> {}", a.text(), b.text()),
+            Arg::Named(k, v) => format!("{k} = {}", v.text()),
+            Arg::Positional(v) => v.text(),
+        }
+    }
+}
+
+impl Parse for Arg {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(Ident) && input.peek2(Token![=]) && !input.peek2(Token![=>]) {
+            let key: Ident = input.parse()?;
+            input.parse::<Token![=]>()?;
+            return Ok(Arg::Named(key, input.parse()?));
+        }
+        let value: Value = input.parse()?;
+        if input.peek(Token![->]) {
+            let Value::Dim(first) = value else {
+                return Err(syn::Error::new(
+                    value.span(),
+                    "`in -> out` takes dimensions on both sides",
+                ));
+            };
+            input.parse::<Token![->]>()?;
+            return Ok(Arg::Arrow(first, input.parse()?));
+        }
+        Ok(Arg::Positional(value))
+    }
+}
+
+/// A layer or op as written: `conv1: Conv2d(1 -> 6, kernel = 5)`, `relu`, `Block<64>`.
+#[derive(Clone)]
+pub(crate) struct Call {
+    /// The field name of a layer with parameters.
+    pub(crate) name: Option<Ident>,
+    pub(crate) kind: Ident,
+    pub(crate) generics: Option<syn::AngleBracketedGenericArguments>,
+    pub(crate) args: Vec<Arg>,
+    pub(crate) args_span: Option<Span>,
+    /// `name: [Kind; n]`: `n` copies applied in turn (fields `name.0`, `name.1`, ..).
+    pub(crate) repeat: Option<(usize, Span)>,
+    /// `name: (A, B, ..)`: a sequence applied in turn, kept as one tuple field.
+    pub(crate) items: Vec<Call>,
+}
+
+impl Call {
+    /// How the call reads in source, for messages: `fc1: Linear(401 -> 120)`.
+    pub(crate) fn describe(&self) -> String {
+        if !self.items.is_empty() {
+            let items: Vec<String> = self.items.iter().map(Call::describe).collect();
+            return match &self.name {
+                Some(n) => format!("{n}: ({})", items.join(", ")),
+                None => format!("({})", items.join(", ")),
+            };
+        }
+        let generics = self.generics.as_ref().map_or(String::new(), |g| {
+            quote::ToTokens::to_token_stream(g)
+                .to_string()
+                .replace("< ", "<")
+                .replace(" >", ">")
+                .replace(" ,", ",")
+        });
+        let call = match self.args_span {
+            Some(_) => format!(
+                "{}{generics}({})",
+                self.kind,
+                self.args
+                    .iter()
+                    .map(Arg::text)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => format!("{}{generics}", self.kind),
+        };
+        match (&self.name, self.repeat) {
+            (Some(n), Some((k, _))) => format!("{n}: [{call}; {k}]"),
+            (Some(n), None) => format!("{n}: {call}"),
+            (None, _) => call,
+        }
+    }
+
+    /// The call without its field name: `Linear(401 -> 120)`.
+    pub(crate) fn describe_kind(&self) -> String {
+        let d = self.describe();
+        match &self.name {
+            Some(_) => d.split_once(": ").map_or(d.clone(), |(_, k)| k.to_string()),
+            None => d,
+        }
+    }
+
+    /// The tokens to point at when the arguments are wrong as a whole.
+    pub(crate) fn args_or_kind(&self) -> Span {
+        self.args_span.unwrap_or(self.kind.span())
+    }
+
+    /// Parses `(name:)? Kind<..>? (args)?`; `in_expression`, the last parenthesised group
+    /// is left for the inputs.
+    pub(super) fn parse_with(input: ParseStream, in_expression: bool) -> syn::Result<Self> {
+        let first: Ident = input.parse()?;
+        if input.peek(Token![:]) && !input.peek(Token![::]) && input.peek2(syn::token::Bracket) {
+            // `name: [Kind<..>(args); n]`
+            input.parse::<Token![:]>()?;
+            let content;
+            bracketed!(content in input);
+            let mut call = Call::parse_with(&content, false)?;
+            content.parse::<Token![;]>()?;
+            let count: LitInt = content.parse()?;
+            let n: usize = count.base10_parse()?;
+            if n == 0 {
+                return Err(syn::Error::new(
+                    count.span(),
+                    "a repetition needs at least one copy",
+                ));
+            }
+            if call.name.is_some() {
+                return Err(syn::Error::new(
+                    call.kind.span(),
+                    "name the repetition, not its element: `blocks: [Block; 3]`",
+                ));
+            }
+            call.name = Some(first);
+            call.repeat = Some((n, count.span()));
+            return Ok(call);
+        }
+        if input.peek(Token![:]) && !input.peek(Token![::]) && input.peek2(syn::token::Paren) {
+            // `name: (A, B, ..)`
+            input.parse::<Token![:]>()?;
+            let content;
+            let paren = parenthesized!(content in input);
+            let items = Punctuated::<Call, Token![,]>::parse_terminated_with(&content, |p| {
+                Call::parse_with(p, false)
+            })?;
+            if items.is_empty() {
+                return Err(syn::Error::new(
+                    paren.span.join(),
+                    "a sequence holds at least one layer",
+                ));
+            }
+            return Ok(Call {
+                kind: Ident::new("Sequential", first.span()),
+                name: Some(first),
+                generics: None,
+                args: Vec::new(),
+                args_span: Some(paren.span.join()),
+                repeat: None,
+                items: items.into_iter().collect(),
+            });
+        }
+        let (name, kind) = if input.peek(Token![:]) && !input.peek(Token![::]) {
+            input.parse::<Token![:]>()?;
+            (Some(first), input.parse::<Ident>()?)
+        } else {
+            (None, first)
+        };
+        let generics = if input.peek(Token![<]) {
+            Some(input.parse()?)
+        } else {
+            None
+        };
+        // In an expression the last group is the inputs: take a group as arguments only
+        // when another group follows it.
+        let args_follow = input.peek(syn::token::Paren) && {
+            if in_expression {
+                let fork = input.fork();
+                let content;
+                let _ = parenthesized!(content in fork);
+                let _ = content;
+                fork.peek(syn::token::Paren)
+            } else {
+                true
+            }
+        };
+        let (args, args_span) = if args_follow {
+            let content;
+            let paren = parenthesized!(content in input);
+            let args = Punctuated::<Arg, Token![,]>::parse_terminated(&content)?;
+            (args.into_iter().collect(), Some(paren.span.join()))
+        } else {
+            (Vec::new(), None)
+        };
+        Ok(Call {
+            name,
+            kind,
+            generics,
+            args,
+            args_span,
+            repeat: None,
+            items: Vec::new(),
+        })
+    }
+}
+
+/// One step of the chain form: a call, `let h` or `+ h`, with an optional checked shape.
+#[derive(Clone)]
+pub(crate) enum Step {
+    Call(Call, Option<ShapeExpr>),
+    Save(Ident, Option<ShapeExpr>),
+    Add(Ident, Option<ShapeExpr>),
+}
+
+impl Parse for Step {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let annotation = |input: ParseStream| -> syn::Result<Option<ShapeExpr>> {
+            if input.peek(Token![=>]) {
+                input.parse::<Token![=>]>()?;
+                Ok(Some(input.parse()?))
+            } else {
+                Ok(None)
+            }
+        };
+        if input.peek(Token![let]) {
+            input.parse::<Token![let]>()?;
+            let name = input.parse()?;
+            return Ok(Step::Save(name, annotation(input)?));
+        }
+        if input.peek(Token![+]) {
+            input.parse::<Token![+]>()?;
+            let name = input.parse()?;
+            return Ok(Step::Add(name, annotation(input)?));
+        }
+        let call = Call::parse_with(input, false)?;
+        Ok(Step::Call(call, annotation(input)?))
+    }
+}
