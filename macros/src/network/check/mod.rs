@@ -20,16 +20,22 @@ use std::fmt;
 
 /// Error collection that keeps every independent mistake.
 #[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
+pub(crate) struct Errors(Option<syn::Error>, usize);
 
 impl Errors {
     pub(crate) fn push(&mut self, span: Span, message: impl fmt::Display) {
+        self.1 += 1;
         let e = syn::Error::new(span, message);
         match &mut self.0 {
             Some(all) => all.combine(e),
             None => self.0 = Some(e),
         }
     }
+    /// How many errors were pushed.
+    pub(crate) fn count(&self) -> usize {
+        self.1
+    }
+
     pub(crate) fn finish(self) -> syn::Result<()> {
         self.0.map_or(Ok(()), Err)
     }

@@ -198,22 +198,12 @@ impl Kind for EncoderLayer {
                 format!("`{desc}`: d_model {e} does not split into {heads} heads"),
             );
         }
-        if !cx.arity(inputs, 1, "one value") {
-            return None;
-        }
-        let x = &inputs[0];
-        cx.need_float(x);
-        if !cx.need_rank(
-            x,
-            &[3],
-            if batch_first {
-                "[N, L, E]"
-            } else {
-                "[L, N, E]"
-            },
-        ) {
-            return None;
-        }
+        let layout = if batch_first {
+            "[N, L, E]"
+        } else {
+            "[L, N, E]"
+        };
+        let x = cx.one_float(inputs, &[3], layout)?;
         let span = cx.kind_span();
         cx.expect_dim(&x.shape[2], &Dim::lit(e), span, "a width (d_model) of", x);
         let b = |n: i64| if bias { n } else { 0 };

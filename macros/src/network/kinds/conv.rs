@@ -81,19 +81,12 @@ impl Kind for Conv {
         if transpose && output_padding >= stride.max(dilation) {
             cx.arg_error(cx.args_span(), format!("`{desc}`: output_padding {output_padding} must be smaller than stride or dilation ({})", stride.max(dilation)));
         }
-        if !cx.arity(inputs, 1, "one value") {
-            return None;
-        }
-        let x = &inputs[0];
-        cx.need_float(x);
         let layout = if dims == 1 {
             "[N, C, L]"
         } else {
             "[N, C, H, W]"
         };
-        if !cx.need_rank(x, &[dims + 2], layout) {
-            return None;
-        }
+        let x = cx.one_float(inputs, &[dims + 2], layout)?;
         cx.expect_dim(&x.shape[1], &ci, inp.span(), "input channels", x);
         let mut shape = vec![x.shape[0].clone(), co.clone()];
         let span = dilation * (kernel - 1) + 1;

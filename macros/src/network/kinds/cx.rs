@@ -2,7 +2,7 @@
 //! spanned errors and suggestions for misspelt keys) and reports mistakes with.
 
 use super::{Ty, suggest};
-use crate::network::check::Errors;
+use crate::network::check::{Errors, eval_dim};
 use crate::network::dim::Dim;
 use crate::network::parse::{Arg, Call, DKind, DimExpr, Value};
 use proc_macro2::{Span, TokenStream};
@@ -159,39 +159,30 @@ impl<'a> Cx<'a> {
         }
     }
 
-    /// Evaluates written dimension arithmetic.
+    /// Evaluates written dimension arithmetic (a mistake in it is a wrong argument).
     pub(crate) fn dim(&mut self, d: &DimExpr) -> Option<Dim> {
-        Some(match d {
-            DimExpr::Lit(v, _) => Dim::lit(*v),
-            DimExpr::Sym(i) => Dim::sym(&i.to_string()),
-            DimExpr::Neg(inner, _) => self.dim(inner)?.neg(),
-            DimExpr::Bin(a, op, b, span) => {
-                let (x, y) = (self.dim(a)?, self.dim(b)?);
-                match op {
-                    '+' => x.add(&y),
-                    '-' => x.sub(&y),
-                    '*' => x.mul(&y),
-                    _ => match y.as_lit() {
-                        Some(k) if k > 0 => x.floor_div(k),
-                        Some(_) => {
-                            self.arg_error(
-                                b.span(),
-                                format!(
-                                    "division by {} in `{}`: sizes divide by positive integers",
-                                    y,
-                                    d.text()
-                                ),
-                            );
-                            return None;
-                        }
-                        None => {
-                            self.arg_error(*span, format!("`{}` divides by a size name: sizes divide by integer literals only", d.text()));
-                            return None;
-                        }
-                    },
-                }
-            }
-        })
+        let before = self.errors.count();
+        let value = eval_dim(d, self.errors);
+        if self.errors.count() > before {
+            self.bad_args = true;
+        }
+        value
+    }
+
+    /// The one tensor a call is applied to, a float of one of `ranks`; `None` (reported)
+    /// otherwise.
+    pub(crate) fn one_float<'t>(
+        &mut self,
+        inputs: &'t [Ty],
+        ranks: &[usize],
+        layout: &str,
+    ) -> Option<&'t Ty> {
+        if !self.arity(inputs, 1, "one value") {
+            return None;
+        }
+        let x = &inputs[0];
+        self.need_float(x);
+        self.need_rank(x, ranks, layout).then_some(x)
     }
 
     /// An integer argument (`key = v`, or positional when `positional`) that must be a

@@ -29,14 +29,7 @@ impl Kind for Pool {
         if padding * 2 > kernel {
             cx.arg_error(pad_span.unwrap_or(cx.args_span()), format!("`{desc}`: padding {padding} is more than half the kernel {kernel} (PyTorch's limit)"));
         }
-        if !cx.arity(inputs, 1, "one value") {
-            return None;
-        }
-        let x = &inputs[0];
-        cx.need_float(x);
-        if !cx.need_rank(x, &[4], "[N, C, H, W]") {
-            return None;
-        }
+        let x = cx.one_float(inputs, &[4], "[N, C, H, W]")?;
         let mut shape = x.shape[..2].to_vec();
         for (axis, size) in x.shape[2..].iter().enumerate() {
             let o = size
@@ -83,14 +76,7 @@ impl Kind for AdaptiveAvgPool {
         let h = cx.int("output_height", true, None, 1);
         let w = cx.int("output_width", true, Some(h), 1);
         cx.finish("the output height and width");
-        if !cx.arity(inputs, 1, "one value") {
-            return None;
-        }
-        let x = &inputs[0];
-        cx.need_float(x);
-        if !cx.need_rank(x, &[4], "[N, C, H, W]") {
-            return None;
-        }
+        let x = cx.one_float(inputs, &[4], "[N, C, H, W]")?;
         let shape = vec![
             x.shape[0].clone(),
             x.shape[1].clone(),
@@ -124,14 +110,7 @@ impl Kind for Upsample {
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
         let s = cx.int("scale_factor", true, None, 1);
         cx.finish("an integer `scale_factor` (nearest-neighbour)");
-        if !cx.arity(inputs, 1, "one value") {
-            return None;
-        }
-        let x = &inputs[0];
-        cx.need_float(x);
-        if !cx.need_rank(x, &[4], "[N, C, H, W]") {
-            return None;
-        }
+        let x = cx.one_float(inputs, &[4], "[N, C, H, W]")?;
         let mut shape = x.shape[..2].to_vec();
         shape.extend(x.shape[2..].iter().map(|d| d.mul(&Dim::lit(s))));
         let krate = cx.krate.clone();
