@@ -194,6 +194,15 @@ pub trait Real: num_traits::Float + NumElement + std::iter::Sum {
         self.exp_vec()
     }
 
+    /// The logistic function `1 / (1 + e^-x)` over [`Real::exp_vec`]: `e^-|x|` never
+    /// overflows, so both branches are stable, and the select vectorises.
+    #[inline(always)]
+    fn sigmoid_vec(self) -> Self {
+        let e = (-self.abs()).exp_vec();
+        let r = Self::one() / (Self::one() + e);
+        if self >= Self::zero() { r } else { e * r }
+    }
+
     /// `tanh` written so that loops over it vectorise. f32: an odd Taylor polynomial
     /// below 0.3 and `(1 - e) / (1 + e)` with `e = e^(-2|x|)` above (within 4 ulp of
     /// libm, tested); f64: `std`'s.

@@ -5,8 +5,9 @@
 //! `[i | f | g | o]`. CUDA runs the composite tensor ops instead (no `.cu` yet).
 
 use crate::Real;
+use crate::cpu::HostBuffer;
+use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{FmaKernel, with_simd};
-use crate::cpu::{HostBuffer, PARALLEL_THRESHOLD, run_tasks};
 
 /// What one forward step produces: the activated gates (kept for the backward), the new
 /// cell state, its tanh (kept too) and the new hidden state.
@@ -21,54 +22,8 @@ pub struct LstmCellOutput<T> {
     pub h: HostBuffer<T>,
 }
 
-/// The logistic function, overflow-free (`e^-|x|` never overflows) and vectorisable.
-#[inline(always)]
-fn sigmoid<T: Real>(x: T) -> T {
-    let e = (-x.abs()).exp_vec();
-    let r = T::one() / (T::one() + e);
-    if x >= T::zero() { r } else { e * r }
-}
-
-/// Rows per task: enough work per task that the hand-off pays (small batches run on
-/// the calling thread).
-fn rows_per_task(rows: usize, hidden: usize) -> usize {
-    (PARALLEL_THRESHOLD / (4 * hidden).max(1))
-        .max(1)
-        .min(rows.max(1))
-}
-
-/// Splits `rows` into tasks and runs `body(first_row, last_row)` for each.
-fn for_row_blocks(rows: usize, hidden: usize, body: impl Fn(usize, usize) + Sync) {
-    let per = rows_per_task(rows, hidden);
-    let tasks = rows.div_ceil(per);
-    if tasks <= 1 {
-        body(0, rows);
-    } else {
-        run_tasks(tasks, |t| body(t * per, ((t + 1) * per).min(rows)));
-    }
-}
-
-/// A raw pointer that tasks writing disjoint rows share.
-#[derive(Clone, Copy)]
-struct Out<T>(*mut T);
-// SAFETY: every task writes only its own rows (disjoint ranges of the buffer).
-unsafe impl<T> Send for Out<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for Out<T> {}
-
-impl<T> Out<T> {
-    /// The rows `[first, last)` of width `width`.
-    ///
-    /// # Safety
-    /// No other live slice may overlap these rows, and the buffer must hold them.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn rows(&self, first: usize, last: usize, width: usize) -> &mut [T] {
-        // SAFETY: the caller guarantees the rows are in bounds and unaliased.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(first * width), (last - first) * width) }
-    }
-}
-
-struct Forward<'a, T> {
+/// One row of the forward: `xt` and `hw` hold `4H` pre-activation parts each.
+struct ForwardRow<'a, T> {
     xt: &'a [T],
     hw: &'a [T],
     c_prev: &'a [T],
@@ -76,56 +31,45 @@ struct Forward<'a, T> {
     c: &'a mut [T],
     tanh_c: &'a mut [T],
     h: &'a mut [T],
-    hidden: usize,
 }
 
-impl<T: Real> FmaKernel for Forward<'_, T> {
+impl<T: Real> FmaKernel for ForwardRow<'_, T> {
     type Output = ();
     #[inline(always)]
     fn body<const FMA: bool>(self) {
-        let hs = self.hidden;
-        let rows = self.c_prev.len() / hs.max(1);
-        for r in 0..rows {
-            let (xt, hw) = (
-                &self.xt[r * 4 * hs..][..4 * hs],
-                &self.hw[r * 4 * hs..][..4 * hs],
-            );
-            let gates = &mut self.gates[r * 4 * hs..][..4 * hs];
-            // Short loops over few slices each, so that every one vectorises (one loop
-            // over all eight operands would need more runtime alias checks than LLVM
-            // emits, and would stay scalar). A row is a few KiB: it stays in L1.
-            for (q, gate) in gates.chunks_exact_mut(hs).enumerate() {
-                let (x, w) = (&xt[q * hs..][..hs], &hw[q * hs..][..hs]);
-                if q == 2 {
-                    for ((o, x), w) in gate.iter_mut().zip(x).zip(w) {
-                        *o = (*x + *w).tanh_vec();
-                    }
-                } else {
-                    for ((o, x), w) in gate.iter_mut().zip(x).zip(w) {
-                        *o = sigmoid(*x + *w);
-                    }
+        let hs = self.c_prev.len();
+        // Short loops over few slices each, so that every one vectorises (one loop over
+        // all eight operands would need more runtime alias checks than LLVM emits, and
+        // would stay scalar). A row is a few KiB: it stays in L1.
+        for (q, gate) in self.gates.chunks_exact_mut(hs).enumerate() {
+            let (x, w) = (&self.xt[q * hs..][..hs], &self.hw[q * hs..][..hs]);
+            if q == 2 {
+                for ((o, x), w) in gate.iter_mut().zip(x).zip(w) {
+                    *o = (*x + *w).tanh_vec();
+                }
+            } else {
+                for ((o, x), w) in gate.iter_mut().zip(x).zip(w) {
+                    *o = (*x + *w).sigmoid_vec();
                 }
             }
-            let (i, rest) = gates.split_at(hs);
-            let (f, rest) = rest.split_at(hs);
-            let (g, o) = rest.split_at(hs);
-            let range = r * hs..(r + 1) * hs;
-            let c = &mut self.c[range.clone()];
-            for (((c, cp), (f, i)), g) in c
-                .iter_mut()
-                .zip(&self.c_prev[range.clone()])
-                .zip(f.iter().zip(i))
-                .zip(g)
-            {
-                *c = *f * *cp + *i * *g;
-            }
-            let tc = &mut self.tanh_c[range.clone()];
-            for (t, c) in tc.iter_mut().zip(c.iter()) {
-                *t = c.tanh_vec();
-            }
-            for ((h, o), t) in self.h[range].iter_mut().zip(o).zip(tc.iter()) {
-                *h = *o * *t;
-            }
+        }
+        let (i, rest) = self.gates.split_at(hs);
+        let (f, rest) = rest.split_at(hs);
+        let (g, o) = rest.split_at(hs);
+        for (((c, cp), (f, i)), g) in self
+            .c
+            .iter_mut()
+            .zip(self.c_prev)
+            .zip(f.iter().zip(i))
+            .zip(g)
+        {
+            *c = *f * *cp + *i * *g;
+        }
+        for (t, c) in self.tanh_c.iter_mut().zip(self.c.iter()) {
+            *t = c.tanh_vec();
+        }
+        for ((h, o), t) in self.h.iter_mut().zip(o).zip(self.tanh_c.iter()) {
+            *h = *o * *t;
         }
     }
 }
@@ -154,41 +98,33 @@ pub fn lstm_cell_forward<T: Real>(
         xt.len(),
         hw.len()
     );
+    let hs = hidden.max(1);
     let mut gates = HostBuffer::<T>::zeroed(4 * n * hidden);
-    let (mut c, mut tanh_c, mut h) = (
-        HostBuffer::<T>::zeroed(n * hidden),
-        HostBuffer::<T>::zeroed(n * hidden),
-        HostBuffer::<T>::zeroed(n * hidden),
-    );
-    let ptrs = (
-        Out(gates.as_mut_ptr()),
-        Out(c.as_mut_ptr()),
-        Out(tanh_c.as_mut_ptr()),
-        Out(h.as_mut_ptr()),
-    );
-    let hs = hidden;
-    for_row_blocks(n, hidden, |first, last| {
-        let ptrs = &ptrs;
-        // SAFETY: each task gets disjoint rows [first, last) of buffers holding n rows.
-        let (gates, c, tanh_c, h) = unsafe {
-            (
-                ptrs.0.rows(first, last, 4 * hs),
-                ptrs.1.rows(first, last, hs),
-                ptrs.2.rows(first, last, hs),
-                ptrs.3.rows(first, last, hs),
-            )
-        };
-        with_simd(Forward {
-            xt: &xt[first * 4 * hs..last * 4 * hs],
-            hw: &hw[first * 4 * hs..last * 4 * hs],
-            c_prev: &c_prev[first * hs..last * hs],
-            gates,
-            c,
-            tanh_c,
-            h,
-            hidden: hs,
+    let mut c = HostBuffer::<T>::zeroed(n * hidden);
+    let mut tanh_c = HostBuffer::<T>::zeroed(n * hidden);
+    let mut h = HostBuffer::<T>::zeroed(n * hidden);
+    // Each row's outputs paired up, so one task writes all of a row (as layer norm does).
+    let mut rows: Vec<_> = gates
+        .chunks_mut(4 * hs)
+        .zip(c.chunks_mut(hs))
+        .zip(tanh_c.chunks_mut(hs))
+        .zip(h.chunks_mut(hs))
+        .collect();
+    if hidden > 0 {
+        for_each_outer(&mut rows, n, 16 * hidden, |r, row| {
+            let (((gates, c), tanh_c), h) = &mut row[0];
+            with_simd(ForwardRow {
+                xt: &xt[r * 4 * hs..(r + 1) * 4 * hs],
+                hw: &hw[r * 4 * hs..(r + 1) * 4 * hs],
+                c_prev: &c_prev[r * hs..(r + 1) * hs],
+                gates,
+                c,
+                tanh_c,
+                h,
+            });
         });
-    });
+    }
+    drop(rows);
     LstmCellOutput {
         gates,
         c,
@@ -197,7 +133,8 @@ pub fn lstm_cell_forward<T: Real>(
     }
 }
 
-struct Backward<'a, T> {
+/// One row of the backward.
+struct BackwardRow<'a, T> {
     dh: &'a [T],
     dc: &'a [T],
     gates: &'a [T],
@@ -205,53 +142,41 @@ struct Backward<'a, T> {
     c_prev: &'a [T],
     da: &'a mut [T],
     dc_prev: &'a mut [T],
-    hidden: usize,
 }
 
-impl<T: Real> FmaKernel for Backward<'_, T> {
+impl<T: Real> FmaKernel for BackwardRow<'_, T> {
     type Output = ();
     #[inline(always)]
     fn body<const FMA: bool>(self) {
-        let hs = self.hidden;
-        let rows = self.dh.len() / hs.max(1);
+        let hs = self.dh.len();
         let one = T::one();
-        for r in 0..rows {
-            let gates = &self.gates[r * 4 * hs..][..4 * hs];
-            let (i, rest) = gates.split_at(hs);
-            let (f, rest) = rest.split_at(hs);
-            let (g, o) = rest.split_at(hs);
-            let da = &mut self.da[r * 4 * hs..][..4 * hs];
-            let (di, rest) = da.split_at_mut(hs);
-            let (df, rest) = rest.split_at_mut(hs);
-            let (dg, d_o) = rest.split_at_mut(hs);
-            let range = r * hs..(r + 1) * hs;
-            let (dh, dc, tc, cp) = (
-                &self.dh[range.clone()],
-                &self.dc[range.clone()],
-                &self.tanh_c[range.clone()],
-                &self.c_prev[range.clone()],
-            );
-            // The gradient reaching c' (kept in dc_prev, scaled by f at the end); short
-            // loops as in the forward, so each vectorises.
-            let dct = &mut self.dc_prev[range];
-            for (((d, dc), dh), (o, t)) in dct.iter_mut().zip(dc).zip(dh).zip(o.iter().zip(tc)) {
-                *d = *dc + *dh * *o * (one - *t * *t);
-            }
-            for (((d, dct), g), i) in di.iter_mut().zip(dct.iter()).zip(g).zip(i) {
-                *d = *dct * *g * *i * (one - *i);
-            }
-            for (((d, dct), cp), f) in df.iter_mut().zip(dct.iter()).zip(cp).zip(f) {
-                *d = *dct * *cp * *f * (one - *f);
-            }
-            for (((d, dct), i), g) in dg.iter_mut().zip(dct.iter()).zip(i).zip(g) {
-                *d = *dct * *i * (one - *g * *g);
-            }
-            for (((d, dh), t), o) in d_o.iter_mut().zip(dh).zip(tc).zip(o) {
-                *d = *dh * *t * *o * (one - *o);
-            }
-            for (d, f) in dct.iter_mut().zip(f) {
-                *d = *d * *f;
-            }
+        let (i, rest) = self.gates.split_at(hs);
+        let (f, rest) = rest.split_at(hs);
+        let (g, o) = rest.split_at(hs);
+        let (di, rest) = self.da.split_at_mut(hs);
+        let (df, rest) = rest.split_at_mut(hs);
+        let (dg, d_o) = rest.split_at_mut(hs);
+        let (dh, dc, tc, cp) = (self.dh, self.dc, self.tanh_c, self.c_prev);
+        // The gradient reaching c' (kept in dc_prev, scaled by f at the end); short loops
+        // as in the forward, so each vectorises.
+        let dct = self.dc_prev;
+        for (((d, dc), dh), (o, t)) in dct.iter_mut().zip(dc).zip(dh).zip(o.iter().zip(tc)) {
+            *d = *dc + *dh * *o * (one - *t * *t);
+        }
+        for (((d, dct), g), i) in di.iter_mut().zip(dct.iter()).zip(g).zip(i) {
+            *d = *dct * *g * *i * (one - *i);
+        }
+        for (((d, dct), cp), f) in df.iter_mut().zip(dct.iter()).zip(cp).zip(f) {
+            *d = *dct * *cp * *f * (one - *f);
+        }
+        for (((d, dct), i), g) in dg.iter_mut().zip(dct.iter()).zip(i).zip(g) {
+            *d = *dct * *i * (one - *g * *g);
+        }
+        for (((d, dh), t), o) in d_o.iter_mut().zip(dh).zip(tc).zip(o) {
+            *d = *dh * *t * *o * (one - *o);
+        }
+        for (d, f) in dct.iter_mut().zip(f) {
+            *d = *d * *f;
         }
     }
 }
@@ -285,31 +210,26 @@ pub fn lstm_cell_backward<T: Real>(
             && gates.len() == 4 * dh.len(),
         "lstm_cell_backward: operands are not {n} rows of hidden {hidden} (gates 4 x)"
     );
+    let hs = hidden.max(1);
     let mut da = HostBuffer::<T>::zeroed(4 * n * hidden);
     let mut dc_prev = HostBuffer::<T>::zeroed(n * hidden);
-    let ptrs = (Out(da.as_mut_ptr()), Out(dc_prev.as_mut_ptr()));
-    let hs = hidden;
-    for_row_blocks(n, hidden, |first, last| {
-        let ptrs = &ptrs;
-        // SAFETY: each task gets disjoint rows [first, last) of buffers holding n rows.
-        let (da, dc_prev) = unsafe {
-            (
-                ptrs.0.rows(first, last, 4 * hs),
-                ptrs.1.rows(first, last, hs),
-            )
-        };
-        let rows = first * hs..last * hs;
-        with_simd(Backward {
-            dh: &dh[rows.clone()],
-            dc: &dc[rows.clone()],
-            gates: &gates[first * 4 * hs..last * 4 * hs],
-            tanh_c: &tanh_c[rows.clone()],
-            c_prev: &c_prev[rows],
-            da,
-            dc_prev,
-            hidden: hs,
+    let mut rows: Vec<_> = da.chunks_mut(4 * hs).zip(dc_prev.chunks_mut(hs)).collect();
+    if hidden > 0 {
+        for_each_outer(&mut rows, n, 8 * hidden, |r, row| {
+            let (da, dc_prev) = &mut row[0];
+            let rr = r * hs..(r + 1) * hs;
+            with_simd(BackwardRow {
+                dh: &dh[rr.clone()],
+                dc: &dc[rr.clone()],
+                gates: &gates[r * 4 * hs..(r + 1) * 4 * hs],
+                tanh_c: &tanh_c[rr.clone()],
+                c_prev: &c_prev[rr],
+                da,
+                dc_prev,
+            });
         });
-    });
+    }
+    drop(rows);
     (da, dc_prev)
 }
 

@@ -150,9 +150,7 @@ backward_kernel!(
 backward_kernel!(
     /// `g * s(1 + x(1 − s))`, `s = sigmoid(x)` computed without overflow.
     SiluBackwardK, SILU_BACKWARD, SILU_BACKWARD_INPLACE, |g, x| {
-        let e = (-x.abs()).exp_vec();
-        let r = A::one() / (A::one() + e);
-        let s = if x >= A::zero() { r } else { e * r };
+        let s = x.sigmoid_vec();
         g * s * (A::one() + x * (A::one() - s))
     }
 );

@@ -18,12 +18,7 @@ unary_kernel!(RsqrtK, RSQRT, RSQRT_INPLACE, |x| x.sqrt().recip());
 unary_kernel!(SinK, SIN, SIN_INPLACE, |x| x.sin());
 unary_kernel!(CosK, COS, COS_INPLACE, |x| x.cos());
 unary_kernel!(TanhK, TANH, TANH_INPLACE, |x| x.tanh_vec());
-// e^-|x| never overflows, so both branches are stable; the select vectorises.
-unary_kernel!(SigmoidK, SIGMOID, SIGMOID_INPLACE, |x| {
-    let e = (-x.abs()).exp_vec();
-    let r = A::one() / (A::one() + e);
-    if x >= A::zero() { r } else { e * r }
-});
+unary_kernel!(SigmoidK, SIGMOID, SIGMOID_INPLACE, |x| x.sigmoid_vec());
 unary_kernel!(ErfK, ERF, ERF_INPLACE, |x| x.erf());
 unary_kernel!(NegK, NEG, NEG_INPLACE, |x| -x);
 unary_kernel!(AbsK, ABS, ABS_INPLACE, |x| x.abs());
