@@ -127,13 +127,8 @@ impl Dim {
         match r.as_lit() {
             Some(v) => q.add(&Dim::lit(v.div_euclid(k))),
             None => {
-                let mut t = BTreeMap::new();
-                t.insert(vec![Atom::Div(Box::new(r), k)], 1);
-                let mut out = q;
-                for (m, c) in t {
-                    out.add_term(m, c);
-                }
-                out.renormalise()
+                q.add_term(vec![Atom::Div(Box::new(r), k)], 1);
+                q.renormalise()
             }
         }
     }
@@ -303,6 +298,18 @@ impl Dim {
                 quote!(#c #(* #factors)*)
             })
             .collect()
+    }
+}
+
+/// A size name in generated code: an input size bound at run time is the local
+/// `__dim_NAME` (set by `forward`'s input checks); a const parameter or const is itself.
+pub(crate) fn symbol_tokens(name: &str, bound_at_run_time: bool) -> TokenStream {
+    if bound_at_run_time {
+        let i = quote::format_ident!("__dim_{}", name);
+        quote!(#i)
+    } else {
+        let i = proc_macro2::Ident::new(name, proc_macro2::Span::call_site());
+        quote!(#i)
     }
 }
 

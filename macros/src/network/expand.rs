@@ -1,10 +1,10 @@
 //! Code generation for `network!`: the struct, its constructor, `forward`, `summary`,
 //! `NUM_PARAMETERS` and, for one input and one output, `nn::DeclaredShapes`.
 
-use super::check::{Checked, show};
-use super::dim::Dim;
+use super::check::{Checked, Errors, shape_dims, show};
+use super::dim::{Dim, symbol_tokens};
 use super::parse::{DKind, Network};
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 
 /// A shape as a `&[DeclaredDim]` constant expression (compound dims by their text).
@@ -20,16 +20,6 @@ fn declared_dims(shape: &[Dim], krate: &TokenStream) -> TokenStream {
         }
     });
     quote!(&[#(#dims),*])
-}
-
-fn dims_of(net: &Network, shape: &super::parse::ShapeExpr) -> Vec<Dim> {
-    let mut errors = super::check::Errors::default();
-    let _ = net;
-    shape
-        .dims
-        .iter()
-        .map(|d| super::check::eval_dim(d, &mut errors).unwrap_or_else(|| Dim::lit(1)))
-        .collect()
 }
 
 /// Generates everything.
@@ -48,15 +38,9 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         .map(|p| p.ident.to_string())
         .collect();
     let net_name = name.to_string();
-    let sym = |s: &str| -> TokenStream {
-        if consts.iter().any(|c| c == s) {
-            let i = syn::Ident::new(s, Span::call_site());
-            quote!(#i)
-        } else {
-            let i = format_ident!("__dim_{}", s);
-            quote!(#i)
-        }
-    };
+    let sym = |s: &str| symbol_tokens(s, !consts.iter().any(|c| c == s));
+    // Shapes as written; their mistakes were reported by the check.
+    let mut quiet = Errors::default();
 
     // Input checks: rank and dtype; plain size names bind on first use, and every other
     // dim (literals, const parameters, arithmetic, later uses) is compared.
@@ -66,7 +50,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     for input in &net.inputs {
         let ident = &input.name;
         let input_name = ident.to_string();
-        let shape = dims_of(net, &input.shape);
+        let shape = shape_dims(&input.shape, &mut quiet);
         let declared = show(&shape);
         let rank = shape.len();
         binds.push(quote! {
@@ -212,11 +196,11 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             })
         }
     };
-    let declared_in = show(&dims_of(net, &net.inputs[0].shape));
+    let declared_in = show(&shape_dims(&net.inputs[0].shape, &mut quiet));
     let declared_out = net
         .outputs
         .iter()
-        .map(|o| show(&dims_of(net, o)))
+        .map(|o| show(&shape_dims(o, &mut quiet)))
         .collect::<Vec<_>>()
         .join(", ");
     let output_ty = if net.tuple_output {
@@ -228,8 +212,8 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
 
     let shapes_impl = (net.inputs.len() == 1 && !net.tuple_output).then(|| {
         let (input, output) = (
-            declared_dims(&dims_of(net, &net.inputs[0].shape), &krate),
-            declared_dims(&dims_of(net, &net.outputs[0]), &krate),
+            declared_dims(&shape_dims(&net.inputs[0].shape, &mut quiet), &krate),
+            declared_dims(&shape_dims(&net.outputs[0], &mut quiet), &krate),
         );
         quote! {
             impl #impl_generics #krate::nn::DeclaredShapes for #name #ty_generics #where_clause {

@@ -169,7 +169,7 @@ struct Checker<'a> {
 }
 
 /// Evaluates a written shape.
-fn shape_dims(shape: &ShapeExpr, errors: &mut Errors) -> Vec<Dim> {
+pub(crate) fn shape_dims(shape: &ShapeExpr, errors: &mut Errors) -> Vec<Dim> {
     shape
         .dims
         .iter()

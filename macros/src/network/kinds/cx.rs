@@ -3,7 +3,7 @@
 
 use super::{Ty, suggest};
 use crate::network::check::{Errors, eval_dim};
-use crate::network::dim::Dim;
+use crate::network::dim::{Dim, symbol_tokens};
 use crate::network::parse::{Arg, Call, DKind, DimExpr, Value};
 use proc_macro2::{Span, TokenStream};
 use std::fmt;
@@ -436,16 +436,7 @@ impl<'a> Cx<'a> {
     /// A dim's tokens inside `forward`: input sizes bound at run time, const parameters,
     /// literals and consts.
     pub(crate) fn runtime_tokens(&self, d: &Dim) -> TokenStream {
-        let runtime = self.runtime.to_vec();
-        d.tokens(&move |s| {
-            if runtime.iter().any(|r| r == s) {
-                let i = quote::format_ident!("__dim_{}", s);
-                quote::quote!(#i)
-            } else {
-                let i = syn::Ident::new(s, Span::call_site());
-                quote::quote!(#i)
-            }
-        })
+        d.tokens(&|s| symbol_tokens(s, self.runtime.iter().any(|r| r == s)))
     }
 
     /// Compares an input dim with what the call expects; reports a mismatch on `token`.

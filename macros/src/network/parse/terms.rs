@@ -374,10 +374,7 @@ impl Call {
         let args_follow = input.peek(syn::token::Paren) && {
             if in_expression {
                 let fork = input.fork();
-                let content;
-                let _ = parenthesized!(content in fork);
-                let _ = content;
-                fork.peek(syn::token::Paren)
+                fork.parse::<proc_macro2::TokenTree>().is_ok() && fork.peek(syn::token::Paren)
             } else {
                 true
             }
