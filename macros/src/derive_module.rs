@@ -1,5 +1,6 @@
 //! `#[derive(Module)]`: parse the field attributes, validate them, generate one traversal.
 
+use crate::network::parse::ShapeExpr;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
@@ -117,23 +118,140 @@ fn role_of(field: &Field, errors: &mut Errors) -> Role {
     role.map(|(r, _)| r).unwrap_or(Role::Child)
 }
 
-/// The crate path generated code refers to: `::ferrograd`, or `#[module(crate = path)]`.
-fn crate_path(input: &DeriveInput, errors: &mut Errors) -> syn::Path {
-    let mut path: syn::Path = syn::parse_quote!(::ferrograd);
+/// The container attributes: `#[module(crate = path)]`, and the declared shapes
+/// `#[module(input = [..], output = [..], parameters = count)]` that make the type a
+/// layer of `network!` without annotations.
+struct Container {
+    krate: syn::Path,
+    /// The shapes, parsed and as written.
+    input: Option<(ShapeExpr, proc_macro2::TokenTree)>,
+    output: Option<(ShapeExpr, proc_macro2::TokenTree)>,
+    parameters: Option<syn::Expr>,
+    /// The first of `input` and `output`, for errors about the declaration as a whole.
+    attr: Option<proc_macro2::Span>,
+}
+
+fn container(input: &DeriveInput, errors: &mut Errors) -> Container {
+    let mut c = Container {
+        krate: syn::parse_quote!(::ferrograd),
+        input: None,
+        output: None,
+        parameters: None,
+        attr: None,
+    };
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("module")) {
         let parsed = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("crate") {
-                path = meta.value()?.parse()?;
-                Ok(())
+                c.krate = meta.value()?.parse()?;
+            } else if meta.path.is_ident("input") || meta.path.is_ident("output") {
+                c.attr.get_or_insert(meta.path.span());
+                let value = meta.value()?;
+                let tokens = value.fork().parse()?;
+                let shape = Some((value.parse()?, tokens));
+                if meta.path.is_ident("input") {
+                    c.input = shape;
+                } else {
+                    c.output = shape;
+                }
+            } else if meta.path.is_ident("parameters") {
+                c.parameters = Some(meta.value()?.parse()?);
             } else {
-                Err(meta.error("unknown container attribute: expected `#[module(crate = path)]`"))
+                return Err(meta.error("unknown container attribute: expected `#[module(crate = path)]` or the declared shapes `#[module(input = [..], output = [..], parameters = count)]`"));
             }
+            Ok(())
         });
         if let Err(e) = parsed {
             errors.push(e);
         }
     }
-    path
+    c
+}
+
+/// With `#[module(input = .., output = ..)]`: `nn::DeclaredShapes` (the parameter count
+/// given, or summed at compile time from the children's declared counts) and the
+/// declaration `network!` fetches to check the type as a layer (see
+/// `network::declare`).
+fn declared(
+    input: &DeriveInput,
+    c: &Container,
+    child_types: &[&Type],
+    has_params: Option<proc_macro2::Span>,
+    errors: &mut Errors,
+) -> TokenStream {
+    let krate = &c.krate;
+    let (shape_in, shape_out) = match (&c.input, &c.output) {
+        (None, None) => {
+            if let Some(p) = &c.parameters {
+                let span = p.span();
+                errors.push(syn::Error::new(
+                    span,
+                    "`parameters = ..` goes with the declared shapes: add `input = [..], output = [..]`",
+                ));
+            }
+            return TokenStream::new();
+        }
+        (Some((i, ti)), Some((o, to))) => ((i, ti), (o, to)),
+        _ => {
+            errors.push(syn::Error::new(
+                c.attr.unwrap_or_else(|| input.ident.span()),
+                "declare both shapes, as `#[module(input = [N, 64], output = [N, 10])]`",
+            ));
+            return TokenStream::new();
+        }
+    };
+    if input.generics.type_params().next().is_some() || input.generics.lifetimes().next().is_some()
+    {
+        errors.push(syn::Error::new_spanned(
+            &input.generics,
+            "declared shapes work on structs whose only generics are const parameters",
+        ));
+        return TokenStream::new();
+    }
+    let parameters = match &c.parameters {
+        Some(p) => quote!(#p),
+        None if has_params.is_some() => {
+            errors.push(syn::Error::new(
+                has_params.unwrap_or_else(|| input.ident.span()),
+                format!(
+                    "`{}` holds `#[param]` tensors, whose sizes the derive cannot see: give the parameter count as `parameters = ..`",
+                    input.ident
+                ),
+            ));
+            return TokenStream::new();
+        }
+        None => {
+            let terms = child_types.iter().map(|ty| {
+                let span = ty.span();
+                quote_spanned!(span=> + <#ty as #krate::nn::DeclaredShapes>::PARAMETERS)
+            });
+            quote!(0 #(#terms)*)
+        }
+    };
+    let mut quiet = crate::network::check_errors();
+    let dims = |shape: &ShapeExpr, quiet: &mut _| {
+        crate::network::declared_tokens(shape, &quote!(#krate), quiet)
+    };
+    let (din, dout) = (dims(shape_in.0, &mut quiet), dims(shape_out.0, &mut quiet));
+    let (shape_in, shape_out) = (shape_in.1, shape_out.1);
+    if let Err(e) = crate::network::finish_errors(quiet) {
+        errors.push(e);
+    }
+    let ident = &input.ident;
+    let generics = &input.generics;
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    let declaration = crate::network::declaration_macro(
+        ident,
+        &input.vis,
+        &quote!(#[module] struct #ident #generics (x: #shape_in) -> #shape_out {}),
+    );
+    quote! {
+        impl #impl_generics #krate::nn::DeclaredShapes for #ident #ty_generics #where_clause {
+            const INPUT: &'static [#krate::nn::DeclaredDim] = #din;
+            const OUTPUT: &'static [#krate::nn::DeclaredDim] = #dout;
+            const PARAMETERS: usize = #parameters;
+        }
+        #declaration
+    }
 }
 
 pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
@@ -153,7 +271,8 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         }
     };
     let mut errors = Errors::default();
-    let krate = crate_path(input, &mut errors);
+    let container = container(input, &mut errors);
+    let krate = container.krate.clone();
     let members: Vec<(syn::Member, String, &Field)> = match fields {
         Fields::Named(named) => named
             .named
@@ -175,10 +294,22 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
     let (mut visit, mut visit_mut, mut training) = (Vec::new(), Vec::new(), Vec::new());
     let mut child_types: Vec<&Type> = Vec::new();
+    // The first `#[param]` attribute, for the error when a count is needed.
+    let mut has_params: Option<proc_macro2::Span> = None;
     for (member, name, field) in &members {
+        // Errors (a field type that is no module) point at the type; the locals
+        // (`self`, `prefix`, `f`) keep this expansion's hygiene, as the type may come from
+        // another macro's input.
         let span = field.ty.span();
         match role_of(field, &mut errors) {
             role @ (Role::Parameter | Role::Buffer) => {
+                if matches!(role, Role::Parameter) && has_params.is_none() {
+                    has_params = field
+                        .attrs
+                        .iter()
+                        .find(|a| a.path().is_ident("param"))
+                        .map(|a| a.path().span());
+                }
                 let kind = if matches!(role, Role::Parameter) {
                     format_ident!("Parameter")
                 } else {
@@ -201,9 +332,21 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             }
             Role::Child => {
                 child_types.push(&field.ty);
-                visit.push(quote_spanned! {span=> #krate::nn::Module::visit(&self.#member, &#krate::nn::join_path(prefix, #name), f); });
-                visit_mut.push(quote_spanned! {span=> #krate::nn::Module::visit_mut(&mut self.#member, &#krate::nn::join_path(prefix, #name), f); });
-                training.push(quote_spanned! {span=> #krate::nn::Module::set_training(&mut self.#member, training); });
+                let (v, vm, st) = (
+                    quote_spanned! {span=> #krate::nn::Module::visit},
+                    quote_spanned! {span=> #krate::nn::Module::visit_mut},
+                    quote_spanned! {span=> #krate::nn::Module::set_training},
+                );
+                // The field, at the type's location with this expansion's hygiene.
+                let at = proc_macro2::Span::call_site().located_at(span);
+                let (this, this_mut) = (
+                    quote_spanned! {at=> &self.#member},
+                    quote_spanned! {at=> &mut self.#member},
+                );
+                visit.push(quote! { #v(#this, &#krate::nn::join_path(prefix, #name), f); });
+                visit_mut
+                    .push(quote! { #vm(#this_mut, &#krate::nn::join_path(prefix, #name), f); });
+                training.push(quote! { #st(#this_mut, training); });
             }
             Role::Training => {
                 let ty = &field.ty;
@@ -218,6 +361,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             Role::Skip => {}
         }
     }
+    let declared = declared(input, &container, &child_types, has_params, &mut errors);
     errors.finish()?;
 
     let ident = &input.ident;
@@ -243,6 +387,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         }
     }
     Ok(quote! {
+        #declared
         impl #impl_generics #krate::nn::Module for #ident #ty_generics #where_clause {
             #[allow(unused_variables)]
             fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &#krate::Tensor, #krate::nn::TensorKind)) {

@@ -69,8 +69,9 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
 /// change.
 #[proc_macro]
 pub fn network(input: TokenStream) -> TokenStream {
+    let tokens = proc_macro2::TokenStream::from(input.clone());
     let net = syn::parse_macro_input!(input as network::parse::Networks);
-    network::network(net)
+    network::network(net, tokens)
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -8,7 +8,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
 
 /// A shape as a `&[DeclaredDim]` constant expression (compound dims by their text).
-fn declared_dims(shape: &[Dim], krate: &TokenStream) -> TokenStream {
+pub(crate) fn declared_dims(shape: &[Dim], krate: &TokenStream) -> TokenStream {
     let dims = shape.iter().map(|d| match d.as_lit() {
         Some(v) => {
             let v = v.max(0) as usize;

@@ -11,9 +11,12 @@ pub enum DeclaredDim {
     Sym(&'static str),
 }
 
-/// The input and output shapes a network declares. `network!` implements it; implement
-/// it by hand for a `#[derive(Module)]` type (with `new(&Device)` and
-/// `forward(&Tensor) -> Tensor`) to use that type as a layer inside `network!`.
+/// The input and output shapes a network declares. `network!` implements it, and
+/// `#[derive(Module)]` does for a struct with `#[module(input = [..], output = [..])]`
+/// (the parameter count summed from its children's, or given as `parameters = ..`);
+/// with `new(&Device)` and `forward(&Tensor) -> Tensor` such a type is a layer of
+/// `network!` whose shapes are checked at compile time. A hand-written impl joins as
+/// `field: Type => [output shape]`.
 ///
 /// ```
 /// use ferrograd_runtime::nn::{DeclaredDim, DeclaredShapes};
@@ -24,6 +27,10 @@ pub enum DeclaredDim {
 ///     const PARAMETERS: usize = 64 * 64 + 64;
 /// }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` declares no shapes (`nn::DeclaredShapes`), so a parameter count cannot be summed from it",
+    note = "give the enclosing struct's count as `#[module(parameters = ..)]`, or declare `{Self}` with `network!` or `#[module(input = [..], output = [..])]`"
+)]
 pub trait DeclaredShapes {
     /// The declared input shape.
     const INPUT: &'static [DeclaredDim];

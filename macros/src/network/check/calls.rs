@@ -429,12 +429,17 @@ impl Checker<'_> {
             Some(g) => quote!(#kind #g),
             None => quote!(#kind),
         };
+        let build_one = if sig.derived {
+            param_count_checked(&ty_tokens, &kind.to_string())
+        } else {
+            quote!(<#ty_tokens>::new(device))
+        };
         let (field_ty, init) = match call.repeat {
             Some((n, _)) => (
                 quote!([#ty_tokens; #n]),
-                quote!(::core::array::from_fn(|_| <#ty_tokens>::new(device))),
+                quote!(::core::array::from_fn(|_| #build_one)),
             ),
-            None => (ty_tokens.clone(), quote!(<#ty_tokens>::new(device))),
+            None => (ty_tokens.clone(), build_one),
         };
         let repeated = call.repeat.is_some();
         let built = Built {
@@ -456,9 +461,14 @@ impl Checker<'_> {
                 }
             }),
         };
+        let one = if sig.derived {
+            quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
+        } else {
+            quote!(<#ty_tokens>::NUM_PARAMETERS)
+        };
         Some(Resolved {
             built,
-            params: Some(quote!(<#ty_tokens>::NUM_PARAMETERS * #count)),
+            params: Some(quote!(#one * #count)),
         })
     }
 
@@ -490,16 +500,7 @@ impl Checker<'_> {
             Some(g) => quote!(#kind #g),
             None => quote!(#kind),
         };
-        // A hand-written `DeclaredShapes` may claim any count: compare it with the built
-        // module's once, when the network is constructed.
-        let text = kind.to_string();
-        let init = quote!({
-            let __module = <#ty_tokens>::new(device);
-            let __declared = <#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
-            let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
-            assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
-            __module
-        });
+        let init = param_count_checked(&ty_tokens, &kind.to_string());
         let built = Built {
             out: Out::One(Ty::float(output)),
             field: Some((ty_tokens.clone(), init)),
@@ -514,4 +515,16 @@ impl Checker<'_> {
             params: Some(quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)),
         })
     }
+}
+
+/// Builds a module whose `nn::DeclaredShapes::PARAMETERS` may be hand-written, comparing
+/// that count with the built module's once, when the network is constructed.
+fn param_count_checked(ty: &TokenStream, text: &str) -> TokenStream {
+    quote!({
+        let __module = <#ty>::new(device);
+        let __declared = <#ty as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
+        let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
+        assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
+        __module
+    })
 }

@@ -128,6 +128,9 @@ pub(crate) struct Signature {
     inputs: Vec<Vec<Dim>>,
     outputs: Vec<Vec<Dim>>,
     tuple_output: bool,
+    /// A `#[derive(Module)]` type with declared shapes (its count is
+    /// `nn::DeclaredShapes::PARAMETERS`, checked against its fields at construction).
+    derived: bool,
 }
 
 impl Signature {
@@ -152,6 +155,7 @@ impl Signature {
                 .map(|o| shape_dims(o, &mut quiet))
                 .collect(),
             tuple_output: net.tuple_output,
+            derived: net.attrs.iter().any(|a| a.path().is_ident("module")),
         }
     }
 }

@@ -83,6 +83,9 @@ pub(crate) struct Network {
     /// Whether the outputs were written as a tuple.
     pub(crate) tuple_output: bool,
     pub(crate) body: Body,
+    /// `struct Name<generics>(inputs) -> outputs {}` as written: the declaration other
+    /// invocations fetch (see `declare`).
+    pub(crate) header: proc_macro2::TokenStream,
 }
 
 /// Whether a body is the graph form: a `;`, or a `->` outside any group, at its top level.
@@ -112,6 +115,7 @@ impl Parse for Network {
         input.parse::<Token![struct]>()?;
         let name: Ident = input.parse()?;
         let generics: Generics = input.parse()?;
+        let inputs_group: proc_macro2::TokenTree = input.fork().parse()?;
         let content;
         parenthesized!(content in input);
         let inputs = Punctuated::<Input, Token![,]>::parse_terminated_with(&content, |p| {
@@ -147,6 +151,7 @@ impl Parse for Network {
             ));
         }
         input.parse::<Token![->]>()?;
+        let outputs_group: proc_macro2::TokenTree = input.fork().parse()?;
         let (outputs, tuple_output) = if input.peek(syn::token::Paren) {
             let content;
             parenthesized!(content in input);
@@ -187,7 +192,9 @@ impl Parse for Network {
             let steps = Punctuated::<Step, Token![,]>::parse_terminated(&body_tokens)?;
             Body::Chain(steps.into_iter().collect())
         };
+        let header = quote::quote!(struct #name #generics #inputs_group -> #outputs_group {});
         Ok(Network {
+            header,
             attrs,
             vis,
             name,
@@ -201,15 +208,30 @@ impl Parse for Network {
 }
 
 /// Every network of one `network!` invocation: they may use each other as layers, with
-/// their shapes (and const parameters) checked without annotations.
-pub(crate) struct Networks(pub(crate) Vec<Network>);
+/// their shapes (and const parameters) checked without annotations. In front, the
+/// declarations fetched from other invocations (`@declared { header }`, see `declare`).
+pub(crate) struct Networks {
+    pub(crate) declared: Vec<Network>,
+    pub(crate) nets: Vec<Network>,
+}
 
 impl Parse for Networks {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut declared = Vec::new();
+        while input.peek(Token![@]) {
+            input.parse::<Token![@]>()?;
+            let tag: Ident = input.parse()?;
+            if tag != "declared" {
+                return Err(syn::Error::new(tag.span(), "expected `@declared`"));
+            }
+            let content;
+            syn::braced!(content in input);
+            declared.push(content.parse::<Network>()?);
+        }
         let mut nets = vec![input.parse::<Network>()?];
         while !input.is_empty() {
             nets.push(input.parse()?);
         }
-        Ok(Networks(nets))
+        Ok(Networks { declared, nets })
     }
 }

@@ -1,0 +1,133 @@
+//! Networks declared in another `network!` invocation, used as layers without
+//! annotations.
+//!
+//! Each network also expands to a hidden `macro_rules!` named after its struct (the
+//! macro namespace is separate from the type namespace, so `use blocks::ResBlock;`
+//! imports both). When a network uses a layer kind that is neither built in nor declared
+//! in the same invocation, `network!` expands to a call of that macro with its own input;
+//! the macro calls `network!` again with the declaration's header in front
+//! (`@declared { struct ResBlock<const C: usize>(x: [N, C, H, W]) -> [N, C, H, W] {} }`),
+//! and the layer is then checked like a sibling. One declaration is fetched per round.
+
+use super::kinds;
+use super::parse::{Body, Call, Expr, Network, Step};
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned};
+
+/// The hidden declaration macro of `net`, and its import beside the struct.
+pub(crate) fn declaration(net: &Network) -> TokenStream {
+    declaration_macro(&net.name, &net.vis, &net.header)
+}
+
+/// The hidden macro `name` that hands `header` (a network's declaration without its
+/// body) to `network!`, in a module of its own, imported beside the struct.
+pub(crate) fn declaration_macro(
+    name: &syn::Ident,
+    vis: &syn::Visibility,
+    header: &TokenStream,
+) -> TokenStream {
+    let module = format_ident!("__ferrograd_network_{}", name);
+    // A `macro_rules!` re-exports at most crate-wide.
+    let vis = match vis {
+        syn::Visibility::Public(_) => quote!(pub(crate)),
+        other => quote!(#other),
+    };
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_snake_case)]
+        mod #module {
+            #[allow(unused_macros)]
+            macro_rules! #name {
+                (@ferrograd_declaration { $($rest:tt)* }) => {
+                    ::ferrograd::network! { @declared { #header } $($rest)* }
+                };
+            }
+            pub(crate) use #name;
+        }
+        #[allow(unused_imports)]
+        #vis use #module::#name;
+    }
+}
+
+/// Calls `f` on every call of `net` with whether it is annotated (`=> [..]`), sequence
+/// items included.
+fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool)) {
+    fn call(c: &Call, annotated: bool, f: &mut dyn FnMut(&Call, bool)) {
+        f(c, annotated);
+        for item in &c.items {
+            call(item, false, f);
+        }
+    }
+    fn expr(e: &Expr, annotated: bool, f: &mut dyn FnMut(&Call, bool)) {
+        match e {
+            Expr::Value(_) | Expr::Scalar(..) => {}
+            Expr::Apply(c, inputs, _) => {
+                for i in inputs {
+                    expr(i, false, f);
+                }
+                call(c, annotated, f);
+            }
+            Expr::Pipe(from, c) => {
+                expr(from, false, f);
+                call(c, annotated, f);
+            }
+            Expr::Binary(a, _, b, _) => {
+                expr(a, false, f);
+                expr(b, false, f);
+            }
+            Expr::Tuple(items, _) => {
+                for i in items {
+                    expr(i, false, f);
+                }
+            }
+            Expr::Annotated(inner, _) => expr(inner, true, f),
+        }
+    }
+    match &net.body {
+        Body::Chain(steps) => {
+            for s in steps {
+                if let Step::Call(c, annotation) = s {
+                    call(c, annotation.is_some(), f);
+                }
+            }
+        }
+        Body::Graph(stmts, output) => {
+            for s in stmts {
+                expr(&s.expr, false, f);
+            }
+            expr(output, false, f);
+        }
+    }
+}
+
+/// The first layer kind of `nets` that names a network declared elsewhere whose
+/// declaration has not been fetched yet: a named call of a kind that is not built in,
+/// not in `known` (this invocation's networks and the fetched declarations), without an
+/// output annotation (annotated layers are checked through `nn::DeclaredShapes`) and
+/// without arguments (a kind with arguments is a built-in or a misspelling of one).
+pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Ident> {
+    let mut found = None;
+    for net in nets {
+        each_call(net, &mut |c, annotated| {
+            let kind = c.kind.to_string();
+            if found.is_some()
+                || c.name.is_none()
+                || annotated
+                || kinds::find(&kind).is_some()
+                || known.contains(&kind)
+                || c.args_span.is_some()
+            {
+                return;
+            }
+            found = Some(c.kind.clone());
+        });
+    }
+    found
+}
+
+/// The expansion that fetches `kind`'s declaration: a call of its declaration macro
+/// (spanned on the user's token, so a kind that is no network reads "cannot find macro
+/// `Kind`" there) with the whole `network!` input.
+pub(crate) fn fetch(kind: &syn::Ident, input: TokenStream) -> TokenStream {
+    quote_spanned!(kind.span()=> #kind! { @ferrograd_declaration { #input } })
+}
