@@ -232,3 +232,104 @@ fn a_wrong_given_count_is_caught_when_the_network_is_built() {
         "{m}"
     );
 }
+
+mod ctor {
+    use super::blocks::ResBlock;
+    use ferrograd::prelude::*;
+
+    network! {
+        /// A basic ResNet block whose sizes are constructor arguments, as PyTorch's
+        /// `BasicBlock(inplanes, planes, stride)`: the output's spatial size divides by
+        /// the `stride` parameter.
+        pub struct Basic[cin -> cout, stride = 1](x: [N, cin, H, W])
+            -> [N, cout, (H - 1) / stride + 1, (W - 1) / stride + 1] {
+            let y = x
+                -> conv1: Conv2d(cin -> cout, kernel = 3, stride = stride, padding = 1, bias = false)
+                -> bn1: BatchNorm2d(cout) -> relu
+                -> conv2: Conv2d(cout -> cout, kernel = 3, padding = 1, bias = false)
+                -> bn2: BatchNorm2d(cout);
+            let short = x -> down: (Conv2d(cin -> cout, kernel = 1, stride = stride, bias = false), BatchNorm2d(cout));
+            relu(y + short)
+        }
+    }
+
+    network! {
+        /// Const-generic width, using a block from another module.
+        pub struct Stack<const D: usize>(x: [N, D]) -> [N, D] {
+            a: ResBlock<D>,
+            b: [ResBlock<D>; 2],
+        }
+    }
+}
+
+mod ctor_users {
+    use super::ctor::{Basic, Stack};
+    use ferrograd::prelude::*;
+
+    network! {
+        /// Uses constructor-argument blocks from another module.
+        pub struct Stage(x: [N, 64, H, W]) -> [N, 128, (H + 1) / 2, (W + 1) / 2] {
+            first: Basic(64 -> 128, stride = 2),
+            second: Basic(128 -> 128),
+        }
+    }
+
+    network! {
+        /// A constructor parameter passed on to a block.
+        pub struct Widths[c](x: [N, c, H, W]) -> [N, c, H, W] {
+            block: Basic(c -> c, stride = 1),
+        }
+    }
+
+    network! {
+        pub struct Stacked(x: [N, 16]) -> [N, 16] {
+            s: Stack<16>,
+        }
+    }
+}
+
+#[test]
+fn constructor_argument_blocks() {
+    let dev = Device::Cpu;
+    let b = ctor::Basic::new(&dev, 8, 16, 2);
+    assert_eq!((b.cin, b.cout, b.stride), (8, 16, 2));
+    let x = Tensor::randn(&[2, 8, 9, 7], DType::F32, &dev);
+    let y = b.forward(&x);
+    assert_eq!(y.shape(), &[2, 16, 5, 4]);
+    let conv = 8 * 16 * 9 + 16 * 16 * 9 + 8 * 16;
+    let bn = 3 * 2 * 16;
+    assert_eq!(ctor::Basic::parameters(8, 16, 2), conv + bn);
+    assert_eq!(b.num_parameters(), conv + bn);
+    assert!(b.summary().contains("Total trainable parameters"));
+    let keys: Vec<String> = b.named_parameters().into_iter().map(|(k, _)| k).collect();
+    assert!(keys.contains(&"down.0.weight".to_string()), "{keys:?}");
+    assert!(keys.contains(&"down.1.bias".to_string()), "{keys:?}");
+
+    let s = ctor_users::Stage::new(&dev);
+    assert_eq!(s.first.stride, 2);
+    assert_eq!(s.second.stride, 1);
+    let x = Tensor::randn(&[1, 64, 10, 11], DType::F32, &dev);
+    let y = s.forward(&x);
+    assert_eq!(y.shape(), &[1, 128, 5, 6]);
+    let want = s.second.forward(&s.first.forward(&x));
+    assert!(y.allclose(&want, 0.0, 0.0));
+    assert_eq!(
+        ctor_users::Stage::NUM_PARAMETERS,
+        ctor::Basic::parameters(64, 128, 2) + ctor::Basic::parameters(128, 128, 1)
+    );
+    assert_eq!(s.num_parameters(), ctor_users::Stage::NUM_PARAMETERS);
+
+    let w = ctor_users::Widths::new(&dev, 4);
+    let x = Tensor::randn(&[2, 4, 5, 5], DType::F32, &dev);
+    assert_eq!(w.forward(&x).shape(), &[2, 4, 5, 5]);
+    assert_eq!(
+        ctor_users::Widths::parameters(4),
+        ctor::Basic::parameters(4, 4, 1)
+    );
+    assert_eq!(w.num_parameters(), ctor_users::Widths::parameters(4));
+
+    let st = ctor_users::Stacked::new(&dev);
+    let x = Tensor::randn(&[3, 16], DType::F32, &dev);
+    let want = st.s.b[1].forward(&st.s.b[0].forward(&st.s.a.forward(&x)));
+    assert!(st.forward(&x).allclose(&want, 0.0, 0.0));
+}

@@ -49,16 +49,18 @@ pub(crate) fn declaration_macro(
     }
 }
 
-/// Calls `f` on every call of `net` with whether it is annotated (`=> [..]`), sequence
-/// items included.
-fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool)) {
-    fn call(c: &Call, annotated: bool, f: &mut dyn FnMut(&Call, bool)) {
-        f(c, annotated);
+/// Calls `f` on every call of `net` with whether it is annotated (`=> [..]`) and whether
+/// it stands for a field (it is named, or an item of a named sequence).
+fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool)) {
+    fn call(c: &Call, annotated: bool, f: &mut dyn FnMut(&Call, bool, bool)) {
+        if c.items.is_empty() {
+            f(c, annotated, c.name.is_some());
+        }
         for item in &c.items {
-            call(item, false, f);
+            f(item, false, true);
         }
     }
-    fn expr(e: &Expr, annotated: bool, f: &mut dyn FnMut(&Call, bool)) {
+    fn expr(e: &Expr, annotated: bool, f: &mut dyn FnMut(&Call, bool, bool)) {
         match e {
             Expr::Value(_) | Expr::Scalar(..) => {}
             Expr::Apply(c, inputs, _) => {
@@ -103,19 +105,20 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool)) {
 /// The first layer kind of `nets` that names a network declared elsewhere whose
 /// declaration has not been fetched yet: a named call of a kind that is not built in,
 /// not in `known` (this invocation's networks and the fetched declarations), without an
-/// output annotation (annotated layers are checked through `nn::DeclaredShapes`) and
-/// without arguments (a kind with arguments is a built-in or a misspelling of one).
+/// output annotation (annotated layers are checked through `nn::DeclaredShapes`), and,
+/// when it has arguments (constructor arguments, `Block(64 -> 128, stride = 2)`), not a
+/// misspelling of a built-in kind.
 pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Ident> {
     let mut found = None;
     for net in nets {
-        each_call(net, &mut |c, annotated| {
+        each_call(net, &mut |c, annotated, field| {
             let kind = c.kind.to_string();
             if found.is_some()
-                || c.name.is_none()
+                || !field
                 || annotated
                 || kinds::find(&kind).is_some()
                 || known.contains(&kind)
-                || c.args_span.is_some()
+                || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())
             {
                 return;
             }

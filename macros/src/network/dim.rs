@@ -1,5 +1,6 @@
 //! Symbolic dimensions: integer polynomials over the network's size names (`N`, `H`,
-//! const generics), closed under `+`, `-`, `*` and floor division by a literal.
+//! const generics, constructor parameters), closed under `+`, `-`, `*` and floor
+//! division (by a literal, kept canonical, or by a size such as a `stride` parameter).
 //!
 //! A [`Dim`] is kept in a canonical form (a sum of terms, each an integer coefficient
 //! times a sorted product of atoms; an atom is a name or `floor(d / k)` with `d`'s
@@ -12,11 +13,13 @@ use quote::quote;
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// A factor of a term: a size name, or the floor of a dim divided by a literal ≥ 2.
+/// A factor of a term: a size name, the floor of a dim divided by a literal ≥ 2, or the
+/// floor of a dim divided by a non-literal (positive) size.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Atom {
     Sym(String),
     Div(Box<Dim>, i64),
+    DivBy(Box<Dim>, Box<Dim>),
 }
 
 /// A sorted product of atoms; the empty product is the constant term.
@@ -59,7 +62,7 @@ impl Dim {
         match self.terms.iter().next() {
             Some((m, 1)) if self.terms.len() == 1 && m.len() == 1 => match &m[0] {
                 Atom::Sym(s) => Some(s),
-                Atom::Div(..) => None,
+                Atom::Div(..) | Atom::DivBy(..) => None,
             },
             _ => None,
         }
@@ -133,6 +136,23 @@ impl Dim {
         }
     }
 
+    /// `floor(self / d)` for a size `d` (positive for every assignment of the names):
+    /// by a literal through [`Dim::floor_div`], otherwise kept as a division atom.
+    pub(crate) fn floor_div_by(&self, d: &Dim) -> Dim {
+        if let Some(k) = d.as_lit() {
+            return self.floor_div(k.max(1));
+        }
+        if self.as_lit() == Some(0) {
+            return Dim::lit(0);
+        }
+        let mut terms = BTreeMap::new();
+        terms.insert(
+            vec![Atom::DivBy(Box::new(self.clone()), Box::new(d.clone()))],
+            1,
+        );
+        Dim { terms }
+    }
+
     /// Folds constants into a lone `floor(d / k)` term (`floor(d/k) + c` = `floor((d + ck)/k)`),
     /// so both spellings share one form.
     fn renormalise(self) -> Dim {
@@ -188,6 +208,7 @@ impl Dim {
                 let factor = match a {
                     Atom::Sym(s) => map(s).unwrap_or_else(|| Dim::sym(s)),
                     Atom::Div(d, k) => d.subst(map).floor_div(*k),
+                    Atom::DivBy(d, by) => d.subst(map).floor_div_by(&by.subst(map)),
                 };
                 term = term.mul(&factor);
             }
@@ -205,6 +226,13 @@ impl Dim {
                 let x = match a {
                     Atom::Sym(s) => env(s) as i128,
                     Atom::Div(d, k) => d.eval(env)?.div_euclid(*k as i128),
+                    Atom::DivBy(d, by) => {
+                        let by = by.eval(env)?;
+                        if by <= 0 {
+                            return None;
+                        }
+                        d.eval(env)?.div_euclid(by)
+                    }
                 };
                 v = v.checked_mul(x)?;
             }
@@ -223,6 +251,10 @@ impl Dim {
                         }
                     }
                     Atom::Div(d, _) => d.names(out),
+                    Atom::DivBy(d, by) => {
+                        d.names(out);
+                        by.names(out);
+                    }
                 }
             }
         }
@@ -294,6 +326,10 @@ impl Dim {
                         let inner = d.signed_terms(sym);
                         quote!(i64::div_euclid(0 #(+ #inner)*, #k))
                     }
+                    Atom::DivBy(d, by) => {
+                        let (inner, by) = (d.signed_terms(sym), by.signed_terms(sym));
+                        quote!(i64::div_euclid(0 #(+ #inner)*, 0 #(+ #by)*))
+                    }
                 });
                 quote!(#c #(* #factors)*)
             })
@@ -321,6 +357,15 @@ impl fmt::Display for Atom {
                 write!(f, "{d} / {k}")
             }
             Atom::Div(d, k) => write!(f, "({d}) / {k}"),
+            Atom::DivBy(d, by) => {
+                let simple = |x: &Dim| x.terms.len() == 1 && x.as_sym().is_some();
+                match (simple(d), simple(by)) {
+                    (true, true) => write!(f, "{d} / {by}"),
+                    (true, false) => write!(f, "{d} / ({by})"),
+                    (false, true) => write!(f, "({d}) / {by}"),
+                    (false, false) => write!(f, "({d}) / ({by})"),
+                }
+            }
         }
     }
 }
@@ -351,7 +396,7 @@ impl fmt::Display for Dim {
             let atoms: Vec<String> = m
                 .iter()
                 .map(|a| match a {
-                    Atom::Div(..) if several => format!("({a})"),
+                    Atom::Div(..) | Atom::DivBy(..) if several => format!("({a})"),
                     _ => a.to_string(),
                 })
                 .collect();

@@ -33,9 +33,17 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         ..
     } = net;
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    // Const and constructor parameters render as themselves (constructor parameters
+    // are locals of `new`, and bound from their fields in `forward` and `summary`).
     let consts: Vec<String> = generics
         .const_params()
         .map(|p| p.ident.to_string())
+        .chain(net.ctor.iter().map(|p| p.name.to_string()))
+        .collect();
+    let ctor: Vec<syn::Ident> = net
+        .ctor
+        .iter()
+        .map(|p| syn::Ident::new(&p.name.to_string(), proc_macro2::Span::call_site()))
         .collect();
     let net_name = name.to_string();
     let sym = |s: &str| symbol_tokens(s, !consts.iter().any(|c| c == s));
@@ -161,10 +169,20 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         });
     }
 
-    let fields = c.fields.iter().map(|f| {
-        let (n, t) = (&f.name, &f.ty);
-        quote!(pub #n: #t)
-    });
+    let fields = c
+        .fields
+        .iter()
+        .map(|f| {
+            let (n, t) = (&f.name, &f.ty);
+            quote!(pub #n: #t)
+        })
+        .chain(ctor.iter().map(|p| {
+            quote! {
+                /// A constructor parameter.
+                #[module(skip)]
+                pub #p: usize
+            }
+        }));
     let inits = c.fields.iter().map(|f| {
         let (n, i) = (&f.name, &f.init);
         quote!(#n: #i)
@@ -196,6 +214,31 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             })
         }
     };
+    // Without constructor parameters the count is a constant; with them, a `const fn`
+    // of them (so an enclosing network's count stays a constant).
+    let (count_item, summary_self, total) = if ctor.is_empty() {
+        (
+            quote! {
+                /// The number of trainable parameters, computed at compile time.
+                pub const NUM_PARAMETERS: usize = #num_parameters;
+            },
+            quote!(),
+            quote!(Self::NUM_PARAMETERS),
+        )
+    } else {
+        (
+            quote! {
+                /// The number of trainable parameters for these constructor arguments
+                /// (a `const fn`).
+                #[allow(unused_variables)]
+                pub const fn parameters(#(#ctor: usize),*) -> usize {
+                    #num_parameters
+                }
+            },
+            quote!(&self),
+            quote!(Self::parameters(#(#ctor),*)),
+        )
+    };
     let declared_in = show(&shape_dims(&net.inputs[0].shape, &mut quiet));
     let declared_out = net
         .outputs
@@ -210,7 +253,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         quote!(#krate::Tensor)
     };
 
-    let shapes_impl = (net.inputs.len() == 1 && !net.tuple_output).then(|| {
+    let shapes_impl = (net.inputs.len() == 1 && !net.tuple_output && ctor.is_empty()).then(|| {
         let (input, output) = (
             declared_dims(&shape_dims(&net.inputs[0].shape, &mut quiet), &krate),
             declared_dims(&shape_dims(&net.outputs[0], &mut quiet), &krate),
@@ -235,13 +278,12 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         }
 
         impl #impl_generics #name #ty_generics #where_clause {
-            /// The number of trainable parameters, computed at compile time.
-            pub const NUM_PARAMETERS: usize = #num_parameters;
+            #count_item
 
             /// Builds the network on `device` with PyTorch's default initialisation.
             #[allow(unused_variables)]
-            pub fn new(device: &#krate::Device) -> Self {
-                Self { #(#inits,)* }
+            pub fn new(device: &#krate::Device #(, #ctor: usize)*) -> Self {
+                Self { #(#ctor,)* #(#inits,)* }
             }
 
             /// Runs the network. Panics (naming the network, the dim and both shapes)
@@ -250,6 +292,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             #[track_caller]
             #[allow(unused_variables, non_snake_case, clippy::let_and_return)]
             pub fn forward(&self, #(#params: &#krate::Tensor),*) -> #output_ty {
+                #(let #ctor = self.#ctor;)*
                 #(#binds)*
                 #(#checks)*
                 #(let _ = #bound_vars;)*
@@ -261,14 +304,16 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
 
             /// A torchinfo-style table: each layer, its kind, output shape (checked at
             /// compile time) and parameter count.
-            pub fn summary() -> ::std::string::String {
+            #[allow(unused_variables)]
+            pub fn summary(#summary_self) -> ::std::string::String {
+                #(let #ctor = self.#ctor;)*
                 let rows: [(&str, &str, &str, usize); #row_count] = [#(#rows),*];
                 let mut out = ::std::format!("{} (input {}, output {})\n", #net_name, #declared_in, #declared_out);
                 out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", "Layer", "Kind", "Output shape", "Params"));
                 for (label, kind, shape, params) in rows {
                     out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", label, kind, shape, params));
                 }
-                out.push_str(&::std::format!("Total trainable parameters: {}\n", Self::NUM_PARAMETERS));
+                out.push_str(&::std::format!("Total trainable parameters: {}\n", #total));
                 out
             }
         }

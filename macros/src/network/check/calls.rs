@@ -8,7 +8,7 @@ use super::{
 };
 use crate::network::dim::Dim;
 use crate::network::kinds::{self, Built, Cx, Out, Ty};
-use crate::network::parse::{Call, DimExpr, ShapeExpr};
+use crate::network::parse::{Arg, Call, DimExpr, ShapeExpr, Value};
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use std::collections::HashMap;
@@ -23,7 +23,17 @@ impl Checker<'_> {
     ) -> Option<Val> {
         if let Some(name) = &call.name {
             if let Some(first) = self.field_names.iter().find(|n| *n == name) {
-                self.errors.push(name.span(), format!("duplicate layer name `{name}`: `{first}` is already a layer of this network"));
+                let what = if self.ctor.iter().any(|c| first == c) {
+                    "a constructor parameter"
+                } else {
+                    "a layer"
+                };
+                self.errors.push(
+                    name.span(),
+                    format!(
+                        "duplicate layer name `{name}`: `{first}` is already {what} of this network"
+                    ),
+                );
             }
             self.field_names.push(name.clone());
         }
@@ -363,6 +373,7 @@ impl Checker<'_> {
             };
             map.insert(c.clone(), eval_dim(&d, self.errors)?);
         }
+        let ctor_args = self.ctor_args(call, sig, &mut map)?;
         if sig.inputs.len() != 1 || sig.tuple_output {
             self.errors.push(kind.span(), format!("`{kind}` has {} inputs and {} outputs: as a layer a network takes one value and yields one", sig.inputs.len(), sig.outputs.len()));
             return None;
@@ -432,7 +443,7 @@ impl Checker<'_> {
         let build_one = if sig.derived {
             param_count_checked(&ty_tokens, &kind.to_string())
         } else {
-            quote!(<#ty_tokens>::new(device))
+            quote!(<#ty_tokens>::new(device #(, #ctor_args)*))
         };
         let (field_ty, init) = match call.repeat {
             Some((n, _)) => (
@@ -463,6 +474,8 @@ impl Checker<'_> {
         };
         let one = if sig.derived {
             quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
+        } else if !sig.ctor.is_empty() {
+            quote!(<#ty_tokens>::parameters(#(#ctor_args),*))
         } else {
             quote!(<#ty_tokens>::NUM_PARAMETERS)
         };
@@ -470,6 +483,134 @@ impl Checker<'_> {
             built,
             params: Some(quote!(#one * #count)),
         })
+    }
+
+    /// A sibling's constructor arguments (`Block(64 -> 128, stride = 2)`: the arrow, then
+    /// positional, then by name, defaults for the rest) bound in `map`, and their tokens
+    /// in `new`'s order. `None` after a reported mistake.
+    fn ctor_args(
+        &mut self,
+        call: &Call,
+        sig: &Signature,
+        map: &mut HashMap<String, Dim>,
+    ) -> Option<Vec<TokenStream>> {
+        let kind = &call.kind;
+        if sig.ctor.is_empty() {
+            if let Some(span) = call.args_span {
+                self.errors.push(span, format!("`{kind}` takes no constructor arguments: declare them as `struct {kind}[a -> b, stride = 1](..)`, or give sizes as const parameters"));
+                return None;
+            }
+            return Some(Vec::new());
+        }
+        let names: Vec<&str> = sig.ctor.iter().map(|(n, _)| n.as_str()).collect();
+        let mut given: Vec<Option<(DimExpr, Span)>> = vec![None; sig.ctor.len()];
+        let mut next = 0;
+        let mut ok = true;
+        for arg in &call.args {
+            let mut put = |errors: &mut Errors, k: usize, d: &DimExpr, span: Span| {
+                if given[k].is_some() {
+                    errors.push(span, format!("`{}` of `{kind}` is given twice", names[k]));
+                    false
+                } else {
+                    given[k] = Some((d.clone(), span));
+                    true
+                }
+            };
+            match arg {
+                Arg::Arrow(a, b) if sig.ctor_arrow && next == 0 => {
+                    ok &= put(self.errors, 0, a, a.span());
+                    ok &= put(self.errors, 1, b, b.span());
+                    next = 2;
+                }
+                Arg::Positional(Value::Dim(d)) if next < names.len() => {
+                    ok &= put(self.errors, next, d, d.span());
+                    next += 1;
+                }
+                Arg::Named(key, Value::Dim(d)) => match names.iter().position(|n| key == n) {
+                    Some(k) => ok &= put(self.errors, k, d, d.span()),
+                    None => {
+                        let hint = match kinds::suggest(&key.to_string(), names.iter().copied()) {
+                            Some(n) => format!(": did you mean `{n}`?"),
+                            None => format!(" (it takes {})", names.join(", ")),
+                        };
+                        self.errors.push(
+                            key.span(),
+                            format!("`{kind}` has no constructor parameter `{key}`{hint}"),
+                        );
+                        ok = false;
+                    }
+                },
+                other => {
+                    let form = if sig.ctor_arrow {
+                        format!(
+                            "`{kind}({} -> {}{})`",
+                            names[0],
+                            names[1],
+                            names[2..]
+                                .iter()
+                                .map(|n| format!(", {n} = .."))
+                                .collect::<String>()
+                        )
+                    } else {
+                        format!(
+                            "`{kind}({})`",
+                            names
+                                .iter()
+                                .map(|n| format!("{n} = .."))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    };
+                    self.errors.push(
+                        other.span(),
+                        format!("`{kind}` takes sizes as {form}; this argument does not fit"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        let mut tokens = Vec::new();
+        for (k, (name, default)) in sig.ctor.iter().enumerate() {
+            let (value, span) = match (&given[k], default) {
+                (Some((d, span)), _) => (eval_dim(d, self.errors)?, *span),
+                (None, Some(v)) => (Dim::lit(*v), kind.span()),
+                (None, None) => {
+                    self.errors.push(
+                        call.args_or_kind(),
+                        format!(
+                            "`{}` needs its constructor parameter `{name}`",
+                            call.describe()
+                        ),
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            if let Some(v) = value.as_lit()
+                && v <= 0
+            {
+                self.errors.push(
+                    span,
+                    format!("`{name}` of `{kind}` is a size: it must be positive, but it is {v}"),
+                );
+                ok = false;
+            }
+            if let Some(s) = value
+                .symbols()
+                .into_iter()
+                .find(|s| self.runtime.contains(s))
+            {
+                self.errors.push(span, format!("`{name}` of `{kind}`: `{s}` is a size of the input, known only at run time; constructor arguments are literals, const or constructor parameters, or consts"));
+                ok = false;
+            }
+            let at = Span::call_site().located_at(span);
+            tokens.push(value.tokens(&|s| {
+                let i = syn::Ident::new(s, at);
+                quote!(#i)
+            }));
+            map.insert(name.clone(), value);
+        }
+        ok.then_some(tokens)
     }
 
     /// `name: Type => [shape]`: another network as a layer, checked through

@@ -125,6 +125,9 @@ pub(crate) struct Checked {
 pub(crate) struct Signature {
     name: String,
     consts: Vec<String>,
+    /// Constructor parameters and their defaults; whether the first two go as `a -> b`.
+    ctor: Vec<(String, Option<i64>)>,
+    ctor_arrow: bool,
     inputs: Vec<Vec<Dim>>,
     outputs: Vec<Vec<Dim>>,
     tuple_output: bool,
@@ -144,6 +147,12 @@ impl Signature {
                 .const_params()
                 .map(|c| c.ident.to_string())
                 .collect(),
+            ctor: net
+                .ctor
+                .iter()
+                .map(|p| (p.name.to_string(), p.default))
+                .collect(),
+            ctor_arrow: net.ctor_arrow,
             inputs: net
                 .inputs
                 .iter()
@@ -170,6 +179,8 @@ struct Checker<'a> {
     field_names: Vec<syn::Ident>,
     siblings: &'a [Signature],
     own_name: String,
+    /// This network's constructor parameters.
+    ctor: Vec<String>,
 }
 
 /// Evaluates a written shape.
@@ -194,11 +205,13 @@ pub(crate) fn eval_dim(d: &DimExpr, errors: &mut Errors) -> Option<Dim> {
                 '*' => x.mul(&y),
                 _ => match y.as_lit() {
                     Some(k) if k > 0 => x.floor_div(k),
+                    // A size (`stride`, `C`): positive for every assignment.
+                    None if !y.symbols().is_empty() => x.floor_div_by(&y),
                     _ => {
                         errors.push(
                             *span,
                             format!(
-                                "`{}`: sizes divide by positive integer literals only",
+                                "`{}`: sizes divide by positive integers or by sizes",
                                 d.text()
                             ),
                         );
@@ -286,11 +299,33 @@ fn lower_chain(net: &Network, steps: &[Step]) -> (Vec<Stmt>, Expr) {
 
 /// Analyses the network.
 pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) -> Checked {
+    // Const and constructor parameters: symbols known when the network is built.
     let consts: Vec<String> = net
         .generics
         .const_params()
         .map(|c| c.ident.to_string())
+        .chain(net.ctor.iter().map(|p| p.name.to_string()))
         .collect();
+    for (k, p) in net.ctor.iter().enumerate() {
+        let name = p.name.to_string();
+        let clash = if net.ctor[..k].iter().any(|q| q.name == p.name) {
+            Some("another constructor parameter")
+        } else if net.inputs.iter().any(|i| i.name == p.name) {
+            Some("an input")
+        } else if net.generics.const_params().any(|c| c.ident == p.name) {
+            Some("a const parameter")
+        } else if name == "device" || name.starts_with("__") {
+            Some("a name the generated `new` uses")
+        } else {
+            None
+        };
+        if let Some(what) = clash {
+            errors.push(
+                p.name.span(),
+                format!("constructor parameter `{name}` has the name of {what}: rename it"),
+            );
+        }
+    }
     let mut runtime = Vec::new();
     for input in &net.inputs {
         for d in shape_dims(&input.shape, errors) {
@@ -314,9 +349,10 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
             result: quote!(()),
             users: Vec::new(),
         },
-        field_names: Vec::new(),
+        field_names: net.ctor.iter().map(|p| p.name.clone()).collect(),
         siblings,
         own_name: net.name.to_string(),
+        ctor: net.ctor.iter().map(|p| p.name.to_string()).collect(),
     };
     for (k, input) in net.inputs.iter().enumerate() {
         let shape = shape_dims(&input.shape, c.errors);

@@ -4,6 +4,7 @@
 //! literal or symbolic.
 
 use super::{Built, Cx, Kind, Out, Ty};
+use crate::network::check::{Errors, eval_dim};
 use crate::network::dim::Dim;
 use crate::network::parse::Value;
 use quote::{format_ident, quote};
@@ -33,10 +34,12 @@ impl Kind for Conv {
         let transpose = kind.starts_with("ConvTranspose");
         let dims = if kind.ends_with("1d") { 1 } else { 2 };
         let arrow = Some(cx.arrow("in_channels -> out_channels")?);
-        let kernel = cx.int("kernel", true, None, 1);
-        let stride = cx.int("stride", false, Some(1), 1);
-        let (same, padding) = match cx.value("padding", false) {
-            Some(Value::Str(s)) if s.value() == "same" => (true, 0),
+        // Kernel, stride, padding and dilation are literals or sizes of const and
+        // constructor parameters (`stride = S`); groups and output padding are literals.
+        let (kernel, kernel_span) = cx.size("kernel", true, None, 1);
+        let (stride, stride_span) = cx.size("stride", false, Some(1), 1);
+        let (same, (padding, padding_span)) = match cx.value("padding", false) {
+            Some(Value::Str(s)) if s.value() == "same" => (true, (Dim::lit(0), s.span())),
             Some(Value::Str(s)) => {
                 cx.arg_error(
                     s.span(),
@@ -45,11 +48,20 @@ impl Kind for Conv {
                         s.value()
                     ),
                 );
-                (false, 0)
+                (false, (Dim::lit(0), s.span()))
             }
-            v => (false, cx.int_of(v, "padding", Some(0), 0)),
+            Some(Value::Dim(d))
+                if eval_dim(&d, &mut Errors::default()).is_some_and(|x| x.as_lit().is_none()) =>
+            {
+                let span = d.span();
+                (false, (cx.dim(&d).unwrap_or_else(|| Dim::lit(0)), span))
+            }
+            v => {
+                let span = v.as_ref().map_or(cx.args_span(), Value::span);
+                (false, (Dim::lit(cx.int_of(v, "padding", Some(0), 0)), span))
+            }
         };
-        let dilation = cx.int("dilation", false, Some(1), 1);
+        let (dilation, dilation_span) = cx.size("dilation", false, Some(1), 1);
         let groups = cx.int("groups", false, Some(1), 1);
         let bias = cx.bool("bias", true);
         let output_padding = if transpose {
@@ -65,7 +77,7 @@ impl Kind for Conv {
         let (inp, out) = arrow?;
         let (ci, co) = (cx.dim(&inp)?, cx.dim(&out)?);
         let desc = cx.desc.clone();
-        if same && (stride != 1 || transpose) {
+        if same && (stride.as_lit() != Some(1) || transpose) {
             cx.arg_error(cx.args_span(), format!("`{desc}`: padding = \"same\" needs stride 1 (PyTorch's rule), and convolutions only"));
         }
         for (d, tok, what) in [(&ci, &inp, "in_channels"), (&co, &out, "out_channels")] {
@@ -78,8 +90,11 @@ impl Kind for Conv {
                 );
             }
         }
-        if transpose && output_padding >= stride.max(dilation) {
-            cx.arg_error(cx.args_span(), format!("`{desc}`: output_padding {output_padding} must be smaller than stride or dilation ({})", stride.max(dilation)));
+        if transpose
+            && let (Some(s), Some(d)) = (stride.as_lit(), dilation.as_lit())
+            && output_padding >= s.max(d)
+        {
+            cx.arg_error(cx.args_span(), format!("`{desc}`: output_padding {output_padding} must be smaller than stride or dilation ({})", s.max(d)));
         }
         let layout = if dims == 1 {
             "[N, C, L]"
@@ -89,18 +104,21 @@ impl Kind for Conv {
         let x = cx.one_float(inputs, &[dims + 2], layout)?;
         cx.expect_dim(&x.shape[1], &ci, inp.span(), "input channels", x);
         let mut shape = vec![x.shape[0].clone(), co.clone()];
-        let span = dilation * (kernel - 1) + 1;
+        let one = Dim::lit(1);
+        // dilation * (kernel - 1) + 1
+        let span = dilation.mul(&kernel.sub(&one)).add(&one);
+        let two_p = padding.mul(&Dim::lit(2));
         for (axis, size) in x.shape[2..].iter().enumerate() {
             let o = if transpose {
-                size.sub(&Dim::lit(1))
-                    .mul(&Dim::lit(stride))
-                    .add(&Dim::lit(span - 2 * padding + output_padding))
+                size.sub(&one)
+                    .mul(&stride)
+                    .add(&span)
+                    .sub(&two_p)
+                    .add(&Dim::lit(output_padding))
             } else if same {
                 size.clone()
             } else {
-                size.add(&Dim::lit(2 * padding - span))
-                    .floor_div(stride)
-                    .add(&Dim::lit(1))
+                size.add(&two_p).sub(&span).floor_div_by(&stride).add(&one)
             };
             if let Some(v) = o.as_lit()
                 && v <= 0
@@ -112,25 +130,27 @@ impl Kind for Conv {
                 shape.push(o);
             }
         }
-        let k = kernel.pow(dims as u32);
-        let params = co
-            .mul(&ci.floor_div(groups))
-            .mul(&Dim::lit(k))
-            .add(&if bias { co.clone() } else { Dim::lit(0) });
+        let mut k = Dim::lit(1);
+        for _ in 0..dims {
+            k = k.mul(&kernel);
+        }
+        let params =
+            co.mul(&ci.floor_div(groups))
+                .mul(&k)
+                .add(&if bias { co.clone() } else { Dim::lit(0) });
         let (it, ot) = (
             cx.const_tokens(&ci, inp.span()),
             cx.const_tokens(&co, out.span()),
         );
-        let krate = &cx.krate;
         let ty = format_ident!("{}", kind);
-        let (kernel, stride, padding, dilation, groups, output_padding) = (
-            kernel as usize,
-            stride as usize,
-            padding as usize,
-            dilation as usize,
-            groups as usize,
-            output_padding as usize,
+        let (kernel, stride, padding, dilation) = (
+            cx.const_tokens(&kernel, kernel_span),
+            cx.const_tokens(&stride, stride_span),
+            cx.const_tokens(&padding, padding_span),
+            cx.const_tokens(&dilation, dilation_span),
         );
+        let (groups, output_padding) = (groups as usize, output_padding as usize);
+        let krate = &cx.krate;
         let options = if transpose {
             quote!(#krate::nn::ConvTransposeOptions::default().stride(#stride).padding(#padding).output_padding(#output_padding).dilation(#dilation).groups(#groups).bias(#bias))
         } else if same {

@@ -241,6 +241,28 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// A size argument (`key = v`, or positional when `positional`): a literal at least
+    /// `min`, or an expression of const or constructor parameters (a literal is
+    /// checked; a size known only at run time is reported when the size reaches the
+    /// generated code, by [`Cx::const_tokens`]). `default` when absent (`None`: required).
+    pub(crate) fn size(
+        &mut self,
+        key: &str,
+        positional: bool,
+        default: Option<i64>,
+        min: i64,
+    ) -> (Dim, Span) {
+        let v = self.value(key, positional);
+        let span = v.as_ref().map_or(self.args_span(), Value::span);
+        if let Some(Value::Dim(d)) = &v
+            && let Some(x) = eval_dim(d, &mut Errors::default())
+            && x.as_lit().is_none()
+        {
+            return (x, span);
+        }
+        (Dim::lit(self.int_of(v, key, default, min)), span)
+    }
+
     /// A signed axis (`dim = -1`) for a value of `rank`, normalised; reports out of range.
     pub(crate) fn axis(
         &mut self,
@@ -425,10 +447,13 @@ impl<'a> Cx<'a> {
             .collect();
         if let Some(s) = runtime.first() {
             let desc = self.desc.clone();
-            self.error(span, format!("`{desc}`: `{s}` is a size of the input, known only at run time; layer sizes are literals, const parameters or consts"));
+            self.error(span, format!("`{desc}`: `{s}` is a size of the input, known only at run time; layer sizes are literals, const or constructor parameters, or consts"));
         }
+        // The expansion's own hygiene (constructor parameters are its locals), at the
+        // user's token.
+        let at = Span::call_site().located_at(span);
         d.tokens(&|s| {
-            let i = syn::Ident::new(s, span);
+            let i = syn::Ident::new(s, at);
             quote::quote!(#i)
         })
     }

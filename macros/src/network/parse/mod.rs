@@ -2,7 +2,8 @@
 //! grammar (README, "The network! DSL"):
 //!
 //! ```text
-//! network  := attrs vis "struct" Ident generics? "(" input ("," input)* ")" "->" outputs "{" body "}"
+//! network  := attrs vis "struct" Ident generics? ctor? "(" input ("," input)* ")" "->" outputs "{" body "}"
+//! ctor     := "[" (Ident "->" Ident ","?)? (Ident ("=" LitInt)?),* "]"   (constructor sizes)
 //! input    := Ident ":" shape (":" dtype)?            dtype := "f32" | "i64" | "bool" | ...
 //! outputs  := shape | "(" shape ("," shape)* ")"
 //! shape    := "[" dim ("," dim)* "]"
@@ -72,12 +73,24 @@ pub(crate) struct Input {
     pub(crate) dtype: (Ident, DKind),
 }
 
+/// A constructor parameter `stride = 1` of `struct Block[cin -> cout, stride = 1](..)`:
+/// a size given to `new` at run time, a symbol to the checker.
+#[derive(Clone)]
+pub(crate) struct CtorParam {
+    pub(crate) name: Ident,
+    pub(crate) default: Option<i64>,
+}
+
 /// A whole `network!` invocation.
 pub(crate) struct Network {
     pub(crate) attrs: Vec<Attribute>,
     pub(crate) vis: Visibility,
     pub(crate) name: Ident,
     pub(crate) generics: Generics,
+    /// Constructor parameters, in order; `ctor_arrow`: the first two were written
+    /// `a -> b` (and are given so: `Block(64 -> 128, stride = 2)`).
+    pub(crate) ctor: Vec<CtorParam>,
+    pub(crate) ctor_arrow: bool,
     pub(crate) inputs: Vec<Input>,
     pub(crate) outputs: Vec<ShapeExpr>,
     /// Whether the outputs were written as a tuple.
@@ -115,6 +128,44 @@ impl Parse for Network {
         input.parse::<Token![struct]>()?;
         let name: Ident = input.parse()?;
         let generics: Generics = input.parse()?;
+        let (mut ctor, mut ctor_arrow, mut ctor_group) = (Vec::new(), false, None);
+        if input.peek(syn::token::Bracket) {
+            ctor_group = Some(input.fork().parse::<proc_macro2::TokenTree>()?);
+            let content;
+            syn::bracketed!(content in input);
+            if content.peek(Ident) && content.peek2(Token![->]) {
+                for k in 0..2 {
+                    ctor.push(CtorParam {
+                        name: content.parse()?,
+                        default: None,
+                    });
+                    if k == 0 {
+                        content.parse::<Token![->]>()?;
+                    }
+                }
+                ctor_arrow = true;
+                if !content.is_empty() {
+                    content.parse::<Token![,]>()?;
+                }
+            }
+            let rest = Punctuated::<CtorParam, Token![,]>::parse_terminated_with(&content, |p| {
+                let name: Ident = p.parse()?;
+                let default = if p.peek(Token![=]) {
+                    p.parse::<Token![=]>()?;
+                    Some(p.parse::<syn::LitInt>()?.base10_parse()?)
+                } else {
+                    None
+                };
+                Ok(CtorParam { name, default })
+            })?;
+            ctor.extend(rest);
+            if ctor.is_empty() {
+                return Err(syn::Error::new(
+                    name.span(),
+                    "empty constructor parameters: leave out the `[]`, or list sizes as `[cin -> cout, stride = 1]`",
+                ));
+            }
+        }
         let inputs_group: proc_macro2::TokenTree = input.fork().parse()?;
         let content;
         parenthesized!(content in input);
@@ -192,13 +243,16 @@ impl Parse for Network {
             let steps = Punctuated::<Step, Token![,]>::parse_terminated(&body_tokens)?;
             Body::Chain(steps.into_iter().collect())
         };
-        let header = quote::quote!(struct #name #generics #inputs_group -> #outputs_group {});
+        let header =
+            quote::quote!(struct #name #generics #ctor_group #inputs_group -> #outputs_group {});
         Ok(Network {
             header,
             attrs,
             vis,
             name,
             generics,
+            ctor,
+            ctor_arrow,
             inputs: inputs.into_iter().collect(),
             outputs,
             tuple_output,

@@ -1,7 +1,7 @@
 use ferrograd::prelude::*;
 
 network! {
-    pub struct Net<const K: usize>(x: [N, 3, 8, 8]) -> [N, 8, 6, 6] {
+    pub struct Net(x: [N, 3, K, K]) -> [N, 8, 1, 1] {
         conv: Conv2d(3 -> 8, kernel = K),
     }
 }

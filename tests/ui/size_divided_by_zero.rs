@@ -1,7 +1,7 @@
 use ferrograd::prelude::*;
 
 network! {
-    pub struct Net(x: [N, C]) -> [N, C / N] {
+    pub struct Net(x: [N, C]) -> [N, C / 0] {
         x -> relu
     }
 }
