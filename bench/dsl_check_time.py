@@ -4,7 +4,7 @@
 timed 15 times alternately after touching its source; prints both medians and their ratio.
 With OPT_MACROS=1 the crate compiles its proc macros optimised
 (`[profile.dev.build-override] opt-level = 3`, as README recommends); LAYERS=k sets the
-number of `Linear`/`relu` pairs (50).
+number of `Linear`/`relu` pairs (50), RUNS=k the number of runs of each (15).
 
     python3 bench/dsl_check_time.py
 """
@@ -58,7 +58,7 @@ def check(with_net):
 check(False)
 check(True)
 without, with_net = [], []
-for _ in range(15):
+for _ in range(int(os.environ.get("RUNS", "15"))):
     without.append(check(False))
     with_net.append(check(True))
 a, b = statistics.median(without), statistics.median(with_net)

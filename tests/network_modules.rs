@@ -298,7 +298,7 @@ fn constructor_argument_blocks() {
     assert_eq!(y.shape(), &[2, 16, 5, 4]);
     let conv = 8 * 16 * 9 + 16 * 16 * 9 + 8 * 16;
     let bn = 3 * 2 * 16;
-    assert_eq!(ctor::Basic::parameters(8, 16, 2), conv + bn);
+    assert_eq!(ctor::Basic::num_parameters_for(8, 16, 2), conv + bn);
     assert_eq!(b.num_parameters(), conv + bn);
     assert!(b.summary().contains("Total trainable parameters"));
     let keys: Vec<String> = b.named_parameters().into_iter().map(|(k, _)| k).collect();
@@ -315,7 +315,7 @@ fn constructor_argument_blocks() {
     assert!(y.allclose(&want, 0.0, 0.0));
     assert_eq!(
         ctor_users::Stage::NUM_PARAMETERS,
-        ctor::Basic::parameters(64, 128, 2) + ctor::Basic::parameters(128, 128, 1)
+        ctor::Basic::num_parameters_for(64, 128, 2) + ctor::Basic::num_parameters_for(128, 128, 1)
     );
     assert_eq!(s.num_parameters(), ctor_users::Stage::NUM_PARAMETERS);
 
@@ -323,10 +323,13 @@ fn constructor_argument_blocks() {
     let x = Tensor::randn(&[2, 4, 5, 5], DType::F32, &dev);
     assert_eq!(w.forward(&x).shape(), &[2, 4, 5, 5]);
     assert_eq!(
-        ctor_users::Widths::parameters(4),
-        ctor::Basic::parameters(4, 4, 1)
+        ctor_users::Widths::num_parameters_for(4),
+        ctor::Basic::num_parameters_for(4, 4, 1)
     );
-    assert_eq!(w.num_parameters(), ctor_users::Widths::parameters(4));
+    assert_eq!(
+        w.num_parameters(),
+        ctor_users::Widths::num_parameters_for(4)
+    );
 
     let st = ctor_users::Stacked::new(&dev);
     let x = Tensor::randn(&[3, 16], DType::F32, &dev);

@@ -179,10 +179,28 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         .chain(ctor.iter().map(|p| {
             quote! {
                 /// A constructor parameter.
-                #[module(skip)]
                 pub #p: usize
             }
         }));
+    // `nn::Module` from the layer fields: one traversal call per method.
+    let (names, members): (Vec<String>, Vec<&syn::Ident>) = c
+        .fields
+        .iter()
+        .map(|f| (f.name.to_string(), &f.name))
+        .unzip();
+    let module_impl = quote! {
+        impl #impl_generics #krate::nn::Module for #name #ty_generics #where_clause {
+            fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &#krate::Tensor, #krate::nn::TensorKind)) {
+                #krate::nn::visit_children(prefix, f, &[#((#names, &self.#members)),*]);
+            }
+            fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut #krate::Tensor, #krate::nn::TensorKind)) {
+                #krate::nn::visit_children_mut(prefix, f, &mut [#((#names, &mut self.#members)),*]);
+            }
+            fn set_training(&mut self, training: bool) {
+                #krate::nn::set_training_children(training, &mut [#((#names, &mut self.#members)),*]);
+            }
+        }
+    };
     let inits = c.fields.iter().map(|f| {
         let (n, i) = (&f.name, &f.init);
         quote!(#n: #i)
@@ -198,6 +216,46 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         })
         .collect();
     let row_count = rows.len();
+    // The table: one literal when every count is known here, else rows filled in.
+    let head = format!(
+        "{net_name} (input {}, output {})\n{:<12} {:<42} {:<20} {:>10}\n",
+        net.inputs
+            .iter()
+            .map(|i| show(&shape_dims(&i.shape, &mut quiet)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        net.outputs
+            .iter()
+            .map(|o| show(&shape_dims(o, &mut quiet)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        "Layer",
+        "Kind",
+        "Output shape",
+        "Params"
+    );
+    let table = match c
+        .rows
+        .iter()
+        .map(|r| r.params_lit)
+        .collect::<Option<Vec<i64>>>()
+    {
+        Some(counts) => {
+            let text: String = c
+                .rows
+                .iter()
+                .zip(counts)
+                .map(|(r, n)| format!("{:<12} {:<42} {:<20} {:>10}\n", r.label, r.kind, r.out, n))
+                .collect();
+            quote!(out.push_str(#text);)
+        }
+        None => quote! {
+            let rows: [(&str, &str, &str, usize); #row_count] = [#(#rows),*];
+            for (label, kind, shape, params) in rows {
+                out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", label, kind, shape, params));
+            }
+        },
+    };
     // A literal when every count is known here; otherwise one statement per layer (no
     // deep expression, so thousands of layers compile).
     let num_parameters = match c.rows.iter().map(|r| r.params_lit).sum::<Option<i64>>() {
@@ -231,21 +289,14 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
                 /// The number of trainable parameters for these constructor arguments
                 /// (a `const fn`).
                 #[allow(unused_variables)]
-                pub const fn parameters(#(#ctor: usize),*) -> usize {
+                pub const fn num_parameters_for(#(#ctor: usize),*) -> usize {
                     #num_parameters
                 }
             },
             quote!(&self),
-            quote!(Self::parameters(#(#ctor),*)),
+            quote!(Self::num_parameters_for(#(#ctor),*)),
         )
     };
-    let declared_in = show(&shape_dims(&net.inputs[0].shape, &mut quiet));
-    let declared_out = net
-        .outputs
-        .iter()
-        .map(|o| show(&shape_dims(o, &mut quiet)))
-        .collect::<Vec<_>>()
-        .join(", ");
     let output_ty = if net.tuple_output {
         let parts = net.outputs.iter().map(|_| quote!(#krate::Tensor));
         quote!((#(#parts),*))
@@ -271,8 +322,9 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         #(#const_checks)*
         #shapes_impl
 
+        #module_impl
+
         #(#attrs)*
-        #[derive(#krate::nn::Module)]
         #vis struct #name #generics #where_clause {
             #(#fields,)*
         }
@@ -307,12 +359,8 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             #[allow(unused_variables)]
             pub fn summary(#summary_self) -> ::std::string::String {
                 #(let #ctor = self.#ctor;)*
-                let rows: [(&str, &str, &str, usize); #row_count] = [#(#rows),*];
-                let mut out = ::std::format!("{} (input {}, output {})\n", #net_name, #declared_in, #declared_out);
-                out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", "Layer", "Kind", "Output shape", "Params"));
-                for (label, kind, shape, params) in rows {
-                    out.push_str(&::std::format!("{:<12} {:<42} {:<20} {:>10}\n", label, kind, shape, params));
-                }
+                let mut out = ::std::string::String::from(#head);
+                #table
                 out.push_str(&::std::format!("Total trainable parameters: {}\n", #total));
                 out
             }

@@ -45,7 +45,10 @@ pub use loss::{
     HuberLoss, KLDivLoss, L1Loss, MSELoss, MarginRankingLoss, NLLLoss, SmoothL1Loss,
     TripletMarginLoss,
 };
-pub use module::{LoadReport, Module, StateDict, StateDictError, TensorKind, join_path};
+pub use module::{
+    LoadReport, Module, StateDict, StateDictError, TensorKind, join_path, set_training_children,
+    visit_children, visit_children_mut,
+};
 pub use norm::{
     BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm,
 };

@@ -36,6 +36,60 @@ pub fn join_path(prefix: &str, name: &str) -> String {
     }
 }
 
+/// The `Module` traversal of named children, as `network!` generates it (one call per
+/// method instead of one per field keeps generated code small).
+///
+/// ```
+/// use ferrograd_runtime::nn::{Linear, Module, visit_children};
+/// use ferrograd_runtime::Device;
+/// let (a, b) = (Linear::new(2, 3, &Device::Cpu), Linear::new(3, 1, &Device::Cpu));
+/// let mut names = Vec::new();
+/// visit_children("net", &mut |n, _, _| names.push(n.to_string()), &[("a", &a), ("b", &b)]);
+/// assert_eq!(names, ["net.a.weight", "net.a.bias", "net.b.weight", "net.b.bias"]);
+/// ```
+pub fn visit_children(
+    prefix: &str,
+    f: &mut dyn FnMut(&str, &Tensor, TensorKind),
+    children: &[(&str, &dyn Module)],
+) {
+    for (name, child) in children {
+        child.visit(&join_path(prefix, name), f);
+    }
+}
+
+/// [`visit_children`] with mutable access.
+///
+/// ```
+/// use ferrograd_runtime::nn::{Linear, visit_children_mut};
+/// use ferrograd_runtime::Device;
+/// let mut a = Linear::new(2, 3, &Device::Cpu);
+/// let mut count = 0;
+/// visit_children_mut("", &mut |_, _, _| count += 1, &mut [("a", &mut a)]);
+/// assert_eq!(count, 2);
+/// ```
+pub fn visit_children_mut(
+    prefix: &str,
+    f: &mut dyn FnMut(&str, &mut Tensor, TensorKind),
+    children: &mut [(&str, &mut dyn Module)],
+) {
+    for (name, child) in children {
+        child.visit_mut(&join_path(prefix, name), f);
+    }
+}
+
+/// Sets training mode on each child.
+///
+/// ```
+/// use ferrograd_runtime::nn::{Dropout, set_training_children};
+/// let mut d = Dropout::new(0.5);
+/// set_training_children(false, &mut [("d", &mut d)]);
+/// ```
+pub fn set_training_children(training: bool, children: &mut [(&str, &mut dyn Module)]) {
+    for (_, child) in children {
+        child.set_training(training);
+    }
+}
+
 /// Why `load_state_dict` refused a state dict: every problem, by name.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{}", self.describe())]

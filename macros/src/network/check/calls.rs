@@ -475,7 +475,7 @@ impl Checker<'_> {
         let one = if sig.derived {
             quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
         } else if !sig.ctor.is_empty() {
-            quote!(<#ty_tokens>::parameters(#(#ctor_args),*))
+            quote!(<#ty_tokens>::num_parameters_for(#(#ctor_args),*))
         } else {
             quote!(<#ty_tokens>::NUM_PARAMETERS)
         };
