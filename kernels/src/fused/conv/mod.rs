@@ -11,6 +11,10 @@
 //! pixel. Products are accumulated with `mul_add` (one rounding; an FMA instruction under
 //! the AVX2/AVX-512 dispatch, a correctly rounded libm call elsewhere).
 
+mod direct;
+
+pub use direct::conv2d_direct;
+
 use crate::WideFloat as Float;
 use crate::cpu::Conv2dGeometry;
 use crate::cpu::HostBuffer;
@@ -391,6 +395,9 @@ pub fn conv2d<T: Float>(
             }
         }
         return out;
+    }
+    if direct::applies::<T>(g, out_channels, groups) {
+        return direct::conv2d_direct(x, w, bias, g, out_channels);
     }
     let pointwise = kh == 1 && kw == 1 && g.stride == [1, 1] && g.padding == [0, 0];
     let rows_per_tile = if pointwise {

@@ -1,0 +1,395 @@
+//! Direct convolution for narrow layers (LeNet's second): each output pixel is a dot
+//! product of the weights with an input window, computed for a block of [`OB`] output
+//! channels at once (the weights transposed to `[C·kh·kw, O]`, so one tap's weights are
+//! one 16-float vector) and [`P`] output pixels at once (eight AVX-512 accumulators in
+//! registers; one weight load per eight broadcast inputs). No im2col columns are written
+//! and no GEMM packing runs, which is most of the time of the tiled path when `C·kh·kw`
+//! and the output planes are small.
+//!
+//! Pixels are taken [`P`] at a time in the flattened output plane (a block may span two
+//! rows); the last block repeats its final pixel and stores only the real ones, so the
+//! inner loop has no bounds branches. A padded convolution reads a zero-padded copy of
+//! each sample, so no tap tests the border either.
+//!
+//! The block is written with AVX-512 intrinsics for f32 (autovectorisation kept the
+//! accumulators in memory); other element types and CPUs take the tiled im2col + GEMM
+//! path ([`applies`] says which).
+
+use crate::WideFloat as Float;
+use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
+use crate::{DType, Element};
+
+/// Output channels per block (one AVX-512 vector of f32).
+const OB: usize = 16;
+/// Output pixels per register block.
+const P: usize = 8;
+
+/// Whether the direct kernel serves a convolution: f32 on a CPU with AVX-512, one group,
+/// more than half a block of output channels, at most two blocks, and a short reduction
+/// (`C·kh·kw`), where im2col + GEMM is dominated by its copies.
+pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
+    let k = g.c * g.kernel[0] * g.kernel[1];
+    T::DTYPE == DType::F32
+        && groups == 1
+        && (OB / 2 < out_channels && out_channels <= 2 * OB)
+        && k <= 512
+        && has_avx512()
+}
+
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The weights `[O, C, kh, kw]` as `[C·kh·kw, O rounded up to OB]`, zero-filled.
+fn transpose_weights(w: &[f32], o: usize, k: usize) -> Vec<f32> {
+    let opad = o.div_ceil(OB) * OB;
+    let mut wt = vec![0.0; k * opad];
+    for (oc, row) in w.chunks_exact(k).enumerate() {
+        for (t, &v) in row.iter().enumerate() {
+            wt[t * opad + oc] = v;
+        }
+    }
+    wt
+}
+
+/// What one sample's blocks read.
+struct Plan<'a> {
+    g: &'a Conv2dGeometry,
+    /// Padded input width and the padded channel size.
+    wp: usize,
+    chan: usize,
+    /// Each tap's offset within a channel (`ki·dh·wp + kj·dw`).
+    taps: Vec<usize>,
+    wt: &'a [f32],
+    opad: usize,
+    bias: Option<&'a [f32]>,
+    o: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{OB, P, Plan};
+    use std::arch::x86_64::*;
+
+    /// [`sample`] for unit strides, over "wide" pixels `q = y·wp + x` (`x < wp`, the
+    /// padded input's width; columns `x ≥ ow` are computed and dropped): pixel `q`'s
+    /// window starts at input offset `q`, so a block of eight reads eight consecutive
+    /// floats per tap at fixed displacements, with no offset table.
+    ///
+    /// # Safety
+    /// As [`sample`], with unit strides and `(oh - 1)·wp + ow ≥ P`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn sample_unit_stride(plan: &Plan, x: &[f32], out: &mut [f32]) {
+        let g = plan.g;
+        let [oh, ow] = g.output().expect("checked by the caller");
+        let (wp, plane) = (plan.wp, oh * ow);
+        let wide = (oh - 1) * wp + ow;
+        let ntaps = plan.taps.len();
+        for ob in 0..plan.opad / OB {
+            let mut init = [0.0f32; OB];
+            if let Some(b) = plan.bias {
+                for (j, v) in init.iter_mut().enumerate() {
+                    *v = b.get(ob * OB + j).copied().unwrap_or(0.0);
+                }
+            }
+            // SAFETY: `init` holds OB = 16 floats.
+            let init = unsafe { _mm512_loadu_ps(init.as_ptr()) };
+            let mut q0 = 0;
+            while q0 < wide {
+                // The last block ends at the last pixel (recomputing some of the previous).
+                let q0c = q0.min(wide - P);
+                let (mut a0, mut a1, mut a2, mut a3) = (init, init, init, init);
+                let (mut a4, mut a5, mut a6, mut a7) = (init, init, init, init);
+                for c in 0..g.c {
+                    let xc = x[c * plan.chan..(c + 1) * plan.chan].as_ptr();
+                    let wc = &plan.wt[c * ntaps * plan.opad..(c + 1) * ntaps * plan.opad];
+                    for (t, &tap) in plan.taps.iter().enumerate() {
+                        // SAFETY: as in `sample`; `tap + q0c + 7 <= tap + wide - 1 < chan`.
+                        unsafe {
+                            let w = _mm512_loadu_ps(wc.as_ptr().add(t * plan.opad + ob * OB));
+                            let src = xc.add(tap + q0c);
+                            a0 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src), a0);
+                            a1 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(1)), a1);
+                            a2 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(2)), a2);
+                            a3 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(3)), a3);
+                            a4 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(4)), a4);
+                            a5 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(5)), a5);
+                            a6 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(6)), a6);
+                            a7 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(7)), a7);
+                        }
+                    }
+                }
+                let mut acc = [[0.0f32; OB]; P];
+                for (dst, a) in acc.iter_mut().zip([a0, a1, a2, a3, a4, a5, a6, a7]) {
+                    // SAFETY: `dst` holds OB = 16 floats.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), a) };
+                }
+                for (p, a) in acc.iter().enumerate() {
+                    let (y, xo) = ((q0c + p) / wp, (q0c + p) % wp);
+                    if xo < ow {
+                        for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
+                            out[(ob * OB + j) * plane + y * ow + xo] = v;
+                        }
+                    }
+                }
+                q0 += P;
+            }
+        }
+    }
+
+    /// One sample: `x` its padded input `[C, hp, wp]`, `out` its output `[O, oh, ow]`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F; `x` holds `plan.g.c * plan.chan` elements, and every
+    /// tap offset plus every pixel offset is below `plan.chan` (asserted by the caller).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn sample(plan: &Plan, x: &[f32], out: &mut [f32]) {
+        let g = plan.g;
+        let [oh, ow] = g.output().expect("checked by the caller");
+        let [sh, sw] = g.stride;
+        let plane = oh * ow;
+        let ntaps = plan.taps.len();
+        for ob in 0..plan.opad / OB {
+            let mut init = [0.0f32; OB];
+            if let Some(b) = plan.bias {
+                for (j, v) in init.iter_mut().enumerate() {
+                    *v = b.get(ob * OB + j).copied().unwrap_or(0.0);
+                }
+            }
+            // SAFETY: `init` holds OB = 16 floats.
+            let init = unsafe { _mm512_loadu_ps(init.as_ptr()) };
+            for q0 in (0..plane).step_by(P) {
+                let mut offs = [0usize; P];
+                for (p, off) in offs.iter_mut().enumerate() {
+                    let q = (q0 + p).min(plane - 1);
+                    *off = (q / ow) * sh * plan.wp + (q % ow) * sw;
+                }
+                let (mut a0, mut a1, mut a2, mut a3) = (init, init, init, init);
+                let (mut a4, mut a5, mut a6, mut a7) = (init, init, init, init);
+                for c in 0..g.c {
+                    let xc = x[c * plan.chan..(c + 1) * plan.chan].as_ptr();
+                    let wc = &plan.wt[c * ntaps * plan.opad..(c + 1) * ntaps * plan.opad];
+                    for (t, &tap) in plan.taps.iter().enumerate() {
+                        // SAFETY: row `t` of this channel's weights has `opad` floats
+                        // and `ob * OB + OB <= opad`; `tap + offs[p] < chan` (the
+                        // caller's bound), so every input read is inside channel `c`.
+                        unsafe {
+                            let w = _mm512_loadu_ps(wc.as_ptr().add(t * plan.opad + ob * OB));
+                            let at = |p: usize| _mm512_set1_ps(*xc.add(tap + offs[p]));
+                            a0 = _mm512_fmadd_ps(w, at(0), a0);
+                            a1 = _mm512_fmadd_ps(w, at(1), a1);
+                            a2 = _mm512_fmadd_ps(w, at(2), a2);
+                            a3 = _mm512_fmadd_ps(w, at(3), a3);
+                            a4 = _mm512_fmadd_ps(w, at(4), a4);
+                            a5 = _mm512_fmadd_ps(w, at(5), a5);
+                            a6 = _mm512_fmadd_ps(w, at(6), a6);
+                            a7 = _mm512_fmadd_ps(w, at(7), a7);
+                        }
+                    }
+                }
+                let mut acc = [[0.0f32; OB]; P];
+                for (dst, a) in acc.iter_mut().zip([a0, a1, a2, a3, a4, a5, a6, a7]) {
+                    // SAFETY: `dst` holds OB = 16 floats.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), a) };
+                }
+                let valid = (plane - q0).min(P);
+                for j in 0..OB.min(plan.o - ob * OB) {
+                    let dst = &mut out[(ob * OB + j) * plane + q0..][..valid];
+                    for (d, a) in dst.iter_mut().zip(&acc) {
+                        *d = a[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group) and optional
+/// `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where [`applies`] says
+/// so (f32, AVX-512).
+pub fn conv2d_direct<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    assert!(
+        applies::<T>(g, out_channels, 1),
+        "conv2d_direct: f32 on an AVX-512 CPU with 9..=32 output channels only ({g:?})"
+    );
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [kh, kw] = g.kernel;
+    let k = g.c * kh * kw;
+    let (h, wd) = (g.input[0], g.input[1]);
+    let [ph, pw] = g.padding;
+    let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
+    assert!(
+        x.len() == g.n * g.c * h * wd && w.len() == out_channels * k,
+        "conv2d: {} input and {} weight elements do not match {g:?} with {out_channels} outputs",
+        x.len(),
+        w.len()
+    );
+    let plane = oh * ow;
+    let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
+    if out.is_empty() {
+        return out;
+    }
+    // T is f32 (checked by `applies`): view the slices as such.
+    let f32s = |v: &[T]| -> &[f32] {
+        // SAFETY: `T::DTYPE == F32` means `T` is `f32`: same size, alignment and bits.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
+    };
+    let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
+    let wt = transpose_weights(w, out_channels, k);
+    let taps: Vec<usize> = (0..kh)
+        .flat_map(|ki| (0..kw).map(move |kj| ki * g.dilation[0] * wp + kj * g.dilation[1]))
+        .collect();
+    let last_pixel = (oh - 1) * g.stride[0] * wp + (ow - 1) * g.stride[1];
+    assert!(
+        taps.last().copied().unwrap_or(0) + last_pixel < hp * wp,
+        "direct conv2d: a window leaves the padded input ({g:?})"
+    );
+    let plan = Plan {
+        g,
+        wp,
+        chan: hp * wp,
+        taps,
+        wt: &wt,
+        opad: out_channels.div_ceil(OB) * OB,
+        bias,
+        o: out_channels,
+    };
+    let padded = ph > 0 || pw > 0;
+    let unit = g.stride == [1, 1] && (oh - 1) * wp + ow >= P;
+    let sample = |n: usize, dst: &mut [T]| {
+        let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
+        let copy;
+        let xs: &[f32] = if padded {
+            let mut buf = vec![0.0f32; g.c * hp * wp];
+            for (ci, plane_in) in src.chunks_exact(h * wd).enumerate() {
+                for (y, row) in plane_in.chunks_exact(wd).enumerate() {
+                    let at = ci * hp * wp + (y + ph) * wp + pw;
+                    buf[at..at + wd].copy_from_slice(row);
+                }
+            }
+            copy = buf;
+            &copy
+        } else {
+            src
+        };
+        // SAFETY: `T` is f32 (as above).
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `applies` checked AVX-512F; `xs` holds `c` padded channels and the
+        // assert above bounds every tap and pixel offset by the channel size (for unit
+        // strides, the last wide pixel is the last pixel).
+        unsafe {
+            if unit {
+                avx512::sample_unit_stride(&plan, xs, dst)
+            } else {
+                avx512::sample(&plan, xs, dst)
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (xs, dst, &plan);
+    };
+    if num_threads() > 1 && g.n > 1 {
+        for_each_chunk_mut(&mut out, out_channels * plane, sample);
+    } else {
+        for (n, dst) in out.chunks_mut(out_channels * plane).enumerate() {
+            sample(n, dst);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(x: &[f64], w: &[f64], b: &[f64], g: &Conv2dGeometry, o: usize) -> Vec<f64> {
+        let [oh, ow] = g.output().unwrap();
+        let [h, wd] = g.input;
+        let [kh, kw] = g.kernel;
+        let mut out = vec![0.0; g.n * o * oh * ow];
+        for n in 0..g.n {
+            for oc in 0..o {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = b[oc];
+                        for c in 0..g.c {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
+                                    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize
+                                        - g.padding[0] as isize;
+                                    let xx = (ox * g.stride[1] + kj * g.dilation[1]) as isize
+                                        - g.padding[1] as isize;
+                                    if y < 0 || xx < 0 || y >= h as isize || xx >= wd as isize {
+                                        continue;
+                                    }
+                                    s += w[((oc * g.c + c) * kh + ki) * kw + kj]
+                                        * x[((n * g.c + c) * h + y as usize) * wd + xx as usize];
+                                }
+                            }
+                        }
+                        out[((n * o + oc) * oh + oy) * ow + ox] = s;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_the_definition() {
+        if !has_avx512() {
+            eprintln!("skipping: the direct kernel needs AVX-512 (the tiled path serves this CPU)");
+            return;
+        }
+        // Odd sizes: output channels within and over one block, planes not a multiple of P,
+        // stride, padding and dilation per dim.
+        for (n, c, hw, o, k, stride, pad, dil) in [
+            (3, 6, [14, 14], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
+            (2, 1, [28, 28], 12, [5, 5], [1, 1], [2, 2], [1, 1]),
+            (2, 3, [11, 9], 19, [3, 2], [2, 1], [1, 0], [1, 2]),
+            (1, 2, [7, 8], 32, [3, 3], [3, 2], [2, 1], [2, 1]),
+        ] {
+            let g = Conv2dGeometry {
+                n,
+                c,
+                input: hw,
+                kernel: k,
+                stride,
+                padding: pad,
+                dilation: dil,
+            };
+            let lcg = |i: usize, s: f64| ((i * 7919 + 13) % 97) as f64 / 97.0 - s;
+            let x: Vec<f64> = (0..n * c * hw[0] * hw[1]).map(|i| lcg(i, 0.5)).collect();
+            let w: Vec<f64> = (0..o * c * k[0] * k[1]).map(|i| lcg(i * 3, 0.4)).collect();
+            let b: Vec<f64> = (0..o).map(|i| lcg(i * 5, 0.3)).collect();
+            let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+            let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+            let bf: Vec<f32> = b.iter().map(|&v| v as f32).collect();
+            let got = conv2d_direct(&xf, &wf, Some(&bf), &g, o);
+            let want = reference(&x, &w, &b, &g, o);
+            assert_eq!(got.len(), want.len());
+            for (a, e) in got.iter().zip(&want) {
+                assert!((*a as f64 - e).abs() < 1e-4, "{a} vs {e} for {g:?}");
+            }
+            let got = conv2d_direct(&xf, &wf, None, &g, o);
+            let want = reference(&x, &w, &vec![0.0; o], &g, o);
+            for (a, e) in got.iter().zip(&want) {
+                assert!((*a as f64 - e).abs() < 1e-4, "{a} vs {e} for {g:?}");
+            }
+        }
+    }
+}
