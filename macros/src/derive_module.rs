@@ -188,7 +188,20 @@ fn declared(
                     "`parameters = ..` goes with the declared shapes: add `input = [..], output = [..]`",
                 ));
             }
-            return TokenStream::new();
+            // A declaration that says so, so that `network!` explains what to add
+            // rather than failing to find it (only for users' crates).
+            let default_krate = krate.leading_colon.is_some()
+                && krate.segments.len() == 1
+                && krate.segments[0].ident == "ferrograd";
+            if !default_krate {
+                return TokenStream::new();
+            }
+            let ident = &input.ident;
+            return crate::network::declaration_macro(
+                ident,
+                &input.vis,
+                &quote!(#[module(undeclared)] struct #ident (x: [N]) -> [N] {}),
+            );
         }
         (Some((i, ti)), Some((o, to))) => ((i, ti), (o, to)),
         _ => {

@@ -78,6 +78,30 @@ mod avx512 {
     use super::{OB, P, Plan};
     use std::arch::x86_64::*;
 
+    /// The bias of output-channel block `ob` (zero past the last channel).
+    #[target_feature(enable = "avx512f")]
+    fn bias_block(plan: &Plan, ob: usize) -> __m512 {
+        let mut init = [0.0f32; OB];
+        if let Some(b) = plan.bias {
+            for (j, v) in init.iter_mut().enumerate() {
+                *v = b.get(ob * OB + j).copied().unwrap_or(0.0);
+            }
+        }
+        // SAFETY: `init` holds OB = 16 floats.
+        unsafe { _mm512_loadu_ps(init.as_ptr()) }
+    }
+
+    /// The eight accumulators as arrays, for the scattered stores.
+    #[target_feature(enable = "avx512f")]
+    fn spill(acc: [__m512; P]) -> [[f32; OB]; P] {
+        let mut out = [[0.0f32; OB]; P];
+        for (dst, a) in out.iter_mut().zip(acc) {
+            // SAFETY: `dst` holds OB = 16 floats.
+            unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), a) };
+        }
+        out
+    }
+
     /// [`sample`] for unit strides, over "wide" pixels `q = y·wp + x` (`x < wp`, the
     /// padded input's width; columns `x ≥ ow` are computed and dropped): pixel `q`'s
     /// window starts at input offset `q`, so a block of eight reads eight consecutive
@@ -93,14 +117,7 @@ mod avx512 {
         let wide = (oh - 1) * wp + ow;
         let ntaps = plan.taps.len();
         for ob in 0..plan.opad / OB {
-            let mut init = [0.0f32; OB];
-            if let Some(b) = plan.bias {
-                for (j, v) in init.iter_mut().enumerate() {
-                    *v = b.get(ob * OB + j).copied().unwrap_or(0.0);
-                }
-            }
-            // SAFETY: `init` holds OB = 16 floats.
-            let init = unsafe { _mm512_loadu_ps(init.as_ptr()) };
+            let init = bias_block(plan, ob);
             let mut q0 = 0;
             while q0 < wide {
                 // The last block ends at the last pixel (recomputing some of the previous).
@@ -126,11 +143,7 @@ mod avx512 {
                         }
                     }
                 }
-                let mut acc = [[0.0f32; OB]; P];
-                for (dst, a) in acc.iter_mut().zip([a0, a1, a2, a3, a4, a5, a6, a7]) {
-                    // SAFETY: `dst` holds OB = 16 floats.
-                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), a) };
-                }
+                let acc = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
                 for (p, a) in acc.iter().enumerate() {
                     let (y, xo) = ((q0c + p) / wp, (q0c + p) % wp);
                     if xo < ow {
@@ -157,14 +170,7 @@ mod avx512 {
         let plane = oh * ow;
         let ntaps = plan.taps.len();
         for ob in 0..plan.opad / OB {
-            let mut init = [0.0f32; OB];
-            if let Some(b) = plan.bias {
-                for (j, v) in init.iter_mut().enumerate() {
-                    *v = b.get(ob * OB + j).copied().unwrap_or(0.0);
-                }
-            }
-            // SAFETY: `init` holds OB = 16 floats.
-            let init = unsafe { _mm512_loadu_ps(init.as_ptr()) };
+            let init = bias_block(plan, ob);
             for q0 in (0..plane).step_by(P) {
                 let mut offs = [0usize; P];
                 for (p, off) in offs.iter_mut().enumerate() {
@@ -194,11 +200,7 @@ mod avx512 {
                         }
                     }
                 }
-                let mut acc = [[0.0f32; OB]; P];
-                for (dst, a) in acc.iter_mut().zip([a0, a1, a2, a3, a4, a5, a6, a7]) {
-                    // SAFETY: `dst` holds OB = 16 floats.
-                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), a) };
-                }
+                let acc = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
                 let valid = (plane - q0).min(P);
                 for j in 0..OB.min(plan.o - ob * OB) {
                     let dst = &mut out[(ob * OB + j) * plane + q0..][..valid];

@@ -330,6 +330,10 @@ impl Checker<'_> {
     ) -> Option<Resolved> {
         let kind = &call.kind;
         let desc = call.describe();
+        if sig.undeclared {
+            self.errors.push(kind.span(), format!("`{desc}`: `{kind}` is a `#[derive(Module)]` struct without declared shapes: add `#[module(input = [..], output = [..])]` to it (then it is checked here), or write its output shape here, as `{desc} => [..]` (checked through a hand-written `nn::DeclaredShapes`)"));
+            return None;
+        }
         if !named {
             self.errors.push(kind.span(), format!("the network `{kind}` has parameters, so it needs a field name: write `name: {desc}`"));
             return None;

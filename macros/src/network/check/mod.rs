@@ -134,6 +134,8 @@ pub(crate) struct Signature {
     /// A `#[derive(Module)]` type with declared shapes (its count is
     /// `nn::DeclaredShapes::PARAMETERS`, checked against its fields at construction).
     derived: bool,
+    /// A `#[derive(Module)]` type without declared shapes.
+    undeclared: bool,
 }
 
 impl Signature {
@@ -165,6 +167,11 @@ impl Signature {
                 .collect(),
             tuple_output: net.tuple_output,
             derived: net.attrs.iter().any(|a| a.path().is_ident("module")),
+            undeclared: net.attrs.iter().any(|a| {
+                a.path().is_ident("module")
+                    && a.parse_args::<syn::Ident>()
+                        .is_ok_and(|i| i == "undeclared")
+            }),
         }
     }
 }
