@@ -532,6 +532,45 @@ fn depthwise_conv2d_matches_a_dense_block_diagonal_convolution() {
     }
 }
 
+/// Narrow f32 convolutions (LeNet's second layer, a padded and a dilated one) run the
+/// direct CPU kernels (forward and weight gradient, where the CPU has AVX-512): output and
+/// every gradient equal the f64 convolution's, which takes the im2col path.
+#[test]
+fn narrow_f32_conv2d_matches_f64() {
+    for (c, o, hw, k, padding, dilation) in [
+        (6, 16, [14, 14], 5, 0, 1),
+        (1, 12, [28, 28], 5, 2, 1),
+        (3, 19, [11, 9], 3, 1, 2),
+    ] {
+        let rng = &mut Generator::new(11);
+        let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);
+        let wt = Tensor::randn_with(&[o, c, k, k], DType::F64, &Device::Cpu, rng);
+        let b = Tensor::randn_with(&[o], DType::F64, &Device::Cpu, rng);
+        let args = F::Conv2dArgs::default().padding(padding).dilation(dilation);
+        let run = |dtype: DType| {
+            let (x, wt, b) = (
+                x.to_dtype(dtype).requires_grad(true),
+                wt.to_dtype(dtype).requires_grad(true),
+                b.to_dtype(dtype).requires_grad(true),
+            );
+            let y = F::conv2d(&x, &wt, Some(&b), &args);
+            let up =
+                Tensor::randn_with(y.shape(), DType::F64, &Device::Cpu, &mut Generator::new(5));
+            y.mul(&up.to_dtype(dtype)).sum_all().backward();
+            [y, x.grad().unwrap(), wt.grad().unwrap(), b.grad().unwrap()]
+                .map(|t| t.to_dtype(DType::F64))
+        };
+        let (narrow, wide) = (run(DType::F32), run(DType::F64));
+        for (name, (a, e)) in ["output", "input grad", "weight grad", "bias grad"]
+            .iter()
+            .zip(narrow.iter().zip(&wide))
+        {
+            assert_eq!(a.shape(), e.shape(), "{name}");
+            assert!(a.allclose(e, 1e-3, 1e-3), "c={c} o={o}: {name} differs");
+        }
+    }
+}
+
 /// A bias of another dtype than the input (f64 bias on f32 data) promotes, as in PyTorch,
 /// instead of reaching the single-dtype CPU kernels.
 #[test]

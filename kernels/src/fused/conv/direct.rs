@@ -211,6 +211,71 @@ mod avx512 {
             }
         }
     }
+
+    /// One sample's contribution to the weight gradient, added to `dwt`
+    /// (`[C·kh·kw, opad]`): `dwt[t, o] += Σ_q gyt[q, o] · x[taps[t] + q]` over wide
+    /// pixels `q` (`gyt` is the output gradient transposed to `[wide, opad]`, zero in the
+    /// columns `x ≥ ow`, so they add nothing), eight taps at a time in registers.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F; `x` holds `c·chan` elements, every tap offset plus the
+    /// last wide pixel is below `chan`, `gyt` holds `wide·opad` and `dwt` `k·opad`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weight_grad_sample(
+        plan: &Plan,
+        x: &[f32],
+        gyt: &[f32],
+        wide: usize,
+        dwt: &mut [f32],
+    ) {
+        let ntaps = plan.taps.len();
+        let k = plan.g.c * ntaps;
+        // Each reduction row's offset into the sample: its channel and tap.
+        let rows: Vec<usize> = (0..k)
+            .map(|t| (t / ntaps) * plan.chan + plan.taps[t % ntaps])
+            .collect();
+        assert!(
+            x.len() >= plan.g.c * plan.chan
+                && gyt.len() >= wide * plan.opad
+                && dwt.len() >= k * plan.opad
+        );
+        for ob in 0..plan.opad / OB {
+            let mut t0 = 0;
+            while t0 < k {
+                let n = (k - t0).min(P);
+                // Rows past the end repeat the last one (their sums are not stored).
+                let r: [usize; P] = std::array::from_fn(|i| rows[t0 + i.min(n - 1)]);
+                let zero = _mm512_setzero_ps();
+                let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
+                let (mut a4, mut a5, mut a6, mut a7) = (zero, zero, zero, zero);
+                let xp = x.as_ptr();
+                for q in 0..wide {
+                    // SAFETY: `gyt` row `q` has `opad >= ob * OB + OB` floats; each
+                    // `r[i] + q` is a tap offset plus a wide pixel, inside the sample.
+                    unsafe {
+                        let g = _mm512_loadu_ps(gyt.as_ptr().add(q * plan.opad + ob * OB));
+                        let at = |i: usize| _mm512_set1_ps(*xp.add(r[i] + q));
+                        a0 = _mm512_fmadd_ps(g, at(0), a0);
+                        a1 = _mm512_fmadd_ps(g, at(1), a1);
+                        a2 = _mm512_fmadd_ps(g, at(2), a2);
+                        a3 = _mm512_fmadd_ps(g, at(3), a3);
+                        a4 = _mm512_fmadd_ps(g, at(4), a4);
+                        a5 = _mm512_fmadd_ps(g, at(5), a5);
+                        a6 = _mm512_fmadd_ps(g, at(6), a6);
+                        a7 = _mm512_fmadd_ps(g, at(7), a7);
+                    }
+                }
+                let sums = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
+                for (i, sum) in sums.iter().enumerate().take(n) {
+                    let dst = &mut dwt[(t0 + i) * plan.opad + ob * OB..][..OB];
+                    for (d, &v) in dst.iter_mut().zip(sum) {
+                        *d += v;
+                    }
+                }
+                t0 += n;
+            }
+        }
+    }
 }
 
 /// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group) and optional
@@ -314,6 +379,113 @@ pub fn conv2d_direct<T: Float>(
     out
 }
 
+/// Whether [`conv2d_direct_backward_weight`] serves a convolution: as [`applies`], with
+/// unit strides.
+pub fn backward_weight_applies<T: Element>(
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> bool {
+    let [oh, ow] = g.output().unwrap_or([0, 0]);
+    let wp = g.input[1] + 2 * g.padding[1];
+    applies::<T>(g, out_channels, groups) && g.stride == [1, 1] && oh > 0 && (oh - 1) * wp + ow >= P
+}
+
+/// The weight gradient `[O, C, kh, kw]` of a one-group convolution of `x` `[N, C, H, W]`
+/// given the output gradient `gy` `[N, O, oh, ow]`, without im2col columns: each thread
+/// sums its samples' contributions (see `weight_grad_sample`), then the partial sums are
+/// added. Only where [`backward_weight_applies`] says so.
+pub fn conv2d_direct_backward_weight<T: Float>(
+    gy: &[T],
+    x: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    assert!(
+        backward_weight_applies::<T>(g, out_channels, 1),
+        "conv2d_direct_backward_weight: f32, AVX-512, unit strides, 9..=32 output channels only ({g:?})"
+    );
+    let [oh, ow] = g.output().expect("checked above");
+    let [kh, kw] = g.kernel;
+    let (h, wd) = (g.input[0], g.input[1]);
+    let [ph, pw] = g.padding;
+    let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
+    let o = out_channels;
+    let (plane, k) = (oh * ow, g.c * kh * kw);
+    assert!(
+        x.len() == g.n * g.c * h * wd && gy.len() == g.n * o * plane,
+        "conv2d backward: {} input and {} gradient elements do not match {g:?} with {o} outputs",
+        x.len(),
+        gy.len()
+    );
+    let f32s = |v: &[T]| -> &[f32] {
+        // SAFETY: `T::DTYPE == F32` (checked by `applies`) means `T` is `f32`.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
+    };
+    let (x, gy) = (f32s(x), f32s(gy));
+    let opad = o.div_ceil(OB) * OB;
+    let taps: Vec<usize> = (0..kh)
+        .flat_map(|ki| (0..kw).map(move |kj| ki * g.dilation[0] * wp + kj * g.dilation[1]))
+        .collect();
+    let wide = (oh - 1) * wp + ow;
+    assert!(
+        taps.last().copied().unwrap_or(0) + wide - 1 < hp * wp,
+        "direct conv2d backward: a window leaves the padded input ({g:?})"
+    );
+    let plan = Plan {
+        g,
+        wp,
+        chan: hp * wp,
+        taps,
+        wt: &[],
+        opad,
+        bias: None,
+        o,
+    };
+    let tasks = num_threads().min(g.n).max(1);
+    let mut partial = vec![0.0f32; tasks * k * opad];
+    for_each_chunk_mut(&mut partial, k * opad, |task, dwt| {
+        let mut xs = vec![0.0f32; g.c * hp * wp];
+        let mut gyt = vec![0.0f32; wide * opad];
+        for n in (task * g.n / tasks)..((task + 1) * g.n / tasks) {
+            let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
+            for (ci, plane_in) in src.chunks_exact(h * wd).enumerate() {
+                for (y, row) in plane_in.chunks_exact(wd).enumerate() {
+                    let at = ci * hp * wp + (y + ph) * wp + pw;
+                    xs[at..at + wd].copy_from_slice(row);
+                }
+            }
+            // The gradient as [wide pixel, channel]; columns past `ow` stay zero.
+            for (oc, gplane) in gy[n * o * plane..(n + 1) * o * plane]
+                .chunks_exact(plane)
+                .enumerate()
+            {
+                for (q, &v) in gplane.iter().enumerate() {
+                    gyt[(q / ow * wp + q % ow) * opad + oc] = v;
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `applies` checked AVX-512F; the buffers have the sizes
+            // `weight_grad_sample` needs and the assert above bounds the offsets.
+            unsafe {
+                avx512::weight_grad_sample(&plan, &xs, &gyt, wide, dwt)
+            };
+        }
+    });
+    // Sum the partial gradients and transpose [k, opad] to [O, k].
+    let mut out = HostBuffer::<T>::zeroed(o * k);
+    // SAFETY: `T` is f32 (as above).
+    let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, o * k) };
+    for part in partial.chunks_exact(k * opad) {
+        for (t, row) in part.chunks_exact(opad).enumerate() {
+            for (oc, &v) in row[..o].iter().enumerate() {
+                dst[oc * k + t] += v;
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +563,74 @@ mod tests {
             let want = reference(&x, &w, &vec![0.0; o], &g, o);
             for (a, e) in got.iter().zip(&want) {
                 assert!((*a as f64 - e).abs() < 1e-4, "{a} vs {e} for {g:?}");
+            }
+        }
+    }
+
+    /// The weight gradient against its definition, `dW[o, c, ki, kj] = Σ gy · x`.
+    #[test]
+    fn weight_gradient_matches_the_definition() {
+        if !has_avx512() {
+            eprintln!("skipping: the direct kernel needs AVX-512 (the tiled path serves this CPU)");
+            return;
+        }
+        for (n, c, hw, o, k, pad, dil) in [
+            (5, 6, [14, 14], 16, [5, 5], [0, 0], [1, 1]),
+            (3, 1, [28, 28], 12, [5, 5], [2, 2], [1, 1]),
+            (2, 3, [9, 11], 19, [3, 2], [1, 0], [2, 1]),
+        ] {
+            let g = Conv2dGeometry {
+                n,
+                c,
+                input: hw,
+                kernel: k,
+                stride: [1, 1],
+                padding: pad,
+                dilation: dil,
+            };
+            let [oh, ow] = g.output().unwrap();
+            let lcg = |i: usize, s: f64| ((i * 7919 + 13) % 97) as f64 / 97.0 - s;
+            let x: Vec<f64> = (0..n * c * hw[0] * hw[1]).map(|i| lcg(i, 0.5)).collect();
+            let gy: Vec<f64> = (0..n * o * oh * ow).map(|i| lcg(i * 7, 0.45)).collect();
+            let mut want = vec![0.0; o * c * k[0] * k[1]];
+            for b in 0..n {
+                for oc in 0..o {
+                    for ci in 0..c {
+                        for ki in 0..k[0] {
+                            for kj in 0..k[1] {
+                                let mut s = 0.0;
+                                for oy in 0..oh {
+                                    for ox in 0..ow {
+                                        let y = (oy + ki * dil[0]) as isize - pad[0] as isize;
+                                        let xx = (ox + kj * dil[1]) as isize - pad[1] as isize;
+                                        if y < 0
+                                            || xx < 0
+                                            || y >= hw[0] as isize
+                                            || xx >= hw[1] as isize
+                                        {
+                                            continue;
+                                        }
+                                        s += gy[((b * o + oc) * oh + oy) * ow + ox]
+                                            * x[((b * c + ci) * hw[0] + y as usize) * hw[1]
+                                                + xx as usize];
+                                    }
+                                }
+                                want[((oc * c + ci) * k[0] + ki) * k[1] + kj] += s;
+                            }
+                        }
+                    }
+                }
+            }
+            let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+            let gf: Vec<f32> = gy.iter().map(|&v| v as f32).collect();
+            assert!(backward_weight_applies::<f32>(&g, o, 1));
+            let got = conv2d_direct_backward_weight(&gf, &xf, &g, o);
+            assert_eq!(got.len(), want.len());
+            for (a, e) in got.iter().zip(&want) {
+                assert!(
+                    (*a as f64 - e).abs() < 1e-3 * (1.0 + e.abs()),
+                    "{a} vs {e} for {g:?}"
+                );
             }
         }
     }

@@ -13,7 +13,7 @@
 
 mod direct;
 
-pub use direct::conv2d_direct;
+pub use direct::{backward_weight_applies, conv2d_direct, conv2d_direct_backward_weight};
 
 use crate::WideFloat as Float;
 use crate::cpu::Conv2dGeometry;

@@ -12,7 +12,8 @@ use crate::nn::functional::{Conv2dArgs, ConvTranspose2dArgs, conv_transpose2d, u
 use crate::{DType, Device, Tensor};
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::fused::conv::{
-    conv2d as gemm_forward, depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
+    backward_weight_applies, conv2d as gemm_forward, conv2d_direct_backward_weight,
+    depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
     depthwise_conv2d_backward_weight,
 };
 use ferrograd_kernels::{Element, WideFloat, with_wide_float_dtype};
@@ -105,7 +106,12 @@ pub(crate) fn conv2d(
         let (sx, sw) = (SavedTensor::new(input), SavedTensor::new(weight));
         move |ctx, gout: &Tensor| {
             let (x, w) = (sx.get("conv2d"), sw.get("conv2d"));
-            let (dx, dw) = if is_grad_enabled() || !is_depthwise(&g, groups) {
+            let direct_w = !is_grad_enabled() && ctx.needs(1) && direct_weight(&x, &g, o, groups);
+            let (dx, dw) = if direct_w {
+                // Narrow f32 layers: the weight's gradient without im2col columns.
+                let (dx, _) = conv2d_backward_graph(gout, &x, &w, &g, &args, [ctx.needs(0), false]);
+                (dx, Some(direct_weight_grad(gout, &x, &g, o)))
+            } else if is_grad_enabled() || !is_depthwise(&g, groups) {
                 conv2d_backward_graph(gout, &x, &w, &g, &args, [ctx.needs(0), ctx.needs(1)])
             } else {
                 depthwise_backward(gout, &x, &w, &g, ctx.needs(0), ctx.needs(1))
@@ -120,6 +126,30 @@ pub(crate) fn conv2d(
             grads
         }
     })
+}
+
+/// Whether the direct weight-gradient kernel serves this convolution (see
+/// `ferrograd_kernels::fused::conv::backward_weight_applies`).
+fn direct_weight(x: &Tensor, g: &Conv2dGeometry, o: usize, groups: usize) -> bool {
+    match x.dtype() {
+        DType::F32 => backward_weight_applies::<f32>(g, o, groups),
+        _ => false,
+    }
+}
+
+/// The weight's gradient `[O, C, kh, kw]` from the direct kernel.
+fn direct_weight_grad(gout: &Tensor, x: &Tensor, g: &Conv2dGeometry, o: usize) -> Tensor {
+    let op = "conv2d backward";
+    let (gout, x) = (gout.contiguous(), x.detach().contiguous());
+    let s = with_two(op, &gout, &x, |gs, xs| {
+        <f32 as Element>::into_storage(conv2d_direct_backward_weight::<f32>(
+            host(gs, &gout),
+            host(xs, &x),
+            g,
+            o,
+        ))
+    });
+    Tensor::from_cpu(s, &[o, g.c, g.kernel[0], g.kernel[1]])
 }
 
 /// The direct gradient kernels: the input's and the weight's gradient, each when wanted.
