@@ -213,24 +213,37 @@ pub fn fold2d<T: NumElement>(cols: &[T], g: &Conv2dGeometry) -> HostBuffer<T> {
         return out;
     }
     // Each output plane (n, c) is written by one task: no two tasks touch the same pixel.
+    // A tap's in-bounds output columns are found once (not tested per pixel), so with
+    // unit stride each row is one contiguous add that vectorises.
+    let s1 = g.stride[1];
     let body = |nc: usize, img: &mut [T]| {
         let (n, c) = (nc / g.c, nc % g.c);
         for ki in 0..kh {
             for kj in 0..kw {
                 let r = (c * kh + ki) * kw + kj;
                 let taps = &cols[r * row_len + n * plane..r * row_len + (n + 1) * plane];
+                let offset = (kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                let valid = valid_columns(offset, s1, w, ow);
+                if valid.is_empty() {
+                    continue;
+                }
+                let x0 = (valid.start as isize * s1 as isize + offset) as usize;
                 for oy in 0..oh {
                     let y =
                         (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
                     if y < 0 || y >= h as isize {
                         continue;
                     }
-                    for ox in 0..ow {
-                        let x = (ox * g.stride[1] + kj * g.dilation[1]) as isize
-                            - g.padding[1] as isize;
-                        if x >= 0 && x < w as isize {
-                            let d = &mut img[y as usize * w + x as usize];
-                            *d = *d + taps[oy * ow + ox];
+                    let src = &taps[oy * ow + valid.start..oy * ow + valid.end];
+                    let row = &mut img[y as usize * w..(y as usize + 1) * w];
+                    if s1 == 1 {
+                        for (d, &v) in row[x0..x0 + src.len()].iter_mut().zip(src) {
+                            *d = *d + v;
+                        }
+                    } else {
+                        for (i, &v) in src.iter().enumerate() {
+                            let d = &mut row[x0 + i * s1];
+                            *d = *d + v;
                         }
                     }
                 }
