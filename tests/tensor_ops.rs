@@ -532,7 +532,7 @@ fn depthwise_conv2d_matches_a_dense_block_diagonal_convolution() {
     }
 }
 
-/// Narrow f32 convolutions (LeNet's second layer, a padded and a dilated one) run the
+/// Narrow f32 convolutions (LeNet's two layers, a padded and a dilated one) run the
 /// direct CPU kernels (forward and weight gradient, where the CPU has AVX-512): output and
 /// every gradient equal the f64 convolution's, which takes the im2col path.
 #[test]
@@ -540,6 +540,7 @@ fn narrow_f32_conv2d_matches_f64() {
     for (c, o, hw, k, padding, dilation) in [
         (6, 16, [14, 14], 5, 0, 1),
         (1, 12, [28, 28], 5, 2, 1),
+        (1, 6, [28, 28], 5, 2, 1),
         (3, 19, [11, 9], 3, 1, 2),
     ] {
         let rng = &mut Generator::new(11);

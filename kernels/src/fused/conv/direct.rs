@@ -379,8 +379,8 @@ pub fn conv2d_direct<T: Float>(
     out
 }
 
-/// Whether [`conv2d_direct_backward_weight`] serves a convolution: as [`applies`], with
-/// unit strides.
+/// Whether [`conv2d_direct_backward_weight`] serves a convolution: f32 on AVX-512, one
+/// group, 1–32 output channels, `C·kh·kw ≤ 512`, unit strides.
 pub fn backward_weight_applies<T: Element>(
     g: &Conv2dGeometry,
     out_channels: usize,
@@ -388,7 +388,17 @@ pub fn backward_weight_applies<T: Element>(
 ) -> bool {
     let [oh, ow] = g.output().unwrap_or([0, 0]);
     let wp = g.input[1] + 2 * g.padding[1];
-    applies::<T>(g, out_channels, groups) && g.stride == [1, 1] && oh > 0 && (oh - 1) * wp + ow >= P
+    let k = g.c * g.kernel[0] * g.kernel[1];
+    // Unlike the forward, a block of fewer than 16 channels still beats the im2col
+    // columns of its input (LeNet's first layer: 6 channels).
+    T::DTYPE == DType::F32
+        && groups == 1
+        && (1..=2 * OB).contains(&out_channels)
+        && k <= 512
+        && has_avx512()
+        && g.stride == [1, 1]
+        && oh > 0
+        && (oh - 1) * wp + ow >= P
 }
 
 /// The weight gradient `[O, C, kh, kw]` of a one-group convolution of `x` `[N, C, H, W]`
@@ -403,7 +413,7 @@ pub fn conv2d_direct_backward_weight<T: Float>(
 ) -> HostBuffer<T> {
     assert!(
         backward_weight_applies::<T>(g, out_channels, 1),
-        "conv2d_direct_backward_weight: f32, AVX-512, unit strides, 9..=32 output channels only ({g:?})"
+        "conv2d_direct_backward_weight: f32, AVX-512, unit strides, 1..=32 output channels only ({g:?})"
     );
     let [oh, ow] = g.output().expect("checked above");
     let [kh, kw] = g.kernel;
@@ -577,6 +587,7 @@ mod tests {
         for (n, c, hw, o, k, pad, dil) in [
             (5, 6, [14, 14], 16, [5, 5], [0, 0], [1, 1]),
             (3, 1, [28, 28], 12, [5, 5], [2, 2], [1, 1]),
+            (4, 1, [28, 28], 6, [5, 5], [2, 2], [1, 1]),
             (2, 3, [9, 11], 19, [3, 2], [1, 0], [2, 1]),
         ] {
             let g = Conv2dGeometry {
