@@ -28,10 +28,15 @@ const P: usize = 8;
 /// more than half a block of output channels, at most two blocks, and a short reduction
 /// (`C·kh·kw`), where im2col + GEMM is dominated by its copies.
 pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
+    OB / 2 < out_channels && narrow_f32::<T>(g, out_channels, groups)
+}
+
+/// f32 on AVX-512, one group, at most two channel blocks, a reduction of at most 512.
+fn narrow_f32<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     let k = g.c * g.kernel[0] * g.kernel[1];
     T::DTYPE == DType::F32
         && groups == 1
-        && (OB / 2 < out_channels && out_channels <= 2 * OB)
+        && (1..=2 * OB).contains(&out_channels)
         && k <= 512
         && has_avx512()
 }
@@ -77,6 +82,14 @@ struct Plan<'a> {
 mod avx512 {
     use super::{OB, P, Plan};
     use std::arch::x86_64::*;
+
+    /// `a_i += v * bcast(i)` for the eight named accumulators of a register block (named
+    /// locals, not an array, so they stay in registers).
+    macro_rules! fma8 {
+        ($v:expr, $bcast:expr, [$($a:ident: $i:literal),*]) => {
+            $($a = _mm512_fmadd_ps($v, $bcast($i), $a);)*
+        };
+    }
 
     /// The bias of output-channel block `ob` (zero past the last channel).
     #[target_feature(enable = "avx512f")]
@@ -132,14 +145,8 @@ mod avx512 {
                         unsafe {
                             let w = _mm512_loadu_ps(wc.as_ptr().add(t * plan.opad + ob * OB));
                             let src = xc.add(tap + q0c);
-                            a0 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src), a0);
-                            a1 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(1)), a1);
-                            a2 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(2)), a2);
-                            a3 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(3)), a3);
-                            a4 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(4)), a4);
-                            a5 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(5)), a5);
-                            a6 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(6)), a6);
-                            a7 = _mm512_fmadd_ps(w, _mm512_set1_ps(*src.add(7)), a7);
+                            let at = |i: usize| _mm512_set1_ps(*src.add(i));
+                            fma8!(w, at, [a0: 0, a1: 1, a2: 2, a3: 3, a4: 4, a5: 5, a6: 6, a7: 7]);
                         }
                     }
                 }
@@ -189,14 +196,7 @@ mod avx512 {
                         unsafe {
                             let w = _mm512_loadu_ps(wc.as_ptr().add(t * plan.opad + ob * OB));
                             let at = |p: usize| _mm512_set1_ps(*xc.add(tap + offs[p]));
-                            a0 = _mm512_fmadd_ps(w, at(0), a0);
-                            a1 = _mm512_fmadd_ps(w, at(1), a1);
-                            a2 = _mm512_fmadd_ps(w, at(2), a2);
-                            a3 = _mm512_fmadd_ps(w, at(3), a3);
-                            a4 = _mm512_fmadd_ps(w, at(4), a4);
-                            a5 = _mm512_fmadd_ps(w, at(5), a5);
-                            a6 = _mm512_fmadd_ps(w, at(6), a6);
-                            a7 = _mm512_fmadd_ps(w, at(7), a7);
+                            fma8!(w, at, [a0: 0, a1: 1, a2: 2, a3: 3, a4: 4, a5: 5, a6: 6, a7: 7]);
                         }
                     }
                 }
@@ -255,14 +255,7 @@ mod avx512 {
                     unsafe {
                         let g = _mm512_loadu_ps(gyt.as_ptr().add(q * plan.opad + ob * OB));
                         let at = |i: usize| _mm512_set1_ps(*xp.add(r[i] + q));
-                        a0 = _mm512_fmadd_ps(g, at(0), a0);
-                        a1 = _mm512_fmadd_ps(g, at(1), a1);
-                        a2 = _mm512_fmadd_ps(g, at(2), a2);
-                        a3 = _mm512_fmadd_ps(g, at(3), a3);
-                        a4 = _mm512_fmadd_ps(g, at(4), a4);
-                        a5 = _mm512_fmadd_ps(g, at(5), a5);
-                        a6 = _mm512_fmadd_ps(g, at(6), a6);
-                        a7 = _mm512_fmadd_ps(g, at(7), a7);
+                        fma8!(g, at, [a0: 0, a1: 1, a2: 2, a3: 3, a4: 4, a5: 5, a6: 6, a7: 7]);
                     }
                 }
                 let sums = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
@@ -388,14 +381,9 @@ pub fn backward_weight_applies<T: Element>(
 ) -> bool {
     let [oh, ow] = g.output().unwrap_or([0, 0]);
     let wp = g.input[1] + 2 * g.padding[1];
-    let k = g.c * g.kernel[0] * g.kernel[1];
     // Unlike the forward, a block of fewer than 16 channels still beats the im2col
     // columns of its input (LeNet's first layer: 6 channels).
-    T::DTYPE == DType::F32
-        && groups == 1
-        && (1..=2 * OB).contains(&out_channels)
-        && k <= 512
-        && has_avx512()
+    narrow_f32::<T>(g, out_channels, groups)
         && g.stride == [1, 1]
         && oh > 0
         && (oh - 1) * wp + ow >= P
