@@ -47,6 +47,19 @@ def layer_norm_step():
 
 
 results["layer_norm_fwd_bwd_256x1024"] = median_time(layer_norm_step)
+xb = torch.randn(8, 64, 56, 56, requires_grad=True)
+bw = torch.ones(64, requires_grad=True)
+bb = torch.zeros(64, requires_grad=True)
+rm, rv = torch.zeros(64), torch.ones(64)
+gy = torch.randn(8, 64, 56, 56)
+
+
+def batch_norm_step():
+    F.batch_norm(xb, rm, rv, bw, bb, True, 0.1, 1e-5).backward(gy)
+    xb.grad = bw.grad = bb.grad = None
+
+
+results["batch_norm_train_fwd_bwd_8x64x56x56"] = median_time(batch_norm_step)
 logits = torch.randn(256, 1000, requires_grad=True)
 target = torch.randint(0, 1000, (256,))
 

@@ -56,6 +56,33 @@ fn fused_ops(c: &mut Criterion) {
             }
         })
     });
+    // Training-mode batch norm over ResNet-18's first stage: [8, 64, 56, 56].
+    let xb = Tensor::randn(&[8, 64, 56, 56], DType::F32, &Device::Cpu).requires_grad(true);
+    let bw = Tensor::ones(&[64], DType::F32, &Device::Cpu).requires_grad(true);
+    let bb = Tensor::zeros(&[64], DType::F32, &Device::Cpu).requires_grad(true);
+    let (rm, rv) = (
+        Tensor::zeros(&[64], DType::F32, &Device::Cpu),
+        Tensor::ones(&[64], DType::F32, &Device::Cpu),
+    );
+    let gy = Tensor::randn(&[8, 64, 56, 56], DType::F32, &Device::Cpu);
+    c.bench_function("batch_norm_train_fwd_bwd_8x64x56x56", |bench| {
+        bench.iter(|| {
+            let y = F::batch_norm(
+                &xb,
+                Some(&rm),
+                Some(&rv),
+                Some(&bw),
+                Some(&bb),
+                true,
+                0.1,
+                1e-5,
+            );
+            y.backward_with(&gy);
+            for t in [&xb, &bw, &bb] {
+                t.zero_grad();
+            }
+        })
+    });
     let logits = Tensor::randn(&[256, 1000], DType::F32, &Device::Cpu).requires_grad(true);
     let target = Tensor::randint(0, 1000, &[256], &Device::Cpu);
     c.bench_function("cross_entropy_fwd_bwd_256x1000", |bench| {

@@ -4,8 +4,10 @@ use ferrograd::amp::{GradScaler, autocast, autocast_disabled, autocast_dtype};
 use ferrograd::autograd::no_grad;
 use ferrograd::prelude::*;
 
-fn randn(shape: &[usize]) -> Tensor {
-    Tensor::randn(shape, DType::F32, &Device::Cpu)
+/// Normal f32 draws from the test's own generator: the global one is shared by the tests
+/// running in parallel, so its draws would depend on their interleaving.
+fn randn(shape: &[usize], rng: &mut Generator) -> Tensor {
+    Tensor::randn_with(shape, DType::F32, &Device::Cpu, rng)
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
@@ -22,10 +24,14 @@ fn scalar(t: &Tensor) -> f64 {
 
 #[test]
 fn matmul_family_runs_low_and_precision_sensitive_ops_run_in_f32() {
-    manual_seed(0);
-    let (x, w, b) = (randn(&[4, 8]), randn(&[3, 8]), randn(&[3]));
-    let img = randn(&[2, 3, 8, 8]);
-    let k = randn(&[5, 3, 3, 3]);
+    let mut rng = Generator::new(0);
+    let (x, w, b) = (
+        randn(&[4, 8], &mut rng),
+        randn(&[3, 8], &mut rng),
+        randn(&[3], &mut rng),
+    );
+    let img = randn(&[2, 3, 8, 8], &mut rng);
+    let k = randn(&[5, 3, 3, 3], &mut rng);
     for low in [DType::BF16, DType::F16] {
         autocast(low, || {
             assert_eq!(x.matmul(&w.t()).dtype(), low, "matmul");
@@ -86,7 +92,7 @@ fn scopes_nest_disable_and_restore_even_after_a_panic() {
         });
         assert_eq!(autocast_dtype(), Some(DType::BF16));
         autocast_disabled(|| {
-            let a = randn(&[2, 2]);
+            let a = randn(&[2, 2], &mut Generator::new(4));
             assert_eq!(a.matmul(&a).dtype(), DType::F32);
         });
     });
@@ -109,11 +115,15 @@ fn autocast_to_f32_is_refused() {
 
 #[test]
 fn gradients_flow_through_the_casts_in_f32_and_match_full_precision() {
-    manual_seed(1);
-    let x = randn(&[16, 32]);
-    let target = Tensor::randint(0, 10, &[16], &Device::Cpu);
-    let w1 = randn(&[64, 32]).mul_scalar(0.2).requires_grad(true);
-    let w2 = randn(&[10, 64]).mul_scalar(0.2).requires_grad(true);
+    let mut rng = Generator::new(1);
+    let x = randn(&[16, 32], &mut rng);
+    let target = Tensor::randint_with(0, 10, &[16], &Device::Cpu, &mut rng);
+    let w1 = randn(&[64, 32], &mut rng)
+        .mul_scalar(0.2)
+        .requires_grad(true);
+    let w2 = randn(&[10, 64], &mut rng)
+        .mul_scalar(0.2)
+        .requires_grad(true);
     let forward = || {
         let h = F::linear(&x, &w1, None).relu();
         F::cross_entropy(&F::linear(&h, &w2, None), &target)
@@ -145,9 +155,9 @@ fn gradients_flow_through_the_casts_in_f32_and_match_full_precision() {
 
 #[test]
 fn grad_scaler_rescues_gradients_that_underflow_in_f16() {
-    manual_seed(2);
-    let x = randn(&[8, 4]).abs().add_scalar(0.5);
-    let w = randn(&[4, 3]).requires_grad(true);
+    let mut rng = Generator::new(2);
+    let x = randn(&[8, 4], &mut rng).abs().add_scalar(0.5);
+    let w = randn(&[4, 3], &mut rng).requires_grad(true);
     // d loss / d y = 1e-8 per element: below f16's smallest subnormal (6e-8).
     let loss = || autocast(DType::F16, || x.matmul(&w).mul_scalar(1e-8).sum_all());
     loss().backward();
@@ -250,11 +260,15 @@ fn grad_scaler_update_without_step_panics() {
 
 #[test]
 fn a_small_mlp_trains_under_bf16_autocast() {
-    manual_seed(3);
-    let x = randn(&[64, 8]);
+    let mut rng = Generator::new(3);
+    let x = randn(&[64, 8], &mut rng);
     let target = x.sum(&[1], false).gt_scalar(0.0).to_dtype(DType::I64);
-    let w1 = randn(&[32, 8]).mul_scalar(0.3).requires_grad(true);
-    let w2 = randn(&[2, 32]).mul_scalar(0.3).requires_grad(true);
+    let w1 = randn(&[32, 8], &mut rng)
+        .mul_scalar(0.3)
+        .requires_grad(true);
+    let w2 = randn(&[2, 32], &mut rng)
+        .mul_scalar(0.3)
+        .requires_grad(true);
     let mut losses = vec![];
     for _ in 0..60 {
         let loss = autocast(DType::BF16, || {

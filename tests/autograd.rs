@@ -29,6 +29,30 @@ fn issue_example_runs_and_gives_correct_shapes() {
 }
 
 #[test]
+fn relu_backward_follows_pytorchs_threshold_rule() {
+    // No gradient where x <= 0; a NaN input passes its gradient (threshold_backward).
+    for dtype in [DType::F32, DType::F64] {
+        let x = Tensor::from_vec(vec![f64::NAN, -1.0, 0.0, 2.0], &[4])
+            .to_dtype(dtype)
+            .requires_grad(true);
+        let g = Tensor::from_vec(vec![3.0, 4.0, 5.0, 6.0], &[4]).to_dtype(dtype);
+        x.relu().backward_with(&g);
+        let grad = x.grad().unwrap().to_dtype(DType::F64).to_vec::<f64>();
+        assert_eq!(grad, vec![3.0, 0.0, 0.0, 6.0], "{dtype:?}");
+        // The differentiable form (create_graph) agrees.
+        let x2 = x.detach().requires_grad(true);
+        let y = x2.relu();
+        let d = ferrograd::autograd::grad(&[&y], &[&x2], Some(std::slice::from_ref(&g)), true)[0]
+            .clone()
+            .unwrap();
+        assert_eq!(
+            d.to_dtype(DType::F64).to_vec::<f64>(),
+            vec![3.0, 0.0, 0.0, 6.0]
+        );
+    }
+}
+
+#[test]
 fn gradients_accumulate_across_backward_calls() {
     let x = leaf(vec![1.0, 2.0]);
     (&x * 3.0).sum_all().backward();

@@ -462,6 +462,12 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::batch_norm(&x[0], None, None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5),
             vec![input(&[4, 3, 2], 1), input(&[3], 2), input(&[3], 3)],
         ),
+        // One element per plane ([N, C], BatchNorm1d): the composed ops.
+        case(
+            "batch_norm_train_1d",
+            |x| F::batch_norm(&x[0], None, None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5),
+            vec![input(&[5, 3], 1), input(&[3], 2), input(&[3], 3)],
+        ),
         // Eval: the running statistics folded into one per-channel affine pass.
         case(
             "batch_norm_eval",
@@ -1009,6 +1015,27 @@ fn second_order_gradients_pass_gradcheck() {
             let x = a.reshape(&[1, 3, 3]);
             let y = F::batch_norm(&x, Some(&rm), Some(&rv), Some(&w), None, false, 0.1, 1e-5);
             (y.pow_scalar(2.0) * b).sum_all()
+        }),
+        ("batch_norm_train", |a, b| {
+            // [1, 3, 3]: three channels of three positions (the fused node, whose backward
+            // is tensor ops under create_graph); weight and bias from b.
+            let (w, bias) = (b.sum(&[0], false), b.sum(&[1], false));
+            let x = a.reshape(&[1, 3, 3]);
+            let y = F::batch_norm(&x, None, None, Some(&w), Some(&bias), true, 0.1, 1e-5);
+            (y.pow_scalar(2.0) * b.reshape(&[1, 3, 3])).sum_all() + y.sum_all()
+        }),
+        ("batch_norm_train_1d", |a, b| {
+            // [3, 3]: one element per plane, the composed ops.
+            let w = b.sum(&[0], false);
+            let y = F::batch_norm(a, None, None, Some(&w), None, true, 0.1, 1e-5);
+            (y.pow_scalar(2.0) * b).sum_all()
+        }),
+        ("conv2d_dense", |a, b| {
+            // a as one 3x3 image with one channel; b's rows as three 1x3 kernels.
+            let x = a.reshape(&[1, 1, 3, 3]);
+            let w = b.reshape(&[3, 1, 1, 3]);
+            let args = F::Conv2dArgs::default().padding(1).stride(2);
+            F::conv2d(&x, &w, None, &args).pow_scalar(2.0).sum_all()
         }),
         ("pools", |a, b| {
             let x = (a * b).reshape(&[1, 1, 3, 3]);

@@ -55,6 +55,7 @@ impl Conv2dGeometry {
 }
 
 /// The output columns `ox` whose input column `ox * stride + offset` lies in `0..w`.
+#[inline]
 pub(crate) fn valid_columns(
     offset: isize,
     stride: usize,
@@ -112,9 +113,59 @@ pub(crate) fn gather_tap<T: NumElement>(
         zero(right);
         if g.stride[1] == 1 {
             copy_short(&src_row[x0..x0 + inside.len()], inside);
+        } else if g.stride[1] == 2 && !inside.is_empty() {
+            // By pairs (ResNet's stem and downsampling layers), so that the compiler can
+            // vectorise the deinterleave; the last column's pair may end past the row.
+            let n = inside.len();
+            let pairs = &src_row[x0..x0 + 2 * (n - 1)];
+            for (d, p) in inside[..n - 1].iter_mut().zip(pairs.chunks_exact(2)) {
+                d.write(p[0]);
+            }
+            inside[n - 1].write(src_row[x0 + 2 * (n - 1)]);
         } else {
             for (i, d) in inside.iter_mut().enumerate() {
                 d.write(src_row[x0 + i * g.stride[1]]);
+            }
+        }
+    }
+}
+
+/// The adjoint of [`gather_tap`]: adds a row of `oys.len() * ow` columns (tap `(ki, kj)`
+/// of output rows `oys`) back into the image plane `img` at the input pixels that tap
+/// read; columns that fell into the padding are dropped.
+pub(crate) fn scatter_tap<T: NumElement>(
+    src: &[T],
+    g: &Conv2dGeometry,
+    [oh, ow]: [usize; 2],
+    oys: std::ops::Range<usize>,
+    (ki, kj): (usize, usize),
+    img: &mut [T],
+) {
+    let [h, w] = g.input;
+    let offset = (kj * g.dilation[1]) as isize - g.padding[1] as isize;
+    let cols = valid_columns(offset, g.stride[1], w, ow);
+    let row_offset = (ki * g.dilation[0]) as isize - g.padding[0] as isize;
+    let valid = valid_columns(row_offset, g.stride[0], h, oh);
+    let rows = valid.start.clamp(oys.start, oys.end)..valid.end.clamp(oys.start, oys.end);
+    if cols.is_empty() || rows.is_empty() {
+        return;
+    }
+    let x0 = (cols.start as isize * g.stride[1] as isize + offset) as usize;
+    let y0 = (rows.start as isize * g.stride[0] as isize + row_offset) as usize;
+    let s1 = g.stride[1];
+    for (i, oy) in rows.enumerate() {
+        let at = (oy - oys.start) * ow;
+        let src = &src[at + cols.start..at + cols.end];
+        let y = y0 + i * g.stride[0];
+        let row = &mut img[y * w..(y + 1) * w];
+        if s1 == 1 {
+            for (d, &v) in row[x0..x0 + src.len()].iter_mut().zip(src) {
+                *d = *d + v;
+            }
+        } else {
+            for (i, &v) in src.iter().enumerate() {
+                let d = &mut row[x0 + i * s1];
+                *d = *d + v;
             }
         }
     }
@@ -298,6 +349,20 @@ mod tests {
     #[test]
     fn unfold_and_fold_match_the_definition_over_many_geometries() {
         let mut checked = 0;
+        // Long stride-2 rows (the paired copy), odd and even widths.
+        for width in [40, 41] {
+            let g = Conv2dGeometry {
+                n: 2,
+                c: 2,
+                input: [3, width],
+                kernel: [3, 3],
+                stride: [1, 2],
+                padding: [1, 1],
+                dilation: [1, 1],
+            };
+            let src: Vec<f64> = (0..2 * 2 * 3 * width).map(|i| i as f64).collect();
+            assert_eq!(unfold2d(&src, &g), naive_unfold(&src, &g), "unfold {g:?}");
+        }
         for stride in 1..=3 {
             for padding in 0..=2 {
                 for dilation in 1..=2 {

@@ -30,6 +30,11 @@ struct GeluTanhBackwardOp {
         return g * ((A)0.5 * ((A)1 + t) + (A)0.5 * x * ((A)1 - t * t) * inner);
     }
 };
+// ReLU's backward (PyTorch's threshold_backward): no gradient where x <= 0, so a NaN input
+// passes its gradient through.
+struct ReluBackwardOp {
+    template <typename A> static __device__ A apply(A g, A x) { return x <= (A)0 ? (A)0 : g; }
+};
 struct SiluBackwardOp {
     template <typename A> static __device__ A apply(A g, A x) {
         A s = (A)1 / ((A)1 + d_exp(-x));
@@ -91,6 +96,7 @@ __device__ void binary_inplace(usize n, const Geometry& g, T* dst, const T* src,
 #define GELU_BACKWARD_F(T, S) BINARY_ONE(gelu_backward, GeluBackwardOp, T, S)
 #define GELU_TANH_BACKWARD_F(T, S) BINARY_ONE(gelu_tanh_backward, GeluTanhBackwardOp, T, S)
 #define SILU_BACKWARD_F(T, S) BINARY_ONE(silu_backward, SiluBackwardOp, T, S)
+#define RELU_BACKWARD_F(T, S) BINARY_ONE(relu_backward, ReluBackwardOp, T, S)
 #define ASSIGN_F(T, S) BINARY_ONE(assign, AssignOp, T, S)
 FOR_NUMS(ADD_F)
 FOR_NUMS(SUB_F)
@@ -103,6 +109,7 @@ FOR_FLOATS(ATAN2_F)
 FOR_FLOATS(GELU_BACKWARD_F)
 FOR_FLOATS(GELU_TANH_BACKWARD_F)
 FOR_FLOATS(SILU_BACKWARD_F)
+FOR_FLOATS(RELU_BACKWARD_F)
 FOR_ALL(ASSIGN_F)
 
 // out = a && b for bool tensors (`alpha` is the binary kernels' shared parameter, unused).

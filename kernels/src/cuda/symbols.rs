@@ -182,6 +182,10 @@ kernels! {
     SILU_BACKWARD = ELEMENTWISE, "silu_backward" floats;
     /// In-place [`SILU_BACKWARD`].
     SILU_BACKWARD_INPLACE = ELEMENTWISE, "silu_backward_inplace" floats;
+    /// ReLU's backward `x <= 0 ? 0 : g` (PyTorch's `threshold_backward`).
+    RELU_BACKWARD = ELEMENTWISE, "relu_backward" floats;
+    /// In-place [`RELU_BACKWARD`].
+    RELU_BACKWARD_INPLACE = ELEMENTWISE, "relu_backward_inplace" floats;
     /// `out = alpha * b` (a copy; `a` is ignored).
     ASSIGN = ELEMENTWISE, "assign" all;
     /// In-place [`ASSIGN`]: a strided copy into a region.

@@ -127,14 +127,11 @@ mod avx512 {
         let g = plan.g;
         let [oh, ow] = g.output().expect("checked by the caller");
         let (wp, plane) = (plan.wp, oh * ow);
-        let wide = (oh - 1) * wp + ow;
         let ntaps = plan.taps.len();
+        let starts = block_starts(oh, ow, wp);
         for ob in 0..plan.opad / OB {
             let init = bias_block(plan, ob);
-            let mut q0 = 0;
-            while q0 < wide {
-                // The last block ends at the last pixel (recomputing some of the previous).
-                let q0c = q0.min(wide - P);
+            for &q0c in &starts {
                 let (mut a0, mut a1, mut a2, mut a3) = (init, init, init, init);
                 let (mut a4, mut a5, mut a6, mut a7) = (init, init, init, init);
                 for c in 0..g.c {
@@ -159,8 +156,25 @@ mod avx512 {
                         }
                     }
                 }
-                q0 += P;
             }
+        }
+    }
+
+    /// The first wide pixels of the `P`-pixel blocks that cover every output pixel of a
+    /// unit-stride plane (`oh` rows of `ow` valid pixels, `wp` apart), whichever way needs
+    /// fewer blocks: row by row (each block inside one row's valid pixels, so none is
+    /// wasted on the `wp - ow` columns past the row's end; needs `ow >= P`), or straight
+    /// along the wide pixels, blocks spanning rows. A row's or the plane's last block ends
+    /// at its last pixel, recomputing part of the one before.
+    fn block_starts(oh: usize, ow: usize, wp: usize) -> Vec<usize> {
+        let wide = (oh - 1) * wp + ow;
+        let along = (0..wide.div_ceil(P)).map(|b| (b * P).min(wide - P));
+        if ow >= P && oh * ow.div_ceil(P) <= wide.div_ceil(P) {
+            (0..oh)
+                .flat_map(|y| (0..ow.div_ceil(P)).map(move |b| y * wp + (b * P).min(ow - P)))
+                .collect()
+        } else {
+            along.collect()
         }
     }
 
@@ -531,6 +545,9 @@ mod tests {
         // stride, padding and dilation per dim.
         for (n, c, hw, o, k, stride, pad, dil) in [
             (3, 6, [14, 14], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
+            // Row-aligned blocks: LeNet's second layer (one block per row), and rows of 28
+            // (a last block per row overlapping the one before).
+            (2, 6, [12, 12], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
             (2, 1, [28, 28], 12, [5, 5], [1, 1], [2, 2], [1, 1]),
             (2, 3, [11, 9], 19, [3, 2], [2, 1], [1, 0], [1, 2]),
             (1, 2, [7, 8], 32, [3, 3], [3, 2], [2, 1], [2, 1]),

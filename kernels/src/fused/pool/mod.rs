@@ -202,29 +202,298 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (HostBuffer<T>
     let plane_out = oh * ow;
     let mut indices = HostBuffer::<i64>::zeroed(g.n * g.c * plane_out);
     let work = indices.len() * g.kernel[0] * g.kernel[1];
-    for_planes(&mut indices, plane_out, work, |first, chunk| {
-        let mut best = vec![T::neg_infinity(); ow];
-        for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
+    if is_2x2(pg) {
+        let mut out = HostBuffer::<T>::zeroed(indices.len());
+        max_pool_2x2(x, pg, &mut out, &mut indices);
+        return (out, indices);
+    }
+    if g.dilation == [1, 1] && g.input[0] * g.input[1] < i32::MAX as usize {
+        let mut out = HostBuffer::<T>::zeroed(indices.len());
+        max_pool_separable(x, pg, &mut out, &mut indices);
+        return (out, indices);
+    }
+    max_pool_scan(x, pg, indices, work)
+}
+
+/// [`max_pool2d`] for undilated windows, separably and at unit stride: each input row's
+/// window maxima at every window start (contiguous, vectorised loops over the row per
+/// kernel column), then per output row the maxima of its window rows, then every
+/// `stride`-th column. Rows first keeps PyTorch's pick: the first maximum in row-major
+/// window order is the first row's first maximum among the rows holding the window's
+/// maximum, and the last NaN is the last NaN of the last row holding one.
+fn max_pool_separable<T: FloatElement>(
+    x: &[T],
+    pg: &PoolGeometry,
+    out: &mut [T],
+    indices: &mut [i64],
+) {
+    let g = &pg.window;
+    let [h, w] = g.input;
+    let [oh, ow] = pg.output;
+    let plane_out = oh * ow;
+    let work = out.len() * g.kernel[0] * g.kernel[1];
+    // Window starts along a row at unit stride (the output columns are every stride-th).
+    let starts = (ow - 1) * g.stride[1] + 1;
+    // Scratch rows, reused by whichever task runs next.
+    let scratch = std::sync::Mutex::new(Vec::new());
+    for_plane_pairs(out, indices, plane_out, work, |p, values, idx| {
+        let mut mine = scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_else(|| {
+                (
+                    vec![T::neg_infinity(); h * starts],
+                    vec![-1i32; h * starts],
+                    vec![T::neg_infinity(); starts],
+                    vec![-1i32; starts],
+                )
+            });
+        let (hv, hi, vv, vi) = &mut mine;
+        with_simd(MaxSeparable {
+            src: &x[p * h * w..(p + 1) * h * w],
+            values,
+            indices: idx,
+            g,
+            out: [oh, ow],
+            starts,
+            hv,
+            hi,
+            vv,
+            vi,
+        });
+        scratch.lock().unwrap_or_else(|e| e.into_inner()).push(mine);
+    });
+}
+
+/// One plane of [`max_pool_separable`], with its scratch rows.
+struct MaxSeparable<'a, T> {
+    src: &'a [T],
+    values: &'a mut [T],
+    indices: &'a mut [i64],
+    g: &'a Conv2dGeometry,
+    out: [usize; 2],
+    /// Window starts per row (`(ow - 1) * stride + 1`).
+    starts: usize,
+    /// Each input row's window maxima and their columns, `[h, starts]`.
+    hv: &'a mut [T],
+    hi: &'a mut [i32],
+    /// One output row's running maxima over window rows and their flat indices.
+    vv: &'a mut [T],
+    vi: &'a mut [i32],
+}
+
+impl<T: FloatElement> SimdKernel for MaxSeparable<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let g = self.g;
+        let [h, w] = g.input;
+        let [oh, ow] = self.out;
+        let [k0, k1] = g.kernel;
+        let [s0, s1] = g.stride;
+        let [p0, p1] = g.padding;
+        let n = self.starts;
+        for y in 0..h {
+            let row = &self.src[y * w..(y + 1) * w];
+            let (bv, bi) = (
+                &mut self.hv[y * n..(y + 1) * n],
+                &mut self.hi[y * n..(y + 1) * n],
+            );
+            bv.fill(T::neg_infinity());
+            bi.fill(-1);
+            for kj in 0..k1 {
+                // Window starts `j` whose tap `kj` reads input column `j + kj - p1` in 0..w.
+                let lo = p1.saturating_sub(kj).min(n);
+                let hi = (w + p1).saturating_sub(kj).clamp(lo, n);
+                let first = lo + kj - p1;
+                let src = &row[first..first + (hi - lo)];
+                for (t, ((b, a), &v)) in bv[lo..hi]
+                    .iter_mut()
+                    .zip(&mut bi[lo..hi])
+                    .zip(src)
+                    .enumerate()
+                {
+                    // PyTorch's rule: the first maximum, or the last NaN.
+                    let better = (*a < 0) | (v > *b) | v.is_nan();
+                    *b = if better { v } else { *b };
+                    *a = if better { (first + t) as i32 } else { *a };
+                }
+            }
+        }
+        for oy in 0..oh {
+            self.vv.fill(T::neg_infinity());
+            self.vi.fill(-1);
+            for ki in 0..k0 {
+                let Some(y) = (oy * s0 + ki).checked_sub(p0).filter(|&y| y < h) else {
+                    continue;
+                };
+                let (rv, ri) = (&self.hv[y * n..(y + 1) * n], &self.hi[y * n..(y + 1) * n]);
+                let base = (y * w) as i32;
+                for (((b, a), &v), &c) in self.vv.iter_mut().zip(self.vi.iter_mut()).zip(rv).zip(ri)
+                {
+                    let better = (c >= 0) & ((*a < 0) | (v > *b) | v.is_nan());
+                    *b = if better { v } else { *b };
+                    *a = if better { base + c } else { *a };
+                }
+            }
+            let (ov, oi) = (
+                &mut self.values[oy * ow..(oy + 1) * ow],
+                &mut self.indices[oy * ow..(oy + 1) * ow],
+            );
+            for (ox, (d, i)) in ov.iter_mut().zip(oi.iter_mut()).enumerate() {
+                *d = self.vv[ox * s1];
+                *i = self.vi[ox * s1] as i64;
+            }
+        }
+    }
+}
+
+/// [`max_pool2d`] for any window: the argmax of each output row by window taps, then the
+/// values gathered.
+fn max_pool_scan<T: FloatElement>(
+    x: &[T],
+    pg: &PoolGeometry,
+    mut indices: HostBuffer<i64>,
+    work: usize,
+) -> (HostBuffer<T>, HostBuffer<i64>) {
+    let g = &pg.window;
+    let [h, w] = g.input;
+    let [oh, ow] = pg.output;
+    let mut out = HostBuffer::<T>::zeroed(indices.len());
+    for_plane_pairs(
+        &mut out,
+        &mut indices,
+        oh * ow,
+        work,
+        |first, values, idx| {
             with_simd(MaxPlane {
-                src: &x[(first + p) * h * w..(first + p + 1) * h * w],
-                indices: plane,
-                best: &mut best,
+                src: &x[first * h * w..(first + 1) * h * w],
+                indices: idx,
+                values,
                 g,
                 out: [oh, ow],
             });
+        },
+    );
+    (out, indices)
+}
+
+/// Runs `f(plane, values, indices)` for every output plane of max pooling (`plane_len`
+/// outputs each), serially below the parallel threshold, else whole planes per task.
+fn for_plane_pairs<T: Send>(
+    out: &mut [T],
+    indices: &mut [i64],
+    plane_len: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T], &mut [i64]) + Sync,
+) {
+    let planes = out.len() / plane_len.max(1);
+    if planes == 0 || plane_len == 0 {
+        return;
+    }
+    let per_task = if work < PARALLEL_THRESHOLD {
+        planes
+    } else {
+        (PARALLEL_THRESHOLD / (work / planes).max(1)).clamp(1, planes)
+    };
+    let tasks: Vec<PlaneJob<'_, T>> = out
+        .chunks_mut(per_task * plane_len)
+        .zip(indices.chunks_mut(per_task * plane_len))
+        .map(|pair| std::sync::Mutex::new(Some(pair)))
+        .collect();
+    crate::cpu::run_tasks(tasks.len(), |t| {
+        let (out, idx) = tasks[t]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("each task runs once");
+        for (p, (o, i)) in out
+            .chunks_exact_mut(plane_len)
+            .zip(idx.chunks_exact_mut(plane_len))
+            .enumerate()
+        {
+            f(t * per_task + p, o, i);
         }
     });
-    let mut out = HostBuffer::<T>::zeroed(indices.len());
-    for_planes(&mut out, plane_out, indices.len(), |first, chunk| {
-        for (p, plane) in chunk.chunks_exact_mut(plane_out).enumerate() {
-            let src = &x[(first + p) * h * w..(first + p + 1) * h * w];
-            let idx = &indices[(first + p) * plane_out..(first + p + 1) * plane_out];
-            for (d, &i) in plane.iter_mut().zip(idx) {
-                *d = src[i as usize];
+}
+
+/// Whether `pg` is the common non-overlapping 2x2 window with stride 2 and every window
+/// inside the input (no padding, dilation or `ceil_mode` overhang).
+fn is_2x2(pg: &PoolGeometry) -> bool {
+    let g = &pg.window;
+    g.kernel == [2, 2]
+        && g.stride == [2, 2]
+        && g.padding == [0, 0]
+        && g.dilation == [1, 1]
+        && 2 * pg.output[0] <= g.input[0]
+        && 2 * pg.output[1] <= g.input[1]
+}
+
+/// [`max_pool2d`] for [`is_2x2`] windows: value and index of each output in one pass, the
+/// four candidates compared in window order with selects.
+fn max_pool_2x2<T: FloatElement>(x: &[T], pg: &PoolGeometry, out: &mut [T], indices: &mut [i64]) {
+    let g = &pg.window;
+    let [h, w] = g.input;
+    let plane_out = pg.output[0] * pg.output[1];
+    for_plane_pairs(out, indices, plane_out, out.len() * 4, |p, o, i| {
+        with_simd(Max2x2Plane {
+            src: &x[p * h * w..(p + 1) * h * w],
+            out: o,
+            idx: i,
+            w,
+            ow: pg.output[1],
+        });
+    });
+}
+
+/// One task's planes of values and indices, taken once by the task that runs them.
+type PlaneJob<'a, T> = std::sync::Mutex<Option<(&'a mut [T], &'a mut [i64])>>;
+
+/// One plane of [`max_pool_2x2`].
+struct Max2x2Plane<'a, T> {
+    src: &'a [T],
+    out: &'a mut [T],
+    idx: &'a mut [i64],
+    w: usize,
+    ow: usize,
+}
+
+impl<T: FloatElement> SimdKernel for Max2x2Plane<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (w, ow) = (self.w, self.ow);
+        for (oy, (orow, irow)) in self
+            .out
+            .chunks_exact_mut(ow)
+            .zip(self.idx.chunks_exact_mut(ow))
+            .enumerate()
+        {
+            let y0 = 2 * oy * w;
+            let r0 = &self.src[y0..y0 + 2 * ow];
+            let r1 = &self.src[y0 + w..y0 + w + 2 * ow];
+            let (b0, b1) = (y0 as i64, (y0 + w) as i64);
+            for (ox, (((a, b), o), i)) in r0
+                .chunks_exact(2)
+                .zip(r1.chunks_exact(2))
+                .zip(orow.iter_mut())
+                .zip(irow.iter_mut())
+                .enumerate()
+            {
+                let x0 = 2 * ox as i64;
+                let (mut m, mut at) = (a[0], b0 + x0);
+                // PyTorch's rule, as in `MaxPlane`: the first maximum, or the last NaN.
+                for (v, pos) in [(a[1], b0 + x0 + 1), (b[0], b1 + x0), (b[1], b1 + x0 + 1)] {
+                    let better = (v > m) | v.is_nan();
+                    m = if better { v } else { m };
+                    at = if better { pos } else { at };
+                }
+                *o = m;
+                *i = at;
             }
         }
-    });
-    (out, indices)
+    }
 }
 
 /// The window argmax of one plane, compiled per CPU feature level (where the selects below
@@ -232,8 +501,8 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (HostBuffer<T>
 struct MaxPlane<'a, T> {
     src: &'a [T],
     indices: &'a mut [i64],
-    /// One output row's running maxima (`ow` long).
-    best: &'a mut [T],
+    /// The plane's output values, which hold each row's running maxima.
+    values: &'a mut [T],
     g: &'a Conv2dGeometry,
     out: [usize; 2],
 }
@@ -242,19 +511,16 @@ impl<T: FloatElement> SimdKernel for MaxPlane<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let (src, indices, best) = (self.src, self.indices, self.best);
+        let (src, indices, values) = (self.src, self.indices, self.values);
         let (ow, stride) = (self.out[1], self.g.stride[1]);
         indices.fill(-1);
-        let mut row = usize::MAX;
+        values.fill(T::neg_infinity());
         for_each_tap(self.g, self.out, |oy, ox0, count, start| {
-            if oy != row {
-                row = oy;
-                best.fill(T::neg_infinity());
-            }
             let at = &mut indices[oy * ow + ox0..oy * ow + ox0 + count];
+            let best = &mut values[oy * ow + ox0..oy * ow + ox0 + count];
             let taps = src[start..].iter().step_by(stride);
             let positions = (start as i64..).step_by(stride);
-            for (((b, a), &v), i) in best[ox0..].iter_mut().zip(at).zip(taps).zip(positions) {
+            for (((b, a), &v), i) in best.iter_mut().zip(at).zip(taps).zip(positions) {
                 // PyTorch's rule: the first maximum, or the last NaN; padding never wins.
                 // Non-short-circuit `|`: a select, not a chain of branches.
                 let better = (*a < 0) | (v > *b) | v.is_nan();
@@ -544,5 +810,79 @@ mod tests {
                 assert!((dot(&avg, &y) - dot(&x, &dx)).abs() < 1e-9 * (1.0 + dot(&avg, &y).abs()));
             }
         }
+    }
+
+    #[test]
+    fn the_2x2_path_matches_the_window_scan_with_ties_and_nans() {
+        let (n, c, h, w) = (3, 2, 7, 9);
+        let x: Vec<f32> = (0..n * c * h * w)
+            .map(|i| match i % 11 {
+                3 => f32::NAN,
+                5 | 6 => 2.0,
+                k => (k as f32 * 0.7).sin(),
+            })
+            .collect();
+        let window = Conv2dGeometry {
+            n,
+            c,
+            input: [h, w],
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+            dilation: [1, 1],
+        };
+        let pg = PoolGeometry::new(window, false, AvgDivisor::Padded).unwrap();
+        assert!(is_2x2(&pg));
+        let (out, idx) = max_pool2d(&x, &pg);
+        let len = n * c * pg.output[0] * pg.output[1];
+        let (want, want_idx) = max_pool_scan(&x, &pg, HostBuffer::zeroed(len), 0);
+        assert_eq!(idx.to_vec(), want_idx.to_vec());
+        for (a, b) in out.iter().zip(want.iter()) {
+            assert!(a == b || (a.is_nan() && b.is_nan()), "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn the_separable_path_matches_the_window_scan() {
+        let mut checked = 0;
+        for (k, stride, pad, ceil) in [
+            ([3, 3], [2, 2], [1, 1], false),
+            ([3, 3], [1, 1], [1, 1], false),
+            ([3, 2], [2, 1], [1, 0], true),
+            ([2, 3], [3, 2], [0, 1], true),
+            ([4, 4], [2, 3], [2, 2], false),
+            ([1, 1], [2, 2], [0, 0], false),
+        ] {
+            let (n, c, h, w) = (2, 3, 9, 11);
+            // Ties (repeated values, zeros as after a ReLU) and NaNs.
+            let x: Vec<f64> = (0..n * c * h * w)
+                .map(|i| match i % 13 {
+                    4 => f64::NAN,
+                    2 | 3 | 7 => 0.0,
+                    8 | 9 => 1.5,
+                    j => (j as f64 * 0.9).sin(),
+                })
+                .collect();
+            let window = Conv2dGeometry {
+                n,
+                c,
+                input: [h, w],
+                kernel: k,
+                stride,
+                padding: pad,
+                dilation: [1, 1],
+            };
+            let pg = PoolGeometry::new(window, ceil, AvgDivisor::Padded).unwrap();
+            let len = n * c * pg.output[0] * pg.output[1];
+            let (mut out, mut idx) = (vec![0.0; len], vec![0i64; len]);
+            max_pool_separable(&x, &pg, &mut out, &mut idx);
+            let (want, want_idx) = max_pool_scan(&x, &pg, HostBuffer::zeroed(len), 0);
+            assert_eq!(idx, want_idx.to_vec(), "{window:?}");
+            for (a, b) in out.iter().zip(want.iter()) {
+                assert!(a == b || (a.is_nan() && b.is_nan()), "{a} vs {b}");
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, 6);
     }
 }

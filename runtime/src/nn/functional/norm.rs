@@ -137,9 +137,16 @@ pub fn batch_norm(
             "batch_norm: expected more than 1 value per channel when training, got input size {:?}",
             input.shape()
         );
-        let mean = input.mean(&dims, true);
-        let centered = input.sub(&mean);
-        let var = centered.mul(&centered).mean(&dims, true);
+        let fused = crate::nn::fused::batch_norm_train(input, weight, bias, eps);
+        let (out, mean, var) = match fused {
+            Some((out, mean, var)) => (Some(out), mean, var),
+            None => {
+                let mean = input.mean(&dims, true);
+                let centered = input.sub(&mean);
+                let var = centered.mul(&centered).mean(&dims, true);
+                (None, mean, var)
+            }
+        };
         no_grad(|| {
             let unbiased = var.mul_scalar(per_channel as f64 / (per_channel - 1) as f64);
             if let Some(rm) = running_mean {
@@ -151,6 +158,9 @@ pub fn batch_norm(
                     .add_scaled_(&unbiased.reshape(&[c]), momentum);
             }
         });
+        if let Some(out) = out {
+            return out;
+        }
         (mean, var)
     } else {
         let rm = running_mean.expect("batch_norm: running_mean is required in eval mode");

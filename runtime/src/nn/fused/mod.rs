@@ -17,7 +17,7 @@ mod lstm_cell;
 mod pool;
 
 pub(crate) use attention::{AttnMask, attention};
-pub(crate) use batch_norm::channel_affine;
+pub(crate) use batch_norm::{batch_norm_train, channel_affine};
 pub(crate) use conv::{applies as conv2d_applies, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;

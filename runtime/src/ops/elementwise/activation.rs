@@ -133,7 +133,8 @@ backward_kernel!(
     /// `g * (Φ(x) + x φ(x))`.
     GeluBackwardK, GELU_BACKWARD, GELU_BACKWARD_INPLACE, |g, x| {
         let cdf = c::<A>(0.5) * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf_vec());
-        let pdf = (c::<A>(-0.5) * x * x).exp_vec() * c::<A>(0.398_942_280_401_432_7);
+        // `-x²/2` is never positive: the exponential without its overflow branch.
+        let pdf = (c::<A>(-0.5) * x * x).exp_nonpos::<false>() * c::<A>(0.398_942_280_401_432_7);
         g * (cdf + x * pdf)
     }
 );
@@ -152,6 +153,13 @@ backward_kernel!(
     SiluBackwardK, SILU_BACKWARD, SILU_BACKWARD_INPLACE, |g, x| {
         let s = x.sigmoid_vec();
         g * s * (A::one() + x * (A::one() - s))
+    }
+);
+
+backward_kernel!(
+    /// `x <= 0 ? 0 : g` (PyTorch's `threshold_backward`: a NaN input passes its gradient).
+    ReluBackwardK, RELU_BACKWARD, RELU_BACKWARD_INPLACE, |g, x| {
+        if x <= A::zero() { A::zero() } else { g }
     }
 );
 
@@ -181,7 +189,9 @@ impl Tensor {
     /// ```
     pub fn relu(&self) -> Tensor {
         self.unary_op("relu", ReluK, |x, _, g| {
-            g.mul(&x.gt_scalar(0.0).to_dtype(g.dtype()))
+            Tensor::fused_backward(g, x, "relu_backward", &ReluBackwardK, || {
+                g.mul(&x.le_scalar(0.0).logical_not().to_dtype(g.dtype()))
+            })
         })
     }
 

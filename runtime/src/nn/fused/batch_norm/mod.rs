@@ -1,13 +1,18 @@
-//! `x * scale[c] + shift[c]` over dim 1 in one pass: eval-mode batch norm once its running
-//! statistics are folded into a per-channel scale and shift. CPU kernel:
-//! `ferrograd_kernels::fused::batch_norm`; CUDA and half-precision tensors take two
-//! broadcast ops. The backward is tensor ops (a broadcast product and two reductions), so
-//! it is differentiable again as it stands.
+//! Batch norm over dim 1 in few passes. [`channel_affine`] is `x * scale[c] + shift[c]` in
+//! one pass: eval-mode batch norm once its running statistics are folded into a per-channel
+//! scale and shift (its backward is tensor ops, differentiable again as it stands).
+//! [`batch_norm_train`] is training mode: a statistics pass, then the same affine pass,
+//! with a fused backward (two passes) unless `create_graph` asks for differentiable
+//! gradients. CPU kernels: `ferrograd_kernels::fused::batch_norm`; CUDA and
+//! half-precision tensors take broadcast ops.
 
-use super::range;
-use crate::autograd::{SavedTensor, record};
+use super::{range, with_optional};
+use crate::autograd::{SavedTensor, is_grad_enabled, record};
 use crate::{DType, Device, Tensor};
-use ferrograd_kernels::fused::batch_norm::channel_affine as affine_kernel;
+use ferrograd_kernels::fused::batch_norm::{
+    channel_affine as affine_kernel, channel_grad_input, channel_grad_sums, channel_moments,
+    channel_normalize,
+};
 use ferrograd_kernels::{Element, with_wide_float_dtype};
 
 /// `input * scale[c] + shift[c]` for `input` `[N, C, ...]` and `scale`, `shift` `[C]` on the
@@ -57,4 +62,157 @@ pub(crate) fn channel_affine(input: &Tensor, scale: &Tensor, shift: &Tensor) -> 
             ]
         }
     })
+}
+
+/// Fewest elements per plane (`H·W`) for [`batch_norm_train`]: its per-channel loops walk
+/// planes, so `[N, C]` inputs (`BatchNorm1d` after a linear layer, one element per plane)
+/// take the composed ops, whose reductions run along the batch instead.
+const MIN_INNER: usize = 2;
+
+/// Whether [`batch_norm_train`] serves `input` with these parameters: CPU tensors of f32 or
+/// f64, all of one dtype (others take the composed ops, which promote as PyTorch does).
+fn train_applies(input: &Tensor, params: &[Option<&Tensor>]) -> bool {
+    let same = |t: &Tensor| t.device() == Device::Cpu && t.dtype() == input.dtype();
+    matches!(input.dtype(), DType::F32 | DType::F64)
+        && same(input)
+        && input.numel() > 0
+        && params.iter().flatten().all(|t| same(t))
+}
+
+/// Training-mode batch norm of `input` `[N, C, ...]` with optional `weight` and `bias` `[C]`
+/// (checked by the caller): the output and the batch's per-channel mean and biased variance
+/// (`[C]`, the input's dtype, for the running statistics), or `None` where the fused kernels
+/// do not apply (see [`train_applies`] and [`MIN_INNER`]). One autograd node.
+pub(crate) fn batch_norm_train(
+    input: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Option<(Tensor, Tensor, Tensor)> {
+    if !train_applies(input, &[weight, bias]) {
+        return None;
+    }
+    let op = "batch_norm";
+    let c = input.shape()[1];
+    let inner = input.numel() / (input.shape()[0] * c);
+    if inner < MIN_INNER {
+        return None;
+    }
+    let x = input.detach().contiguous();
+    let host = |t: &Tensor| t.detach().to_dtype(DType::F64).to_vec::<f64>();
+    let (w, b) = (weight.map(host), bias.map(host));
+    let (mean, var) = x.with_cpu(op, |xs, _| {
+        with_wide_float_dtype!(x.dtype(), T => channel_moments::<T>(
+            &xs.typed::<T>()[range(&x)], c, inner,
+        ), else unreachable!("batch_norm_train takes f32 or f64"))
+    });
+    let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+    let scale: Vec<f64> = (0..c)
+        .map(|i| invstd[i] * w.as_ref().map_or(1.0, |w| w[i]))
+        .collect();
+    let shift: Vec<f64> = (0..c).map(|i| b.as_ref().map_or(0.0, |b| b[i])).collect();
+    let dtype = input.dtype();
+    let per_channel = move |v: &[f64]| Tensor::from_vec(v.to_vec(), &[c]).to_dtype(dtype);
+    let out = x.with_cpu(op, |xs, _| {
+        with_wide_float_dtype!(dtype, T => {
+            let cast = |v: &[f64]| v.iter().map(|&a| T::from_f64(a)).collect::<Vec<T>>();
+            T::into_storage(channel_normalize::<T>(
+                &xs.typed::<T>()[range(&x)],
+                &cast(&mean),
+                &cast(&scale),
+                &cast(&shift),
+                inner,
+            ))
+        }, else unreachable!("batch_norm_train takes f32 or f64"))
+    });
+    let out = Tensor::from_cpu(out, input.shape());
+    let (mean_t, var_t) = (per_channel(&mean), per_channel(&var));
+    let mut inputs = vec![input];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let out = record(out, "batch_norm", &inputs, || {
+        let sx = SavedTensor::new(input);
+        let sw = weight.map(SavedTensor::new);
+        move |ctx, g: &Tensor| {
+            let x = sx.get("batch_norm");
+            let w = sw.as_ref().map(|s| s.get("batch_norm"));
+            let want_w = has_w && ctx.needs(1);
+            let want_b = has_b && ctx.needs(1 + has_w as usize);
+            let (dx, dw, db) = if is_grad_enabled() {
+                train_backward_graph(g, &x, w.as_ref(), eps)
+            } else {
+                let (gy, x) = (g.contiguous(), x.detach().contiguous());
+                let w = w.map(|w| w.detach().contiguous());
+                let op = "batch_norm backward";
+                let (sg, sgx, dx) = gy.with_cpu(op, |gs, _| {
+                    x.with_cpu(op, |xs, _| {
+                        with_optional(op, w.as_ref(), |ws| {
+                            with_wide_float_dtype!(x.dtype(), T => {
+                                let (gy_h, x_h) = (&gs.typed::<T>()[range(&gy)], &xs.typed::<T>()[range(&x)]);
+                                let (sg, sgx) = channel_grad_sums(gy_h, x_h, &mean, inner);
+                                let dx = ctx.needs(0).then(|| T::into_storage(channel_grad_input(
+                                    gy_h,
+                                    x_h,
+                                    &mean,
+                                    &invstd,
+                                    ws.map(|s| &s.typed::<T>()[range(w.as_ref().expect("present"))]),
+                                    &sg,
+                                    &sgx,
+                                    inner,
+                                )));
+                                (sg, sgx, dx)
+                            }, else unreachable!("batch_norm_train takes f32 or f64"))
+                        })
+                    })
+                });
+                let dw: Vec<f64> = sgx.iter().zip(&invstd).map(|(s, r)| s * r).collect();
+                (
+                    dx.map(|s| Tensor::from_cpu(s, x.shape())),
+                    Some(per_channel(&dw)),
+                    Some(per_channel(&sg)),
+                )
+            };
+            let mut grads = vec![ctx.needs(0).then_some(dx).flatten()];
+            if has_w {
+                grads.push(want_w.then_some(dw).flatten());
+            }
+            if has_b {
+                grads.push(want_b.then_some(db).flatten());
+            }
+            grads
+        }
+    });
+    Some((out, mean_t, var_t))
+}
+
+type BatchNormGrads = (Option<Tensor>, Option<Tensor>, Option<Tensor>);
+
+/// Training-mode batch norm's gradients as tensor ops (differentiable again, for
+/// `create_graph`): the statistics are recomputed from `x`, so second derivatives flow
+/// through them.
+fn train_backward_graph(g: &Tensor, x: &Tensor, w: Option<&Tensor>, eps: f64) -> BatchNormGrads {
+    let c = x.shape()[1];
+    let mut stat_shape = vec![1usize; x.dim()];
+    stat_shape[1] = c;
+    let dims: Vec<isize> = (0..x.dim() as isize).filter(|&d| d != 1).collect();
+    let mean = x.mean(&dims, true);
+    let centered = x.sub(&mean);
+    let rstd = centered
+        .mul(&centered)
+        .mean(&dims, true)
+        .add_scalar(eps)
+        .rsqrt();
+    let xhat = centered.mul(&rstd);
+    let gw = match w {
+        Some(w) => g.mul(&w.reshape(&stat_shape)),
+        None => g.clone(),
+    };
+    let dx = rstd.mul(
+        &gw.sub(&gw.mean(&dims, true))
+            .sub(&xhat.mul(&gw.mul(&xhat).mean(&dims, true))),
+    );
+    let dw = g.mul(&xhat).sum(&dims, false);
+    let db = g.sum(&dims, false);
+    (Some(dx), Some(dw), Some(db))
 }

@@ -1,8 +1,10 @@
 //! `conv2d` on the CPU for f32/f64: direct depthwise loops (`groups == in_channels`: one
 //! kernel forward, one per gradient, no im2col columns), and for every other convolution a
 //! forward that gathers im2col columns one L2-sized tile at a time and GEMMs each tile
-//! straight into the NCHW output (its backward is the tensor-op gradient: a transposed
-//! convolution and a per-group GEMM with the columns). CPU kernels:
+//! straight into the NCHW output; its backward walks the batch the same way, both
+//! gradients per tile (narrow f32 layers take direct kernels instead). Under
+//! `create_graph` the gradients are tensor ops (a transposed convolution and a per-group
+//! GEMM with the columns), differentiable again. CPU kernels:
 //! `ferrograd_kernels::fused::conv`. CUDA tensors and half-precision inputs take
 //! `F::conv2d`'s batch-wide im2col + GEMM path instead (see [`applies`]).
 
@@ -12,8 +14,8 @@ use crate::nn::functional::{Conv2dArgs, ConvTranspose2dArgs, conv_transpose2d, u
 use crate::{DType, Device, Tensor};
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::fused::conv::{
-    backward_weight_applies, conv2d as gemm_forward, conv2d_direct_backward_weight,
-    depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
+    backward_weight_applies, conv2d as gemm_forward, conv2d_backward as tiled_grads,
+    conv2d_direct_backward_weight, depthwise_conv2d as dw_forward, depthwise_conv2d_backward_input,
     depthwise_conv2d_backward_weight,
 };
 use ferrograd_kernels::{Element, WideFloat, with_wide_float_dtype};
@@ -69,8 +71,8 @@ fn is_depthwise(g: &Conv2dGeometry, groups: usize) -> bool {
 
 /// `conv2d` of `input` `[N, C, H, W]` with `weight` `[O, C/groups, kh, kw]` and optional
 /// `bias` `[O]`, shapes checked by `F::conv2d`; output `[N, O, oh, ow]`. One autograd node;
-/// a depthwise backward runs the direct gradient kernels (under `create_graph`, and for
-/// other convolutions, the gradients are differentiable tensor ops).
+/// its backward runs the depthwise, direct or tiled gradient kernels (under
+/// `create_graph`, differentiable tensor ops).
 pub(crate) fn conv2d(
     input: &Tensor,
     weight: &Tensor,
@@ -106,15 +108,18 @@ pub(crate) fn conv2d(
         let (sx, sw) = (SavedTensor::new(input), SavedTensor::new(weight));
         move |ctx, gout: &Tensor| {
             let (x, w) = (sx.get("conv2d"), sw.get("conv2d"));
-            let direct_w = !is_grad_enabled() && ctx.needs(1) && direct_weight(&x, &g, o, groups);
-            let (dx, dw) = if direct_w {
+            let want = [ctx.needs(0), ctx.needs(1)];
+            let (dx, dw) = if is_grad_enabled() {
+                // create_graph: the gradients must be differentiable.
+                conv2d_backward_graph(gout, &x, &w, &g, &args, want)
+            } else if is_depthwise(&g, groups) {
+                depthwise_backward(gout, &x, &w, &g, want[0], want[1])
+            } else if want[1] && direct_weight(&x, &g, o, groups) {
                 // Narrow f32 layers: the weight's gradient without im2col columns.
-                let (dx, _) = conv2d_backward_graph(gout, &x, &w, &g, &args, [ctx.needs(0), false]);
+                let (dx, _) = tiled_backward(gout, &x, &w, &g, groups, [want[0], false]);
                 (dx, Some(direct_weight_grad(gout, &x, &g, o)))
-            } else if is_grad_enabled() || !is_depthwise(&g, groups) {
-                conv2d_backward_graph(gout, &x, &w, &g, &args, [ctx.needs(0), ctx.needs(1)])
             } else {
-                depthwise_backward(gout, &x, &w, &g, ctx.needs(0), ctx.needs(1))
+                tiled_backward(gout, &x, &w, &g, groups, want)
             };
             let mut grads = vec![
                 ctx.needs(0).then_some(dx).flatten(),
@@ -150,6 +155,46 @@ fn direct_weight_grad(gout: &Tensor, x: &Tensor, g: &Conv2dGeometry, o: usize) -
         ))
     });
     Tensor::from_cpu(s, &[o, g.c, g.kernel[0], g.kernel[1]])
+}
+
+/// The input's and the weight's gradient (each when wanted) from the tiled kernel: one
+/// pass over the batch, a tile of im2col columns at a time (see
+/// `ferrograd_kernels::fused::conv::conv2d_backward`).
+fn tiled_backward(
+    gout: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    g: &Conv2dGeometry,
+    groups: usize,
+    want: [bool; 2],
+) -> (Option<Tensor>, Option<Tensor>) {
+    let op = "conv2d backward";
+    let (gout, x, w) = (
+        gout.contiguous(),
+        x.detach().contiguous(),
+        w.detach().contiguous(),
+    );
+    let o = w.shape()[0];
+    let (dx, dw) = with_two(op, &gout, &x, |gs, xs| {
+        w.with_cpu(op, |ws, _| {
+            with_wide_float_dtype!(x.dtype(), T => {
+                let (dx, dw) = tiled_grads::<T>(
+                    host(gs, &gout),
+                    host(xs, &x),
+                    host(ws, &w),
+                    g,
+                    o,
+                    groups,
+                    want,
+                );
+                (dx.map(T::into_storage), dw.map(T::into_storage))
+            }, else unreachable!("conv2d kernels take f32 or f64"))
+        })
+    });
+    (
+        dx.map(|s| Tensor::from_cpu(s, x.shape())),
+        dw.map(|s| Tensor::from_cpu(s, w.shape())),
+    )
 }
 
 /// The direct gradient kernels: the input's and the weight's gradient, each when wanted.

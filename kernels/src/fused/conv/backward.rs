@@ -1,0 +1,552 @@
+//! Both gradients of a dense or grouped `conv2d` in one pass over the batch, a tile of
+//! output pixels at a time: the tile's input columns are gathered (im2col, as the forward
+//! does) and the weight gradient accumulates `gout_tile @ columnsᵀ`; the input gradient's
+//! columns `Wᵀ @ gout_tile` are computed into a second tile buffer and scattered back
+//! (col2im) into the input gradient. Neither the batch-wide column matrix nor a permuted
+//! copy of the output gradient ever exists, and both GEMMs read the output gradient in
+//! place (NCHW rows are already the `[out_channels, pixels]` operand they need).
+//!
+//! Samples are split between threads (each with its own weight-gradient partial, summed
+//! at the end, and its own samples' input gradient); with fewer samples than threads each
+//! GEMM runs in parallel instead.
+
+use crate::WideFloat as Float;
+use crate::cpu::unfold::{gather_tap, scatter_tap};
+use crate::cpu::{Conv2dGeometry, HostBuffer, PARALLEL_THRESHOLD, num_threads, run_tasks};
+use gemm::Parallelism;
+use std::mem::MaybeUninit;
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// Elements of one backward column tile (`[c/groups * kh * kw, pixels]`): larger than the
+/// forward's, since the weight gradient's GEMM contracts over the tile's pixels and a
+/// short contraction re-reads the whole gradient for little work.
+const TILE_ELEMS: usize = 256 * 1024;
+/// Fewest pixels per tile.
+const MIN_COLS: usize = 256;
+
+/// A tile of output pixels: output rows `rows` of each sample in `samples` (several
+/// samples only when each holds whole planes).
+#[derive(Clone)]
+struct Tile {
+    samples: Range<usize>,
+    rows: Range<usize>,
+}
+
+/// The tiles covering samples `samples` with at most `cols` pixels each (at least one
+/// output row).
+fn tiles(samples: Range<usize>, [oh, ow]: [usize; 2], cols: usize) -> Vec<Tile> {
+    let plane = oh * ow;
+    let mut out = Vec::new();
+    if plane <= cols {
+        let per = (cols / plane).max(1);
+        let mut n = samples.start;
+        while n < samples.end {
+            let end = (n + per).min(samples.end);
+            out.push(Tile {
+                samples: n..end,
+                rows: 0..oh,
+            });
+            n = end;
+        }
+    } else {
+        let rows = (cols / ow).clamp(1, oh);
+        for n in samples {
+            for r in (0..oh).step_by(rows) {
+                out.push(Tile {
+                    samples: n..n + 1,
+                    rows: r..(r + rows).min(oh),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The sizes every tile shares.
+struct Plan<'a, T> {
+    gout: &'a [T],
+    x: &'a [T],
+    w: &'a [T],
+    g: &'a Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+    oh: usize,
+    ow: usize,
+    /// Input channels per group, and the column length `cg * kh * kw`.
+    cg: usize,
+    k: usize,
+    pointwise: bool,
+}
+
+/// Scratch of one worker: the gathered input columns, the input gradient's columns and
+/// the packed output-gradient tile.
+struct Scratch<T> {
+    cols: HostBuffer<MaybeUninit<T>>,
+    dcols: HostBuffer<MaybeUninit<T>>,
+    gpack: HostBuffer<MaybeUninit<T>>,
+}
+
+impl<T: Float> Plan<'_, T> {
+    fn og(&self) -> usize {
+        self.out_channels / self.groups
+    }
+
+    /// Accumulates one tile's contribution: `dw` (`[out_channels, k]`) += the weight
+    /// gradient, and the input gradient into `dx` (samples from `dx_first`, zeroed before
+    /// the first tile).
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        t: &Tile,
+        dx: Option<(&mut [T], usize)>,
+        dw: Option<&mut [T]>,
+        s: &mut Scratch<T>,
+        parallelism: Parallelism,
+    ) {
+        let g = self.g;
+        let (oh, ow, k, cg, og) = (self.oh, self.ow, self.k, self.cg, self.og());
+        let [kh, kw] = g.kernel;
+        let in_plane = g.input[0] * g.input[1];
+        let plane = oh * ow;
+        let seg = t.rows.len() * ow;
+        let cols_n = seg * t.samples.len();
+        let single = t.samples.len() == 1;
+        let direct = single && self.pointwise;
+        let mut dx = dx;
+        let mut dw = dw;
+        for gi in 0..self.groups {
+            // The output-gradient tile `[og, cols_n]`: in place for one sample, else packed.
+            let (gptr, g_rs): (*const T, usize) = if single {
+                let n = t.samples.start;
+                let at = (n * self.out_channels + gi * og) * plane + t.rows.start * ow;
+                (self.gout[at..].as_ptr(), plane)
+            } else {
+                for (o, dst) in s.gpack.chunks_exact_mut(cols_n).take(og).enumerate() {
+                    for (j, n) in t.samples.clone().enumerate() {
+                        let at = (n * self.out_channels + gi * og + o) * plane;
+                        for (d, &v) in dst[j * seg..(j + 1) * seg]
+                            .iter_mut()
+                            .zip(&self.gout[at..at + seg])
+                        {
+                            d.write(v);
+                        }
+                    }
+                }
+                (s.gpack.as_ptr() as *const T, cols_n)
+            };
+            if let Some(dw) = dw.as_deref_mut() {
+                let (cptr, c_cs): (*const T, usize) = if direct {
+                    let n = t.samples.start;
+                    let at = (n * g.c + gi * cg) * in_plane + t.rows.start * ow;
+                    (self.x[at..].as_ptr(), in_plane)
+                } else {
+                    for (r, row) in s.cols.chunks_exact_mut(cols_n).take(k).enumerate() {
+                        let (ci, tap) = (r / (kh * kw), r % (kh * kw));
+                        for (j, n) in t.samples.clone().enumerate() {
+                            let c = n * g.c + gi * cg + ci;
+                            gather_tap(
+                                &self.x[c * in_plane..(c + 1) * in_plane],
+                                g,
+                                [oh, ow],
+                                t.rows.clone(),
+                                (tap / kw, tap % kw),
+                                &mut row[j * seg..(j + 1) * seg],
+                            );
+                        }
+                    }
+                    (s.cols.as_ptr() as *const T, cols_n)
+                };
+                let dst = &mut dw[gi * og * k..(gi + 1) * og * k];
+                // SAFETY: dst: `og x k` row-major inside `dw` (initialised). lhs: the
+                // output-gradient tile, `og` rows of `cols_n` at row stride `g_rs` — rows of
+                // the NCHW gradient (inside `gout`) or the packed tile written above. rhs:
+                // the columns transposed, element (j, r) at `r * c_cs + j` — the `k` rows of
+                // `cols_n` gathered above, or for a pointwise conv the group's input planes
+                // from the tile's first pixel. Nothing aliases `dst`.
+                unsafe {
+                    gemm::gemm(
+                        og,
+                        k,
+                        cols_n,
+                        dst.as_mut_ptr(),
+                        1,
+                        k as isize,
+                        true,
+                        gptr,
+                        1,
+                        g_rs as isize,
+                        cptr,
+                        c_cs as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    );
+                }
+            }
+            if let Some((dx, first)) = dx.as_mut() {
+                let wg = &self.w[gi * og * k..(gi + 1) * og * k];
+                let sample0 = (t.samples.start - *first) * g.c * in_plane;
+                // A pointwise conv's input gradient is the GEMM itself, into the planes (`k`
+                // is then `cg`); any other goes through `dcols` and col2im.
+                let (dptr, d_rs) = if direct {
+                    let at = sample0 + gi * cg * in_plane + t.rows.start * ow;
+                    (dx[at..].as_mut_ptr(), in_plane)
+                } else {
+                    (s.dcols.as_mut_ptr() as *mut T, cols_n)
+                };
+                // SAFETY: dst: `k` rows of `cols_n` at row stride `d_rs`, every element
+                // written (beta only, read_dst false): for a pointwise conv the group's
+                // channels from the tile's first pixel, inside this worker's samples of
+                // `dx`; else `dcols`, `k x cols_n` row-major. lhs: `wg` transposed (element
+                // (r, o) at `o * k + r`). rhs: the output-gradient tile as above. Nothing
+                // aliases `dst`.
+                unsafe {
+                    gemm::gemm(
+                        k,
+                        cols_n,
+                        og,
+                        dptr,
+                        1,
+                        d_rs as isize,
+                        false,
+                        wg.as_ptr(),
+                        k as isize,
+                        1,
+                        gptr,
+                        1,
+                        g_rs as isize,
+                        T::ZERO,
+                        T::ONE,
+                        false,
+                        false,
+                        false,
+                        parallelism,
+                    );
+                }
+                if direct {
+                    continue;
+                }
+                // SAFETY: the GEMM above wrote the first `k * cols_n` elements.
+                let dcols =
+                    unsafe { std::slice::from_raw_parts(s.dcols.as_ptr() as *const T, k * cols_n) };
+                for (r, row) in dcols.chunks_exact(cols_n).enumerate() {
+                    let (ci, tap) = (r / (kh * kw), r % (kh * kw));
+                    for j in 0..t.samples.len() {
+                        let at = sample0 + (j * g.c + gi * cg + ci) * in_plane;
+                        scatter_tap(
+                            &row[j * seg..(j + 1) * seg],
+                            g,
+                            [oh, ow],
+                            t.rows.clone(),
+                            (tap / kw, tap % kw),
+                            &mut dx[at..at + in_plane],
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The input gradient `[n, c, h, w]` and the weight gradient `[out_channels, c/groups, kh,
+/// kw]` of [`conv2d`](super::conv2d), each when wanted, from the output gradient `gout`
+/// `[n, out_channels, oh, ow]`, the input `x` and the weight `w` (all contiguous). The
+/// bias gradient is a plain sum and not computed here.
+///
+/// ```
+/// use ferrograd_kernels::cpu::Conv2dGeometry;
+/// use ferrograd_kernels::fused::conv::conv2d_backward;
+/// // one 1x3 image, a 1x2 kernel: two windows; the middle pixel feeds both outputs
+/// let g = Conv2dGeometry { n: 1, c: 1, input: [1, 3], kernel: [1, 2], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+/// let (dx, dw) = conv2d_backward(&[1.0f32, 10.0], &[1.0, 2.0, 3.0], &[0.5, 2.0], &g, 1, 1, [true, true]);
+/// assert_eq!(dx.unwrap(), vec![0.5, 7.0, 20.0]);
+/// assert_eq!(dw.unwrap(), vec![21.0, 32.0]);
+/// ```
+#[allow(clippy::type_complexity)]
+pub fn conv2d_backward<T: Float>(
+    gout: &[T],
+    x: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+    [want_x, want_w]: [bool; 2],
+) -> (Option<HostBuffer<T>>, Option<HostBuffer<T>>) {
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [kh, kw] = g.kernel;
+    let in_plane = g.input[0] * g.input[1];
+    let plane = oh * ow;
+    assert!(
+        groups > 0 && g.c.is_multiple_of(groups) && out_channels.is_multiple_of(groups),
+        "conv2d backward: {groups} groups do not divide {} input and {out_channels} output channels",
+        g.c
+    );
+    let cg = g.c / groups;
+    let k = cg * kh * kw;
+    assert!(
+        gout.len() == g.n * out_channels * plane
+            && x.len() == g.n * g.c * in_plane
+            && w.len() == out_channels * k,
+        "conv2d backward: {} gradient, {} input and {} weight elements do not match {g:?} with {out_channels} outputs",
+        gout.len(),
+        x.len(),
+        w.len()
+    );
+    let mut dx = want_x.then(|| HostBuffer::<T>::zeroed(g.n * g.c * in_plane));
+    let mut dw = want_w.then(|| HostBuffer::<T>::zeroed(out_channels * k));
+    if g.n * plane == 0 || k == 0 || out_channels == 0 || !(want_x || want_w) {
+        return (dx, dw);
+    }
+    let plan = Plan {
+        gout,
+        x,
+        w,
+        g,
+        out_channels,
+        groups,
+        oh,
+        ow,
+        cg,
+        k,
+        pointwise: kh == 1 && kw == 1 && g.stride == [1, 1] && g.padding == [0, 0],
+    };
+    let tile_cols = (TILE_ELEMS / k).max(MIN_COLS);
+    let scratch = |cols_n: usize| Scratch {
+        cols: HostBuffer::<T>::new_uninit(if want_w { k * cols_n } else { 0 }),
+        dcols: HostBuffer::<T>::new_uninit(if want_x { k * cols_n } else { 0 }),
+        gpack: HostBuffer::<T>::new_uninit(plan.og() * cols_n),
+    };
+    let threads = num_threads();
+    let work = g.n * out_channels * k * plane;
+    let tasks = if threads > 1 && work >= PARALLEL_THRESHOLD {
+        threads.min(g.n)
+    } else {
+        1
+    };
+    if tasks <= 1 {
+        let parallelism = if threads > 1 && work >= 48 * 48 * 48 {
+            Parallelism::Rayon(threads)
+        } else {
+            Parallelism::None
+        };
+        let all = tiles(0..g.n, [oh, ow], tile_cols);
+        let widest = all.iter().map(|t| t.samples.len() * t.rows.len()).max();
+        let mut s = scratch(widest.unwrap_or(0) * ow);
+        for t in &all {
+            let dxs = dx.as_deref_mut().map(|d| (d, 0));
+            plan.tile(t, dxs, dw.as_deref_mut(), &mut s, parallelism);
+        }
+        return (dx, dw);
+    }
+    // One job per task: its samples' input gradient and its own weight-gradient partial
+    // (task 0 writes the output's directly).
+    let mut partials = HostBuffer::<T>::zeroed(if want_w {
+        (tasks - 1) * out_channels * k
+    } else {
+        0
+    });
+    let bounds: Vec<usize> = (0..=tasks).map(|t| t * g.n / tasks).collect();
+    let mut dx_parts: Vec<Option<&mut [T]>> = Vec::with_capacity(tasks);
+    let mut rest = dx.as_deref_mut();
+    for t in 0..tasks {
+        let len = (bounds[t + 1] - bounds[t]) * g.c * in_plane;
+        let (head, tail) = match rest.take() {
+            Some(r) => {
+                let (h, t) = r.split_at_mut(len);
+                (Some(h), Some(t))
+            }
+            None => (None, None),
+        };
+        dx_parts.push(head);
+        rest = tail;
+    }
+    let mut dw_parts: Vec<Option<&mut [T]>> = Vec::with_capacity(tasks);
+    dw_parts.push(dw.as_deref_mut());
+    let mut chunks = partials.chunks_mut((out_channels * k).max(1));
+    for _ in 1..tasks {
+        dw_parts.push(if want_w { chunks.next() } else { None });
+    }
+    let jobs: Vec<Mutex<Option<_>>> = dx_parts
+        .into_iter()
+        .zip(dw_parts)
+        .map(|job| Mutex::new(Some(job)))
+        .collect();
+    run_tasks(tasks, |t| {
+        let (dx_t, dw_t) = jobs[t]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("each task runs once");
+        let mine = tiles(bounds[t]..bounds[t + 1], [oh, ow], tile_cols);
+        let widest = mine.iter().map(|t| t.samples.len() * t.rows.len()).max();
+        let mut s = scratch(widest.unwrap_or(0) * ow);
+        let (mut dx_t, mut dw_t) = (dx_t, dw_t);
+        for tile in &mine {
+            let dxs = dx_t.as_deref_mut().map(|d| (d, bounds[t]));
+            plan.tile(tile, dxs, dw_t.as_deref_mut(), &mut s, Parallelism::None);
+        }
+    });
+    drop(jobs);
+    if let Some(dw) = dw.as_deref_mut() {
+        for part in partials.chunks_exact(out_channels * k) {
+            for (d, &p) in dw.iter_mut().zip(part) {
+                *d = *d + p;
+            }
+        }
+    }
+    (dx, dw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both gradients from the definition, one product at a time.
+    fn reference(
+        gout: &[f64],
+        x: &[f64],
+        w: &[f64],
+        g: &Conv2dGeometry,
+        o: usize,
+        groups: usize,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let [oh, ow] = g.output().unwrap();
+        let [h, wd] = g.input;
+        let [kh, kw] = g.kernel;
+        let (cg, og) = (g.c / groups, o / groups);
+        let mut dx = vec![0.0; x.len()];
+        let mut dw = vec![0.0; w.len()];
+        for n in 0..g.n {
+            for oc in 0..o {
+                let gi = oc / og;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let go = gout[((n * o + oc) * oh + oy) * ow + ox];
+                        for ci in 0..cg {
+                            for ki in 0..kh {
+                                for kj in 0..kw {
+                                    let y = (oy * g.stride[0] + ki * g.dilation[0]) as isize
+                                        - g.padding[0] as isize;
+                                    let xx = (ox * g.stride[1] + kj * g.dilation[1]) as isize
+                                        - g.padding[1] as isize;
+                                    if y < 0 || xx < 0 || y >= h as isize || xx >= wd as isize {
+                                        continue;
+                                    }
+                                    let xi = ((n * g.c + gi * cg + ci) * h + y as usize) * wd
+                                        + xx as usize;
+                                    let wi = ((oc * cg + ci) * kh + ki) * kw + kj;
+                                    dx[xi] += go * w[wi];
+                                    dw[wi] += go * x[xi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (dx, dw)
+    }
+
+    fn close(a: &[f64], b: &[f64], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-9 * (1.0 + y.abs()),
+                "{what} [{i}]: {x} vs {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn both_gradients_match_the_definition() {
+        let mut checked = 0;
+        // (n, c, o, groups, input, kernel, stride, padding, dilation)
+        let cases = [
+            (2, 3, 4, 1, [7, 6], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (3, 4, 6, 2, [6, 7], [3, 2], [2, 1], [1, 0], [1, 2]),
+            (2, 4, 4, 1, [5, 5], [1, 1], [1, 1], [0, 0], [1, 1]),
+            (2, 4, 8, 1, [9, 9], [1, 1], [2, 2], [0, 0], [1, 1]),
+            (1, 2, 3, 1, [11, 10], [5, 5], [1, 1], [2, 2], [1, 1]),
+            (5, 3, 2, 1, [4, 4], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (4, 6, 6, 3, [8, 5], [3, 3], [2, 2], [2, 1], [2, 1]),
+            (3, 64, 8, 1, [40, 40], [3, 3], [1, 1], [1, 1], [1, 1]),
+            // pointwise, one sample per task at three threads: the GEMMs run on the planes
+            (3, 4, 8, 1, [30, 30], [1, 1], [1, 1], [0, 0], [1, 1]),
+        ];
+        for (n, c, o, groups, input, kernel, stride, padding, dilation) in cases {
+            let g = Conv2dGeometry {
+                n,
+                c,
+                input,
+                kernel,
+                stride,
+                padding,
+                dilation,
+            };
+            let [oh, ow] = g.output().unwrap();
+            let x: Vec<f64> = (0..n * c * input[0] * input[1])
+                .map(|i| (i as f64 * 0.37).sin())
+                .collect();
+            let w: Vec<f64> = (0..o * c / groups * kernel[0] * kernel[1])
+                .map(|i| (i as f64 * 0.23).cos())
+                .collect();
+            let gout: Vec<f64> = (0..n * o * oh * ow)
+                .map(|i| (i as f64 * 0.11).sin())
+                .collect();
+            let (rdx, rdw) = reference(&gout, &x, &w, &g, o, groups);
+            for threads in [1, 2, 3] {
+                crate::cpu::set_num_threads(threads);
+                for want in [[true, true], [true, false], [false, true]] {
+                    let (dx, dw) = conv2d_backward(&gout, &x, &w, &g, o, groups, want);
+                    assert_eq!(dx.is_some(), want[0]);
+                    assert_eq!(dw.is_some(), want[1]);
+                    if let Some(dx) = dx {
+                        close(
+                            &dx,
+                            &rdx,
+                            &format!("dx {g:?} groups {groups} threads {threads}"),
+                        );
+                    }
+                    if let Some(dw) = dw {
+                        close(
+                            &dw,
+                            &rdw,
+                            &format!("dw {g:?} groups {groups} threads {threads}"),
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+            crate::cpu::set_num_threads(0);
+        }
+        assert_eq!(checked, 9 * 3 * 3);
+    }
+
+    #[test]
+    fn tiles_cover_every_pixel_once() {
+        for (samples, [oh, ow], cols) in [
+            (0..5, [3, 4], 30),
+            (2..9, [7, 7], 10),
+            (0..1, [56, 56], 500),
+            (0..4, [5, 5], 25),
+        ] {
+            let mut seen = vec![0; samples.end * oh];
+            for t in tiles(samples.clone(), [oh, ow], cols) {
+                assert!(t.samples.len() * t.rows.len() * ow <= cols.max(ow));
+                for n in t.samples.clone() {
+                    for r in t.rows.clone() {
+                        seen[n * oh + r] += 1;
+                    }
+                }
+            }
+            for n in samples.clone() {
+                assert!(seen[n * oh..(n + 1) * oh].iter().all(|&s| s == 1));
+            }
+        }
+    }
+}
