@@ -1,55 +1,72 @@
 //! Direct convolution for narrow layers (LeNet's second): each output pixel is a dot
 //! product of the weights with an input window, computed for a block of [`OB`] output
 //! channels at once (the weights transposed to `[C·kh·kw, O]`, so one tap's weights are
-//! one 16-float vector) and [`P`] output pixels at once (eight AVX-512 accumulators in
-//! registers; one weight load per eight broadcast inputs). No im2col columns are written
+//! one 16-float vector) and up to [`P`] output pixels at once (accumulators in registers:
+//! eight AVX-512 vectors, or six pairs of AVX2 vectors; one weight load per block of
+//! broadcast inputs). No im2col columns are written
 //! and no GEMM packing runs, which is most of the time of the tiled path when `C·kh·kw`
 //! and the output planes are small.
 //!
-//! Pixels are taken [`P`] at a time in the flattened output plane (a block may span two
+//! Pixels are taken a block at a time in the flattened output plane (a block may span two
 //! rows); the last block repeats its final pixel and stores only the real ones, so the
 //! inner loop has no bounds branches. A padded convolution reads a zero-padded copy of
 //! each sample, so no tap tests the border either.
 //!
-//! The block is written with AVX-512 intrinsics for f32 (autovectorisation kept the
-//! accumulators in memory); other element types and CPUs take the tiled im2col + GEMM
-//! path ([`applies`] says which).
+//! The blocks are written once, generic over a 16-float vector type (`lanes`), with
+//! AVX-512 and AVX2 + FMA intrinsics for f32 (autovectorisation kept the accumulators in
+//! memory); other element types and CPUs take the tiled im2col + GEMM path ([`applies`]
+//! says which).
 
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
 use crate::{DType, Element};
 
-/// Output channels per block (one AVX-512 vector of f32).
+/// Output channels per block (one AVX-512 vector of f32, two AVX2 vectors).
 const OB: usize = 16;
-/// Output pixels per register block.
+/// The most output pixels per register block (of any level; see `lanes::Lanes::PX`).
 const P: usize = 8;
 
-/// Whether the direct kernel serves a convolution: f32 on a CPU with AVX-512, one group,
+/// Whether the direct kernel serves a convolution: f32 on a CPU with AVX-512 or AVX2 +
+/// FMA, one group,
 /// more than half a block of output channels, at most two blocks, and a short reduction
 /// (`C·kh·kw`), where im2col + GEMM is dominated by its copies.
 pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     OB / 2 < out_channels && narrow_f32::<T>(g, out_channels, groups)
 }
 
-/// f32 on AVX-512, one group, at most two channel blocks, a reduction of at most 512.
+/// f32 on AVX-512 or AVX2 + FMA, one group, at most two channel blocks, a reduction of at most 512.
 fn narrow_f32<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     let k = g.c * g.kernel[0] * g.kernel[1];
     T::DTYPE == DType::F32
         && groups == 1
         && (1..=2 * OB).contains(&out_channels)
         && k <= 512
-        && has_avx512()
+        && level().is_some()
 }
 
-fn has_avx512() -> bool {
+/// The SIMD level the direct kernels run at.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Level {
+    /// 16-float vectors, eight pixels per register block.
+    Avx512,
+    /// Pairs of 8-float vectors with FMA, six pixels per register block.
+    Avx2,
+}
+
+/// This CPU's level, if it has one the kernels are written for.
+fn level() -> Option<Level> {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Some(Level::Avx512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Some(Level::Avx2);
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    None
 }
 
 /// The weights `[O, C, kh, kw]` as `[C·kh·kw, O rounded up to OB]`, zero-filled.
@@ -78,76 +95,171 @@ struct Plan<'a> {
     o: usize,
 }
 
+/// A 16-float vector: one AVX-512 register, or two AVX2 registers.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use super::{OB, P, Plan};
+mod lanes {
     use std::arch::x86_64::*;
 
-    /// `a_i += v * bcast(i)` for the eight named accumulators of a register block (named
-    /// locals, not an array, so they stay in registers).
-    macro_rules! fma8 {
-        ($v:expr, $bcast:expr, [$($a:ident: $i:literal),*]) => {
-            $($a = _mm512_fmadd_ps($v, $bcast($i), $a);)*
-        };
+    /// The operations the kernels need on [`super::OB`] floats. Every method is
+    /// `#[inline(always)]`, so it compiles into the `#[target_feature]` entry point that
+    /// calls it (where the intrinsics' features are enabled).
+    pub(super) trait Lanes: Copy {
+        /// Pixels (or reduction rows) per register block: as many accumulators as leave
+        /// registers for the weights and a broadcast.
+        const PX: usize;
+        /// # Safety
+        /// `p` points to 16 readable floats; the CPU has the type's features.
+        unsafe fn load(p: *const f32) -> Self;
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn splat(v: f32) -> Self;
+        /// `a * b + c`.
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+        /// # Safety
+        /// `p` points to 16 writable floats; the CPU has the type's features.
+        unsafe fn store(self, p: *mut f32);
     }
 
+    /// AVX-512F: eight pixels per block (8 accumulators of 32 registers).
+    #[derive(Clone, Copy)]
+    pub(super) struct Zmm(__m512);
+
+    impl Lanes for Zmm {
+        const PX: usize = 8;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's contract.
+            Zmm(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's contract.
+            Zmm(unsafe { _mm512_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's contract.
+            Zmm(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+    }
+
+    /// AVX2 + FMA: two 8-float halves, six pixels per block (12 accumulators, two weight
+    /// halves and a broadcast fill the 16 registers).
+    #[derive(Clone, Copy)]
+    pub(super) struct Ymm2(__m256, __m256);
+
+    impl Lanes for Ymm2 {
+        const PX: usize = 6;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's contract (16 floats from `p`).
+            unsafe { Ymm2(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's contract.
+            let v = unsafe { _mm256_set1_ps(v) };
+            Ymm2(v, v)
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's contract.
+            unsafe {
+                Ymm2(
+                    _mm256_fmadd_ps(a.0, b.0, c.0),
+                    _mm256_fmadd_ps(a.1, b.1, c.1),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's contract (16 floats from `p`).
+            unsafe {
+                _mm256_storeu_ps(p, self.0);
+                _mm256_storeu_ps(p.add(8), self.1);
+            }
+        }
+    }
+}
+
+/// The register-blocked loops, generic over the vector type (compiled into each
+/// feature level's entry point in [`levels`]).
+#[cfg(target_arch = "x86_64")]
+mod blocks {
+    use super::lanes::Lanes;
+    use super::{OB, Plan};
+
     /// The bias of output-channel block `ob` (zero past the last channel).
-    #[target_feature(enable = "avx512f")]
-    fn bias_block(plan: &Plan, ob: usize) -> __m512 {
+    #[inline(always)]
+    unsafe fn bias_block<L: Lanes>(plan: &Plan, ob: usize) -> L {
         let mut init = [0.0f32; OB];
         if let Some(b) = plan.bias {
             for (j, v) in init.iter_mut().enumerate() {
                 *v = b.get(ob * OB + j).copied().unwrap_or(0.0);
             }
         }
-        // SAFETY: `init` holds OB = 16 floats.
-        unsafe { _mm512_loadu_ps(init.as_ptr()) }
+        // SAFETY: `init` holds OB = 16 floats; the caller runs with `L`'s features.
+        unsafe { L::load(init.as_ptr()) }
     }
 
-    /// The eight accumulators as arrays, for the scattered stores.
-    #[target_feature(enable = "avx512f")]
-    fn spill(acc: [__m512; P]) -> [[f32; OB]; P] {
-        let mut out = [[0.0f32; OB]; P];
+    /// The accumulators as arrays, for the scattered stores.
+    #[inline(always)]
+    unsafe fn spill<L: Lanes, const PX: usize>(acc: [L; PX]) -> [[f32; OB]; PX] {
+        let mut out = [[0.0f32; OB]; PX];
         for (dst, a) in out.iter_mut().zip(acc) {
-            // SAFETY: `dst` holds OB = 16 floats.
-            unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), a) };
+            // SAFETY: `dst` holds OB = 16 floats; the caller runs with `L`'s features.
+            unsafe { a.store(dst.as_mut_ptr()) };
         }
         out
     }
 
     /// [`sample`] for unit strides, over "wide" pixels `q = y·wp + x` (`x < wp`, the
     /// padded input's width; columns `x ≥ ow` are computed and dropped): pixel `q`'s
-    /// window starts at input offset `q`, so a block of eight reads eight consecutive
-    /// floats per tap at fixed displacements, with no offset table.
+    /// window starts at input offset `q`, so a block of `PX` reads consecutive floats
+    /// per tap at fixed displacements, with no offset table.
     ///
     /// # Safety
-    /// As [`sample`], with unit strides and `(oh - 1)·wp + ow ≥ P`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn sample_unit_stride(plan: &Plan, x: &[f32], out: &mut [f32]) {
+    /// As [`sample`], with unit strides and `(oh - 1)·wp + ow ≥ PX`.
+    #[inline(always)]
+    pub(super) unsafe fn sample_unit_stride<L: Lanes, const PX: usize>(
+        plan: &Plan,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
         let g = plan.g;
         let [oh, ow] = g.output().expect("checked by the caller");
         let (wp, plane) = (plan.wp, oh * ow);
         let ntaps = plan.taps.len();
-        let starts = block_starts(oh, ow, wp);
+        let starts = block_starts(oh, ow, wp, PX);
         for ob in 0..plan.opad / OB {
-            let init = bias_block(plan, ob);
+            // SAFETY: the caller runs with `L`'s features.
+            let init = unsafe { bias_block::<L>(plan, ob) };
             for &q0c in &starts {
-                let (mut a0, mut a1, mut a2, mut a3) = (init, init, init, init);
-                let (mut a4, mut a5, mut a6, mut a7) = (init, init, init, init);
+                let mut acc = [init; PX];
                 for c in 0..g.c {
                     let xc = x[c * plan.chan..(c + 1) * plan.chan].as_ptr();
                     let wc = &plan.wt[c * ntaps * plan.opad..(c + 1) * ntaps * plan.opad];
                     for (t, &tap) in plan.taps.iter().enumerate() {
-                        // SAFETY: as in `sample`; `tap + q0c + 7 <= tap + wide - 1 < chan`.
+                        // SAFETY: as in `sample`; `tap + q0c + PX - 1 <= tap + wide - 1 <
+                        // chan`.
                         unsafe {
-                            let w = _mm512_loadu_ps(wc.as_ptr().add(t * plan.opad + ob * OB));
+                            let w = L::load(wc.as_ptr().add(t * plan.opad + ob * OB));
                             let src = xc.add(tap + q0c);
-                            let at = |i: usize| _mm512_set1_ps(*src.add(i));
-                            fma8!(w, at, [a0: 0, a1: 1, a2: 2, a3: 3, a4: 4, a5: 5, a6: 6, a7: 7]);
+                            for (i, a) in acc.iter_mut().enumerate() {
+                                *a = L::fma(w, L::splat(*src.add(i)), *a);
+                            }
                         }
                     }
                 }
-                let acc = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
+                // SAFETY: the caller runs with `L`'s features.
+                let acc = unsafe { spill(acc) };
                 for (p, a) in acc.iter().enumerate() {
                     let (y, xo) = ((q0c + p) / wp, (q0c + p) % wp);
                     if xo < ow {
@@ -160,18 +272,18 @@ mod avx512 {
         }
     }
 
-    /// The first wide pixels of the `P`-pixel blocks that cover every output pixel of a
+    /// The first wide pixels of the `px`-pixel blocks that cover every output pixel of a
     /// unit-stride plane (`oh` rows of `ow` valid pixels, `wp` apart), whichever way needs
     /// fewer blocks: row by row (each block inside one row's valid pixels, so none is
-    /// wasted on the `wp - ow` columns past the row's end; needs `ow >= P`), or straight
+    /// wasted on the `wp - ow` columns past the row's end; needs `ow >= px`), or straight
     /// along the wide pixels, blocks spanning rows. A row's or the plane's last block ends
     /// at its last pixel, recomputing part of the one before.
-    fn block_starts(oh: usize, ow: usize, wp: usize) -> Vec<usize> {
+    pub(super) fn block_starts(oh: usize, ow: usize, wp: usize, px: usize) -> Vec<usize> {
         let wide = (oh - 1) * wp + ow;
-        let along = (0..wide.div_ceil(P)).map(|b| (b * P).min(wide - P));
-        if ow >= P && oh * ow.div_ceil(P) <= wide.div_ceil(P) {
+        let along = (0..wide.div_ceil(px)).map(|b| (b * px).min(wide - px));
+        if ow >= px && oh * ow.div_ceil(px) <= wide.div_ceil(px) {
             (0..oh)
-                .flat_map(|y| (0..ow.div_ceil(P)).map(move |b| y * wp + (b * P).min(ow - P)))
+                .flat_map(|y| (0..ow.div_ceil(px)).map(move |b| y * wp + (b * px).min(ow - px)))
                 .collect()
         } else {
             along.collect()
@@ -181,25 +293,28 @@ mod avx512 {
     /// One sample: `x` its padded input `[C, hp, wp]`, `out` its output `[O, oh, ow]`.
     ///
     /// # Safety
-    /// The CPU supports AVX-512F; `x` holds `plan.g.c * plan.chan` elements, and every
+    /// The CPU has `L`'s features; `x` holds `plan.g.c * plan.chan` elements, and every
     /// tap offset plus every pixel offset is below `plan.chan` (asserted by the caller).
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn sample(plan: &Plan, x: &[f32], out: &mut [f32]) {
+    #[inline(always)]
+    pub(super) unsafe fn sample<L: Lanes, const PX: usize>(
+        plan: &Plan,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
         let g = plan.g;
         let [oh, ow] = g.output().expect("checked by the caller");
         let [sh, sw] = g.stride;
         let plane = oh * ow;
         let ntaps = plan.taps.len();
         for ob in 0..plan.opad / OB {
-            let init = bias_block(plan, ob);
-            for q0 in (0..plane).step_by(P) {
-                let mut offs = [0usize; P];
-                for (p, off) in offs.iter_mut().enumerate() {
+            // SAFETY: the caller runs with `L`'s features.
+            let init = unsafe { bias_block::<L>(plan, ob) };
+            for q0 in (0..plane).step_by(PX) {
+                let offs: [usize; PX] = std::array::from_fn(|p| {
                     let q = (q0 + p).min(plane - 1);
-                    *off = (q / ow) * sh * plan.wp + (q % ow) * sw;
-                }
-                let (mut a0, mut a1, mut a2, mut a3) = (init, init, init, init);
-                let (mut a4, mut a5, mut a6, mut a7) = (init, init, init, init);
+                    (q / ow) * sh * plan.wp + (q % ow) * sw
+                });
+                let mut acc = [init; PX];
                 for c in 0..g.c {
                     let xc = x[c * plan.chan..(c + 1) * plan.chan].as_ptr();
                     let wc = &plan.wt[c * ntaps * plan.opad..(c + 1) * ntaps * plan.opad];
@@ -208,14 +323,16 @@ mod avx512 {
                         // and `ob * OB + OB <= opad`; `tap + offs[p] < chan` (the
                         // caller's bound), so every input read is inside channel `c`.
                         unsafe {
-                            let w = _mm512_loadu_ps(wc.as_ptr().add(t * plan.opad + ob * OB));
-                            let at = |p: usize| _mm512_set1_ps(*xc.add(tap + offs[p]));
-                            fma8!(w, at, [a0: 0, a1: 1, a2: 2, a3: 3, a4: 4, a5: 5, a6: 6, a7: 7]);
+                            let w = L::load(wc.as_ptr().add(t * plan.opad + ob * OB));
+                            for (a, &off) in acc.iter_mut().zip(&offs) {
+                                *a = L::fma(w, L::splat(*xc.add(tap + off)), *a);
+                            }
                         }
                     }
                 }
-                let acc = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
-                let valid = (plane - q0).min(P);
+                // SAFETY: the caller runs with `L`'s features.
+                let acc = unsafe { spill(acc) };
+                let valid = (plane - q0).min(PX);
                 for j in 0..OB.min(plan.o - ob * OB) {
                     let dst = &mut out[(ob * OB + j) * plane + q0..][..valid];
                     for (d, a) in dst.iter_mut().zip(&acc) {
@@ -229,13 +346,13 @@ mod avx512 {
     /// One sample's contribution to the weight gradient, added to `dwt`
     /// (`[C·kh·kw, opad]`): `dwt[t, o] += Σ_q gyt[q, o] · x[taps[t] + q]` over wide
     /// pixels `q` (`gyt` is the output gradient transposed to `[wide, opad]`, zero in the
-    /// columns `x ≥ ow`, so they add nothing), eight taps at a time in registers.
+    /// columns `x ≥ ow`, so they add nothing), `PX` taps at a time in registers.
     ///
     /// # Safety
-    /// The CPU supports AVX-512F; `x` holds `c·chan` elements, every tap offset plus the
-    /// last wide pixel is below `chan`, `gyt` holds `wide·opad` and `dwt` `k·opad`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn weight_grad_sample(
+    /// The CPU has `L`'s features; `x` holds `c·chan` elements, every tap offset plus
+    /// the last wide pixel is below `chan`, `gyt` holds `wide·opad` and `dwt` `k·opad`.
+    #[inline(always)]
+    pub(super) unsafe fn weight_grad_sample<L: Lanes, const PX: usize>(
         plan: &Plan,
         x: &[f32],
         gyt: &[f32],
@@ -256,23 +373,24 @@ mod avx512 {
         for ob in 0..plan.opad / OB {
             let mut t0 = 0;
             while t0 < k {
-                let n = (k - t0).min(P);
+                let n = (k - t0).min(PX);
                 // Rows past the end repeat the last one (their sums are not stored).
-                let r: [usize; P] = std::array::from_fn(|i| rows[t0 + i.min(n - 1)]);
-                let zero = _mm512_setzero_ps();
-                let (mut a0, mut a1, mut a2, mut a3) = (zero, zero, zero, zero);
-                let (mut a4, mut a5, mut a6, mut a7) = (zero, zero, zero, zero);
+                let r: [usize; PX] = std::array::from_fn(|i| rows[t0 + i.min(n - 1)]);
+                // SAFETY: the caller runs with `L`'s features.
+                let mut acc = [unsafe { L::splat(0.0) }; PX];
                 let xp = x.as_ptr();
                 for q in 0..wide {
                     // SAFETY: `gyt` row `q` has `opad >= ob * OB + OB` floats; each
                     // `r[i] + q` is a tap offset plus a wide pixel, inside the sample.
                     unsafe {
-                        let g = _mm512_loadu_ps(gyt.as_ptr().add(q * plan.opad + ob * OB));
-                        let at = |i: usize| _mm512_set1_ps(*xp.add(r[i] + q));
-                        fma8!(g, at, [a0: 0, a1: 1, a2: 2, a3: 3, a4: 4, a5: 5, a6: 6, a7: 7]);
+                        let g = L::load(gyt.as_ptr().add(q * plan.opad + ob * OB));
+                        for (a, &ri) in acc.iter_mut().zip(&r) {
+                            *a = L::fma(g, L::splat(*xp.add(ri + q)), *a);
+                        }
                     }
                 }
-                let sums = spill([a0, a1, a2, a3, a4, a5, a6, a7]);
+                // SAFETY: the caller runs with `L`'s features.
+                let sums = unsafe { spill(acc) };
                 for (i, sum) in sums.iter().enumerate().take(n) {
                     let dst = &mut dwt[(t0 + i) * plan.opad + ob * OB..][..OB];
                     for (d, &v) in dst.iter_mut().zip(sum) {
@@ -285,9 +403,56 @@ mod avx512 {
     }
 }
 
+/// The entry points: each feature level's copy of the [`blocks`] loops.
+#[cfg(target_arch = "x86_64")]
+mod levels {
+    use super::lanes::{Lanes, Ymm2, Zmm};
+    use super::{Level, Plan, blocks};
+
+    macro_rules! entry {
+        ($name:ident, $avx512:ident, $avx2:ident, ($($arg:ident: $ty:ty),*)) => {
+            #[target_feature(enable = "avx512f")]
+            unsafe fn $avx512(plan: &Plan, $($arg: $ty),*) {
+                // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
+                unsafe { blocks::$name::<Zmm, { Zmm::PX }>(plan, $($arg),*) }
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn $avx2(plan: &Plan, $($arg: $ty),*) {
+                // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
+                unsafe { blocks::$name::<Ymm2, { Ymm2::PX }>(plan, $($arg),*) }
+            }
+            /// # Safety
+            /// The CPU has `level`'s features; the rest as the block loop of this name.
+            pub(super) unsafe fn $name(level: Level, plan: &Plan, $($arg: $ty),*) {
+                // SAFETY: the caller checked the level's features.
+                unsafe {
+                    match level {
+                        Level::Avx512 => $avx512(plan, $($arg),*),
+                        Level::Avx2 => $avx2(plan, $($arg),*),
+                    }
+                }
+            }
+        };
+    }
+
+    entry!(sample, sample_avx512, sample_avx2, (x: &[f32], out: &mut [f32]));
+    entry!(
+        sample_unit_stride,
+        sample_unit_stride_avx512,
+        sample_unit_stride_avx2,
+        (x: &[f32], out: &mut [f32])
+    );
+    entry!(
+        weight_grad_sample,
+        weight_grad_sample_avx512,
+        weight_grad_sample_avx2,
+        (x: &[f32], gyt: &[f32], wide: usize, dwt: &mut [f32])
+    );
+}
+
 /// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group) and optional
 /// `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where [`applies`] says
-/// so (f32, AVX-512).
+/// so (f32, AVX-512 or AVX2 + FMA).
 pub fn conv2d_direct<T: Float>(
     x: &[T],
     w: &[T],
@@ -297,8 +462,9 @@ pub fn conv2d_direct<T: Float>(
 ) -> HostBuffer<T> {
     assert!(
         applies::<T>(g, out_channels, 1),
-        "conv2d_direct: f32 on an AVX-512 CPU with 9..=32 output channels only ({g:?})"
+        "conv2d_direct: f32 on an AVX-512 or AVX2 CPU with 9..=32 output channels only ({g:?})"
     );
+    let level = level().expect("checked by `applies`");
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
     let [kh, kw] = g.kernel;
     let k = g.c * kh * kw;
@@ -363,18 +529,18 @@ pub fn conv2d_direct<T: Float>(
         let dst =
             unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `applies` checked AVX-512F; `xs` holds `c` padded channels and the
-        // assert above bounds every tap and pixel offset by the channel size (for unit
-        // strides, the last wide pixel is the last pixel).
+        // SAFETY: `level` is this CPU's; `xs` holds `c` padded channels and the assert
+        // above bounds every tap and pixel offset by the channel size (for unit strides,
+        // the last wide pixel is the last pixel).
         unsafe {
             if unit {
-                avx512::sample_unit_stride(&plan, xs, dst)
+                levels::sample_unit_stride(level, &plan, xs, dst)
             } else {
-                avx512::sample(&plan, xs, dst)
+                levels::sample(level, &plan, xs, dst)
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (xs, dst, &plan);
+        let _ = (xs, dst, &plan, level);
     };
     if num_threads() > 1 && g.n > 1 {
         for_each_chunk_mut(&mut out, out_channels * plane, sample);
@@ -386,7 +552,8 @@ pub fn conv2d_direct<T: Float>(
     out
 }
 
-/// Whether [`conv2d_direct_backward_weight`] serves a convolution: f32 on AVX-512, one
+/// Whether [`conv2d_direct_backward_weight`] serves a convolution: f32 on AVX-512 or
+/// AVX2 + FMA, one
 /// group, 1–32 output channels, `C·kh·kw ≤ 512`, unit strides.
 pub fn backward_weight_applies<T: Element>(
     g: &Conv2dGeometry,
@@ -415,8 +582,9 @@ pub fn conv2d_direct_backward_weight<T: Float>(
 ) -> HostBuffer<T> {
     assert!(
         backward_weight_applies::<T>(g, out_channels, 1),
-        "conv2d_direct_backward_weight: f32, AVX-512, unit strides, 1..=32 output channels only ({g:?})"
+        "conv2d_direct_backward_weight: f32, AVX-512 or AVX2, unit strides, 1..=32 output channels only ({g:?})"
     );
+    let level = level().expect("checked by `backward_weight_applies`");
     let [oh, ow] = g.output().expect("checked above");
     let [kh, kw] = g.kernel;
     let (h, wd) = (g.input[0], g.input[1]);
@@ -477,11 +645,13 @@ pub fn conv2d_direct_backward_weight<T: Float>(
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `applies` checked AVX-512F; the buffers have the sizes
+            // SAFETY: `level` is this CPU's; the buffers have the sizes
             // `weight_grad_sample` needs and the assert above bounds the offsets.
             unsafe {
-                avx512::weight_grad_sample(&plan, &xs, &gyt, wide, dwt)
+                levels::weight_grad_sample(level, &plan, &xs, &gyt, wide, dwt)
             };
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (&plan, level, wide);
         }
     });
     // Sum the partial gradients and transpose [k, opad] to [O, k].
@@ -537,8 +707,10 @@ mod tests {
 
     #[test]
     fn matches_the_definition() {
-        if !has_avx512() {
-            eprintln!("skipping: the direct kernel needs AVX-512 (the tiled path serves this CPU)");
+        if level().is_none() {
+            eprintln!(
+                "skipping: the direct kernel needs AVX-512 or AVX2 + FMA (the tiled path serves this CPU)"
+            );
             return;
         }
         // Odd sizes: output channels within and over one block, planes not a multiple of P,
@@ -585,8 +757,10 @@ mod tests {
     /// The weight gradient against its definition, `dW[o, c, ki, kj] = Σ gy · x`.
     #[test]
     fn weight_gradient_matches_the_definition() {
-        if !has_avx512() {
-            eprintln!("skipping: the direct kernel needs AVX-512 (the tiled path serves this CPU)");
+        if level().is_none() {
+            eprintln!(
+                "skipping: the direct kernel needs AVX-512 or AVX2 + FMA (the tiled path serves this CPU)"
+            );
             return;
         }
         for (n, c, hw, o, k, pad, dil) in [
