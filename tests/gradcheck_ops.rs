@@ -812,6 +812,25 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
                 input(&[6], 3),
             ],
         ),
+        // One output channel per group (with a channel multiplier): the depthwise loops.
+        case(
+            "conv_transpose2d_depthwise",
+            |x| {
+                let args = F::ConvTranspose2dArgs {
+                    stride: [2, 1],
+                    padding: [1, 1],
+                    output_padding: [1, 0],
+                    dilation: [1, 2],
+                    groups: 2,
+                };
+                F::conv_transpose2d(&x[0], &x[1], Some(&x[2]), &args)
+            },
+            vec![
+                input(&[2, 4, 3, 4], 1),
+                input(&[4, 1, 3, 2], 2),
+                input(&[2], 3),
+            ],
+        ),
         case(
             "conv_transpose1d",
             |x| {
@@ -1036,6 +1055,24 @@ fn second_order_gradients_pass_gradcheck() {
             let w = b.reshape(&[3, 1, 1, 3]);
             let args = F::Conv2dArgs::default().padding(1).stride(2);
             F::conv2d(&x, &w, None, &args).pow_scalar(2.0).sum_all()
+        }),
+        ("conv_transpose2d_input", |a, b| {
+            // a as one 3x3 image with one channel; b's rows as three 1x3 kernels.
+            let x = a.reshape(&[1, 1, 3, 3]);
+            let w = b.reshape(&[1, 3, 1, 3]);
+            let args = F::ConvTranspose2dArgs::default().stride(2).padding(1);
+            F::conv_transpose2d(&x, &w, None, &args)
+                .pow_scalar(2.0)
+                .sum_all()
+        }),
+        ("conv_transpose2d_weight", |a, b| {
+            // The weight is differentiated: a's rows as three 1x3 kernels of b's image.
+            let x = b.reshape(&[1, 1, 3, 3]);
+            let w = a.reshape(&[1, 3, 1, 3]);
+            let args = F::ConvTranspose2dArgs::default().stride(2).padding(1);
+            F::conv_transpose2d(&x, &w, None, &args)
+                .pow_scalar(2.0)
+                .sum_all()
         }),
         ("pools", |a, b| {
             let x = (a * b).reshape(&[1, 1, 3, 3]);

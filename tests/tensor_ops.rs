@@ -572,6 +572,60 @@ fn narrow_f32_conv2d_matches_f64() {
     }
 }
 
+/// `conv_transpose2d` runs conv2d's backward kernels (tiled input gradient, depthwise
+/// loops, the direct weight gradient for narrow f32 layers) and its backward a conv2d:
+/// in f32, output and every gradient equal the f64 results (which gradcheck checks).
+#[test]
+fn f32_conv_transpose2d_matches_f64() {
+    // (in, out, groups, input size, kernel, stride, padding, output padding, dilation)
+    for (c, o, groups, hw, k, stride, padding, out_pad, dilation) in [
+        // Narrow and unit-stride: the direct weight gradient (AVX-512 or AVX2 CPUs).
+        (16, 6, 1, [10, 10], 5, 1, 0, 0, 1),
+        (12, 1, 1, [24, 24], 5, 1, 2, 0, 1),
+        // Strided, grouped, dilated: tiled columns.
+        (8, 6, 2, [7, 5], 3, 2, 1, 1, 2),
+        (64, 32, 1, [9, 9], 4, 2, 1, 0, 1),
+        // One output channel per group: the depthwise loops.
+        (6, 3, 3, [8, 7], 3, 2, 1, 1, 1),
+    ] {
+        let rng = &mut Generator::new(13);
+        let x = Tensor::randn_with(&[3, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);
+        let wt = Tensor::randn_with(&[c, o / groups, k, k], DType::F64, &Device::Cpu, rng);
+        let b = Tensor::randn_with(&[o], DType::F64, &Device::Cpu, rng);
+        let args = F::ConvTranspose2dArgs {
+            stride: [stride; 2],
+            padding: [padding; 2],
+            output_padding: [out_pad; 2],
+            dilation: [dilation; 2],
+            groups,
+        };
+        let run = |dtype: DType| {
+            let (x, wt, b) = (
+                x.to_dtype(dtype).requires_grad(true),
+                wt.to_dtype(dtype).requires_grad(true),
+                b.to_dtype(dtype).requires_grad(true),
+            );
+            let y = F::conv_transpose2d(&x, &wt, Some(&b), &args);
+            let up =
+                Tensor::randn_with(y.shape(), DType::F64, &Device::Cpu, &mut Generator::new(5));
+            y.mul(&up.to_dtype(dtype)).sum_all().backward();
+            [y, x.grad().unwrap(), wt.grad().unwrap(), b.grad().unwrap()]
+                .map(|t| t.to_dtype(DType::F64))
+        };
+        let (narrow, wide) = (run(DType::F32), run(DType::F64));
+        for (name, (a, e)) in ["output", "input grad", "weight grad", "bias grad"]
+            .iter()
+            .zip(narrow.iter().zip(&wide))
+        {
+            assert_eq!(a.shape(), e.shape(), "{name}");
+            assert!(
+                a.allclose(e, 1e-3, 1e-3),
+                "c={c} o={o} groups={groups} stride={stride}: {name} differs"
+            );
+        }
+    }
+}
+
 /// A bias of another dtype than the input (f64 bias on f32 data) promotes, as in PyTorch,
 /// instead of reaching the single-dtype CPU kernels.
 #[test]

@@ -255,8 +255,9 @@ impl<T: Float> Plan<'_, T> {
 
 /// The input gradient `[n, c, h, w]` and the weight gradient `[out_channels, c/groups, kh,
 /// kw]` of [`conv2d`](super::conv2d), each when wanted, from the output gradient `gout`
-/// `[n, out_channels, oh, ow]`, the input `x` and the weight `w` (all contiguous). The
-/// bias gradient is a plain sum and not computed here.
+/// `[n, out_channels, oh, ow]`, the input `x` and the weight `w` (all contiguous; `x` is
+/// read only for the weight gradient and may be empty without it). The bias gradient is
+/// a plain sum and not computed here.
 ///
 /// ```
 /// use ferrograd_kernels::cpu::Conv2dGeometry;
@@ -290,7 +291,7 @@ pub fn conv2d_backward<T: Float>(
     let k = cg * kh * kw;
     assert!(
         gout.len() == g.n * out_channels * plane
-            && x.len() == g.n * g.c * in_plane
+            && (!want_w || x.len() == g.n * g.c * in_plane)
             && w.len() == out_channels * k,
         "conv2d backward: {} gradient, {} input and {} weight elements do not match {g:?} with {out_channels} outputs",
         gout.len(),

@@ -336,8 +336,11 @@ impl<const D: usize> Default for ConvTransposeArgs<D> {
 /// 2-D transposed convolution (`F.conv_transpose2d`, the gradient of `conv2d` with
 /// respect to its input): input `[N, C_in, H, W]`, weight `[C_in, C_out/groups, kh, kw]`,
 /// optional bias `[C_out]`; output size `(H - 1)·stride - 2·padding + dilation·(k - 1) +
-/// output_padding + 1`. One GEMM per group scatters each input pixel into the columns that
-/// `conv2d` would gather, and a fold sums them (no zero-stuffed input).
+/// output_padding + 1`. On the CPU in f32/f64 it runs `conv2d`'s input-gradient kernels
+/// (tiles of columns scattered by tap; depthwise loops), and its backward is a `conv2d`
+/// and `conv2d`'s weight-gradient kernel; elsewhere one GEMM per group scatters each input
+/// pixel into the columns that `conv2d` would gather, and a fold sums them. Neither
+/// zero-stuffs the input.
 ///
 /// ```
 /// # use ferrograd_runtime::prelude::*;
@@ -405,6 +408,26 @@ pub fn conv_transpose2d(
     };
     let (oh, ow) = (out_size(0, h, kh), out_size(1, w, kw));
     let o = og * groups;
+    let g = Conv2dGeometry {
+        n,
+        c: o,
+        input: [oh, ow],
+        kernel: [kh, kw],
+        stride: args.stride,
+        padding: args.padding,
+        dilation: args.dilation,
+    };
+    debug_assert_eq!(g.output(), Some([h, w]));
+    if let Some(b) = bias {
+        assert!(
+            b.shape() == [o],
+            "conv_transpose2d: expected bias of shape [{o}], got {:?}",
+            b.shape()
+        );
+    }
+    if crate::nn::fused::conv2d_applies(input, weight, bias) {
+        return crate::nn::fused::conv_transpose2d(input, weight, bias, g, groups);
+    }
     let kk = kh * kw;
     // Columns [O*kh*kw, N*H*W] = W_g^T @ x_g per group, in conv2d's kernel-major order.
     let x = input
@@ -416,26 +439,9 @@ pub fn conv_transpose2d(
         .transpose(1, 2)
         .matmul(&x)
         .reshape(&[o * kk, n * h * w]);
-    let g = Conv2dGeometry {
-        n,
-        c: o,
-        input: [oh, ow],
-        kernel: [kh, kw],
-        stride: args.stride,
-        padding: args.padding,
-        dilation: args.dilation,
-    };
-    debug_assert_eq!(g.output(), Some([h, w]));
     let out = fold_columns(&cols, &g);
     match bias {
-        Some(b) => {
-            assert!(
-                b.shape() == [o],
-                "conv_transpose2d: expected bias of shape [{o}], got {:?}",
-                b.shape()
-            );
-            out.add(&b.reshape(&[1, o, 1, 1]))
-        }
+        Some(b) => out.add(&b.reshape(&[1, o, 1, 1])),
         None => out,
     }
 }

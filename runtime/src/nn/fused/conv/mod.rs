@@ -10,7 +10,7 @@
 
 use super::{range, with_optional};
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
-use crate::nn::functional::{Conv2dArgs, ConvTranspose2dArgs, conv_transpose2d, unfold_columns};
+use crate::nn::functional::{self as F, Conv2dArgs, ConvTranspose2dArgs, unfold_columns};
 use crate::{DType, Device, Tensor};
 use ferrograd_kernels::cpu::{Conv2dGeometry, CpuStorage};
 use ferrograd_kernels::fused::conv::{
@@ -125,6 +125,87 @@ pub(crate) fn conv2d(
                 ctx.needs(0).then_some(dx).flatten(),
                 ctx.needs(1).then_some(dw).flatten(),
             ];
+            if has_bias {
+                grads.push(ctx.needs(2).then(|| gout.sum(&[0, 2, 3], false)));
+            }
+            grads
+        }
+    })
+}
+
+/// `conv_transpose2d` of `input` `[N, C_in, H, W]` with `weight` `[C_in, O/groups, kh,
+/// kw]` and optional `bias` `[O]`, shapes checked by `F::conv_transpose2d`: the input
+/// gradient of the convolution with geometry `g` (`g.c = O`, `g.input` the output size,
+/// `g.output() == [H, W]`), run by the same kernels as [`conv2d`]'s backward (tiles of
+/// columns scattered by tap, or the depthwise loops; no batch-wide column buffer). Its
+/// backward is a `conv2d` of the output gradient (the input's) and that convolution's
+/// weight gradient with the roles of input and output gradient swapped; under
+/// `create_graph`, differentiable tensor ops.
+pub(crate) fn conv_transpose2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    g: Conv2dGeometry,
+    groups: usize,
+) -> Tensor {
+    let op = "conv_transpose2d";
+    let cin = weight.shape()[0];
+    let (o, [oh, ow]) = (g.c, g.input);
+    let x = input.detach().contiguous();
+    let w = weight.detach().contiguous();
+    let b = bias.map(|b| b.detach().contiguous());
+    let out = with_two(op, &x, &w, |xs, ws| {
+        with_optional(op, b.as_ref(), |bs| {
+            with_wide_float_dtype!(x.dtype(), T => {
+                let (xs, ws) = (host::<T>(xs, &x), host::<T>(ws, &w));
+                let mut out = if is_depthwise(&g, groups) {
+                    depthwise_conv2d_backward_input::<T>(xs, ws, &g, cin)
+                } else {
+                    tiled_grads::<T>(xs, &[], ws, &g, cin, groups, [true, false])
+                        .0
+                        .expect("the input gradient was asked for")
+                };
+                if let Some(bs) = bs {
+                    let bias = host::<T>(bs, b.as_ref().expect("present"));
+                    for (i, plane) in out.chunks_mut(oh * ow).enumerate() {
+                        let v = bias[i % o];
+                        plane.iter_mut().for_each(|e| *e += v);
+                    }
+                }
+                T::into_storage(out)
+            }, else unreachable!("conv kernels take f32 or f64 (see `applies`)"))
+        })
+    });
+    let out = Tensor::from_cpu(out, &[g.n, o, oh, ow]);
+    let mut inputs = vec![input, weight];
+    inputs.extend(bias);
+    let has_bias = bias.is_some();
+    let args = Conv2dArgs {
+        stride: g.stride,
+        padding: g.padding,
+        dilation: g.dilation,
+        groups,
+    };
+    record(out, op, &inputs, || {
+        let (sx, sw) = (SavedTensor::new(input), SavedTensor::new(weight));
+        move |ctx, gout: &Tensor| {
+            let (x, w) = (sx.get(op), sw.get(op));
+            let want = [ctx.needs(0), ctx.needs(1)];
+            // The convolution this is the input gradient of: its input is `gout`, its
+            // output gradient `x`.
+            let dx = want[0].then(|| F::conv2d(gout, &w, None, &args));
+            let dw = if !want[1] {
+                None
+            } else if is_grad_enabled() {
+                conv2d_backward_graph(&x, gout, &w, &g, &args, [false, true]).1
+            } else if is_depthwise(&g, groups) {
+                depthwise_backward(&x, gout, &w, &g, false, true).1
+            } else if direct_weight(gout, &g, cin, groups) {
+                Some(direct_weight_grad(&x, gout, &g, cin))
+            } else {
+                tiled_backward(&x, gout, &w, &g, groups, [false, true]).1
+            };
+            let mut grads = vec![dx, dw];
             if has_bias {
                 grads.push(ctx.needs(2).then(|| gout.sum(&[0, 2, 3], false)));
             }
@@ -260,7 +341,7 @@ fn conv2d_backward_graph(
         dilation: g.dilation,
         groups,
     };
-    let dx = want_x.then(|| conv_transpose2d(gout, w, None, &t_args));
+    let dx = want_x.then(|| F::conv_transpose2d(gout, w, None, &t_args));
     if !want_w {
         return (dx, None);
     }
