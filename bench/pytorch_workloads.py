@@ -92,6 +92,16 @@ results["conv2d_lenet1_b64"] = median_time(lambda: F.conv2d(x1, w1, padding=2))
 results["conv2d_lenet2_b64"] = median_time(lambda: F.conv2d(x2, w2))
 xd, wd = torch.randn(20, 96, 112, 112), torch.randn(96, 1, 3, 3)
 results["conv2d_depthwise_b20"] = median_time(lambda: F.conv2d(xd, wd, padding=1, groups=96))
+xt = torch.randn(16, 128, 16, 16, requires_grad=True)
+wt = torch.randn(128, 64, 4, 4, requires_grad=True)
+
+
+def conv_transpose_step():
+    F.conv_transpose2d(xt, wt, stride=2, padding=1).sum().backward()
+    xt.grad = wt.grad = None
+
+
+results["conv_transpose2d_dcgan_fwd_bwd_b16"] = median_time(conv_transpose_step)
 xp = torch.randn(64, 6, 28, 28, requires_grad=True)
 results["max_pool2d_lenet_b64"] = median_time(lambda: F.max_pool2d(xp, 2).sum().backward())
 

@@ -133,6 +133,18 @@ fn conv2d_lenet(c: &mut Criterion) {
     c.bench_function("conv2d_depthwise_b20", |bench| {
         bench.iter(|| black_box(F::conv2d(&xd, &wd, None, &dw)))
     });
+    // A DCGAN generator's upsampling layer (4x4, stride 2: 16x16 -> 32x32), forward +
+    // backward through input and weight.
+    let xt = Tensor::randn(&[16, 128, 16, 16], DType::F32, &Device::Cpu).requires_grad(true);
+    let wt = Tensor::randn(&[128, 64, 4, 4], DType::F32, &Device::Cpu).requires_grad(true);
+    let up = F::ConvTranspose2dArgs::default().stride(2).padding(1);
+    c.bench_function("conv_transpose2d_dcgan_fwd_bwd_b16", |bench| {
+        bench.iter(|| {
+            F::conv_transpose2d(&xt, &wt, None, &up).sum_all().backward();
+            xt.zero_grad();
+            wt.zero_grad();
+        })
+    });
     // LeNet's first pooling layer, forward + backward.
     let p = Tensor::randn(&[64, 6, 28, 28], DType::F32, &Device::Cpu).requires_grad(true);
     c.bench_function("max_pool2d_lenet_b64", |bench| {
