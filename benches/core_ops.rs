@@ -140,7 +140,9 @@ fn conv2d_lenet(c: &mut Criterion) {
     let up = F::ConvTranspose2dArgs::default().stride(2).padding(1);
     c.bench_function("conv_transpose2d_dcgan_fwd_bwd_b16", |bench| {
         bench.iter(|| {
-            F::conv_transpose2d(&xt, &wt, None, &up).sum_all().backward();
+            F::conv_transpose2d(&xt, &wt, None, &up)
+                .sum_all()
+                .backward();
             xt.zero_grad();
             wt.zero_grad();
         })

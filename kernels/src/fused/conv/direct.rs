@@ -17,6 +17,7 @@
 //! memory); other element types and CPUs take the tiled im2col + GEMM path ([`applies`]
 //! says which).
 
+use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
 use crate::{DType, Element};
@@ -42,31 +43,6 @@ fn narrow_f32<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize
         && (1..=2 * OB).contains(&out_channels)
         && k <= 512
         && level().is_some()
-}
-
-/// The SIMD level the direct kernels run at.
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-enum Level {
-    /// 16-float vectors, eight pixels per register block.
-    Avx512,
-    /// Pairs of 8-float vectors with FMA, six pixels per register block.
-    Avx2,
-}
-
-/// This CPU's level, if it has one the kernels are written for.
-fn level() -> Option<Level> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return Some(Level::Avx512);
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return Some(Level::Avx2);
-        }
-    }
-    None
 }
 
 /// The weights `[O, C, kh, kw]` as `[C·kh·kw, O rounded up to OB]`, zero-filled.
@@ -95,96 +71,34 @@ struct Plan<'a> {
     o: usize,
 }
 
-/// A 16-float vector: one AVX-512 register, or two AVX2 registers.
-#[cfg(target_arch = "x86_64")]
-mod lanes {
-    use std::arch::x86_64::*;
-
-    /// The operations the kernels need on [`super::OB`] floats. Every method is
-    /// `#[inline(always)]`, so it compiles into the `#[target_feature]` entry point that
-    /// calls it (where the intrinsics' features are enabled).
-    pub(super) trait Lanes: Copy {
-        /// Pixels (or reduction rows) per register block: as many accumulators as leave
-        /// registers for the weights and a broadcast.
-        const PX: usize;
-        /// # Safety
-        /// `p` points to 16 readable floats; the CPU has the type's features.
-        unsafe fn load(p: *const f32) -> Self;
-        /// # Safety
-        /// The CPU has the type's features.
-        unsafe fn splat(v: f32) -> Self;
-        /// `a * b + c`.
-        /// # Safety
-        /// The CPU has the type's features.
-        unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
-        /// # Safety
-        /// `p` points to 16 writable floats; the CPU has the type's features.
-        unsafe fn store(self, p: *mut f32);
+/// The first wide pixels of the `px`-pixel blocks that cover every output pixel of a
+/// unit-stride plane (`oh` rows of `ow` valid pixels, `wp` apart), whichever way needs
+/// fewer blocks: row by row (each block inside one row's valid pixels, so none is
+/// wasted on the `wp - ow` columns past the row's end; needs `ow >= px`), or straight
+/// along the wide pixels, blocks spanning rows. A row's or the plane's last block ends
+/// at its last pixel, recomputing part of the one before.
+pub(super) fn block_starts(oh: usize, ow: usize, wp: usize, px: usize) -> Vec<usize> {
+    let wide = (oh - 1) * wp + ow;
+    let along = (0..wide.div_ceil(px)).map(|b| (b * px).min(wide - px));
+    if ow >= px && oh * ow.div_ceil(px) <= wide.div_ceil(px) {
+        (0..oh)
+            .flat_map(|y| (0..ow.div_ceil(px)).map(move |b| y * wp + (b * px).min(ow - px)))
+            .collect()
+    } else {
+        along.collect()
     }
+}
 
-    /// AVX-512F: eight pixels per block (8 accumulators of 32 registers).
-    #[derive(Clone, Copy)]
-    pub(super) struct Zmm(__m512);
-
-    impl Lanes for Zmm {
-        const PX: usize = 8;
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: the caller's contract.
-            Zmm(unsafe { _mm512_loadu_ps(p) })
-        }
-        #[inline(always)]
-        unsafe fn splat(v: f32) -> Self {
-            // SAFETY: the caller's contract.
-            Zmm(unsafe { _mm512_set1_ps(v) })
-        }
-        #[inline(always)]
-        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-            // SAFETY: the caller's contract.
-            Zmm(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: the caller's contract.
-            unsafe { _mm512_storeu_ps(p, self.0) }
-        }
-    }
-
-    /// AVX2 + FMA: two 8-float halves, six pixels per block (12 accumulators, two weight
-    /// halves and a broadcast fill the 16 registers).
-    #[derive(Clone, Copy)]
-    pub(super) struct Ymm2(__m256, __m256);
-
-    impl Lanes for Ymm2 {
-        const PX: usize = 6;
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: the caller's contract (16 floats from `p`).
-            unsafe { Ymm2(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) }
-        }
-        #[inline(always)]
-        unsafe fn splat(v: f32) -> Self {
-            // SAFETY: the caller's contract.
-            let v = unsafe { _mm256_set1_ps(v) };
-            Ymm2(v, v)
-        }
-        #[inline(always)]
-        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
-            // SAFETY: the caller's contract.
-            unsafe {
-                Ymm2(
-                    _mm256_fmadd_ps(a.0, b.0, c.0),
-                    _mm256_fmadd_ps(a.1, b.1, c.1),
-                )
-            }
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: the caller's contract (16 floats from `p`).
-            unsafe {
-                _mm256_storeu_ps(p, self.0);
-                _mm256_storeu_ps(p.add(8), self.1);
-            }
+/// Copies one sample `[C, h, w]` into `dst` `[C, h + 2·ph, w + 2·pw]` inside its zero
+/// border (`dst`'s border must already be zero).
+pub(super) fn pad_sample(src: &[f32], g: &Conv2dGeometry, dst: &mut [f32]) {
+    let [h, wd] = g.input;
+    let [ph, pw] = g.padding;
+    let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
+    for (ci, plane_in) in src.chunks_exact(h * wd).enumerate() {
+        for (y, row) in plane_in.chunks_exact(wd).enumerate() {
+            let at = ci * hp * wp + (y + ph) * wp + pw;
+            dst[at..at + wd].copy_from_slice(row);
         }
     }
 }
@@ -193,7 +107,7 @@ mod lanes {
 /// feature level's entry point in [`levels`]).
 #[cfg(target_arch = "x86_64")]
 mod blocks {
-    use super::lanes::Lanes;
+    use super::super::lanes::Lanes;
     use super::{OB, Plan};
 
     /// The bias of output-channel block `ob` (zero past the last channel).
@@ -237,7 +151,7 @@ mod blocks {
         let [oh, ow] = g.output().expect("checked by the caller");
         let (wp, plane) = (plan.wp, oh * ow);
         let ntaps = plan.taps.len();
-        let starts = block_starts(oh, ow, wp, PX);
+        let starts = super::block_starts(oh, ow, wp, PX);
         for ob in 0..plan.opad / OB {
             // SAFETY: the caller runs with `L`'s features.
             let init = unsafe { bias_block::<L>(plan, ob) };
@@ -269,24 +183,6 @@ mod blocks {
                     }
                 }
             }
-        }
-    }
-
-    /// The first wide pixels of the `px`-pixel blocks that cover every output pixel of a
-    /// unit-stride plane (`oh` rows of `ow` valid pixels, `wp` apart), whichever way needs
-    /// fewer blocks: row by row (each block inside one row's valid pixels, so none is
-    /// wasted on the `wp - ow` columns past the row's end; needs `ow >= px`), or straight
-    /// along the wide pixels, blocks spanning rows. A row's or the plane's last block ends
-    /// at its last pixel, recomputing part of the one before.
-    pub(super) fn block_starts(oh: usize, ow: usize, wp: usize, px: usize) -> Vec<usize> {
-        let wide = (oh - 1) * wp + ow;
-        let along = (0..wide.div_ceil(px)).map(|b| (b * px).min(wide - px));
-        if ow >= px && oh * ow.div_ceil(px) <= wide.div_ceil(px) {
-            (0..oh)
-                .flat_map(|y| (0..ow.div_ceil(px)).map(move |b| y * wp + (b * px).min(ow - px)))
-                .collect()
-        } else {
-            along.collect()
         }
     }
 
@@ -406,7 +302,7 @@ mod blocks {
 /// The entry points: each feature level's copy of the [`blocks`] loops.
 #[cfg(target_arch = "x86_64")]
 mod levels {
-    use super::lanes::{Lanes, Ymm2, Zmm};
+    use super::super::lanes::{Lanes, Ymm2, Zmm};
     use super::{Level, Plan, blocks};
 
     macro_rules! entry {
@@ -514,12 +410,7 @@ pub fn conv2d_direct<T: Float>(
         let copy;
         let xs: &[f32] = if padded {
             let mut buf = vec![0.0f32; g.c * hp * wp];
-            for (ci, plane_in) in src.chunks_exact(h * wd).enumerate() {
-                for (y, row) in plane_in.chunks_exact(wd).enumerate() {
-                    let at = ci * hp * wp + (y + ph) * wp + pw;
-                    buf[at..at + wd].copy_from_slice(row);
-                }
-            }
+            pad_sample(src, g, &mut buf);
             copy = buf;
             &copy
         } else {
@@ -628,13 +519,7 @@ pub fn conv2d_direct_backward_weight<T: Float>(
         let mut xs = vec![0.0f32; g.c * hp * wp];
         let mut gyt = vec![0.0f32; wide * opad];
         for n in (task * g.n / tasks)..((task + 1) * g.n / tasks) {
-            let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
-            for (ci, plane_in) in src.chunks_exact(h * wd).enumerate() {
-                for (y, row) in plane_in.chunks_exact(wd).enumerate() {
-                    let at = ci * hp * wp + (y + ph) * wp + pw;
-                    xs[at..at + wd].copy_from_slice(row);
-                }
-            }
+            pad_sample(&x[n * g.c * h * wd..(n + 1) * g.c * h * wd], g, &mut xs);
             // The gradient as [wide pixel, channel]; columns past `ow` stay zero.
             for (oc, gplane) in gy[n * o * plane..(n + 1) * o * plane]
                 .chunks_exact(plane)
@@ -669,10 +554,17 @@ pub fn conv2d_direct_backward_weight<T: Float>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn reference(x: &[f64], w: &[f64], b: &[f64], g: &Conv2dGeometry, o: usize) -> Vec<f64> {
+    /// The convolution by its definition, in f64 (also the `pixels` kernel's reference).
+    pub(in crate::fused::conv) fn reference(
+        x: &[f64],
+        w: &[f64],
+        b: &[f64],
+        g: &Conv2dGeometry,
+        o: usize,
+    ) -> Vec<f64> {
         let [oh, ow] = g.output().unwrap();
         let [h, wd] = g.input;
         let [kh, kw] = g.kernel;

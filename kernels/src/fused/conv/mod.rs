@@ -13,6 +13,8 @@
 
 mod backward;
 mod direct;
+mod lanes;
+mod pixels;
 
 pub use backward::conv2d_backward;
 
@@ -403,6 +405,9 @@ pub fn conv2d<T: Float>(
     }
     if direct::applies::<T>(g, out_channels, groups) {
         return direct::conv2d_direct(x, w, bias, g, out_channels);
+    }
+    if pixels::applies::<T>(g, out_channels, groups) {
+        return pixels::conv2d_pixels(x, w, bias, g, out_channels);
     }
     let pointwise = kh == 1 && kw == 1 && g.stride == [1, 1] && g.padding == [0, 0];
     let rows_per_tile = if pointwise {

@@ -1,0 +1,210 @@
+//! The SIMD levels the direct convolution kernels are compiled for, and the vector types
+//! they are written over: [`Lanes`] (16 floats: output channels, in `direct`) and
+//! [`Vector`] (one register of pixels, in `pixels`). Every method is `#[inline(always)]`,
+//! so it compiles into the `#[target_feature]` entry point that calls it, where the
+//! intrinsics' features are enabled.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// The SIMD level the direct kernels run at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) enum Level {
+    /// AVX-512F: 16-float registers.
+    Avx512,
+    /// AVX2 with FMA: 8-float registers.
+    Avx2,
+}
+
+impl Level {
+    /// Floats per register.
+    pub(super) fn lanes(self) -> usize {
+        match self {
+            Level::Avx512 => 16,
+            Level::Avx2 => 8,
+        }
+    }
+}
+
+/// This CPU's level, if it has one the kernels are written for.
+pub(super) fn level() -> Option<Level> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Some(Level::Avx512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Some(Level::Avx2);
+        }
+    }
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use x86::{Lanes, Vector, Ymm, Ymm2, Zmm};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+
+    /// The operations the kernels need on `direct::OB` (16) floats. Every method is
+    /// `#[inline(always)]`, so it compiles into the `#[target_feature]` entry point that
+    /// calls it (where the intrinsics' features are enabled).
+    pub(in crate::fused::conv) trait Lanes: Copy {
+        /// Pixels (or reduction rows) per register block: as many accumulators as leave
+        /// registers for the weights and a broadcast.
+        const PX: usize;
+        /// # Safety
+        /// `p` points to 16 readable floats; the CPU has the type's features.
+        unsafe fn load(p: *const f32) -> Self;
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn splat(v: f32) -> Self;
+        /// `a * b + c`.
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+        /// # Safety
+        /// `p` points to 16 writable floats; the CPU has the type's features.
+        unsafe fn store(self, p: *mut f32);
+    }
+
+    /// AVX-512F: eight pixels per block (8 accumulators of 32 registers).
+    #[derive(Clone, Copy)]
+    pub(in crate::fused::conv) struct Zmm(__m512);
+
+    impl Lanes for Zmm {
+        const PX: usize = 8;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's contract.
+            Zmm(unsafe { _mm512_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's contract.
+            Zmm(unsafe { _mm512_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's contract.
+            Zmm(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+    }
+
+    /// AVX2 + FMA: two 8-float halves, six pixels per block (12 accumulators, two weight
+    /// halves and a broadcast fill the 16 registers).
+    #[derive(Clone, Copy)]
+    pub(in crate::fused::conv) struct Ymm2(__m256, __m256);
+
+    impl Lanes for Ymm2 {
+        const PX: usize = 6;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's contract (16 floats from `p`).
+            unsafe { Ymm2(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's contract.
+            let v = unsafe { _mm256_set1_ps(v) };
+            Ymm2(v, v)
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's contract.
+            unsafe {
+                Ymm2(
+                    _mm256_fmadd_ps(a.0, b.0, c.0),
+                    _mm256_fmadd_ps(a.1, b.1, c.1),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's contract (16 floats from `p`).
+            unsafe {
+                _mm256_storeu_ps(p, self.0);
+                _mm256_storeu_ps(p.add(8), self.1);
+            }
+        }
+    }
+
+    /// One register of pixels for the pixel-vectorised kernels (`pixels`).
+    pub(in crate::fused::conv) trait Vector: Copy {
+        /// Floats per register.
+        const LANES: usize;
+        /// # Safety
+        /// `p` points to `LANES` readable floats; the CPU has the type's features.
+        unsafe fn load(p: *const f32) -> Self;
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn splat(v: f32) -> Self;
+        /// `a * b + c`.
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+        /// # Safety
+        /// `p` points to `LANES` writable floats; the CPU has the type's features.
+        unsafe fn store(self, p: *mut f32);
+    }
+
+    impl Vector for Zmm {
+        const LANES: usize = 16;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's contract.
+            unsafe { <Zmm as Lanes>::load(p) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's contract.
+            unsafe { <Zmm as Lanes>::splat(v) }
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's contract.
+            unsafe { <Zmm as Lanes>::fma(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's contract.
+            unsafe { <Zmm as Lanes>::store(self, p) }
+        }
+    }
+
+    /// One AVX2 register of eight floats (with FMA).
+    #[derive(Clone, Copy)]
+    pub(in crate::fused::conv) struct Ymm(__m256);
+
+    impl Vector for Ymm {
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller's contract.
+            Ymm(unsafe { _mm256_loadu_ps(p) })
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: the caller's contract.
+            Ymm(unsafe { _mm256_set1_ps(v) })
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: the caller's contract.
+            Ymm(unsafe { _mm256_fmadd_ps(a.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller's contract.
+            unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+    }
+}
