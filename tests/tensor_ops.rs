@@ -548,27 +548,37 @@ fn narrow_f32_conv2d_matches_f64() {
         let wt = Tensor::randn_with(&[o, c, k, k], DType::F64, &Device::Cpu, rng);
         let b = Tensor::randn_with(&[o], DType::F64, &Device::Cpu, rng);
         let args = F::Conv2dArgs::default().padding(padding).dilation(dilation);
-        let run = |dtype: DType| {
-            let (x, wt, b) = (
-                x.to_dtype(dtype).requires_grad(true),
-                wt.to_dtype(dtype).requires_grad(true),
-                b.to_dtype(dtype).requires_grad(true),
-            );
-            let y = F::conv2d(&x, &wt, Some(&b), &args);
-            let up =
-                Tensor::randn_with(y.shape(), DType::F64, &Device::Cpu, &mut Generator::new(5));
-            y.mul(&up.to_dtype(dtype)).sum_all().backward();
-            [y, x.grad().unwrap(), wt.grad().unwrap(), b.grad().unwrap()]
-                .map(|t| t.to_dtype(DType::F64))
-        };
-        let (narrow, wide) = (run(DType::F32), run(DType::F64));
-        for (name, (a, e)) in ["output", "input grad", "weight grad", "bias grad"]
-            .iter()
-            .zip(narrow.iter().zip(&wide))
-        {
-            assert_eq!(a.shape(), e.shape(), "{name}");
-            assert!(a.allclose(e, 1e-3, 1e-3), "c={c} o={o}: {name} differs");
-        }
+        f32_matches_f64(&format!("c={c} o={o}"), [&x, &wt, &b], |x, w, b| {
+            F::conv2d(x, w, Some(b), &args)
+        });
+    }
+}
+
+/// `conv(x, w, b)` in f32 and in f64 from the same f64 data: output and the gradients of
+/// x, w and b (through a random upstream gradient) agree within 1e-3.
+fn f32_matches_f64(
+    label: &str,
+    [x, w, b]: [&Tensor; 3],
+    conv: impl Fn(&Tensor, &Tensor, &Tensor) -> Tensor,
+) {
+    let run = |dtype: DType| {
+        let (x, w, b) = (
+            x.to_dtype(dtype).requires_grad(true),
+            w.to_dtype(dtype).requires_grad(true),
+            b.to_dtype(dtype).requires_grad(true),
+        );
+        let y = conv(&x, &w, &b);
+        let up = Tensor::randn_with(y.shape(), DType::F64, &Device::Cpu, &mut Generator::new(5));
+        y.mul(&up.to_dtype(dtype)).sum_all().backward();
+        [y, x.grad().unwrap(), w.grad().unwrap(), b.grad().unwrap()].map(|t| t.to_dtype(DType::F64))
+    };
+    let (narrow, wide) = (run(DType::F32), run(DType::F64));
+    for (name, (a, e)) in ["output", "input grad", "weight grad", "bias grad"]
+        .iter()
+        .zip(narrow.iter().zip(&wide))
+    {
+        assert_eq!(a.shape(), e.shape(), "{label}: {name}");
+        assert!(a.allclose(e, 1e-3, 1e-3), "{label}: {name} differs");
     }
 }
 
@@ -599,30 +609,11 @@ fn f32_conv_transpose2d_matches_f64() {
             dilation: [dilation; 2],
             groups,
         };
-        let run = |dtype: DType| {
-            let (x, wt, b) = (
-                x.to_dtype(dtype).requires_grad(true),
-                wt.to_dtype(dtype).requires_grad(true),
-                b.to_dtype(dtype).requires_grad(true),
-            );
-            let y = F::conv_transpose2d(&x, &wt, Some(&b), &args);
-            let up =
-                Tensor::randn_with(y.shape(), DType::F64, &Device::Cpu, &mut Generator::new(5));
-            y.mul(&up.to_dtype(dtype)).sum_all().backward();
-            [y, x.grad().unwrap(), wt.grad().unwrap(), b.grad().unwrap()]
-                .map(|t| t.to_dtype(DType::F64))
-        };
-        let (narrow, wide) = (run(DType::F32), run(DType::F64));
-        for (name, (a, e)) in ["output", "input grad", "weight grad", "bias grad"]
-            .iter()
-            .zip(narrow.iter().zip(&wide))
-        {
-            assert_eq!(a.shape(), e.shape(), "{name}");
-            assert!(
-                a.allclose(e, 1e-3, 1e-3),
-                "c={c} o={o} groups={groups} stride={stride}: {name} differs"
-            );
-        }
+        f32_matches_f64(
+            &format!("c={c} o={o} groups={groups} stride={stride}"),
+            [&x, &wt, &b],
+            |x, w, b| F::conv_transpose2d(x, w, Some(b), &args),
+        );
     }
 }
 

@@ -89,6 +89,32 @@ pub(super) fn block_starts(oh: usize, ow: usize, wp: usize, px: usize) -> Vec<us
     }
 }
 
+/// `v` as f32: for the kernels' `T`, which their `applies` checked is f32.
+pub(super) fn f32s<T: Element>(v: &[T]) -> &[f32] {
+    assert!(T::DTYPE == DType::F32, "the direct conv kernels take f32");
+    // SAFETY: `T::DTYPE == F32` (asserted) means `T` is `f32`: same size, alignment and bits.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
+}
+
+/// Each kernel tap's offset within a padded channel `wp` wide (`ki·dh·wp + kj·dw`).
+pub(super) fn tap_offsets(g: &Conv2dGeometry, wp: usize) -> Vec<usize> {
+    let [kh, kw] = g.kernel;
+    (0..kh)
+        .flat_map(|ki| (0..kw).map(move |kj| ki * g.dilation[0] * wp + kj * g.dilation[1]))
+        .collect()
+}
+
+/// Panics unless `x_len` input and `w_len` weight elements fit geometry `g` with `o`
+/// output channels and one group.
+#[track_caller]
+pub(super) fn check_sizes(x_len: usize, w_len: usize, g: &Conv2dGeometry, o: usize) {
+    let k = g.c * g.kernel[0] * g.kernel[1];
+    assert!(
+        x_len == g.n * g.c * g.input[0] * g.input[1] && w_len == o * k,
+        "conv2d: {x_len} input and {w_len} weight elements do not match {g:?} with {o} outputs"
+    );
+}
+
 /// Copies one sample `[C, h, w]` into `dst` `[C, h + 2·ph, w + 2·pw]` inside its zero
 /// border (`dst`'s border must already be zero).
 pub(super) fn pad_sample(src: &[f32], g: &Conv2dGeometry, dst: &mut [f32]) {
@@ -367,27 +393,15 @@ pub fn conv2d_direct<T: Float>(
     let (h, wd) = (g.input[0], g.input[1]);
     let [ph, pw] = g.padding;
     let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
-    assert!(
-        x.len() == g.n * g.c * h * wd && w.len() == out_channels * k,
-        "conv2d: {} input and {} weight elements do not match {g:?} with {out_channels} outputs",
-        x.len(),
-        w.len()
-    );
+    check_sizes(x.len(), w.len(), g, out_channels);
     let plane = oh * ow;
     let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
     if out.is_empty() {
         return out;
     }
-    // T is f32 (checked by `applies`): view the slices as such.
-    let f32s = |v: &[T]| -> &[f32] {
-        // SAFETY: `T::DTYPE == F32` means `T` is `f32`: same size, alignment and bits.
-        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
-    };
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
     let wt = transpose_weights(w, out_channels, k);
-    let taps: Vec<usize> = (0..kh)
-        .flat_map(|ki| (0..kw).map(move |kj| ki * g.dilation[0] * wp + kj * g.dilation[1]))
-        .collect();
+    let taps = tap_offsets(g, wp);
     let last_pixel = (oh - 1) * g.stride[0] * wp + (ow - 1) * g.stride[1];
     assert!(
         taps.last().copied().unwrap_or(0) + last_pixel < hp * wp,
@@ -403,22 +417,8 @@ pub fn conv2d_direct<T: Float>(
         bias,
         o: out_channels,
     };
-    let padded = ph > 0 || pw > 0;
     let unit = g.stride == [1, 1] && (oh - 1) * wp + ow >= P;
-    let sample = |n: usize, dst: &mut [T]| {
-        let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
-        let copy;
-        let xs: &[f32] = if padded {
-            let mut buf = vec![0.0f32; g.c * hp * wp];
-            pad_sample(src, g, &mut buf);
-            copy = buf;
-            &copy
-        } else {
-            src
-        };
-        // SAFETY: `T` is f32 (as above).
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+    for_each_padded_sample(x, g, &mut out, out_channels * plane, |xs, dst| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `level` is this CPU's; `xs` holds `c` padded channels and the assert
         // above bounds every tap and pixel offset by the channel size (for unit strides,
@@ -432,15 +432,47 @@ pub fn conv2d_direct<T: Float>(
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (xs, dst, &plan, level);
+    });
+    out
+}
+
+/// Runs `kernel` on each sample of `x` `[N, C, H, W]` — zero-padded by `g.padding` into a
+/// scratch copy where it has any — and the sample's `per` elements of `out`, which holds
+/// f32 (`T` is f32: the callers' `applies` checked it). Samples run in parallel.
+pub(super) fn for_each_padded_sample<T: Float>(
+    x: &[f32],
+    g: &Conv2dGeometry,
+    out: &mut HostBuffer<T>,
+    per: usize,
+    kernel: impl Fn(&[f32], &mut [f32]) + Sync,
+) {
+    assert!(T::DTYPE == DType::F32, "the direct conv kernels write f32");
+    let [h, wd] = g.input;
+    let [ph, pw] = g.padding;
+    let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
+    let sample = |n: usize, dst: &mut [T]| {
+        let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
+        let copy;
+        let xs: &[f32] = if ph > 0 || pw > 0 {
+            let mut buf = vec![0.0f32; g.c * hp * wp];
+            pad_sample(src, g, &mut buf);
+            copy = buf;
+            &copy
+        } else {
+            src
+        };
+        // SAFETY: `T::DTYPE == F32` (asserted above) means `T` is `f32`.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+        kernel(xs, dst);
     };
     if num_threads() > 1 && g.n > 1 {
-        for_each_chunk_mut(&mut out, out_channels * plane, sample);
+        for_each_chunk_mut(out, per, sample);
     } else {
-        for (n, dst) in out.chunks_mut(out_channels * plane).enumerate() {
+        for (n, dst) in out.chunks_mut(per).enumerate() {
             sample(n, dst);
         }
     }
-    out
 }
 
 /// Whether [`conv2d_direct_backward_weight`] serves a convolution: f32 on AVX-512 or
@@ -489,15 +521,9 @@ pub fn conv2d_direct_backward_weight<T: Float>(
         x.len(),
         gy.len()
     );
-    let f32s = |v: &[T]| -> &[f32] {
-        // SAFETY: `T::DTYPE == F32` (checked by `applies`) means `T` is `f32`.
-        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
-    };
     let (x, gy) = (f32s(x), f32s(gy));
     let opad = o.div_ceil(OB) * OB;
-    let taps: Vec<usize> = (0..kh)
-        .flat_map(|ki| (0..kw).map(move |kj| ki * g.dilation[0] * wp + kj * g.dilation[1]))
-        .collect();
+    let taps = tap_offsets(g, wp);
     let wide = (oh - 1) * wp + ow;
     assert!(
         taps.last().copied().unwrap_or(0) + wide - 1 < hp * wp,
@@ -599,23 +625,52 @@ pub(super) mod tests {
 
     #[test]
     fn matches_the_definition() {
+        // Odd sizes: output channels within and over one block, planes not a multiple of P,
+        // stride, padding and dilation per dim.
+        check_forward(
+            "direct",
+            conv2d_direct::<f32>,
+            &[
+                (3, 6, [14, 14], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
+                // Row-aligned blocks: LeNet's second layer (one block per row), and rows of
+                // 28 (a last block per row overlapping the one before).
+                (2, 6, [12, 12], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
+                (2, 1, [28, 28], 12, [5, 5], [1, 1], [2, 2], [1, 1]),
+                (2, 3, [11, 9], 19, [3, 2], [2, 1], [1, 0], [1, 2]),
+                (1, 2, [7, 8], 32, [3, 3], [3, 2], [2, 1], [2, 1]),
+            ],
+        );
+    }
+
+    /// A forward kernel, as `conv2d_direct`.
+    pub(in crate::fused::conv) type Forward =
+        fn(&[f32], &[f32], Option<&[f32]>, &Conv2dGeometry, usize) -> HostBuffer<f32>;
+
+    /// `kernel` (named `name`) against [`reference`] with and without a bias, for cases
+    /// `(n, c, [h, w], out channels, kernel, stride, padding, dilation)`; skipped (said so)
+    /// on CPUs without a level the direct kernels are built for.
+    #[allow(clippy::type_complexity)]
+    pub(in crate::fused::conv) fn check_forward(
+        name: &str,
+        kernel: Forward,
+        cases: &[(
+            usize,
+            usize,
+            [usize; 2],
+            usize,
+            [usize; 2],
+            [usize; 2],
+            [usize; 2],
+            [usize; 2],
+        )],
+    ) {
         if level().is_none() {
             eprintln!(
-                "skipping: the direct kernel needs AVX-512 or AVX2 + FMA (the tiled path serves this CPU)"
+                "skipping: the {name} kernel needs AVX-512 or AVX2 + FMA (the tiled path serves this CPU)"
             );
             return;
         }
-        // Odd sizes: output channels within and over one block, planes not a multiple of P,
-        // stride, padding and dilation per dim.
-        for (n, c, hw, o, k, stride, pad, dil) in [
-            (3, 6, [14, 14], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
-            // Row-aligned blocks: LeNet's second layer (one block per row), and rows of 28
-            // (a last block per row overlapping the one before).
-            (2, 6, [12, 12], 16, [5, 5], [1, 1], [0, 0], [1, 1]),
-            (2, 1, [28, 28], 12, [5, 5], [1, 1], [2, 2], [1, 1]),
-            (2, 3, [11, 9], 19, [3, 2], [2, 1], [1, 0], [1, 2]),
-            (1, 2, [7, 8], 32, [3, 3], [3, 2], [2, 1], [2, 1]),
-        ] {
+        for &(n, c, hw, o, k, stride, pad, dil) in cases {
             let g = Conv2dGeometry {
                 n,
                 c,
@@ -632,16 +687,13 @@ pub(super) mod tests {
             let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
             let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
             let bf: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-            let got = conv2d_direct(&xf, &wf, Some(&bf), &g, o);
-            let want = reference(&x, &w, &b, &g, o);
-            assert_eq!(got.len(), want.len());
-            for (a, e) in got.iter().zip(&want) {
-                assert!((*a as f64 - e).abs() < 1e-4, "{a} vs {e} for {g:?}");
-            }
-            let got = conv2d_direct(&xf, &wf, None, &g, o);
-            let want = reference(&x, &w, &vec![0.0; o], &g, o);
-            for (a, e) in got.iter().zip(&want) {
-                assert!((*a as f64 - e).abs() < 1e-4, "{a} vs {e} for {g:?}");
+            for (bias, bias64) in [(Some(&bf[..]), b.clone()), (None, vec![0.0; o])] {
+                let got = kernel(&xf, &wf, bias, &g, o);
+                let want = reference(&x, &w, &bias64, &g, o);
+                assert_eq!(got.len(), want.len());
+                for (a, e) in got.iter().zip(&want) {
+                    assert!((*a as f64 - e).abs() < 1e-4, "{name}: {a} vs {e} for {g:?}");
+                }
             }
         }
     }

@@ -11,10 +11,10 @@
 //! output), otherwise along the wide pixels (stored pixel by pixel, skipping the columns
 //! past a row's end).
 
-use super::direct::{block_starts, pad_sample};
+use super::direct::{block_starts, check_sizes, f32s, for_each_padded_sample, tap_offsets};
 use super::lanes::{Level, level};
 use crate::WideFloat as Float;
-use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
+use crate::cpu::{Conv2dGeometry, HostBuffer};
 use crate::{DType, Element};
 
 /// Output channels per register block.
@@ -183,21 +183,12 @@ pub fn conv2d_pixels<T: Float>(
     let [ph, pw] = g.padding;
     let (hp, wp) = (h + 2 * ph, wd + 2 * pw);
     let o = out_channels;
-    assert!(
-        x.len() == g.n * g.c * h * wd && w.len() == o * k,
-        "conv2d: {} input and {} weight elements do not match {g:?} with {o} outputs",
-        x.len(),
-        w.len()
-    );
+    check_sizes(x.len(), w.len(), g, o);
     let plane = oh * ow;
     let mut out = HostBuffer::<T>::zeroed(g.n * o * plane);
     if out.is_empty() {
         return out;
     }
-    let f32s = |v: &[T]| -> &[f32] {
-        // SAFETY: `T::DTYPE == F32` (checked by `applies`) means `T` is `f32`.
-        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
-    };
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
     let blocks = o.div_ceil(OCB);
     let mut wb = vec![0.0f32; blocks * k * OCB];
@@ -207,9 +198,7 @@ pub fn conv2d_pixels<T: Float>(
             wb[(cb * k + t) * OCB + j] = v;
         }
     }
-    let taps: Vec<usize> = (0..kh)
-        .flat_map(|ki| (0..kw).map(move |kj| ki * g.dilation[0] * wp + kj * g.dilation[1]))
-        .collect();
+    let taps = tap_offsets(g, wp);
     let wide = (oh - 1) * wp + ow;
     assert!(
         taps.last().copied().unwrap_or(0) + wide - 1 < hp * wp,
@@ -224,21 +213,7 @@ pub fn conv2d_pixels<T: Float>(
         bias,
         o,
     };
-    let padded = ph > 0 || pw > 0;
-    let sample = |n: usize, dst: &mut [T]| {
-        let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
-        let copy;
-        let xs: &[f32] = if padded {
-            let mut buf = vec![0.0f32; g.c * hp * wp];
-            pad_sample(src, g, &mut buf);
-            copy = buf;
-            &copy
-        } else {
-            src
-        };
-        // SAFETY: `T` is f32 (as above).
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+    for_each_padded_sample(x, g, &mut out, o * plane, |xs, dst| {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `level` is this CPU's; `xs` holds `c` padded channels, the assert above
         // bounds every tap plus wide pixel by the channel size, and `applies` checked the
@@ -248,63 +223,39 @@ pub fn conv2d_pixels<T: Float>(
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (xs, dst, &plan, level);
-    };
-    if num_threads() > 1 && g.n > 1 {
-        for_each_chunk_mut(&mut out, o * plane, sample);
-    } else {
-        for (n, dst) in out.chunks_mut(o * plane).enumerate() {
-            sample(n, dst);
-        }
-    }
+    });
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fused::conv::direct::tests::reference;
+    use crate::fused::conv::direct::tests::check_forward;
 
     #[test]
     fn matches_the_definition() {
-        if level().is_none() {
-            eprintln!(
-                "skipping: the pixel kernel needs AVX-512 or AVX2 + FMA (the tiled path serves this CPU)"
-            );
-            return;
-        }
         // LeNet's first layer, several channel blocks, rows shorter than a block (blocks
         // along the wide pixels), dilation, no padding.
-        for (n, c, hw, o, k, pad, dil) in [
-            (3, 1, [28, 28], 6, [5, 5], [2, 2], [1, 1]),
-            (2, 2, [20, 37], 8, [3, 3], [1, 1], [1, 1]),
-            (2, 3, [9, 11], 1, [3, 2], [1, 0], [2, 1]),
-            (1, 4, [12, 12], 7, [5, 5], [0, 0], [1, 1]),
-        ] {
-            let g = Conv2dGeometry {
-                n,
-                c,
-                input: hw,
-                kernel: k,
-                stride: [1, 1],
-                padding: pad,
-                dilation: dil,
-            };
-            assert!(applies::<f32>(&g, o, 1), "{g:?}");
-            let lcg = |i: usize, s: f64| ((i * 7919 + 13) % 97) as f64 / 97.0 - s;
-            let x: Vec<f64> = (0..n * c * hw[0] * hw[1]).map(|i| lcg(i, 0.5)).collect();
-            let w: Vec<f64> = (0..o * c * k[0] * k[1]).map(|i| lcg(i * 3, 0.4)).collect();
-            let b: Vec<f64> = (0..o).map(|i| lcg(i * 5, 0.3)).collect();
-            let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
-            let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
-            let bf: Vec<f32> = b.iter().map(|&v| v as f32).collect();
-            for (bias, bias64) in [(Some(&bf[..]), b.clone()), (None, vec![0.0; o])] {
-                let got = conv2d_pixels(&xf, &wf, bias, &g, o);
-                let want = reference(&x, &w, &bias64, &g, o);
-                assert_eq!(got.len(), want.len());
-                for (a, e) in got.iter().zip(&want) {
-                    assert!((*a as f64 - e).abs() < 1e-4, "{a} vs {e} for {g:?}");
-                }
+        let cases = [
+            (3, 1, [28, 28], 6, [5, 5], [1, 1], [2, 2], [1, 1]),
+            (2, 2, [20, 37], 8, [3, 3], [1, 1], [1, 1], [1, 1]),
+            (2, 3, [9, 11], 1, [3, 2], [1, 1], [1, 0], [2, 1]),
+            (1, 4, [12, 12], 7, [5, 5], [1, 1], [0, 0], [1, 1]),
+        ];
+        if level().is_some() {
+            for &(n, c, input, o, kernel, stride, padding, dilation) in &cases {
+                let g = Conv2dGeometry {
+                    n,
+                    c,
+                    input,
+                    kernel,
+                    stride,
+                    padding,
+                    dilation,
+                };
+                assert!(applies::<f32>(&g, o, 1), "{g:?}");
             }
         }
+        check_forward("pixel", conv2d_pixels::<f32>, &cases);
     }
 }
