@@ -11,9 +11,11 @@ fn leaf(values: Vec<f64>) -> Tensor {
 
 #[test]
 fn issue_example_runs_and_gives_correct_shapes() {
-    manual_seed(0);
-    let x = Tensor::randn(&[64, 784], DType::F32, &Device::Cpu);
-    let w = Tensor::randn(&[784, 10], DType::F32, &Device::Cpu).requires_grad(true);
+    // Its own generator: the process-wide one belongs to the checkpoint-dropout test,
+    // whose replay must find the draws it made (tests run on several threads).
+    let rng = &mut Generator::new(0);
+    let x = Tensor::randn_with(&[64, 784], DType::F32, &Device::Cpu, rng);
+    let w = Tensor::randn_with(&[784, 10], DType::F32, &Device::Cpu, rng).requires_grad(true);
     let loss = x.matmul(&w).log_softmax(-1).mean_all();
     loss.backward();
     let g: Tensor = w.grad().unwrap();
@@ -183,6 +185,7 @@ fn checkpoint_matches_plain_backward_and_reaches_parameters() {
 
 #[test]
 fn checkpoint_replays_dropout_with_the_same_mask() {
+    // The only test in this file that uses the process-wide generator.
     manual_seed(42);
     let x = Tensor::ones(&[64], DType::F64, &Device::Cpu).requires_grad(true);
     let y = checkpoint(|xs: &[Tensor]| F::dropout(&xs[0], 0.5, true), &[&x]);
