@@ -586,6 +586,35 @@ fn f32_matches_f64(
     }
 }
 
+/// ResNet-shaped f32 convolutions run the wide direct kernel (unit stride, 32+ channels,
+/// planes of 24×24 and up, on AVX-512 or AVX2 CPUs with at least one sample per thread:
+/// forward, and the input gradient as a forward of the flipped weights) or, for small
+/// planes, several samples per GEMM: output and every gradient equal the f64
+/// convolution's (which gradcheck checks).
+#[test]
+fn resnet_shaped_f32_conv2d_matches_f64() {
+    // (in, out, input size, kernel, stride, padding, dilation)
+    for (c, o, hw, k, stride, padding, dilation) in [
+        (32, 32, [24, 24], 3, 1, 1, 1),
+        (48, 32, [26, 25], 3, 1, 2, 2),
+        (16, 48, [28, 28], 1, 1, 0, 1),
+        (64, 64, [7, 7], 3, 1, 1, 1),
+        (32, 64, [14, 14], 3, 2, 1, 1),
+    ] {
+        let rng = &mut Generator::new(17);
+        let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);
+        let wt = Tensor::randn_with(&[o, c, k, k], DType::F64, &Device::Cpu, rng);
+        let b = Tensor::randn_with(&[o], DType::F64, &Device::Cpu, rng);
+        let args = F::Conv2dArgs::default()
+            .stride(stride)
+            .padding(padding)
+            .dilation(dilation);
+        f32_matches_f64(&format!("c={c} o={o} {hw:?}"), [&x, &wt, &b], |x, w, b| {
+            F::conv2d(x, w, Some(b), &args)
+        });
+    }
+}
+
 /// `conv_transpose2d` runs conv2d's backward kernels (tiled input gradient, depthwise
 /// loops, the direct weight gradient for narrow f32 layers) and its backward a conv2d:
 /// in f32, output and every gradient equal the f64 results (which gradcheck checks).

@@ -268,8 +268,31 @@ impl<T: Float> Plan<'_, T> {
 /// assert_eq!(dx.unwrap(), vec![0.5, 7.0, 20.0]);
 /// assert_eq!(dw.unwrap(), vec![21.0, 32.0]);
 /// ```
+///
+/// Unit-stride f32 layers wide enough for the direct kernel take their input gradient
+/// from it (a forward convolution of `gout` with the flipped, transposed weights) and
+/// only their weight gradient from the tiles.
 #[allow(clippy::type_complexity)]
 pub fn conv2d_backward<T: Float>(
+    gout: &[T],
+    x: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+    [want_x, want_w]: [bool; 2],
+) -> (Option<HostBuffer<T>>, Option<HostBuffer<T>>) {
+    if want_x && super::wide::input_grad_applies::<T>(g, out_channels, groups) {
+        let dx = super::wide::conv2d_wide_input_grad(gout, w, g, out_channels);
+        let (_, dw) = tiled_backward(gout, x, w, g, out_channels, groups, [false, want_w]);
+        return (Some(dx), dw);
+    }
+    tiled_backward(gout, x, w, g, out_channels, groups, [want_x, want_w])
+}
+
+/// [`conv2d_backward`] by tiles of im2col columns, for every convolution.
+#[allow(clippy::type_complexity)]
+pub(super) fn tiled_backward<T: Float>(
     gout: &[T],
     x: &[T],
     w: &[T],

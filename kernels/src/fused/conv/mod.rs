@@ -15,6 +15,7 @@ mod backward;
 mod direct;
 mod lanes;
 mod pixels;
+mod wide;
 
 pub use backward::conv2d_backward;
 
@@ -381,7 +382,7 @@ pub fn conv2d<T: Float>(
         "conv2d: {groups} groups do not divide {} input and {out_channels} output channels",
         g.c
     );
-    let (cg, og) = (g.c / groups, out_channels / groups);
+    let cg = g.c / groups;
     let k = cg * kh * kw;
     assert!(
         x.len() == g.n * g.c * in_plane && w.len() == out_channels * k,
@@ -409,6 +410,151 @@ pub fn conv2d<T: Float>(
     if pixels::applies::<T>(g, out_channels, groups) {
         return pixels::conv2d_pixels(x, w, bias, g, out_channels);
     }
+    if wide::applies::<T>(g, out_channels, groups) {
+        return wide::conv2d_wide(x, w, bias, g, out_channels);
+    }
+    let samples_per_gemm = plane_group(g, k);
+    if samples_per_gemm > 1 {
+        return grouped_conv2d(x, w, bias, g, out_channels, groups, samples_per_gemm);
+    }
+    tiled_conv2d(x, w, bias, g, out_channels, groups)
+}
+
+/// Fewest GEMM columns worth packing a layer's weights for: a GEMM repacks its whole
+/// left operand (`O × C·kh·kw`, megabytes in ResNet's last stages) per call, so one
+/// call per 7×7 or 14×14 sample spends as long reading weights as multiplying.
+const MIN_GEMM_COLS: usize = 384;
+
+/// How many samples' whole output planes one forward GEMM takes (1: a sample, or a
+/// tile of its rows, per GEMM): enough for [`MIN_GEMM_COLS`] columns when a plane is
+/// smaller, while their im2col columns stay within four tiles.
+fn plane_group(g: &Conv2dGeometry, k: usize) -> usize {
+    let plane = g.output().map_or(0, |[oh, ow]| oh * ow);
+    if plane == 0 || plane >= MIN_GEMM_COLS || g.n < 2 {
+        return 1;
+    }
+    let fit = (4 * TILE_ELEMS / (k * plane)).max(1);
+    MIN_GEMM_COLS.div_ceil(plane).min(fit).min(g.n)
+}
+
+/// [`conv2d`] for small output planes: `per` samples at a time, their im2col columns side
+/// by side (`[C/groups·kh·kw, per·oh·ow]`), one GEMM per group into a scratch
+/// `[O, per·oh·ow]` that is then copied into each sample's NCHW block. Sample groups run
+/// in parallel when there are enough of them, else each GEMM is parallel.
+fn grouped_conv2d<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+    per: usize,
+) -> HostBuffer<T> {
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [kh, kw] = g.kernel;
+    let in_plane = g.input[0] * g.input[1];
+    let plane = oh * ow;
+    let (cg, og) = (g.c / groups, out_channels / groups);
+    let k = cg * kh * kw;
+    let run = |n0: usize, dst: &mut [T], parallelism: Parallelism| {
+        let count = dst.len() / (out_channels * plane);
+        let cols_n = count * plane;
+        let mut cols = HostBuffer::<T>::new_uninit(k * cols_n);
+        let mut tmp = HostBuffer::<T>::new_uninit(out_channels * cols_n);
+        for gi in 0..groups {
+            for (r, row) in cols.chunks_exact_mut(cols_n).enumerate() {
+                let (ci, tap) = (r / (kh * kw), r % (kh * kw));
+                for (j, seg) in row.chunks_exact_mut(plane).enumerate() {
+                    let c = (n0 + j) * g.c + gi * cg + ci;
+                    gather_tap(
+                        &x[c * in_plane..(c + 1) * in_plane],
+                        g,
+                        [oh, ow],
+                        0..oh,
+                        (tap / kw, tap % kw),
+                        seg,
+                    );
+                }
+            }
+            let tmp_g = &mut tmp[gi * og * cols_n..(gi + 1) * og * cols_n];
+            if let Some(b) = bias {
+                for (o, row) in tmp_g.chunks_exact_mut(cols_n).enumerate() {
+                    row.iter_mut().for_each(|d| _ = d.write(b[gi * og + o]));
+                }
+            }
+            // SAFETY: dst: `tmp_g`, `og x cols_n` row-major, written above when there is a
+            // bias (read_dst), else only written by gemm. lhs: the group's weights, `og x
+            // k` row-major. rhs: `cols`, `k x cols_n` row-major, every element written by
+            // `gather_tap` above (each row's `count` segments of `plane`). No overlap.
+            unsafe {
+                gemm::gemm(
+                    og,
+                    cols_n,
+                    k,
+                    tmp_g.as_mut_ptr() as *mut T,
+                    1,
+                    cols_n as isize,
+                    bias.is_some(),
+                    w[gi * og * k..].as_ptr(),
+                    1,
+                    k as isize,
+                    cols.as_ptr() as *const T,
+                    1,
+                    cols_n as isize,
+                    T::ONE,
+                    T::ONE,
+                    false,
+                    false,
+                    false,
+                    parallelism,
+                );
+            }
+        }
+        // SAFETY: every group's GEMM wrote its `og` rows of `cols_n`: all of `tmp`.
+        let tmp = unsafe { tmp.assume_init() };
+        for (j, sample) in dst.chunks_exact_mut(out_channels * plane).enumerate() {
+            for (o, row) in sample.chunks_exact_mut(plane).enumerate() {
+                row.copy_from_slice(&tmp[o * cols_n + j * plane..][..plane]);
+            }
+        }
+    };
+    let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
+    let chunk = per * out_channels * plane;
+    let threads = num_threads();
+    if threads > 1 && g.n.div_ceil(per) >= threads {
+        for_each_chunk_mut(&mut out, chunk, |i, dst| {
+            run(i * per, dst, Parallelism::None)
+        });
+    } else {
+        let parallelism = if threads > 1 {
+            Parallelism::Rayon(threads)
+        } else {
+            Parallelism::None
+        };
+        for (i, dst) in out.chunks_mut(chunk).enumerate() {
+            run(i * per, dst, parallelism);
+        }
+    }
+    out
+}
+
+/// [`conv2d`] by tiles of im2col columns and GEMMs, for every convolution (sizes checked
+/// by the caller; `k > 0` and a non-empty output).
+fn tiled_conv2d<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> HostBuffer<T> {
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let [kh, kw] = g.kernel;
+    let in_plane = g.input[0] * g.input[1];
+    let plane = oh * ow;
+    let (cg, og) = (g.c / groups, out_channels / groups);
+    let k = cg * kh * kw;
+    let len = g.n * out_channels * plane;
     let pointwise = kh == 1 && kw == 1 && g.stride == [1, 1] && g.padding == [0, 0];
     let rows_per_tile = if pointwise {
         oh
@@ -623,7 +769,8 @@ mod tests {
 
     /// The general (grouped, any kernel) forward against the definition, across tile
     /// boundaries (a map tall enough for several row tiles), pointwise convs, odd strides,
-    /// paddings and dilations, with and without bias.
+    /// paddings and dilations, with and without bias, by each GEMM path (row tiles, and
+    /// several samples' planes per GEMM, including a last group of one sample).
     #[test]
     fn tiled_gemm_conv_matches_the_definition() {
         let cases = [
@@ -650,8 +797,17 @@ mod tests {
             let x = values(n * c * input[0] * input[1], 1);
             let w = values(o * cg * kernel[0] * kernel[1], 2);
             let b = values(o, 3);
-            for bias in [None, Some(&b[..])] {
-                let y = conv2d(&x, &w, bias, &g, o, groups);
+            for (bias, path) in [None, Some(&b[..])]
+                .into_iter()
+                .flat_map(|b| (0..4).map(move |p| (b, p)))
+            {
+                // The dispatching entry, and each GEMM path whatever the dispatch picks:
+                // a tile of rows per GEMM, and several samples per GEMM (two, or all).
+                let y = match path {
+                    0 => conv2d(&x, &w, bias, &g, o, groups),
+                    1 => tiled_conv2d(&x, &w, bias, &g, o, groups),
+                    p => grouped_conv2d(&x, &w, bias, &g, o, groups, if p == 2 { 2 } else { n }),
+                };
                 for (i, &got) in y.iter().enumerate() {
                     let (ni, oc, oy, ox) = (
                         i / (o * oh * ow),
@@ -682,7 +838,7 @@ mod tests {
                     }
                     assert!(
                         (got - want).abs() < 1e-10,
-                        "{g:?} groups {groups}: y[{i}] {got} vs {want}"
+                        "{g:?} groups {groups} path {path}: y[{i}] {got} vs {want}"
                     );
                 }
             }

@@ -1,0 +1,433 @@
+//! Direct convolution for wide unit-stride layers (ResNet's 3×3 convolutions at 56² and
+//! 28²): the register blocks of the narrow kernel ([`direct`](super::direct): 16 output
+//! channels × a few output pixels, one weight vector and a broadcast input per FMA row),
+//! cache-blocked the way a GEMM blocks its operands, with no im2col columns and no GEMM
+//! packing.
+//!
+//! A sample's output is taken a tile of rows at a time. The tile's input rows (with the
+//! kernel's halo) are copied once into a zero-padded scratch that stays in L2; then, for
+//! each block of 16 output channels, the input channels are taken [`CB`] at a time so that
+//! their weights (packed contiguously, `CB · kh · kw` vectors) stay in L1 while every
+//! pixel block of the tile reads them. Partial sums of a pixel block live in its own slot
+//! between channel blocks (vector loads and stores, no transposes); the last channel
+//! block scatters the finished sums into the NCHW output.
+//!
+//! Stride 1 makes pixel `q = y·wp + x` of the tile's "wide" plane (`wp` the padded width)
+//! read its window at offset `q` of each padded channel, so a block of pixels reads
+//! consecutive floats at fixed per-tap displacements.
+
+use super::direct::{block_starts, check_sizes, f32s, tap_offsets};
+use super::lanes::{Level, level};
+use crate::WideFloat as Float;
+use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
+use crate::{DType, Element};
+
+/// Output channels per register block (one AVX-512 vector of f32, two AVX2 vectors).
+const OB: usize = 16;
+/// Input channels per cache block: their `CB · kh · kw` weight vectors (9 KiB for 3×3)
+/// stay in L1 across a tile's pixel blocks.
+const CB: usize = 16;
+/// Output pixels per row tile (its padded input rows stay in L2 across the output
+/// channel blocks).
+const TILE_PX: usize = 512;
+/// Smallest output plane served: smaller planes waste too much of each pixel block at
+/// row ends and gain little over the GEMM's packing.
+const MIN_PLANE: usize = 24 * 24;
+
+/// Whether the wide direct kernel serves a convolution: f32 on a CPU with AVX-512 or
+/// AVX2 + FMA, one group, unit strides, a multiple of 16 output channels (at least 32),
+/// at least 16 input channels, output planes of at least 24×24, and at least one sample
+/// per thread (samples are its only parallelism).
+pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
+    let plane = g.output().map_or(0, |[oh, ow]| oh * ow);
+    T::DTYPE == DType::F32
+        && groups == 1
+        && g.stride == [1, 1]
+        && out_channels >= 2 * OB
+        && out_channels.is_multiple_of(OB)
+        && g.c >= CB
+        && plane >= MIN_PLANE
+        && g.output().is_some_and(|[_, ow]| ow >= 8)
+        && g.n >= num_threads()
+        && level().is_some()
+}
+
+/// The weights `[O, C, kh, kw]` packed per output-channel block: `[O/16, C·kh·kw, 16]`,
+/// so one block's weights for a run of input channels are contiguous.
+fn pack_weights(w: &[f32], o: usize, k: usize) -> Vec<f32> {
+    let mut wp = vec![0.0; o * k];
+    for (oc, row) in w.chunks_exact(k).enumerate() {
+        let (ob, j) = (oc / OB, oc % OB);
+        for (t, &v) in row.iter().enumerate() {
+            wp[(ob * k + t) * OB + j] = v;
+        }
+    }
+    wp
+}
+
+/// What every tile of every sample shares.
+struct Plan<'a> {
+    g: &'a Conv2dGeometry,
+    o: usize,
+    /// Output size, padded input width, and the rows per tile.
+    oh: usize,
+    ow: usize,
+    wp: usize,
+    rows: usize,
+    /// Each tap's offset within a padded tile channel.
+    taps: Vec<usize>,
+    wpk: &'a [f32],
+    bias: Option<&'a [f32]>,
+}
+
+impl Plan<'_> {
+    /// Padded input rows a tile of `rows` output rows reads.
+    fn tile_in_rows(&self, rows: usize) -> usize {
+        rows + (self.g.kernel[0] - 1) * self.g.dilation[0]
+    }
+
+    /// Copies the input rows that output rows `r0..r0 + rows` read from sample `x`
+    /// `[C, h, w]` into `dst` `[C, tile_in_rows, wp]`, zero outside the input.
+    fn fill_tile(&self, x: &[f32], r0: usize, rows: usize, dst: &mut [f32]) {
+        let g = self.g;
+        let [h, wd] = g.input;
+        let pw = g.padding[1];
+        let th = self.tile_in_rows(rows);
+        for (c, chan) in dst.chunks_exact_mut(th * self.wp).take(g.c).enumerate() {
+            for (i, row) in chan.chunks_exact_mut(self.wp).enumerate() {
+                let y = (r0 + i) as isize - g.padding[0] as isize;
+                if y < 0 || y as usize >= h {
+                    row.fill(0.0);
+                    continue;
+                }
+                let src = &x[(c * h + y as usize) * wd..][..wd];
+                row[..pw].fill(0.0);
+                row[pw..pw + wd].copy_from_slice(src);
+                row[pw + wd..].fill(0.0);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod blocks {
+    use super::super::lanes::Lanes;
+    use super::{CB, OB, Plan};
+
+    /// One sample: `x` its input `[C, h, w]`, `out` its output `[O, oh, ow]`.
+    ///
+    /// # Safety
+    /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry.
+    #[inline(always)]
+    pub(super) unsafe fn sample<L: Lanes, const PX: usize>(
+        plan: &Plan,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        let g = plan.g;
+        let (oh, ow, wp) = (plan.oh, plan.ow, plan.wp);
+        let plane = oh * ow;
+        let ntaps = plan.taps.len();
+        let k = g.c * ntaps;
+        let th_max = plan.tile_in_rows(plan.rows);
+        let mut tile = vec![0.0f32; g.c * th_max * wp];
+        let starts_max = super::block_starts(plan.rows, ow, wp, PX).len();
+        let mut slots = vec![0.0f32; starts_max * PX * OB];
+        for r0 in (0..oh).step_by(plan.rows) {
+            let rows = plan.rows.min(oh - r0);
+            let th = plan.tile_in_rows(rows);
+            let chan = th * wp;
+            plan.fill_tile(x, r0, rows, &mut tile);
+            let starts = super::block_starts(rows, ow, wp, PX);
+            let last_q = starts.iter().max().copied().unwrap_or(0) + PX - 1;
+            assert!(
+                plan.taps.last().copied().unwrap_or(0) + last_q < chan
+                    && tile.len() >= g.c * chan
+                    && slots.len() >= starts.len() * PX * OB,
+                "wide conv2d: a window leaves the tile ({g:?})"
+            );
+            for ob in 0..plan.o / OB {
+                let wob = &plan.wpk[ob * k * OB..(ob + 1) * k * OB];
+                // SAFETY: the caller runs with `L`'s features; `OB` floats from `ob * OB`.
+                let init = unsafe {
+                    match plan.bias {
+                        Some(b) => L::load(b[ob * OB..ob * OB + OB].as_ptr()),
+                        None => L::splat(0.0),
+                    }
+                };
+                for c0 in (0..g.c).step_by(CB) {
+                    let c1 = (c0 + CB).min(g.c);
+                    let (first, last) = (c0 == 0, c1 == g.c);
+                    for (b, &q0) in starts.iter().enumerate() {
+                        let slot = &mut slots[b * PX * OB..(b + 1) * PX * OB];
+                        let mut acc = [init; PX];
+                        if !first {
+                            for (p, a) in acc.iter_mut().enumerate() {
+                                // SAFETY: slot `b` holds `PX · OB` floats.
+                                *a = unsafe { L::load(slot.as_ptr().add(p * OB)) };
+                            }
+                        }
+                        for c in c0..c1 {
+                            let xc = tile[c * chan..(c + 1) * chan].as_ptr();
+                            let wc = wob[c * ntaps * OB..(c + 1) * ntaps * OB].as_ptr();
+                            for (t, &tap) in plan.taps.iter().enumerate() {
+                                // SAFETY: `wc` holds `ntaps · OB` floats; `tap + q0 + PX - 1
+                                // <= tap + last_q < chan` (asserted), inside channel `c`.
+                                unsafe {
+                                    let w = L::load(wc.add(t * OB));
+                                    let src = xc.add(tap + q0);
+                                    for (i, a) in acc.iter_mut().enumerate() {
+                                        *a = L::fma(w, L::splat(*src.add(i)), *a);
+                                    }
+                                }
+                            }
+                        }
+                        if last {
+                            let mut sums = [[0.0f32; OB]; PX];
+                            for (s, a) in sums.iter_mut().zip(acc) {
+                                // SAFETY: `s` holds `OB` floats.
+                                unsafe { a.store(s.as_mut_ptr()) };
+                            }
+                            for (p, s) in sums.iter().enumerate() {
+                                let (y, xo) = ((q0 + p) / wp, (q0 + p) % wp);
+                                if xo < ow {
+                                    let at = (r0 + y) * ow + xo;
+                                    for (j, &v) in s.iter().enumerate() {
+                                        out[(ob * OB + j) * plane + at] = v;
+                                    }
+                                }
+                            }
+                        } else {
+                            for (p, a) in acc.iter().enumerate() {
+                                // SAFETY: slot `b` holds `PX · OB` floats.
+                                unsafe { a.store(slot.as_mut_ptr().add(p * OB)) };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod levels {
+    use super::super::lanes::{Lanes, Ymm2, Zmm};
+    use super::{Level, Plan, blocks};
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [f32]) {
+        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
+        unsafe { blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn sample_avx2(plan: &Plan, x: &[f32], out: &mut [f32]) {
+        // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
+        unsafe { blocks::sample::<Ymm2, { Ymm2::PX }>(plan, x, out) }
+    }
+
+    /// # Safety
+    /// The CPU has `level`'s features; the rest as [`blocks::sample`].
+    pub(super) unsafe fn sample(level: Level, plan: &Plan, x: &[f32], out: &mut [f32]) {
+        // SAFETY: the caller checked the level's features.
+        unsafe {
+            match level {
+                Level::Avx512 => sample_avx512(plan, x, out),
+                Level::Avx2 => sample_avx2(plan, x, out),
+            }
+        }
+    }
+}
+
+/// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group, unit stride) and
+/// optional `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where
+/// [`applies`] says so.
+pub fn conv2d_wide<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    assert!(
+        applies::<T>(g, out_channels, 1),
+        "conv2d_wide: f32 on an AVX-512 or AVX2 CPU, unit strides, 32+ output channels in blocks of 16 only ({g:?})"
+    );
+    let level = level().expect("checked by `applies`");
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    check_sizes(x.len(), w.len(), g, out_channels);
+    let k = g.c * g.kernel[0] * g.kernel[1];
+    let wp = g.input[1] + 2 * g.padding[1];
+    let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
+    let wpk = pack_weights(w, out_channels, k);
+    let plan = Plan {
+        g,
+        o: out_channels,
+        oh,
+        ow,
+        wp,
+        rows: (TILE_PX / ow).clamp(1, oh),
+        taps: tap_offsets(g, wp),
+        wpk: &wpk,
+        bias,
+    };
+    let plane = oh * ow;
+    let in_len = g.c * g.input[0] * g.input[1];
+    let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
+    let sample = |n: usize, dst: &mut [T]| {
+        // SAFETY: `T::DTYPE == F32` (checked by `applies`) means `T` is `f32`.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `level` is this CPU's; `x`'s sample and `dst` have the plan's geometry.
+        unsafe {
+            levels::sample(level, &plan, &x[n * in_len..(n + 1) * in_len], dst)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (dst, &plan, level, n, in_len);
+    };
+    if num_threads() > 1 {
+        for_each_chunk_mut(&mut out, out_channels * plane, sample);
+    } else {
+        for (n, dst) in out.chunks_mut(out_channels * plane).enumerate() {
+            sample(n, dst);
+        }
+    }
+    out
+}
+
+/// The geometry and weights that make a unit-stride convolution's input gradient a
+/// forward convolution of the output gradient: `dx = conv2d(gy, w')` with `w'[c, o, i, j]
+/// = w[o, c, kh-1-i, kw-1-j]` and padding `(k-1)·d - p` (the "full" correlation), when
+/// that padding is not negative. `None` for other convolutions.
+fn input_grad_geometry(g: &Conv2dGeometry, out_channels: usize) -> Option<Conv2dGeometry> {
+    let [oh, ow] = g.output()?;
+    let pad = |i: usize| ((g.kernel[i] - 1) * g.dilation[i]).checked_sub(g.padding[i]);
+    (g.stride == [1, 1]).then_some(())?;
+    Some(Conv2dGeometry {
+        n: g.n,
+        c: out_channels,
+        input: [oh, ow],
+        kernel: g.kernel,
+        stride: [1, 1],
+        padding: [pad(0)?, pad(1)?],
+        dilation: g.dilation,
+    })
+}
+
+/// Whether [`conv2d_wide_input_grad`] serves the input gradient of a convolution.
+pub(crate) fn input_grad_applies<T: Element>(
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> bool {
+    groups == 1
+        && input_grad_geometry(g, out_channels)
+            .is_some_and(|gt| gt.output() == Some(g.input) && applies::<T>(&gt, g.c, 1))
+}
+
+/// The input gradient `[N, C, H, W]` of a unit-stride, one-group convolution with weight
+/// `w` `[O, C, kh, kw]`, from the output gradient `gy` `[N, O, oh, ow]`: the wide forward
+/// kernel run on `gy` with the weights transposed and flipped. Only where
+/// [`input_grad_applies`] says so.
+pub fn conv2d_wide_input_grad<T: Float>(
+    gy: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    assert!(
+        input_grad_applies::<T>(g, out_channels, 1),
+        "conv2d_wide_input_grad: f32 on an AVX-512 or AVX2 CPU, unit strides, 32+ input channels in blocks of 16 only ({g:?})"
+    );
+    let gt = input_grad_geometry(g, out_channels).expect("checked above");
+    let [kh, kw] = g.kernel;
+    let (o, c, taps) = (out_channels, g.c, kh * kw);
+    let mut wt = Vec::with_capacity(w.len());
+    for ci in 0..c {
+        for oi in 0..o {
+            let src = &w[(oi * c + ci) * taps..][..taps];
+            wt.extend(src.iter().rev());
+        }
+    }
+    conv2d_wide(gy, &wt, None, &gt, c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104_729) % 211) as f32) / 50.0 - 2.0)
+            .collect()
+    }
+
+    /// The forward against the tiled im2col + GEMM path (itself tested against the
+    /// definition), and the input gradient against the tiled backward, over tile and
+    /// channel-block boundaries, paddings, dilations and kernel sizes. Skips (saying so)
+    /// on CPUs without AVX2 + FMA.
+    #[test]
+    fn matches_the_tiled_path() {
+        if level().is_none() {
+            eprintln!("skipped: no AVX-512 or AVX2 + FMA on this CPU");
+            return;
+        }
+        let n = num_threads().max(2);
+        let cases = [
+            // (c, o, input, kernel, padding, dilation)
+            (16, 32, [24, 24], [3, 3], [1, 1], [1, 1]),
+            (40, 48, [30, 26], [3, 3], [1, 1], [1, 1]),
+            (32, 32, [28, 31], [3, 3], [0, 2], [1, 2]),
+            (17, 32, [26, 40], [5, 3], [2, 1], [1, 1]),
+            (32, 64, [60, 30], [1, 1], [0, 0], [1, 1]),
+        ];
+        for (c, o, input, kernel, padding, dilation) in cases {
+            let g = Conv2dGeometry {
+                n,
+                c,
+                input,
+                kernel,
+                stride: [1, 1],
+                padding,
+                dilation,
+            };
+            assert!(
+                applies::<f32>(&g, o, 1),
+                "{g:?} should take the wide kernel"
+            );
+            let x = values(n * c * input[0] * input[1], 1);
+            let w = values(o * c * kernel[0] * kernel[1], 2);
+            let b = values(o, 3);
+            for bias in [None, Some(&b[..])] {
+                let got = conv2d_wide(&x, &w, bias, &g, o);
+                let want = super::super::tiled_conv2d(&x, &w, bias, &g, o, 1);
+                for (i, (a, r)) in got.iter().zip(want.iter()).enumerate() {
+                    assert!(
+                        (a - r).abs() <= 1e-3 * (1.0 + r.abs()),
+                        "{g:?}: y[{i}] {a} vs {r}"
+                    );
+                }
+            }
+            let gy = values(got_len(&g, o), 4);
+            if input_grad_applies::<f32>(&g, o, 1) {
+                let got = conv2d_wide_input_grad(&gy, &w, &g, o);
+                let (want, _) =
+                    super::super::backward::tiled_backward(&gy, &x, &w, &g, o, 1, [true, false]);
+                let want = want.expect("wanted");
+                for (i, (a, r)) in got.iter().zip(want.iter()).enumerate() {
+                    assert!(
+                        (a - r).abs() <= 1e-3 * (1.0 + r.abs()),
+                        "{g:?}: dx[{i}] {a} vs {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn got_len(g: &Conv2dGeometry, o: usize) -> usize {
+        let [oh, ow] = g.output().unwrap();
+        g.n * o * oh * ow
+    }
+}
