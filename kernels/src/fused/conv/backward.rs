@@ -22,8 +22,10 @@ use std::sync::Mutex;
 /// forward's, since the weight gradient's GEMM contracts over the tile's pixels and a
 /// short contraction re-reads the whole gradient for little work.
 const TILE_ELEMS: usize = 256 * 1024;
-/// Fewest pixels per tile.
-const MIN_COLS: usize = 256;
+/// Fewest pixels per tile: the input gradient's GEMM repacks the whole weight (`O ×
+/// C·kh·kw`, megabytes in ResNet's last stages) per tile, so a tile holds several small
+/// planes (ResNet-18's 14×14 backward 26.3 -> 23.8 ms at batch 8 against 256 pixels).
+const MIN_COLS: usize = 1024;
 
 /// A tile of output pixels: output rows `rows` of each sample in `samples` (several
 /// samples only when each holds whole planes).
