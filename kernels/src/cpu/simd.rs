@@ -43,6 +43,26 @@ impl<K: FmaKernel> SimdKernel for K {
     }
 }
 
+/// Whether [`with_simd`] runs kernels compiled with FMA on this CPU (AVX-512, or AVX2
+/// with FMA), so that code it runs may call `mul_add` as one instruction rather than a
+/// library call. Elementwise ops that gain from fused multiply-adds pick their FMA body
+/// with it.
+///
+/// ```
+/// // Either answer is valid; it only depends on the CPU.
+/// let _ = ferrograd_kernels::cpu::simd_has_fma();
+/// ```
+pub fn simd_has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            || (std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Runs `kernel` with AVX2+FMA code generation when the CPU supports it, else as is.
 #[inline(always)]
 pub(crate) fn with_simd<K: SimdKernel>(kernel: K) -> K::Output {

@@ -9,7 +9,7 @@ use ferrograd_kernels::cpu::{
     Conv2dGeometry, CpuStorage, HostBuffer, arg_reduce_dim, binary_inplace as binary_inplace_map,
     binary_map, cast as cast_map, cumsum_dim, fill_strided, fold2d, gather as gather_map,
     index_select as index_select_map, log_softmax_rows, matmul as matmul_map, reduce_dim,
-    scatter_add as scatter_add_map, softmax_rows, sum_dim, ternary_map,
+    scatter_add as scatter_add_map, simd_has_fma, softmax_rows, sum_dim, ternary_map,
     unary_inplace as unary_inplace_map, unary_map, unfold2d,
 };
 use ferrograd_kernels::{
@@ -18,6 +18,11 @@ use ferrograd_kernels::{
 
 /// `op(x)` over the view `layout` of float storage `src`.
 pub(crate) fn unary<K: UnaryOp>(src: &CpuStorage, layout: &Layout, op: &K) -> CpuStorage {
+    if K::FMA && simd_has_fma() {
+        return with_float_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout,
+            #[inline(always)] |x: T| T::from_acc(op.apply_fma::<_, true>(x.to_acc())))),
+            else unreachable!("unary ops take float storage, got {:?}", src.dtype()));
+    }
     with_float_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout,
         #[inline(always)] |x: T| T::from_acc(op.apply(x.to_acc())))),
         else unreachable!("unary ops take float storage, got {:?}", src.dtype()))
@@ -63,6 +68,11 @@ pub(crate) fn binary_float<K: BinaryFloatOp>(
 ) -> CpuStorage {
     // Forced inline so that the op's body is compiled into each CPU-level copy of the loop
     // (a large closure called from several places stays out of line, at baseline width).
+    if K::FMA && simd_has_fma() {
+        return with_float_dtype!(a.dtype(), T => T::into_storage(binary_map(a.typed::<T>(), la, b.typed::<T>(), lb,
+            #[inline(always)] |x: T, y: T| T::from_acc(op.apply_fma::<_, true>(x.to_acc(), y.to_acc())))),
+            else unreachable!("float ops take float storage, got {:?}", a.dtype()));
+    }
     with_float_dtype!(a.dtype(), T => T::into_storage(binary_map(a.typed::<T>(), la, b.typed::<T>(), lb,
         #[inline(always)] |x: T, y: T| T::from_acc(op.apply(x.to_acc(), y.to_acc())))),
         else unreachable!("float ops take float storage, got {:?}", a.dtype()))

@@ -19,6 +19,17 @@ pub(crate) trait UnaryOp: Sync {
     /// The function.
     fn apply<A: Real>(&self, x: A) -> A;
 
+    /// Whether [`UnaryOp::apply_fma`] differs from `apply` (the CPU map then runs it on
+    /// CPUs whose SIMD level has FMA).
+    const FMA: bool = false;
+
+    /// The function with fused multiply-adds when `FMA` (called only from code compiled
+    /// with FMA; see `ferrograd_kernels::cpu::simd_has_fma`).
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, x: A) -> A {
+        self.apply(x)
+    }
+
     /// The two scalar parameters the CUDA kernel takes (`affine`'s mul and add, ...).
     fn params(&self) -> (f64, f64) {
         (0.0, 0.0)
@@ -46,6 +57,15 @@ pub(crate) trait BinaryFloatOp: Sync {
 
     /// The function.
     fn apply<A: Real>(&self, a: A, b: A) -> A;
+
+    /// Whether [`BinaryFloatOp::apply_fma`] differs from `apply`.
+    const FMA: bool = false;
+
+    /// The function with fused multiply-adds when `FMA` (as [`UnaryOp::apply_fma`]).
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, a: A, b: A) -> A {
+        self.apply(a, b)
+    }
 }
 
 /// Comparison kinds producing bool tensors.

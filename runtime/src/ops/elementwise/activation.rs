@@ -15,15 +15,40 @@ unary_kernel!(ReluK, RELU, RELU_INPLACE, |x| if x > A::zero() {
 } else {
     A::zero()
 });
-unary_kernel!(GeluErfK, GELU, GELU_INPLACE, |x| c::<A>(0.5)
-    * x
-    * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf_vec()));
+/// `x Φ(x)`, the normal CDF from `Real::normal_cdf_pdf` (fused multiply-adds where the
+/// CPU's SIMD level has them).
+pub(crate) struct GeluErfK;
+impl UnaryOp for GeluErfK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::GELU, &kernels::GELU_INPLACE]);
+    const FMA: bool = true;
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        self.apply_fma::<A, false>(x)
+    }
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, x: A) -> A {
+        x * x.normal_cdf_pdf::<FMA>().0
+    }
+}
 unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
     c::<A>(0.5) * x * (A::one() + inner.tanh_vec())
 });
-unary_kernel!(SiluK, SILU, SILU_INPLACE, |x| x
-    / (A::one() + (-x).exp_vec()));
+/// `x σ(x)`, the logistic from `Real::sigmoid_fma` (fused multiply-adds where the CPU's
+/// SIMD level has them).
+pub(crate) struct SiluK;
+impl UnaryOp for SiluK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::SILU, &kernels::SILU_INPLACE]);
+    const FMA: bool = true;
+    #[inline(always)]
+    fn apply<A: Real>(&self, x: A) -> A {
+        self.apply_fma::<A, false>(x)
+    }
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, x: A) -> A {
+        x * x.sigmoid_fma::<FMA>()
+    }
+}
 /// `min(max(x, lo), hi)` as two selects, no branch, so the loop vectorises; NaN
 /// propagates as in PyTorch (both comparisons are false for it).
 pub(crate) struct ClampK(pub(crate) f64, pub(crate) f64);
@@ -129,15 +154,22 @@ macro_rules! backward_kernel {
     };
 }
 
-backward_kernel!(
-    /// `g * (Φ(x) + x φ(x))`.
-    GeluBackwardK, GELU_BACKWARD, GELU_BACKWARD_INPLACE, |g, x| {
-        let cdf = c::<A>(0.5) * (A::one() + (x * c::<A>(std::f64::consts::FRAC_1_SQRT_2)).erf_vec());
-        // `-x²/2` is never positive: the exponential without its overflow branch.
-        let pdf = (c::<A>(-0.5) * x * x).exp_nonpos::<false>() * c::<A>(0.398_942_280_401_432_7);
+/// `g * (Φ(x) + x φ(x))`, both from one exponential (`Real::normal_cdf_pdf`).
+struct GeluBackwardK;
+impl BinaryFloatOp for GeluBackwardK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::GELU_BACKWARD, &kernels::GELU_BACKWARD_INPLACE]);
+    const FMA: bool = true;
+    #[inline(always)]
+    fn apply<A: Real>(&self, g: A, x: A) -> A {
+        self.apply_fma::<A, false>(g, x)
+    }
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, g: A, x: A) -> A {
+        let (cdf, pdf) = x.normal_cdf_pdf::<FMA>();
         g * (cdf + x * pdf)
     }
-);
+}
 backward_kernel!(
     /// `g * (½(1 + t) + ½x(1 − t²)·k(1 + 3·0.044715x²))`, `t = tanh(k(x + 0.044715x³))`.
     GeluTanhBackwardK, GELU_TANH_BACKWARD, GELU_TANH_BACKWARD_INPLACE, |g, x| {
@@ -148,13 +180,22 @@ backward_kernel!(
         g * (half * (A::one() + t) + half * x * (A::one() - t * t) * inner)
     }
 );
-backward_kernel!(
-    /// `g * s(1 + x(1 − s))`, `s = sigmoid(x)` computed without overflow.
-    SiluBackwardK, SILU_BACKWARD, SILU_BACKWARD_INPLACE, |g, x| {
-        let s = x.sigmoid_vec();
+/// `g * s(1 + x(1 − s))`, `s = sigmoid(x)` computed without overflow.
+struct SiluBackwardK;
+impl BinaryFloatOp for SiluBackwardK {
+    const CUDA: Option<[&'static CudaKernel; 2]> =
+        Some([&kernels::SILU_BACKWARD, &kernels::SILU_BACKWARD_INPLACE]);
+    const FMA: bool = true;
+    #[inline(always)]
+    fn apply<A: Real>(&self, g: A, x: A) -> A {
+        self.apply_fma::<A, false>(g, x)
+    }
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, g: A, x: A) -> A {
+        let s = x.sigmoid_fma::<FMA>();
         g * s * (A::one() + x * (A::one() - s))
     }
-);
+}
 
 backward_kernel!(
     /// `x <= 0 ? 0 : g` (PyTorch's `threshold_backward`: a NaN input passes its gradient).
