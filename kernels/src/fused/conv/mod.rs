@@ -10,6 +10,12 @@
 //! and the in-bounds span of each tap is computed once per row rather than tested per
 //! pixel. Products are accumulated with `mul_add` (one rounding; an FMA instruction under
 //! the AVX2/AVX-512 dispatch, a correctly rounded libm call elsewhere).
+//!
+//! [`conv2d`] picks among the folder's other kernels by shape: `direct` (9–32 output
+//! channels, short reductions), `pixels` (1–8 output channels), `wide` (unit stride, 32+
+//! channels, planes of 24×24 and up; also their input gradient), else im2col tiles and
+//! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
+//! [`conv2d_backward`] (`backward`) runs the tiled gradients.
 
 mod backward;
 mod direct;

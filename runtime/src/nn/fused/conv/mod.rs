@@ -2,7 +2,8 @@
 //! kernel forward, one per gradient, no im2col columns), and for every other convolution a
 //! forward that gathers im2col columns one L2-sized tile at a time and GEMMs each tile
 //! straight into the NCHW output; its backward walks the batch the same way, both
-//! gradients per tile (narrow f32 layers take direct kernels instead). Under
+//! gradients per tile (narrow f32 layers, and wide unit-stride ones, take direct kernels
+//! instead: see `ferrograd_kernels::fused::conv`). Under
 //! `create_graph` the gradients are tensor ops (a transposed convolution and a per-group
 //! GEMM with the columns), differentiable again. CPU kernels:
 //! `ferrograd_kernels::fused::conv`. CUDA tensors and half-precision inputs take
