@@ -525,23 +525,38 @@ fn grouped_conv2d<T: Float>(
         }
     };
     let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
-    let chunk = per * out_channels * plane;
+    let parallel_groups = g.n.div_ceil(per) >= num_threads();
+    for_each_block(
+        &mut out,
+        per * out_channels * plane,
+        [parallel_groups, true],
+        |i, dst, parallelism| run(i * per, dst, parallelism),
+    );
+    out
+}
+
+/// Calls `run(i, block, parallelism)` on each `chunk`-element block `i` of `out`: the
+/// blocks in parallel, each GEMM on one thread, when `parallel_blocks` (and there are
+/// threads); else one block after another, each GEMM parallel when `parallel_gemm`.
+fn for_each_block<T: Send>(
+    out: &mut [T],
+    chunk: usize,
+    [parallel_blocks, parallel_gemm]: [bool; 2],
+    run: impl Fn(usize, &mut [T], Parallelism) + Sync,
+) {
     let threads = num_threads();
-    if threads > 1 && g.n.div_ceil(per) >= threads {
-        for_each_chunk_mut(&mut out, chunk, |i, dst| {
-            run(i * per, dst, Parallelism::None)
-        });
+    if threads > 1 && parallel_blocks {
+        for_each_chunk_mut(out, chunk, |i, dst| run(i, dst, Parallelism::None));
     } else {
-        let parallelism = if threads > 1 {
+        let parallelism = if threads > 1 && parallel_gemm {
             Parallelism::Rayon(threads)
         } else {
             Parallelism::None
         };
         for (i, dst) in out.chunks_mut(chunk).enumerate() {
-            run(i * per, dst, parallelism);
+            run(i, dst, parallelism);
         }
     }
-    out
 }
 
 /// [`conv2d`] by tiles of im2col columns and GEMMs, for every convolution (sizes checked
@@ -637,21 +652,14 @@ fn tiled_conv2d<T: Float>(
     };
     let mut out = HostBuffer::<T>::new_uninit(len);
     let threads = num_threads();
-    let flops = og * k * plane;
-    if g.n >= threads && threads > 1 && g.n * out_channels * k * plane >= PARALLEL_THRESHOLD {
-        for_each_chunk_mut(&mut out, out_channels * plane, |n, dst| {
-            sample(n, dst, Parallelism::None)
-        });
-    } else {
-        let parallelism = if threads > 1 && flops >= 48 * 48 * 48 {
-            Parallelism::Rayon(threads)
-        } else {
-            Parallelism::None
-        };
-        for (n, dst) in out.chunks_mut(out_channels * plane).enumerate() {
-            sample(n, dst, parallelism);
-        }
-    }
+    let parallel_samples = g.n >= threads && g.n * out_channels * k * plane >= PARALLEL_THRESHOLD;
+    let parallel_gemm = og * k * plane >= 48 * 48 * 48;
+    for_each_block(
+        &mut out,
+        out_channels * plane,
+        [parallel_samples, parallel_gemm],
+        sample,
+    );
     // SAFETY: each sample's block is `groups` blocks of `og` rows of `plane` elements; the
     // row tiles cover `0..oh` and every GEMM writes its `og x cols_n` tile, so every
     // element of `out` was written.
@@ -695,7 +703,7 @@ mod tests {
         out
     }
 
-    fn values(len: usize, seed: usize) -> Vec<f64> {
+    pub(in crate::fused::conv) fn values(len: usize, seed: usize) -> Vec<f64> {
         (0..len)
             .map(|i| (((i * 7919 + seed * 104_729) % 211) as f64) / 50.0 - 2.0)
             .collect()

@@ -358,9 +358,11 @@ pub fn conv2d_wide_input_grad<T: Float>(
 mod tests {
     use super::*;
 
+    /// The tiled tests' deterministic values, in f32.
     fn values(len: usize, seed: usize) -> Vec<f32> {
-        (0..len)
-            .map(|i| (((i * 7919 + seed * 104_729) % 211) as f32) / 50.0 - 2.0)
+        super::super::tests::values(len, seed)
+            .into_iter()
+            .map(|v| v as f32)
             .collect()
     }
 

@@ -139,7 +139,26 @@ unary_kernel!(HardswishK, HARDSWISH, HARDSWISH_INPLACE, |x| x
 unary_kernel!(MishK, MISH, MISH_INPLACE, |x| x * x.exp().ln_1p().tanh());
 
 /// A fused backward: `apply(g, x) = g * f'(x)` in one pass (no intermediate tensors).
+/// With `|g, x, FMA|`, the body is generic over a `const FMA: bool` (fused multiply-adds
+/// where the CPU's SIMD level has them; see `BinaryFloatOp::apply_fma`).
 macro_rules! backward_kernel {
+    ($(#[$m:meta])* $name:ident, $cuda:ident, $cuda_inplace:ident, |$g:ident, $x:ident, $fma:ident| $body:expr) => {
+        $(#[$m])*
+        struct $name;
+        impl BinaryFloatOp for $name {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::$cuda, &kernels::$cuda_inplace]);
+            const FMA: bool = true;
+            #[inline(always)]
+            fn apply<A: Real>(&self, g: A, x: A) -> A {
+                self.apply_fma::<A, false>(g, x)
+            }
+            #[inline(always)]
+            fn apply_fma<A: Real, const $fma: bool>(&self, $g: A, $x: A) -> A {
+                $body
+            }
+        }
+    };
     ($(#[$m:meta])* $name:ident, $cuda:ident, $cuda_inplace:ident, |$g:ident, $x:ident| $body:expr) => {
         $(#[$m])*
         struct $name;
@@ -154,22 +173,13 @@ macro_rules! backward_kernel {
     };
 }
 
-/// `g * (Φ(x) + x φ(x))`, both from one exponential (`Real::normal_cdf_pdf`).
-struct GeluBackwardK;
-impl BinaryFloatOp for GeluBackwardK {
-    const CUDA: Option<[&'static CudaKernel; 2]> =
-        Some([&kernels::GELU_BACKWARD, &kernels::GELU_BACKWARD_INPLACE]);
-    const FMA: bool = true;
-    #[inline(always)]
-    fn apply<A: Real>(&self, g: A, x: A) -> A {
-        self.apply_fma::<A, false>(g, x)
-    }
-    #[inline(always)]
-    fn apply_fma<A: Real, const FMA: bool>(&self, g: A, x: A) -> A {
+backward_kernel!(
+    /// `g * (Φ(x) + x φ(x))`, both from one exponential (`Real::normal_cdf_pdf`).
+    GeluBackwardK, GELU_BACKWARD, GELU_BACKWARD_INPLACE, |g, x, FMA| {
         let (cdf, pdf) = x.normal_cdf_pdf::<FMA>();
         g * (cdf + x * pdf)
     }
-}
+);
 backward_kernel!(
     /// `g * (½(1 + t) + ½x(1 − t²)·k(1 + 3·0.044715x²))`, `t = tanh(k(x + 0.044715x³))`.
     GeluTanhBackwardK, GELU_TANH_BACKWARD, GELU_TANH_BACKWARD_INPLACE, |g, x| {
@@ -180,22 +190,13 @@ backward_kernel!(
         g * (half * (A::one() + t) + half * x * (A::one() - t * t) * inner)
     }
 );
-/// `g * s(1 + x(1 − s))`, `s = sigmoid(x)` computed without overflow.
-struct SiluBackwardK;
-impl BinaryFloatOp for SiluBackwardK {
-    const CUDA: Option<[&'static CudaKernel; 2]> =
-        Some([&kernels::SILU_BACKWARD, &kernels::SILU_BACKWARD_INPLACE]);
-    const FMA: bool = true;
-    #[inline(always)]
-    fn apply<A: Real>(&self, g: A, x: A) -> A {
-        self.apply_fma::<A, false>(g, x)
-    }
-    #[inline(always)]
-    fn apply_fma<A: Real, const FMA: bool>(&self, g: A, x: A) -> A {
+backward_kernel!(
+    /// `g * s(1 + x(1 − s))`, `s = sigmoid(x)` computed without overflow.
+    SiluBackwardK, SILU_BACKWARD, SILU_BACKWARD_INPLACE, |g, x, FMA| {
         let s = x.sigmoid_fma::<FMA>();
         g * s * (A::one() + x * (A::one() - s))
     }
-}
+);
 
 backward_kernel!(
     /// `x <= 0 ? 0 : g` (PyTorch's `threshold_backward`: a NaN input passes its gradient).
