@@ -15,40 +15,18 @@ unary_kernel!(ReluK, RELU, RELU_INPLACE, |x| if x > A::zero() {
 } else {
     A::zero()
 });
-/// `x Φ(x)`, the normal CDF from `Real::normal_cdf_pdf` (fused multiply-adds where the
-/// CPU's SIMD level has them).
-pub(crate) struct GeluErfK;
-impl UnaryOp for GeluErfK {
-    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::GELU, &kernels::GELU_INPLACE]);
-    const FMA: bool = true;
-    #[inline(always)]
-    fn apply<A: Real>(&self, x: A) -> A {
-        self.apply_fma::<A, false>(x)
-    }
-    #[inline(always)]
-    fn apply_fma<A: Real, const FMA: bool>(&self, x: A) -> A {
-        x * x.normal_cdf_pdf::<FMA>().0
-    }
-}
+unary_kernel!(
+    /// `x Φ(x)`, the normal CDF from `Real::normal_cdf_pdf`.
+    GeluErfK, GELU, GELU_INPLACE, |x, FMA| x * x.normal_cdf_pdf::<FMA>().0
+);
 unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
     c::<A>(0.5) * x * (A::one() + inner.tanh_vec())
 });
-/// `x σ(x)`, the logistic from `Real::sigmoid_fma` (fused multiply-adds where the CPU's
-/// SIMD level has them).
-pub(crate) struct SiluK;
-impl UnaryOp for SiluK {
-    const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::SILU, &kernels::SILU_INPLACE]);
-    const FMA: bool = true;
-    #[inline(always)]
-    fn apply<A: Real>(&self, x: A) -> A {
-        self.apply_fma::<A, false>(x)
-    }
-    #[inline(always)]
-    fn apply_fma<A: Real, const FMA: bool>(&self, x: A) -> A {
-        x * x.sigmoid_fma::<FMA>()
-    }
-}
+unary_kernel!(
+    /// `x σ(x)`, the logistic from `Real::sigmoid_fma`.
+    SiluK, SILU, SILU_INPLACE, |x, FMA| x * x.sigmoid_fma::<FMA>()
+);
 /// `min(max(x, lo), hi)` as two selects, no branch, so the loop vectorises; NaN
 /// propagates as in PyTorch (both comparisons are false for it).
 pub(crate) struct ClampK(pub(crate) f64, pub(crate) f64);

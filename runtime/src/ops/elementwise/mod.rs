@@ -20,7 +20,28 @@ fn c<A: Real>(v: f64) -> A {
 }
 
 /// A unary op type: its CPU function and its CUDA kernels (out of place, in place).
+///
+/// With `|x, FMA|` (and doc comments first), the body is generic over a `const FMA:
+/// bool`: fused multiply-adds where the CPU's SIMD level has them (see
+/// `UnaryOp::apply_fma`).
 macro_rules! unary_kernel {
+    ($(#[$m:meta])* $name:ident, $cuda:ident, $cuda_inplace:ident, |$x:ident, $fma:ident| $body:expr) => {
+        $(#[$m])*
+        pub(crate) struct $name;
+        impl UnaryOp for $name {
+            const CUDA: Option<[&'static CudaKernel; 2]> =
+                Some([&kernels::$cuda, &kernels::$cuda_inplace]);
+            const FMA: bool = true;
+            #[inline(always)]
+            fn apply<A: Real>(&self, x: A) -> A {
+                self.apply_fma::<A, false>(x)
+            }
+            #[inline(always)]
+            fn apply_fma<A: Real, const $fma: bool>(&self, $x: A) -> A {
+                $body
+            }
+        }
+    };
     ($name:ident, $cuda:ident, $cuda_inplace:ident, |$x:ident| $body:expr) => {
         pub(crate) struct $name;
         impl UnaryOp for $name {
