@@ -96,6 +96,21 @@ pub(super) fn f32s<T: Element>(v: &[T]) -> &[f32] {
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const f32, v.len()) }
 }
 
+/// The weights `[O, C, kh, kw]` (`k = C·kh·kw` per channel) packed per block of `block`
+/// output channels: `[O/block rounded up, k, block]`, zero past the last channel, so one
+/// block's weights for a run of input channels are contiguous (the `pixels` and `wide`
+/// kernels' layout).
+pub(super) fn pack_weight_blocks(w: &[f32], o: usize, k: usize, block: usize) -> Vec<f32> {
+    let mut packed = vec![0.0; o.div_ceil(block) * k * block];
+    for (oc, row) in w.chunks_exact(k).enumerate() {
+        let (b, j) = (oc / block, oc % block);
+        for (t, &v) in row.iter().enumerate() {
+            packed[(b * k + t) * block + j] = v;
+        }
+    }
+    packed
+}
+
 /// Each kernel tap's offset within a padded channel `wp` wide (`ki·dh·wp + kj·dw`).
 pub(super) fn tap_offsets(g: &Conv2dGeometry, wp: usize) -> Vec<usize> {
     let [kh, kw] = g.kernel;

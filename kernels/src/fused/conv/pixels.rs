@@ -11,7 +11,9 @@
 //! output), otherwise along the wide pixels (stored pixel by pixel, skipping the columns
 //! past a row's end).
 
-use super::direct::{block_starts, check_sizes, f32s, for_each_padded_sample, tap_offsets};
+use super::direct::{
+    block_starts, check_sizes, f32s, for_each_padded_sample, pack_weight_blocks, tap_offsets,
+};
 use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer};
@@ -190,14 +192,7 @@ pub fn conv2d_pixels<T: Float>(
         return out;
     }
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
-    let blocks = o.div_ceil(OCB);
-    let mut wb = vec![0.0f32; blocks * k * OCB];
-    for (oc, row) in w.chunks_exact(k).enumerate() {
-        let (cb, j) = (oc / OCB, oc % OCB);
-        for (t, &v) in row.iter().enumerate() {
-            wb[(cb * k + t) * OCB + j] = v;
-        }
-    }
+    let wb = pack_weight_blocks(w, o, k, OCB);
     let taps = tap_offsets(g, wp);
     let wide = (oh - 1) * wp + ow;
     assert!(

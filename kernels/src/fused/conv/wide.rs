@@ -16,7 +16,7 @@
 //! read its window at offset `q` of each padded channel, so a block of pixels reads
 //! consecutive floats at fixed per-tap displacements.
 
-use super::direct::{block_starts, check_sizes, f32s, tap_offsets};
+use super::direct::{block_starts, check_sizes, f32s, pack_weight_blocks, tap_offsets};
 use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
@@ -50,19 +50,6 @@ pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, group
         && g.output().is_some_and(|[_, ow]| ow >= 8)
         && g.n >= num_threads()
         && level().is_some()
-}
-
-/// The weights `[O, C, kh, kw]` packed per output-channel block: `[O/16, C·kh·kw, 16]`,
-/// so one block's weights for a run of input channels are contiguous.
-fn pack_weights(w: &[f32], o: usize, k: usize) -> Vec<f32> {
-    let mut wp = vec![0.0; o * k];
-    for (oc, row) in w.chunks_exact(k).enumerate() {
-        let (ob, j) = (oc / OB, oc % OB);
-        for (t, &v) in row.iter().enumerate() {
-            wp[(ob * k + t) * OB + j] = v;
-        }
-    }
-    wp
 }
 
 /// What every tile of every sample shares.
@@ -260,7 +247,7 @@ pub fn conv2d_wide<T: Float>(
     let k = g.c * g.kernel[0] * g.kernel[1];
     let wp = g.input[1] + 2 * g.padding[1];
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
-    let wpk = pack_weights(w, out_channels, k);
+    let wpk = pack_weight_blocks(w, out_channels, k, OB);
     let plan = Plan {
         g,
         o: out_channels,
