@@ -588,7 +588,8 @@ fn f32_matches_f64(
 
 /// ResNet-shaped f32 convolutions run the wide direct kernel (unit stride, 32+ channels,
 /// planes of 24×24 and up, on AVX-512 or AVX2 CPUs with at least one sample per thread:
-/// forward, and the input gradient as a forward of the flipped weights) or, for small
+/// forward, the input gradient as a forward of the flipped weights, and the
+/// pixel-vectorised weight gradient) or, for small
 /// planes, several samples per GEMM: output and every gradient equal the f64
 /// convolution's (which gradcheck checks).
 #[test]

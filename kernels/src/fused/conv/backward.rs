@@ -271,9 +271,10 @@ impl<T: Float> Plan<'_, T> {
 /// assert_eq!(dw.unwrap(), vec![21.0, 32.0]);
 /// ```
 ///
-/// Unit-stride f32 layers wide enough for the direct kernel take their input gradient
-/// from it (a forward convolution of `gout` with the flipped, transposed weights) and
-/// only their weight gradient from the tiles.
+/// Unit-stride f32 layers wide enough for the direct kernels take their input gradient
+/// from the wide forward kernel (a forward convolution of `gout` with the flipped,
+/// transposed weights) and their weight gradient from
+/// [`conv2d_wide_weight_grad`](super::conv2d_wide_weight_grad); the tiles compute the rest.
 #[allow(clippy::type_complexity)]
 pub fn conv2d_backward<T: Float>(
     gout: &[T],
@@ -284,12 +285,20 @@ pub fn conv2d_backward<T: Float>(
     groups: usize,
     [want_x, want_w]: [bool; 2],
 ) -> (Option<HostBuffer<T>>, Option<HostBuffer<T>>) {
-    if want_x && super::wide::input_grad_applies::<T>(g, out_channels, groups) {
-        let dx = super::wide::conv2d_wide_input_grad(gout, w, g, out_channels);
-        let (_, dw) = tiled_backward(gout, x, w, g, out_channels, groups, [false, want_w]);
-        return (Some(dx), dw);
-    }
-    tiled_backward(gout, x, w, g, out_channels, groups, [want_x, want_w])
+    let wide_x = want_x && super::wide::input_grad_applies::<T>(g, out_channels, groups);
+    let wide_w = want_w && super::weight_grad::weight_grad_applies::<T>(g, out_channels, groups);
+    let tiled = [want_x && !wide_x, want_w && !wide_w];
+    let (dx, dw) = if tiled[0] || tiled[1] {
+        tiled_backward(gout, x, w, g, out_channels, groups, tiled)
+    } else {
+        (None, None)
+    };
+    let dx = dx
+        .or_else(|| wide_x.then(|| super::wide::conv2d_wide_input_grad(gout, w, g, out_channels)));
+    let dw = dw.or_else(|| {
+        wide_w.then(|| super::weight_grad::conv2d_wide_weight_grad(gout, x, g, out_channels))
+    });
+    (dx, dw)
 }
 
 /// [`conv2d_backward`] by tiles of im2col columns, for every convolution.

@@ -469,7 +469,7 @@ pub(super) fn for_each_padded_sample<T: Float>(
         let src = &x[n * g.c * h * wd..(n + 1) * g.c * h * wd];
         let copy;
         let xs: &[f32] = if ph > 0 || pw > 0 {
-            let mut buf = vec![0.0f32; g.c * hp * wp];
+            let mut buf = HostBuffer::<f32>::zeroed(g.c * hp * wp);
             pad_sample(src, g, &mut buf);
             copy = buf;
             &copy
@@ -555,10 +555,10 @@ pub fn conv2d_direct_backward_weight<T: Float>(
         o,
     };
     let tasks = num_threads().min(g.n).max(1);
-    let mut partial = vec![0.0f32; tasks * k * opad];
+    let mut partial = HostBuffer::<f32>::zeroed(tasks * k * opad);
     for_each_chunk_mut(&mut partial, k * opad, |task, dwt| {
-        let mut xs = vec![0.0f32; g.c * hp * wp];
-        let mut gyt = vec![0.0f32; wide * opad];
+        let mut xs = HostBuffer::<f32>::zeroed(g.c * hp * wp);
+        let mut gyt = HostBuffer::<f32>::zeroed(wide * opad);
         for n in (task * g.n / tasks)..((task + 1) * g.n / tasks) {
             pad_sample(&x[n * g.c * h * wd..(n + 1) * g.c * h * wd], g, &mut xs);
             // The gradient as [wide pixel, channel]; columns past `ow` stay zero.

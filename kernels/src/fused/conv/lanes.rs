@@ -154,6 +154,10 @@ mod x86 {
         /// # Safety
         /// `p` points to `LANES` writable floats; the CPU has the type's features.
         unsafe fn store(self, p: *mut f32);
+        /// The lane sums of four registers.
+        /// # Safety
+        /// The CPU has the type's features.
+        unsafe fn sum4(v: [Self; 4]) -> [f32; 4];
     }
 
     impl Vector for Zmm {
@@ -177,6 +181,19 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             // SAFETY: the caller's contract.
             unsafe { <Zmm as Lanes>::store(self, p) }
+        }
+        #[inline(always)]
+        unsafe fn sum4(v: [Self; 4]) -> [f32; 4] {
+            let [a, b, c, d] = v;
+            // SAFETY: the caller's contract.
+            unsafe {
+                [
+                    _mm512_reduce_add_ps(a.0),
+                    _mm512_reduce_add_ps(b.0),
+                    _mm512_reduce_add_ps(c.0),
+                    _mm512_reduce_add_ps(d.0),
+                ]
+            }
         }
     }
 
@@ -205,6 +222,20 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             // SAFETY: the caller's contract.
             unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn sum4([a, b, c, d]: [Self; 4]) -> [f32; 4] {
+            let mut out = [0.0f32; 4];
+            // SAFETY: the caller's contract; `out` holds four floats. Pairwise sums within
+            // each 128-bit half put register i's half-sums in lane i of each half.
+            unsafe {
+                let ab = _mm256_hadd_ps(a.0, b.0);
+                let cd = _mm256_hadd_ps(c.0, d.0);
+                let h = _mm256_hadd_ps(ab, cd);
+                let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+                _mm_storeu_ps(out.as_mut_ptr(), s);
+            }
+            out
         }
     }
 }

@@ -15,17 +15,20 @@
 //! channels, short reductions), `pixels` (1–8 output channels), `wide` (unit stride, 32+
 //! channels, planes of 24×24 and up; also their input gradient), else im2col tiles and
 //! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
-//! [`conv2d_backward`] (`backward`) runs the tiled gradients.
+//! [`conv2d_backward`] (`backward`) runs the tiled gradients, or for the `wide` layers
+//! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient.
 
 mod backward;
 mod direct;
 mod lanes;
 mod pixels;
+mod weight_grad;
 mod wide;
 
 pub use backward::conv2d_backward;
 
 pub use direct::{backward_weight_applies, conv2d_direct, conv2d_direct_backward_weight};
+pub use weight_grad::{conv2d_wide_weight_grad, weight_grad_applies};
 
 use crate::WideFloat as Float;
 use crate::cpu::Conv2dGeometry;

@@ -117,9 +117,9 @@ mod blocks {
         let ntaps = plan.taps.len();
         let k = g.c * ntaps;
         let th_max = plan.tile_in_rows(plan.rows);
-        let mut tile = vec![0.0f32; g.c * th_max * wp];
+        let mut tile = crate::cpu::HostBuffer::<f32>::zeroed(g.c * th_max * wp);
         let starts_max = super::block_starts(plan.rows, ow, wp, PX).len();
-        let mut slots = vec![0.0f32; starts_max * PX * OB];
+        let mut slots = crate::cpu::HostBuffer::<f32>::zeroed(starts_max * PX * OB);
         for r0 in (0..oh).step_by(plan.rows) {
             let rows = plan.rows.min(oh - r0);
             let th = plan.tile_in_rows(rows);
