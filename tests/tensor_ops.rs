@@ -590,8 +590,9 @@ fn f32_matches_f64(
 /// planes of 24×24 and up, on AVX-512 or AVX2 CPUs with at least one sample per thread:
 /// forward, the input gradient as a forward of the flipped weights, and the
 /// pixel-vectorised weight gradient) or, for small
-/// planes, several samples per GEMM: output and every gradient equal the f64
-/// convolution's (which gradcheck checks).
+/// planes, several samples per GEMM (and, with large weights, gradients by blocks of
+/// input channels): output and every gradient equal the f64 convolution's (which
+/// gradcheck checks).
 #[test]
 fn resnet_shaped_f32_conv2d_matches_f64() {
     // (in, out, input size, kernel, stride, padding, dilation)
@@ -601,6 +602,8 @@ fn resnet_shaped_f32_conv2d_matches_f64() {
         (16, 48, [28, 28], 1, 1, 0, 1),
         (64, 64, [7, 7], 3, 1, 1, 1),
         (32, 64, [14, 14], 3, 2, 1, 1),
+        // small plane, large weights: the channel-blocked backward
+        (128, 256, [7, 7], 3, 1, 1, 1),
     ] {
         let rng = &mut Generator::new(17);
         let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);
