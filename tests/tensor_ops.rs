@@ -604,6 +604,8 @@ fn resnet_shaped_f32_conv2d_matches_f64() {
         (32, 64, [14, 14], 3, 2, 1, 1),
         // small plane, large weights: the channel-blocked backward
         (128, 256, [7, 7], 3, 1, 1, 1),
+        // a stem (7×7 / 2): the weight gradient over phase planes
+        (3, 64, [52, 52], 7, 2, 3, 1),
     ] {
         let rng = &mut Generator::new(17);
         let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);

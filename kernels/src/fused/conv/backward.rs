@@ -285,10 +285,11 @@ impl<T: Float> Plan<'_, T> {
 /// assert_eq!(dw.unwrap(), vec![21.0, 32.0]);
 /// ```
 ///
-/// Unit-stride f32 layers wide enough for the direct kernels take their input gradient
-/// from the wide forward kernel (a forward convolution of `gout` with the flipped,
-/// transposed weights) and their weight gradient from
-/// [`conv2d_wide_weight_grad`](super::conv2d_wide_weight_grad); the tiles compute the rest.
+/// Wide f32 layers take their input gradient from the wide forward kernel (unit
+/// strides: a forward convolution of `gout` with the flipped, transposed weights) and
+/// their weight gradient from
+/// [`conv2d_wide_weight_grad`](super::conv2d_wide_weight_grad) (unit strides, and
+/// stems); the tiles compute the rest.
 #[allow(clippy::type_complexity)]
 pub fn conv2d_backward<T: Float>(
     gout: &[T],

@@ -1,20 +1,21 @@
-//! The weight gradient of wide unit-stride layers (ResNet's 3×3 convolutions at 56² and
-//! 28²) without im2col columns or GEMM packing: `dW[o, r] = Σ_q gy[o, q] · x_r[q]`, where
-//! reduction row `r` is an input channel and a tap, and `x_r` the channel's padded plane
-//! shifted by the tap. Vectorised along the pixels `q`: a register block holds [`MO`]
-//! output channels × [`MT`] reduction rows of vector partial sums, and each pixel vector
-//! costs `MO` gradient loads, `MT` input loads and `MO · MT` FMAs, read straight from
-//! NCHW rows — nothing is transposed. The partial sums are reduced across lanes once per
-//! sweep of a tile's pixels.
+//! The weight gradient of wide layers (ResNet's 3×3 convolutions at 56² and 28², its
+//! 7×7 stride-2 stem) without im2col columns or GEMM packing: `dW[o, r] = Σ_q gy[o, q] ·
+//! x_r[q]`, where reduction row `r` is an input channel and a tap, and `x_r` the
+//! channel's padded plane shifted by the tap. Vectorised along the pixels `q`: a register
+//! block holds [`MO`] output channels × [`MT`] reduction rows of vector partial sums, and
+//! each pixel vector costs `MO` gradient loads, `MT` input loads and `MO · MT` FMAs, read
+//! straight from NCHW rows — nothing is transposed. The partial sums are reduced across
+//! lanes once per sweep of a tile's pixels.
 //!
 //! A sample is taken a tile of output rows at a time (the whole sample unless it is
-//! large): the gradient's rows in the "wide" layout (`wp` columns per row, zero past
+//! large): the gradient's rows in the "wide" layout (`wq` columns per row, zero past
 //! `ow`) and the input rows they read, zero-padded, are copied into scratch, and each
-//! register block sweeps the tile's pixels; with unit stride, pixel `q = y·wp + x` reads
-//! its tap at offset `q` of the padded channel.
-//! Samples are split between threads, each summing into its own partial gradient.
+//! register block sweeps the tile's pixels; pixel `q = y·wq + x` reads each tap at a
+//! fixed displacement from `q`. Strided convolutions read phase planes (see [`Plan`]),
+//! which make every stride a unit stride. Samples are split between threads, each
+//! summing into its own partial gradient.
 
-use super::direct::{f32s, tap_offsets};
+use super::direct::f32s;
 use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
@@ -25,113 +26,169 @@ const MO: usize = 2;
 /// Reduction rows (input channel, tap) per register block: `MO · MT` accumulators, `MO`
 /// gradient vectors and one input vector fill the 16 AVX2 registers.
 const MT: usize = 6;
-/// Bytes of one tile's gradient and input scratch: a whole sample of ResNet's layers. A
-/// block's gradient rows stay in L1/L2 while the input streams past; what a tile size
-/// trades is the cross-lane sums and block setup per sweep against the tile's pixels
-/// (ResNet-18's 28² weight gradient: 13.8 ms at 12-row tiles of 384 KiB, 11.7 ms at
-/// whole samples; its im2col + GEMM path takes 12.5 ms).
-const TILE_BYTES: usize = 4 << 20;
+/// Bytes of one tile's gradient and input scratch, unless that leaves fewer than
+/// [`MIN_SWEEP`] pixels per sweep: the cross-lane sums and block setup of each sweep are
+/// paid per tile (ResNet-18's 28² weight gradient: 13.8 ms at 12-row tiles of 384 KiB,
+/// 11.7 ms at whole samples; its im2col + GEMM path takes 12.5 ms).
+const TILE_BYTES: usize = 512 << 10;
+/// Fewest pixels per sweep (a tile's rows), see [`TILE_BYTES`].
+const MIN_SWEEP: usize = 1024;
+/// Bytes of input per chunk of reduction rows, which every output-channel block sweeps
+/// while it stays in L2 (ResNet-18's stride-2 56² -> 28² layer streamed its whole 900 KB
+/// padded input per block from L3 without them).
+const CHUNK_BYTES: usize = 160 << 10;
+/// Fewest products per input element (`O·kh·kw / (s_h·s_w)`) for a strided convolution
+/// to be served: ResNet-18's stem (784) 15.0 -> 12.4 ms at batch 8, its stride-2 3×3
+/// layer at 56² (288) 6.1 -> 6.9 ms.
+const MIN_STRIDED_WORK: usize = 512;
 /// Smallest output plane served (smaller planes waste too much of each sweep on the
 /// padding columns and on the cross-lane sums).
 const MIN_PLANE: usize = 24 * 24;
 
 /// Whether [`conv2d_wide_weight_grad`] serves a convolution's weight gradient: f32 on a
-/// CPU with AVX-512 or AVX2 + FMA, one group, unit strides, at least 32 output channels,
-/// a reduction of at least [`MT`] rows, output planes of at least 24×24, and at least one
-/// sample per thread (samples are its only parallelism).
+/// CPU with AVX-512 or AVX2 + FMA, one group, at least 32 output channels, a reduction of
+/// at least [`MT`] rows, output planes of at least 24×24, at least one sample per thread
+/// (samples are its only parallelism), and unit strides or at least [`MIN_STRIDED_WORK`]
+/// products per input element (the phase planes of a strided input are a gather, paid
+/// for by ResNet's stem but not by its stride-2 3×3 layers).
 pub fn weight_grad_applies<T: Element>(
     g: &Conv2dGeometry,
     out_channels: usize,
     groups: usize,
 ) -> bool {
     let plane = g.output().map_or(0, |[oh, ow]| oh * ow);
+    let [sh, sw] = g.stride;
+    let per_input = out_channels * g.kernel[0] * g.kernel[1] / (sh * sw).max(1);
     T::DTYPE == DType::F32
         && groups == 1
-        && g.stride == [1, 1]
         && out_channels >= 32
         && g.c * g.kernel[0] * g.kernel[1] >= MT
         && plane >= MIN_PLANE
+        && (g.stride == [1, 1] || per_input >= MIN_STRIDED_WORK)
         && g.n >= num_threads()
         && level().is_some()
 }
 
 /// What every tile of every sample shares.
+///
+/// A stride `s` is turned into unit strides over phase planes: phase `(a, b)` of a padded
+/// channel holds its pixels `(y·s_h + a, x·s_w + b)`, so tap `(i, j)` of output pixel
+/// `(oy, ox)` reads phase `(i·d_h mod s_h, j·d_w mod s_w)` at `(oy + i·d_h / s_h, ox +
+/// j·d_w / s_w)`: a fixed offset from the pixel's position in the phase plane, as with
+/// unit strides (one phase).
 struct Plan<'a> {
     g: &'a Conv2dGeometry,
     o: usize,
     oh: usize,
     ow: usize,
-    /// Padded input width, output rows per tile, and floats per gradient row and per
-    /// input channel in the scratch.
-    wp: usize,
+    /// Phase-plane width (the padded width for unit strides), output rows per tile, and
+    /// floats per gradient row, per phase plane and per input channel in the scratch.
+    wq: usize,
     rows: usize,
     grow: usize,
+    phase: usize,
     chan: usize,
-    /// Each reduction row's offset into the input scratch: `c · chan + tap`.
+    /// Each reduction row's offset into the input scratch: its channel, phase and the
+    /// tap's displacement within the phase.
     offsets: Vec<usize>,
+    /// Reduction rows per chunk (whole channels, [`CHUNK_BYTES`] of input).
+    chunk: usize,
 }
 
 impl Plan<'_> {
     fn new<'a>(g: &'a Conv2dGeometry, o: usize, lanes: usize) -> Plan<'a> {
         let [oh, ow] = g.output().expect("conv geometry checked by the caller");
-        let wp = g.input[1] + 2 * g.padding[1];
-        let halo = (g.kernel[0] - 1) * g.dilation[0];
-        let rows = (TILE_BYTES / (4 * (o + g.c) * wp)).clamp(1, oh);
-        let grow = (rows * wp).next_multiple_of(lanes);
-        // The last pixel vector reads up to `grow - 1` past a tap's offset, the largest
-        // offset being `halo · wp + (kw - 1) · dw`.
-        let chan = (rows + halo) * wp + (g.kernel[1] - 1) * g.dilation[1] + lanes;
-        let taps = tap_offsets(g, wp);
+        let ([kh, kw], [sh, sw], [dh, dw]) = (g.kernel, g.stride, g.dilation);
+        let wq = (g.input[1] + 2 * g.padding[1]).div_ceil(sw);
+        let (halo, reach) = ((kh - 1) * dh / sh, (kw - 1) * dw / sw);
+        let per_row = 4 * (o + g.c * sh) * wq;
+        let rows = (TILE_BYTES / per_row)
+            .max(MIN_SWEEP.div_ceil(wq))
+            .clamp(1, oh);
+        let grow = (rows * wq).next_multiple_of(lanes);
+        // The last pixel vector reads up to `grow - 1` past a tap's displacement, the
+        // largest being `halo · wq + reach`.
+        let phase = (rows + halo) * wq + reach + lanes;
+        let chan = sh * sw * phase;
         let offsets = (0..g.c)
-            .flat_map(|c| taps.iter().map(move |&t| c * chan + t))
+            .flat_map(|c| {
+                (0..kh * kw).map(move |t| {
+                    let (i, j) = (t / kw * dh, t % kw * dw);
+                    c * chan + (i % sh * sw + j % sw) * phase + i / sh * wq + j / sw
+                })
+            })
             .collect();
+        let chunk = (CHUNK_BYTES / (4 * chan)).max(1) * kh * kw;
         Plan {
             g,
             o,
             oh,
             ow,
-            wp,
+            wq,
             rows,
             grow,
+            phase,
             chan,
             offsets,
+            chunk,
         }
     }
 
     /// Copies the gradient rows `r0..r0 + rows` of sample `gy` `[O, oh, ow]` into `dst`
-    /// `[O, grow]` in the wide layout, zero past each row's `ow` pixels and past the rows.
+    /// `[O, grow]` in the wide layout (`wq` per row), zero past each row's `ow` pixels
+    /// and past the rows.
     fn fill_grad(&self, gy: &[f32], r0: usize, rows: usize, dst: &mut [f32]) {
-        let (ow, wp, plane) = (self.ow, self.wp, self.oh * self.ow);
+        let (ow, wq, plane) = (self.ow, self.wq, self.oh * self.ow);
         for (o, drow) in dst.chunks_exact_mut(self.grow).take(self.o).enumerate() {
             let src = &gy[o * plane + r0 * ow..][..rows * ow];
-            for (d, s) in drow.chunks_exact_mut(wp).zip(src.chunks_exact(ow)) {
+            for (d, s) in drow.chunks_exact_mut(wq).zip(src.chunks_exact(ow)) {
                 d[..ow].copy_from_slice(s);
                 d[ow..].fill(0.0);
             }
-            drow[rows * wp..].fill(0.0);
+            drow[rows * wq..].fill(0.0);
         }
     }
 
-    /// Copies the input rows that output rows `r0..r0 + rows` read from sample `x`
-    /// `[C, h, w]` into `dst` `[C, chan]`, zero outside the input and past the rows.
+    /// Copies the input that output rows `r0..r0 + rows` read from sample `x` `[C, h, w]`
+    /// into `dst` `[C, phases, phase]`, zero outside the input and past the rows.
     fn fill_input(&self, x: &[f32], r0: usize, rows: usize, dst: &mut [f32]) {
         let g = self.g;
         let [h, wd] = g.input;
-        let pw = g.padding[1];
-        let th = rows + (g.kernel[0] - 1) * g.dilation[0];
+        let ([ph, pw], [sh, sw]) = (g.padding, g.stride);
+        let th = rows + (g.kernel[0] - 1) * g.dilation[0] / sh;
         for (c, chan) in dst.chunks_exact_mut(self.chan).take(g.c).enumerate() {
-            let (body, rest) = chan.split_at_mut(th * self.wp);
-            for (i, row) in body.chunks_exact_mut(self.wp).enumerate() {
-                let y = (r0 + i) as isize - g.padding[0] as isize;
-                if y < 0 || y as usize >= h {
-                    row.fill(0.0);
-                    continue;
+            for (p, plane) in chan.chunks_exact_mut(self.phase).enumerate() {
+                let (a, b) = (p / sw, p % sw);
+                let (body, rest) = plane.split_at_mut(th * self.wq);
+                for (i, row) in body.chunks_exact_mut(self.wq).enumerate() {
+                    let y = ((r0 + i) * sh + a) as isize - ph as isize;
+                    if y < 0 || y as usize >= h {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    let src = &x[(c * h + y as usize) * wd..][..wd];
+                    if sw == 1 {
+                        row[..pw].fill(0.0);
+                        row[pw..pw + wd].copy_from_slice(src);
+                        row[pw + wd..].fill(0.0);
+                    } else {
+                        // Columns `j` with `j·sw + b - pw` inside the row.
+                        let lo = pw.saturating_sub(b).div_ceil(sw);
+                        let hi = (wd + pw).saturating_sub(b).div_ceil(sw).min(self.wq);
+                        row[..lo].fill(0.0);
+                        if lo < hi {
+                            let first = lo * sw + b - pw;
+                            for (d, &v) in
+                                row[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw))
+                            {
+                                *d = v;
+                            }
+                        }
+                        row[hi.max(lo)..].fill(0.0);
+                    }
                 }
-                row[..pw].fill(0.0);
-                row[pw..pw + wd].copy_from_slice(&x[(c * h + y as usize) * wd..][..wd]);
-                row[pw + wd..].fill(0.0);
+                rest.fill(0.0);
             }
-            rest.fill(0.0);
         }
     }
 }
@@ -156,14 +213,40 @@ mod blocks {
         len: usize,
         dw: &mut [f32],
     ) {
-        let (o, k, grow) = (plan.o, plan.offsets.len(), plan.grow);
+        let (o, k) = (plan.o, plan.offsets.len());
         let (gp, xp) = (gt.as_ptr(), xt.as_ptr());
-        for o0 in (0..o).step_by(MO) {
+        // A chunk of reduction rows (whole channels) at a time, so its input stays in
+        // L2 while every output-channel block sweeps it.
+        for k0 in (0..k).step_by(plan.chunk) {
+            let k1 = (k0 + plan.chunk).min(k);
+            for o0 in (0..o).step_by(MO) {
+                // SAFETY: as this function's.
+                unsafe { pair::<V>(plan, gp, xp, len, o0, k0..k1, dw) }
+            }
+        }
+    }
+
+    /// Output channels `o0..o0 + MO` against reduction rows `ks`, `MT` rows at a time.
+    ///
+    /// # Safety
+    /// As [`tile`], with `gp` and `xp` its scratch.
+    #[inline(always)]
+    unsafe fn pair<V: Vector>(
+        plan: &Plan,
+        gp: *const f32,
+        xp: *const f32,
+        len: usize,
+        o0: usize,
+        ks: std::ops::Range<usize>,
+        dw: &mut [f32],
+    ) {
+        let (o, k, grow) = (plan.o, plan.offsets.len(), plan.grow);
+        {
             // Rows past the end repeat the last one (their sums are not stored).
             let orows: [usize; MO] = std::array::from_fn(|i| (o0 + i).min(o - 1) * grow);
             let mo = (o - o0).min(MO);
-            for t0 in (0..k).step_by(MT) {
-                let mt = (k - t0).min(MT);
+            for t0 in ks.clone().step_by(MT) {
+                let mt = (ks.end - t0).min(MT);
                 let r: [usize; MT] = std::array::from_fn(|j| plan.offsets[t0 + j.min(mt - 1)]);
                 // SAFETY: the caller runs with `V`'s features.
                 let zero = unsafe { V::splat(0.0) };
@@ -243,7 +326,7 @@ mod levels {
     }
 }
 
-/// The weight gradient `[O, C, kh, kw]` of a one-group, unit-stride convolution of `x`
+/// The weight gradient `[O, C, kh, kw]` of a one-group convolution of `x`
 /// `[N, C, H, W]`, from the output gradient `gy` `[N, O, oh, ow]`. Only where
 /// [`weight_grad_applies`] says so.
 ///
@@ -271,7 +354,7 @@ pub fn conv2d_wide_weight_grad<T: Float>(
 ) -> HostBuffer<T> {
     assert!(
         weight_grad_applies::<T>(g, out_channels, 1),
-        "conv2d_wide_weight_grad: f32 on an AVX-512 or AVX2 CPU, unit strides, 32+ output channels only ({g:?})"
+        "conv2d_wide_weight_grad: f32 on an AVX-512 or AVX2 CPU, one group, 32+ output channels, planes of 24×24 and up only ({g:?})"
     );
     let level = level().expect("checked by `weight_grad_applies`");
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
@@ -299,7 +382,7 @@ pub fn conv2d_wide_weight_grad<T: Float>(
         for n in (task * g.n / tasks)..((task + 1) * g.n / tasks) {
             for r0 in (0..oh).step_by(plan.rows) {
                 let rows = plan.rows.min(oh - r0);
-                let len = (rows * plan.wp).next_multiple_of(lanes);
+                let len = (rows * plan.wq).next_multiple_of(lanes);
                 plan.fill_grad(&gy[n * o * plane..(n + 1) * o * plane], r0, rows, &mut gt);
                 plan.fill_input(&x[n * in_len..(n + 1) * in_len], r0, rows, &mut xt);
                 assert!(
@@ -342,7 +425,8 @@ mod tests {
 
     /// Against the tiled im2col + GEMM backward (itself tested against the definition),
     /// over tile boundaries (a last tile of fewer rows), reduction tails (rows not a
-    /// multiple of `MT`), odd output channels, paddings, dilations and kernel sizes, at
+    /// multiple of `MT`), odd output channels, strides, paddings, dilations and kernel
+    /// sizes, at
     /// one thread and at two. Skips (saying so) on CPUs without AVX2 + FMA.
     #[test]
     fn matches_the_tiled_path() {
@@ -351,26 +435,31 @@ mod tests {
             return;
         }
         let cases = [
-            // (c, o, input, kernel, padding, dilation)
-            (16, 32, [24, 24], [3, 3], [1, 1], [1, 1]),
-            (5, 33, [30, 26], [3, 3], [1, 1], [1, 1]),
-            (32, 32, [28, 31], [3, 3], [0, 2], [1, 2]),
-            (7, 40, [26, 40], [5, 3], [2, 1], [1, 1]),
-            (6, 32, [60, 30], [1, 1], [0, 0], [1, 1]),
+            // (c, o, input, kernel, stride, padding, dilation)
+            (16, 32, [24, 24], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (5, 33, [30, 26], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (32, 32, [28, 31], [3, 3], [1, 1], [0, 2], [1, 2]),
+            (7, 40, [26, 40], [5, 3], [1, 1], [2, 1], [1, 1]),
+            (6, 32, [60, 30], [1, 1], [1, 1], [0, 0], [1, 1]),
             // several tiles per sample (rows of 100 floats)
-            (64, 64, [90, 98], [3, 3], [1, 1], [1, 1]),
+            (64, 64, [90, 98], [3, 3], [1, 1], [1, 1], [1, 1]),
+            // strides: phase planes (the stem's 7×7 / 2, odd sizes, mixed strides)
+            (3, 64, [52, 50], [7, 7], [2, 2], [3, 3], [1, 1]),
+            (5, 240, [49, 51], [3, 3], [2, 2], [1, 1], [2, 1]),
+            (4, 171, [50, 26], [3, 2], [2, 1], [1, 0], [1, 2]),
+            (8, 513, [75, 76], [3, 3], [3, 3], [2, 1], [1, 1]),
         ];
         for threads in [1, 2] {
             crate::cpu::set_num_threads(threads);
             // At least as many samples as any test's thread count.
             let n = num_threads().max(4);
-            for (c, o, input, kernel, padding, dilation) in cases {
+            for (c, o, input, kernel, stride, padding, dilation) in cases {
                 let g = Conv2dGeometry {
                     n,
                     c,
                     input,
                     kernel,
-                    stride: [1, 1],
+                    stride,
                     padding,
                     dilation,
                 };
