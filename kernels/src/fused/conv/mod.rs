@@ -465,7 +465,7 @@ fn grouped_conv2d<T: Float>(
     let plane = oh * ow;
     let (cg, og) = (g.c / groups, out_channels / groups);
     let k = cg * kh * kw;
-    let run = |n0: usize, dst: &mut [T], parallelism: Parallelism| {
+    let run = |n0: usize, dst: &mut [MaybeUninit<T>], parallelism: Parallelism| {
         let count = dst.len() / (out_channels * plane);
         let cols_n = count * plane;
         let mut cols = HostBuffer::<T>::new_uninit(k * cols_n);
@@ -523,11 +523,12 @@ fn grouped_conv2d<T: Float>(
         let tmp = unsafe { tmp.assume_init() };
         for (j, sample) in dst.chunks_exact_mut(out_channels * plane).enumerate() {
             for (o, row) in sample.chunks_exact_mut(plane).enumerate() {
-                row.copy_from_slice(&tmp[o * cols_n + j * plane..][..plane]);
+                let src = &tmp[o * cols_n + j * plane..][..plane];
+                row.iter_mut().zip(src).for_each(|(d, &v)| _ = d.write(v));
             }
         }
     };
-    let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
+    let mut out = HostBuffer::<T>::new_uninit(g.n * out_channels * plane);
     let parallel_groups = g.n.div_ceil(per) >= num_threads();
     for_each_block(
         &mut out,
@@ -535,7 +536,8 @@ fn grouped_conv2d<T: Float>(
         [parallel_groups, true],
         |i, dst, parallelism| run(i * per, dst, parallelism),
     );
-    out
+    // SAFETY: each block's samples were copied out of `tmp` above: every element.
+    unsafe { out.assume_init() }
 }
 
 /// Calls `run(i, block, parallelism)` on each `chunk`-element block `i` of `out`: the

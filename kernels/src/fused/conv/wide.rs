@@ -21,6 +21,7 @@ use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
 use crate::{DType, Element};
+use std::mem::MaybeUninit;
 
 /// Output channels per register block (one AVX-512 vector of f32, two AVX2 vectors).
 const OB: usize = 16;
@@ -100,8 +101,10 @@ impl Plan<'_> {
 mod blocks {
     use super::super::lanes::Lanes;
     use super::{CB, OB, Plan};
+    use std::mem::MaybeUninit;
 
-    /// One sample: `x` its input `[C, h, w]`, `out` its output `[O, oh, ow]`.
+    /// One sample: `x` its input `[C, h, w]`, `out` its output `[O, oh, ow]`, every
+    /// element of which is written (the pixel blocks cover every output pixel).
     ///
     /// # Safety
     /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry.
@@ -109,7 +112,7 @@ mod blocks {
     pub(super) unsafe fn sample<L: Lanes, const PX: usize>(
         plan: &Plan,
         x: &[f32],
-        out: &mut [f32],
+        out: &mut [MaybeUninit<f32>],
     ) {
         let g = plan.g;
         let (oh, ow, wp) = (plan.oh, plan.ow, plan.wp);
@@ -180,7 +183,7 @@ mod blocks {
                                 if xo < ow {
                                     let at = (r0 + y) * ow + xo;
                                     for (j, &v) in s.iter().enumerate() {
-                                        out[(ob * OB + j) * plane + at] = v;
+                                        out[(ob * OB + j) * plane + at].write(v);
                                     }
                                 }
                             }
@@ -201,22 +204,28 @@ mod blocks {
 mod levels {
     use super::super::lanes::{Lanes, Ymm2, Zmm};
     use super::{Level, Plan, blocks};
+    use std::mem::MaybeUninit;
 
     #[target_feature(enable = "avx512f")]
-    unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [f32]) {
+    unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>]) {
         // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
         unsafe { blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out) }
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn sample_avx2(plan: &Plan, x: &[f32], out: &mut [f32]) {
+    unsafe fn sample_avx2(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>]) {
         // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
         unsafe { blocks::sample::<Ymm2, { Ymm2::PX }>(plan, x, out) }
     }
 
     /// # Safety
     /// The CPU has `level`'s features; the rest as [`blocks::sample`].
-    pub(super) unsafe fn sample(level: Level, plan: &Plan, x: &[f32], out: &mut [f32]) {
+    pub(super) unsafe fn sample(
+        level: Level,
+        plan: &Plan,
+        x: &[f32],
+        out: &mut [MaybeUninit<f32>],
+    ) {
         // SAFETY: the caller checked the level's features.
         unsafe {
             match level {
@@ -261,11 +270,12 @@ pub fn conv2d_wide<T: Float>(
     };
     let plane = oh * ow;
     let in_len = g.c * g.input[0] * g.input[1];
-    let mut out = HostBuffer::<T>::zeroed(g.n * out_channels * plane);
-    let sample = |n: usize, dst: &mut [T]| {
+    let mut out = HostBuffer::<T>::new_uninit(g.n * out_channels * plane);
+    let sample = |n: usize, dst: &mut [MaybeUninit<T>]| {
         // SAFETY: `T::DTYPE == F32` (checked by `applies`) means `T` is `f32`.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut f32, dst.len()) };
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut MaybeUninit<f32>, dst.len())
+        };
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `level` is this CPU's; `x`'s sample and `dst` have the plan's geometry.
         unsafe {
@@ -281,7 +291,8 @@ pub fn conv2d_wide<T: Float>(
             sample(n, dst);
         }
     }
-    out
+    // SAFETY: `blocks::sample` wrote every element of each sample's output.
+    unsafe { out.assume_init() }
 }
 
 /// The geometry and weights that make a unit-stride convolution's input gradient a
