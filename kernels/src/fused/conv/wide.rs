@@ -103,6 +103,31 @@ mod blocks {
     use super::{CB, OB, Plan};
     use std::mem::MaybeUninit;
 
+    /// One input channel's taps added to `acc`: `x` the channel from the block's first
+    /// pixel, `w` its `taps.len()` packed weight vectors.
+    ///
+    /// # Safety
+    /// The CPU has `L`'s features; `w` holds `taps.len() · OB` floats and `x` at least
+    /// `tap + PX` from each tap offset.
+    #[inline(always)]
+    unsafe fn channel<L: Lanes, const PX: usize, Taps: AsRef<[usize]> + ?Sized>(
+        acc: &mut [L; PX],
+        x: *const f32,
+        w: *const f32,
+        taps: &Taps,
+    ) {
+        for (t, &tap) in taps.as_ref().iter().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let wv = L::load(w.add(t * OB));
+                let src = x.add(tap);
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = L::fma(wv, L::splat(*src.add(i)), *a);
+                }
+            }
+        }
+    }
+
     /// One sample: `x` its input `[C, h, w]`, `out` its output `[O, oh, ow]`, every
     /// element of which is written (the pixel blocks cover every output pixel).
     ///
@@ -123,6 +148,8 @@ mod blocks {
         let mut tile = crate::cpu::HostBuffer::<f32>::zeroed(g.c * th_max * wp);
         let starts_max = super::block_starts(plan.rows, ow, wp, PX).len();
         let mut slots = crate::cpu::HostBuffer::<f32>::zeroed(starts_max * PX * OB);
+        // 3×3 kernels get the tap loop unrolled (their offsets in registers).
+        let taps9: Option<[usize; 9]> = plan.taps.as_slice().try_into().ok();
         for r0 in (0..oh).step_by(plan.rows) {
             let rows = plan.rows.min(oh - r0);
             let th = plan.tile_in_rows(rows);
@@ -160,15 +187,12 @@ mod blocks {
                         for c in c0..c1 {
                             let xc = tile[c * chan..(c + 1) * chan].as_ptr();
                             let wc = wob[c * ntaps * OB..(c + 1) * ntaps * OB].as_ptr();
-                            for (t, &tap) in plan.taps.iter().enumerate() {
-                                // SAFETY: `wc` holds `ntaps · OB` floats; `tap + q0 + PX - 1
-                                // <= tap + last_q < chan` (asserted), inside channel `c`.
-                                unsafe {
-                                    let w = L::load(wc.add(t * OB));
-                                    let src = xc.add(tap + q0);
-                                    for (i, a) in acc.iter_mut().enumerate() {
-                                        *a = L::fma(w, L::splat(*src.add(i)), *a);
-                                    }
+                            // SAFETY: `wc` holds `ntaps · OB` floats; `tap + q0 + PX - 1 <=
+                            // tap + last_q < chan` (asserted), inside channel `c`.
+                            unsafe {
+                                match taps9 {
+                                    Some(t9) => channel(&mut acc, xc.add(q0), wc, &t9),
+                                    None => channel(&mut acc, xc.add(q0), wc, &plan.taps),
                                 }
                             }
                         }
