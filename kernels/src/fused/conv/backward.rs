@@ -25,9 +25,13 @@ use std::sync::Mutex;
 /// short contraction re-reads the whole gradient for little work.
 const TILE_ELEMS: usize = 256 * 1024;
 /// Fewest pixels per tile: the input gradient's GEMM repacks the whole weight (`O ×
-/// C·kh·kw`, megabytes in ResNet's last stages) per tile, so a tile holds several small
-/// planes (ResNet-18's 14×14 backward 26.3 -> 23.8 ms at batch 8 against 256 pixels).
+/// C·kh·kw`) per tile, so a tile holds several small planes (ResNet-18's 14×14 backward
+/// 26.3 -> 23.8 ms at batch 8 against 256 pixels), up to [`MAX_TILE_ELEMS`].
 const MIN_COLS: usize = 1024;
+/// Most elements of one column tile, whatever [`MIN_COLS`] asks: larger tiles outgrow
+/// the caches (DCGAN's 4×4 / 2 transposed convolution, `C·kh·kw = 1024` on 16×16 planes,
+/// forward + backward at batch 16: 29.5 ms at 1024 pixels per tile, 26 ms at 512).
+const MAX_TILE_ELEMS: usize = 2 * TILE_ELEMS;
 
 /// A tile of output pixels: output rows `rows` of each sample in `samples` (several
 /// samples only when each holds whole planes).
@@ -406,7 +410,7 @@ fn scheduled_backward<T: Float>(
         channel_blocked(&plan, dx.as_deref_mut(), dw.as_deref_mut());
         return (dx, dw);
     }
-    let tile_cols = (TILE_ELEMS / k).max(MIN_COLS);
+    let tile_cols = (TILE_ELEMS / k).max(MIN_COLS).min(MAX_TILE_ELEMS / k);
     let scratch = |cols_n: usize| Scratch {
         cols: HostBuffer::<T>::new_uninit(if want_w { k * cols_n } else { 0 }),
         dcols: HostBuffer::<T>::new_uninit(if want_x { k * cols_n } else { 0 }),

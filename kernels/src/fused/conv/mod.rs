@@ -438,8 +438,8 @@ const MIN_GEMM_COLS: usize = 384;
 /// tile of its rows, per GEMM) when a plane has fewer than [`MIN_GEMM_COLS`] pixels: an
 /// even share of the batch per thread (each GEMM on one thread beats fewer, parallel
 /// GEMMs), while their im2col columns stay within [`GROUP_ELEMS`]. At batch 8 on two
-/// threads, four samples per GEMM against two: ResNet-18's 14² 3×3 layer 11.7 -> 11.4 ms,
-/// its 7² one 12.3 -> 11.8, its 14² -> 7² stride-2 one 6.4 -> 5.9.
+/// threads, four samples per GEMM against eight (one parallel GEMM): ResNet-18's 7² 3×3
+/// layer 12.9 -> 11.8 ms, its 14² -> 7² stride-2 one 6.4 -> 5.9.
 fn plane_group(g: &Conv2dGeometry, k: usize) -> usize {
     let plane = g.output().map_or(0, |[oh, ow]| oh * ow);
     if plane == 0 || plane >= MIN_GEMM_COLS || g.n < 2 {
@@ -449,8 +449,10 @@ fn plane_group(g: &Conv2dGeometry, k: usize) -> usize {
     g.n.div_ceil(num_threads()).min(fit).min(g.n)
 }
 
-/// Most elements of one sample group's im2col columns (16 MiB of f32).
-const GROUP_ELEMS: usize = 16 * TILE_ELEMS;
+/// Most elements of one sample group's im2col columns (4 MiB of f32; larger groups
+/// outgrow the caches: DCGAN's 4×4 / 2 convolution at batch 16, `C·kh·kw = 1024` on
+/// 16×16 planes, ran slower with eight samples per GEMM than with four).
+const GROUP_ELEMS: usize = 4 * TILE_ELEMS;
 
 /// [`conv2d`] for small output planes: `per` samples at a time, their im2col columns side
 /// by side (`[C/groups·kh·kw, per·oh·ow]`), one GEMM per group into a scratch
