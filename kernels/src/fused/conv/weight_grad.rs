@@ -241,40 +241,38 @@ mod blocks {
         dw: &mut [f32],
     ) {
         let (o, k, grow) = (plan.o, plan.offsets.len(), plan.grow);
-        {
-            // Rows past the end repeat the last one (their sums are not stored).
-            let orows: [usize; MO] = std::array::from_fn(|i| (o0 + i).min(o - 1) * grow);
-            let mo = (o - o0).min(MO);
-            for t0 in ks.clone().step_by(MT) {
-                let mt = (ks.end - t0).min(MT);
-                let r: [usize; MT] = std::array::from_fn(|j| plan.offsets[t0 + j.min(mt - 1)]);
-                // SAFETY: the caller runs with `V`'s features.
-                let zero = unsafe { V::splat(0.0) };
-                let mut acc = [[zero; MT]; MO];
-                for q in (0..len).step_by(V::LANES) {
-                    // SAFETY: `orows[i] + q + LANES <= O · grow` (`len <= grow`); `r[j] + q
-                    // + LANES <= xt.len()` (the caller's bound).
-                    unsafe {
-                        let gv: [V; MO] = std::array::from_fn(|i| V::load(gp.add(orows[i] + q)));
-                        for (j, &rj) in r.iter().enumerate() {
-                            let xv = V::load(xp.add(rj + q));
-                            for (a, &g) in acc.iter_mut().zip(&gv) {
-                                a[j] = V::fma(g, xv, a[j]);
-                            }
+        // Rows past the end repeat the last one (their sums are not stored).
+        let orows: [usize; MO] = std::array::from_fn(|i| (o0 + i).min(o - 1) * grow);
+        let mo = (o - o0).min(MO);
+        for t0 in ks.clone().step_by(MT) {
+            let mt = (ks.end - t0).min(MT);
+            let r: [usize; MT] = std::array::from_fn(|j| plan.offsets[t0 + j.min(mt - 1)]);
+            // SAFETY: the caller runs with `V`'s features.
+            let zero = unsafe { V::splat(0.0) };
+            let mut acc = [[zero; MT]; MO];
+            for q in (0..len).step_by(V::LANES) {
+                // SAFETY: `orows[i] + q + LANES <= O · grow` (`len <= grow`); `r[j] + q
+                // + LANES <= xt.len()` (the caller's bound).
+                unsafe {
+                    let gv: [V; MO] = std::array::from_fn(|i| V::load(gp.add(orows[i] + q)));
+                    for (j, &rj) in r.iter().enumerate() {
+                        let xv = V::load(xp.add(rj + q));
+                        for (a, &g) in acc.iter_mut().zip(&gv) {
+                            a[j] = V::fma(g, xv, a[j]);
                         }
                     }
                 }
-                for (i, a) in acc.iter().enumerate().take(mo) {
-                    let mut sums = [0.0f32; MT + 2];
-                    for (c, chunk) in sums.chunks_exact_mut(4).enumerate() {
-                        let v: [V; 4] = std::array::from_fn(|l| a[(4 * c + l).min(MT - 1)]);
-                        // SAFETY: the caller runs with `V`'s features.
-                        chunk.copy_from_slice(&unsafe { V::sum4(v) });
-                    }
-                    let dst = &mut dw[(o0 + i) * k + t0..][..mt];
-                    for (d, s) in dst.iter_mut().zip(sums) {
-                        *d += s;
-                    }
+            }
+            for (i, a) in acc.iter().enumerate().take(mo) {
+                let mut sums = [0.0f32; MT.next_multiple_of(4)];
+                for (c, chunk) in sums.chunks_exact_mut(4).enumerate() {
+                    let v: [V; 4] = std::array::from_fn(|l| a[(4 * c + l).min(MT - 1)]);
+                    // SAFETY: the caller runs with `V`'s features.
+                    chunk.copy_from_slice(&unsafe { V::sum4(v) });
+                }
+                let dst = &mut dw[(o0 + i) * k + t0..][..mt];
+                for (d, s) in dst.iter_mut().zip(sums) {
+                    *d += s;
                 }
             }
         }
@@ -373,6 +371,7 @@ pub fn conv2d_wide_weight_grad<T: Float>(
     #[cfg(not(target_arch = "x86_64"))]
     let lanes = 8;
     let plan = Plan::new(g, o, lanes);
+    let last_row = plan.offsets.iter().copied().max().unwrap_or(0);
     let tasks = num_threads().min(g.n).max(1);
     // Pooled buffers: the scratch is megabytes, fresh pages every call would fault.
     let mut partial = HostBuffer::<f32>::zeroed(tasks * o * k);
@@ -386,7 +385,7 @@ pub fn conv2d_wide_weight_grad<T: Float>(
                 plan.fill_grad(&gy[n * o * plane..(n + 1) * o * plane], r0, rows, &mut gt);
                 plan.fill_input(&x[n * in_len..(n + 1) * in_len], r0, rows, &mut xt);
                 assert!(
-                    plan.offsets.iter().all(|&r| r + len <= xt.len()) && len <= plan.grow,
+                    last_row + len <= xt.len() && len <= plan.grow,
                     "wide conv2d weight gradient: a window leaves the tile ({g:?})"
                 );
                 #[cfg(target_arch = "x86_64")]
