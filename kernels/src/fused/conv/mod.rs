@@ -722,6 +722,11 @@ mod tests {
             .collect()
     }
 
+    /// [`values`] in f32 (the direct kernels' tests).
+    pub(in crate::fused::conv) fn values_f32(len: usize, seed: usize) -> Vec<f32> {
+        values(len, seed).into_iter().map(|v| v as f32).collect()
+    }
+
     /// Forward against the definition, and both gradients as the adjoints of the forward
     /// (`<conv(x, w), g> = <x, dx(g)> = <w, dw(g, x)>`, exact for a bilinear map), over
     /// strides, paddings, dilations, multipliers and odd sizes.

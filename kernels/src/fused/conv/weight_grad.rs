@@ -414,19 +414,12 @@ pub fn conv2d_wide_weight_grad<T: Float>(
 mod tests {
     use super::*;
 
-    /// The tiled tests' deterministic values, in f32.
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        super::super::tests::values(len, seed)
-            .into_iter()
-            .map(|v| v as f32)
-            .collect()
-    }
+    use super::super::tests::values_f32 as values;
 
     /// Against the tiled im2col + GEMM backward (itself tested against the definition),
     /// over tile boundaries (a last tile of fewer rows), reduction tails (rows not a
     /// multiple of `MT`), odd output channels, strides, paddings, dilations and kernel
-    /// sizes, at
-    /// one thread and at two. Skips (saying so) on CPUs without AVX2 + FMA.
+    /// sizes, at one thread and at two. Skips (saying so) on CPUs without AVX2 + FMA.
     #[test]
     fn matches_the_tiled_path() {
         if level().is_none() {

@@ -380,13 +380,7 @@ pub fn conv2d_wide_input_grad<T: Float>(
 mod tests {
     use super::*;
 
-    /// The tiled tests' deterministic values, in f32.
-    fn values(len: usize, seed: usize) -> Vec<f32> {
-        super::super::tests::values(len, seed)
-            .into_iter()
-            .map(|v| v as f32)
-            .collect()
-    }
+    use super::super::tests::values_f32 as values;
 
     /// The forward against the tiled im2col + GEMM path (itself tested against the
     /// definition), and the input gradient against the tiled backward, over tile and
