@@ -144,6 +144,45 @@ pub(super) fn pad_sample(src: &[f32], g: &Conv2dGeometry, dst: &mut [f32]) {
     }
 }
 
+/// Fills `dst` (rows of `row_len` floats) with rows of one padded input channel `chan`
+/// (`[h, w]`, padding `[ph, pw]`): row `i` is padded row `first + i·sh`, and its column
+/// `j` padded column `j·sw + b` (every padded row and column for unit strides; one stride
+/// phase otherwise), zero where that falls outside the input.
+pub(super) fn pad_rows(
+    chan: &[f32],
+    g: &Conv2dGeometry,
+    first: usize,
+    b: usize,
+    row_len: usize,
+    dst: &mut [f32],
+) {
+    let [h, wd] = g.input;
+    let ([ph, pw], [sh, sw]) = (g.padding, g.stride);
+    // Columns `j` with `j·sw + b - pw` inside the row.
+    let lo = pw.saturating_sub(b).div_ceil(sw).min(row_len);
+    let hi = (wd + pw).saturating_sub(b).div_ceil(sw).clamp(lo, row_len);
+    for (i, row) in dst.chunks_exact_mut(row_len).enumerate() {
+        let y = (first + i * sh) as isize - ph as isize;
+        if y < 0 || y as usize >= h {
+            row.fill(0.0);
+            continue;
+        }
+        let src = &chan[y as usize * wd..][..wd];
+        row[..lo].fill(0.0);
+        if lo < hi {
+            let x0 = lo * sw + b - pw;
+            if sw == 1 {
+                row[lo..hi].copy_from_slice(&src[x0..x0 + hi - lo]);
+            } else {
+                for (d, &v) in row[lo..hi].iter_mut().zip(src[x0..].iter().step_by(sw)) {
+                    *d = v;
+                }
+            }
+        }
+        row[hi..].fill(0.0);
+    }
+}
+
 /// The register-blocked loops, generic over the vector type (compiled into each
 /// feature level's entry point in [`levels`]).
 #[cfg(target_arch = "x86_64")]

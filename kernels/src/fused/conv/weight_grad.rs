@@ -15,7 +15,7 @@
 //! which make every stride a unit stride. Samples are split between threads, each
 //! summing into its own partial gradient.
 
-use super::direct::f32s;
+use super::direct::{f32s, pad_rows};
 use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
@@ -153,40 +153,15 @@ impl Plan<'_> {
     /// into `dst` `[C, phases, phase]`, zero outside the input and past the rows.
     fn fill_input(&self, x: &[f32], r0: usize, rows: usize, dst: &mut [f32]) {
         let g = self.g;
-        let [h, wd] = g.input;
-        let ([ph, pw], [sh, sw]) = (g.padding, g.stride);
+        let in_plane = g.input[0] * g.input[1];
+        let sh = g.stride[0];
         let th = rows + (g.kernel[0] - 1) * g.dilation[0] / sh;
         for (c, chan) in dst.chunks_exact_mut(self.chan).take(g.c).enumerate() {
+            let src = &x[c * in_plane..][..in_plane];
             for (p, plane) in chan.chunks_exact_mut(self.phase).enumerate() {
-                let (a, b) = (p / sw, p % sw);
+                let (a, b) = (p / g.stride[1], p % g.stride[1]);
                 let (body, rest) = plane.split_at_mut(th * self.wq);
-                for (i, row) in body.chunks_exact_mut(self.wq).enumerate() {
-                    let y = ((r0 + i) * sh + a) as isize - ph as isize;
-                    if y < 0 || y as usize >= h {
-                        row.fill(0.0);
-                        continue;
-                    }
-                    let src = &x[(c * h + y as usize) * wd..][..wd];
-                    if sw == 1 {
-                        row[..pw].fill(0.0);
-                        row[pw..pw + wd].copy_from_slice(src);
-                        row[pw + wd..].fill(0.0);
-                    } else {
-                        // Columns `j` with `j·sw + b - pw` inside the row.
-                        let lo = pw.saturating_sub(b).div_ceil(sw);
-                        let hi = (wd + pw).saturating_sub(b).div_ceil(sw).min(self.wq);
-                        row[..lo].fill(0.0);
-                        if lo < hi {
-                            let first = lo * sw + b - pw;
-                            for (d, &v) in
-                                row[lo..hi].iter_mut().zip(src[first..].iter().step_by(sw))
-                            {
-                                *d = v;
-                            }
-                        }
-                        row[hi.max(lo)..].fill(0.0);
-                    }
-                }
+                pad_rows(src, g, r0 * sh + a, b, self.wq, body);
                 rest.fill(0.0);
             }
         }

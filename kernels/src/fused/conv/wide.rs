@@ -16,7 +16,7 @@
 //! read its window at offset `q` of each padded channel, so a block of pixels reads
 //! consecutive floats at fixed per-tap displacements.
 
-use super::direct::{block_starts, check_sizes, f32s, pack_weight_blocks, tap_offsets};
+use super::direct::{block_starts, check_sizes, f32s, pack_weight_blocks, pad_rows, tap_offsets};
 use super::lanes::{Level, level};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
@@ -78,21 +78,10 @@ impl Plan<'_> {
     /// `[C, h, w]` into `dst` `[C, tile_in_rows, wp]`, zero outside the input.
     fn fill_tile(&self, x: &[f32], r0: usize, rows: usize, dst: &mut [f32]) {
         let g = self.g;
-        let [h, wd] = g.input;
-        let pw = g.padding[1];
+        let in_plane = g.input[0] * g.input[1];
         let th = self.tile_in_rows(rows);
         for (c, chan) in dst.chunks_exact_mut(th * self.wp).take(g.c).enumerate() {
-            for (i, row) in chan.chunks_exact_mut(self.wp).enumerate() {
-                let y = (r0 + i) as isize - g.padding[0] as isize;
-                if y < 0 || y as usize >= h {
-                    row.fill(0.0);
-                    continue;
-                }
-                let src = &x[(c * h + y as usize) * wd..][..wd];
-                row[..pw].fill(0.0);
-                row[pw..pw + wd].copy_from_slice(src);
-                row[pw + wd..].fill(0.0);
-            }
+            pad_rows(&x[c * in_plane..][..in_plane], g, r0, 0, self.wp, chan);
         }
     }
 }
