@@ -111,7 +111,9 @@ fn le_bytes(t: &Tensor) -> Vec<u8> {
 }
 
 /// Writes `state` to `path` as safetensors with optional string `metadata`, atomically
-/// (a temporary file beside `path`, flushed and renamed over it).
+/// (a temporary file beside `path`, flushed and renamed over it). The header's
+/// `__metadata__` carries `"format": "pt"` (unless `metadata` sets `format`), as
+/// `safetensors.torch.save_file` writes it, which stricter Hugging Face tooling expects.
 ///
 /// ```
 /// use ferrograd_runtime::prelude::*;
@@ -144,7 +146,11 @@ pub fn save_state_dict(
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let bytes = safetensors::serialize(views, metadata).map_err(|e| CheckpointError::Format {
+    let mut metadata = metadata.unwrap_or_default();
+    metadata
+        .entry("format".to_string())
+        .or_insert_with(|| "pt".to_string());
+    let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| CheckpointError::Format {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -259,12 +265,24 @@ pub(crate) fn read_file(
     let metadata = header.metadata().clone().unwrap_or_default();
     let st = safetensors::SafeTensors::deserialize(&map)
         .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
+    // File order (by data offset), so that what is read, and which tensors an error
+    // names, never depends on a hash map's order.
     let mut out = StateDict::new();
-    for (name, view) in st.tensors() {
+    let mut refused = Vec::new();
+    for name in header.offset_keys() {
         let Some(key) = rename(&name) else { continue };
-        let t = crate::tensor::tensor_from_view(&view)
-            .map_err(|reason| bad(format!("tensor {name:?}: {reason}")))?;
-        out.insert(key, t);
+        let view = st
+            .tensor(&name)
+            .map_err(|e| bad(format!("tensor {name:?}: {e}")))?;
+        match crate::tensor::tensor_from_view(&view) {
+            Ok(t) => {
+                out.insert(key, t);
+            }
+            Err(reason) => refused.push(format!("tensor {name:?}: {reason}")),
+        }
+    }
+    if !refused.is_empty() {
+        return Err(bad(refused.join("; ")));
     }
     Ok((out, metadata))
 }

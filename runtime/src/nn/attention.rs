@@ -22,8 +22,10 @@ pub struct MhaArgs<'a> {
     pub need_weights: bool,
     /// Average the returned weights over the heads (else per head).
     pub average_attn_weights: bool,
-    /// A causal mask: query `i` sees keys `0..=i` (with `attn_mask` absent, it is made
-    /// here; PyTorch requires the mask as well).
+    /// A causal mask: query `i` sees keys `0..=i`, with or without the weights, joined
+    /// with `attn_mask` and `key_padding_mask` when they are given (a pair is excluded
+    /// where any mask excludes it). PyTorch requires `attn_mask` as well and takes the
+    /// flag as a hint that it is the causal mask; given that mask, both agree.
     pub is_causal: bool,
 }
 
@@ -276,12 +278,14 @@ impl MultiheadAttention {
                 m.to_dtype(dtype)
             }
         };
+        // The no-weights path without other masks hands causality to the attention
+        // kernel (`is_causal`); everywhere else the causal mask is built here and joins
+        // the others (excluded where any of them excludes).
         let causal = (args.is_causal
-            && args.attn_mask.is_none()
-            && args.key_padding_mask.is_some())
+            && (args.need_weights || args.attn_mask.is_some() || args.key_padding_mask.is_some()))
         .then(|| {
             let allowed = Tensor::ones(&[l, s], DType::Bool, device).tril(0);
-            additive(&allowed.logical_not())
+            additive(&allowed.logical_not().reshape(&[1, 1, l, s]))
         });
         let attn = args.attn_mask.map(|m| {
             let m4 = match m.shape() {
@@ -304,7 +308,7 @@ impl MultiheadAttention {
             );
             additive(&m.reshape(&[n, 1, 1, s]))
         });
-        [attn.or(causal), padding]
+        [attn, causal, padding]
             .into_iter()
             .flatten()
             .reduce(|a, b| a.add(&b))

@@ -147,38 +147,100 @@ impl Tensor {
     }
 }
 
-/// A safetensors tensor as a CPU tensor of the same dtype (int32 widened to int64), or
-/// why not.
+/// A safetensors tensor as a CPU tensor: f32, f64, f16, bf16, i64, u8 and bool as they
+/// are; the other integers (`I8`, `I16`, `I32`, `U16`, `U32`, and `U64` when every value
+/// fits) widened to i64; the 8-bit floats widened without rounding (`F8_E4M3` and
+/// `F8_E5M2` to f16, `F8_E8M0` to f32). Only what no ferrograd dtype can hold exactly
+/// (the packed 4- and 6-bit floats, a `U64` above `i64::MAX`) is refused, saying why.
 pub(crate) fn tensor_from_view(
     view: &safetensors::tensor::TensorView<'_>,
 ) -> Result<Tensor, String> {
+    use safetensors::Dtype as S;
     let (shape, data) = (view.shape(), view.data());
     macro_rules! le {
         ($t:ty, $n:literal) => {
-            Tensor::from_vec(
-                data.chunks_exact($n)
-                    .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
-                    .collect::<Vec<$t>>(),
-                shape,
-            )
+            data.chunks_exact($n)
+                .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
+        };
+    }
+    macro_rules! widened {
+        ($t:ty, $n:literal) => {
+            Tensor::from_vec(le!($t, $n).map(i64::from).collect::<Vec<i64>>(), shape)
         };
     }
     Ok(match view.dtype() {
-        safetensors::Dtype::F32 => le!(f32, 4),
-        safetensors::Dtype::F64 => le!(f64, 8),
-        safetensors::Dtype::F16 => le!(half::f16, 2),
-        safetensors::Dtype::BF16 => le!(half::bf16, 2),
-        safetensors::Dtype::I64 => le!(i64, 8),
-        safetensors::Dtype::I32 => Tensor::from_vec(
-            data.chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")) as i64)
-                .collect::<Vec<i64>>(),
+        S::F32 => Tensor::from_vec(le!(f32, 4).collect::<Vec<_>>(), shape),
+        S::F64 => Tensor::from_vec(le!(f64, 8).collect::<Vec<_>>(), shape),
+        S::F16 => Tensor::from_vec(le!(half::f16, 2).collect::<Vec<_>>(), shape),
+        S::BF16 => Tensor::from_vec(le!(half::bf16, 2).collect::<Vec<_>>(), shape),
+        S::I64 => Tensor::from_vec(le!(i64, 8).collect::<Vec<_>>(), shape),
+        S::I32 => widened!(i32, 4),
+        S::I16 => widened!(i16, 2),
+        S::I8 => widened!(i8, 1),
+        S::U32 => widened!(u32, 4),
+        S::U16 => widened!(u16, 2),
+        S::U64 => {
+            let values = le!(u64, 8)
+                .map(|v| i64::try_from(v).map_err(|_| v))
+                .collect::<Result<Vec<i64>, u64>>()
+                .map_err(|v| {
+                    format!("dtype U64 holds {v}, above the largest int64 ferrograd holds")
+                })?;
+            Tensor::from_vec(values, shape)
+        }
+        S::U8 => Tensor::from_vec(data.to_vec(), shape),
+        S::BOOL => Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape),
+        S::F8_E5M2 => Tensor::from_vec(
+            data.iter()
+                .map(|&b| half::f16::from_bits(u16::from(b) << 8))
+                .collect::<Vec<_>>(),
             shape,
         ),
-        safetensors::Dtype::U8 => Tensor::from_vec(data.to_vec(), shape),
-        safetensors::Dtype::BOOL => {
-            Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape)
+        S::F8_E4M3 => Tensor::from_vec(
+            data.iter().map(|&b| f8_e4m3fn_to_f16(b)).collect::<Vec<_>>(),
+            shape,
+        ),
+        S::F8_E8M0 => Tensor::from_vec(
+            data.iter().map(|&b| f8_e8m0fnu_to_f32(b)).collect::<Vec<_>>(),
+            shape,
+        ),
+        other => {
+            return Err(format!(
+                "dtype {other:?} has no ferrograd dtype that holds it exactly"
+            ));
         }
-        other => return Err(format!("dtype {other:?} is not one ferrograd holds")),
     })
+}
+
+/// An `float8_e4m3fn` (1 sign, 4 exponent bits biased by 7, 3 mantissa bits; no
+/// infinities, `S.1111.111` is NaN) as the f16 of the same value: the exponent rebiased
+/// by 8, the mantissa shifted into place, subnormals normalised.
+fn f8_e4m3fn_to_f16(b: u8) -> half::f16 {
+    let sign = u16::from(b & 0x80) << 8;
+    let (exp, man) = (u16::from((b >> 3) & 0x0f), u16::from(b & 0x07));
+    let magnitude = if exp == 0x0f && man == 0x07 {
+        0x7e00 // NaN
+    } else if exp == 0 {
+        if man == 0 {
+            0
+        } else {
+            // man * 2^-9: normalise (shift until bit 3 is set) into an f16 normal.
+            let shift = man.leading_zeros() - 12; // 1..=3 for man in 1..=7
+            let man = (man << shift) & 0x07;
+            ((15 - 6 - shift as u16) << 10) | (man << 7)
+        }
+    } else {
+        ((exp + 8) << 10) | (man << 7)
+    };
+    half::f16::from_bits(sign | magnitude)
+}
+
+/// An `float8_e8m0fnu` (8 exponent bits biased by 127, no sign, no mantissa; `0xff` is
+/// NaN): `2^(b - 127)` as an f32.
+fn f8_e8m0fnu_to_f32(b: u8) -> f32 {
+    match b {
+        0xff => f32::NAN,
+        0 => f32::from_bits(0x0040_0000), // 2^-127, an f32 subnormal
+        e => f32::from_bits(u32::from(e) << 23),
+    }
 }

@@ -3,12 +3,12 @@
 use super::super::{DataError, Dataset};
 use super::{find, scaled_pixels};
 use crate::{DType, Tensor};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const PIXELS: usize = 3 * 32 * 32;
 
-/// Records of `label_bytes` label bytes and 3,072 pixel bytes, from each file in turn.
+/// Records of one byte per label kind and 3,072 pixel bytes, from each file in turn.
 #[derive(Clone)]
 struct Records {
     data: Arc<Vec<u8>>,
@@ -18,11 +18,14 @@ struct Records {
 }
 
 impl Records {
+    /// Reads `files`, whose records start with one byte per entry of `labels` (its name
+    /// and how many classes it has), each checked against its own range.
     fn read(
         files: &[std::path::PathBuf],
-        label_bytes: usize,
+        labels: &[(&str, usize)],
         label_at: usize,
     ) -> Result<Self, DataError> {
+        let label_bytes = labels.len();
         let record = label_bytes + PIXELS;
         let mut data = Vec::new();
         for path in files {
@@ -36,15 +39,15 @@ impl Records {
                     ),
                 ));
             }
-            let classes = if label_bytes == 1 { 10 } else { 100 };
-            if let Some(bad) = bytes
-                .chunks_exact(record)
-                .position(|r| r[..label_bytes].iter().any(|&l| l as usize >= classes))
-            {
-                return Err(DataError::format(
-                    path,
-                    format!("record {bad} has a label outside 0..{classes}"),
-                ));
+            for (r, rec) in bytes.chunks_exact(record).enumerate() {
+                for (&l, &(kind, classes)) in rec.iter().zip(labels) {
+                    if l as usize >= classes {
+                        return Err(DataError::format(
+                            path,
+                            format!("record {r} has {kind} {l}, outside 0..{classes}"),
+                        ));
+                    }
+                }
             }
             data.extend_from_slice(&bytes);
         }
@@ -53,6 +56,14 @@ impl Records {
             label_bytes,
             label_at,
         })
+    }
+
+    /// Every record's label byte `at` as int64 `[N]`.
+    fn labels(&self, at: usize) -> Tensor {
+        let size = self.label_bytes + PIXELS;
+        let labels: Vec<i64> = self.data.chunks_exact(size).map(|r| r[at] as i64).collect();
+        let n = labels.len();
+        Tensor::from_vec(labels, &[n])
     }
 
     fn len(&self) -> usize {
@@ -111,8 +122,29 @@ impl Records {
     }
 }
 
+/// The files a CIFAR reader opens: `root` itself when it is a file, else the split's
+/// files in `root`, `root/raw` or the directory the official archive unpacks to.
+fn split_files(
+    root: &Path,
+    archive_dir: &str,
+    dataset: &str,
+    names: &[&str],
+) -> Result<Vec<PathBuf>, DataError> {
+    if root.is_file() {
+        return Ok(vec![root.to_path_buf()]);
+    }
+    let dir = [root.join(archive_dir), root.to_path_buf()]
+        .into_iter()
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| root.to_path_buf());
+    names
+        .iter()
+        .map(|n| find(&dir, dataset, &[n.to_string()]))
+        .collect()
+}
+
 macro_rules! cifar {
-    ($name:ident, $dir:literal, $doc:literal, $train:expr, $test:expr, $label_bytes:expr, $label_at:expr) => {
+    ($name:ident, $dir:literal, $doc:literal, $train:expr, $test:expr, $labels:expr, $label_at:expr) => {
         #[doc = $doc]
         ///
         /// A sample is the image as `[3, 32, 32]` f32 in [0, 1] and its label.
@@ -128,20 +160,24 @@ macro_rules! cifar {
 
         impl $name {
             /// The training (`train`) or test batches in `root` (or `root/raw`, or the
-            /// directory the official archive unpacks to).
+            /// directory the official archive unpacks to); `root` may also be one batch
+            /// file, read whatever `train` says.
             pub fn new(root: impl AsRef<Path>, train: bool) -> Result<Self, DataError> {
-                let root = root.as_ref();
-                let dir = [root.join($dir), root.to_path_buf()]
-                    .into_iter()
-                    .find(|d| d.is_dir())
-                    .unwrap_or_else(|| root.to_path_buf());
                 let names: &[&str] = if train { &$train } else { &$test };
-                let files = names
-                    .iter()
-                    .map(|n| find(&dir, stringify!($name), &[n.to_string()]))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let files = split_files(root.as_ref(), $dir, stringify!($name), names)?;
+                Self::from_files(&files)
+            }
+
+            /// The records of `files`, in order (any batch files of this format).
+            ///
+            /// ```
+            #[doc = concat!("use ferrograd_runtime::data::datasets::", stringify!($name), ";")]
+            #[doc = concat!("assert!(", stringify!($name), "::from_files(&[\"/nonexistent.bin\"]).is_err());")]
+            /// ```
+            pub fn from_files(files: &[impl AsRef<Path>]) -> Result<Self, DataError> {
+                let files: Vec<PathBuf> = files.iter().map(|f| f.as_ref().to_path_buf()).collect();
                 Ok($name {
-                    records: Records::read(&files, $label_bytes, $label_at)?,
+                    records: Records::read(&files, &$labels, $label_at)?,
                 })
             }
 
@@ -183,15 +219,74 @@ cifar!(
         "data_batch_5.bin"
     ],
     ["test_batch.bin"],
-    1,
+    [("label", 10)],
     0
 );
 cifar!(
     CIFAR100,
     "cifar-100-binary",
-    "CIFAR-100 (`torchvision.datasets.CIFAR100`) from its binary files (`train.bin`, `test.bin`), with the fine labels.",
+    "CIFAR-100 (`torchvision.datasets.CIFAR100`) from its binary files (`train.bin`, `test.bin`): each record carries a coarse label (20 superclasses) and a fine one (100 classes), both checked; samples carry the fine label (torchvision's) unless [`CIFAR100::target_type`] picks the coarse one, and [`CIFAR100::targets`] gives either for every record.",
     ["train.bin"],
     ["test.bin"],
-    2,
+    [("coarse label", 20), ("fine label", 100)],
     1
 );
+
+/// Which CIFAR-100 label a sample carries: the fine class (0..100, torchvision's) or the
+/// coarse superclass (0..20).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Cifar100Label {
+    /// One of the 100 classes.
+    #[default]
+    Fine,
+    /// One of the 20 superclasses.
+    Coarse,
+}
+
+impl Cifar100Label {
+    fn byte(self) -> usize {
+        match self {
+            Cifar100Label::Coarse => 0,
+            Cifar100Label::Fine => 1,
+        }
+    }
+}
+
+impl CIFAR100 {
+    /// The same records with samples (and batches, and [`tensors`](Self::tensors))
+    /// carrying the `label` kind.
+    ///
+    /// ```
+    /// use ferrograd_runtime::data::datasets::{Cifar100Label, CIFAR100};
+    /// let path = std::env::temp_dir().join("ferrograd-doc-cifar100.bin");
+    /// let mut record = vec![7u8, 42]; // coarse 7, fine 42
+    /// record.resize(2 + 3 * 32 * 32, 0);
+    /// std::fs::write(&path, &record).unwrap();
+    /// use ferrograd_runtime::data::Dataset;
+    /// let fine = CIFAR100::new(&path, true).unwrap();
+    /// assert_eq!(fine.get(0).unwrap().1, 42);
+    /// let coarse = fine.target_type(Cifar100Label::Coarse);
+    /// assert_eq!(coarse.get(0).unwrap().1, 7);
+    /// ```
+    pub fn target_type(mut self, label: Cifar100Label) -> Self {
+        self.records.label_at = label.byte();
+        self
+    }
+
+    /// Every record's `label` as int64 `[N]` (both kinds of one record share an index).
+    ///
+    /// ```
+    /// use ferrograd_runtime::data::datasets::{Cifar100Label, CIFAR100};
+    /// let path = std::env::temp_dir().join("ferrograd-doc-cifar100-targets.bin");
+    /// let mut records = vec![0u8; 2 * (2 + 3 * 32 * 32)];
+    /// records[..2].copy_from_slice(&[3, 30]);
+    /// records[2 + 3 * 32 * 32..][..2].copy_from_slice(&[19, 99]);
+    /// std::fs::write(&path, &records).unwrap();
+    /// let d = CIFAR100::new(&path, false).unwrap();
+    /// assert_eq!(d.targets(Cifar100Label::Coarse).to_vec::<i64>(), vec![3, 19]);
+    /// assert_eq!(d.targets(Cifar100Label::Fine).to_vec::<i64>(), vec![30, 99]);
+    /// ```
+    pub fn targets(&self, label: Cifar100Label) -> Tensor {
+        self.records.labels(label.byte())
+    }
+}

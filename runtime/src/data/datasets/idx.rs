@@ -3,14 +3,17 @@
 use super::super::{DataError, Dataset};
 use super::{find, scaled_pixels};
 use crate::{DType, Tensor};
-use flate2::read::GzDecoder;
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Reads an unsigned-byte IDX file (gzipped when it starts with gzip's magic): its dims
 /// and its bytes, checked against each other. Never reads or allocates more than the
 /// header's dims promise, and rejects dims whose product overflows.
+///
+/// A gzipped file is read as Python's `gzip` reads it: every member of a multi-member
+/// stream (RFC 1952), zero padding after the last one ignored; a corrupt or cut-short
+/// stream is an error naming the file.
 ///
 /// ```
 /// use ferrograd_runtime::data::datasets::read_idx;
@@ -25,15 +28,12 @@ use std::sync::Arc;
 pub fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut file = std::io::BufReader::new(file);
-    let mut magic = [0u8; 2];
-    let peeked = {
-        use std::io::BufRead;
-        let buf = file.fill_buf().map_err(|e| DataError::io(path, e))?;
-        magic.iter_mut().zip(buf).for_each(|(m, b)| *m = *b);
-        buf.len()
-    };
-    let mut reader: Box<dyn Read> = if peeked >= 2 && magic == [0x1f, 0x8b] {
-        Box::new(GzDecoder::new(file))
+    let gzipped = file
+        .fill_buf()
+        .map_err(|e| DataError::io(path, e))?
+        .starts_with(&GZIP_MAGIC);
+    let mut reader: Box<dyn Read> = if gzipped {
+        Box::new(GzipMembers::new(file))
     } else {
         Box::new(file)
     };
@@ -70,10 +70,19 @@ pub fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     // Read at most one byte past what the dims promise; the buffer only grows as bytes
     // actually arrive, so a lying header cannot make it allocate its claimed size.
     let mut data = Vec::new();
-    reader
+    (&mut reader)
         .take(expected as u64 + 1)
         .read_to_end(&mut data)
-        .map_err(|e| DataError::io(path, e))?;
+        .map_err(|e| stream_error(path, e))?;
+    if data.len() == expected && gzipped {
+        // The rest of the stream must still decode: a corrupt last member is an error
+        // even when the bytes the dims need came out before the corruption.
+        let mut rest = [0u8; 1];
+        match reader.read(&mut rest).map_err(|e| stream_error(path, e))? {
+            0 => {}
+            _ => data.push(rest[0]),
+        }
+    }
     if data.len() != expected {
         let what = if data.len() < expected {
             "truncated data"
@@ -89,6 +98,88 @@ pub fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     Ok((dims, data))
 }
 
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// A gzip stream's decompressed bytes, member after member, as Python's `gzip` reads
+/// them: a member may follow another (RFC 1952 §2.2), zero bytes after the last are
+/// padding, anything else after a member is an error.
+struct GzipMembers<R: BufRead> {
+    member: Option<flate2::bufread::GzDecoder<R>>,
+}
+
+impl<R: BufRead> GzipMembers<R> {
+    fn new(reader: R) -> Self {
+        GzipMembers {
+            member: Some(flate2::bufread::GzDecoder::new(reader)),
+        }
+    }
+
+    /// After a member: the next one, or `None` at the end of the stream (or of its zero
+    /// padding).
+    fn next_member(mut reader: R) -> std::io::Result<Option<flate2::bufread::GzDecoder<R>>> {
+        loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            if buf[0] != 0 {
+                break;
+            }
+            // Zero padding: consume it; only zeros (or the end) may follow.
+            let zeros = buf.iter().take_while(|&&b| b == 0).count();
+            let all = zeros == buf.len();
+            reader.consume(zeros);
+            if !all {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "corrupt gzip stream: bytes after the zero padding that ends it",
+                ));
+            }
+        }
+        let buf = reader.fill_buf()?;
+        if buf.len() >= 2 && buf[..2] == GZIP_MAGIC || buf == [GZIP_MAGIC[0]] {
+            Ok(Some(flate2::bufread::GzDecoder::new(reader)))
+        } else {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "corrupt gzip stream: the bytes after a member are not another member",
+            ))
+        }
+    }
+}
+
+impl<R: BufRead> Read for GzipMembers<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(member) = self.member.as_mut() {
+            let n = member.read(out).map_err(|e| {
+                let why = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    "truncated gzip stream: it ends before its end-of-stream marker".to_string()
+                } else {
+                    format!("corrupt gzip stream: {e}")
+                };
+                std::io::Error::new(std::io::ErrorKind::InvalidData, why)
+            })?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            let done = self.member.take().expect("a member").into_inner();
+            self.member = Self::next_member(done)?;
+        }
+        Ok(0)
+    }
+}
+
+/// A read error of a (possibly gzipped) IDX stream: [`GzipMembers`]' complaints (a
+/// corrupt or truncated gzip stream) are format errors, anything else the operating
+/// system's.
+fn stream_error(path: &Path, e: std::io::Error) -> DataError {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        DataError::format(path, e.to_string())
+    } else {
+        DataError::io(path, e)
+    }
+}
+
 fn read_exact(
     reader: &mut dyn Read,
     buf: &mut [u8],
@@ -99,7 +190,7 @@ fn read_exact(
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             DataError::format(path, format!("not a valid IDX file: {what}"))
         } else {
-            DataError::io(path, e)
+            stream_error(path, e)
         }
     })
 }

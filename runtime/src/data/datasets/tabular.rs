@@ -4,18 +4,27 @@ use super::super::{DataError, Dataset, TensorDataset};
 use crate::{DType, Tensor};
 use std::path::Path;
 
-/// A CSV file of numeric columns as `(features, targets)` samples, both f32 `[F]` and
-/// `[T]` (`target_columns` by index; the rest are features). A header row is skipped
-/// when `has_header`. A cell that is not a number is an error naming its row and column.
+/// A CSV file of numeric columns as `(features, targets)` samples: features f32 `[F]`
+/// (every column but `target_columns`, by index), targets as a PyTorch user reading the
+/// file with pandas would get them. A header row is skipped when `has_header`. A cell
+/// that is not a number is an error naming its row and column.
+///
+/// Targets, per pandas' inference (`torch.tensor(df[cols].values)`): when every target
+/// cell is an integer the targets are int64 — one target column gives class labels
+/// `[N]` (a sample's target is a scalar), as `cross_entropy` takes them, several give
+/// `[N, T]` — else f32 `[N, T]` (regression targets keep their column dim, as a model's
+/// `[N, 1]` output has it). [`CsvDataset::with_target_dtype`] chooses instead.
 ///
 /// ```
+/// use ferrograd_runtime::prelude::*;
 /// use ferrograd_runtime::data::Dataset;
 /// use ferrograd_runtime::data::datasets::CsvDataset;
 /// let path = std::env::temp_dir().join("ferrograd-doc.csv");
 /// std::fs::write(&path, "a,b,label\n1,2,0\n3.5,4,1\n").unwrap();
 /// let d = CsvDataset::new(&path, true, &[2]).unwrap();
 /// let (x, y) = d.get(1).unwrap();
-/// assert_eq!((x.to_vec::<f32>(), y.to_vec::<f32>()), (vec![3.5, 4.0], vec![1.0]));
+/// assert_eq!((x.to_vec::<f32>(), y.item::<i64>()), (vec![3.5, 4.0], 1));
+/// assert_eq!(d.tensors().1.shape(), &[2]);
 /// std::fs::write(&path, "1,2\n3,x\n").unwrap();
 /// assert!(CsvDataset::new(&path, false, &[1]).unwrap_err().to_string().contains("row 2, column 2"));
 /// ```
@@ -26,13 +35,51 @@ pub struct CsvDataset {
 }
 
 impl CsvDataset {
-    /// Reads `path`.
+    /// Reads `path`, inferring the targets' dtype (see the type's docs).
     pub fn new(
         path: impl AsRef<Path>,
         has_header: bool,
         target_columns: &[usize],
     ) -> Result<Self, DataError> {
+        Self::read(path.as_ref(), has_header, target_columns, None)
+    }
+
+    /// Reads `path` with targets of `dtype`: [`DType::I64`] (every target cell must be
+    /// an integer; one target column gives `[N]`, several `[N, T]`) or a float dtype
+    /// (`[N, T]`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::data::datasets::CsvDataset;
+    /// let path = std::env::temp_dir().join("ferrograd-doc-dtype.csv");
+    /// std::fs::write(&path, "1,2,3\n4,5,6\n").unwrap();
+    /// let (_, y) = CsvDataset::with_target_dtype(&path, false, &[2], DType::F32).unwrap().tensors();
+    /// assert_eq!((y.dtype(), y.shape()), (DType::F32, &[2, 1][..]));
+    /// std::fs::write(&path, "1,2,3.5\n").unwrap();
+    /// let e = CsvDataset::with_target_dtype(&path, false, &[2], DType::I64).unwrap_err();
+    /// assert!(e.to_string().contains("row 1, column 3"));
+    /// ```
+    pub fn with_target_dtype(
+        path: impl AsRef<Path>,
+        has_header: bool,
+        target_columns: &[usize],
+        dtype: DType,
+    ) -> Result<Self, DataError> {
         let path = path.as_ref();
+        if !(dtype == DType::I64 || dtype.is_float()) {
+            return Err(DataError::Invalid(format!(
+                "CsvDataset: target dtype {dtype:?} is neither int64 nor a float dtype"
+            )));
+        }
+        Self::read(path, has_header, target_columns, Some(dtype))
+    }
+
+    fn read(
+        path: &Path,
+        has_header: bool,
+        target_columns: &[usize],
+        dtype: Option<DType>,
+    ) -> Result<Self, DataError> {
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(has_header)
             .flexible(false)
@@ -48,7 +95,9 @@ impl CsvDataset {
         } else {
             Vec::new()
         };
-        let (mut features, mut targets) = (Vec::new(), Vec::new());
+        let want_ints = dtype == Some(DType::I64);
+        let (mut features, mut targets, mut int_targets) = (Vec::new(), Vec::new(), Vec::new());
+        let mut all_int = true;
         let mut width = None;
         let mut rows = 0;
         for (r, record) in reader.records().enumerate() {
@@ -62,13 +111,20 @@ impl CsvDataset {
                 ));
             }
             for (c, cell) in record.iter().enumerate() {
-                let v: f32 = cell.trim().parse().map_err(|_| {
+                let cell = cell.trim();
+                let not_a = |what: &str| {
                     DataError::format(
                         path,
-                        format!("row {row}, column {}: {cell:?} is not a number", c + 1),
+                        format!("row {row}, column {}: {cell:?} is not {what}", c + 1),
                     )
-                })?;
+                };
+                let v: f32 = cell.parse().map_err(|_| not_a("a number"))?;
                 if target_columns.contains(&c) {
+                    match cell.parse::<i64>() {
+                        Ok(i) => int_targets.push(i),
+                        Err(_) if want_ints => return Err(not_a("an integer")),
+                        Err(_) => all_int = false,
+                    }
                     targets.push(v);
                 } else {
                     features.push(v);
@@ -79,7 +135,13 @@ impl CsvDataset {
         let w = width.unwrap_or(0);
         let t = target_columns.len();
         let x = Tensor::from_vec(features, &[rows, w.saturating_sub(t)]);
-        let y = Tensor::from_vec(targets, &[rows, t]);
+        let ints = dtype.map_or(all_int && t > 0, |d| d == DType::I64);
+        let y = if ints {
+            let shape: &[usize] = if t == 1 { &[rows] } else { &[rows, t] };
+            Tensor::from_vec(int_targets, shape)
+        } else {
+            Tensor::from_vec(targets, &[rows, t]).to_dtype(dtype.unwrap_or(DType::F32))
+        };
         Ok(CsvDataset {
             inner: TensorDataset::try_new((x, y))?,
             header,
@@ -98,14 +160,14 @@ impl CsvDataset {
         &self.header
     }
 
-    /// All features `[N, F]` and targets `[N, T]`.
+    /// All features `[N, F]` and targets (`[N]` or `[N, T]`, see the type's docs).
     ///
     /// ```
     /// use ferrograd_runtime::data::datasets::CsvDataset;
     /// let path = std::env::temp_dir().join("ferrograd-doc-all.csv");
     /// std::fs::write(&path, "1,2,3\n4,5,6\n").unwrap();
     /// let (x, y) = CsvDataset::new(&path, false, &[0]).unwrap().tensors();
-    /// assert_eq!((x.shape(), y.shape()), (&[2, 2][..], &[2, 1][..]));
+    /// assert_eq!((x.shape(), y.shape()), (&[2, 2][..], &[2][..]));
     /// ```
     pub fn tensors(&self) -> (Tensor, Tensor) {
         self.inner.tensors().clone()
