@@ -149,9 +149,10 @@ impl Tensor {
 
 /// A safetensors tensor as a CPU tensor: f32, f64, f16, bf16, i64, u8 and bool as they
 /// are; the other integers (`I8`, `I16`, `I32`, `U16`, `U32`, and `U64` when every value
-/// fits) widened to i64; the 8-bit floats widened without rounding (`F8_E4M3` and
-/// `F8_E5M2` to f16, `F8_E8M0` to f32). Only what no ferrograd dtype can hold exactly
-/// (the packed 4- and 6-bit floats, a `U64` above `i64::MAX`) is refused, saying why.
+/// fits) widened to i64; the 8-bit floats widened without rounding (`F8_E4M3`, `F8_E5M2`
+/// and their `FNUZ` forms to f16, `F8_E8M0` to f32). Only what no ferrograd dtype can
+/// hold exactly (complex numbers, the packed 4- and 6-bit floats, a `U64` above
+/// `i64::MAX`) is refused, saying why.
 pub(crate) fn tensor_from_view(
     view: &safetensors::tensor::TensorView<'_>,
 ) -> Result<Tensor, String> {
@@ -190,16 +191,10 @@ pub(crate) fn tensor_from_view(
         }
         S::U8 => Tensor::from_vec(data.to_vec(), shape),
         S::BOOL => Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), shape),
-        S::F8_E5M2 => Tensor::from_vec(
-            data.iter()
-                .map(|&b| half::f16::from_bits(u16::from(b) << 8))
-                .collect::<Vec<_>>(),
-            shape,
-        ),
-        S::F8_E4M3 => Tensor::from_vec(
-            data.iter().map(|&b| f8_e4m3fn_to_f16(b)).collect::<Vec<_>>(),
-            shape,
-        ),
+        S::F8_E5M2 => f8_to_f16(data, shape, 2, 15, Nan::Ieee),
+        S::F8_E4M3 => f8_to_f16(data, shape, 3, 7, Nan::AllOnes),
+        S::F8_E5M2FNUZ => f8_to_f16(data, shape, 2, 16, Nan::NegativeZero),
+        S::F8_E4M3FNUZ => f8_to_f16(data, shape, 3, 8, Nan::NegativeZero),
         S::F8_E8M0 => Tensor::from_vec(
             data.iter().map(|&b| f8_e8m0fnu_to_f32(b)).collect::<Vec<_>>(),
             shape,
@@ -212,27 +207,48 @@ pub(crate) fn tensor_from_view(
     })
 }
 
-/// An `float8_e4m3fn` (1 sign, 4 exponent bits biased by 7, 3 mantissa bits; no
-/// infinities, `S.1111.111` is NaN) as the f16 of the same value: the exponent rebiased
-/// by 8, the mantissa shifted into place, subnormals normalised.
-fn f8_e4m3fn_to_f16(b: u8) -> half::f16 {
-    let sign = u16::from(b & 0x80) << 8;
-    let (exp, man) = (u16::from((b >> 3) & 0x0f), u16::from(b & 0x07));
-    let magnitude = if exp == 0x0f && man == 0x07 {
-        0x7e00 // NaN
-    } else if exp == 0 {
-        if man == 0 {
-            0
-        } else {
-            // man * 2^-9: normalise (shift until bit 3 is set) into an f16 normal.
-            let shift = man.leading_zeros() - 12; // 1..=3 for man in 1..=7
-            let man = (man << shift) & 0x07;
-            ((15 - 6 - shift as u16) << 10) | (man << 7)
+/// Where an 8-bit float format keeps its NaNs (and infinities).
+#[derive(Clone, Copy)]
+enum Nan {
+    /// IEEE-style: an all-ones exponent is infinity (zero mantissa) or NaN (`e5m2`).
+    Ieee,
+    /// Only all-ones exponent and mantissa is NaN, no infinities (`e4m3fn`).
+    AllOnes,
+    /// The negative-zero pattern `0x80` is the one NaN, no infinities (`fnuz`).
+    NegativeZero,
+}
+
+/// 8-bit floats (1 sign bit, `8 - 1 - man_bits` exponent bits biased by `bias`, `man_bits`
+/// mantissa bits) as f16 tensors: every value of these formats is an f16, so nothing is
+/// rounded.
+fn f8_to_f16(data: &[u8], shape: &[usize], man_bits: u32, bias: i32, nan: Nan) -> Tensor {
+    let exp_max = (1u8 << (7 - man_bits)) - 1;
+    let man_mask = (1u8 << man_bits) - 1;
+    let decode = |b: u8| -> f32 {
+        let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+        let (exp, man) = ((b & 0x7f) >> man_bits, b & man_mask);
+        match nan {
+            Nan::NegativeZero if b == 0x80 => return f32::NAN,
+            Nan::AllOnes if exp == exp_max && man == man_mask => return f32::NAN,
+            Nan::Ieee if exp == exp_max => {
+                return if man == 0 { sign * f32::INFINITY } else { f32::NAN };
+            }
+            _ => {}
         }
-    } else {
-        ((exp + 8) << 10) | (man << 7)
+        let scale = 2f32.powi(-(man_bits as i32));
+        let magnitude = if exp == 0 {
+            f32::from(man) * scale * 2f32.powi(1 - bias)
+        } else {
+            (1.0 + f32::from(man) * scale) * 2f32.powi(i32::from(exp) - bias)
+        };
+        sign * magnitude
     };
-    half::f16::from_bits(sign | magnitude)
+    Tensor::from_vec(
+        data.iter()
+            .map(|&b| half::f16::from_f32(decode(b)))
+            .collect::<Vec<_>>(),
+        shape,
+    )
 }
 
 /// An `float8_e8m0fnu` (8 exponent bits biased by 127, no sign, no mantissa; `0xff` is

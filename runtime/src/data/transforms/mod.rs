@@ -19,6 +19,10 @@
 //!
 //! [`ImageFolder`]: super::datasets::ImageFolder
 
+mod resample;
+
+pub use resample::{InterpolationMode, resize_with};
+
 use super::with_sample_rng;
 use crate::{DType, Tensor};
 
@@ -152,68 +156,39 @@ impl Transform for Normalize {
     }
 }
 
-/// The `[out, in]` matrix of antialiased bilinear resampling along one dim, as PIL's and
-/// torchvision's (`antialias=True`): a triangle filter widened by the scale when
-/// shrinking, normalised per output.
-fn resample_matrix(input: usize, output: usize) -> Tensor {
-    let scale = input as f64 / output as f64;
-    let filter_scale = scale.max(1.0);
-    let support = filter_scale;
-    let mut w = vec![0.0f32; output * input];
-    for o in 0..output {
-        let center = (o as f64 + 0.5) * scale;
-        let lo = ((center - support + 0.5).floor().max(0.0)) as usize;
-        let hi = ((center + support + 0.5).floor() as usize).min(input);
-        let mut total = 0.0;
-        let mut row = Vec::with_capacity(hi.saturating_sub(lo));
-        for i in lo..hi {
-            let x = (i as f64 - center + 0.5) / filter_scale;
-            let k = (1.0 - x.abs()).max(0.0);
-            row.push(k);
-            total += k;
-        }
-        for (i, k) in (lo..hi).zip(row) {
-            w[o * input + i] = if total > 0.0 { (k / total) as f32 } else { 0.0 };
-        }
-    }
-    Tensor::from_vec(w, &[output, input])
-}
-
-/// Antialiased bilinear resizing of a `[C, H, W]` image to `[C, h, w]` (two small GEMMs).
-#[track_caller]
-pub fn resize(image: &Tensor, [h, w]: [usize; 2]) -> Tensor {
-    assert!(
-        image.dim() == 3 && h > 0 && w > 0,
-        "resize: expected a [C, H, W] image and a positive size, got shape {:?} and size {:?}",
-        image.shape(),
-        [h, w]
-    );
-    let (c, ih, iw) = (image.shape()[0], image.shape()[1], image.shape()[2]);
-    let x = image.to_dtype(DType::F32);
-    let rows = resample_matrix(ih, h);
-    let cols = resample_matrix(iw, w);
-    // [c, ih, iw] -> [c, ih, w] -> [c, h, w]
-    let x = x
-        .reshape(&[c * ih, iw])
-        .matmul(&cols.t())
-        .reshape(&[c, ih, w]);
-    rows.matmul(&x).to_dtype(image.dtype())
-}
-
-/// Resizing (`transforms.Resize`, bilinear with antialias): to `[h, w]`, or so that the
-/// shorter side is `size` (the longer keeping the aspect ratio, truncated as torchvision).
+/// Antialiased bilinear resizing of a `[C, H, W]` image to `[C, h, w]` (torchvision's
+/// default); [`resize_with`] takes the mode.
 ///
 /// ```
 /// use ferrograd_runtime::prelude::*;
-/// use ferrograd_runtime::data::transforms::{Resize, Transform};
+/// use ferrograd_runtime::data::transforms::resize;
+/// let x = Tensor::ones(&[3, 8, 8], DType::F32, &Device::Cpu);
+/// assert_eq!(resize(&x, [4, 2]).shape(), &[3, 4, 2]);
+/// ```
+#[track_caller]
+pub fn resize(image: &Tensor, size: [usize; 2]) -> Tensor {
+    resize_with(image, size, InterpolationMode::Bilinear, true)
+}
+
+/// Resizing (`transforms.Resize`): to `[h, w]`, or so that the shorter side is `size`
+/// (the longer keeping the aspect ratio, truncated as torchvision); bilinear with
+/// antialias unless [`interpolation`](Resize::interpolation) and
+/// [`antialias`](Resize::antialias) say otherwise. Matches torchvision on tensors (see
+/// [`resize_with`]).
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::data::transforms::{InterpolationMode, Resize, Transform};
 /// let x = Tensor::ones(&[3, 40, 60], DType::F32, &Device::Cpu);
 /// assert_eq!(Resize::shorter_side(20).apply(x.clone()).shape(), &[3, 20, 30]);
-/// let y = Resize::new([10, 10]).apply(x);
+/// let y = Resize::new([10, 10]).interpolation(InterpolationMode::Bicubic).apply(x);
 /// assert!((y.mean_all().item::<f32>() - 1.0).abs() < 1e-6);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Resize {
     size: ResizeTo,
+    mode: InterpolationMode,
+    antialias: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -227,13 +202,26 @@ impl Resize {
     pub fn new(size: [usize; 2]) -> Self {
         Resize {
             size: ResizeTo::Exact(size),
+            mode: InterpolationMode::Bilinear,
+            antialias: true,
         }
     }
     /// Shorter side to `size`.
     pub fn shorter_side(size: usize) -> Self {
         Resize {
             size: ResizeTo::Shorter(size),
+            ..Resize::new([size, size])
         }
+    }
+    /// With `mode` (torchvision's `interpolation`).
+    pub fn interpolation(mut self, mode: InterpolationMode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// With or without antialiasing (bilinear and bicubic; default on, torchvision's).
+    pub fn antialias(mut self, antialias: bool) -> Self {
+        self.antialias = antialias;
+        self
     }
     fn target(&self, h: usize, w: usize) -> [usize; 2] {
         match self.size {
@@ -247,7 +235,7 @@ impl Resize {
 impl Transform for Resize {
     fn apply(&self, image: Tensor) -> Tensor {
         let target = self.target(image.shape()[1], image.shape()[2]);
-        resize(&image, target)
+        resize_with(&image, target, self.mode, self.antialias)
     }
 }
 
@@ -270,7 +258,8 @@ fn crop(image: &Tensor, top: isize, left: isize, [h, w]: [usize; 2]) -> Tensor {
 }
 
 /// The central `[h, w]` window (`transforms.CenterCrop`; zero padded when larger than
-/// the image), with torchvision's rounding of the offset.
+/// the image), with torchvision's rounding of the offset (Python's `round`, half to
+/// even).
 ///
 /// ```
 /// use ferrograd_runtime::prelude::*;
@@ -292,10 +281,21 @@ impl CenterCrop {
 
 impl Transform for CenterCrop {
     fn apply(&self, image: Tensor) -> Tensor {
-        let (ih, iw) = (image.shape()[1] as f64, image.shape()[2] as f64);
-        let top = ((ih - self.size[0] as f64) / 2.0).round() as isize;
-        let left = ((iw - self.size[1] as f64) / 2.0).round() as isize;
+        let top = center_offset(image.shape()[1], self.size[0]);
+        let left = center_offset(image.shape()[2], self.size[1]);
         crop(&image, top, left, self.size)
+    }
+}
+
+/// torchvision's `center_crop` offset of a crop of `crop` pixels along an image side of
+/// `image`: `round((image - crop) / 2)` with Python's rounding (half to even: 385 → 224
+/// starts at 80), or, for a crop larger than the image, minus the padding torchvision
+/// puts before it (`(crop - image) // 2`).
+fn center_offset(image: usize, crop: usize) -> isize {
+    if crop > image {
+        -(((crop - image) / 2) as isize)
+    } else {
+        ((image - crop) as f64 / 2.0).round_ties_even() as isize
     }
 }
 
@@ -392,16 +392,33 @@ pub struct RandomResizedCrop {
     size: [usize; 2],
     scale: (f64, f64),
     ratio: (f64, f64),
+    mode: InterpolationMode,
+    antialias: bool,
 }
 
 impl RandomResizedCrop {
-    /// torchvision's defaults: scale (0.08, 1), ratio (3/4, 4/3).
+    /// torchvision's defaults: scale (0.08, 1), ratio (3/4, 4/3), bilinear with
+    /// antialias.
     pub fn new(size: [usize; 2]) -> Self {
-        RandomResizedCrop {
-            size,
-            scale: (0.08, 1.0),
-            ratio: (3.0 / 4.0, 4.0 / 3.0),
-        }
+        Self::with_ranges(size, (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0))
+    }
+    /// With `mode` (torchvision's `interpolation`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::data::transforms::{InterpolationMode, RandomResizedCrop, Transform};
+    /// let crop = RandomResizedCrop::new([8, 8]).interpolation(InterpolationMode::NearestExact);
+    /// let x = Tensor::ones(&[1, 30, 30], DType::F32, &Device::Cpu);
+    /// assert_eq!(crop.antialias(false).apply(x).to_vec::<f32>(), vec![1.0; 64]);
+    /// ```
+    pub fn interpolation(mut self, mode: InterpolationMode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// With or without antialiasing (bilinear and bicubic; default on).
+    pub fn antialias(mut self, antialias: bool) -> Self {
+        self.antialias = antialias;
+        self
     }
     /// With explicit area and aspect-ratio ranges.
     ///
@@ -410,7 +427,13 @@ impl RandomResizedCrop {
     /// let _ = RandomResizedCrop::with_ranges([8, 8], (0.5, 1.0), (1.0, 1.0));
     /// ```
     pub fn with_ranges(size: [usize; 2], scale: (f64, f64), ratio: (f64, f64)) -> Self {
-        RandomResizedCrop { size, scale, ratio }
+        RandomResizedCrop {
+            size,
+            scale,
+            ratio,
+            mode: InterpolationMode::Bilinear,
+            antialias: true,
+        }
     }
 
     /// torchvision's `get_params`: `(top, left, h, w)` of the crop.
@@ -421,8 +444,8 @@ impl RandomResizedCrop {
                 let target = area * (self.scale.0 + (self.scale.1 - self.scale.0) * g.uniform());
                 let (lo, hi) = (self.ratio.0.ln(), self.ratio.1.ln());
                 let aspect = (lo + (hi - lo) * g.uniform()).exp();
-                let cw = (target * aspect).sqrt().round() as usize;
-                let ch = (target / aspect).sqrt().round() as usize;
+                let cw = (target * aspect).sqrt().round_ties_even() as usize;
+                let ch = (target / aspect).sqrt().round_ties_even() as usize;
                 if 0 < cw && cw <= w && 0 < ch && ch <= h {
                     let top = uniform_int(g, 0, (h - ch) as i64) as usize;
                     let left = uniform_int(g, 0, (w - cw) as i64) as usize;
@@ -431,9 +454,9 @@ impl RandomResizedCrop {
             }
             let in_ratio = w as f64 / h as f64;
             let (ch, cw) = if in_ratio < self.ratio.0 {
-                ((w as f64 / self.ratio.0).round() as usize, w)
+                ((w as f64 / self.ratio.0).round_ties_even() as usize, w)
             } else if in_ratio > self.ratio.1 {
-                (h, (h as f64 * self.ratio.1).round() as usize)
+                (h, (h as f64 * self.ratio.1).round_ties_even() as usize)
             } else {
                 (h, w)
             };
@@ -462,10 +485,32 @@ pub fn resized_crop(
     resize(&crop(image, top as isize, left as isize, [h, w]), size)
 }
 
+/// [`resized_crop`] of the window `[top, left, h, w]` with `mode` and `antialias` (see
+/// [`resize_with`]).
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::data::transforms::{InterpolationMode, resized_crop_with};
+/// let x = Tensor::ones(&[3, 20, 20], DType::F32, &Device::Cpu);
+/// let y = resized_crop_with(&x, [2, 3, 10, 12], [6, 6], InterpolationMode::Bicubic, true);
+/// assert_eq!(y.shape(), &[3, 6, 6]);
+/// ```
+#[track_caller]
+pub fn resized_crop_with(
+    image: &Tensor,
+    [top, left, h, w]: [usize; 4],
+    size: [usize; 2],
+    mode: InterpolationMode,
+    antialias: bool,
+) -> Tensor {
+    let window = crop(image, top as isize, left as isize, [h, w]);
+    resize_with(&window, size, mode, antialias)
+}
+
 impl Transform for RandomResizedCrop {
     fn apply(&self, image: Tensor) -> Tensor {
         let (top, left, h, w) = self.params(image.shape()[1], image.shape()[2]);
-        resized_crop(&image, top, left, h, w, self.size)
+        resized_crop_with(&image, [top, left, h, w], self.size, self.mode, self.antialias)
     }
 }
 
