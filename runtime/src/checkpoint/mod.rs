@@ -113,7 +113,8 @@ fn le_bytes(t: &Tensor) -> Vec<u8> {
 /// Writes `state` to `path` as safetensors with optional string `metadata`, atomically
 /// (a temporary file beside `path`, flushed and renamed over it). The header's
 /// `__metadata__` carries `"format": "pt"` (unless `metadata` sets `format`), as
-/// `safetensors.torch.save_file` writes it, which stricter Hugging Face tooling expects.
+/// Hugging Face's `save_pretrained` writes it: `from_pretrained` refuses a file whose
+/// metadata has no such format.
 ///
 /// ```
 /// use ferrograd_runtime::prelude::*;
