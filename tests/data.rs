@@ -553,7 +553,7 @@ fn cifar_readers_read_records_and_reject_bad_files() {
     );
     std::fs::write(dir.join("test_batch.bin"), record(10, 0)).unwrap();
     let e = CIFAR10::new(root, false).err().unwrap().to_string();
-    assert!(e.contains("label outside 0..10"), "{e}");
+    assert!(e.contains("record 0 has label 10, outside 0..10"), "{e}");
 
     let dir100 = root.join("cifar-100-binary");
     std::fs::create_dir_all(&dir100).unwrap();

@@ -75,6 +75,16 @@ fn multi_member_and_zero_padded_gzip_read_as_python_reads_them() {
         .map(|&p| p as f32 / 255.0)
         .collect();
     assert_eq!(x.to_vec::<f32>(), px);
+    // The same files named one by one.
+    let files = MNIST::from_files(
+        fixture("idx/t10k-images-idx3-ubyte.gz"),
+        fixture("idx/t10k-labels-idx1-ubyte.gz"),
+    )
+    .unwrap();
+    assert_eq!(
+        files.tensors().1.to_vec::<i64>(),
+        mnist.tensors().1.to_vec::<i64>()
+    );
 }
 
 #[test]
@@ -141,21 +151,34 @@ fn a_truncated_jpeg_is_an_error_as_in_pillow_and_trailing_bytes_are_not() {
     let path = fixture("jpeg/truncated.jpg");
     let e = read_image(&path).unwrap_err().to_string();
     eprintln!("Pillow: {}; ours: {e}", want["truncated.jpg"]);
-    assert!(want["truncated.jpg"].as_str().unwrap().contains("truncated"));
+    assert!(
+        want["truncated.jpg"]
+            .as_str()
+            .unwrap()
+            .contains("truncated")
+    );
     assert!(e.contains("truncated.jpg") && e.contains("image file is truncated"));
     assert!(want["trailing.jpg"].is_null());
     // Bytes after the end-of-image marker are ignored. (The decode itself agrees with
     // Pillow's to its 4:2:0 chroma upsampling, as tests/transforms.rs measures.)
     let trailing = read_image(&fixture("jpeg/trailing.jpg")).unwrap();
     let pillow = reference()["jpeg.trailing"].to_dtype(DType::F64);
-    let mean = trailing.to_dtype(DType::F64).sub(&pillow).abs().mean_all().item::<f64>();
+    let mean = trailing
+        .to_dtype(DType::F64)
+        .sub(&pillow)
+        .abs()
+        .mean_all()
+        .item::<f64>();
     assert!(mean <= 2.0, "trailing.jpg: mean |ours - Pillow| = {mean}");
     // Every prefix of a baseline and a progressive JPEG: decoded exactly when Pillow
     // decodes it (only the whole file).
     let dir = std::env::temp_dir().join(format!("ferrograd-jpeg-cuts-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, file) in [
-        ("shirt.jpg", PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images/shirt.jpg")),
+        (
+            "shirt.jpg",
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images/shirt.jpg"),
+        ),
         ("progressive.jpg", fixture("jpeg/progressive.jpg")),
     ] {
         let bytes = std::fs::read(file).unwrap();
@@ -183,7 +206,10 @@ fn cifar100_gives_torchvisions_fine_labels_and_the_coarse_ones() {
     let path = fixture("cifar/train.bin");
     let d = CIFAR100::new(&path, true).unwrap();
     assert_eq!(d.len(), 5);
-    assert_eq!(d.targets(Cifar100Label::Fine).to_vec::<i64>(), r["cifar.fine"].to_vec::<i64>());
+    assert_eq!(
+        d.targets(Cifar100Label::Fine).to_vec::<i64>(),
+        r["cifar.fine"].to_vec::<i64>()
+    );
     assert_eq!(
         d.targets(Cifar100Label::Coarse).to_vec::<i64>(),
         r["cifar.coarse"].to_vec::<i64>()
@@ -236,7 +262,10 @@ fn csv_class_labels_are_int64_as_pandas_and_torch_give_them() {
     assert_eq!(x.shape(), &[12, 3]);
     // A batch of labels feeds cross_entropy as it does in PyTorch.
     let (xb, yb) = d.get_stacked(&[0, 5, 7]).unwrap().unwrap();
-    assert_eq!((xb.shape(), yb.shape(), yb.dtype()), (&[3, 3][..], &[3][..], DType::I64));
+    assert_eq!(
+        (xb.shape(), yb.shape(), yb.dtype()),
+        (&[3, 3][..], &[3][..], DType::I64)
+    );
     let logits = Tensor::zeros(&[3, 3], DType::F32, &Device::Cpu);
     let loss = F::cross_entropy(&logits, &yb);
     assert!((loss.item::<f32>() - 3f32.ln()).abs() < 1e-6);
@@ -250,7 +279,10 @@ fn csv_class_labels_are_int64_as_pandas_and_torch_give_them() {
     let (_, species) = CsvDataset::with_target_dtype(&path, true, &[2], DType::F32)
         .unwrap()
         .tensors();
-    assert_eq!((species.dtype(), species.shape()), (DType::F32, &[12, 1][..]));
+    assert_eq!(
+        (species.dtype(), species.shape()),
+        (DType::F32, &[12, 1][..])
+    );
     let e = CsvDataset::with_target_dtype(&path, true, &[3], DType::I64).unwrap_err();
     assert!(e.to_string().contains("row 2, column 4"), "{e}");
 }
@@ -265,7 +297,11 @@ fn safetensors_integer_and_float8_tensors_load_widened_to_torchs_values() {
         let t = &ints[name];
         assert_eq!(t.dtype(), DType::I64, "{name}");
         assert_eq!(t.shape(), r[&format!("st.{name}")].shape(), "{name}");
-        assert_eq!(t.to_vec::<i64>(), r[&format!("st.{name}")].to_vec::<i64>(), "{name}");
+        assert_eq!(
+            t.to_vec::<i64>(),
+            r[&format!("st.{name}")].to_vec::<i64>(),
+            "{name}"
+        );
     }
     let floats = read_state_dict(fixture("st/float8.safetensors")).unwrap();
     assert!(floats.len() >= 4);
@@ -276,7 +312,10 @@ fn safetensors_integer_and_float8_tensors_load_widened_to_torchs_values() {
     let e = read_state_dict(fixture("st/u64_too_big.safetensors"))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("\"big\"") && e.contains("9223372036854775808"), "{e}");
+    assert!(
+        e.contains("\"big\"") && e.contains("9223372036854775808"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -286,7 +325,10 @@ fn unrepresentable_tensors_are_all_named_in_file_order_every_time() {
     // safetensors.torch writes the data sorted by dtype then name: m_complex, z_complex.
     let (m, z) = (first.find("\"m_complex\""), first.find("\"z_complex\""));
     assert!(m.is_some() && z.is_some() && m < z, "{first}");
-    assert!(!first.contains("a_real") && first.contains("C64"), "{first}");
+    assert!(
+        !first.contains("a_real") && first.contains("C64"),
+        "{first}"
+    );
     for _ in 0..5 {
         assert_eq!(read_state_dict(&path).unwrap_err().to_string(), first);
     }
@@ -294,7 +336,10 @@ fn unrepresentable_tensors_are_all_named_in_file_order_every_time() {
 
 #[test]
 fn saved_files_carry_format_pt_metadata_as_save_pretrained_writes() {
-    let path = std::env::temp_dir().join(format!("ferrograd-format-{}.safetensors", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "ferrograd-format-{}.safetensors",
+        std::process::id()
+    ));
     let mut state = StateDict::new();
     state.insert("w".into(), Tensor::ones(&[2], DType::F32, &Device::Cpu));
     save_state_dict(&state, &path, None).unwrap();
@@ -309,7 +354,10 @@ fn saved_files_carry_format_pt_metadata_as_save_pretrained_writes() {
     let bytes = std::fs::read(&path).unwrap();
     let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
     let meta = header.metadata().clone().unwrap();
-    assert_eq!((meta["format"].as_str(), meta["epoch"].as_str()), ("pt", "3"));
+    assert_eq!(
+        (meta["format"].as_str(), meta["epoch"].as_str()),
+        ("pt", "3")
+    );
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -354,7 +402,13 @@ fn resize_matches_torchvisions_tensor_path_in_every_mode() {
         }
     }
     assert_eq!(checked, 18);
-    let got = resized_crop_with(&float, [3, 4, 15, 19], [12, 9], InterpolationMode::Bicubic, true);
+    let got = resized_crop_with(
+        &float,
+        [3, 4, 15, 19],
+        [12, 9],
+        InterpolationMode::Bicubic,
+        true,
+    );
     assert!(max_diff(&got, &r["resized_crop.bicubic"]) <= 2e-6);
 }
 
@@ -454,7 +508,10 @@ fn causal_attention_with_weights_never_looks_ahead() {
         let (a, wa) = mha.forward_with(&x, &x, &x, &args);
         let (b, _) = mha.forward_with(&later, &later, &later, &args);
         let d = max_diff(&a.narrow(1, 0, 4), &b.narrow(1, 0, 4));
-        assert!(d < 1e-6, "need_weights {need_weights}: earlier steps moved by {d}");
+        assert!(
+            d < 1e-6,
+            "need_weights {need_weights}: earlier steps moved by {d}"
+        );
         if let Some(w) = wa {
             // No weight above the diagonal.
             let upper = w.to_vec::<f32>();

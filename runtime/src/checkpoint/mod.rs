@@ -151,10 +151,11 @@ pub fn save_state_dict(
     metadata
         .entry("format".to_string())
         .or_insert_with(|| "pt".to_string());
-    let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| CheckpointError::Format {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let bytes =
+        safetensors::serialize(views, Some(metadata)).map_err(|e| CheckpointError::Format {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
     write_atomic(path, &bytes)
 }
 

@@ -196,7 +196,9 @@ pub(crate) fn tensor_from_view(
         S::F8_E5M2FNUZ => f8_to_f16(data, shape, 2, 16, Nan::NegativeZero),
         S::F8_E4M3FNUZ => f8_to_f16(data, shape, 3, 8, Nan::NegativeZero),
         S::F8_E8M0 => Tensor::from_vec(
-            data.iter().map(|&b| f8_e8m0fnu_to_f32(b)).collect::<Vec<_>>(),
+            data.iter()
+                .map(|&b| f8_e8m0fnu_to_f32(b))
+                .collect::<Vec<_>>(),
             shape,
         ),
         other => {
@@ -231,7 +233,11 @@ fn f8_to_f16(data: &[u8], shape: &[usize], man_bits: u32, bias: i32, nan: Nan) -
             Nan::NegativeZero if b == 0x80 => return f32::NAN,
             Nan::AllOnes if exp == exp_max && man == man_mask => return f32::NAN,
             Nan::Ieee if exp == exp_max => {
-                return if man == 0 { sign * f32::INFINITY } else { f32::NAN };
+                return if man == 0 {
+                    sign * f32::INFINITY
+                } else {
+                    f32::NAN
+                };
             }
             _ => {}
         }

@@ -213,17 +213,21 @@ impl IdxSplit {
         };
         let images_path = find(dir, dataset, &names("images-idx3-ubyte"))?;
         let labels_path = find(dir, dataset, &names("labels-idx1-ubyte"))?;
-        let (dims, pixels) = read_idx(&images_path)?;
-        let (ldims, labels) = read_idx(&labels_path)?;
+        Self::from_files(&images_path, &labels_path)
+    }
+
+    fn from_files(images_path: &Path, labels_path: &Path) -> Result<Self, DataError> {
+        let (dims, pixels) = read_idx(images_path)?;
+        let (ldims, labels) = read_idx(labels_path)?;
         if dims.len() != 3 {
             return Err(DataError::format(
-                &images_path,
+                images_path,
                 format!("expected images [N, H, W], found dims {dims:?}"),
             ));
         }
         if ldims != [dims[0]] {
             return Err(DataError::format(
-                &labels_path,
+                labels_path,
                 format!(
                     "expected {} labels for the images in {}, found dims {ldims:?}",
                     dims[0],
@@ -319,6 +323,29 @@ macro_rules! idx_dataset {
             pub fn new(root: impl AsRef<Path>, train: bool) -> Result<Self, DataError> {
                 Ok($name {
                     split: IdxSplit::open(root.as_ref(), $title, train)?,
+                })
+            }
+
+            /// The images and labels of two IDX files anywhere (raw or gzipped), checked
+            /// against each other.
+            ///
+            /// ```
+            #[doc = concat!("use ferrograd_runtime::data::datasets::", stringify!($name), ";")]
+            /// let dir = std::env::temp_dir().join("ferrograd-doc-idx-files");
+            /// std::fs::create_dir_all(&dir).unwrap();
+            /// std::fs::write(dir.join("x.idx"), [0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 255]).unwrap();
+            /// std::fs::write(dir.join("y.idx"), [0, 0, 8, 1, 0, 0, 0, 1, 7]).unwrap();
+            #[doc = concat!("let d = ", stringify!($name), "::from_files(dir.join(\"x.idx\"), dir.join(\"y.idx\")).unwrap();")]
+            /// use ferrograd_runtime::data::Dataset;
+            /// let (x, y) = d.get(0).unwrap();
+            /// assert_eq!((x.to_vec::<f32>(), y), (vec![0.0, 1.0], 7));
+            /// ```
+            pub fn from_files(
+                images: impl AsRef<Path>,
+                labels: impl AsRef<Path>,
+            ) -> Result<Self, DataError> {
+                Ok($name {
+                    split: IdxSplit::from_files(images.as_ref(), labels.as_ref())?,
                 })
             }
 

@@ -3,6 +3,10 @@
 //! them). Random transforms draw from [`with_sample_rng`](super::with_sample_rng), so
 //! inside a [`DataLoader`](super::DataLoader) a run is reproducible from its seed.
 //!
+//! They follow torchvision's tensor path: resizing in every [`InterpolationMode`], with
+//! or without antialias, equals torchvision's to f32 rounding on float images and to
+//! within one step of 255 on u8 images; crops use its offsets (Python's rounding).
+//!
 //! ```
 //! use ferrograd_runtime::prelude::*;
 //! use ferrograd_runtime::data::transforms::*;
@@ -510,7 +514,13 @@ pub fn resized_crop_with(
 impl Transform for RandomResizedCrop {
     fn apply(&self, image: Tensor) -> Tensor {
         let (top, left, h, w) = self.params(image.shape()[1], image.shape()[2]);
-        resized_crop_with(&image, [top, left, h, w], self.size, self.mode, self.antialias)
+        resized_crop_with(
+            &image,
+            [top, left, h, w],
+            self.size,
+            self.mode,
+            self.antialias,
+        )
     }
 }
 

@@ -126,9 +126,14 @@ fn weights(input: usize, output: usize, mode: InterpolationMode, antialias: bool
                 let at = |k: isize| (i as isize - 1 + k).clamp(0, last as isize) as usize;
                 row(o, &mut (0..4).map(|k| (at(k), coeffs[k as usize])));
             }
-            (InterpolationMode::Bilinear, true) => {
-                antialiased(input, scale, o, 1.0, &|x| (1.0 - x.abs()).max(0.0), &mut row)
-            }
+            (InterpolationMode::Bilinear, true) => antialiased(
+                input,
+                scale,
+                o,
+                1.0,
+                &|x| (1.0 - x.abs()).max(0.0),
+                &mut row,
+            ),
             (InterpolationMode::Bicubic, true) => {
                 antialiased(input, scale, o, 2.0, &|x| pil_bicubic(x.abs()), &mut row)
             }
