@@ -87,30 +87,26 @@ pub fn resize_with(
 /// The `[output, input]` matrix of one axis' resampling.
 fn weights(input: usize, output: usize, mode: InterpolationMode, antialias: bool) -> Tensor {
     let mut m = vec![0.0f32; output * input];
-    let mut row = |o: usize, taps: &mut dyn Iterator<Item = (usize, f32)>| {
-        for (i, weight) in taps {
-            m[o * input + i] += weight;
-        }
-    };
     // PyTorch's `area_pixel_compute_scale` for a given size: input / output, in f32.
     let scale = input as f32 / output as f32;
     let last = input - 1;
+    let mut taps: Vec<(usize, f32)> = Vec::new();
     for o in 0..output {
+        taps.clear();
         match (mode, antialias) {
             (InterpolationMode::Nearest, _) => {
-                let i = ((o as f32 * scale).floor() as usize).min(last);
-                row(o, &mut std::iter::once((i, 1.0)));
+                taps.push((((o as f32 * scale).floor() as usize).min(last), 1.0));
             }
             (InterpolationMode::NearestExact, _) => {
-                let i = (((o as f32 + 0.5) * scale).floor() as usize).min(last);
-                row(o, &mut std::iter::once((i, 1.0)));
+                let i = ((o as f32 + 0.5) * scale).floor() as usize;
+                taps.push((i.min(last), 1.0));
             }
             (InterpolationMode::Bilinear, false) => {
                 let src = (scale * (o as f32 + 0.5) - 0.5).max(0.0);
                 let i0 = src as usize;
                 let i1 = if i0 < last { i0 + 1 } else { i0 };
                 let t = src - i0 as f32;
-                row(o, &mut [(i0, 1.0 - t), (i1, t)].into_iter());
+                taps.extend([(i0, 1.0 - t), (i1, t)]);
             }
             (InterpolationMode::Bicubic, false) => {
                 let src = scale * (o as f32 + 0.5) - 0.5;
@@ -123,20 +119,25 @@ fn weights(input: usize, output: usize, mode: InterpolationMode, antialias: bool
                     cubic_inner(1.0 - t, a),
                     cubic_outer(2.0 - t, a),
                 ];
-                let at = |k: isize| (i as isize - 1 + k).clamp(0, last as isize) as usize;
-                row(o, &mut (0..4).map(|k| (at(k), coeffs[k as usize])));
+                for (k, c) in coeffs.into_iter().enumerate() {
+                    let at = (i as isize - 1 + k as isize).clamp(0, last as isize) as usize;
+                    taps.push((at, c));
+                }
             }
             (InterpolationMode::Bilinear, true) => antialiased(
                 input,
                 scale,
                 o,
                 1.0,
-                &|x| (1.0 - x.abs()).max(0.0),
-                &mut row,
+                |x| (1.0 - x.abs()).max(0.0),
+                &mut taps,
             ),
             (InterpolationMode::Bicubic, true) => {
-                antialiased(input, scale, o, 2.0, &|x| pil_bicubic(x.abs()), &mut row)
+                antialiased(input, scale, o, 2.0, |x| pil_bicubic(x.abs()), &mut taps)
             }
+        }
+        for &(i, weight) in &taps {
+            m[o * input + i] += weight;
         }
     }
     Tensor::from_vec(m, &[output, input])
@@ -150,8 +151,8 @@ fn antialiased(
     scale: f32,
     o: usize,
     support: f32,
-    filter: &dyn Fn(f32) -> f32,
-    row: &mut dyn FnMut(usize, &mut dyn Iterator<Item = (usize, f32)>),
+    filter: fn(f32) -> f32,
+    taps: &mut Vec<(usize, f32)>,
 ) {
     let (support, inv_scale) = if scale >= 1.0 {
         (support * scale, 1.0 / scale)
@@ -162,14 +163,11 @@ fn antialiased(
     // C++'s int64 conversion truncates towards zero; the max clamps negatives anyway.
     let lo = ((center - support + 0.5) as i64).max(0) as usize;
     let hi = ((center + support + 0.5) as i64).clamp(0, input as i64) as usize;
-    let taps: Vec<f32> = (lo..hi)
-        .map(|i| filter((i as f32 - center + 0.5) * inv_scale))
-        .collect();
-    let total: f32 = taps.iter().sum();
-    let normalised = taps
-        .into_iter()
-        .map(|w| if total != 0.0 { w / total } else { 0.0 });
-    row(o, &mut (lo..hi).zip(normalised));
+    taps.extend((lo..hi).map(|i| (i, filter((i as f32 - center + 0.5) * inv_scale))));
+    let total: f32 = taps.iter().map(|&(_, w)| w).sum();
+    for (_, w) in taps.iter_mut() {
+        *w = if total != 0.0 { *w / total } else { 0.0 };
+    }
 }
 
 /// Keys' cubic convolution kernel for `|x| <= 1`.
