@@ -107,7 +107,8 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool)) {
 /// not in `known` (this invocation's networks and the fetched declarations), without an
 /// output annotation (annotated layers are checked through `nn::DeclaredShapes`), and,
 /// when it has arguments (constructor arguments, `Block(64 -> 128, stride = 2)`), not a
-/// misspelling of a built-in kind.
+/// misspelling of a built-in kind, nor a built-in op spelled as PyTorch's module class
+/// (`act: ReLU`).
 pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Ident> {
     let mut found = None;
     for net in nets {
@@ -119,6 +120,7 @@ pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Iden
                 || kinds::find(&kind).is_some()
                 || known.contains(&kind)
                 || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())
+                || kinds::op_named_like_a_module(&kind).is_some()
             {
                 return;
             }

@@ -81,6 +81,30 @@ impl Checker<'_> {
                 );
                 return None;
             }
+            if annotation.is_none()
+                && let Some(op) = kinds::op_named_like_a_module(&kind_name)
+                && let Some(op_kind) = kinds::find(op)
+            {
+                // `act: ReLU`, PyTorch's `self.act = nn.ReLU()`: say how the op is written
+                // here, then check the call as that op.
+                let how = if named {
+                    format!("an op written without a field name: write `{op}`")
+                } else {
+                    format!("write `{op}`")
+                };
+                self.errors.push(
+                    call.kind.span(),
+                    format!("unknown layer kind `{kind_name}`: PyTorch's `nn.{kind_name}` is `{op}` here, {how}"),
+                );
+                let fixed = Call {
+                    kind: syn::Ident::new(op, call.kind.span()),
+                    name: None,
+                    ..call.clone()
+                };
+                return self
+                    .builtin(&fixed, op_kind, tys, unknown)
+                    .map(|r| (fixed.clone(), r));
+            }
             let close = kinds::suggest(&kind_name, kinds::all_names());
             // `name: Type` without arguments: a network declared elsewhere (so its output
             // is annotated), unless the name is a typo of a built-in.
@@ -133,7 +157,8 @@ impl Checker<'_> {
             self.errors.push(
                 call.kind.span(),
                 format!(
-                    "`{kind_name}` has parameters, so it needs a field name: write `name: {}`",
+                    "`{kind_name}` {}, so it needs a field name: write `name: {}`",
+                    kind.why_a_field(),
                     call.describe()
                 ),
             );
@@ -180,6 +205,7 @@ impl Checker<'_> {
             call,
             self.krate.clone(),
             &self.runtime,
+            &self.sizes,
             kind.keys(),
         );
         let built = kind.check(&mut cx, tys);
@@ -377,7 +403,11 @@ impl Checker<'_> {
             };
             map.insert(c.clone(), eval_dim(&d, self.errors)?);
         }
-        let ctor_args = self.ctor_args(call, sig, &mut map)?;
+        let ctor_args = if sig.derived {
+            self.derived_args(call)?
+        } else {
+            self.ctor_args(call, sig, &mut map)?
+        };
         if sig.inputs.len() != 1 || sig.tuple_output {
             self.errors.push(kind.span(), format!("`{kind}` has {} inputs and {} outputs: as a layer a network takes one value and yields one", sig.inputs.len(), sig.outputs.len()));
             return None;
@@ -445,7 +475,7 @@ impl Checker<'_> {
             None => quote!(#kind),
         };
         let build_one = if sig.derived {
-            param_count_checked(&ty_tokens, &kind.to_string())
+            param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &ctor_args)
         } else {
             quote!(<#ty_tokens>::new(device #(, #ctor_args)*))
         };
@@ -457,13 +487,24 @@ impl Checker<'_> {
             None => (ty_tokens.clone(), build_one),
         };
         let repeated = call.repeat.is_some();
+        let derived = sig.derived;
+        // A derived module's `forward` is the user's: its result is checked to be one
+        // tensor, as its declaration says, with the error on the layer's token.
+        let at = Span::call_site().located_at(kind.span());
         let built = Built {
             out: Out::One(Ty::float(output)),
             field: Some((field_ty, init)),
             params: Dim::lit(0),
             forward: Box::new(move |x, f| {
                 let x = &x[0];
-                if repeated {
+                if derived && !repeated {
+                    let out = syn::Ident::new("__layer_output", at);
+                    quote!({
+                        let __layer_output = #f.forward(&#x);
+                        let __one_tensor: ::ferrograd::Tensor = #out;
+                        __one_tensor
+                    })
+                } else if repeated {
                     quote!({
                         let mut __r = #x.clone();
                         for __block in #f.iter() {
@@ -487,6 +528,43 @@ impl Checker<'_> {
             built,
             params: Some(quote!(#one * #count)),
         })
+    }
+
+    /// A derived module's constructor arguments (`gate: GatedUnit(64)`): sizes or numbers,
+    /// positional, passed to its `new` before the device as written (`None` after a
+    /// reported mistake).
+    fn derived_args(&mut self, call: &Call) -> Option<Vec<TokenStream>> {
+        let kind = &call.kind;
+        let mut tokens = Vec::new();
+        for arg in &call.args {
+            match arg {
+                Arg::Positional(Value::Dim(d)) => {
+                    let value = eval_dim(d, self.errors)?;
+                    if let Some(s) = value
+                        .symbols()
+                        .into_iter()
+                        .find(|s| self.runtime.contains(s))
+                    {
+                        self.errors.push(d.span(), format!("`{kind}`: `{s}` is a size of the input, known only at run time; constructor arguments are literals, const or constructor parameters"));
+                        return None;
+                    }
+                    let at = Span::call_site().located_at(d.span());
+                    tokens.push(value.tokens(&|s| {
+                        let i = syn::Ident::new(s, at);
+                        quote!(#i)
+                    }));
+                }
+                Arg::Positional(Value::Float(x, span)) => {
+                    let lit = proc_macro2::Literal::f64_suffixed(*x);
+                    tokens.push(quote::quote_spanned!(*span=> #lit));
+                }
+                other => {
+                    self.errors.push(other.span(), format!("`{kind}` is a `#[derive(Module)]` struct built by its own `new`: give its arguments positionally, as `{kind}::new(.., device)` takes them before the device (here `{}` does not fit)", other.text()));
+                    return None;
+                }
+            }
+        }
+        Some(tokens)
     }
 
     /// A sibling's constructor arguments (`Block(64 -> 128, stride = 2)`: the arrow, then
@@ -645,7 +723,7 @@ impl Checker<'_> {
             Some(g) => quote!(#kind #g),
             None => quote!(#kind),
         };
-        let init = param_count_checked(&ty_tokens, &kind.to_string());
+        let init = param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &[]);
         let built = Built {
             out: Out::One(Ty::float(output)),
             field: Some((ty_tokens.clone(), init)),
@@ -664,9 +742,18 @@ impl Checker<'_> {
 
 /// Builds a module whose `nn::DeclaredShapes::PARAMETERS` may be hand-written, comparing
 /// that count with the built module's once, when the network is constructed.
-fn param_count_checked(ty: &TokenStream, text: &str) -> TokenStream {
+/// `new` is called with `args` then the device, spanned on the layer's token (`span`), so
+/// a `new` of another signature is reported there.
+fn param_count_checked(
+    ty: &TokenStream,
+    text: &str,
+    span: Span,
+    args: &[TokenStream],
+) -> TokenStream {
+    let at = Span::call_site().located_at(span);
+    let new = quote::quote_spanned!(at=> <#ty>::new(#(#args,)* device));
     quote!({
-        let __module = <#ty>::new(device);
+        let __module = #new;
         let __declared = <#ty as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
         let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
         assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);

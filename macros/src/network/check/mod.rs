@@ -180,6 +180,8 @@ struct Checker<'a> {
     errors: &'a mut Errors,
     krate: TokenStream,
     runtime: Vec<String>,
+    /// `runtime` and the const and constructor parameters.
+    sizes: Vec<String>,
     env: HashMap<String, Val>,
     next_var: usize,
     checked: Checked,
@@ -242,9 +244,11 @@ fn lower_chain(net: &Network, steps: &[Step]) -> (Vec<Stmt>, Expr) {
                     // `cat(h, dim = d)`: the named values join the current one.
                     let mut others = Vec::new();
                     let mut args = Vec::new();
+                    let mut written_values = Vec::new();
                     for a in &call.args {
                         match a {
                             Arg::Positional(Value::Dim(DimExpr::Sym(i))) => {
+                                written_values.push(i.to_string());
                                 others.push(Expr::Value(i.clone()))
                             }
                             other => args.push(other.clone()),
@@ -256,6 +260,7 @@ fn lower_chain(net: &Network, steps: &[Step]) -> (Vec<Stmt>, Expr) {
                     Expr::Apply(
                         Call {
                             args,
+                            written_values,
                             ..call.clone()
                         },
                         inputs,
@@ -343,10 +348,12 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
             }
         }
     }
+    let sizes = runtime.iter().chain(&consts).cloned().collect();
     let mut c = Checker {
         errors,
         krate: quote!(::ferrograd),
         runtime,
+        sizes,
         env: HashMap::new(),
         next_var: 0,
         checked: Checked {

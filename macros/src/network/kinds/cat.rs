@@ -25,10 +25,22 @@ impl Kind for Cat {
         }
         let first = &inputs[0];
         let rank = first.shape.len();
-        let d = cx.axis("dim", false, None, rank, first);
+        let d = cx.axis_spanned("dim", false, None, rank, first);
         cx.finish("`dim = d`");
-        let d = d?;
-        let desc = cx.desc.clone();
+        let (d, dim_span) = d?;
+        // The call with the values it joins as written (`cat(image, text, dim = 0)`):
+        // the chain form's values among its arguments, else the values it is applied to
+        // when they are named.
+        let written = &cx.call.written_values;
+        let names: Option<Vec<&str>> = if written.is_empty() {
+            inputs.iter().map(Ty::name).collect()
+        } else {
+            Some(written.iter().map(String::as_str).collect())
+        };
+        let desc = match names {
+            Some(names) => format!("cat({}, dim = {d})", names.join(", ")),
+            None => cx.desc.clone(),
+        };
         let mut total = Dim::lit(0);
         for other in inputs {
             if other.shape.len() != rank {
@@ -45,12 +57,20 @@ impl Kind for Cat {
                 );
                 return None;
             }
-            for (i, (a, b)) in first.shape.iter().zip(&other.shape).enumerate() {
-                if i != d && !a.same(b) {
-                    let span = cx.kind_span();
-                    cx.error(span, format!("`{desc}` needs equal sizes outside dim {d}, but {} yields {} and {} yields {} (dim {i}: {a} vs {b})", first.origin, first.show(), other.origin, other.show()));
-                    return None;
-                }
+            let differ: Vec<usize> = (0..rank)
+                .filter(|&i| i != d && !first.shape[i].same(&other.shape[i]))
+                .collect();
+            if let Some(&i) = differ.first() {
+                let (a, b) = (&first.shape[i], &other.shape[i]);
+                // Only one other dim differs and the cat dim agrees: the values were
+                // meant to be joined along that one.
+                let hint = if differ.len() == 1 && first.shape[d].same(&other.shape[d]) {
+                    format!(": did you mean `dim = {i}`?")
+                } else {
+                    String::new()
+                };
+                cx.error(dim_span, format!("`{desc}` needs equal sizes outside dim {d}, but {} yields {} and {} yields {} (dim {i}: {a} vs {b}){hint}", first.origin, first.show(), other.origin, other.show()));
+                return None;
             }
             total = total.add(&other.shape[d]);
         }

@@ -17,6 +17,9 @@ pub(crate) struct Cx<'a> {
     pub(crate) krate: TokenStream,
     /// Size names bound from the inputs' shapes at run time.
     pub(crate) runtime: &'a [String],
+    /// Every size name an argument may use: the runtime ones, const and constructor
+    /// parameters.
+    sizes: &'a [String],
     args: Vec<Option<Arg>>,
     /// Whether an argument was wrong (then the output is left unknown).
     bad_args: bool,
@@ -28,6 +31,7 @@ impl<'a> Cx<'a> {
         call: &'a Call,
         krate: TokenStream,
         runtime: &'a [String],
+        sizes: &'a [String],
         keys: &[&str],
     ) -> Self {
         // A misspelt key close to a known one is reported with a suggestion and then read
@@ -60,6 +64,7 @@ impl<'a> Cx<'a> {
             desc: call.describe(),
             krate,
             runtime,
+            sizes,
             args,
             bad_args: false,
         }
@@ -159,8 +164,31 @@ impl<'a> Cx<'a> {
         }
     }
 
-    /// Evaluates written dimension arithmetic (a mistake in it is a wrong argument).
+    /// Evaluates written dimension arithmetic (a mistake in it is a wrong argument). A
+    /// name that is no size of the network (`B` where the batch is `N`) is one error on
+    /// it, with the sizes there are.
     pub(crate) fn dim(&mut self, d: &DimExpr) -> Option<Dim> {
+        let mut names = Vec::new();
+        d.symbols(&mut names);
+        for name in names {
+            let text = name.to_string();
+            if self.sizes.contains(&text) {
+                continue;
+            }
+            let known = if self.sizes.is_empty() {
+                "it has none".to_string()
+            } else {
+                format!("its sizes are {}", self.sizes.join(", "))
+            };
+            let hint = suggest(&text, self.sizes.iter().map(String::as_str))
+                .or_else(|| (self.sizes.len() == 1).then(|| self.sizes[0].as_str()))
+                .map_or(String::new(), |s| format!(": did you mean `{s}`?"));
+            self.arg_error(
+                name.span(),
+                format!("`{text}` is not a size of this network ({known}) nor a const or constructor parameter{hint}"),
+            );
+            return None;
+        }
         let before = self.errors.count();
         let value = eval_dim(d, self.errors);
         if self.errors.count() > before {
@@ -272,6 +300,20 @@ impl<'a> Cx<'a> {
         rank: usize,
         input: &Ty,
     ) -> Option<usize> {
+        self.axis_spanned(key, positional, default, rank, input)
+            .map(|(axis, _)| axis)
+    }
+
+    /// [`Cx::axis`] and the span of the value it was read from (of the arguments when
+    /// the default was taken).
+    pub(crate) fn axis_spanned(
+        &mut self,
+        key: &str,
+        positional: bool,
+        default: Option<i64>,
+        rank: usize,
+        input: &Ty,
+    ) -> Option<(usize, Span)> {
         let kind = self.kind();
         let (raw, span) = match self.value(key, positional) {
             Some(v) => {
@@ -305,7 +347,7 @@ impl<'a> Cx<'a> {
             );
             return None;
         }
-        Some(raw.rem_euclid(r.max(1)) as usize)
+        Some((raw.rem_euclid(r.max(1)) as usize, span))
     }
 
     /// A float argument in `[lo, hi)` (`hi_inclusive` for `[lo, hi]`).

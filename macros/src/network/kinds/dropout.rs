@@ -13,11 +13,15 @@ impl Kind for Dropout {
     fn has_params(&self) -> bool {
         true
     }
+    fn why_a_field(&self) -> &'static str {
+        "has no parameters but keeps train/eval state (`train()` turns it on, `eval()` off)"
+    }
     fn keys(&self) -> &'static [&'static str] {
         &["p"]
     }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
-        let p = cx.float("p", true, None, 0.0, 1.0, false);
+        // p = 1 zeroes everything in training, as `nn.Dropout(1.0)` does.
+        let p = cx.float("p", true, None, 0.0, 1.0, true);
         cx.finish("the probability `p`");
         if !cx.arity(inputs, 1, "one value") {
             return None;

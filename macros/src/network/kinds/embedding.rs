@@ -46,7 +46,28 @@ impl Kind for Embedding {
         let x = &inputs[0];
         if x.dtype != DKind::Int {
             let (desc, span) = (cx.desc.clone(), cx.kind_span());
-            cx.error(span, format!("`{desc}` looks up integer ids, but {} is {} ({}): declare the input as integers, as `ids: [N, T]: i64`", x.origin, x.dtype.name(), x.show()));
+            // Only a declared input can be declared as integers; a layer's float output
+            // cannot be turned into ids.
+            let message = match x.origin.strip_prefix("the input ") {
+                Some(input) => format!(
+                    "`{desc}` looks up integer ids, but {} is {} ({}): declare the input as integers, as `{}: {}: i64`",
+                    x.origin,
+                    x.dtype.name(),
+                    x.show(),
+                    input.trim_matches('`'),
+                    x.show()
+                ),
+                None => format!(
+                    "`{desc}` looks up integer ids (an Embedding takes token or class indices), but this value is a {} output of {} ({})",
+                    x.dtype.name(),
+                    x.origin
+                        .strip_prefix("the previous layer ")
+                        .unwrap_or(&x.origin)
+                        .trim_matches(|c| c == '(' || c == ')'),
+                    x.show()
+                ),
+            };
+            cx.error(span, message);
         }
         let mut shape = x.shape.clone();
         shape.push(d.clone());

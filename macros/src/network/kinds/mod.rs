@@ -46,6 +46,19 @@ impl Ty {
     pub(crate) fn show(&self) -> String {
         show(&self.shape)
     }
+
+    /// How the user wrote this value, when it is a named one (an input or a `let`):
+    /// `x`, `skip`.
+    pub(crate) fn name(&self) -> Option<&str> {
+        let quoted = self
+            .origin
+            .strip_prefix("the input ")
+            .unwrap_or(&self.origin);
+        quoted
+            .strip_prefix('`')
+            .and_then(|q| q.strip_suffix('`'))
+            .filter(|n| n.chars().all(|c| c.is_alphanumeric() || c == '_'))
+    }
 }
 
 /// What a call yields: one tensor or a (nested) tuple of them.
@@ -86,6 +99,10 @@ pub(crate) trait Kind: Sync {
     fn names(&self) -> &'static [&'static str];
     /// Whether it owns parameters or state, and so takes a field name.
     fn has_params(&self) -> bool;
+    /// Why it takes a field name, for the message when it has none.
+    fn why_a_field(&self) -> &'static str {
+        "has parameters"
+    }
     /// Its argument keys, for typo suggestions.
     fn keys(&self) -> &'static [&'static str] {
         &[]
@@ -132,6 +149,52 @@ pub(crate) fn find(name: &str) -> Option<&'static dyn Kind> {
 /// Every kind name.
 pub(crate) fn all_names() -> impl Iterator<Item = &'static str> {
     KINDS.iter().flat_map(|k| k.names().iter().copied())
+}
+
+/// PyTorch's parameter-free `nn` module classes, whose names users carry over
+/// (`self.act = nn.ReLU()`).
+const TORCH_MODULE_CLASSES: &[&str] = &[
+    "ReLU",
+    "ReLU6",
+    "GELU",
+    "SiLU",
+    "ELU",
+    "LeakyReLU",
+    "Hardtanh",
+    "Hardswish",
+    "Hardsigmoid",
+    "Softplus",
+    "Mish",
+    "Tanh",
+    "Sigmoid",
+    "Softmax",
+    "LogSoftmax",
+    "Flatten",
+    "MaxPool1d",
+    "MaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "Upsample",
+];
+
+/// The built-in op (a kind without parameters) that `name`, one of PyTorch's module
+/// classes, is here: `ReLU` → `relu`, `GELU` → `gelu`, `MaxPool2d` → `max_pool2d`. Only
+/// PyTorch's spellings: a user's own type `Split` is not the op `split`.
+pub(crate) fn op_named_like_a_module(name: &str) -> Option<&'static str> {
+    if !TORCH_MODULE_CLASSES.contains(&name) {
+        return None;
+    }
+    let squash = |s: &str| s.to_lowercase().replace('_', "");
+    let wanted = squash(name);
+    KINDS
+        .iter()
+        .filter(|k| !k.has_params())
+        .flat_map(|k| k.names().iter().copied())
+        .find(|k| *k != name && squash(k) == wanted)
 }
 
 /// Levenshtein distance, for "did you mean" suggestions.

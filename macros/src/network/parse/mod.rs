@@ -9,7 +9,8 @@
 //! shape    := "[" dim ("," dim)* "]"
 //! dim      := dim ("+" | "-" | "*" | "/") dim | "(" dim ")" | LitInt | Ident
 //!
-//! body     := chain | graph                           (a graph has a `;` or a `->` outside parentheses)
+//! body     := chain | graph                           (a graph has a `;` or a `->` outside parentheses,
+//!                                                      or is one expression that is no chain)
 //! chain    := step ("," step)* ","?                   (applied in turn to the first input)
 //! step     := call ("=>" shape)? | "let" Ident | "+" Ident
 //! graph    := ("let" pattern "=" expr ";")* expr      (the last expression is the output)
@@ -240,8 +241,26 @@ impl Parse for Network {
                 break Body::Graph(stmts, Box::new(output));
             }
         } else {
-            let steps = Punctuated::<Step, Token![,]>::parse_terminated(&body_tokens)?;
-            Body::Chain(steps.into_iter().collect())
+            // A chain, or a graph of one expression (`a: Embedding(..)(ids) + pos`, no
+            // `let`): the chain's error stands when neither reads the whole body.
+            use syn::parse::discouraged::Speculative;
+            let chain = body_tokens.fork();
+            match Punctuated::<Step, Token![,]>::parse_terminated(&chain) {
+                Ok(steps) => {
+                    body_tokens.advance_to(&chain);
+                    Body::Chain(steps.into_iter().collect())
+                }
+                Err(chain_error) => {
+                    let graph = body_tokens.fork();
+                    match graph.parse::<Expr>() {
+                        Ok(output) if graph.is_empty() => {
+                            body_tokens.advance_to(&graph);
+                            Body::Graph(Vec::new(), Box::new(output))
+                        }
+                        _ => return Err(chain_error),
+                    }
+                }
+            }
         };
         let header =
             quote::quote!(struct #name #generics #ctor_group #inputs_group -> #outputs_group {});

@@ -16,6 +16,19 @@ pub(crate) enum DimExpr {
 }
 
 impl DimExpr {
+    /// The size names it uses, in order.
+    pub(crate) fn symbols<'a>(&'a self, out: &mut Vec<&'a Ident>) {
+        match self {
+            DimExpr::Lit(..) => {}
+            DimExpr::Sym(i) => out.push(i),
+            DimExpr::Neg(inner, _) => inner.symbols(out),
+            DimExpr::Bin(a, _, b, _) => {
+                a.symbols(out);
+                b.symbols(out);
+            }
+        }
+    }
+
     pub(crate) fn span(&self) -> Span {
         match self {
             DimExpr::Lit(_, s) | DimExpr::Neg(_, s) | DimExpr::Bin(.., s) => *s,
@@ -209,7 +222,7 @@ impl Arg {
         }
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self {
             Arg::Arrow(a, b) => format!("{} -> {}", a.text(), b.text()),
             Arg::Named(k, v) => format!("{k} = {}", v.text()),
@@ -253,6 +266,9 @@ pub(crate) struct Call {
     pub(crate) repeat: Option<(usize, Span)>,
     /// `name: (A, B, ..)`: a sequence applied in turn, kept as one tuple field.
     pub(crate) items: Vec<Call>,
+    /// The values written among the arguments (the chain form's `cat(skip, dim = 1)`),
+    /// moved out of `args` by the checker and shown in messages as written.
+    pub(crate) written_values: Vec<String>,
 }
 
 impl Call {
@@ -356,6 +372,7 @@ impl Call {
                 args_span: Some(paren.span.join()),
                 repeat: None,
                 items: items.into_iter().collect(),
+                written_values: Vec::new(),
             });
         }
         let (name, kind) = if input.peek(Token![:]) && !input.peek(Token![::]) {
@@ -395,6 +412,7 @@ impl Call {
             args_span,
             repeat: None,
             items: Vec::new(),
+            written_values: Vec::new(),
         })
     }
 }
