@@ -343,6 +343,27 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
                     visit_mut.push(quote! { f(&#krate::nn::join_path(prefix, #name), &mut self.#member, #kind); });
                 }
             }
+            Role::Child if tensor_field(&field.ty).is_some() => {
+                // A tensor is no child module: say which attribute it lacks, once. After
+                // a misspelt one (`#[parm]`) rustc's own error names the right spelling,
+                // so nothing is added to it.
+                let misspelt = field.attrs.iter().any(|a| {
+                    a.path().get_ident().is_some_and(|i| {
+                        crate::network::suggest(&i.to_string(), ["param", "buffer"].into_iter())
+                            .is_some()
+                    })
+                });
+                if !misspelt {
+                    let what = match &field.ident {
+                        Some(ident) => format!("field `{ident}`"),
+                        None => format!("field {name}"),
+                    };
+                    errors.push(syn::Error::new(
+                        field.ident.as_ref().map_or(span, |i| i.span()),
+                        format!("{what} is a tensor, not a module: mark it `#[param]` (trained, in `parameters()`) or `#[buffer]` (saved in the state dict, not trained), or `#[module(skip)]` to leave it out"),
+                    ));
+                }
+            }
             Role::Child => {
                 child_types.push(&field.ty);
                 let (v, vm, st) = (

@@ -11,6 +11,7 @@ pub(crate) mod parse;
 use proc_macro2::TokenStream;
 
 pub(crate) use declare::declaration_macro;
+pub(crate) use kinds::suggest;
 
 /// A fresh error collection (for `#[derive(Module)]`'s declared shapes).
 pub(crate) fn check_errors() -> check::Errors {

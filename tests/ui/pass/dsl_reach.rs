@@ -1,6 +1,6 @@
 //! Forms PyTorch users write: `Dropout(1.0)` (as `nn.Dropout(1.0)`), a body of one
-//! expression without `let`, and a `#[derive(Module)]` layer whose `new` takes sizes
-//! before the device.
+//! expression without `let`, a `#[derive(Module)]` layer whose `new` takes sizes before
+//! the device, and attention sized by const parameters.
 use ferrograd::prelude::*;
 
 #[derive(ferrograd::nn::Module)]
@@ -31,6 +31,11 @@ network! {
     pub struct Embeddings(ids: [N, T]: i64, positions: [N, T]: i64) -> [N, T, 16] {
         tokens: Embedding(100 -> 16)(ids) + wpe: Embedding(64 -> 16)(positions)
     }
+
+    pub struct Block<const D: usize, const HEADS: usize>(x: [N, T, D]) -> [N, T, D] {
+        let a = attn: MultiheadAttention(D, HEADS, batch_first = true)(x);
+        a + x -> enc: TransformerEncoderLayer(D, HEADS, dim_feedforward = 4 * D, batch_first = true)
+    }
 }
 
 fn main() {
@@ -51,4 +56,9 @@ fn main() {
     let e = Embeddings::new(&device);
     let want = e.tokens.forward(&ids).add(&e.wpe.forward(&positions));
     assert_eq!(e.forward(&ids, &positions).to_vec::<f32>(), want.to_vec::<f32>());
+    let block = Block::<16, 4>::new(&device);
+    let x = Tensor::ones(&[2, 5, 16], DType::F32, &device);
+    assert_eq!(block.forward(&x).shape(), &[2, 5, 16]);
+    assert_eq!(block.attn.num_heads, 4);
+    assert_eq!(block.num_parameters(), Block::<16, 4>::NUM_PARAMETERS);
 }

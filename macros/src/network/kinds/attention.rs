@@ -20,6 +20,32 @@ fn seq_batch(t: &Ty, batch_first: bool) -> (Dim, Dim) {
     }
 }
 
+/// An optional size (`kdim`, `vdim`) defaulting to `default`.
+fn optional_size(
+    cx: &mut Cx,
+    key: &str,
+    default: &Dim,
+    default_span: proc_macro2::Span,
+) -> (Dim, proc_macro2::Span) {
+    if cx.has_arg(key) {
+        cx.size(key, false, None, 1)
+    } else {
+        (default.clone(), default_span)
+    }
+}
+
+/// Reports a width that does not split into `heads` heads, when both are known.
+fn check_heads(cx: &mut Cx, desc: &str, what: &str, e: &Dim, heads: &Dim) {
+    if let (Some(e), Some(h)) = (e.as_lit(), heads.as_lit())
+        && e % h != 0
+    {
+        cx.arg_error(
+            cx.args_span(),
+            format!("`{desc}`: {what} {e} does not split into {h} heads"),
+        );
+    }
+}
+
 pub(crate) struct MultiheadAttention;
 
 impl Kind for MultiheadAttention {
@@ -43,23 +69,19 @@ impl Kind for MultiheadAttention {
         ]
     }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
-        let e = cx.int("embed_dim", true, None, 1);
-        let heads = cx.int("num_heads", true, None, 1);
+        // Sizes may be const or constructor parameters (`MultiheadAttention(D, HEADS)`).
+        let (e, e_span) = cx.size("embed_dim", true, None, 1);
+        let (heads, heads_span) = cx.size("num_heads", true, None, 1);
         let batch_first = cx.bool("batch_first", false);
         let dropout = cx.float("dropout", false, Some(0.0), 0.0, 1.0, false);
         let bias = cx.bool("bias", true);
-        let kdim = cx.int("kdim", false, Some(e), 1);
-        let vdim = cx.int("vdim", false, Some(e), 1);
+        let (kdim, kdim_span) = optional_size(cx, "kdim", &e, e_span);
+        let (vdim, vdim_span) = optional_size(cx, "vdim", &e, e_span);
         let need_weights = cx.bool("need_weights", false);
         let is_causal = cx.bool("is_causal", false);
         cx.finish("`embed_dim`, `num_heads`, `batch_first`, `dropout`, `bias`, `kdim`, `vdim`, `need_weights` and `is_causal`");
         let desc = cx.desc.clone();
-        if e % heads != 0 {
-            cx.arg_error(
-                cx.args_span(),
-                format!("`{desc}`: embed_dim {e} does not split into {heads} heads"),
-            );
-        }
+        check_heads(cx, &desc, "embed_dim", &e, &heads);
         let (q, k, v) = match inputs.len() {
             1 => (&inputs[0], &inputs[0], &inputs[0]),
             3 => (&inputs[0], &inputs[1], &inputs[2]),
@@ -80,27 +102,9 @@ impl Kind for MultiheadAttention {
             }
         }
         let span = cx.kind_span();
-        cx.expect_dim(
-            &q.shape[2],
-            &Dim::lit(e),
-            span,
-            "a query width (embed_dim) of",
-            q,
-        );
-        cx.expect_dim(
-            &k.shape[2],
-            &Dim::lit(kdim),
-            span,
-            "a key width (kdim) of",
-            k,
-        );
-        cx.expect_dim(
-            &v.shape[2],
-            &Dim::lit(vdim),
-            span,
-            "a value width (vdim) of",
-            v,
-        );
+        cx.expect_dim(&q.shape[2], &e, span, "a query width (embed_dim) of", q);
+        cx.expect_dim(&k.shape[2], &kdim, span, "a key width (kdim) of", k);
+        cx.expect_dim(&v.shape[2], &vdim, span, "a value width (vdim) of", v);
         let ((l, n), (s, nk)) = (seq_batch(q, batch_first), seq_batch(k, batch_first));
         cx.expect_dim(&nk, &n, span, "keys with the batch size of the query,", k);
         cx.expect_dim(
@@ -110,10 +114,24 @@ impl Kind for MultiheadAttention {
             "values as long as the keys,",
             v,
         );
-        let packed = kdim == e && vdim == e;
-        let (eu, hu, ku, vu) = (e as usize, heads as usize, kdim as usize, vdim as usize);
-        let b = if bias { 4 * e } else { 0 };
-        let params = Dim::lit(e * e + e * kdim + e * vdim + e * e + b);
+        let packed = kdim.same(&e) && vdim.same(&e);
+        let b = if bias {
+            e.mul(&Dim::lit(4))
+        } else {
+            Dim::lit(0)
+        };
+        let params = e
+            .mul(&e)
+            .add(&e.mul(&kdim))
+            .add(&e.mul(&vdim))
+            .add(&e.mul(&e))
+            .add(&b);
+        let (eu, hu, ku, vu) = (
+            cx.const_tokens(&e, e_span),
+            cx.const_tokens(&heads, heads_span),
+            cx.const_tokens(&kdim, kdim_span),
+            cx.const_tokens(&vdim, vdim_span),
+        );
         let krate = cx.krate.clone();
         let init = if packed && dropout == 0.0 && bias {
             quote!(#krate::nn::MultiheadAttention::new(#eu, #hu, device).batch_first(#batch_first))
@@ -173,9 +191,9 @@ impl Kind for EncoderLayer {
         ]
     }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
-        let e = cx.int("d_model", true, None, 1);
-        let heads = cx.int("nhead", true, None, 1);
-        let ff = cx.int("dim_feedforward", false, Some(2048), 1);
+        let (e, e_span) = cx.size("d_model", true, None, 1);
+        let (heads, heads_span) = cx.size("nhead", true, None, 1);
+        let (ff, ff_span) = cx.size("dim_feedforward", false, Some(2048), 1);
         let dropout = cx.float("dropout", false, Some(0.1), 0.0, 1.0, false);
         let gelu = match cx.value("activation", false) {
             None => false,
@@ -192,12 +210,7 @@ impl Kind for EncoderLayer {
         let bias = cx.bool("bias", true);
         cx.finish("`d_model`, `nhead`, `dim_feedforward`, `dropout`, `activation`, `layer_norm_eps`, `batch_first`, `norm_first` and `bias`");
         let desc = cx.desc.clone();
-        if e % heads != 0 {
-            cx.arg_error(
-                cx.args_span(),
-                format!("`{desc}`: d_model {e} does not split into {heads} heads"),
-            );
-        }
+        check_heads(cx, &desc, "d_model", &e, &heads);
         let layout = if batch_first {
             "[N, L, E]"
         } else {
@@ -205,11 +218,23 @@ impl Kind for EncoderLayer {
         };
         let x = cx.one_float(inputs, &[3], layout)?;
         let span = cx.kind_span();
-        cx.expect_dim(&x.shape[2], &Dim::lit(e), span, "a width (d_model) of", x);
-        let b = |n: i64| if bias { n } else { 0 };
-        let params = Dim::lit(4 * e * e + b(4 * e) + 2 * e * ff + b(ff + e) + 2 * (e + b(e)));
+        cx.expect_dim(&x.shape[2], &e, span, "a width (d_model) of", x);
+        let b = |n: Dim| if bias { n } else { Dim::lit(0) };
+        let lit = Dim::lit;
+        // 4 e² + b(4 e) + 2 e ff + b(ff + e) + 2 (e + b(e))
+        let params = lit(4)
+            .mul(&e)
+            .mul(&e)
+            .add(&b(lit(4).mul(&e)))
+            .add(&lit(2).mul(&e).mul(&ff))
+            .add(&b(ff.add(&e)))
+            .add(&lit(2).mul(&e.add(&b(e.clone()))));
         let krate = cx.krate.clone();
-        let (eu, hu, fu) = (e as usize, heads as usize, ff as usize);
+        let (eu, hu, fu) = (
+            cx.const_tokens(&e, e_span),
+            cx.const_tokens(&heads, heads_span),
+            cx.const_tokens(&ff, ff_span),
+        );
         let act = if gelu { quote!(Gelu) } else { quote!(Relu) };
         let init = quote!(#krate::nn::TransformerEncoderLayer::new(#krate::nn::TransformerConfig {
             dim_feedforward: #fu, dropout: #dropout, activation: #krate::nn::Activation::#act, layer_norm_eps: #eps,

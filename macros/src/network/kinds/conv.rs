@@ -102,12 +102,25 @@ impl Kind for Conv {
             "[N, C, H, W]"
         };
         let x = cx.one_float(inputs, &[dims + 2], layout)?;
+        if !x.shape[1].same(&ci) && x.shape[dims + 1].same(&ci) {
+            // Channels last (`[N, H, W, C]`, as images and sequences often come): the
+            // spatial sizes would be read from the wrong dims, so the output stays unknown.
+            let fix = if dims == 1 {
+                "`transpose(1, 2)` first"
+            } else {
+                "`permute([0, 3, 1, 2])` first"
+            };
+            let (origin, shown) = (x.origin.clone(), x.show());
+            cx.error(inp.span(), format!("`{desc}` expects input channels {ci} in dim 1 ({layout}), but {origin} yields {shown}, channels last: make it channels-first, with {fix}"));
+            return None;
+        }
         cx.expect_dim(&x.shape[1], &ci, inp.span(), "input channels", x);
         let mut shape = vec![x.shape[0].clone(), co.clone()];
         let one = Dim::lit(1);
         // dilation * (kernel - 1) + 1
         let span = dilation.mul(&kernel.sub(&one)).add(&one);
         let two_p = padding.mul(&Dim::lit(2));
+        let mut too_small = Vec::new();
         for (axis, size) in x.shape[2..].iter().enumerate() {
             let o = if transpose {
                 size.sub(&one)
@@ -123,12 +136,17 @@ impl Kind for Conv {
             if let Some(v) = o.as_lit()
                 && v <= 0
             {
-                let (origin, shown) = (x.origin.clone(), x.show());
-                cx.error(cx.kind_span(), format!("`{desc}` produces a non-positive size: spatial dim {axis} of {origin} is {size}, smaller than the kernel span {span} after padding {padding} (input shape {shown})"));
+                too_small.push(format!("{axis} is {size}"));
                 shape.push(Dim::lit(1));
             } else {
                 shape.push(o);
             }
+        }
+        if !too_small.is_empty() {
+            // One error for every spatial dim that is too small.
+            let (origin, shown) = (x.origin.clone(), x.show());
+            let dims_text = spatial_dims_text(&too_small, &origin);
+            cx.error(cx.kind_span(), format!("`{desc}` produces a non-positive size: {dims_text}, smaller than the kernel span {span} after padding {padding} (input shape {shown})"));
         }
         let mut k = Dim::lit(1);
         for _ in 0..dims {
@@ -170,5 +188,30 @@ impl Kind for Conv {
                 quote!(#f.forward(&#x))
             }),
         })
+    }
+}
+
+/// "spatial dim 0 of `origin` is 5" or "spatial dims 0 and 1 of `origin` are 5 and 5",
+/// from `["0 is 5", ..]`.
+pub(crate) fn spatial_dims_text(items: &[String], origin: &str) -> String {
+    let (axes, sizes): (Vec<&str>, Vec<&str>) = items
+        .iter()
+        .map(|i| i.split_once(" is ").expect("`axis is size`"))
+        .unzip();
+    if let ([axis], [size]) = (&axes[..], &sizes[..]) {
+        return format!("spatial dim {axis} of {origin} is {size}");
+    }
+    format!(
+        "spatial dims {} of {origin} are {}",
+        join_and(&axes),
+        join_and(&sizes)
+    )
+}
+
+fn join_and(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
     }
 }

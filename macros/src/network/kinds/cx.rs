@@ -21,6 +21,10 @@ pub(crate) struct Cx<'a> {
     /// parameters.
     sizes: &'a [String],
     args: Vec<Option<Arg>>,
+    /// The kind's argument keys, in PyTorch's positional order.
+    keys: Vec<String>,
+    /// The keys read from a positional argument.
+    positional_keys: Vec<String>,
     /// Whether an argument was wrong (then the output is left unknown).
     bad_args: bool,
 }
@@ -66,6 +70,8 @@ impl<'a> Cx<'a> {
             runtime,
             sizes,
             args,
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            positional_keys: Vec::new(),
             bad_args: false,
         }
     }
@@ -133,9 +139,18 @@ impl<'a> Cx<'a> {
         if positional
             && let Some(Arg::Positional(v)) = self.take(|a| matches!(a, Arg::Positional(_)))
         {
+            self.positional_keys.push(key.to_string());
             return Some(v);
         }
         None
+    }
+
+    /// Whether the call gives `key` by name (and it has not been read yet).
+    pub(crate) fn has_arg(&self, key: &str) -> bool {
+        self.args
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Arg::Named(k, _) if k == key))
     }
 
     /// The next positional value.
@@ -282,11 +297,18 @@ impl<'a> Cx<'a> {
     ) -> (Dim, Span) {
         let v = self.value(key, positional);
         let span = v.as_ref().map_or(self.args_span(), Value::span);
-        if let Some(Value::Dim(d)) = &v
-            && let Some(x) = eval_dim(d, &mut Errors::default())
-            && x.as_lit().is_none()
-        {
-            return (x, span);
+        if let Some(Value::Dim(d)) = &v {
+            let mut names = Vec::new();
+            d.symbols(&mut names);
+            if !names.is_empty() {
+                // A size name: checked to be one of the network's (else one error, and
+                // the output is left unknown).
+                match self.dim(d) {
+                    Some(x) if x.as_lit().is_none() => return (x, span),
+                    Some(_) => {}
+                    None => return (Dim::lit(default.unwrap_or(min).max(min)), span),
+                }
+            }
         }
         (Dim::lit(self.int_of(v, key, default, min)), span)
     }
@@ -416,15 +438,52 @@ impl<'a> Cx<'a> {
     pub(crate) fn finish(&mut self, allowed: &str) {
         let kind = self.kind();
         let left: Vec<Arg> = self.args.iter_mut().filter_map(Option::take).collect();
+        // A positional argument past those that go by position is most likely the next
+        // of PyTorch's positional parameters (`Conv2d(3 -> 8, 3, 2)`: 2 is the stride):
+        // the keys neither read by position nor given by name, in order.
+        let named: Vec<String> = self
+            .call
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Named(k, _) => Some(k.to_string()),
+                _ => None,
+            })
+            .collect();
+        let after = self
+            .keys
+            .iter()
+            .rposition(|k| self.positional_keys.contains(k))
+            .map_or(0, |i| i + 1);
+        let mut free = self.keys[after.min(self.keys.len())..]
+            .iter()
+            .filter(|k| !named.contains(k) && !self.positional_keys.contains(k))
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter();
         for arg in left {
             let what = match &arg {
-                Arg::Named(k, _) => format!("unknown argument `{k}`"),
-                _ => "unexpected argument".to_string(),
+                Arg::Named(k, _) => {
+                    format!("unknown argument `{k}` for `{kind}`: it takes {allowed}")
+                }
+                Arg::Positional(v) => match free.next() {
+                    Some(key) => {
+                        let by_position = match &self.positional_keys[..] {
+                            [] => "nothing goes by position".to_string(),
+                            [one] => format!("only `{one}` goes by position"),
+                            many => format!("only `{}` go by position", many.join("`, `")),
+                        };
+                        format!(
+                            "unexpected positional argument `{}` for `{kind}`: {by_position}; did you mean `{key} = {}`?",
+                            v.text(),
+                            v.text()
+                        )
+                    }
+                    None => format!("unexpected argument for `{kind}`: it takes {allowed}"),
+                },
+                _ => format!("unexpected argument for `{kind}`: it takes {allowed}"),
             };
-            self.arg_error(
-                arg.span(),
-                format!("{what} for `{kind}`: it takes {allowed}"),
-            );
+            self.arg_error(arg.span(), what);
         }
     }
 

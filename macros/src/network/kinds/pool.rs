@@ -31,6 +31,7 @@ impl Kind for Pool {
         }
         let x = cx.one_float(inputs, &[4], "[N, C, H, W]")?;
         let mut shape = x.shape[..2].to_vec();
+        let mut too_small = Vec::new();
         for (axis, size) in x.shape[2..].iter().enumerate() {
             let o = size
                 .add(&Dim::lit(2 * padding - kernel))
@@ -39,12 +40,17 @@ impl Kind for Pool {
             if let Some(v) = o.as_lit()
                 && v <= 0
             {
-                let (origin, shown) = (x.origin.clone(), x.show());
-                cx.error(cx.kind_span(), format!("`{desc}` produces a non-positive size: spatial dim {axis} of {origin} is {size}, smaller than the window {kernel} (input shape {shown})"));
+                too_small.push(format!("{axis} is {size}"));
                 shape.push(Dim::lit(1));
             } else {
                 shape.push(o);
             }
+        }
+        if !too_small.is_empty() {
+            // One error for every spatial dim that is too small.
+            let (origin, shown) = (x.origin.clone(), x.show());
+            let dims_text = super::conv::spatial_dims_text(&too_small, &origin);
+            cx.error(cx.kind_span(), format!("`{desc}` produces a non-positive size: {dims_text}, smaller than the window {kernel} (input shape {shown})"));
         }
         let krate = cx.krate.clone();
         let (k, s, p) = (kernel as usize, stride as usize, padding as usize);
