@@ -180,12 +180,71 @@ impl Checker<'_> {
                 format!("`{kind_name}` is a built-in layer and takes no generic arguments"),
             );
         }
-        if let Some((_, span)) = call.repeat {
-            self.errors.push(span, format!("`[{kind_name}; n]` repeats a network declared in this `network!`; for built-in layers, write them out or declare a block network"));
-            return None;
+        if let Some((n, span)) = call.repeat {
+            return self
+                .repeated_builtin(call, kind, tys, unknown, n, span)
+                .map(|r| (call.clone(), r));
         }
         self.builtin(call, kind, tys, unknown)
             .map(|r| (call.clone(), r))
+    }
+
+    /// `name: [Kind(..); n]`: `n` copies of a built-in layer applied in turn (PyTorch's
+    /// `nn.TransformerEncoder(layer, n)`, `nn.ModuleList([..] * n)`), one array field
+    /// with keys `name.0.…`, `name.1.…`; a copy must keep its input's shape.
+    fn repeated_builtin(
+        &mut self,
+        call: &Call,
+        kind: &dyn kinds::Kind,
+        tys: &[Ty],
+        unknown: bool,
+        n: usize,
+        span: Span,
+    ) -> Option<Resolved> {
+        let desc = call.describe();
+        if !kind.has_params() {
+            self.errors.push(span, format!("`{desc}` repeats an op without parameters: apply it once, or write the copies out"));
+            return None;
+        }
+        let one = self.builtin(call, kind, tys, unknown)?.built;
+        let same_shape = match (&one.out, tys) {
+            (Out::One(out), [input]) => {
+                out.shape.len() == input.shape.len()
+                    && out.shape.iter().zip(&input.shape).all(|(a, b)| a.same(b))
+            }
+            _ => false,
+        };
+        if !same_shape {
+            let turns = match (&one.out, tys) {
+                (Out::One(out), [input]) => {
+                    format!("one copy turns {} into {}", input.show(), out.show())
+                }
+                _ => "a copy does not take one value and yield one".to_string(),
+            };
+            self.errors.push(span, format!("`{desc}` chains {n} copies, but {turns}: a repeated layer keeps its input's shape"));
+            return None;
+        }
+        let (ty, init) = one.field.expect("a layer with parameters has a field");
+        let forward = one.forward;
+        let step = forward(&[quote!(__r)], &quote!(__layer));
+        Some(Resolved {
+            built: Built {
+                out: one.out,
+                field: Some((quote!([#ty; #n]), quote!(::core::array::from_fn(|_| #init)))),
+                params: one.params.mul(&Dim::lit(n as i64)),
+                forward: Box::new(move |x, f| {
+                    let x = &x[0];
+                    quote!({
+                        let mut __r = #x.clone();
+                        for __layer in #f.iter() {
+                            __r = #step;
+                        }
+                        __r
+                    })
+                }),
+            },
+            params: None,
+        })
     }
 
     fn builtin(
@@ -408,60 +467,91 @@ impl Checker<'_> {
         } else {
             self.ctor_args(call, sig, &mut map)?
         };
-        if sig.inputs.len() != 1 || sig.tuple_output {
-            self.errors.push(kind.span(), format!("`{kind}` has {} inputs and {} outputs: as a layer a network takes one value and yields one", sig.inputs.len(), sig.outputs.len()));
+        let n_in = sig.inputs.len();
+        if let Some((_, span)) = call.repeat
+            && (n_in != 1 || sig.tuple_output)
+        {
+            self.errors.push(span, format!("`[{kind}; n]` chains copies of a block of one input and one output, but `{kind}` has {n_in} input{} and {} output{}", if n_in == 1 { "" } else { "s" }, sig.outputs.len(), if sig.outputs.len() == 1 { "" } else { "s" }));
             return None;
         }
         if unknown {
             return None;
         }
-        if tys.len() != 1 {
+        let declared_inputs = || {
+            sig.inputs
+                .iter()
+                .zip(&sig.input_names)
+                .map(|(shape, name)| format!("{name}: {}", show(shape)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if tys.len() != n_in {
+            let how = if n_in > 1 {
+                let names = sig.input_names.join(", ");
+                format!(": apply it to them, as `{desc}({names})` or `({names}) -> {desc}`")
+            } else {
+                String::new()
+            };
             self.errors.push(
                 kind.span(),
                 format!(
-                    "`{desc}` takes one value, but it is applied to {}",
+                    "`{desc}` takes {n_in} value{} ({}), but it is applied to {}{how}",
+                    if n_in == 1 { "" } else { "s" },
+                    declared_inputs(),
                     tys.len()
                 ),
             );
             return None;
         }
-        let ty = &tys[0];
         let subst = |d: &Dim, map: &HashMap<String, Dim>| d.subst(&|s| map.get(s).cloned());
-        let declared_in: Vec<Dim> = sig.inputs[0].iter().map(|d| subst(d, &map)).collect();
-        let mismatch = |errors: &mut Errors, map: &HashMap<String, Dim>| {
-            let want: Vec<Dim> = sig.inputs[0].iter().map(|d| subst(d, map)).collect();
-            errors.push(
-                kind.span(),
-                format!(
-                    "`{desc}` takes {} (`{kind}` declares its input as {}), but {} yields {}",
-                    show(&want),
-                    show(&sig.inputs[0]),
-                    ty.origin,
-                    ty.show()
-                ),
-            );
-        };
-        if declared_in.len() != ty.shape.len() {
-            mismatch(self.errors, &map);
-            return None;
-        }
-        // Unify: a lone size name binds; everything else must agree.
-        for (d, got) in declared_in.iter().zip(&ty.shape) {
-            if let Some(s) = d.as_sym()
-                && !map.contains_key(s)
+        for (k, (declared, ty)) in sig.inputs.iter().zip(tys).enumerate() {
+            let declared_in: Vec<Dim> = declared.iter().map(|d| subst(d, &map)).collect();
+            let mismatch = |errors: &mut Errors, map: &HashMap<String, Dim>| {
+                let want: Vec<Dim> = declared.iter().map(|d| subst(d, map)).collect();
+                let which = if n_in == 1 {
+                    "its input".to_string()
+                } else {
+                    format!("its input `{}`", sig.input_names[k])
+                };
+                errors.push(
+                    kind.span(),
+                    format!(
+                        "`{desc}` takes {} (`{kind}` declares {which} as {}), but {} yields {}",
+                        show(&want),
+                        show(declared),
+                        ty.origin,
+                        ty.show()
+                    ),
+                );
+            };
+            if declared_in.len() != ty.shape.len() {
+                mismatch(self.errors, &map);
+                return None;
+            }
+            // Unify: a lone size name binds; everything else must agree.
+            for (d, got) in declared_in.iter().zip(&ty.shape) {
+                if let Some(s) = d.as_sym()
+                    && !map.contains_key(s)
+                {
+                    map.insert(s.to_string(), got.clone());
+                }
+            }
+            if declared_in
+                .iter()
+                .zip(&ty.shape)
+                .any(|(d, got)| !subst(d, &map).same(got))
             {
-                map.insert(s.to_string(), got.clone());
+                mismatch(self.errors, &map);
+                return None;
             }
         }
-        if declared_in
+        let ty = &tys[0];
+        let outputs: Vec<Vec<Dim>> = sig
+            .outputs
             .iter()
-            .zip(&ty.shape)
-            .any(|(d, got)| !subst(d, &map).same(got))
-        {
-            mismatch(self.errors, &map);
-            return None;
-        }
-        let output: Vec<Dim> = sig.outputs[0].iter().map(|d| subst(d, &map)).collect();
+            .map(|o| o.iter().map(|d| subst(d, &map)).collect())
+            .collect();
+        let output = outputs[0].clone();
         let count = call.repeat.map_or(1, |(n, _)| n);
         if count > 1
             && !(output.len() == ty.shape.len()
@@ -491,12 +581,25 @@ impl Checker<'_> {
         // A derived module's `forward` is the user's: its result is checked to be one
         // tensor, as its declaration says, with the error on the layer's token.
         let at = Span::call_site().located_at(kind.span());
+        let out = if sig.tuple_output {
+            Out::Tuple(
+                outputs
+                    .into_iter()
+                    .map(|o| Out::One(Ty::float(o)))
+                    .collect(),
+            )
+        } else {
+            Out::One(Ty::float(output))
+        };
         let built = Built {
-            out: Out::One(Ty::float(output)),
+            out,
             field: Some((field_ty, init)),
             params: Dim::lit(0),
-            forward: Box::new(move |x, f| {
-                let x = &x[0];
+            forward: Box::new(move |xs, f| {
+                if xs.len() > 1 {
+                    return quote!(#f.forward(#(&#xs),*));
+                }
+                let x = &xs[0];
                 if derived && !repeated {
                     let out = syn::Ident::new("__layer_output", at);
                     quote!({

@@ -129,6 +129,7 @@ pub(crate) struct Signature {
     ctor: Vec<(String, Option<i64>)>,
     ctor_arrow: bool,
     inputs: Vec<Vec<Dim>>,
+    input_names: Vec<String>,
     outputs: Vec<Vec<Dim>>,
     tuple_output: bool,
     /// A `#[derive(Module)]` type with declared shapes (its count is
@@ -160,6 +161,7 @@ impl Signature {
                 .iter()
                 .map(|i| shape_dims(&i.shape, &mut quiet))
                 .collect(),
+            input_names: net.inputs.iter().map(|i| i.name.to_string()).collect(),
             outputs: net
                 .outputs
                 .iter()

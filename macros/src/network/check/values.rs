@@ -2,8 +2,9 @@
 //! pipes, arithmetic, tuples, annotations), emitting its statements.
 
 use super::{Checker, Val, broadcast, check_shape};
+use crate::network::dim::{Dim, symbol_tokens};
 use crate::network::kinds::{self, Ty};
-use crate::network::parse::{DKind, Expr, Pattern, ShapeExpr};
+use crate::network::parse::{Call, DKind, Expr, Pattern, ShapeExpr};
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 
@@ -135,6 +136,9 @@ impl Checker<'_> {
                 Some(v)
             }
             Expr::Binary(a, op, b, span) => self.binary(a, *op, b, *span),
+            Expr::Apply(call, inputs, span) if call.kind == "arange" && call.name.is_none() => {
+                self.arange(call, inputs, *span)
+            }
             Expr::Apply(call, inputs, _) => {
                 let mut vals = Vec::new();
                 let mut unknown = false;
@@ -262,6 +266,60 @@ impl Checker<'_> {
             Ty {
                 origin: format!("`{text}`"),
                 ..ty
+            },
+        ))
+    }
+
+    /// `arange(T)`: the positions `0..T` of a size of the network (an input's size, a const
+    /// or constructor parameter, or a literal) as int64 `[T]`, on the first input's device
+    /// (`torch.arange(T)`, for position ids computed inside the network).
+    fn arange(&mut self, call: &Call, inputs: &[Expr], span: Span) -> Option<Val> {
+        if call.args_span.is_some() || call.generics.is_some() {
+            self.errors.push(
+                call.kind.span(),
+                "`arange` takes one size, as `arange(T)`: positions 0..T as int64",
+            );
+            return None;
+        }
+        let size = match inputs {
+            [Expr::Value(name)] if !self.env.contains_key(&name.to_string()) => {
+                let text = name.to_string();
+                if !self.sizes.contains(&text) {
+                    let hint = kinds::suggest(&text, self.sizes.iter().map(String::as_str))
+                        .map_or(String::new(), |s| format!(": did you mean `{s}`?"));
+                    self.errors.push(
+                        name.span(),
+                        format!(
+                            "`arange({text})`: `{text}` is not a size of this network (its sizes are {}){hint}",
+                            self.sizes.join(", ")
+                        ),
+                    );
+                    return None;
+                }
+                Dim::sym(&text)
+            }
+            [Expr::Scalar(v, _)] if *v >= 1.0 && v.fract() == 0.0 => Dim::lit(*v as i64),
+            _ => {
+                self.errors.push(
+                    span,
+                    "`arange` takes one size (a size name of the network, a const parameter or a positive integer), not a tensor value: `arange(T)`",
+                );
+                return None;
+            }
+        };
+        let runtime = &self.runtime;
+        let n = size.tokens(&|s| symbol_tokens(s, runtime.iter().any(|r| r == s)));
+        let var = self.var();
+        self.checked.stmts.push(quote!(
+            let #var = ::ferrograd::Tensor::arange(0.0, (#n) as f64, 1.0, ::ferrograd::DType::I64, &__input0.device());
+        ));
+        let text = format!("arange({size})");
+        Some(Val::One(
+            var,
+            Ty {
+                shape: vec![size],
+                dtype: DKind::Int,
+                origin: format!("`{text}`"),
             },
         ))
     }

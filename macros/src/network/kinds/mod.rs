@@ -129,6 +129,7 @@ pub(crate) static KINDS: &[&dyn Kind] = &[
     &shape_ops::Permute,
     &shape_ops::Unsqueeze,
     &shape_ops::Squeeze,
+    &shape_ops::Select,
     &pool::Pool,
     &pool::AdaptiveAvgPool,
     &pool::Upsample,

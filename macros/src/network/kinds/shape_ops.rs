@@ -1,5 +1,5 @@
 //! Ops that rearrange a value: `flatten`, `reshape([..])` (one `-1` allowed),
-//! `transpose(a, b)`, `permute(..)`, `unsqueeze(d)`, `squeeze(d)`.
+//! `transpose(a, b)`, `permute(..)`, `unsqueeze(d)`, `squeeze(d)`, `select(d, i)`.
 
 use super::{Built, Cx, Kind, Ty};
 use crate::network::dim::Dim;
@@ -267,6 +267,71 @@ impl Kind for Squeeze {
             Box::new(move |x, _| {
                 let x = &x[0];
                 quote!(#x.squeeze(#d))
+            }),
+        ))
+    }
+}
+
+/// `select(dim, index)`: the slice at `index` of `dim`, which goes away (`x[:, 0]`, the
+/// [CLS] token; a negative index counts from the end, `x[:, -1]` the last step).
+pub(crate) struct Select;
+
+impl Kind for Select {
+    fn names(&self) -> &'static [&'static str] {
+        &["select"]
+    }
+    fn has_params(&self) -> bool {
+        false
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &["dim", "index"]
+    }
+    fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
+        let what = "`dim` and `index` (a negative index counts from the end, as `x[:, -1]`)";
+        if !one(cx, inputs) {
+            cx.finish(what);
+            return None;
+        }
+        let x = &inputs[0];
+        let rank = x.shape.len();
+        let d = cx.axis_spanned("dim", true, None, rank.max(1), x);
+        let index = cx.value("index", true);
+        let index_span = index.as_ref().map_or(cx.args_span(), Value::span);
+        let index = cx.int_of(index, "index", None, i64::MIN);
+        cx.finish(what);
+        let (d, _) = d?;
+        let desc = cx.desc.clone();
+        if rank == 0 {
+            let (origin, span) = (x.origin.clone(), cx.kind_span());
+            cx.error(
+                span,
+                format!("`{desc}` needs rank >= 1, but {origin} is a scalar"),
+            );
+            return None;
+        }
+        if let Some(n) = x.shape[d].as_lit()
+            && (index >= n || index < -n)
+        {
+            cx.arg_error(index_span, format!("`{desc}`: index {index} is out of range for dim {d} of {} (size {n}: valid {} to {})", x.origin, -n, n - 1));
+            return None;
+        }
+        let mut shape = x.shape.clone();
+        shape.remove(d);
+        let ty = Ty { shape, ..x.clone() };
+        let dim = d as isize;
+        Some(Built::op(
+            ty,
+            Box::new(move |x, _| {
+                let x = &x[0];
+                if index >= 0 {
+                    let i = index as usize;
+                    quote!(#x.select(#dim, #i))
+                } else {
+                    quote!({
+                        let __size = #x.shape()[#d] as i64;
+                        #x.select(#dim, (__size + #index) as usize)
+                    })
+                }
             }),
         ))
     }
