@@ -31,6 +31,10 @@ impl Errors {
     }
 }
 
+fn tokens_span(t: &proc_macro2::TokenTree) -> proc_macro2::Span {
+    t.span()
+}
+
 /// Whether `ty` is `Tensor` or `Option<Tensor>` (by the last path segment), and which.
 fn tensor_field(ty: &Type) -> Option<bool> {
     let Type::Path(path) = ty else { return None };
@@ -147,7 +151,20 @@ fn container(input: &DeriveInput, errors: &mut Errors) -> Container {
                 c.attr.get_or_insert(meta.path.span());
                 let value = meta.value()?;
                 let tokens = value.fork().parse()?;
-                let shape = Some((value.parse()?, tokens));
+                // An output may be a tuple of shapes, `([N, T, D], [N, D])`, for a
+                // `forward` that returns a tuple of tensors; the first stands for it in
+                // `nn::DeclaredShapes::OUTPUT`.
+                let shape = if meta.path.is_ident("output") && value.peek(syn::token::Paren) {
+                    let content;
+                    syn::parenthesized!(content in value);
+                    let shapes = syn::punctuated::Punctuated::<ShapeExpr, syn::Token![,]>::parse_terminated(&content)?;
+                    let first = shapes.into_iter().next().ok_or_else(|| {
+                        syn::Error::new(tokens_span(&tokens), "a tuple output lists at least one shape")
+                    })?;
+                    Some((first, tokens))
+                } else {
+                    Some((value.parse()?, tokens))
+                };
                 if meta.path.is_ident("input") {
                     c.input = shape;
                 } else {

@@ -1,6 +1,7 @@
 //! Forms PyTorch users write: `Dropout(1.0)` (as `nn.Dropout(1.0)`), a body of one
 //! expression without `let`, a `#[derive(Module)]` layer whose `new` takes sizes before
-//! the device, and attention sized by const parameters.
+//! the device, one whose `forward` returns a tuple (taken apart with `let (a, b)`), and
+//! attention sized by const parameters.
 use ferrograd::prelude::*;
 
 #[derive(ferrograd::nn::Module)]
@@ -18,7 +19,27 @@ impl GatedUnit {
     }
 }
 
+#[derive(ferrograd::nn::Module)]
+#[module(input = [N, 8], output = ([N, 8], [N, 8]), parameters = 72)]
+pub struct Splitter {
+    fc: ferrograd::nn::Linear,
+}
+
+impl Splitter {
+    pub fn new(device: &Device) -> Self {
+        Splitter { fc: ferrograd::nn::Linear::new(8, 8, device) }
+    }
+    pub fn forward(&self, x: &Tensor) -> (Tensor, Tensor) {
+        (self.fc.forward(x), x.clone())
+    }
+}
+
 network! {
+    pub struct Halves(x: [N, 8]) -> [N, 4] {
+        let (a, b) = split: Splitter(x);
+        a + b -> fc: Linear(8 -> 4)
+    }
+
     pub struct Gated(x: [N, 8]) -> [N, 8] {
         gate: GatedUnit(8),
         drop: Dropout(1.0),
@@ -56,6 +77,10 @@ fn main() {
     let e = Embeddings::new(&device);
     let want = e.tokens.forward(&ids).add(&e.wpe.forward(&positions));
     assert_eq!(e.forward(&ids, &positions).to_vec::<f32>(), want.to_vec::<f32>());
+    let halves = Halves::new(&device);
+    let (a, b) = halves.split.forward(&x);
+    let want = halves.fc.forward(&a.add(&b));
+    assert_eq!(halves.forward(&x).to_vec::<f32>(), want.to_vec::<f32>());
     let block = Block::<16, 4>::new(&device);
     let x = Tensor::ones(&[2, 5, 16], DType::F32, &device);
     assert_eq!(block.forward(&x).shape(), &[2, 5, 16]);

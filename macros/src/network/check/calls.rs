@@ -581,6 +581,8 @@ impl Checker<'_> {
         // A derived module's `forward` is the user's: its result is checked to be one
         // tensor, as its declaration says, with the error on the layer's token.
         let at = Span::call_site().located_at(kind.span());
+        // The number of tensors in a tuple output (0: one tensor).
+        let n_out = if sig.tuple_output { outputs.len() } else { 0 };
         let out = if sig.tuple_output {
             Out::Tuple(
                 outputs
@@ -601,11 +603,19 @@ impl Checker<'_> {
                 }
                 let x = &xs[0];
                 if derived && !repeated {
+                    // `Tensor`, or a tuple of as many tensors as the declared outputs.
                     let out = syn::Ident::new("__layer_output", at);
+                    let ty = match n_out {
+                        0 => quote!(::ferrograd::Tensor),
+                        n => {
+                            let each = (0..n).map(|_| quote!(::ferrograd::Tensor));
+                            quote!((#(#each),*))
+                        }
+                    };
                     quote!({
                         let __layer_output = #f.forward(&#x);
-                        let __one_tensor: ::ferrograd::Tensor = #out;
-                        __one_tensor
+                        let __declared_output: #ty = #out;
+                        __declared_output
                     })
                 } else if repeated {
                     quote!({
