@@ -114,9 +114,12 @@ pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Iden
     for net in nets {
         each_call(net, &mut |c, annotated, field| {
             let kind = c.kind.to_string();
+            // An annotated layer without arguments may be a hand-written
+            // `nn::DeclaredShapes` type (checked by constant evaluation, with no
+            // declaration to fetch); with constructor arguments it can only be a network.
             if found.is_some()
                 || !field
-                || annotated
+                || (annotated && c.args_span.is_none())
                 || kinds::find(&kind).is_some()
                 || known.contains(&kind)
                 || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())

@@ -837,13 +837,22 @@ impl Checker<'_> {
             None => quote!(#kind),
         };
         let init = param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &[]);
+        // The call of its `forward` (and so an error about its arguments or its result)
+        // is at the layer's token.
+        let at = Span::call_site().located_at(kind.span());
         let built = Built {
             out: Out::One(Ty::float(output)),
             field: Some((ty_tokens.clone(), init)),
             params: Dim::lit(0),
-            forward: Box::new(|x, f| {
+            forward: Box::new(move |x, f| {
                 let x = &x[0];
-                quote!(#f.forward(&#x))
+                let forward = syn::Ident::new("forward", at);
+                let out = syn::Ident::new("__layer_output", at);
+                quote!({
+                    let __layer_output = #f.#forward(&#x);
+                    let __declared_output: ::ferrograd::Tensor = #out;
+                    __declared_output
+                })
             }),
         };
         Some(Resolved {
