@@ -70,19 +70,12 @@ pub fn read_idx(path: &Path) -> Result<(Vec<usize>, Vec<u8>), DataError> {
     // Read at most one byte past what the dims promise; the buffer only grows as bytes
     // actually arrive, so a lying header cannot make it allocate its claimed size.
     let mut data = Vec::new();
-    (&mut reader)
+    // Short of the limit, `read_to_end` reads until the stream ends, so every gzip
+    // member, trailer and checksum has been decoded by the time the length is checked.
+    reader
         .take(expected as u64 + 1)
         .read_to_end(&mut data)
         .map_err(|e| stream_error(path, e))?;
-    if data.len() == expected && gzipped {
-        // The rest of the stream must still decode: a corrupt last member is an error
-        // even when the bytes the dims need came out before the corruption.
-        let mut rest = [0u8; 1];
-        match reader.read(&mut rest).map_err(|e| stream_error(path, e))? {
-            0 => {}
-            _ => data.push(rest[0]),
-        }
-    }
     if data.len() != expected {
         let what = if data.len() < expected {
             "truncated data"
