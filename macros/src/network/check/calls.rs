@@ -578,8 +578,8 @@ impl Checker<'_> {
         };
         let repeated = call.repeat.is_some();
         let derived = sig.derived;
-        // A derived module's `forward` is the user's: its result is checked to be one
-        // tensor, as its declaration says, with the error on the layer's token.
+        // A derived module's `forward` is the user's: its result is checked against its
+        // declaration, with the error on the layer's token.
         let at = Span::call_site().located_at(kind.span());
         // The number of tensors in a tuple output (0: one tensor).
         let n_out = if sig.tuple_output { outputs.len() } else { 0 };
@@ -603,20 +603,7 @@ impl Checker<'_> {
                 }
                 let x = &xs[0];
                 if derived && !repeated {
-                    // `Tensor`, or a tuple of as many tensors as the declared outputs.
-                    let out = syn::Ident::new("__layer_output", at);
-                    let ty = match n_out {
-                        0 => quote!(::ferrograd::Tensor),
-                        n => {
-                            let each = (0..n).map(|_| quote!(::ferrograd::Tensor));
-                            quote!((#(#each),*))
-                        }
-                    };
-                    quote!({
-                        let __layer_output = #f.forward(&#x);
-                        let __declared_output: #ty = #out;
-                        __declared_output
-                    })
+                    forward_checked(f, x, at, n_out)
                 } else if repeated {
                     quote!({
                         let mut __r = #x.clone();
@@ -643,6 +630,25 @@ impl Checker<'_> {
         })
     }
 
+    /// A constructor argument's tokens at its own token (`span`), the expansion's hygiene
+    /// kept (constructor parameters are its locals); `None`, reported on `what`, when it
+    /// uses a size of the input, known only at run time.
+    fn ctor_arg_tokens(&mut self, value: &Dim, span: Span, what: &str) -> Option<TokenStream> {
+        if let Some(s) = value
+            .symbols()
+            .into_iter()
+            .find(|s| self.runtime.contains(s))
+        {
+            self.errors.push(span, format!("{what}: `{s}` is a size of the input, known only at run time; constructor arguments are literals, const or constructor parameters, or consts"));
+            return None;
+        }
+        let at = Span::call_site().located_at(span);
+        Some(value.tokens(&|s| {
+            let i = syn::Ident::new(s, at);
+            quote!(#i)
+        }))
+    }
+
     /// A derived module's constructor arguments (`gate: GatedUnit(64)`): sizes or numbers,
     /// positional, passed to its `new` before the device as written (`None` after a
     /// reported mistake).
@@ -653,19 +659,7 @@ impl Checker<'_> {
             match arg {
                 Arg::Positional(Value::Dim(d)) => {
                     let value = eval_dim(d, self.errors)?;
-                    if let Some(s) = value
-                        .symbols()
-                        .into_iter()
-                        .find(|s| self.runtime.contains(s))
-                    {
-                        self.errors.push(d.span(), format!("`{kind}`: `{s}` is a size of the input, known only at run time; constructor arguments are literals, const or constructor parameters"));
-                        return None;
-                    }
-                    let at = Span::call_site().located_at(d.span());
-                    tokens.push(value.tokens(&|s| {
-                        let i = syn::Ident::new(s, at);
-                        quote!(#i)
-                    }));
+                    tokens.push(self.ctor_arg_tokens(&value, d.span(), &format!("`{kind}`"))?);
                 }
                 Arg::Positional(Value::Float(x, span)) => {
                     let lit = proc_macro2::Literal::f64_suffixed(*x);
@@ -790,19 +784,10 @@ impl Checker<'_> {
                 );
                 ok = false;
             }
-            if let Some(s) = value
-                .symbols()
-                .into_iter()
-                .find(|s| self.runtime.contains(s))
-            {
-                self.errors.push(span, format!("`{name}` of `{kind}`: `{s}` is a size of the input, known only at run time; constructor arguments are literals, const or constructor parameters, or consts"));
-                ok = false;
+            match self.ctor_arg_tokens(&value, span, &format!("`{name}` of `{kind}`")) {
+                Some(t) => tokens.push(t),
+                None => ok = false,
             }
-            let at = Span::call_site().located_at(span);
-            tokens.push(value.tokens(&|s| {
-                let i = syn::Ident::new(s, at);
-                quote!(#i)
-            }));
             map.insert(name.clone(), value);
         }
         ok.then_some(tokens)
@@ -837,23 +822,12 @@ impl Checker<'_> {
             None => quote!(#kind),
         };
         let init = param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &[]);
-        // The call of its `forward` (and so an error about its arguments or its result)
-        // is at the layer's token.
         let at = Span::call_site().located_at(kind.span());
         let built = Built {
             out: Out::One(Ty::float(output)),
             field: Some((ty_tokens.clone(), init)),
             params: Dim::lit(0),
-            forward: Box::new(move |x, f| {
-                let x = &x[0];
-                let forward = syn::Ident::new("forward", at);
-                let out = syn::Ident::new("__layer_output", at);
-                quote!({
-                    let __layer_output = #f.#forward(&#x);
-                    let __declared_output: ::ferrograd::Tensor = #out;
-                    __declared_output
-                })
-            }),
+            forward: Box::new(move |x, f| forward_checked(f, &x[0], at, 0)),
         };
         Some(Resolved {
             built,
@@ -862,8 +836,30 @@ impl Checker<'_> {
     }
 }
 
+/// `field.forward(x)` of a layer whose `forward` is the user's, called at the layer's
+/// token (`at`) and its result checked to be a `Tensor`, or a tuple of `tuple` tensors
+/// (`tuple > 0`), as the layer declares: a `forward` of another signature or result is
+/// reported on the layer.
+fn forward_checked(field: &TokenStream, x: &TokenStream, at: Span, tuple: usize) -> TokenStream {
+    let ty = match tuple {
+        0 => quote!(::ferrograd::Tensor),
+        n => {
+            let each = (0..n).map(|_| quote!(::ferrograd::Tensor));
+            quote!((#(#each),*))
+        }
+    };
+    let forward = syn::Ident::new("forward", at);
+    let out = syn::Ident::new("__layer_output", at);
+    quote!({
+        let __layer_output = #field.#forward(&#x);
+        let __declared_output: #ty = #out;
+        __declared_output
+    })
+}
+
 /// Builds a module whose `nn::DeclaredShapes::PARAMETERS` may be hand-written, comparing
 /// that count with the built module's once, when the network is constructed.
+///
 /// `new` is called with `args` then the device, spanned on the layer's token (`span`), so
 /// a `new` of another signature is reported there.
 fn param_count_checked(

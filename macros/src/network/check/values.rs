@@ -285,15 +285,9 @@ impl Checker<'_> {
             [Expr::Value(name)] if !self.env.contains_key(&name.to_string()) => {
                 let text = name.to_string();
                 if !self.sizes.contains(&text) {
-                    let hint = kinds::suggest(&text, self.sizes.iter().map(String::as_str))
-                        .map_or(String::new(), |s| format!(": did you mean `{s}`?"));
-                    self.errors.push(
-                        name.span(),
-                        format!(
-                            "`arange({text})`: `{text}` is not a size of this network (its sizes are {}){hint}",
-                            self.sizes.join(", ")
-                        ),
-                    );
+                    let why = kinds::unknown_size(&text, &self.sizes);
+                    self.errors
+                        .push(name.span(), format!("`arange({text})`: {why}"));
                     return None;
                 }
                 Dim::sym(&text)

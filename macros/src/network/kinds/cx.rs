@@ -8,6 +8,22 @@ use crate::network::parse::{Arg, Call, DKind, DimExpr, Value};
 use proc_macro2::{Span, TokenStream};
 use std::fmt;
 
+/// Why `name` cannot stand for a size, given the network's `sizes` (input sizes, const
+/// and constructor parameters), with the closest one suggested.
+pub(crate) fn unknown_size(name: &str, sizes: &[String]) -> String {
+    let known = if sizes.is_empty() {
+        "it has none".to_string()
+    } else {
+        format!("its sizes are {}", sizes.join(", "))
+    };
+    let hint = suggest(name, sizes.iter().map(String::as_str))
+        .or_else(|| (sizes.len() == 1).then(|| sizes[0].as_str()))
+        .map_or(String::new(), |s| format!(": did you mean `{s}`?"));
+    format!(
+        "`{name}` is not a size of this network ({known}) nor a const or constructor parameter{hint}"
+    )
+}
+
 /// The context of one call's check.
 pub(crate) struct Cx<'a> {
     pub(crate) errors: &'a mut Errors,
@@ -190,18 +206,8 @@ impl<'a> Cx<'a> {
             if self.sizes.contains(&text) {
                 continue;
             }
-            let known = if self.sizes.is_empty() {
-                "it has none".to_string()
-            } else {
-                format!("its sizes are {}", self.sizes.join(", "))
-            };
-            let hint = suggest(&text, self.sizes.iter().map(String::as_str))
-                .or_else(|| (self.sizes.len() == 1).then(|| self.sizes[0].as_str()))
-                .map_or(String::new(), |s| format!(": did you mean `{s}`?"));
-            self.arg_error(
-                name.span(),
-                format!("`{text}` is not a size of this network ({known}) nor a const or constructor parameter{hint}"),
-            );
+            let message = unknown_size(&text, self.sizes);
+            self.arg_error(name.span(), message);
             return None;
         }
         let before = self.errors.count();

@@ -19,7 +19,7 @@ mod shape_ops;
 mod softmax;
 
 use super::check::show;
-pub(crate) use cx::Cx;
+pub(crate) use cx::{Cx, unknown_size};
 
 use super::dim::Dim;
 use super::parse::DKind;
