@@ -266,3 +266,74 @@ fn a_wrong_declared_parameter_count_is_caught_at_construction() {
         "{m}"
     );
 }
+
+/// A module written entirely by hand (its own `impl Module`, as a type of another crate
+/// would be), joining `network!` through `declared_shapes!`.
+pub struct Doubler {
+    scale: Tensor,
+}
+
+impl Doubler {
+    pub fn new(device: &Device) -> Self {
+        Doubler {
+            scale: Tensor::full(&[4], 2.0, DType::F32, device).requires_grad(true),
+        }
+    }
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x * &self.scale
+    }
+}
+
+impl ferrograd::nn::Module for Doubler {
+    fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Tensor, ferrograd::nn::TensorKind)) {
+        f(
+            &ferrograd::nn::join_path(prefix, "scale"),
+            &self.scale,
+            ferrograd::nn::TensorKind::Parameter,
+        );
+    }
+    fn visit_mut(
+        &mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(&str, &mut Tensor, ferrograd::nn::TensorKind),
+    ) {
+        f(
+            &ferrograd::nn::join_path(prefix, "scale"),
+            &mut self.scale,
+            ferrograd::nn::TensorKind::Parameter,
+        );
+    }
+    fn set_training(&mut self, _training: bool) {}
+}
+
+impl ferrograd::nn::DeclaredShapes for Doubler {
+    const INPUT: &'static [ferrograd::nn::DeclaredDim] = &[
+        ferrograd::nn::DeclaredDim::Sym("N"),
+        ferrograd::nn::DeclaredDim::Lit(4),
+    ];
+    const OUTPUT: &'static [ferrograd::nn::DeclaredDim] = &[
+        ferrograd::nn::DeclaredDim::Sym("N"),
+        ferrograd::nn::DeclaredDim::Lit(4),
+    ];
+    const PARAMETERS: usize = 4;
+}
+
+ferrograd::declared_shapes!(Doubler);
+
+network! {
+    pub struct UsesDoubler(x: [B, 4]) -> [B, 2] {
+        double: Doubler => [B, 4],
+        fc: Linear(4 -> 2),
+    }
+}
+
+#[test]
+fn a_hand_written_module_joins_through_declared_shapes() {
+    let m = UsesDoubler::new(&Device::Cpu);
+    assert_eq!(UsesDoubler::NUM_PARAMETERS, 4 + 4 * 2 + 2);
+    let keys: Vec<String> = m.named_parameters().into_iter().map(|(k, _)| k).collect();
+    assert!(keys.contains(&"double.scale".to_string()), "{keys:?}");
+    let x = Tensor::ones(&[3, 4], DType::F32, &Device::Cpu);
+    let direct = m.fc.forward(&m.double.forward(&x));
+    assert_eq!(m.forward(&x).to_vec::<f32>(), direct.to_vec::<f32>());
+}

@@ -75,3 +75,28 @@ pub fn network(input: TokenStream) -> TokenStream {
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }
+
+/// Declares that the listed types join `network!` through a hand-written
+/// `nn::DeclaredShapes` (a type with its own `impl Module`, or a network of another
+/// crate, whose declaration is private to that crate): a layer of such a type is written
+/// with its output annotated, `field: Type => [dims]`, and the annotation and the value
+/// reaching the layer are checked against the declared shapes by constant evaluation.
+/// Networks and `#[derive(Module)]` structs of the same crate need no such line.
+///
+/// ```ignore
+/// use other_crate::Encoder;
+/// ferrograd::declared_shapes!(Encoder);
+/// network! {
+///     struct Tower(x: [N, 32]) -> [N, 64] {
+///         enc: Encoder => [N, 64],
+///     }
+/// }
+/// ```
+#[proc_macro]
+pub fn declared_shapes(input: TokenStream) -> TokenStream {
+    let names = syn::parse_macro_input!(
+        input with syn::punctuated::Punctuated::<syn::Ident, syn::Token![,]>::parse_terminated
+    );
+    let names: Vec<syn::Ident> = names.into_iter().collect();
+    network::declared_elsewhere(&names).into()
+}

@@ -46,7 +46,7 @@ pub mod train;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use ferrograd_kernels::{DType, Element, FloatElement, NumElement};
-pub use ferrograd_macros::network;
+pub use ferrograd_macros::{declared_shapes, network};
 pub use random::{BadGeneratorState, Generator, get_rng_state, manual_seed, set_rng_state};
 
 /// Limits the CPU kernels to `n` threads (`torch.set_num_threads`), at most the size of

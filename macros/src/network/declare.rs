@@ -104,22 +104,23 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool)) {
 
 /// The first layer kind of `nets` that names a network declared elsewhere whose
 /// declaration has not been fetched yet: a named call of a kind that is not built in,
-/// not in `known` (this invocation's networks and the fetched declarations), without an
-/// output annotation (annotated layers are checked through `nn::DeclaredShapes`), and,
-/// when it has arguments (constructor arguments, `Block(64 -> 128, stride = 2)`), not a
+/// not in `known` (this invocation's networks and the fetched declarations), and, when
+/// it has arguments (constructor arguments, `Block(64 -> 128, stride = 2)`), not a
 /// misspelling of a built-in kind, nor a built-in op spelled as PyTorch's module class
 /// (`act: ReLU`).
+///
+/// Annotated layers (`down: Down => [..]`) are fetched too, so a network of the crate is
+/// checked through its declaration whether or not its output is written; a type whose
+/// shapes are only a hand-written `nn::DeclaredShapes` (or another crate's network) has a
+/// declaration saying so, from `declared_shapes!`, and is then checked by constant
+/// evaluation against its annotation.
 pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Ident> {
     let mut found = None;
     for net in nets {
-        each_call(net, &mut |c, annotated, field| {
+        each_call(net, &mut |c, _annotated, field| {
             let kind = c.kind.to_string();
-            // An annotated layer without arguments may be a hand-written
-            // `nn::DeclaredShapes` type (checked by constant evaluation, with no
-            // declaration to fetch); with constructor arguments it can only be a network.
             if found.is_some()
                 || !field
-                || (annotated && c.args_span.is_none())
                 || kinds::find(&kind).is_some()
                 || known.contains(&kind)
                 || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())
@@ -131,6 +132,23 @@ pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Iden
         });
     }
     found
+}
+
+/// `declared_shapes!(A, B)`: declarations for types whose shapes are only a hand-written
+/// `nn::DeclaredShapes` (or a network of another crate, whose declaration macro is
+/// crate-private), so `network!` checks them by constant evaluation against the layer's
+/// annotation.
+pub(crate) fn declared_elsewhere(names: &[syn::Ident]) -> TokenStream {
+    names
+        .iter()
+        .map(|name| {
+            declaration_macro(
+                name,
+                &syn::Visibility::Inherited,
+                &quote!(#[module(elsewhere)] struct #name (x: [N]) -> [N] {}),
+            )
+        })
+        .collect()
 }
 
 /// The expansion that fetches `kind`'s declaration: a call of its declaration macro

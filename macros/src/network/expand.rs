@@ -147,23 +147,26 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             declared_dims(&u.input, &krate),
             declared_dims(&u.output, &krate),
         );
-        let accepts = format!(
-            "`{}`: `{ty}` does not accept {} (the shape reaching it); compare with the input `{ty}` declares",
+        let accepts_prefix = format!(
+            "`{}` is given {}, but `{ty}` declares its input as ",
             u.desc,
             show(&u.input)
         );
-        let produces = format!(
-            "`{}`: `{ty}` does not produce {} for this input; compare with the output `{ty}` declares",
+        let produces_prefix = format!(
+            "the annotation after `{}` says {}, but for this input `{ty}` declares its output as ",
             u.desc,
             show(&u.output)
         );
+        let produces_suffix = " (with its input's sizes bound to this input's)";
         const_checks.push(quote_spanned! {span=>
             const _: () = {
                 if !#krate::nn::shapes_fit(<#ty as #krate::nn::DeclaredShapes>::INPUT, #actual) {
-                    panic!(#accepts);
+                    let m = #krate::nn::ShapeMessage::new(#accepts_prefix, <#ty as #krate::nn::DeclaredShapes>::INPUT, "");
+                    panic!("{}", m.as_str());
                 }
                 if !#krate::nn::output_is(<#ty as #krate::nn::DeclaredShapes>::INPUT, <#ty as #krate::nn::DeclaredShapes>::OUTPUT, #actual, #claimed) {
-                    panic!(#produces);
+                    let m = #krate::nn::ShapeMessage::new(#produces_prefix, <#ty as #krate::nn::DeclaredShapes>::OUTPUT, #produces_suffix);
+                    panic!("{}", m.as_str());
                 }
             };
         });

@@ -10,7 +10,7 @@ pub(crate) mod parse;
 
 use proc_macro2::TokenStream;
 
-pub(crate) use declare::declaration_macro;
+pub(crate) use declare::{declaration_macro, declared_elsewhere};
 pub(crate) use kinds::suggest;
 
 /// A fresh error collection (for `#[derive(Module)]`'s declared shapes).

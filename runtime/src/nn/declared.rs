@@ -15,8 +15,9 @@ pub enum DeclaredDim {
 /// `#[derive(Module)]` does for a struct with `#[module(input = [..], output = [..])]`
 /// (the parameter count summed from its children's, or given as `parameters = ..`);
 /// with `new(&Device)` and `forward(&Tensor) -> Tensor` such a type is a layer of
-/// `network!` whose shapes are checked at compile time. A hand-written impl joins as
-/// `field: Type => [output shape]`.
+/// `network!` whose shapes are checked at compile time. A hand-written impl (or a
+/// network of another crate) joins as `field: Type => [output shape]` once the type is
+/// listed in `ferrograd::declared_shapes!(Type)`, checked by constant evaluation.
 ///
 /// ```
 /// use ferrograd_runtime::nn::{DeclaredDim, DeclaredShapes};
@@ -140,4 +141,81 @@ pub const fn output_is(
         i += 1;
     }
     true
+}
+
+/// A message built at compile time, for `network!`'s constant-evaluation checks of
+/// layers known only through [`DeclaredShapes`]: `prefix`, the declared shape `dims`
+/// (as `[N, 64]`), then `suffix`, cut at 480 bytes.
+///
+/// ```
+/// use ferrograd_runtime::nn::{DeclaredDim::*, ShapeMessage};
+/// const M: ShapeMessage = ShapeMessage::new("takes ", &[Sym("N"), Lit(64)], ".");
+/// assert_eq!(M.as_str(), "takes [N, 64].");
+/// let long = "é".repeat(300);
+/// assert!(ShapeMessage::new(&long, &[], "").as_str().len() <= 480);
+/// ```
+#[doc(hidden)]
+pub struct ShapeMessage {
+    buf: [u8; 480],
+    len: usize,
+}
+
+impl ShapeMessage {
+    /// Renders `prefix`, `dims`, `suffix`.
+    pub const fn new(prefix: &str, dims: &[DeclaredDim], suffix: &str) -> ShapeMessage {
+        let mut m = ShapeMessage {
+            buf: [0; 480],
+            len: 0,
+        };
+        m = m.push(prefix.as_bytes());
+        m = m.push(b"[");
+        let mut i = 0;
+        while i < dims.len() {
+            if i > 0 {
+                m = m.push(b", ");
+            }
+            match dims[i] {
+                DeclaredDim::Sym(s) => m = m.push(s.as_bytes()),
+                DeclaredDim::Lit(mut v) => {
+                    let mut digits = [0u8; 20];
+                    let mut n = 0;
+                    loop {
+                        digits[19 - n] = b'0' + (v % 10) as u8;
+                        n += 1;
+                        v /= 10;
+                        if v == 0 {
+                            break;
+                        }
+                    }
+                    m = m.push(digits.split_at(20 - n).1);
+                }
+            }
+            i += 1;
+        }
+        m = m.push(b"]");
+        m.push(suffix.as_bytes())
+    }
+
+    const fn push(mut self, bytes: &[u8]) -> ShapeMessage {
+        let mut i = 0;
+        while i < bytes.len() && self.len < self.buf.len() {
+            self.buf[self.len] = bytes[i];
+            self.len += 1;
+            i += 1;
+        }
+        // Cut at a character boundary: drop the start of a character that did not fit.
+        while i > 0 && i < bytes.len() && (bytes[i] & 0xC0) == 0x80 {
+            self.len -= 1;
+            i -= 1;
+        }
+        self
+    }
+
+    /// The message.
+    pub const fn as_str(&self) -> &str {
+        match core::str::from_utf8(self.buf.split_at(self.len).0) {
+            Ok(s) => s,
+            Err(_) => "(message cut)",
+        }
+    }
 }

@@ -34,7 +34,7 @@ pub use conv::{
     Conv1d, Conv2d, ConvOptions, ConvTranspose1d, ConvTranspose2d, ConvTransposeOptions,
     KernelSize, Padding, PaddingMode,
 };
-pub use declared::{DeclaredDim, DeclaredShapes, output_is, shapes_fit};
+pub use declared::{DeclaredDim, DeclaredShapes, ShapeMessage, output_is, shapes_fit};
 pub use dropout::{AlphaDropout, Dropout, Dropout2d};
 pub use embedding::{Embedding, EmbeddingBag};
 pub use ferrograd_macros::Module;

@@ -68,6 +68,20 @@ impl Checker<'_> {
                 .iter()
                 .find(|s| s.name == kind_name && s.name != self.own_name)
             {
+                // Shapes only in a hand-written `nn::DeclaredShapes` (`declared_shapes!`,
+                // or a derived struct without declared shapes): the annotation is checked
+                // against them by constant evaluation.
+                if (sig.undeclared || sig.elsewhere)
+                    && annotation.is_some()
+                    && named
+                    && call.args_span.is_none()
+                    && call.generics.is_none()
+                    && call.repeat.is_none()
+                {
+                    return self
+                        .user(call, tys, unknown, annotation)
+                        .map(|r| (call.clone(), r));
+                }
                 return self
                     .sibling(call, sig, tys, unknown, named)
                     .map(|r| (call.clone(), r));
@@ -417,6 +431,10 @@ impl Checker<'_> {
         let desc = call.describe();
         if sig.undeclared {
             self.errors.push(kind.span(), format!("`{desc}`: `{kind}` is a `#[derive(Module)]` struct without declared shapes: add `#[module(input = [..], output = [..])]` to it (then it is checked here), or write its output shape here, as `{desc} => [..]` (checked through a hand-written `nn::DeclaredShapes`)"));
+            return None;
+        }
+        if sig.elsewhere {
+            self.errors.push(kind.span(), format!("`{desc}`: `{kind}` declares its shapes through a hand-written `nn::DeclaredShapes` (`declared_shapes!`): write its output shape here, as `{desc} => [..]`, and it is checked against them by constant evaluation"));
             return None;
         }
         if !named {
@@ -807,7 +825,11 @@ impl Checker<'_> {
             self.errors.push(kind.span(), format!("`{}` uses the network `{kind}` as a layer: write its output shape after it, as `{} => [..]`, and it is checked against `{kind}`'s declaration", call.describe(), call.describe()));
             return None;
         };
-        if unknown || tys.len() != 1 {
+        if unknown {
+            return None;
+        }
+        if tys.len() != 1 {
+            self.errors.push(kind.span(), format!("`{}` is applied to {} values, but a layer known only through `nn::DeclaredShapes` (`{kind}`) takes one value and yields one: declare `{kind}` with `network!` or `#[module(input = [..], output = [..])]` to apply it to several", call.describe(), tys.len()));
             return None;
         }
         let output = shape_dims(annotation, self.errors);

@@ -137,6 +137,9 @@ pub(crate) struct Signature {
     derived: bool,
     /// A `#[derive(Module)]` type without declared shapes.
     undeclared: bool,
+    /// A type declared through `declared_shapes!`: its shapes are a hand-written
+    /// `nn::DeclaredShapes`, checked by constant evaluation.
+    elsewhere: bool,
 }
 
 impl Signature {
@@ -173,6 +176,10 @@ impl Signature {
                 a.path().is_ident("module")
                     && a.parse_args::<syn::Ident>()
                         .is_ok_and(|i| i == "undeclared")
+            }),
+            elsewhere: net.attrs.iter().any(|a| {
+                a.path().is_ident("module")
+                    && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "elsewhere")
             }),
         }
     }
@@ -455,7 +462,13 @@ impl Checker<'_> {
             }
         };
         for ((_, ty), shape) in singles.iter().zip(declared) {
-            check_shape(&ty.shape, shape, self.errors, "the declared output");
+            check_shape(
+                &ty.shape,
+                shape,
+                self.errors,
+                "the declared output",
+                "the network",
+            );
         }
         let vars: Vec<&TokenStream> = singles.iter().map(|(v, _)| v).collect();
         self.checked.result = if net.tuple_output {
@@ -477,26 +490,35 @@ fn pattern_tokens(v: &Val) -> TokenStream {
 }
 
 /// Compares an inferred shape with a written one, erroring on each disagreeing dim.
-fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what: &str) {
+/// Compares a written shape (`what`) with the inferred one (made by `producer`); whether
+/// they agree (a malformed written dim counts as not agreeing: it was reported).
+fn check_shape(
+    inferred: &[Dim],
+    written: &ShapeExpr,
+    errors: &mut Errors,
+    what: &str,
+    producer: &str,
+) -> bool {
     let evaluated: Vec<Option<Dim>> = written.dims.iter().map(|d| eval_dim(d, errors)).collect();
     if evaluated.iter().any(Option::is_none) {
         // A malformed dim was reported; comparing against a guess would only add noise.
-        return;
+        return false;
     }
     let expected: Vec<Dim> = evaluated.into_iter().flatten().collect();
     if expected.len() != inferred.len() {
         errors.push(
             written.span,
             format!(
-                "{what} has rank {} ({}) but the network produces rank {} ({})",
+                "{what} has rank {} ({}) but {producer} produces rank {} ({})",
                 expected.len(),
                 show(&expected),
                 inferred.len(),
                 show(inferred)
             ),
         );
-        return;
+        return false;
     }
+    let mut ok = true;
     for (i, ((d, w), tok)) in inferred
         .iter()
         .zip(&expected)
@@ -504,10 +526,11 @@ fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what:
         .enumerate()
     {
         if !d.same(w) {
+            ok = false;
             errors.push(
                 tok.span(),
                 format!(
-                    "{what} says dim {i} is {} but the network produces {} there (shape {})",
+                    "{what} says dim {i} is {} but {producer} produces {} there (shape {})",
                     tok.text(),
                     d,
                     show(inferred)
@@ -515,4 +538,5 @@ fn check_shape(inferred: &[Dim], written: &ShapeExpr, errors: &mut Errors, what:
             );
         }
     }
+    ok
 }

@@ -125,13 +125,21 @@ impl Checker<'_> {
             Expr::Annotated(inner, shape) => {
                 let v = self.expr(inner, Some(shape))?;
                 if let Val::One(_, ty) = &v {
-                    let what = match inner.as_ref() {
-                        Expr::Pipe(_, call) | Expr::Apply(call, ..) => {
-                            format!("the annotation after `{}`", call.describe())
-                        }
-                        other => format!("the annotation after `{}`", other.text()),
+                    let (what, producer) = match inner.as_ref() {
+                        Expr::Pipe(_, call) | Expr::Apply(call, ..) => (
+                            format!("the annotation after `{}`", call.describe()),
+                            format!("`{}`", call.kind),
+                        ),
+                        other => (
+                            format!("the annotation after `{}`", other.text()),
+                            "the network".to_string(),
+                        ),
                     };
-                    check_shape(&ty.shape, shape, self.errors, &what);
+                    // One mistake, one error: a value whose annotation disagrees is left
+                    // unknown downstream.
+                    if !check_shape(&ty.shape, shape, self.errors, &what, &producer) {
+                        return None;
+                    }
                 }
                 Some(v)
             }
