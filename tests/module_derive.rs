@@ -229,3 +229,28 @@ fn tuple_and_generic_structs() {
     };
     assert_eq!(s.named_parameters()[2].0, "layers.1.weight");
 }
+
+#[derive(Module)]
+struct Renamed {
+    #[module(rename = "self")]
+    self_attn: Linear,
+    #[module(rename = "LayerNorm")]
+    #[param]
+    layer_norm: Tensor,
+}
+
+#[test]
+fn a_renamed_field_takes_the_checkpoint_key() {
+    let m = Renamed {
+        self_attn: Linear::new(2, 2, &Device::Cpu),
+        layer_norm: Tensor::ones(&[2], DType::F32, &Device::Cpu),
+    };
+    let keys: Vec<String> = m.state_dict().keys().cloned().collect();
+    assert_eq!(keys, ["LayerNorm", "self.bias", "self.weight"]);
+    let mut other = Renamed {
+        self_attn: Linear::new(2, 2, &Device::Cpu),
+        layer_norm: Tensor::zeros(&[2], DType::F32, &Device::Cpu),
+    };
+    other.load_state_dict(&m.state_dict(), true).unwrap();
+    assert_eq!(other.layer_norm.to_vec::<f32>(), [1.0, 1.0]);
+}

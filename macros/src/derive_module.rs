@@ -91,9 +91,12 @@ fn role_of(field: &Field, errors: &mut Errors) -> Role {
                 } else if meta.path.is_ident("training") {
                     found = Some(Role::Training);
                     Ok(())
+                } else if meta.path.is_ident("rename") {
+                    // The key, read by `key_of`; no role of its own.
+                    meta.value()?.parse::<syn::LitStr>().map(drop)
                 } else {
                     Err(meta.error(format!(
-                        "unknown field attribute `module({})`: expected `module(skip)` or `module(training)`",
+                        "unknown field attribute `module({})`: expected `module(skip)`, `module(training)` or `module(rename = \"key\")`",
                         meta.path.get_ident().map(|i| i.to_string()).unwrap_or_else(|| "..".into())
                     )))
                 }
@@ -120,6 +123,24 @@ fn role_of(field: &Field, errors: &mut Errors) -> Role {
         }
     }
     role.map(|(r, _)| r).unwrap_or(Role::Child)
+}
+
+/// A field's state-dict key given as `#[module(rename = "self")]` (a checkpoint's name
+/// that is no Rust identifier, as Hugging Face BERT's `attention.self`).
+fn key_of(field: &Field) -> Option<String> {
+    let mut key = None;
+    for attr in field.attrs.iter().filter(|a| a.path().is_ident("module")) {
+        // Malformed attributes are reported by `role_of`.
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("rename") {
+                key = Some(meta.value()?.parse::<syn::LitStr>()?.value());
+            } else if meta.input.peek(syn::Token![=]) {
+                meta.value()?.parse::<syn::Expr>()?;
+            }
+            Ok(())
+        });
+    }
+    key
 }
 
 /// The container attributes: `#[module(crate = path)]`, and the declared shapes
@@ -307,10 +328,11 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         Fields::Named(named) => named
             .named
             .iter()
-            .map(|f| {
-                let ident = f.ident.clone().expect("named field");
-                let name = ident.to_string().trim_start_matches("r#").to_string();
-                (syn::Member::Named(ident), name, f)
+            .filter_map(|f| {
+                let ident = f.ident.clone()?;
+                let name = key_of(f)
+                    .unwrap_or_else(|| ident.to_string().trim_start_matches("r#").to_string());
+                Some((syn::Member::Named(ident), name, f))
             })
             .collect(),
         Fields::Unnamed(unnamed) => unnamed

@@ -4,7 +4,8 @@
 //!   `#[param]` tensors are trained, `#[buffer]` tensors are saved but not trained,
 //!   `#[module(skip)]` fields are plain data, `#[module(training)]` marks the `bool` that
 //!   `train()`/`eval()` set, and every other field must itself be a module (containers
-//!   `Vec`, `Option`, arrays and `Box` of modules included).
+//!   `Vec`, `Option`, arrays and `Box` of modules included). `#[module(rename = "self")]`
+//!   gives a field another state-dict key (a checkpoint's name that is no Rust identifier).
 //!
 //! Misuse is a compile error on the offending token.
 #![warn(missing_docs)]
