@@ -16,3 +16,8 @@
 #![warn(missing_docs)]
 
 pub use ferrograd_runtime::*;
+
+/// Pretrained model families and tokenizers (the `models` feature, on by default): see
+/// [`ferrograd_models`].
+#[cfg(feature = "models")]
+pub use ferrograd_models as models;

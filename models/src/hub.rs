@@ -1,0 +1,219 @@
+//! A local Hugging Face model folder: its `config.json` and its weights.
+//!
+//! [`load_weights`] fills a module whose parameter names are the checkpoint's own
+//! (`encoder.layer.0.attention.self.query.weight`): each tensor is read from the
+//! memory-mapped safetensors file(s) and moved into the module (no second copy of the
+//! model is kept), converted to the module's device and, on request, to another dtype.
+
+use crate::ModelError;
+use ferrograd::DType;
+use ferrograd::nn::{Module, TensorKind};
+use serde::de::DeserializeOwned;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Reads and deserialises a JSON file.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join("ferrograd-doc-read-json");
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("c.json"), r#"{"hidden_size": 8}"#).unwrap();
+/// let v: serde_json::Value = ferrograd_models::hub::read_json(dir.join("c.json")).unwrap();
+/// assert_eq!(v["hidden_size"], 8);
+/// assert!(ferrograd_models::hub::read_json::<serde_json::Value>(dir.join("none.json")).is_err());
+/// ```
+pub fn read_json<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<T, ModelError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| ModelError::Config {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// `dir/config.json`, deserialised as the family's config.
+pub fn read_config<T: DeserializeOwned>(dir: impl AsRef<Path>) -> Result<T, ModelError> {
+    read_json(dir.as_ref().join("config.json"))
+}
+
+/// The weights of a folder: `model.safetensors`, else the index of a sharded checkpoint
+/// (`model.safetensors.index.json`, which names its shards); an `Err` saying what was
+/// found instead (`pytorch_model.bin` is not read: convert it with `safetensors`).
+///
+/// ```
+/// let dir = std::env::temp_dir().join("ferrograd-doc-no-weights");
+/// std::fs::create_dir_all(&dir).unwrap();
+/// assert!(ferrograd_models::hub::weights_file(&dir).is_err());
+/// ```
+pub fn weights_file(dir: impl AsRef<Path>) -> Result<PathBuf, ModelError> {
+    let dir = dir.as_ref();
+    for name in ["model.safetensors", "model.safetensors.index.json"] {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let hint = if dir.join("pytorch_model.bin").is_file() {
+        " (found pytorch_model.bin, a pickle: save it with safetensors first)".to_string()
+    } else if !dir.is_dir() {
+        " (the folder does not exist)".to_string()
+    } else {
+        String::new()
+    };
+    Err(ModelError::NoWeights {
+        dir: dir.to_path_buf(),
+        hint,
+    })
+}
+
+/// How checkpoint tensors map onto a module.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Convert floating-point weights to this dtype (`torch_dtype=`); `None` keeps the
+    /// module's dtype.
+    pub dtype: Option<DType>,
+    /// Prefixes a checkpoint may put before the module's keys (`bert.` in a
+    /// `BertForSequenceClassification` file, `transformer.`, `model.`), tried in turn for
+    /// a key the module lacks.
+    pub prefixes: Vec<String>,
+    /// Module keys filled from another checkpoint key when the checkpoint lacks them
+    /// (tied weights: GPT-2's `lm_head.weight` from `wte.weight`).
+    pub tied: Vec<(String, String)>,
+    /// Module keys whose checkpoint tensor is stored transposed (GPT-2's `Conv1D`
+    /// weights, `[in, out]`): a key ending with one of these suffixes is transposed.
+    pub transposed: Vec<String>,
+}
+
+/// What [`load_weights`] did.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The weights file read.
+    pub path: PathBuf,
+    /// Checkpoint keys the module has no use for (a task head, `position_ids`), in file
+    /// order.
+    pub unused: Vec<String>,
+    /// The number of tensors loaded.
+    pub loaded: usize,
+}
+
+/// Loads the weights of the folder `dir` into `module`, whose keys are the checkpoint's
+/// (after `options.prefixes`): every parameter and buffer must be found, with its shape;
+/// extra checkpoint tensors are listed in [`Loaded::unused`]. Each tensor is moved into
+/// the module (on the module's device, in the module's dtype or `options.dtype`), and a
+/// parameter keeps `requires_grad`. On a read, key or shape error the module is
+/// unchanged.
+pub fn load_weights(
+    module: &mut impl Module,
+    dir: impl AsRef<Path>,
+    options: &LoadOptions,
+) -> Result<Loaded, ModelError> {
+    let path = weights_file(dir)?;
+    let mut own: HashMap<String, Vec<usize>> = HashMap::new();
+    module.visit("", &mut |name, t, _| {
+        own.insert(name.to_string(), t.shape().to_vec());
+    });
+    let unused = RefCell::new(Vec::new());
+    let wanted_by_tie: Vec<&str> = options.tied.iter().map(|(_, from)| from.as_str()).collect();
+    let mut state = ferrograd::checkpoint::read_state_dict_with(&path, |k| {
+        if own.contains_key(k) || wanted_by_tie.contains(&k) {
+            return Some(k.to_string());
+        }
+        for p in &options.prefixes {
+            if let Some(rest) = k.strip_prefix(p.as_str())
+                && (own.contains_key(rest) || wanted_by_tie.contains(&rest))
+            {
+                return Some(rest.to_string());
+            }
+        }
+        unused.borrow_mut().push(k.to_string());
+        None
+    })?;
+    for (to, from) in &options.tied {
+        if !state.contains_key(to)
+            && own.contains_key(to)
+            && let Some(t) = state.get(from)
+        {
+            state.insert(to.clone(), t.clone());
+        }
+    }
+    // Check everything before touching the module.
+    let mut missing = Vec::new();
+    let mut sorted: Vec<(&String, &Vec<usize>)> = own.iter().collect();
+    sorted.sort();
+    for (key, shape) in sorted {
+        let Some(t) = state.get(key) else {
+            missing.push(key.clone());
+            continue;
+        };
+        let transposed = options.transposed.iter().any(|s| key.ends_with(s.as_str()));
+        let found: Vec<usize> = if transposed && t.dim() == 2 {
+            vec![t.shape()[1], t.shape()[0]]
+        } else {
+            t.shape().to_vec()
+        };
+        if &found != shape {
+            return Err(ModelError::Shape {
+                path,
+                key: key.clone(),
+                expected: shape.clone(),
+                found: t.shape().to_vec(),
+            });
+        }
+    }
+    if !missing.is_empty() {
+        return Err(ModelError::Missing {
+            path,
+            keys: missing,
+        });
+    }
+    let mut failure = None;
+    let mut loaded = 0;
+    module.visit_mut("", &mut |name, t, kind| {
+        if failure.is_some() {
+            return;
+        }
+        let Some(mut v) = state.remove(name) else {
+            return;
+        };
+        if options
+            .transposed
+            .iter()
+            .any(|s| name.ends_with(s.as_str()))
+            && v.dim() == 2
+        {
+            v = v.t().contiguous();
+        }
+        let dtype = match options.dtype {
+            Some(d) if t.dtype().is_float() => d,
+            _ => t.dtype(),
+        };
+        if v.dtype() != dtype {
+            v = v.to_dtype(dtype);
+        }
+        let device = t.device();
+        if v.device() != device {
+            match v.to_device(&device) {
+                Ok(d) => v = d,
+                Err(e) => {
+                    failure = Some(format!("{name}: {e}"));
+                    return;
+                }
+            }
+        }
+        let grad = matches!(kind, TensorKind::Parameter) && t.requires_grad_flag();
+        *t = v.requires_grad(grad);
+        loaded += 1;
+    });
+    if let Some(reason) = failure {
+        return Err(ModelError::Config { path, reason });
+    }
+    Ok(Loaded {
+        path,
+        unused: unused.into_inner(),
+        loaded,
+    })
+}

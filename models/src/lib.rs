@@ -1,0 +1,30 @@
+//! # ferrograd-models
+//!
+//! Models someone else trained, run and fine-tuned with ferrograd: what
+//! `transformers` and `sentence-transformers` are to PyTorch, read from a local Hugging
+//! Face folder (nothing is downloaded: a user passes a directory).
+//!
+//! - [`hub`]: a model folder's `config.json` and weights (`model.safetensors`, or the
+//!   shards an `model.safetensors.index.json` lists), loaded into a module whose
+//!   parameter names are the checkpoint's own.
+//! - [`tokenizer`]: `tokenizer.json` through the `tokenizers` crate, batches padded and
+//!   truncated into id and attention-mask tensors, and decoding.
+//! - [`bert`]: `BertModel` and the sentence-transformers encoder built on it
+//!   ([`bert::SentenceEncoder`]).
+//!
+//! ```no_run
+//! use ferrograd_models::bert::SentenceEncoder;
+//! let encoder = SentenceEncoder::from_pretrained("all-minilm-l6-v2")?;
+//! let e = encoder.encode(&["A man is eating food.", "A man is eating pasta."])?;
+//! let similarity = e.select(0, 0).mul(&e.select(0, 1)).sum_all().item::<f32>();
+//! assert!(similarity > 0.5);
+//! # Ok::<(), ferrograd_models::ModelError>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod bert;
+mod error;
+pub mod hub;
+pub mod tokenizer;
+
+pub use error::ModelError;
