@@ -76,9 +76,10 @@ pub struct LoadOptions {
     /// Convert floating-point weights to this dtype (`torch_dtype=`); `None` keeps the
     /// module's dtype.
     pub dtype: Option<DType>,
-    /// Prefixes a checkpoint may put before the module's keys (`bert.` in a
-    /// `BertForSequenceClassification` file, `transformer.`, `model.`), tried in turn for
-    /// a key the module lacks.
+    /// Prefixes a checkpoint's keys may have that the module's lack (`bert.` in a
+    /// `BertForSequenceClassification` file), or lack where the module's have them
+    /// (`transformer.` in a bare `GPT2Model` file), tried in turn for a key the module
+    /// lacks.
     pub prefixes: Vec<String>,
     /// Module keys filled from another checkpoint key when the checkpoint lacks them
     /// (tied weights: GPT-2's `lm_head.weight` from `wte.weight`).
@@ -123,10 +124,16 @@ pub fn load_weights(
             return Some(k.to_string());
         }
         for p in &options.prefixes {
+            // `bert.embeddings..` in a task model's file for `embeddings..`, or
+            // `h.0..` in a bare `GPT2Model` file for `transformer.h.0..`.
             if let Some(rest) = k.strip_prefix(p.as_str())
                 && (own.contains_key(rest) || wanted_by_tie.contains(&rest))
             {
                 return Some(rest.to_string());
+            }
+            let longer = format!("{p}{k}");
+            if own.contains_key(&longer) || wanted_by_tie.contains(&longer.as_str()) {
+                return Some(longer);
             }
         }
         unused.borrow_mut().push(k.to_string());

@@ -11,6 +11,10 @@
 //!   truncated into id and attention-mask tensors, and decoding.
 //! - [`bert`]: `BertModel` and the sentence-transformers encoder built on it
 //!   ([`bert::SentenceEncoder`]).
+//! - [`gpt2`]: `GPT2LMHeadModel`, with a KV cache.
+//! - [`generation`]: `generate` for every decoder ([`generation::CausalLM`]): greedy or
+//!   sampled (temperature, top-k, top-p, repetition penalty), stop tokens, streaming,
+//!   left-padded batches.
 //!
 //! ```no_run
 //! use ferrograd_models::bert::SentenceEncoder;
@@ -24,6 +28,8 @@
 
 pub mod bert;
 mod error;
+pub mod generation;
+pub mod gpt2;
 pub mod hub;
 pub mod tokenizer;
 

@@ -83,7 +83,7 @@ impl BertConfig {
                 c.position_embedding_type
             )));
         }
-        if c.num_attention_heads == 0 || c.hidden_size % c.num_attention_heads != 0 {
+        if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             return Err(bad(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 c.hidden_size, c.num_attention_heads

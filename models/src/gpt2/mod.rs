@@ -1,0 +1,446 @@
+//! GPT-2 (`transformers.GPT2LMHeadModel`): learned positions, pre-norm blocks of causal
+//! self-attention and a tanh-GELU MLP, `Conv1D` projections stored `[in, out]` as the
+//! checkpoints store them, and the output head tied to the token embeddings.
+
+use crate::ModelError;
+use crate::bert::Activation;
+use crate::generation::CausalLM;
+use crate::hub::{self, LoadOptions, Loaded};
+use ferrograd::nn::functional::scaled_dot_product_attention;
+use ferrograd::nn::{Dropout, Embedding, LayerNorm, Module};
+use ferrograd::{DType, Device, Tensor};
+use serde::Deserialize;
+use std::path::Path;
+
+fn default_act() -> String {
+    "gelu_new".into()
+}
+fn default_eps() -> f64 {
+    1e-5
+}
+fn default_drop() -> f64 {
+    0.1
+}
+fn default_true() -> bool {
+    true
+}
+
+/// `config.json` of a GPT-2 checkpoint (`transformers.GPT2Config`; unknown keys ignored).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Gpt2Config {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Learned positions (the longest sequence).
+    pub n_positions: usize,
+    /// Width.
+    pub n_embd: usize,
+    /// Blocks.
+    pub n_layer: usize,
+    /// Attention heads.
+    pub n_head: usize,
+    /// The MLP's width (`4 * n_embd` if absent).
+    #[serde(default)]
+    pub n_inner: Option<usize>,
+    /// The MLP activation (`gelu_new`: tanh GELU).
+    #[serde(default = "default_act")]
+    pub activation_function: String,
+    /// LayerNorm epsilon.
+    #[serde(default = "default_eps")]
+    pub layer_norm_epsilon: f64,
+    /// Dropout of residual branches (training).
+    #[serde(default = "default_drop")]
+    pub resid_pdrop: f64,
+    /// Dropout of the embeddings (training).
+    #[serde(default = "default_drop")]
+    pub embd_pdrop: f64,
+    /// Dropout of attention weights (training).
+    #[serde(default = "default_drop")]
+    pub attn_pdrop: f64,
+    /// The head shares the token embeddings.
+    #[serde(default = "default_true")]
+    pub tie_word_embeddings: bool,
+    /// The end-of-text id.
+    #[serde(default)]
+    pub eos_token_id: Option<u32>,
+}
+
+impl Default for Gpt2Config {
+    /// GPT-2 small (124M parameters).
+    fn default() -> Self {
+        Gpt2Config {
+            vocab_size: 50257,
+            n_positions: 1024,
+            n_embd: 768,
+            n_layer: 12,
+            n_head: 12,
+            n_inner: None,
+            activation_function: default_act(),
+            layer_norm_epsilon: 1e-5,
+            resid_pdrop: 0.1,
+            embd_pdrop: 0.1,
+            attn_pdrop: 0.1,
+            tie_word_embeddings: true,
+            eos_token_id: Some(50256),
+        }
+    }
+}
+
+impl Gpt2Config {
+    /// Reads `dir/config.json`, refusing what this port does not implement.
+    pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Gpt2Config, ModelError> {
+        let c: Gpt2Config = hub::read_config(&dir)?;
+        let bad = |reason: String| ModelError::Config {
+            path: dir.as_ref().join("config.json"),
+            reason,
+        };
+        if c.n_head == 0 || !c.n_embd.is_multiple_of(c.n_head) {
+            return Err(bad(format!(
+                "n_embd {} is not a multiple of n_head {}",
+                c.n_embd, c.n_head
+            )));
+        }
+        Activation::parse(&c.activation_function).map_err(bad)?;
+        Ok(c)
+    }
+}
+
+/// GPT-2's `Conv1D`: a linear layer whose weight is stored `[in, out]`.
+#[derive(Module)]
+pub struct Conv1D {
+    /// `[in, out]`.
+    #[param]
+    pub weight: Tensor,
+    /// `[out]`.
+    #[param]
+    pub bias: Tensor,
+}
+
+impl Conv1D {
+    /// Weights from N(0, 0.02), as GPT-2 initialises them; zero bias.
+    pub fn new(input: usize, output: usize, device: &Device) -> Conv1D {
+        let w = Tensor::randn(&[input, output], DType::F32, device).mul_scalar(0.02);
+        Conv1D {
+            weight: w.requires_grad(true),
+            bias: Tensor::zeros(&[output], DType::F32, device).requires_grad(true),
+        }
+    }
+
+    /// `x @ weight + bias`.
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.matmul(&self.weight).add(&self.bias)
+    }
+}
+
+/// Causal self-attention (`attn.c_attn` projects to q, k, v at once).
+#[derive(Module)]
+pub struct Gpt2Attention {
+    /// `[D, 3D]` projection.
+    pub c_attn: Conv1D,
+    /// Output projection.
+    pub c_proj: Conv1D,
+    /// Dropout of the output (training).
+    pub resid_dropout: Dropout,
+    #[module(skip)]
+    heads: usize,
+    #[module(skip)]
+    attn_p: f64,
+    #[module(training)]
+    training: bool,
+}
+
+/// The MLP.
+#[derive(Module)]
+pub struct Gpt2Mlp {
+    /// `D -> inner`.
+    pub c_fc: Conv1D,
+    /// `inner -> D`.
+    pub c_proj: Conv1D,
+    /// Dropout of the output (training).
+    pub dropout: Dropout,
+    #[module(skip)]
+    act: Activation,
+}
+
+/// A pre-norm block.
+#[derive(Module)]
+pub struct Gpt2Block {
+    /// Norm before attention.
+    pub ln_1: LayerNorm,
+    /// Attention.
+    pub attn: Gpt2Attention,
+    /// Norm before the MLP.
+    pub ln_2: LayerNorm,
+    /// MLP.
+    pub mlp: Gpt2Mlp,
+}
+
+/// `GPT2Model`: embeddings, blocks, final norm.
+#[derive(Module)]
+pub struct Gpt2Model {
+    /// Token embeddings (also the tied head).
+    pub wte: Embedding,
+    /// Learned positions.
+    pub wpe: Embedding,
+    /// Embedding dropout (training).
+    pub drop: Dropout,
+    /// The blocks.
+    pub h: Vec<Gpt2Block>,
+    /// Final norm.
+    pub ln_f: LayerNorm,
+}
+
+/// `GPT2LMHeadModel`: next-token logits. The head is the token embedding matrix when
+/// tied (no `lm_head.weight` of its own, as in the checkpoints), else its own weight.
+///
+/// ```
+/// use ferrograd::prelude::*;
+/// use ferrograd_models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
+/// let config = Gpt2Config { vocab_size: 64, n_positions: 32, n_embd: 16, n_layer: 2, n_head: 2, ..Default::default() };
+/// let model = Gpt2LMHeadModel::new(&config, &Device::Cpu);
+/// let logits = model.forward(&Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2]), None);
+/// assert_eq!(logits.shape(), &[2, 2, 64]);
+/// ```
+#[derive(Module)]
+pub struct Gpt2LMHeadModel {
+    /// The transformer.
+    pub transformer: Gpt2Model,
+    /// The untied head's weight `[vocab, D]`.
+    pub lm_head: Option<ferrograd::nn::Linear>,
+    #[module(skip)]
+    config: Gpt2Config,
+}
+
+/// Keys and values of every block, `[batch, heads, cached, head_dim]`.
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+}
+
+impl KvCache {
+    /// The number of cached positions.
+    pub fn len(&self) -> usize {
+        self.layers
+            .first()
+            .and_then(|l| l.as_ref())
+            .map_or(0, |(k, _)| k.shape()[2])
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn ln(c: &Gpt2Config, device: &Device) -> LayerNorm {
+    LayerNorm::with_options(&[c.n_embd], c.layer_norm_epsilon, true, true, device)
+}
+
+impl Gpt2LMHeadModel {
+    /// A randomly initialised model (GPT-2's N(0, 0.02) weights).
+    pub fn new(config: &Gpt2Config, device: &Device) -> Gpt2LMHeadModel {
+        let c = config;
+        let d = c.n_embd;
+        let inner = c.n_inner.unwrap_or(4 * d);
+        let act = Activation::parse(&c.activation_function).unwrap_or(Activation::GeluTanh);
+        let emb = |n: usize| {
+            let mut e = Embedding::new(n, d, device);
+            e.weight = Tensor::randn(&[n, d], DType::F32, device)
+                .mul_scalar(0.02)
+                .requires_grad(true);
+            e
+        };
+        let block = |_| Gpt2Block {
+            ln_1: ln(c, device),
+            attn: Gpt2Attention {
+                c_attn: Conv1D::new(d, 3 * d, device),
+                c_proj: Conv1D::new(d, d, device),
+                resid_dropout: Dropout::new(c.resid_pdrop),
+                heads: c.n_head,
+                attn_p: c.attn_pdrop,
+                training: true,
+            },
+            ln_2: ln(c, device),
+            mlp: Gpt2Mlp {
+                c_fc: Conv1D::new(d, inner, device),
+                c_proj: Conv1D::new(inner, d, device),
+                dropout: Dropout::new(c.resid_pdrop),
+                act,
+            },
+        };
+        Gpt2LMHeadModel {
+            transformer: Gpt2Model {
+                wte: emb(c.vocab_size),
+                wpe: emb(c.n_positions),
+                drop: Dropout::new(c.embd_pdrop),
+                h: (0..c.n_layer).map(block).collect(),
+                ln_f: ln(c, device),
+            },
+            lm_head: (!c.tie_word_embeddings)
+                .then(|| ferrograd::nn::Linear::with_bias(d, c.vocab_size, false, device)),
+            config: c.clone(),
+        }
+    }
+
+    /// Loads a folder (`GPT2LMHeadModel.from_pretrained(dir)`), in eval mode.
+    pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Gpt2LMHeadModel, ModelError> {
+        Gpt2LMHeadModel::from_pretrained_with(dir, &Device::Cpu, None).map(|(m, _)| m)
+    }
+
+    /// [`Gpt2LMHeadModel::from_pretrained`] on `device`, converted to `dtype` if given.
+    pub fn from_pretrained_with(
+        dir: impl AsRef<Path>,
+        device: &Device,
+        dtype: Option<DType>,
+    ) -> Result<(Gpt2LMHeadModel, Loaded), ModelError> {
+        let dir = dir.as_ref();
+        let config = Gpt2Config::from_pretrained(dir)?;
+        let mut model = Gpt2LMHeadModel::new(&config, device);
+        let options = LoadOptions {
+            dtype,
+            prefixes: vec!["transformer.".into()],
+            ..Default::default()
+        };
+        let loaded = hub::load_weights(&mut model, dir, &options)?;
+        model.eval();
+        Ok((model, loaded))
+    }
+
+    /// The config the model was built from.
+    pub fn config(&self) -> &Gpt2Config {
+        &self.config
+    }
+
+    /// Logits `[batch, len, vocab]` of `input_ids` `[batch, len]`; `attention_mask`
+    /// (1 token, 0 pad) for right-padded batches.
+    #[track_caller]
+    pub fn forward(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
+        let (b, t) = (input_ids.shape()[0], input_ids.shape()[1]);
+        let device = input_ids.device();
+        let mask = match attention_mask {
+            Some(m) => m.clone(),
+            None => Tensor::ones(&[b, t], DType::I64, &device),
+        };
+        let positions = Tensor::arange(0.0, t as f64, 1.0, DType::I64, &device)
+            .unsqueeze(0)
+            .expand(&[b as isize, t as isize]);
+        let mut cache = self.new_cache();
+        self.forward_cached(input_ids, &positions, &mask, &mut cache, false)
+    }
+
+    fn head(&self, h: &Tensor) -> Tensor {
+        match &self.lm_head {
+            Some(l) => l.forward(h),
+            None => h.matmul(&self.transformer.wte.weight.t()),
+        }
+    }
+}
+
+impl CausalLM for Gpt2LMHeadModel {
+    type Cache = KvCache;
+
+    fn new_cache(&self) -> KvCache {
+        KvCache {
+            layers: (0..self.transformer.h.len()).map(|_| None).collect(),
+        }
+    }
+
+    #[track_caller]
+    fn forward_cached(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: &mut KvCache,
+        last_only: bool,
+    ) -> Tensor {
+        assert!(
+            ids.dim() == 2,
+            "Gpt2LMHeadModel: input_ids must be [batch, len], got {:?}",
+            ids.shape()
+        );
+        let (b, t) = (ids.shape()[0], ids.shape()[1]);
+        let past = cache.len();
+        assert!(
+            past + t <= self.config.n_positions,
+            "Gpt2LMHeadModel: {} positions exceed n_positions ({})",
+            past + t,
+            self.config.n_positions
+        );
+        assert_eq!(
+            mask.shape(),
+            &[b, past + t],
+            "Gpt2LMHeadModel: the attention mask must be [batch, cached + len] = [{b}, {}]",
+            past + t
+        );
+        let m = &self.transformer;
+        let x = m.wte.forward(ids).add(&m.wpe.forward(positions));
+        let mut h = m.drop.forward(&x);
+        let allowed = attention_allowed(mask, past, t);
+        for (block, slot) in m.h.iter().zip(cache.layers.iter_mut()) {
+            let a = block.attn.forward(&block.ln_1.forward(&h), &allowed, slot);
+            h = h.add(&a);
+            let f = block.mlp.forward(&block.ln_2.forward(&h));
+            h = h.add(&f);
+        }
+        if last_only {
+            let last = h.select(1, t - 1);
+            self.head(&m.ln_f.forward(&last))
+        } else {
+            self.head(&m.ln_f.forward(&h))
+        }
+    }
+
+    fn device(&self) -> Device {
+        self.transformer.wte.weight.device()
+    }
+}
+
+/// `[batch, 1, len, cached + len]` bool: query `i` (at `cached + i`) sees key `j` when
+/// `j <= cached + i` and key `j` is no pad. A query that sees nothing (a left pad)
+/// sees every key instead, as `transformers` does, so its (unused) output stays finite.
+pub(crate) fn attention_allowed(mask: &Tensor, past: usize, t: usize) -> Tensor {
+    let b = mask.shape()[0];
+    let total = past + t;
+    let device = mask.device();
+    let keys = mask.ne_scalar(0.0).reshape(&[b, 1, 1, total]);
+    let q = Tensor::arange(past as f64, total as f64, 1.0, DType::I64, &device).reshape(&[t, 1]);
+    let k = Tensor::arange(0.0, total as f64, 1.0, DType::I64, &device).reshape(&[1, total]);
+    let causal = k.le(&q).reshape(&[1, 1, t, total]);
+    let allowed = keys.logical_and(&causal);
+    let none = allowed.to_dtype(DType::I64).sum(&[-1], true).eq_scalar(0.0);
+    // allowed | none
+    allowed
+        .logical_not()
+        .logical_and(&none.logical_not())
+        .logical_not()
+}
+
+impl Gpt2Attention {
+    fn forward(&self, x: &Tensor, allowed: &Tensor, slot: &mut Option<(Tensor, Tensor)>) -> Tensor {
+        let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let heads = self.heads;
+        let qkv = self.c_attn.forward(x);
+        let split = |i: usize| {
+            qkv.narrow(-1, i * d, d)
+                .reshape(&[b, t, heads, d / heads])
+                .transpose(1, 2)
+        };
+        let (q, mut k, mut v) = (split(0), split(1), split(2));
+        if let Some((pk, pv)) = slot.take() {
+            k = Tensor::cat(&[&pk, &k], 2);
+            v = Tensor::cat(&[&pv, &v], 2);
+        }
+        let p = if self.training { self.attn_p } else { 0.0 };
+        let y = scaled_dot_product_attention(&q, &k, &v, Some(allowed), p, false, None)
+            .transpose(1, 2)
+            .reshape(&[b, t, d]);
+        *slot = Some((k, v));
+        self.resid_dropout.forward(&self.c_proj.forward(&y))
+    }
+}
+
+impl Gpt2Mlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let h = self.act.apply(&self.c_fc.forward(x));
+        self.dropout.forward(&self.c_proj.forward(&h))
+    }
+}
