@@ -12,6 +12,8 @@
 //! - [`bert`]: `BertModel` and the sentence-transformers encoder built on it
 //!   ([`bert::SentenceEncoder`]).
 //! - [`gpt2`]: `GPT2LMHeadModel`, with a KV cache.
+//! - [`llama`]: `LlamaForCausalLM` and its Mistral and Qwen2 variants (RMSNorm, RoPE with
+//!   Llama-3 scaling, SwiGLU, grouped-query attention, sliding windows).
 //! - [`generation`]: `generate` for every decoder ([`generation::CausalLM`]): greedy or
 //!   sampled (temperature, top-k, top-p, repetition penalty), stop tokens, streaming,
 //!   left-padded batches.
@@ -31,6 +33,7 @@ mod error;
 pub mod generation;
 pub mod gpt2;
 pub mod hub;
+pub mod llama;
 pub mod tokenizer;
 
 pub use error::ModelError;

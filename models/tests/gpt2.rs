@@ -5,46 +5,9 @@
 use ferrograd::prelude::*;
 use ferrograd_models::generation::{CausalLM, GenerationConfig, generate};
 use ferrograd_models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
-use std::path::PathBuf;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn json() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("gpt2.json")).unwrap()).unwrap()
-}
-
-fn ints(v: &serde_json::Value) -> Vec<i64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|x| match x.as_array() {
-            Some(row) => row.iter().map(|y| y.as_i64().unwrap()).collect::<Vec<_>>(),
-            None => vec![x.as_i64().unwrap()],
-        })
-        .collect()
-}
-
-fn floats(v: &serde_json::Value) -> Vec<f32> {
-    fn walk(v: &serde_json::Value, out: &mut Vec<f32>) {
-        match v.as_array() {
-            Some(a) => a.iter().for_each(|x| walk(x, out)),
-            None => out.push(v.as_f64().unwrap() as f32),
-        }
-    }
-    let mut out = Vec::new();
-    walk(v, &mut out);
-    out
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
+mod common;
+use common::{fixtures, floats, ints, json, max_diff};
 
 fn model() -> Gpt2LMHeadModel {
     Gpt2LMHeadModel::from_pretrained(fixtures().join("tiny-gpt2")).unwrap()
@@ -52,7 +15,7 @@ fn model() -> Gpt2LMHeadModel {
 
 #[test]
 fn logits_equal_transformers() {
-    let f = json();
+    let f = json("gpt2");
     let m = model();
     assert!(m.lm_head.is_none(), "the head is tied");
     let single = ints(&f["single"]);
@@ -78,7 +41,7 @@ fn logits_equal_transformers() {
 
 #[test]
 fn greedy_generation_equals_transformers() {
-    let f = json();
+    let f = json("gpt2");
     let m = model();
     let prompt = ints(&f["single"]);
     let config = GenerationConfig {

@@ -374,7 +374,7 @@ impl CausalLM for Gpt2LMHeadModel {
         let m = &self.transformer;
         let x = m.wte.forward(ids).add(&m.wpe.forward(positions));
         let mut h = m.drop.forward(&x);
-        let allowed = attention_allowed(mask, past, t);
+        let allowed = attention_allowed(mask, past, t, None);
         for (block, slot) in m.h.iter().zip(cache.layers.iter_mut()) {
             let a = block.attn.forward(&block.ln_1.forward(&h), &allowed, slot);
             h = h.add(&a);
@@ -395,16 +395,26 @@ impl CausalLM for Gpt2LMHeadModel {
 }
 
 /// `[batch, 1, len, cached + len]` bool: query `i` (at `cached + i`) sees key `j` when
-/// `j <= cached + i` and key `j` is no pad. A query that sees nothing (a left pad)
-/// sees every key instead, as `transformers` does, so its (unused) output stays finite.
-pub(crate) fn attention_allowed(mask: &Tensor, past: usize, t: usize) -> Tensor {
+/// `j <= cached + i`, key `j` is no pad and, with a sliding `window`, `cached + i - j <
+/// window`. A query that sees nothing (a left pad) sees every key instead, as
+/// `transformers` does, so its (unused) output stays finite.
+pub(crate) fn attention_allowed(
+    mask: &Tensor,
+    past: usize,
+    t: usize,
+    window: Option<usize>,
+) -> Tensor {
     let b = mask.shape()[0];
     let total = past + t;
     let device = mask.device();
     let keys = mask.ne_scalar(0.0).reshape(&[b, 1, 1, total]);
     let q = Tensor::arange(past as f64, total as f64, 1.0, DType::I64, &device).reshape(&[t, 1]);
     let k = Tensor::arange(0.0, total as f64, 1.0, DType::I64, &device).reshape(&[1, total]);
-    let causal = k.le(&q).reshape(&[1, 1, t, total]);
+    let mut causal = k.le(&q);
+    if let Some(w) = window {
+        causal = causal.logical_and(&k.gt(&q.sub_scalar(w as f64)));
+    }
+    let causal = causal.reshape(&[1, 1, t, total]);
     let allowed = keys.logical_and(&causal);
     let none = allowed.to_dtype(DType::I64).sum(&[-1], true).eq_scalar(0.0);
     // allowed | none

@@ -1,0 +1,126 @@
+//! Llama, Qwen2 and Mistral against `transformers` on tiny random checkpoints saved with
+//! `save_pretrained` (fixtures: `fixtures/make_llama_fixtures.py`): logits of a sequence
+//! and of a right-padded batch (max abs diff <= 1e-4), and greedy generation of a prompt
+//! and a left-padded batch token for token.
+
+mod common;
+
+use common::{fixtures, floats, ints, json, max_diff};
+use ferrograd::prelude::*;
+use ferrograd_models::generation::{CausalLM, GenerationConfig, generate};
+use ferrograd_models::llama::{LlamaForCausalLM, RopeScaling};
+
+fn check_family(name: &str) {
+    let f = json(name);
+    let (m, loaded) = LlamaForCausalLM::from_pretrained_with(
+        fixtures().join(format!("tiny-{name}")),
+        &Device::Cpu,
+        None,
+    )
+    .unwrap();
+    assert!(loaded.unused.is_empty(), "{name}: {:?}", loaded.unused);
+    let single = ints(&f["single"]);
+    let logits = m.forward(&Tensor::from_vec(single.clone(), &[1, single.len()]), None);
+    let d = max_diff(&logits.to_vec::<f32>(), &floats(&f["logits_single"]));
+    eprintln!("{name}: single sequence max abs diff {d:.2e}");
+    assert!(d <= 1e-4, "{name}: single sequence max abs diff {d}");
+
+    let logits = m.forward(
+        &Tensor::from_vec(ints(&f["batch"]), &[2, 10]),
+        Some(&Tensor::from_vec(ints(&f["batch_mask"]), &[2, 10])),
+    );
+    let v = 256;
+    let got = logits.to_vec::<f32>();
+    let mut ours = got[..10 * v].to_vec();
+    ours.extend_from_slice(&got[10 * v..15 * v]);
+    let d = max_diff(&ours, &floats(&f["logits_batch"]));
+    assert!(d <= 1e-4, "{name}: padded batch max abs diff {d}");
+
+    let config = GenerationConfig {
+        max_new_tokens: 32,
+        pad_token_id: 0,
+        ..Default::default()
+    };
+    let out = generate(
+        &m,
+        &Tensor::from_vec(single.clone(), &[1, single.len()]),
+        None,
+        &config,
+        |_| {},
+    );
+    assert_eq!(
+        out.to_vec::<i64>(),
+        ints(&f["generate_single"]),
+        "{name}: batch 1"
+    );
+    let out = generate(
+        &m,
+        &Tensor::from_vec(ints(&f["left"]), &[2, 6]),
+        Some(&Tensor::from_vec(ints(&f["left_mask"]), &[2, 6])),
+        &config,
+        |_| {},
+    );
+    assert_eq!(
+        out.to_vec::<i64>(),
+        ints(&f["generate_batch"]),
+        "{name}: left-padded batch"
+    );
+}
+
+#[test]
+fn llama_with_grouped_query_attention_and_llama3_rope_equals_transformers() {
+    let c = ferrograd_models::llama::LlamaConfig::from_pretrained(fixtures().join("tiny-llama"))
+        .unwrap();
+    assert_eq!((c.num_attention_heads, c.num_key_value_heads), (4, 2));
+    assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { .. }));
+    assert!(!c.tie_word_embeddings);
+    check_family("llama");
+}
+
+#[test]
+fn qwen2_with_biases_and_a_tied_head_equals_transformers() {
+    let c = ferrograd_models::llama::LlamaConfig::from_pretrained(fixtures().join("tiny-qwen2"))
+        .unwrap();
+    assert!(c.qkv_bias && !c.o_bias && c.tie_word_embeddings);
+    check_family("qwen2");
+}
+
+#[test]
+fn mistral_with_a_sliding_window_equals_transformers() {
+    let c = ferrograd_models::llama::LlamaConfig::from_pretrained(fixtures().join("tiny-mistral"))
+        .unwrap();
+    assert_eq!((c.sliding_window, c.num_key_value_heads), (Some(6), 1));
+    check_family("mistral");
+}
+
+#[test]
+fn unsupported_configs_are_errors() {
+    use ferrograd_models::llama::LlamaConfig;
+    let base = r#""vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2"#;
+    assert!(LlamaConfig::from_json(&format!(r#"{{"model_type": "gemma", {base}}}"#)).is_err());
+    assert!(LlamaConfig::from_json(&format!(r#"{{{base}, "num_key_value_heads": 3}}"#)).is_err());
+    let e = LlamaConfig::from_json(&format!(
+        r#"{{{base}, "rope_scaling": {{"rope_type": "yarn", "factor": 4.0}}}}"#
+    ))
+    .unwrap_err();
+    assert!(e.contains("yarn"), "{e}");
+    // rope_theta under rope_scaling (4.x) and at the top level.
+    let c = LlamaConfig::from_json(&format!(r#"{{{base}, "rope_theta": 1e6}}"#)).unwrap();
+    assert_eq!(c.rope_theta, 1e6);
+    // The cache: one step at a time equals the full forward.
+    let c = LlamaConfig::from_json(&format!(r#"{{{base}, "num_key_value_heads": 1}}"#)).unwrap();
+    let m = LlamaForCausalLM::new(&c, &Device::Cpu);
+    let ids: Vec<i64> = vec![1, 5, 3, 7, 2];
+    let full = m.forward(&Tensor::from_vec(ids.clone(), &[1, 5]), None);
+    let mut cache = m.new_cache();
+    for (i, &id) in ids.iter().enumerate() {
+        let step = m.forward_cached(
+            &Tensor::from_vec(vec![id], &[1, 1]),
+            &Tensor::from_vec(vec![i as i64], &[1, 1]),
+            &Tensor::ones(&[1, i + 1], DType::I64, &Device::Cpu),
+            &mut cache,
+            true,
+        );
+        assert!(max_diff(&step.to_vec::<f32>(), &full.select(1, i).to_vec::<f32>()) < 1e-4);
+    }
+}
