@@ -28,6 +28,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auto;
 pub mod bert;
 mod error;
 pub mod generation;
