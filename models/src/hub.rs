@@ -1,15 +1,17 @@
 //! A local Hugging Face model folder: its `config.json` and its weights.
 //!
 //! [`load_weights`] fills a module whose parameter names are the checkpoint's own
-//! (`encoder.layer.0.attention.self.query.weight`): each tensor is read from the
-//! memory-mapped safetensors file(s) and moved into the module (no second copy of the
-//! model is kept), converted to the module's device and, on request, to another dtype.
+//! (`encoder.layer.0.attention.self.query.weight`): every key and shape is checked from
+//! the headers first, then each tensor is read from the memory-mapped safetensors
+//! file(s), converted to the module's device (and, on request, to another dtype) and
+//! moved into the module, one at a time, so loading a model built under
+//! `nn::init::skip_init` holds about the checkpoint's size.
 
 use crate::ModelError;
 use ferrograd::DType;
+use ferrograd::checkpoint::SafetensorsFile;
 use ferrograd::nn::{Module, TensorKind};
 use serde::de::DeserializeOwned;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -112,62 +114,77 @@ pub fn load_weights(
     dir: impl AsRef<Path>,
     options: &LoadOptions,
 ) -> Result<Loaded, ModelError> {
-    let path = weights_file(dir)?;
-    let mut own: HashMap<String, Vec<usize>> = HashMap::new();
+    let path = weights_file(&dir)?;
+    let files = open_files(&path)?;
+    let mut own: Vec<(String, Vec<usize>)> = Vec::new();
     module.visit("", &mut |name, t, _| {
-        own.insert(name.to_string(), t.shape().to_vec());
+        own.push((name.to_string(), t.shape().to_vec()));
     });
-    let unused = RefCell::new(Vec::new());
+    let own_keys: HashMap<&str, usize> = own
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.as_str(), i))
+        .collect();
     let wanted_by_tie: Vec<&str> = options.tied.iter().map(|(_, from)| from.as_str()).collect();
-    let mut state = ferrograd::checkpoint::read_state_dict_with(&path, |k| {
-        if own.contains_key(k) || wanted_by_tie.contains(&k) {
-            return Some(k.to_string());
-        }
-        for p in &options.prefixes {
-            // `bert.embeddings..` in a task model's file for `embeddings..`, or
-            // `h.0..` in a bare `GPT2Model` file for `transformer.h.0..`.
-            if let Some(rest) = k.strip_prefix(p.as_str())
-                && (own.contains_key(rest) || wanted_by_tie.contains(&rest))
-            {
-                return Some(rest.to_string());
+    let wanted = |k: &str| own_keys.contains_key(k) || wanted_by_tie.contains(&k);
+    // Module key -> (file, checkpoint key), from the headers only.
+    let mut source: HashMap<String, (usize, String)> = HashMap::new();
+    let mut unused = Vec::new();
+    for (f, file) in files.iter().enumerate() {
+        for k in file.keys() {
+            let key = if wanted(k) {
+                Some(k.to_string())
+            } else {
+                options.prefixes.iter().find_map(|p| {
+                    // `bert.embeddings..` in a task model's file for `embeddings..`, or
+                    // `h.0..` in a bare `GPT2Model` file for `transformer.h.0..`.
+                    if let Some(rest) = k.strip_prefix(p.as_str())
+                        && wanted(rest)
+                    {
+                        return Some(rest.to_string());
+                    }
+                    let longer = format!("{p}{k}");
+                    wanted(&longer).then_some(longer)
+                })
+            };
+            match key {
+                Some(key) => {
+                    source.insert(key, (f, k.to_string()));
+                }
+                None => unused.push(k.to_string()),
             }
-            let longer = format!("{p}{k}");
-            if own.contains_key(&longer) || wanted_by_tie.contains(&longer.as_str()) {
-                return Some(longer);
-            }
-        }
-        unused.borrow_mut().push(k.to_string());
-        None
-    })?;
-    for (to, from) in &options.tied {
-        if !state.contains_key(to)
-            && own.contains_key(to)
-            && let Some(t) = state.get(from)
-        {
-            state.insert(to.clone(), t.clone());
         }
     }
-    // Check everything before touching the module.
+    for (to, from) in &options.tied {
+        if !source.contains_key(to)
+            && own_keys.contains_key(to.as_str())
+            && let Some(s) = source.get(from).cloned()
+        {
+            source.insert(to.clone(), s);
+        }
+    }
+    // Check every key and shape before touching the module.
     let mut missing = Vec::new();
-    let mut sorted: Vec<(&String, &Vec<usize>)> = own.iter().collect();
+    let mut sorted: Vec<&(String, Vec<usize>)> = own.iter().collect();
     sorted.sort();
     for (key, shape) in sorted {
-        let Some(t) = state.get(key) else {
+        let Some((f, k)) = source.get(key) else {
             missing.push(key.clone());
             continue;
         };
+        let stored = files[*f].shape(k).unwrap_or(&[]).to_vec();
         let transposed = options.transposed.iter().any(|s| key.ends_with(s.as_str()));
-        let found: Vec<usize> = if transposed && t.dim() == 2 {
-            vec![t.shape()[1], t.shape()[0]]
+        let found = if transposed && stored.len() == 2 {
+            vec![stored[1], stored[0]]
         } else {
-            t.shape().to_vec()
+            stored.clone()
         };
         if &found != shape {
             return Err(ModelError::Shape {
-                path,
+                path: files[*f].path().to_path_buf(),
                 key: key.clone(),
                 expected: shape.clone(),
-                found: t.shape().to_vec(),
+                found: stored,
             });
         }
     }
@@ -177,14 +194,22 @@ pub fn load_weights(
             keys: missing,
         });
     }
+    // One tensor at a time: read, convert, move in (the tensor it replaces is freed).
     let mut failure = None;
     let mut loaded = 0;
     module.visit_mut("", &mut |name, t, kind| {
         if failure.is_some() {
             return;
         }
-        let Some(mut v) = state.remove(name) else {
+        let Some((f, k)) = source.get(name) else {
             return;
+        };
+        let mut v = match files[*f].read(k) {
+            Ok(v) => v,
+            Err(e) => {
+                failure = Some(ModelError::Checkpoint(e));
+                return;
+            }
         };
         if options
             .transposed
@@ -206,7 +231,10 @@ pub fn load_weights(
             match v.to_device(&device) {
                 Ok(d) => v = d,
                 Err(e) => {
-                    failure = Some(format!("{name}: {e}"));
+                    failure = Some(ModelError::Config {
+                        path: files[*f].path().to_path_buf(),
+                        reason: format!("{name}: {e}"),
+                    });
                     return;
                 }
             }
@@ -215,12 +243,53 @@ pub fn load_weights(
         *t = v.requires_grad(grad);
         loaded += 1;
     });
-    if let Some(reason) = failure {
-        return Err(ModelError::Config { path, reason });
+    if let Some(e) = failure {
+        return Err(e);
     }
     Ok(Loaded {
         path,
-        unused: unused.into_inner(),
+        unused,
         loaded,
     })
+}
+
+/// The safetensors files of `path`: itself, or every shard a `*.index.json` names (its
+/// `weight_map`, in order of first appearance).
+fn open_files(path: &Path) -> Result<Vec<SafetensorsFile>, ModelError> {
+    let is_index = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".index.json"));
+    if !is_index {
+        return Ok(vec![SafetensorsFile::open(path)?]);
+    }
+    let index: serde_json::Value = read_json(path)?;
+    let map = index
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| ModelError::Config {
+            path: path.to_path_buf(),
+            reason: "no \"weight_map\" object".into(),
+        })?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut names: Vec<&str> = Vec::new();
+    for v in map.values() {
+        let name = v.as_str().ok_or_else(|| ModelError::Config {
+            path: path.to_path_buf(),
+            reason: format!("weight_map value {v} is not a file name"),
+        })?;
+        if name.contains('/') || name.contains('\\') || name == ".." {
+            return Err(ModelError::Config {
+                path: path.to_path_buf(),
+                reason: format!("shard {name:?} is not a file of the folder"),
+            });
+        }
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| SafetensorsFile::open(dir.join(n)).map_err(ModelError::from))
+        .collect()
 }

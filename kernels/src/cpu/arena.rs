@@ -114,14 +114,20 @@ impl Arena {
 
     /// A block of `bytes` rounded up to whole pages: its address and size; `None` when
     /// no range could be reserved or it is full (the caller maps the block itself).
-    pub(super) fn allocate(&mut self, bytes: usize) -> Option<(usize, usize)> {
+    ///
+    /// Also says whether every page of the block is fresh: never handed out, or given
+    /// back with `MADV_DONTNEED` since (so it reads as zeros and is not resident until
+    /// touched).
+    pub(super) fn allocate(&mut self, bytes: usize) -> Option<(usize, usize, bool)> {
         let size = bytes.checked_next_multiple_of(PAGE)?;
         let (base, len) = {
             let r = self.region()?;
             (r.base, r.len)
         };
+        let mut fresh = true;
         let offset = if let Some(&(found, offset)) = self.free.range((size, 0)..).next() {
             self.hits += 1;
+            fresh = self.pieces[&offset].resident == 0;
             self.take(offset, found, size);
             offset
         } else {
@@ -135,6 +141,7 @@ impl Arena {
             }
             if start < self.top {
                 let last = self.pieces[&start];
+                fresh = last.resident == 0;
                 self.free.remove(&(last.size, start));
                 self.resident_free -= last.resident;
             }
@@ -151,7 +158,7 @@ impl Arena {
             start
         };
         self.allocated += size;
-        Some((base + offset, size))
+        Some((base + offset, size, fresh))
     }
 
     /// Hands out the first `size` bytes of the free piece at `offset` (of `found` bytes),
@@ -352,21 +359,21 @@ mod tests {
     #[cfg_attr(miri, ignore = "Miri cannot reserve the arena")]
     fn pieces_split_merge_and_grow_at_the_top() {
         let mut a = Arena::new(false);
-        let (x, sx) = a.allocate(3 * PAGE + 1).unwrap();
+        let (x, sx, _) = a.allocate(3 * PAGE + 1).unwrap();
         assert_eq!(sx, 4 * PAGE);
-        let (y, _) = a.allocate(2 * PAGE).unwrap();
-        let (z, _) = a.allocate(PAGE).unwrap();
+        let (y, _, _) = a.allocate(2 * PAGE).unwrap();
+        let (z, _, _) = a.allocate(PAGE).unwrap();
         assert_eq!((y - x, z - y), (4 * PAGE, 2 * PAGE));
         a.free(x, sx);
         a.free(y, 2 * PAGE);
         // x and y merged: a request for 6 pages fits without growing.
         assert_eq!(a.resident_free, 6 * PAGE);
-        let (w, _) = a.allocate(6 * PAGE).unwrap();
+        let (w, _, _) = a.allocate(6 * PAGE).unwrap();
         assert_eq!((w, a.grows, a.hits), (x, 3, 1));
         assert_eq!(a.resident_free, 0);
         // Free the top piece; a bigger request grows from inside it.
         a.free(z, PAGE);
-        let (v, sv) = a.allocate(5 * PAGE).unwrap();
+        let (v, sv, _) = a.allocate(5 * PAGE).unwrap();
         assert_eq!((v, sv, a.top), (z, 5 * PAGE, 11 * PAGE));
         a.free(v, sv);
         a.free(w, 6 * PAGE);
@@ -377,9 +384,21 @@ mod tests {
         a.release(0);
         assert_eq!(a.resident_free, 0);
         // Released pages read as zero again.
-        let (u, su) = a.allocate(PAGE).unwrap();
+        let (u, su, fresh) = a.allocate(PAGE).unwrap();
+        assert!(fresh, "released pages are fresh");
         // SAFETY: the block is ours, PAGE bytes long.
         let bytes = unsafe { std::slice::from_raw_parts(u as *const u8, su) };
         assert!(bytes.iter().all(|&b| b == 0));
+        // A block handed out and given back is not fresh until released.
+        a.free(u, su);
+        let (u2, su2, fresh) = a.allocate(PAGE).unwrap();
+        assert!(!fresh);
+        a.free(u2, su2);
+        // Growing past the top is fresh; growing from inside a resident free last
+        // piece is not.
+        let (_, _, fresh) = a.allocate(20 * PAGE).unwrap();
+        assert!(!fresh);
+        let (_, _, fresh) = a.allocate(3 * PAGE).unwrap();
+        assert!(fresh);
     }
 }

@@ -213,7 +213,13 @@ impl CpuStorage {
     }
 
     /// `n` copies of `value` converted to `dtype`.
+    ///
+    /// Zeros (all bits clear) come from [`HostBuffer::zeroed`]: memory fresh from the
+    /// system is not written, so a large zero tensor is not resident until used.
     pub fn full(dtype: DType, n: usize, value: f64) -> Self {
+        if value.to_bits() == 0 {
+            return with_dtype!(dtype, T => T::into_storage(HostBuffer::zeroed(n)));
+        }
         with_dtype!(dtype, T => T::into_storage(HostBuffer::full(n, T::from_f64(value))))
     }
 }

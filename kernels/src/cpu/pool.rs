@@ -348,23 +348,25 @@ impl HostPool {
     }
 
     /// A block of more than [`LARGE`] bytes from the arena, or a mapping of its own
-    /// where the arena has no room: its address, size and shard marker.
-    fn allocate_large(&self, bytes: usize) -> (NonNull<u8>, usize, usize) {
+    /// where the arena has no room: its address, size, shard marker, and whether its
+    /// pages are fresh (zero, not yet resident).
+    fn allocate_large(&self, bytes: usize) -> (NonNull<u8>, usize, usize, bool) {
         self.settle_env();
         let mut large = lock_large(&self.large);
         let found = large.allocate(bytes);
         self.sync_large(&large);
         drop(large);
-        if let Some((address, size)) = found {
+        if let Some((address, size, fresh)) = found {
             self.note_allocated(size);
             let ptr = NonNull::new(address as *mut u8).expect("arena address 0");
-            return (ptr, size, ARENA_SHARD);
+            return (ptr, size, ARENA_SHARD, fresh);
         }
         let size = bytes.next_multiple_of(4096);
         (
             self.system_block(size, self.huge_pages()),
             size,
             MAPPED_SHARD,
+            true,
         )
     }
 
@@ -457,8 +459,7 @@ impl HostPool {
     /// fresh from the system (and so zeroed).
     fn allocate(&self, bytes: usize) -> (NonNull<u8>, usize, usize, bool) {
         if bytes > LARGE {
-            let (ptr, size, shard) = self.allocate_large(bytes);
-            return (ptr, size, shard, false);
+            return self.allocate_large(bytes);
         }
         let class = size_class(bytes);
         let shard = current_shard();

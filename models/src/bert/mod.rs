@@ -341,7 +341,8 @@ impl BertModel {
             ..Default::default()
         };
         // The pooler is optional in checkpoints: try with it, then without.
-        let mut model = BertModel::new(&config, true, device);
+        // No random weights: the checkpoint's replace them (memory: one copy of the model).
+        let mut model = ferrograd::nn::init::skip_init(|| BertModel::new(&config, true, device));
         let loaded = match hub::load_weights(&mut model, dir, &options) {
             Ok(l) => l,
             Err(ModelError::Missing { keys, .. })

@@ -118,7 +118,7 @@ pub struct Conv1D {
 impl Conv1D {
     /// Weights from N(0, 0.02), as GPT-2 initialises them; zero bias.
     pub fn new(input: usize, output: usize, device: &Device) -> Conv1D {
-        let w = Tensor::randn(&[input, output], DType::F32, device).mul_scalar(0.02);
+        let w = normal_weight(&[input, output], device);
         Conv1D {
             weight: w.requires_grad(true),
             bias: Tensor::zeros(&[output], DType::F32, device).requires_grad(true),
@@ -230,6 +230,15 @@ impl KvCache {
     }
 }
 
+/// N(0, 0.02), GPT-2's initialisation (zeros under `nn::init::skip_init`).
+fn normal_weight(shape: &[usize], device: &Device) -> Tensor {
+    if ferrograd::nn::init::init_skipped() {
+        Tensor::zeros(shape, DType::F32, device)
+    } else {
+        Tensor::randn(shape, DType::F32, device).mul_scalar(0.02)
+    }
+}
+
 fn ln(c: &Gpt2Config, device: &Device) -> LayerNorm {
     LayerNorm::with_options(&[c.n_embd], c.layer_norm_epsilon, true, true, device)
 }
@@ -243,9 +252,7 @@ impl Gpt2LMHeadModel {
         let act = Activation::parse(&c.activation_function).unwrap_or(Activation::GeluTanh);
         let emb = |n: usize| {
             let mut e = Embedding::new(n, d, device);
-            e.weight = Tensor::randn(&[n, d], DType::F32, device)
-                .mul_scalar(0.02)
-                .requires_grad(true);
+            e.weight = normal_weight(&[n, d], device).requires_grad(true);
             e
         };
         let block = |_| Gpt2Block {
@@ -293,7 +300,7 @@ impl Gpt2LMHeadModel {
     ) -> Result<(Gpt2LMHeadModel, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = Gpt2Config::from_pretrained(dir)?;
-        let mut model = Gpt2LMHeadModel::new(&config, device);
+        let mut model = ferrograd::nn::init::skip_init(|| Gpt2LMHeadModel::new(&config, device));
         let options = LoadOptions {
             dtype,
             prefixes: vec!["transformer.".into()],

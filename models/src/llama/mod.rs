@@ -435,7 +435,7 @@ impl LlamaForCausalLM {
     ) -> Result<(LlamaForCausalLM, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = LlamaConfig::from_pretrained(dir)?;
-        let mut m = LlamaForCausalLM::new(&config, device);
+        let mut m = ferrograd::nn::init::skip_init(|| LlamaForCausalLM::new(&config, device));
         let options = LoadOptions {
             dtype,
             prefixes: vec!["model.".into()],

@@ -23,9 +23,11 @@
 //! ```
 
 mod sharded;
+mod stream;
 mod training;
 
 pub use sharded::{read_sharded, save_sharded};
+pub use stream::SafetensorsFile;
 pub use training::Checkpoint;
 
 use crate::nn::{LoadReport, Module, StateDict, StateDictError};

@@ -41,7 +41,11 @@ impl Embedding {
     pub fn new(num_embeddings: usize, dim: usize, device: &Device) -> Self {
         Embedding {
             weight: on(
-                Tensor::randn(&[num_embeddings, dim], DType::F32, &Device::Cpu),
+                if super::init::init_skipped() {
+                    Tensor::zeros(&[num_embeddings, dim], DType::F32, &Device::Cpu)
+                } else {
+                    Tensor::randn(&[num_embeddings, dim], DType::F32, &Device::Cpu)
+                },
                 device,
             )
             .requires_grad(true),

@@ -389,6 +389,9 @@ fn householder_q(mut a: Vec<f64>, m: usize, n: usize) -> Vec<f64> {
 /// default for the weights and biases of Linear and convolutions (`kaiming_uniform_` with
 /// `a = √5`).
 pub(crate) fn default_uniform(shape: &[usize], fan_in: usize, device: &Device) -> Tensor {
+    if init_skipped() {
+        return on(Tensor::zeros(shape, DType::F32, &Device::Cpu), device).requires_grad(true);
+    }
     let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
     let t = Tensor::rand(shape, DType::F32, &Device::Cpu)
         .mul_scalar(2.0 * bound)
@@ -405,4 +408,44 @@ pub(crate) fn filled_param(shape: &[usize], value: f64, device: &Device) -> Tens
 pub(crate) fn on(t: Tensor, device: &Device) -> Tensor {
     t.to_device(device)
         .unwrap_or_else(|e| panic!("cannot create a layer on {device}: {e}"))
+}
+
+thread_local! {
+    static SKIP_INIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the random initialisation of new layers skipped
+/// (`torch.nn.utils.skip_init`): a layer built inside gets zero weights where it would
+/// draw random ones, in memory fresh from the system that is not written (so not
+/// resident) until used. For weights a checkpoint overwrites right after: loading a
+/// model then costs the checkpoint's size, not twice it. The global generator is not
+/// advanced. Nests; restored when `f` panics.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::{Linear, init};
+/// let fc = init::skip_init(|| Linear::new(4, 3, &Device::Cpu));
+/// assert!(fc.weight.to_vec::<f32>().iter().all(|&w| w == 0.0));
+/// assert!(!init::init_skipped());
+/// ```
+pub fn skip_init<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SKIP_INIT.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SKIP_INIT.with(|s| s.replace(true)));
+    f()
+}
+
+/// Whether this thread is inside [`skip_init`] (a custom layer's constructor can check
+/// it before drawing its own random weights).
+///
+/// ```
+/// use ferrograd_runtime::nn::init;
+/// assert!(init::skip_init(init::init_skipped));
+/// ```
+pub fn init_skipped() -> bool {
+    SKIP_INIT.with(|s| s.get())
 }
