@@ -2,10 +2,10 @@
 //! `config.json`'s `model_type`.
 
 use crate::ModelError;
-use crate::generation::CausalLM;
-use crate::gpt2::{Gpt2LMHeadModel, KvCache};
+use crate::generation::{CausalLM, KvCache};
+use crate::gpt2::Gpt2LMHeadModel;
 use crate::hub;
-use crate::llama::{LlamaCache, LlamaForCausalLM};
+use crate::llama::LlamaForCausalLM;
 use ferrograd::{DType, Device, Tensor};
 use std::path::Path;
 
@@ -23,14 +23,6 @@ pub enum AutoModelForCausalLM {
     Gpt2(Gpt2LMHeadModel),
     /// Llama, Mistral or Qwen2.
     Llama(LlamaForCausalLM),
-}
-
-/// The cache of an [`AutoModelForCausalLM`].
-pub enum AutoCache {
-    /// GPT-2's.
-    Gpt2(KvCache),
-    /// The Llama family's.
-    Llama(LlamaCache),
 }
 
 impl AutoModelForCausalLM {
@@ -82,12 +74,12 @@ impl AutoModelForCausalLM {
 }
 
 impl CausalLM for AutoModelForCausalLM {
-    type Cache = AutoCache;
+    type Cache = KvCache;
 
-    fn new_cache(&self) -> AutoCache {
+    fn new_cache(&self) -> KvCache {
         match self {
-            AutoModelForCausalLM::Gpt2(m) => AutoCache::Gpt2(m.new_cache()),
-            AutoModelForCausalLM::Llama(m) => AutoCache::Llama(m.new_cache()),
+            AutoModelForCausalLM::Gpt2(m) => m.new_cache(),
+            AutoModelForCausalLM::Llama(m) => m.new_cache(),
         }
     }
 
@@ -96,17 +88,16 @@ impl CausalLM for AutoModelForCausalLM {
         ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
-        cache: &mut AutoCache,
+        cache: &mut KvCache,
         last_only: bool,
     ) -> Tensor {
-        match (self, cache) {
-            (AutoModelForCausalLM::Gpt2(m), AutoCache::Gpt2(c)) => {
-                m.forward_cached(ids, positions, mask, c, last_only)
+        match self {
+            AutoModelForCausalLM::Gpt2(m) => {
+                m.forward_cached(ids, positions, mask, cache, last_only)
             }
-            (AutoModelForCausalLM::Llama(m), AutoCache::Llama(c)) => {
-                m.forward_cached(ids, positions, mask, c, last_only)
+            AutoModelForCausalLM::Llama(m) => {
+                m.forward_cached(ids, positions, mask, cache, last_only)
             }
-            _ => panic!("AutoModelForCausalLM: a cache of another model"),
         }
     }
 

@@ -37,6 +37,51 @@ pub trait CausalLM {
     fn device(&self) -> Device;
 }
 
+/// Keys and values of every layer of a decoder, `[batch, kv_heads, cached, head_dim]`
+/// each (the cache of every decoder of this crate).
+pub struct KvCache {
+    pub(crate) layers: Vec<Option<(Tensor, Tensor)>>,
+}
+
+impl KvCache {
+    /// An empty cache for `layers` layers.
+    pub fn new(layers: usize) -> KvCache {
+        KvCache {
+            layers: (0..layers).map(|_| None).collect(),
+        }
+    }
+
+    /// The number of cached positions.
+    pub fn len(&self) -> usize {
+        self.layers
+            .first()
+            .and_then(|l| l.as_ref())
+            .map_or(0, |(k, _)| k.shape()[2])
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Every position's logits `[batch, len, vocab]` of `ids` `[batch, len]` at positions
+/// `0..len`, `mask` (1 token, 0 pad; all ones if `None`) for right-padded batches: a
+/// decoder's `forward`, through its fresh cache.
+pub(crate) fn forward_all<M: CausalLM>(model: &M, ids: &Tensor, mask: Option<&Tensor>) -> Tensor {
+    let (b, t) = (ids.shape()[0], ids.shape()[1]);
+    let device = ids.device();
+    let mask = match mask {
+        Some(m) => m.clone(),
+        None => Tensor::ones(&[b, t], DType::I64, &device),
+    };
+    let positions = Tensor::arange(0.0, t as f64, 1.0, DType::I64, &device)
+        .unsqueeze(0)
+        .expand(&[b as isize, t as isize]);
+    let mut cache = model.new_cache();
+    model.forward_cached(ids, &positions, &mask, &mut cache, false)
+}
+
 /// How to generate (`GenerationConfig`).
 #[derive(Clone, Debug)]
 pub struct GenerationConfig {

@@ -4,7 +4,7 @@
 
 use crate::ModelError;
 use crate::bert::Activation;
-use crate::generation::CausalLM;
+use crate::generation::{CausalLM, KvCache};
 use crate::hub::{self, LoadOptions, Loaded};
 use ferrograd::nn::functional::scaled_dot_product_attention;
 use ferrograd::nn::{Dropout, Embedding, LayerNorm, Module};
@@ -210,26 +210,6 @@ pub struct Gpt2LMHeadModel {
     config: Gpt2Config,
 }
 
-/// Keys and values of every block, `[batch, heads, cached, head_dim]`.
-pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-}
-
-impl KvCache {
-    /// The number of cached positions.
-    pub fn len(&self) -> usize {
-        self.layers
-            .first()
-            .and_then(|l| l.as_ref())
-            .map_or(0, |(k, _)| k.shape()[2])
-    }
-
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 /// N(0, 0.02), GPT-2's initialisation (zeros under `nn::init::skip_init`).
 fn normal_weight(shape: &[usize], device: &Device) -> Tensor {
     if ferrograd::nn::init::init_skipped() {
@@ -320,17 +300,7 @@ impl Gpt2LMHeadModel {
     /// (1 token, 0 pad) for right-padded batches.
     #[track_caller]
     pub fn forward(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
-        let (b, t) = (input_ids.shape()[0], input_ids.shape()[1]);
-        let device = input_ids.device();
-        let mask = match attention_mask {
-            Some(m) => m.clone(),
-            None => Tensor::ones(&[b, t], DType::I64, &device),
-        };
-        let positions = Tensor::arange(0.0, t as f64, 1.0, DType::I64, &device)
-            .unsqueeze(0)
-            .expand(&[b as isize, t as isize]);
-        let mut cache = self.new_cache();
-        self.forward_cached(input_ids, &positions, &mask, &mut cache, false)
+        crate::generation::forward_all(self, input_ids, attention_mask)
     }
 
     fn head(&self, h: &Tensor) -> Tensor {
@@ -345,9 +315,7 @@ impl CausalLM for Gpt2LMHeadModel {
     type Cache = KvCache;
 
     fn new_cache(&self) -> KvCache {
-        KvCache {
-            layers: (0..self.transformer.h.len()).map(|_| None).collect(),
-        }
+        KvCache::new(self.transformer.h.len())
     }
 
     #[track_caller]

@@ -4,7 +4,7 @@
 //! Keys are Hugging Face's (`model.layers.0.self_attn.q_proj.weight`).
 
 use crate::ModelError;
-use crate::generation::CausalLM;
+use crate::generation::{CausalLM, KvCache};
 use crate::hub::{self, LoadOptions, Loaded};
 use ferrograd::nn::functional::scaled_dot_product_attention;
 use ferrograd::nn::{Embedding, Linear, Module, RMSNorm};
@@ -351,26 +351,6 @@ pub struct LlamaForCausalLM {
     inv_freq: Tensor,
 }
 
-/// Keys and values of every layer (un-repeated: `[batch, kv_heads, cached, head_dim]`).
-pub struct LlamaCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-}
-
-impl LlamaCache {
-    /// The number of cached positions.
-    pub fn len(&self) -> usize {
-        self.layers
-            .first()
-            .and_then(|l| l.as_ref())
-            .map_or(0, |(k, _)| k.shape()[2])
-    }
-
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 fn linear(i: usize, o: usize, bias: bool, device: &Device) -> Linear {
     Linear::with_bias(i, o, bias, device)
 }
@@ -454,17 +434,7 @@ impl LlamaForCausalLM {
     /// Logits `[batch, len, vocab]`; `attention_mask` (1 token, 0 pad) for
     /// right-padded batches.
     pub fn forward(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>) -> Tensor {
-        let (b, t) = (input_ids.shape()[0], input_ids.shape()[1]);
-        let device = input_ids.device();
-        let mask = match attention_mask {
-            Some(m) => m.clone(),
-            None => Tensor::ones(&[b, t], DType::I64, &device),
-        };
-        let positions = Tensor::arange(0.0, t as f64, 1.0, DType::I64, &device)
-            .unsqueeze(0)
-            .expand(&[b as isize, t as isize]);
-        let mut cache = self.new_cache();
-        self.forward_cached(input_ids, &positions, &mask, &mut cache, false)
+        crate::generation::forward_all(self, input_ids, attention_mask)
     }
 
     fn head(&self, h: &Tensor) -> Tensor {
@@ -496,12 +466,10 @@ fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 }
 
 impl CausalLM for LlamaForCausalLM {
-    type Cache = LlamaCache;
+    type Cache = KvCache;
 
-    fn new_cache(&self) -> LlamaCache {
-        LlamaCache {
-            layers: (0..self.model.layers.len()).map(|_| None).collect(),
-        }
+    fn new_cache(&self) -> KvCache {
+        KvCache::new(self.model.layers.len())
     }
 
     #[track_caller]
@@ -510,7 +478,7 @@ impl CausalLM for LlamaForCausalLM {
         ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
-        cache: &mut LlamaCache,
+        cache: &mut KvCache,
         last_only: bool,
     ) -> Tensor {
         assert!(
