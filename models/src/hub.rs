@@ -91,6 +91,20 @@ pub struct LoadOptions {
     pub transposed: Vec<String>,
 }
 
+/// Builds a module with `build` under `nn::init::skip_init` (no random weights: the
+/// checkpoint's replace them), loads the folder `dir` into it with `options`, and puts
+/// it in eval mode: `from_pretrained` of every family.
+pub fn build_and_load<M: Module>(
+    dir: &Path,
+    options: &LoadOptions,
+    build: impl FnOnce() -> M,
+) -> Result<(M, Loaded), ModelError> {
+    let mut model = ferrograd::nn::init::skip_init(build);
+    let loaded = load_weights(&mut model, dir, options)?;
+    model.eval();
+    Ok((model, loaded))
+}
+
 /// What [`load_weights`] did.
 #[derive(Clone, Debug)]
 pub struct Loaded {

@@ -280,15 +280,12 @@ impl Gpt2LMHeadModel {
     ) -> Result<(Gpt2LMHeadModel, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = Gpt2Config::from_pretrained(dir)?;
-        let mut model = ferrograd::nn::init::skip_init(|| Gpt2LMHeadModel::new(&config, device));
         let options = LoadOptions {
             dtype,
             prefixes: vec!["transformer.".into()],
             ..Default::default()
         };
-        let loaded = hub::load_weights(&mut model, dir, &options)?;
-        model.eval();
-        Ok((model, loaded))
+        hub::build_and_load(dir, &options, || Gpt2LMHeadModel::new(&config, device))
     }
 
     /// The config the model was built from.

@@ -415,15 +415,12 @@ impl LlamaForCausalLM {
     ) -> Result<(LlamaForCausalLM, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = LlamaConfig::from_pretrained(dir)?;
-        let mut m = ferrograd::nn::init::skip_init(|| LlamaForCausalLM::new(&config, device));
         let options = LoadOptions {
             dtype,
             prefixes: vec!["model.".into()],
             ..Default::default()
         };
-        let loaded = hub::load_weights(&mut m, dir, &options)?;
-        m.eval();
-        Ok((m, loaded))
+        hub::build_and_load(dir, &options, || LlamaForCausalLM::new(&config, device))
     }
 
     /// The config.
