@@ -74,8 +74,6 @@ impl AutoModelForCausalLM {
 }
 
 impl CausalLM for AutoModelForCausalLM {
-    type Cache = KvCache;
-
     fn new_cache(&self) -> KvCache {
         match self {
             AutoModelForCausalLM::Gpt2(m) => m.new_cache(),

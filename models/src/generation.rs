@@ -13,11 +13,8 @@ use rand_chacha::ChaCha8Rng;
 
 /// A decoder that generation can drive.
 pub trait CausalLM {
-    /// The per-sequence state kept between steps (keys and values of every layer).
-    type Cache;
-
-    /// An empty cache.
-    fn new_cache(&self) -> Self::Cache;
+    /// An empty cache (keys and values of every layer, kept between steps).
+    fn new_cache(&self) -> KvCache;
 
     /// Runs `ids` `[batch, len]` (int64) at `positions` `[batch, len]` after what
     /// `cache` holds, `mask` `[batch, cached + len]` marking real tokens (1) and pads
@@ -29,7 +26,7 @@ pub trait CausalLM {
         ids: &Tensor,
         positions: &Tensor,
         mask: &Tensor,
-        cache: &mut Self::Cache,
+        cache: &mut KvCache,
         last_only: bool,
     ) -> Tensor;
 
@@ -63,6 +60,21 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Appends a step's keys and values `[batch, heads, len, head_dim]` to a layer's cached
+/// ones (`slot`), returning all of them (what the step attends to).
+pub(crate) fn append_kv(
+    slot: &mut Option<(Tensor, Tensor)>,
+    k: Tensor,
+    v: Tensor,
+) -> (Tensor, Tensor) {
+    let (k, v) = match slot.take() {
+        Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2), Tensor::cat(&[&pv, &v], 2)),
+        None => (k, v),
+    };
+    *slot = Some((k.clone(), v.clone()));
+    (k, v)
 }
 
 /// Every position's logits `[batch, len, vocab]` of `ids` `[batch, len]` at positions

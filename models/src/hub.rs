@@ -83,12 +83,6 @@ pub struct LoadOptions {
     /// (`transformer.` in a bare `GPT2Model` file), tried in turn for a key the module
     /// lacks.
     pub prefixes: Vec<String>,
-    /// Module keys filled from another checkpoint key when the checkpoint lacks them
-    /// (tied weights: GPT-2's `lm_head.weight` from `wte.weight`).
-    pub tied: Vec<(String, String)>,
-    /// Module keys whose checkpoint tensor is stored transposed (GPT-2's `Conv1D`
-    /// weights, `[in, out]`): a key ending with one of these suffixes is transposed.
-    pub transposed: Vec<String>,
 }
 
 /// Builds a module with `build` under `nn::init::skip_init` (no random weights: the
@@ -139,8 +133,7 @@ pub fn load_weights(
         .enumerate()
         .map(|(i, (k, _))| (k.as_str(), i))
         .collect();
-    let wanted_by_tie: Vec<&str> = options.tied.iter().map(|(_, from)| from.as_str()).collect();
-    let wanted = |k: &str| own_keys.contains_key(k) || wanted_by_tie.contains(&k);
+    let wanted = |k: &str| own_keys.contains_key(k);
     // Module key -> (file, checkpoint key), from the headers only.
     let mut source: HashMap<String, (usize, String)> = HashMap::new();
     let mut unused = Vec::new();
@@ -169,14 +162,6 @@ pub fn load_weights(
             }
         }
     }
-    for (to, from) in &options.tied {
-        if !source.contains_key(to)
-            && own_keys.contains_key(to.as_str())
-            && let Some(s) = source.get(from).cloned()
-        {
-            source.insert(to.clone(), s);
-        }
-    }
     // Check every key and shape before touching the module.
     let mut missing = Vec::new();
     let mut sorted: Vec<&(String, Vec<usize>)> = own.iter().collect();
@@ -187,13 +172,7 @@ pub fn load_weights(
             continue;
         };
         let stored = files[*f].shape(k).unwrap_or(&[]).to_vec();
-        let transposed = options.transposed.iter().any(|s| key.ends_with(s.as_str()));
-        let found = if transposed && stored.len() == 2 {
-            vec![stored[1], stored[0]]
-        } else {
-            stored.clone()
-        };
-        if &found != shape {
+        if &stored != shape {
             return Err(ModelError::Shape {
                 path: files[*f].path().to_path_buf(),
                 key: key.clone(),
@@ -225,14 +204,6 @@ pub fn load_weights(
                 return;
             }
         };
-        if options
-            .transposed
-            .iter()
-            .any(|s| name.ends_with(s.as_str()))
-            && v.dim() == 2
-        {
-            v = v.t().contiguous();
-        }
         let dtype = match options.dtype {
             Some(d) if t.dtype().is_float() => d,
             _ => t.dtype(),

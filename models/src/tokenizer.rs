@@ -4,6 +4,7 @@
 use crate::ModelError;
 use ferrograd::Tensor;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use tokenizers::{PaddingDirection, PaddingParams, PaddingStrategy, TruncationParams};
 
 /// How a batch is padded.
@@ -76,7 +77,9 @@ pub struct BatchEncoding {
 /// # Ok::<(), ferrograd_models::ModelError>(())
 /// ```
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    /// Without padding or truncation between calls; `encode_batch` sets its own for the
+    /// call (under the lock, instead of cloning the vocabulary per batch).
+    inner: Mutex<tokenizers::Tokenizer>,
     path: PathBuf,
     pad_id: u32,
 }
@@ -112,7 +115,7 @@ impl Tokenizer {
                 reason: e.to_string(),
             })?;
         Ok(Tokenizer {
-            inner,
+            inner: Mutex::new(inner),
             path,
             pad_id,
         })
@@ -121,6 +124,12 @@ impl Tokenizer {
     /// `dir/tokenizer.json` of a model folder.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Tokenizer, ModelError> {
         Tokenizer::from_file(dir.as_ref().join("tokenizer.json"))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, tokenizers::Tokenizer> {
+        // A panic inside the tokenizer leaves it usable: its settings are reset below
+        // before every use that depends on them.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn err(&self, e: impl std::fmt::Display) -> ModelError {
@@ -143,18 +152,18 @@ impl Tokenizer {
 
     /// The vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.lock().get_vocab_size(true)
     }
 
     /// The id of a token, if it is in the vocabulary.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        self.lock().token_to_id(token)
     }
 
     /// The ids of one text, without padding or truncation.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ModelError> {
         let e = self
-            .inner
+            .lock()
             .encode(text, add_special_tokens)
             .map_err(|e| self.err(e))?;
         Ok(e.get_ids().to_vec())
@@ -167,7 +176,7 @@ impl Tokenizer {
         add_special_tokens: bool,
     ) -> Result<Vec<String>, ModelError> {
         let e = self
-            .inner
+            .lock()
             .encode(text, add_special_tokens)
             .map_err(|e| self.err(e))?;
         Ok(e.get_tokens().to_vec())
@@ -180,37 +189,43 @@ impl Tokenizer {
         texts: &[&str],
         options: &EncodeOptions,
     ) -> Result<BatchEncoding, ModelError> {
-        let mut t = self.inner.clone();
+        let mut t = self.lock();
         let max_length = match options.padding {
             Padding::MaxLength(n) => Some(options.max_length.map_or(n, |m| m.min(n))),
             Padding::Longest => options.max_length,
         };
-        if let Some(max_length) = max_length {
-            t.with_truncation(Some(TruncationParams {
-                max_length,
-                ..Default::default()
-            }))
-            .map_err(|e| self.err(e))?;
-        }
-        t.with_padding(Some(PaddingParams {
-            strategy: match options.padding {
-                Padding::Longest => PaddingStrategy::BatchLongest,
-                Padding::MaxLength(n) => PaddingStrategy::Fixed(n),
-            },
-            direction: match options.side {
-                Side::Right => PaddingDirection::Right,
-                Side::Left => PaddingDirection::Left,
-            },
-            pad_id: self.pad_id,
-            pad_token: self
-                .inner
-                .id_to_token(self.pad_id)
-                .unwrap_or_else(|| "[PAD]".to_string()),
+        let pad_token = t
+            .id_to_token(self.pad_id)
+            .unwrap_or_else(|| "[PAD]".to_string());
+        let truncation = max_length.map(|max_length| TruncationParams {
+            max_length,
             ..Default::default()
-        }));
+        });
         let encodings = t
-            .encode_batch(texts.to_vec(), options.add_special_tokens)
-            .map_err(|e| self.err(e))?;
+            .with_truncation(truncation)
+            .map_err(|e| self.err(e))
+            .and_then(|t| {
+                t.with_padding(Some(PaddingParams {
+                    strategy: match options.padding {
+                        Padding::Longest => PaddingStrategy::BatchLongest,
+                        Padding::MaxLength(n) => PaddingStrategy::Fixed(n),
+                    },
+                    direction: match options.side {
+                        Side::Right => PaddingDirection::Right,
+                        Side::Left => PaddingDirection::Left,
+                    },
+                    pad_id: self.pad_id,
+                    pad_token,
+                    ..Default::default()
+                }))
+                .encode_batch(texts.to_vec(), options.add_special_tokens)
+                .map_err(|e| self.err(e))
+            });
+        // Back to no padding and no truncation, for `encode` and the next call.
+        t.with_padding(None);
+        t.with_truncation(None).map_err(|e| self.err(e))?;
+        drop(t);
+        let encodings = encodings?;
         let n = encodings.len();
         let len = encodings.first().map_or(0, |e| e.len());
         let (mut ids, mut mask, mut types, mut lengths) = (
@@ -236,7 +251,7 @@ impl Tokenizer {
 
     /// The text of `ids` (`tokenizer.decode(ids, skip_special_tokens=..)`).
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, ModelError> {
-        self.inner
+        self.lock()
             .decode(ids, skip_special_tokens)
             .map_err(|e| self.err(e))
     }

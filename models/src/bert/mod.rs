@@ -338,7 +338,6 @@ impl BertModel {
         let options = LoadOptions {
             dtype,
             prefixes: vec!["bert.".into()],
-            ..Default::default()
         };
         // The pooler is optional in checkpoints: try with it, then without.
         // No random weights: the checkpoint's replace them (memory: one copy of the model).

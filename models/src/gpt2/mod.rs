@@ -283,7 +283,6 @@ impl Gpt2LMHeadModel {
         let options = LoadOptions {
             dtype,
             prefixes: vec!["transformer.".into()],
-            ..Default::default()
         };
         hub::build_and_load(dir, &options, || Gpt2LMHeadModel::new(&config, device))
     }
@@ -309,8 +308,6 @@ impl Gpt2LMHeadModel {
 }
 
 impl CausalLM for Gpt2LMHeadModel {
-    type Cache = KvCache;
-
     fn new_cache(&self) -> KvCache {
         KvCache::new(self.transformer.h.len())
     }
@@ -406,16 +403,12 @@ impl Gpt2Attention {
                 .reshape(&[b, t, heads, d / heads])
                 .transpose(1, 2)
         };
-        let (q, mut k, mut v) = (split(0), split(1), split(2));
-        if let Some((pk, pv)) = slot.take() {
-            k = Tensor::cat(&[&pk, &k], 2);
-            v = Tensor::cat(&[&pv, &v], 2);
-        }
+        let q = split(0);
+        let (k, v) = crate::generation::append_kv(slot, split(1), split(2));
         let p = if self.training { self.attn_p } else { 0.0 };
         let y = scaled_dot_product_attention(&q, &k, &v, Some(allowed), p, false, None)
             .transpose(1, 2)
             .reshape(&[b, t, d]);
-        *slot = Some((k, v));
         self.resid_dropout.forward(&self.c_proj.forward(&y))
     }
 }

@@ -418,7 +418,6 @@ impl LlamaForCausalLM {
         let options = LoadOptions {
             dtype,
             prefixes: vec!["model.".into()],
-            ..Default::default()
         };
         hub::build_and_load(dir, &options, || LlamaForCausalLM::new(&config, device))
     }
@@ -463,8 +462,6 @@ fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 }
 
 impl CausalLM for LlamaForCausalLM {
-    type Cache = KvCache;
-
     fn new_cache(&self) -> KvCache {
         KvCache::new(self.model.layers.len())
     }
@@ -549,13 +546,7 @@ impl LlamaAttention {
             .reshape(&[b, t, kvh, hd])
             .transpose(1, 2);
         let q = apply_rotary(&q, cos, sin);
-        let mut k = apply_rotary(&k, cos, sin);
-        let mut v = v;
-        if let Some((pk, pv)) = slot.take() {
-            k = Tensor::cat(&[&pk, &k], 2);
-            v = Tensor::cat(&[&pv, &v], 2);
-        }
-        *slot = Some((k.clone(), v.clone()));
+        let (k, v) = crate::generation::append_kv(slot, apply_rotary(&k, cos, sin), v);
         // Grouped-query attention: every key/value head serves `h / kvh` query heads.
         let rep = h / kvh;
         let (k, v) = if rep == 1 {

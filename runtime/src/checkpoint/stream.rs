@@ -112,25 +112,23 @@ impl SafetensorsFile {
             .ok_or_else(|| bad(format!("no tensor {name:?}")))?;
         let data = &self.map[e.range.0..e.range.1];
         use safetensors::Dtype as S;
+        let at = e.range.0;
         let t = match e.dtype {
-            _ if cfg!(target_endian = "big") => {
-                let view = safetensors::tensor::TensorView::new(e.dtype, e.shape.clone(), data)
-                    .map_err(|err| bad(format!("tensor {name:?}: {err}")))?;
-                crate::tensor::tensor_from_view(&view)
-                    .map_err(|reason| bad(format!("tensor {name:?}: {reason}")))?
+            S::F32 if cfg!(target_endian = "little") => self.copy::<f32>(data, &e.shape, at),
+            S::F64 if cfg!(target_endian = "little") => self.copy::<f64>(data, &e.shape, at),
+            S::F16 if cfg!(target_endian = "little") => self.copy::<half::f16>(data, &e.shape, at),
+            S::BF16 if cfg!(target_endian = "little") => {
+                self.copy::<half::bf16>(data, &e.shape, at)
             }
-            S::F32 => self.copy::<f32>(data, &e.shape, e.range.0),
-            S::F64 => self.copy::<f64>(data, &e.shape, e.range.0),
-            S::F16 => self.copy::<half::f16>(data, &e.shape, e.range.0),
-            S::BF16 => self.copy::<half::bf16>(data, &e.shape, e.range.0),
-            S::I64 => self.copy::<i64>(data, &e.shape, e.range.0),
-            S::U8 => self.copy::<u8>(data, &e.shape, e.range.0),
+            S::I64 if cfg!(target_endian = "little") => self.copy::<i64>(data, &e.shape, at),
+            S::U8 => self.copy::<u8>(data, &e.shape, at),
+            // Widened or converted (and every dtype on a big-endian target).
             _ => {
                 let view = safetensors::tensor::TensorView::new(e.dtype, e.shape.clone(), data)
                     .map_err(|err| bad(format!("tensor {name:?}: {err}")))?;
                 let t = crate::tensor::tensor_from_view(&view)
                     .map_err(|reason| bad(format!("tensor {name:?}: {reason}")))?;
-                self.release(e.range.0, data.len());
+                self.release(at, data.len());
                 t
             }
         };
