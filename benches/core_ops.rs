@@ -8,9 +8,7 @@ use ferrograd::optim::{Adam, AdamConfig, Optimizer};
 use ferrograd::prelude::*;
 use std::hint::black_box;
 
-#[path = "../tests/ports/mod.rs"]
-#[allow(dead_code)]
-mod ports;
+use ferrograd::models::vision::{mobilenet, resnet};
 
 fn matmul(c: &mut Criterion) {
     let mut group = c.benchmark_group("matmul_f32");
@@ -192,14 +190,14 @@ fn cnn_models(c: &mut Criterion) {
     let mut group = c.benchmark_group("cnn");
     group.sample_size(10);
     let cpu = &Device::Cpu;
-    let mut mobilenet = ports::mobilenet::MobileNetV2::new(1000, 1.0, cpu);
+    let mut mobilenet = mobilenet::MobileNetV2::new(1000, 1.0, cpu);
     mobilenet.eval();
     let x20 = Tensor::randn(&[20, 3, 224, 224], DType::F32, cpu);
     group.bench_function("mobilenet_v2_fwd_b20", |bench| {
         let _guard = NoGradGuard::new();
         bench.iter(|| black_box(mobilenet.forward(&x20)))
     });
-    let mut resnet = ports::resnet::resnet18(1000, cpu);
+    let mut resnet = resnet::resnet18(1000, cpu);
     let x8 = Tensor::randn(&[8, 3, 224, 224], DType::F32, cpu);
     resnet.eval();
     group.bench_function("resnet18_fwd_b8", |bench| {

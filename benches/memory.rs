@@ -15,10 +15,6 @@
 //! Inputs are random (the memory behaviour does not depend on the pixels); threads are
 //! `BENCH_THREADS` (default 2).
 
-#[path = "../tests/ports/mod.rs"]
-#[allow(dead_code)]
-mod ports;
-
 use ferrograd::autograd::NoGradGuard;
 use ferrograd::data::{DataLoader, TensorDataset};
 use ferrograd::nn::{Forward, Module};
@@ -70,7 +66,8 @@ fn main() {
     let mut extra = String::new();
     match workload.as_str() {
         "mobilenet" => {
-            let mut model = ports::mobilenet::MobileNetV2::new(1000, 1.0, &Device::Cpu);
+            let mut model =
+                ferrograd::models::vision::mobilenet::MobileNetV2::new(1000, 1.0, &Device::Cpu);
             model.eval();
             let _guard = NoGradGuard::new();
             for batch in [20, 20, 20, 20, 20, 1, 1] {

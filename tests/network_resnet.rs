@@ -1,11 +1,9 @@
 //! ResNet-18 written entirely in `network!` (blocks as sibling networks with const
 //! parameters, repetition and sequences): the same state_dict keys and shapes as
 //! torchvision's `resnet18`, the same parameter count, and the same forward as the
-//! hand-written port in `tests/ports` given the same weights.
+//! hand-written `ferrograd::models::vision::resnet` given the same weights.
 
 mod common;
-#[allow(dead_code)]
-mod ports;
 
 use ferrograd::nn::{Forward, Module};
 use ferrograd::prelude::*;
@@ -58,20 +56,21 @@ fn keys_shapes_and_count_equal_torchvisions() {
     net.visit("", &mut |name, t, _| {
         ours.push((name.to_string(), t.shape().to_vec()))
     });
-    let theirs: Vec<(String, Vec<usize>)> = include_str!("fixtures/torchvision_keys.txt")
-        .lines()
-        .filter(|l| l.starts_with("resnet18 "))
-        .map(|l| {
-            let parts: Vec<&str> = l.split(' ').collect();
-            let shape = parts.get(3).map_or(Vec::new(), |s| {
-                s.split(',')
-                    .filter(|x| !x.is_empty())
-                    .map(|x| x.parse().expect("a size"))
-                    .collect()
-            });
-            (parts[1].to_string(), shape)
-        })
-        .collect();
+    let theirs: Vec<(String, Vec<usize>)> =
+        include_str!("../models/tests/fixtures/torchvision/keys.txt")
+            .lines()
+            .filter(|l| l.starts_with("resnet18 "))
+            .map(|l| {
+                let parts: Vec<&str> = l.split(' ').collect();
+                let shape = parts.get(3).map_or(Vec::new(), |s| {
+                    s.split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(|x| x.parse().expect("a size"))
+                        .collect()
+                });
+                (parts[1].to_string(), shape)
+            })
+            .collect();
     let (mut a, mut b) = (ours.clone(), theirs.clone());
     a.sort();
     b.sort();
@@ -84,7 +83,7 @@ fn keys_shapes_and_count_equal_torchvisions() {
 fn forward_equals_the_hand_written_port_and_trains() {
     manual_seed(11);
     let mut net = ResNet18::new(&Device::Cpu);
-    let mut port = ports::resnet::resnet18(1000, &Device::Cpu);
+    let mut port = ferrograd::models::vision::resnet::resnet18(1000, &Device::Cpu);
     port.load_state_dict(&net.state_dict(), true)
         .expect("same keys");
     net.eval();

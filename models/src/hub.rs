@@ -44,7 +44,8 @@ pub fn read_config<T: DeserializeOwned>(dir: impl AsRef<Path>) -> Result<T, Mode
 
 /// The weights of a folder: `model.safetensors`, else the index of a sharded checkpoint
 /// (`model.safetensors.index.json`, which names its shards); an `Err` saying what was
-/// found instead (`pytorch_model.bin` is not read: convert it with `safetensors`).
+/// found instead (`pytorch_model.bin` is not read: convert it with `safetensors`). A
+/// path to a file is that file (a `.safetensors` state dict, or an index).
 ///
 /// ```
 /// let dir = std::env::temp_dir().join("ferrograd-doc-no-weights");
@@ -53,6 +54,10 @@ pub fn read_config<T: DeserializeOwned>(dir: impl AsRef<Path>) -> Result<T, Mode
 /// ```
 pub fn weights_file(dir: impl AsRef<Path>) -> Result<PathBuf, ModelError> {
     let dir = dir.as_ref();
+    if dir.is_file() {
+        // A weights file itself (a torchvision state dict saved with `save_file`).
+        return Ok(dir.to_path_buf());
+    }
     for name in ["model.safetensors", "model.safetensors.index.json"] {
         let p = dir.join(name);
         if p.is_file() {

@@ -17,6 +17,8 @@
 //! - [`generation`]: `generate` for every decoder ([`generation::CausalLM`]): greedy or
 //!   sampled (temperature, top-k, top-p, repetition penalty), stop tokens, streaming,
 //!   left-padded batches.
+//! - [`vision`]: torchvision's ResNet, MobileNetV2 and Vision Transformer, with its keys
+//!   and its preprocessing.
 //!
 //! ```no_run
 //! use ferrograd_models::bert::SentenceEncoder;
@@ -36,5 +38,6 @@ pub mod gpt2;
 pub mod hub;
 pub mod llama;
 pub mod tokenizer;
+pub mod vision;
 
 pub use error::ModelError;
