@@ -4,9 +4,9 @@
 use crate::ModelError;
 use crate::generation::{CausalLM, KvCache};
 use crate::gpt2::Gpt2LMHeadModel;
-use crate::hub;
+use crate::hub::{self, LoadDType};
 use crate::llama::LlamaForCausalLM;
-use ferrograd::{DType, Device, Tensor};
+use ferrograd::{Device, Tensor};
 use std::path::Path;
 
 /// Any decoder of this crate, chosen by `model_type` (`gpt2`, `llama`, `mistral`,
@@ -31,13 +31,15 @@ impl AutoModelForCausalLM {
         AutoModelForCausalLM::from_pretrained_with(dir, &Device::Cpu, None)
     }
 
-    /// Loads a folder on `device`, converted to `dtype` if given.
+    /// Loads a folder on `device`, in `dtype` ([`LoadDType`]: the module's f32, the
+    /// checkpoint's own, or a given one).
     pub fn from_pretrained_with(
         dir: impl AsRef<Path>,
         device: &Device,
-        dtype: Option<DType>,
+        dtype: impl Into<LoadDType>,
     ) -> Result<AutoModelForCausalLM, ModelError> {
         let dir = dir.as_ref();
+        let dtype = dtype.into();
         let config: serde_json::Value = hub::read_config(dir)?;
         match config.get("model_type").and_then(|v| v.as_str()) {
             Some("gpt2") => Ok(AutoModelForCausalLM::Gpt2(

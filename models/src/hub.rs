@@ -77,12 +77,45 @@ pub fn weights_file(dir: impl AsRef<Path>) -> Result<PathBuf, ModelError> {
     })
 }
 
+/// The dtype floating-point weights are loaded in (transformers' `torch_dtype`).
+/// `from_pretrained_with` takes it or anything that converts: `None` (the module's),
+/// `Some(DType::BF16)` or `DType::BF16` (converted), `LoadDType::Checkpoint` (kept).
+///
+/// ```
+/// use ferrograd::DType;
+/// use ferrograd_models::hub::LoadDType;
+/// assert_eq!(LoadDType::from(None), LoadDType::Module);
+/// assert_eq!(LoadDType::from(DType::F16), LoadDType::To(DType::F16));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadDType {
+    /// The module's dtype (f32 as built): `torch_dtype=None`.
+    #[default]
+    Module,
+    /// The checkpoint's own, tensor by tensor (an f16 or bf16 file stays so, holding
+    /// half the memory of f32; `torch_dtype="auto"`).
+    Checkpoint,
+    /// Converted to this dtype (`torch_dtype=torch.bfloat16`).
+    To(DType),
+}
+
+impl From<DType> for LoadDType {
+    fn from(d: DType) -> Self {
+        LoadDType::To(d)
+    }
+}
+
+impl From<Option<DType>> for LoadDType {
+    fn from(d: Option<DType>) -> Self {
+        d.map_or(LoadDType::Module, LoadDType::To)
+    }
+}
+
 /// How checkpoint tensors map onto a module.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
-    /// Convert floating-point weights to this dtype (`torch_dtype=`); `None` keeps the
-    /// module's dtype.
-    pub dtype: Option<DType>,
+    /// The dtype of the loaded floating-point weights.
+    pub dtype: LoadDType,
     /// Prefixes a checkpoint's keys may have that the module's lack (`bert.` in a
     /// `BertForSequenceClassification` file), or lack where the module's have them
     /// (`transformer.` in a bare `GPT2Model` file), tried in turn for a key the module
@@ -210,7 +243,8 @@ pub fn load_weights(
             }
         };
         let dtype = match options.dtype {
-            Some(d) if t.dtype().is_float() => d,
+            LoadDType::To(d) if t.dtype().is_float() => d,
+            LoadDType::Checkpoint if t.dtype().is_float() && v.dtype().is_float() => v.dtype(),
             _ => t.dtype(),
         };
         if v.dtype() != dtype {

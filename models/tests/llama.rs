@@ -124,3 +124,63 @@ fn unsupported_configs_are_errors() {
         assert!(max_diff(&step.to_vec::<f32>(), &full.select(1, i).to_vec::<f32>()) < 1e-4);
     }
 }
+
+/// `tiny-llama` rewritten with its floating-point tensors in `dtype`, in a fresh folder.
+fn tiny_llama_in(dtype: DType) -> std::path::PathBuf {
+    let src = fixtures().join("tiny-llama");
+    let dir = std::env::temp_dir().join(format!(
+        "ferrograd-tiny-llama-{dtype:?}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let state: ferrograd::nn::StateDict =
+        ferrograd::checkpoint::read_state_dict(src.join("model.safetensors"))
+            .unwrap()
+            .into_iter()
+            .map(|(k, t)| {
+                let t = if t.dtype().is_float() {
+                    t.to_dtype(dtype)
+                } else {
+                    t
+                };
+                (k, t)
+            })
+            .collect();
+    ferrograd::checkpoint::save_state_dict(&state, dir.join("model.safetensors"), None).unwrap();
+    dir
+}
+
+#[test]
+fn a_half_precision_checkpoint_is_kept_or_converted_on_request() {
+    use ferrograd::nn::Module;
+    use ferrograd_models::hub::LoadDType;
+    let dir = tiny_llama_in(DType::BF16);
+    let dtypes = |m: &LlamaForCausalLM| {
+        let mut d: Vec<DType> = m.parameters().iter().map(|p| p.dtype()).collect();
+        d.dedup();
+        d
+    };
+    // By default the module's f32, as transformers without torch_dtype.
+    let (f32_model, _) = LlamaForCausalLM::from_pretrained_with(&dir, &Device::Cpu, None).unwrap();
+    assert_eq!(dtypes(&f32_model), [DType::F32]);
+    // torch_dtype="auto": the file's bf16, half the memory.
+    let (kept, _) =
+        LlamaForCausalLM::from_pretrained_with(&dir, &Device::Cpu, LoadDType::Checkpoint).unwrap();
+    assert_eq!(dtypes(&kept), [DType::BF16]);
+    // Converted on request.
+    let (f16, _) = LlamaForCausalLM::from_pretrained_with(&dir, &Device::Cpu, DType::F16).unwrap();
+    assert_eq!(dtypes(&f16), [DType::F16]);
+
+    // The bf16 model runs, and its logits are the f32 model's to bf16 precision.
+    let ids = Tensor::from_vec(vec![1i64, 5, 9, 42, 7, 3], &[1, 6]);
+    let want = f32_model.forward(&ids, None).to_vec::<f32>();
+    for (name, m) in [("bf16", &kept), ("f16", &f16)] {
+        let got = m.forward(&ids, None).to_dtype(DType::F32).to_vec::<f32>();
+        let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let d = max_diff(&got, &want);
+        eprintln!("{name}: max abs diff {d:.2e} (logits up to {scale:.2})");
+        assert!(d <= 0.05 * scale.max(1.0), "{name}: max abs diff {d}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

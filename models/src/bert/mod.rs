@@ -10,7 +10,7 @@ mod sentence;
 pub use sentence::{Pooling, SentenceEncoder};
 
 use crate::ModelError;
-use crate::hub::{self, LoadOptions, Loaded};
+use crate::hub::{self, LoadDType, LoadOptions, Loaded};
 use ferrograd::nn::functional::scaled_dot_product_attention;
 use ferrograd::nn::{Dropout, Embedding, LayerNorm, Linear, Module};
 use ferrograd::{DType, Device, Tensor};
@@ -326,17 +326,17 @@ impl BertModel {
         BertModel::from_pretrained_with(dir, &Device::Cpu, None).map(|(m, _)| m)
     }
 
-    /// [`BertModel::from_pretrained`] on `device`, converted to `dtype` if given; also
+    /// [`BertModel::from_pretrained`] on `device`, in `dtype` ([`LoadDType`]: the module's, the checkpoint's or a given one); also
     /// returns what was loaded.
     pub fn from_pretrained_with(
         dir: impl AsRef<Path>,
         device: &Device,
-        dtype: Option<DType>,
+        dtype: impl Into<LoadDType>,
     ) -> Result<(BertModel, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = BertConfig::from_pretrained(dir)?;
         let options = LoadOptions {
-            dtype,
+            dtype: dtype.into(),
             prefixes: vec!["bert.".into()],
         };
         // The pooler is optional in checkpoints: try with it, then without.

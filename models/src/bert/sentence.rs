@@ -165,7 +165,7 @@ impl SentenceEncoder {
                     .model
                     .forward(&ids, Some(&mask), Some(&types))
                     .last_hidden_state;
-                let e = pool(&h, &mask, self.pooling);
+                let e = self.pooling.pool(&h, &mask);
                 if self.normalize { l2_normalize(&e) } else { e }
             });
             let out = out
@@ -187,15 +187,30 @@ impl SentenceEncoder {
 }
 
 /// Pools `[batch, len, hidden]` token states over the tokens `mask` marks.
-fn pool(h: &Tensor, mask: &Tensor, pooling: Pooling) -> Tensor {
-    let m = mask.to_dtype(h.dtype()).unsqueeze(-1);
-    match pooling {
-        Pooling::Cls => h.select(1, 0),
-        Pooling::Mean => h
-            .mul(&m)
-            .sum(&[1], false)
-            .div(&m.sum(&[1], false).clamp_min(1e-9)),
-        Pooling::Max => h.masked_fill(&m.eq_scalar(0.0), -1e9).max_dim(1, false).0,
+impl Pooling {
+    /// One vector per sequence `[batch, hidden]` from the token states `h`
+    /// `[batch, len, hidden]` and the attention mask `[batch, len]` (1 for a token, 0 for
+    /// padding), differentiable (a classifier head on a fine-tuned encoder uses it).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// use ferrograd_models::bert::Pooling;
+    /// let h = Tensor::from_vec(vec![1.0f32, 3.0, 100.0], &[1, 3, 1]);
+    /// let mask = Tensor::from_vec(vec![1i64, 1, 0], &[1, 3]);
+    /// assert_eq!(Pooling::Mean.pool(&h, &mask).to_vec::<f32>(), vec![2.0]);
+    /// assert_eq!(Pooling::Max.pool(&h, &mask).to_vec::<f32>(), vec![3.0]);
+    /// assert_eq!(Pooling::Cls.pool(&h, &mask).to_vec::<f32>(), vec![1.0]);
+    /// ```
+    pub fn pool(self, h: &Tensor, mask: &Tensor) -> Tensor {
+        let m = mask.to_dtype(h.dtype()).unsqueeze(-1);
+        match self {
+            Pooling::Cls => h.select(1, 0),
+            Pooling::Mean => h
+                .mul(&m)
+                .sum(&[1], false)
+                .div(&m.sum(&[1], false).clamp_min(1e-9)),
+            Pooling::Max => h.masked_fill(&m.eq_scalar(0.0), -1e9).max_dim(1, false).0,
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::ModelError;
 use crate::bert::Activation;
 use crate::generation::{CausalLM, KvCache};
-use crate::hub::{self, LoadOptions, Loaded};
+use crate::hub::{self, LoadDType, LoadOptions, Loaded};
 use ferrograd::nn::functional::scaled_dot_product_attention;
 use ferrograd::nn::{Dropout, Embedding, LayerNorm, Module};
 use ferrograd::{DType, Device, Tensor};
@@ -272,16 +272,16 @@ impl Gpt2LMHeadModel {
         Gpt2LMHeadModel::from_pretrained_with(dir, &Device::Cpu, None).map(|(m, _)| m)
     }
 
-    /// [`Gpt2LMHeadModel::from_pretrained`] on `device`, converted to `dtype` if given.
+    /// [`Gpt2LMHeadModel::from_pretrained`] on `device`, in `dtype` ([`LoadDType`]: the module's f32, the checkpoint's own, or a given one).
     pub fn from_pretrained_with(
         dir: impl AsRef<Path>,
         device: &Device,
-        dtype: Option<DType>,
+        dtype: impl Into<LoadDType>,
     ) -> Result<(Gpt2LMHeadModel, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = Gpt2Config::from_pretrained(dir)?;
         let options = LoadOptions {
-            dtype,
+            dtype: dtype.into(),
             prefixes: vec!["transformer.".into()],
         };
         hub::build_and_load(dir, &options, || Gpt2LMHeadModel::new(&config, device))

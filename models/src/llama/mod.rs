@@ -5,7 +5,7 @@
 
 use crate::ModelError;
 use crate::generation::{CausalLM, KvCache};
-use crate::hub::{self, LoadOptions, Loaded};
+use crate::hub::{self, LoadDType, LoadOptions, Loaded};
 use ferrograd::nn::functional::scaled_dot_product_attention;
 use ferrograd::nn::{Embedding, Linear, Module, RMSNorm};
 use ferrograd::{DType, Device, Tensor};
@@ -407,16 +407,16 @@ impl LlamaForCausalLM {
         LlamaForCausalLM::from_pretrained_with(dir, &Device::Cpu, None).map(|(m, _)| m)
     }
 
-    /// [`LlamaForCausalLM::from_pretrained`] on `device`, converted to `dtype` if given.
+    /// [`LlamaForCausalLM::from_pretrained`] on `device`, in `dtype` ([`LoadDType`]: the module's f32, the checkpoint's own, or a given one).
     pub fn from_pretrained_with(
         dir: impl AsRef<Path>,
         device: &Device,
-        dtype: Option<DType>,
+        dtype: impl Into<LoadDType>,
     ) -> Result<(LlamaForCausalLM, Loaded), ModelError> {
         let dir = dir.as_ref();
         let config = LlamaConfig::from_pretrained(dir)?;
         let options = LoadOptions {
-            dtype,
+            dtype: dtype.into(),
             prefixes: vec!["model.".into()],
         };
         hub::build_and_load(dir, &options, || LlamaForCausalLM::new(&config, device))

@@ -265,20 +265,35 @@ mod plot {
         Ok(())
     }
 
-    /// The loss and accuracy panels side by side.
+    /// Side by side, the panels that have columns: losses, accuracies, and any other
+    /// metric.
     fn panels<DB: DrawingBackend>(
         log: &MetricsLog,
         root: &DrawingArea<DB, Shift>,
     ) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let halves = root.split_evenly((1, 2));
-        let pick = |needle: &str| -> Vec<usize> {
+        let is_loss = |c: &str| c.contains("loss");
+        let is_acc = |c: &str| c.contains("acc") && !is_loss(c);
+        let pick = |keep: &dyn Fn(&str) -> bool| -> Vec<usize> {
             (1..log.columns.len())
-                .filter(|&i| log.columns[i].contains(needle))
+                .filter(|&i| keep(&log.columns[i]))
                 .collect()
         };
-        panel(log, &halves[0], "loss", &pick("loss"), 1.0)?;
-        panel(log, &halves[1], "accuracy (%)", &pick("acc"), 100.0)?;
+        let groups: Vec<(&str, Vec<usize>, f64)> = vec![
+            ("loss", pick(&is_loss), 1.0),
+            ("accuracy (%)", pick(&is_acc), 100.0),
+            ("value", pick(&|c| !is_loss(c) && !is_acc(c)), 1.0),
+        ]
+        .into_iter()
+        .filter(|(_, columns, _)| !columns.is_empty())
+        .collect();
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let areas = root.split_evenly((1, groups.len()));
+        for ((title, columns, scale), area) in groups.iter().zip(&areas) {
+            panel(log, area, title, columns, *scale)?;
+        }
         Ok(())
     }
 
@@ -393,6 +408,45 @@ mod plot {
             }
             let svg = std::fs::read_to_string(dir.join("m.svg")).unwrap();
             assert!(svg.contains("accuracy (%)") && svg.contains("test_acc"));
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+
+        /// A log without an accuracy column gets no empty accuracy panel: its loss
+        /// panel takes the whole width.
+        #[test]
+        fn only_the_panels_with_columns_are_drawn() {
+            let dir =
+                std::env::temp_dir().join(format!("ferrograd-plot-loss-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut log =
+                MetricsLog::create(dir.join("m.csv"), &["step", "train_loss", "val_loss"]).unwrap();
+            for s in 1..=4 {
+                log.append(&[s as f64, 2.0 / s as f64, 2.5 / s as f64])
+                    .unwrap();
+            }
+            log.plot(dir.join("m.png"), dir.join("m.svg")).unwrap();
+            let svg = std::fs::read_to_string(dir.join("m.svg")).unwrap();
+            assert!(!svg.contains("accuracy"), "an accuracy panel was drawn");
+            let lines = |colour: &str| {
+                svg.lines()
+                    .filter(|l| l.contains("<polyline") && l.to_uppercase().contains(colour))
+                    .count()
+            };
+            // Each loss column is a line in its colour (the first two of the palette).
+            assert!(
+                lines("1F77B4") >= 1 && lines("FF7F0E") >= 1,
+                "a loss line is missing"
+            );
+            // The single panel spans the width: its lines reach the right half.
+            let img = image::open(dir.join("m.png")).unwrap().to_rgb8();
+            let coloured = (900..1150u32)
+                .flat_map(|x| (60..400u32).map(move |y| (x, y)))
+                .filter(|&(x, y)| {
+                    let [r, g, b] = img.get_pixel(x, y).0;
+                    r.abs_diff(g) > 60 || g.abs_diff(b) > 60
+                })
+                .count();
+            assert!(coloured > 20, "nothing drawn in the right half");
             std::fs::remove_dir_all(&dir).unwrap();
         }
     }
