@@ -7,13 +7,18 @@
 //! - `gpt2_small_prefill_512`: a GPT-2-small-shaped model (124M parameters, random
 //!   weights), the next-token logits of a 512-token prompt;
 //! - `gpt2_small_generate_32`: the same model, greedy, 32 new tokens after a 16-token
-//!   prompt at batch 1 (KV cache).
+//!   prompt at batch 1 (KV cache);
+//! - `char_gpt_step`: one training step of `examples/char_gpt.rs`'s model (4 layers, 4
+//!   heads, width 128, context 64, 65 characters) at batch 32: forward, cross-entropy,
+//!   backward, gradient clipping, AdamW.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ferrograd::models::bert::{BertConfig, BertModel};
 use ferrograd::models::generation::{CausalLM, GenerationConfig, generate};
 use ferrograd::models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
 use ferrograd::nn::Module;
+use ferrograd::optim::utils::clip_grad_norm_;
+use ferrograd::optim::{AdamConfig, AdamW, Optimizer};
 use ferrograd::prelude::*;
 use std::path::PathBuf;
 
@@ -85,6 +90,44 @@ fn models(c: &mut Criterion) {
     };
     g.bench_function("gpt2_small_generate_32", |b| {
         b.iter(|| generate(&gpt, &short, None, &config, |_| {}))
+    });
+    drop(gpt);
+
+    manual_seed(0);
+    let config = Gpt2Config {
+        vocab_size: 65,
+        n_positions: 64,
+        n_embd: 128,
+        n_layer: 4,
+        n_head: 4,
+        resid_pdrop: 0.0,
+        embd_pdrop: 0.0,
+        attn_pdrop: 0.0,
+        eos_token_id: None,
+        ..Default::default()
+    };
+    let mut model = Gpt2LMHeadModel::new(&config, &Device::Cpu);
+    model.train();
+    let mut opt = AdamW::named(
+        model.named_parameters(),
+        AdamConfig::default()
+            .lr(2e-3)
+            .betas(0.9, 0.99)
+            .weight_decay(0.1),
+    );
+    let params = model.parameters();
+    let x = ids(32, 64, 65);
+    let y = ids(32, 64, 65).reshape(&[32 * 64]);
+    g.bench_function("char_gpt_step", |b| {
+        b.iter(|| {
+            let logits = model.forward(&x, None).reshape(&[32 * 64, 65]);
+            let loss = F::cross_entropy(&logits, &y);
+            opt.zero_grad();
+            loss.backward();
+            clip_grad_norm_(&params, 1.0, 2.0, false).unwrap();
+            opt.step();
+            loss
+        })
     });
     g.finish();
 }

@@ -120,6 +120,36 @@ fn gradcheck_f64() {
     .unwrap();
 }
 
+/// Operands in any layout are read in place (the heads of `[batch, len, heads, d]`
+/// projections through a transpose, keys and values broadcast over the heads, as
+/// grouped-query attention has them): the same output as contiguous copies, and
+/// gradients by finite differences.
+#[test]
+fn strided_and_broadcast_operands_equal_contiguous_copies() {
+    let mut g = Generator::new(5);
+    let r = |s: &[usize], g: &mut Generator| {
+        Tensor::randn_with(s, DType::F64, &Device::Cpu, g).requires_grad(true)
+    };
+    let x = r(&[2, 7, 3, 4], &mut g); // [batch, len, heads, d]
+    let kv = r(&[2, 1, 9, 5], &mut g); // one key/value head
+    let attend = |x: &Tensor, kv: &Tensor, causal: bool| {
+        let q = x.transpose(1, 2); // [2, 3, 7, 4], strided
+        let k = kv.narrow(3, 0, 4).expand(&[-1, 3, -1, -1]); // broadcast over heads
+        let v = kv.narrow(3, 1, 4).expand(&[-1, 3, -1, -1]);
+        F::scaled_dot_product_attention(&q, &k, &v, None, 0.0, causal, None)
+    };
+    for causal in [false, true] {
+        let y = attend(&x, &kv, causal);
+        let q = x.transpose(1, 2).contiguous();
+        let k = kv.narrow(3, 0, 4).expand(&[-1, 3, -1, -1]).contiguous();
+        let v = kv.narrow(3, 1, 4).expand(&[-1, 3, -1, -1]).contiguous();
+        let want = F::scaled_dot_product_attention(&q, &k, &v, None, 0.0, causal, None);
+        assert!(y.allclose(&want, 1e-12, 1e-12), "causal {causal}");
+    }
+    gradcheck(|t| attend(&t[0], &t[1], true), &[x.clone(), kv.clone()]).unwrap();
+    gradcheck(|t| attend(&t[0], &t[1], false), &[x, kv]).unwrap();
+}
+
 /// With dropout, the fused backward and the tensor-op backward (`create_graph`) of one
 /// forward agree, and the kept fraction is about 1 - p.
 fn dropout_backward_agrees(device: &Device) {

@@ -280,6 +280,93 @@ pub fn attention_forward<T: AttnFloat>(
         q.len() == bh * tq * d && k.len() == bh * tk * d && v.len() == bh * tk * dv,
         "attention_forward: operand lengths do not match {shape:?}"
     );
+    let offsets = |per: usize| (0..bh).map(|b| b * per).collect::<Vec<_>>();
+    let (qo, ko, vo) = (offsets(tq * d), offsets(tk * d), offsets(tk * dv));
+    attention_forward_strided(
+        Operand::new(q, &qo, d, 1),
+        Operand::new(k, &ko, d, 1),
+        Operand::new(v, &vo, dv, 1),
+        shape,
+        mask,
+        scale,
+        dropout,
+    )
+}
+
+/// An operand `[bh, rows, cols]` of [`attention_forward_strided`] in any layout: element
+/// `(b, r, c)` is `data[batch_offsets[b] + r * row_stride + c * col_stride]` (the heads
+/// of a `[batch, len, heads, d]` projection, read without a copy).
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a, T> {
+    data: &'a [T],
+    batch_offsets: &'a [usize],
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a, T> Operand<'a, T> {
+    /// The view; [`attention_forward_strided`] checks that it stays inside `data`.
+    pub fn new(
+        data: &'a [T],
+        batch_offsets: &'a [usize],
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Self {
+        Operand {
+            data,
+            batch_offsets,
+            row_stride,
+            col_stride,
+        }
+    }
+
+    /// The elements from problem `b`'s row `r` on.
+    fn from(&self, b: usize, r: usize) -> &'a [T] {
+        &self.data[self.batch_offsets[b] + r * self.row_stride..]
+    }
+
+    /// Whether every element of a `[bh, rows, cols]` view is inside `data`.
+    fn fits(&self, bh: usize, rows: usize, cols: usize) -> bool {
+        self.batch_offsets.len() == bh
+            && (rows == 0
+                || cols == 0
+                || self.batch_offsets.iter().all(|&o| {
+                    o + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride
+                        < self.data.len()
+                }))
+    }
+}
+
+/// [`attention_forward`] over operands in any layout (see [`Operand`]); the output and
+/// log-sum-exp are contiguous `[bh, tq, dv]` and `[bh, tq]`.
+///
+/// ```
+/// use ferrograd_kernels::fused::attention::*;
+/// // q, k and v of 2 heads interleaved per position, as [len, heads, d] stores them.
+/// let shape = AttentionShape { bh: 2, tq: 1, tk: 2, d: 1, dv: 1 };
+/// let (q, k, v) = ([0.0f64, 1.0], [1.0, 1.0, 1.0, -1.0], [2.0, 2.0, 4.0, 4.0]);
+/// let heads = [0, 1]; // head h starts at element h; rows (positions) are 2 apart
+/// let (out, _) = attention_forward_strided(
+///     Operand::new(&q, &heads, 2, 1), Operand::new(&k, &heads, 2, 1),
+///     Operand::new(&v, &heads, 2, 1), shape, &Mask::None, 1.0, None);
+/// assert!((out[0] - 3.0).abs() < 1e-12); // head 0: equal scores, the mean
+/// let w = 1.0 / (1.0 + (-2.0f64).exp()); // head 1: softmax(1, -1)
+/// assert!((out[1] - (2.0 * w + 4.0 * (1.0 - w))).abs() < 1e-12);
+/// ```
+pub fn attention_forward_strided<T: AttnFloat>(
+    q: Operand<'_, T>,
+    k: Operand<'_, T>,
+    v: Operand<'_, T>,
+    shape: AttentionShape,
+    mask: &Mask<'_, T>,
+    scale: T,
+    dropout: Option<AttnDropout>,
+) -> (HostBuffer<T>, HostBuffer<T>) {
+    let AttentionShape { bh, tq, tk, d, dv } = shape;
+    assert!(
+        q.fits(bh, tq, d) && k.fits(bh, tk, d) && v.fits(bh, tk, dv),
+        "attention_forward: an operand view leaves its data for {shape:?}"
+    );
     let mut out = HostBuffer::<T>::zeroed(bh * tq * dv);
     let mut lse = HostBuffer::full(bh * tq, T::neg_infinity());
     let mut pieces = Vec::new();
@@ -301,9 +388,16 @@ pub fn attention_forward<T: AttnFloat>(
         let rows = l.len();
         let width = visible(mask, q0 + rows - 1, tk);
         let mut s = vec![T::ZERO; rows * width];
-        let qb = &q[(b * tq + q0) * d..];
-        let kb = &k[b * tk * d..];
-        gemm_into(&mut s, (rows, width, d), qb, (d, 1), kb, (1, d), false);
+        let (qs, ks) = ((q.row_stride, q.col_stride), (k.col_stride, k.row_stride));
+        gemm_into(
+            &mut s,
+            (rows, width, d),
+            q.from(b, q0),
+            qs,
+            k.from(b, 0),
+            ks,
+            false,
+        );
         scale_and_mask(&mut s, rows, width, b, q0, scale, mask);
         for r in 0..rows {
             let row = &mut s[r * width..(r + 1) * width];
@@ -324,8 +418,16 @@ pub fn attention_forward<T: AttnFloat>(
                 drop.apply_row(b, q0 + r, row);
             }
         }
-        let vb = &v[b * tk * dv..];
-        gemm_into(o, (rows, dv, width), &s, (width, 1), vb, (dv, 1), false);
+        let vs = (v.row_stride, v.col_stride);
+        gemm_into(
+            o,
+            (rows, dv, width),
+            &s,
+            (width, 1),
+            v.from(b, 0),
+            vs,
+            false,
+        );
     });
     (out, lse)
 }

@@ -10,8 +10,8 @@ use super::range;
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
 use crate::{DType, Device, Tensor};
 use ferrograd_kernels::fused::attention::{
-    AttentionShape, AttnDropout, Mask, attention_backward, attention_forward, batch_offsets,
-    dropout_factors,
+    AttentionShape, AttnDropout, Mask, Operand, attention_backward, attention_forward_strided,
+    batch_offsets, dropout_factors,
 };
 use ferrograd_kernels::{Element, Layout, broadcast_shapes};
 
@@ -53,12 +53,20 @@ pub(crate) fn attention(
     .expect("checked");
     let bh: usize = batch.iter().product();
     let (tq, d, tk, dv) = (qs[n - 2], qs[n - 1], ks[ks.len() - 2], vs[vs.len() - 1]);
+    // The operands broadcast to `[batch..., rows, cols]`: views, in whatever layout they
+    // come (the heads of a `[batch, len, heads, d]` projection are read in place on the
+    // CPU); flattened to `[bh, rows, cols]` (a copy unless contiguous) only where a path
+    // needs it.
     let with = |t: &Tensor, rows: usize, cols: usize| {
         let mut full = batch.clone();
         full.extend([rows, cols]);
-        t.broadcast_to(&full).reshape(&[bh, rows, cols])
+        t.broadcast_to(&full)
     };
-    let (q3, k3, v3) = (with(q, tq, d), with(k, tk, d), with(v, tk, dv));
+    let (qf, kf, vf) = (with(q, tq, d), with(k, tk, d), with(v, tk, dv));
+    let flat = |t: &Tensor| {
+        let s = t.shape();
+        t.reshape(&[bh, s[s.len() - 2], s[s.len() - 1]])
+    };
     let mask = match mask {
         AttnMask::Tensor(m) => {
             let mut full = batch.clone();
@@ -81,61 +89,85 @@ pub(crate) fn attention(
     let mut out_shape = batch;
     out_shape.extend([tq, dv]);
     if mask_grad {
-        return composite(&q3, &k3, &v3, &plan).reshape(&out_shape);
+        return composite(&flat(&qf), &flat(&kf), &flat(&vf), &plan).reshape(&out_shape);
     }
-    let (qc, kc, vc) = (
-        q3.detach().contiguous(),
-        k3.detach().contiguous(),
-        v3.detach().contiguous(),
-    );
-    let Some((out, lse)) = forward(&qc, &kc, &vc, &plan) else {
-        return composite(&q3, &k3, &v3, &plan).reshape(&out_shape);
+    let forwarded = if q.device() == Device::Cpu {
+        Some(forward_cpu(&qf.detach(), &kf.detach(), &vf.detach(), &plan))
+    } else {
+        let contiguous = |t: &Tensor| flat(&t.detach()).contiguous();
+        cuda::attention_forward(
+            &contiguous(&qf),
+            &contiguous(&kf),
+            &contiguous(&vf),
+            &plan.mask,
+            plan.shape,
+            plan.scale,
+            plan.dropout,
+        )
+    };
+    let Some((out, lse)) = forwarded else {
+        return composite(&flat(&qf), &flat(&kf), &flat(&vf), &plan).reshape(&out_shape);
     };
     let saved_out = out.clone();
     let y = record(
         out,
         "scaled_dot_product_attention",
-        &[&q3, &k3, &v3],
+        &[&qf, &kf, &vf],
         || {
             let (sq, sk, sv) = (
-                SavedTensor::new(&q3),
-                SavedTensor::new(&k3),
-                SavedTensor::new(&v3),
+                SavedTensor::new(&qf),
+                SavedTensor::new(&kf),
+                SavedTensor::new(&vf),
             );
             let plan = plan.clone();
             move |_ctx, g: &Tensor| {
                 let op = "scaled_dot_product_attention";
-                let (q, k, v) = (sq.get(op), sk.get(op), sv.get(op));
+                let (qf, kf, vf) = (sq.get(op), sk.get(op), sv.get(op));
+                let flat = |t: &Tensor| {
+                    let s = t.shape();
+                    t.reshape(&[plan.shape.bh, s[s.len() - 2], s[s.len() - 1]])
+                };
+                let (q, k, v) = (flat(&qf), flat(&kf), flat(&vf));
                 let (dq, dk, dv) = if is_grad_enabled() || q.device() != Device::Cpu {
                     backward_graph(&q, &k, &v, &saved_out, &lse, g, &plan)
                 } else {
                     backward_fused(&q, &k, &v, &saved_out, &lse, g, &plan)
                 };
-                vec![Some(dq), Some(dk), Some(dv)]
+                vec![
+                    Some(dq.reshape(qf.shape())),
+                    Some(dk.reshape(kf.shape())),
+                    Some(dv.reshape(vf.shape())),
+                ]
             }
         },
     );
     y.reshape(&out_shape)
 }
 
-/// The fused forward: output `[bh, tq, dv]` and row log-sum-exp `[bh, tq]`, or `None`
-/// when the device's kernel does not take this case.
-fn forward(q: &Tensor, k: &Tensor, v: &Tensor, plan: &Plan) -> Option<(Tensor, Tensor)> {
-    if q.device() != Device::Cpu {
-        return cuda::attention_forward(q, k, v, &plan.mask, plan.shape, plan.scale, plan.dropout);
-    }
+/// The fused forward on the host over `[batch..., rows, cols]` operands in any layout:
+/// output `[bh, tq, dv]` and row log-sum-exp `[bh, tq]`.
+fn forward_cpu(q: &Tensor, k: &Tensor, v: &Tensor, plan: &Plan) -> (Tensor, Tensor) {
     let s = plan.shape;
     let op = "scaled_dot_product_attention";
+    let view = |t: &Tensor| {
+        let st = t.layout().strides();
+        (
+            batch_offsets(t.layout()),
+            st[st.len() - 2],
+            st[st.len() - 1],
+        )
+    };
+    let ((qo, qr, qc), (ko, kr, kc), (vo, vr, vc)) = (view(q), view(k), view(v));
     let (out, lse) = q.with_cpu(op, |qs, _| {
         k.with_cpu(op, |kss, _| {
             v.with_cpu(op, |vss, _| {
                 with_mask(&plan.mask, q.dtype(), |mask| {
                     macro_rules! run {
                         ($t:ty, $mask:expr) => {{
-                            let (o, l) = attention_forward::<$t>(
-                                &qs.typed::<$t>()[range(q)],
-                                &kss.typed::<$t>()[range(k)],
-                                &vss.typed::<$t>()[range(v)],
+                            let (o, l) = attention_forward_strided::<$t>(
+                                Operand::new(qs.typed::<$t>(), &qo, qr, qc),
+                                Operand::new(kss.typed::<$t>(), &ko, kr, kc),
+                                Operand::new(vss.typed::<$t>(), &vo, vr, vc),
                                 s,
                                 $mask,
                                 <$t as Element>::from_f64(plan.scale),
@@ -153,10 +185,10 @@ fn forward(q: &Tensor, k: &Tensor, v: &Tensor, plan: &Plan) -> Option<(Tensor, T
             })
         })
     });
-    Some((
+    (
         Tensor::from_cpu(out, &[s.bh, s.tq, s.dv]),
         Tensor::from_cpu(lse, &[s.bh, s.tq]),
-    ))
+    )
 }
 
 /// A kernel mask of the computation's dtype.
