@@ -96,6 +96,10 @@ fn gemm_batched<T: NumElement>(
     s: MatmulShape,
 ) {
     let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
+    if T::DTYPE == DType::F32 && s.m == 1 && gemv_batched(out, lhs, lhs_layout, rhs, rhs_layout, s)
+    {
+        return;
+    }
     let flops = s.m * s.n * s.k;
     let one_product = |b: usize, dst: &mut [std::mem::MaybeUninit<T>], parallelism: Parallelism| {
         let lhs_off = lhs_layout.offset() + b * lst[0];
@@ -151,6 +155,49 @@ fn gemm_batched<T: NumElement>(
             one_product(b, dst, parallelism);
         }
     }
+}
+
+/// `[batch, 1, k] @ [batch, k, n]` of f32 through the matrix-vector kernels when the
+/// right operand has a unit stride (a linear layer's `W^T`, or a `[k, n]` weight);
+/// returns whether it did (else `out` is untouched).
+fn gemv_batched<T: NumElement>(
+    out: &mut [std::mem::MaybeUninit<T>],
+    lhs: &[T],
+    lhs_layout: &Layout,
+    rhs: &[T],
+    rhs_layout: &Layout,
+    s: MatmulShape,
+) -> bool {
+    let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
+    let rows = rst[1] == 1 && lst[2] == 1;
+    let cols = rst[2] == 1;
+    if T::DTYPE != DType::F32 || s.m != 1 || !(rows || cols) {
+        return false;
+    }
+    // The outputs are few (n per product, against k * n weights read): initialise them so
+    // that they can be seen as floats.
+    out.iter_mut().for_each(|o| {
+        o.write(T::ZERO);
+    });
+    // SAFETY: T is f32 (checked above), so these are the same memory with the same type,
+    // and every element of `out` was just initialised.
+    let (lhs, rhs, out) = unsafe {
+        (
+            std::slice::from_raw_parts(lhs.as_ptr() as *const f32, lhs.len()),
+            std::slice::from_raw_parts(rhs.as_ptr() as *const f32, rhs.len()),
+            std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, out.len()),
+        )
+    };
+    for (b, dst) in out.chunks_mut(s.n).enumerate().take(s.batch) {
+        let lo = lhs_layout.offset() + b * lst[0];
+        let ro = rhs_layout.offset() + b * rst[0];
+        if rows {
+            super::gemv::gemv_rows(&lhs[lo..lo + s.k], &rhs[ro..], rst[2], dst);
+        } else {
+            super::gemv::gemv_cols(&lhs[lo..], lst[2], s.k, &rhs[ro..], rst[1], dst);
+        }
+    }
+    true
 }
 
 fn naive_batched<T: NumElement>(

@@ -1,6 +1,7 @@
 //! CPU kernels: contiguous fast paths, strided fallbacks, rayon above a size threshold.
 
 mod arena;
+mod gemv;
 mod index;
 mod map;
 mod matmul;

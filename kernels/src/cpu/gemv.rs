@@ -1,0 +1,230 @@
+//! Matrix-vector products (`m == 1`: a decoder's next token at batch 1), which the `gemm`
+//! crate runs far from memory bandwidth: the weight matrix is streamed once, split over
+//! the threads by output columns, with loops compiled per SIMD level ([`with_simd`]).
+
+use super::simd::{FmaKernel, with_simd};
+
+/// Below this many multiply-adds a product runs on the calling thread.
+const PARALLEL_MACS: usize = 1 << 16;
+
+/// `out[j] = sum_p x[p] * w[j * row_stride + p]` for `j < out.len()`: each output is the
+/// dot product of the contiguous `x` with a contiguous row of `w` (`x @ W^T`, a linear
+/// layer's weight `[n, k]` as stored).
+struct DotRows<'a> {
+    x: &'a [f32],
+    w: &'a [f32],
+    row_stride: usize,
+    out: &'a mut [f32],
+}
+
+impl FmaKernel for DotRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        const L: usize = 32;
+        let k = self.x.len();
+        for (j, o) in self.out.iter_mut().enumerate() {
+            let row = &self.w[j * self.row_stride..j * self.row_stride + k];
+            let mut acc = [0f32; L];
+            for (xs, ws) in self.x.chunks_exact(L).zip(row.chunks_exact(L)) {
+                for l in 0..L {
+                    acc[l] = if FMA {
+                        xs[l].mul_add(ws[l], acc[l])
+                    } else {
+                        acc[l] + xs[l] * ws[l]
+                    };
+                }
+            }
+            let tail = k - k % L;
+            let mut sum: f32 = acc.iter().sum();
+            for (x, w) in self.x[tail..].iter().zip(&row[tail..]) {
+                sum += x * w;
+            }
+            *o = sum;
+        }
+    }
+}
+
+/// `out[j] = sum_p x[p * x_stride] * b[p * row_stride + j]` for `j < out.len()`: rows of
+/// `b` (`[k, n]` with unit column stride, GPT-2's `Conv1D` weight) scaled and summed.
+struct AxpyRows<'a> {
+    x: &'a [f32],
+    x_stride: usize,
+    k: usize,
+    b: &'a [f32],
+    row_stride: usize,
+    out: &'a mut [f32],
+}
+
+impl FmaKernel for AxpyRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        // Blocks of L columns summed in registers over every row, then stored.
+        const L: usize = 64;
+        let w = self.out.len();
+        for (c, out) in self.out.chunks_mut(L).enumerate() {
+            let c0 = c * L;
+            let mut acc = [0f32; L];
+            if out.len() == L {
+                for p in 0..self.k {
+                    let xp = self.x[p * self.x_stride];
+                    let start = p * self.row_stride + c0;
+                    let row: &[f32; L] = self.b[start..start + L].try_into().expect("L wide");
+                    for l in 0..L {
+                        acc[l] = if FMA {
+                            xp.mul_add(row[l], acc[l])
+                        } else {
+                            acc[l] + xp * row[l]
+                        };
+                    }
+                }
+            } else {
+                for p in 0..self.k {
+                    let xp = self.x[p * self.x_stride];
+                    let start = p * self.row_stride + c0;
+                    for (a, &bv) in acc.iter_mut().zip(&self.b[start..start + (w - c0)]) {
+                        *a = if FMA {
+                            xp.mul_add(bv, *a)
+                        } else {
+                            *a + xp * bv
+                        };
+                    }
+                }
+            }
+            out.copy_from_slice(&acc[..out.len()]);
+        }
+    }
+}
+
+/// Output columns per task: enough tasks for every thread to stay busy, in multiples of
+/// 64 (whole cache lines of the output and of `b`'s rows).
+fn columns_per_task(n: usize) -> usize {
+    let tasks = super::num_threads().max(1) * 4;
+    n.div_ceil(tasks).div_ceil(64).max(1) * 64
+}
+
+/// `x @ W^T` for one row `x` (`k` contiguous floats) and `W` rows of `k` contiguous floats
+/// `row_stride` apart (`n` rows): `out` gets `n` floats.
+///
+/// # Panics
+/// When `w` is too short for `n` rows.
+pub(crate) fn gemv_rows(x: &[f32], w: &[f32], row_stride: usize, out: &mut [f32]) {
+    let (n, k) = (out.len(), x.len());
+    assert!(
+        n == 0 || k == 0 || (n - 1) * row_stride + k <= w.len(),
+        "gemv: weight view outside its storage"
+    );
+    if n * k < PARALLEL_MACS {
+        return with_simd(DotRows {
+            x,
+            w,
+            row_stride,
+            out,
+        });
+    }
+    let per = columns_per_task(n);
+    super::for_each_chunk_mut(out, per, |t, o| {
+        let w = &w[t * per * row_stride..];
+        with_simd(DotRows {
+            x,
+            w,
+            row_stride,
+            out: o,
+        })
+    });
+}
+
+/// `x @ B` for one row `x` (`k` floats `x_stride` apart) and `B` `[k, n]` with unit
+/// column stride and rows `row_stride` apart: `out` gets `n` floats.
+///
+/// # Panics
+/// When `x` or `b` is too short.
+pub(crate) fn gemv_cols(
+    x: &[f32],
+    x_stride: usize,
+    k: usize,
+    b: &[f32],
+    row_stride: usize,
+    out: &mut [f32],
+) {
+    let n = out.len();
+    assert!(
+        n == 0 || k == 0 || ((k - 1) * x_stride < x.len() && (k - 1) * row_stride + n <= b.len()),
+        "gemv: operand view outside its storage"
+    );
+    if n * k < PARALLEL_MACS {
+        return with_simd(AxpyRows {
+            x,
+            x_stride,
+            k,
+            b,
+            row_stride,
+            out,
+        });
+    }
+    let per = columns_per_task(n);
+    super::for_each_chunk_mut(out, per, |t, o| {
+        with_simd(AxpyRows {
+            x,
+            x_stride,
+            k,
+            b: &b[t * per..],
+            row_stride,
+            out: o,
+        })
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Both layouts against a plain f64 loop, over sizes around the lane width, the
+    /// task width and the parallel threshold.
+    #[test]
+    fn both_layouts_equal_a_plain_loop() {
+        for (n, k) in [
+            (1, 1),
+            (3, 31),
+            (17, 33),
+            (64, 64),
+            (100, 770),
+            (1000, 300),
+            (2305, 97),
+        ] {
+            let x = data(k * 2, 1);
+            let w = data(n * (k + 3), 2); // rows k + 3 apart
+            let mut out = vec![0f32; n];
+            gemv_rows(&x[..k], &w, k + 3, &mut out);
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|p| x[p] as f64 * w[j * (k + 3) + p] as f64)
+                    .sum();
+                assert!(
+                    (out[j] as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "rows {n}x{k} [{j}]"
+                );
+            }
+            let b = data(k * (n + 5), 3); // [k, n] rows n + 5 apart
+            gemv_cols(&x, 2, k, &b, n + 5, &mut out);
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|p| x[2 * p] as f64 * b[p * (n + 5) + j] as f64)
+                    .sum();
+                assert!(
+                    (out[j] as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "cols {n}x{k} [{j}]"
+                );
+            }
+        }
+    }
+}
