@@ -362,9 +362,20 @@ pub fn unary_inplace<T: Element>(dst: &mut [T], layout: &Layout, f: impl Fn(T) -
         }
         return;
     }
-    for offset in layout.offsets() {
-        dst[offset] = f(dst[offset]);
-    }
+    // Coalesced rows: one index computation per row, not per element.
+    let (shape, strides) = coalesce(layout.shape(), [layout.strides()]);
+    let inner = *shape.last().unwrap_or(&1);
+    let step = *strides[0].last().unwrap_or(&1);
+    let rows: usize = shape[..shape.len() - 1].iter().product();
+    for_each_row(&shape, &strides, [layout.offset()], 0..rows, |_, [o]| {
+        if step == 1 {
+            dst[o..o + inner].iter_mut().for_each(|x| *x = f(*x));
+        } else {
+            for i in 0..inner {
+                dst[o + i * step] = f(dst[o + i * step]);
+            }
+        }
+    });
 }
 
 /// `dst[i] = f(dst[i], src[i])` in place; `src_layout` is already broadcast to
@@ -389,9 +400,34 @@ pub fn binary_inplace<T: Element>(
         }
         return;
     }
-    for (d, s) in dst_layout.offsets().zip(src_layout.offsets()) {
-        dst[d] = f(dst[d], src[s]);
-    }
+    // Coalesced rows: one index computation per row, not per element (a gradient added
+    // into a narrowed or transposed slice).
+    let (shape, [ds, ss]) = coalesce(
+        dst_layout.shape(),
+        [dst_layout.strides(), src_layout.strides()],
+    );
+    let inner = *shape.last().unwrap_or(&1);
+    let (dstep, sstep) = (*ds.last().unwrap_or(&1), *ss.last().unwrap_or(&1));
+    let rows: usize = shape[..shape.len() - 1].iter().product();
+    let base = [dst_layout.offset(), src_layout.offset()];
+    for_each_row(
+        &shape,
+        &[ds.clone(), ss.clone()],
+        base,
+        0..rows,
+        |_, [d, s]| {
+            if dstep == 1 && sstep == 1 {
+                let src = &src[s..s + inner];
+                for (x, &y) in dst[d..d + inner].iter_mut().zip(src) {
+                    *x = f(*x, y);
+                }
+            } else {
+                for i in 0..inner {
+                    dst[d + i * dstep] = f(dst[d + i * dstep], src[s + i * sstep]);
+                }
+            }
+        },
+    );
 }
 
 /// Writes `value` to every element of a strided view.
