@@ -12,10 +12,60 @@
 
 use crate::Layout;
 use crate::cpu::HostBuffer;
+use crate::cpu::simd::{FmaKernel, with_simd};
 use crate::cpu::{num_threads, philox4x32_10, run_tasks};
 use crate::cuda::KernelModule;
 use num_traits::Float;
 use std::sync::Mutex;
+
+/// One row of scores turned into probabilities in place: `e^(s - max) / sum`, the
+/// exponentials vectorised ([`crate::Real::exp_nonpos`]) and the max and sum taken in
+/// lanes; returns the row's log-sum-exp (`-inf`, and a zero row, when every score is
+/// `-inf`).
+struct SoftmaxRow<'a, T> {
+    row: &'a mut [T],
+}
+
+impl<T: AttnFloat> FmaKernel for SoftmaxRow<'_, T> {
+    type Output = T;
+    #[inline(always)]
+    fn body<const FMA: bool>(self) -> T {
+        const L: usize = 16;
+        let row = self.row;
+        let mut lanes = [T::neg_infinity(); L];
+        let chunks = row.chunks_exact(L);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for l in 0..L {
+                lanes[l] = if c[l] > lanes[l] { c[l] } else { lanes[l] };
+            }
+        }
+        let max = tail
+            .iter()
+            .chain(lanes.iter())
+            .copied()
+            .fold(T::neg_infinity(), |m, v| if v > m { v } else { m });
+        if max == T::neg_infinity() {
+            row.iter_mut().for_each(|v| *v = T::ZERO);
+            return max;
+        }
+        for v in row.iter_mut() {
+            *v = (*v - max).exp_nonpos::<FMA>();
+        }
+        let mut sums = [T::ZERO; L];
+        let chunks = row.chunks_exact(L);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for l in 0..L {
+                sums[l] = sums[l] + c[l];
+            }
+        }
+        let sum = tail.iter().chain(sums.iter()).fold(T::ZERO, |a, &v| a + v);
+        let inv = T::ONE / sum;
+        row.iter_mut().for_each(|v| *v = *v * inv);
+        max + sum.ln()
+    }
+}
 
 /// The CUDA kernels of attention (`attention.cu`), compiled by NVRTC.
 pub const CUDA_MODULE: KernelModule = KernelModule::new("attention", include_str!("attention.cu"));
@@ -133,7 +183,7 @@ impl AttnDropout {
 }
 
 /// The float types the fused attention runs in (the runtime widens half inputs to f32).
-pub trait AttnFloat: crate::NumElement + Float + Send + Sync + 'static {}
+pub trait AttnFloat: crate::NumElement + Float + crate::Real + Send + Sync + 'static {}
 impl AttnFloat for f32 {}
 impl AttnFloat for f64 {}
 
@@ -401,19 +451,10 @@ pub fn attention_forward_strided<T: AttnFloat>(
         scale_and_mask(&mut s, rows, width, b, q0, scale, mask);
         for r in 0..rows {
             let row = &mut s[r * width..(r + 1) * width];
-            let max = row.iter().copied().fold(T::neg_infinity(), T::max);
-            if max == T::neg_infinity() {
-                row.iter_mut().for_each(|v| *v = T::ZERO);
+            l[r] = with_simd(SoftmaxRow { row: &mut *row });
+            if l[r] == T::neg_infinity() {
                 continue;
             }
-            let mut sum = T::ZERO;
-            for v in row.iter_mut() {
-                *v = (*v - max).exp();
-                sum = sum + *v;
-            }
-            l[r] = max + sum.ln();
-            let inv = T::ONE / sum;
-            row.iter_mut().for_each(|v| *v = *v * inv);
             if let Some(drop) = dropout {
                 drop.apply_row(b, q0 + r, row);
             }
