@@ -402,32 +402,27 @@ pub fn binary_inplace<T: Element>(
     }
     // Coalesced rows: one index computation per row, not per element (a gradient added
     // into a narrowed or transposed slice).
-    let (shape, [ds, ss]) = coalesce(
+    let (shape, strides) = coalesce(
         dst_layout.shape(),
         [dst_layout.strides(), src_layout.strides()],
     );
     let inner = *shape.last().unwrap_or(&1);
-    let (dstep, sstep) = (*ds.last().unwrap_or(&1), *ss.last().unwrap_or(&1));
+    let step = |k: usize| *strides[k].last().unwrap_or(&1);
+    let (dstep, sstep) = (step(0), step(1));
     let rows: usize = shape[..shape.len() - 1].iter().product();
     let base = [dst_layout.offset(), src_layout.offset()];
-    for_each_row(
-        &shape,
-        &[ds.clone(), ss.clone()],
-        base,
-        0..rows,
-        |_, [d, s]| {
-            if dstep == 1 && sstep == 1 {
-                let src = &src[s..s + inner];
-                for (x, &y) in dst[d..d + inner].iter_mut().zip(src) {
-                    *x = f(*x, y);
-                }
-            } else {
-                for i in 0..inner {
-                    dst[d + i * dstep] = f(dst[d + i * dstep], src[s + i * sstep]);
-                }
+    for_each_row(&shape, &strides, base, 0..rows, |_, [d, s]| {
+        if dstep == 1 && sstep == 1 {
+            let src = &src[s..s + inner];
+            for (x, &y) in dst[d..d + inner].iter_mut().zip(src) {
+                *x = f(*x, y);
             }
-        },
-    );
+        } else {
+            for i in 0..inner {
+                dst[d + i * dstep] = f(dst[d + i * dstep], src[s + i * sstep]);
+            }
+        }
+    });
 }
 
 /// Writes `value` to every element of a strided view.

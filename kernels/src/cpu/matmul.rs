@@ -96,8 +96,7 @@ fn gemm_batched<T: NumElement>(
     s: MatmulShape,
 ) {
     let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
-    if T::DTYPE == DType::F32 && s.m == 1 && gemv_batched(out, lhs, lhs_layout, rhs, rhs_layout, s)
-    {
+    if gemv_batched(out, lhs, lhs_layout, rhs, rhs_layout, s) {
         return;
     }
     let flops = s.m * s.n * s.k;

@@ -63,10 +63,7 @@ pub(crate) fn attention(
         t.broadcast_to(&full)
     };
     let (qf, kf, vf) = (with(q, tq, d), with(k, tk, d), with(v, tk, dv));
-    let flat = |t: &Tensor| {
-        let s = t.shape();
-        t.reshape(&[bh, s[s.len() - 2], s[s.len() - 1]])
-    };
+    let flat = |t: &Tensor| flatten_batch(t, bh);
     let mask = match mask {
         AttnMask::Tensor(m) => {
             let mut full = batch.clone();
@@ -123,11 +120,12 @@ pub(crate) fn attention(
             move |_ctx, g: &Tensor| {
                 let op = "scaled_dot_product_attention";
                 let (qf, kf, vf) = (sq.get(op), sk.get(op), sv.get(op));
-                let flat = |t: &Tensor| {
-                    let s = t.shape();
-                    t.reshape(&[plan.shape.bh, s[s.len() - 2], s[s.len() - 1]])
-                };
-                let (q, k, v) = (flat(&qf), flat(&kf), flat(&vf));
+                let bh = plan.shape.bh;
+                let (q, k, v) = (
+                    flatten_batch(&qf, bh),
+                    flatten_batch(&kf, bh),
+                    flatten_batch(&vf, bh),
+                );
                 let (dq, dk, dv) = if is_grad_enabled() || q.device() != Device::Cpu {
                     backward_graph(&q, &k, &v, &saved_out, &lse, g, &plan)
                 } else {
@@ -142,6 +140,12 @@ pub(crate) fn attention(
         },
     );
     y.reshape(&out_shape)
+}
+
+/// `[batch..., rows, cols]` as `[bh, rows, cols]` (a copy unless the batch dims merge).
+fn flatten_batch(t: &Tensor, bh: usize) -> Tensor {
+    let s = t.shape();
+    t.reshape(&[bh, s[s.len() - 2], s[s.len() - 1]])
 }
 
 /// The fused forward on the host over `[batch..., rows, cols]` operands in any layout:
