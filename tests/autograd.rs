@@ -272,3 +272,83 @@ fn gradients_flow_through_dtype_promotion() {
     let g = x.grad().unwrap();
     assert_eq!((g.dtype(), g.to_vec::<f32>()), (DType::F32, vec![3.0, 4.0]));
 }
+
+// ---- post-accumulate-grad hooks (`Tensor::register_post_accumulate_grad_hook`) ----------
+
+/// Records, per call, the name given and the gradient the leaf held.
+fn recording_hook(
+    log: &std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<f64>)>>>,
+    name: &str,
+) -> impl Fn(&Tensor) + Send + Sync + 'static {
+    let (log, name) = (log.clone(), name.to_string());
+    move |leaf: &Tensor| {
+        let g = leaf
+            .grad()
+            .expect("the hook runs after accumulation")
+            .to_vec::<f64>();
+        log.lock().unwrap().push((name.clone(), g));
+    }
+}
+
+#[test]
+fn post_accumulate_grad_hook_runs_once_after_the_last_gradient() {
+    use std::sync::{Arc, Mutex};
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).requires_grad(true);
+    let b = Tensor::from_vec(vec![0.5f64, 0.5], &[2]).requires_grad(true);
+    let _hw = w.register_post_accumulate_grad_hook(recording_hook(&log, "w"));
+    let _hb = b.register_post_accumulate_grad_hook(recording_hook(&log, "b"));
+    // w reaches the loss along three paths, b along one: each hook runs once, with the
+    // complete gradient (d/dw of sum(w*w + 3w + b) = 2w + 3).
+    let y = (&(&w * &w) + &(&w * 3.0)) + &b;
+    y.sum_all().backward();
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let get = |n: &str| log.iter().find(|(k, _)| k == n).unwrap().1.clone();
+    assert_eq!(get("w"), vec![5.0, 7.0]);
+    assert_eq!(get("b"), vec![1.0, 1.0]);
+}
+
+#[test]
+fn post_accumulate_grad_hook_sees_accumulation_across_passes_and_order() {
+    use std::sync::{Arc, Mutex};
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // A chain: the last layer's weight is ready first, as DDP's reverse bucket order assumes.
+    let w1 = Tensor::from_vec(vec![2.0f64], &[1]).requires_grad(true);
+    let w2 = Tensor::from_vec(vec![3.0f64], &[1]).requires_grad(true);
+    let _h1 = w1.register_post_accumulate_grad_hook(recording_hook(&log, "w1"));
+    let _h2 = w2.register_post_accumulate_grad_hook(recording_hook(&log, "w2"));
+    let x = Tensor::from_vec(vec![1.0f64], &[1]);
+    let forward = || (&(&(&x * &w1).exp() * &w2)).sum_all();
+    forward().backward();
+    forward().backward(); // accumulates: the hook sees the running .grad
+    let log = log.lock().unwrap().clone();
+    let names: Vec<&str> = log.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["w2", "w1", "w2", "w1"]);
+    let e2 = 2.0f64.exp();
+    assert!((log[2].1[0] - 2.0 * e2).abs() < 1e-12);
+    assert!((log[3].1[0] - 2.0 * 3.0 * e2).abs() < 1e-9);
+}
+
+#[test]
+fn post_accumulate_grad_hook_skips_leaves_without_a_gradient_and_autograd_grad() {
+    use std::sync::{Arc, Mutex};
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let used = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+    let unused = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+    let _a = used.register_post_accumulate_grad_hook(recording_hook(&log, "used"));
+    let _b = unused.register_post_accumulate_grad_hook(recording_hook(&log, "unused"));
+    (&used * 2.0).sum_all().backward();
+    // autograd::grad touches no .grad, so no hook runs.
+    let y = (&used * &unused).sum_all();
+    let _ = ferrograd::autograd::grad(&[&y], &[&used], None, false);
+    let names: Vec<String> = log.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(names, ["used"]);
+}
+
+#[test]
+#[should_panic(expected = "can only be registered on leaf tensors")]
+fn post_accumulate_grad_hook_on_a_non_leaf_panics() {
+    let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad(true);
+    let _ = (&w * 2.0).register_post_accumulate_grad_hook(|_| {});
+}

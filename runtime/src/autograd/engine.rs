@@ -74,23 +74,24 @@ fn run_backward_inner(
             }
         };
 
-    let mut pending: HashMap<usize, Tensor> = HashMap::new();
+    // Leaves with post-accumulate-grad hooks: how many edges lead into each, so that
+    // their hooks run once, after the last gradient of this pass has been accumulated.
+    let hooked = |slot: &Arc<LeafSlot>| {
+        matches!(sink, Sink::Accumulate)
+            && slot.hooks.any.load(std::sync::atomic::Ordering::Acquire)
+    };
+    let mut leaf_deps: HashMap<usize, (usize, bool)> = HashMap::new();
     let mut root_nodes: Vec<Arc<Node>> = Vec::new();
-    for (output, grad) in roots {
+    for (output, _) in roots {
         match output.autograd_meta() {
-            None => panic!(
-                "backward: element 0 of tensors does not require grad and does not have a grad_fn \
-                 (output of shape {:?})",
-                output.shape()
-            ),
-            Some(AutogradMeta::Leaf(slot)) => deliver_leaf(slot, grad.clone(), &mut captured),
-            Some(AutogradMeta::Interior(node)) => {
-                let key = Arc::as_ptr(node) as usize;
-                let mut slot = pending.remove(&key);
-                add_grad(&mut slot, grad.clone());
-                pending.insert(key, slot.expect("just added"));
-                root_nodes.push(node.clone());
+            Some(AutogradMeta::Leaf(slot)) if hooked(slot) => {
+                leaf_deps
+                    .entry(Arc::as_ptr(slot) as usize)
+                    .or_insert((0, false))
+                    .0 += 1;
             }
+            Some(AutogradMeta::Interior(node)) => root_nodes.push(node.clone()),
+            _ => {}
         }
     }
 
@@ -100,12 +101,53 @@ fn run_backward_inner(
     let mut stack: Vec<Arc<Node>> = root_nodes.clone();
     while let Some(node) = stack.pop() {
         for edge in node.next.iter().flatten() {
-            if let Edge::Node(child) = edge {
-                let key = Arc::as_ptr(child) as usize;
-                *deps.entry(key).or_insert(0) += 1;
-                if seen.insert(key) {
-                    stack.push(child.clone());
+            match edge {
+                Edge::Node(child) => {
+                    let key = Arc::as_ptr(child) as usize;
+                    *deps.entry(key).or_insert(0) += 1;
+                    if seen.insert(key) {
+                        stack.push(child.clone());
+                    }
                 }
+                Edge::Leaf(slot) if hooked(slot) => {
+                    leaf_deps
+                        .entry(Arc::as_ptr(slot) as usize)
+                        .or_insert((0, false))
+                        .0 += 1;
+                }
+                Edge::Leaf(_) => {}
+            }
+        }
+    }
+    // One edge into a hooked leaf has been followed, with or without a gradient: its
+    // hooks run when that was the last one and some gradient arrived.
+    let mut arrive = |slot: &Arc<LeafSlot>, got: bool| {
+        if let Some(entry) = leaf_deps.get_mut(&(Arc::as_ptr(slot) as usize)) {
+            entry.0 -= 1;
+            entry.1 |= got;
+            if entry.0 == 0 && entry.1 {
+                slot.hooks.run();
+            }
+        }
+    };
+
+    let mut pending: HashMap<usize, Tensor> = HashMap::new();
+    for (output, grad) in roots {
+        match output.autograd_meta() {
+            None => panic!(
+                "backward: element 0 of tensors does not require grad and does not have a grad_fn \
+                 (output of shape {:?})",
+                output.shape()
+            ),
+            Some(AutogradMeta::Leaf(slot)) => {
+                deliver_leaf(slot, grad.clone(), &mut captured);
+                arrive(slot, true);
+            }
+            Some(AutogradMeta::Interior(node)) => {
+                let key = Arc::as_ptr(node) as usize;
+                let mut slot = pending.remove(&key);
+                add_grad(&mut slot, grad.clone());
+                pending.insert(key, slot.expect("just added"));
             }
         }
     }
@@ -163,9 +205,11 @@ fn run_backward_inner(
             let Some(edge) = edge else { continue };
             match edge {
                 Edge::Leaf(slot) => {
+                    let got = g.is_some();
                     if let Some(g) = g {
                         deliver_leaf(slot, g, &mut captured);
                     }
+                    arrive(slot, got);
                 }
                 Edge::Node(child) => {
                     let child_key = Arc::as_ptr(child) as usize;

@@ -19,10 +19,12 @@
 mod engine;
 mod function;
 mod gradcheck;
+mod hooks;
 
 pub use engine::{grad, grad_with};
 pub use function::{Function, FunctionCtx, SavedTensors, apply, checkpoint};
 pub use gradcheck::{GradcheckError, gradcheck, gradcheck_with};
+pub use hooks::HookHandle;
 
 pub(crate) use engine::run_backward;
 
@@ -114,6 +116,7 @@ pub fn enable_grad<R>(f: impl FnOnce() -> R) -> R {
 #[derive(Default)]
 pub(crate) struct LeafSlot {
     pub(crate) grad: Mutex<Option<Tensor>>,
+    pub(crate) hooks: hooks::LeafHooks,
 }
 
 /// A backward closure: the output's gradient in, one optional gradient per input out.
