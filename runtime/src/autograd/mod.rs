@@ -296,3 +296,46 @@ impl Drop for Node {
 }
 
 pub(crate) use engine::root_pairs as engine_roots;
+
+/// The identity of a leaf's gradient slot, or `None` for tensors that are not leaves
+/// requiring grad: what [`reachable_leaves`] reports.
+pub(crate) fn leaf_key(t: &Tensor) -> Option<usize> {
+    match t.autograd_meta() {
+        Some(AutogradMeta::Leaf(slot)) => Some(Arc::as_ptr(slot) as usize),
+        _ => None,
+    }
+}
+
+/// The leaves (by [`leaf_key`]) that a backward from `outputs` would reach: how
+/// DistributedDataParallel finds the parameters a forward pass did not use.
+pub(crate) fn reachable_leaves(outputs: &[&Tensor]) -> std::collections::HashSet<usize> {
+    let mut leaves = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<Arc<Node>> = Vec::new();
+    for t in outputs {
+        match t.autograd_meta() {
+            Some(AutogradMeta::Leaf(slot)) => {
+                leaves.insert(Arc::as_ptr(slot) as usize);
+            }
+            Some(AutogradMeta::Interior(node)) if seen.insert(Arc::as_ptr(node) as usize) => {
+                stack.push(node.clone());
+            }
+            _ => {}
+        }
+    }
+    while let Some(node) = stack.pop() {
+        for edge in node.next.iter().flatten() {
+            match edge {
+                Edge::Leaf(slot) => {
+                    leaves.insert(Arc::as_ptr(slot) as usize);
+                }
+                Edge::Node(child) => {
+                    if seen.insert(Arc::as_ptr(child) as usize) {
+                        stack.push(child.clone());
+                    }
+                }
+            }
+        }
+    }
+    leaves
+}

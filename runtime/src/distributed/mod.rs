@@ -1,0 +1,887 @@
+//! Training on several processes (`torch.distributed`): process groups and collectives on
+//! a real engine, and [`DistributedDataParallel`].
+//!
+//! The engine for CPUs is **MPI** (the `mpi` feature, through the `mpi` crate over the
+//! system OpenMPI): start the processes with `mpirun`, one per rank, and call
+//! [`init_process_group`] in each. Rank, world size and local rank come from the
+//! launcher (`OMPI_COMM_WORLD_*`). Every collective works in place on tensors of f32, f64,
+//! f16, bf16, i64 or u8, synchronously or asynchronously (the `*_async` methods return a
+//! [`Work`] to [`Work::wait`] on).
+//!
+//! ```no_run
+//! use ferrograd_runtime::distributed::{self, Backend, ReduceOp};
+//! use ferrograd_runtime::prelude::*;
+//! # fn main() -> Result<(), distributed::DistError> {
+//! // mpirun -n 2 target/release/examples/my_program
+//! let world = distributed::init_process_group(Backend::Mpi)?;
+//! let t = Tensor::full(&[3], world.rank() as f64 + 1.0, DType::F32, &Device::Cpu);
+//! world.all_reduce(&t, ReduceOp::Sum)?; // 1 + 2 = 3 on both ranks
+//! distributed::destroy_process_group();
+//! # Ok(()) }
+//! ```
+//!
+//! How the work is done: one communication thread per process makes every engine call, in
+//! the order the collectives were issued (which every rank must keep, as with any MPI
+//! program); an asynchronous collective runs there while the caller goes on, which is how
+//! DistributedDataParallel's bucket all-reduces overlap backward. Faults end the job
+//! rather than hang it: a rank that panics aborts every rank with a message naming it,
+//! and a collective that does not complete within the timeout does the same.
+
+mod comm;
+mod ddp;
+#[cfg(feature = "mpi")]
+mod mpi;
+#[cfg(not(feature = "mpi"))]
+#[path = "no_mpi.rs"]
+mod mpi;
+
+pub use comm::Work;
+pub use ddp::{DdpConfig, DistributedDataParallel, ForwardOutputs};
+
+use crate::autograd::no_grad;
+use crate::storage::Storage;
+use crate::{DType, Device, Tensor};
+use comm::{CommThread, WorkState};
+use ferrograd_kernels::cpu::CpuStorage;
+use std::os::raw::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What went wrong in a distributed call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DistError {
+    /// No process group: call [`init_process_group`] first (or it was destroyed).
+    #[error(
+        "the default process group is not initialized: call distributed::init_process_group first"
+    )]
+    NotInitialized,
+    /// [`init_process_group`] was called twice.
+    #[error("the default process group is already initialized")]
+    AlreadyInitialized,
+    /// The backend was not compiled in, or cannot run here.
+    #[error("distributed backend {backend} is unavailable: {reason}")]
+    BackendUnavailable {
+        /// The backend asked for.
+        backend: &'static str,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The engine reported an error.
+    #[error("{0}")]
+    Engine(String),
+    /// The dtype cannot be communicated.
+    #[error("dtype {0} cannot be communicated")]
+    DType(DType),
+    /// Arguments that do not fit together (shapes, ranks, dtypes), or ranks that disagree
+    /// on a collective.
+    #[error("{0}")]
+    Mismatch(String),
+    /// This process is not a member of the group it used.
+    #[error("this rank ({rank}) is not a member of the group {ranks:?}")]
+    NotAMember {
+        /// This process's global rank.
+        rank: usize,
+        /// The group's global ranks.
+        ranks: Vec<usize>,
+    },
+}
+
+/// An engine (`torch.distributed.Backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// MPI over the system OpenMPI (the `mpi` feature): CPU tensors, launched by `mpirun`.
+    Mpi,
+    /// NCCL on CUDA devices, bootstrapped over MPI (the `nccl` feature).
+    Nccl,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Mpi => "mpi",
+            Backend::Nccl => "nccl",
+        }
+    }
+}
+
+/// How [`ProcessGroup::all_reduce`] combines values (`torch.distributed.ReduceOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum over ranks.
+    Sum,
+    /// Mean over ranks (floating-point dtypes only).
+    Avg,
+    /// Largest value.
+    Max,
+    /// Smallest value.
+    Min,
+    /// Product over ranks.
+    Product,
+}
+
+/// The reductions the engine itself performs (`Avg` is a `Sum` then a division).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum EngineOp {
+    Sum,
+    Product,
+    Max,
+    Min,
+}
+
+/// Settings of [`init_process_group_with`].
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    /// How long a collective may take before the job is ended (PyTorch's `timeout`,
+    /// default 30 minutes; `FERROGRAD_DISTRIBUTED_TIMEOUT` in seconds overrides it).
+    pub timeout: Duration,
+    /// Check before every collective that all ranks issue the same one (op, dtype, shape):
+    /// costs one small exchange per collective (`TORCH_DISTRIBUTED_DEBUG=DETAIL`; also on
+    /// with `FERROGRAD_DISTRIBUTED_DEBUG=DETAIL`).
+    pub debug: bool,
+    /// Abort the whole job when any thread of this rank panics, naming the rank (default).
+    pub abort_on_panic: bool,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        let timeout = std::env::var("FERROGRAD_DISTRIBUTED_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| *s > 0.0)
+            .map_or(Duration::from_secs(30 * 60), Duration::from_secs_f64);
+        let debug = std::env::var("FERROGRAD_DISTRIBUTED_DEBUG")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("detail"));
+        InitOptions {
+            timeout,
+            debug,
+            abort_on_panic: true,
+        }
+    }
+}
+
+/// What every group of this process shares: the communication thread and the settings.
+struct Global {
+    thread: CommThread,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    debug: bool,
+}
+
+struct GroupInner {
+    global: Arc<Global>,
+    /// `None` on the ranks outside the group.
+    comm: Option<mpi::Comm>,
+    /// The members' global ranks, in group-rank order.
+    ranks: Vec<usize>,
+}
+
+/// A set of ranks that run collectives together (`torch.distributed.ProcessGroup`): the
+/// world from [`init_process_group`], or a sub-group from [`new_group`]. Cheap to clone.
+#[derive(Clone)]
+pub struct ProcessGroup {
+    inner: Arc<GroupInner>,
+}
+
+static WORLD: Mutex<Option<ProcessGroup>> = Mutex::new(None);
+
+/// Starts the default process group (`torch.distributed.init_process_group`) with
+/// default [`InitOptions`]; returns it (also reachable through [`world`]).
+///
+/// With [`Backend::Mpi`], the process must have been started by `mpirun` (or alone, as a
+/// world of one). Without the `mpi` feature it is an `Err` saying how to enable it.
+pub fn init_process_group(backend: Backend) -> Result<ProcessGroup, DistError> {
+    init_process_group_with(backend, InitOptions::default())
+}
+
+/// [`init_process_group`] with explicit options.
+pub fn init_process_group_with(
+    backend: Backend,
+    options: InitOptions,
+) -> Result<ProcessGroup, DistError> {
+    let mut world = WORLD.lock().unwrap_or_else(|e| e.into_inner());
+    if world.is_some() {
+        return Err(DistError::AlreadyInitialized);
+    }
+    if backend == Backend::Nccl {
+        return Err(DistError::BackendUnavailable {
+            backend: backend.name(),
+            reason: "this build has no NCCL engine; use Backend::Mpi (CPU tensors)".into(),
+        });
+    }
+    let (thread, (rank, size, world_comm)) = CommThread::start(mpi::init, mpi::finalize)?;
+    let global = Arc::new(Global {
+        thread,
+        rank,
+        size,
+        timeout: options.timeout,
+        debug: options.debug,
+    });
+    let group = ProcessGroup {
+        inner: Arc::new(GroupInner {
+            global,
+            comm: Some(world_comm),
+            ranks: (0..size).collect(),
+        }),
+    };
+    if options.abort_on_panic {
+        install_panic_hook(rank, size);
+    }
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        extern "C" fn at_exit() {
+            destroy_process_group();
+        }
+        // SAFETY: registers a plain function with the C runtime's exit handlers.
+        unsafe { libc::atexit(at_exit) };
+    });
+    *world = Some(group.clone());
+    Ok(group)
+}
+
+/// Whether the default group is running (`torch.distributed.is_initialized`).
+pub fn is_initialized() -> bool {
+    WORLD.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+}
+
+/// The default group (all ranks).
+pub fn world() -> Result<ProcessGroup, DistError> {
+    WORLD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .ok_or(DistError::NotInitialized)
+}
+
+/// This process's rank in the default group (`torch.distributed.get_rank`); 0 when no
+/// group is running, so single-process code can call it unconditionally.
+pub fn rank() -> usize {
+    world().map_or(0, |g| g.inner.global.rank)
+}
+
+/// The number of processes in the default group (`get_world_size`); 1 when none runs.
+pub fn world_size() -> usize {
+    world().map_or(1, |g| g.inner.global.size)
+}
+
+/// This process's index among the ranks on its machine (torchrun's `LOCAL_RANK`): from
+/// `OMPI_COMM_WORLD_LOCAL_RANK`, else `LOCAL_RANK`, else 0. Pick the GPU with it.
+pub fn local_rank() -> usize {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "LOCAL_RANK",
+        "MPI_LOCALRANKID",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.parse().ok())
+    .unwrap_or(0)
+}
+
+/// Waits for every rank of the default group.
+pub fn barrier() -> Result<(), DistError> {
+    world()?.barrier()
+}
+
+/// Stops the default group: lets queued collectives finish, then shuts the engine down
+/// (`destroy_process_group`). Also runs at process exit; calling it twice is harmless.
+pub fn destroy_process_group() {
+    let group = WORLD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(g) = group {
+        g.inner.global.thread.shutdown();
+    }
+}
+
+/// A sub-group of the given global ranks (`torch.distributed.new_group`). Every rank of
+/// the default group must call it with the same list, in the same order as other groups;
+/// on the ranks outside the list the group exists but its collectives are errors.
+pub fn new_group(ranks: &[usize]) -> Result<ProcessGroup, DistError> {
+    world()?.new_group(ranks)
+}
+
+fn install_panic_hook(rank: usize, size: usize) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        abort_job(&format!("rank {rank} of {size} panicked (see above)"));
+    }));
+}
+
+/// Prints `why` and ends every process of the job with a non-zero status.
+pub(crate) fn abort_job(why: &str) -> ! {
+    eprintln!("ferrograd.distributed: {why}; ending the job");
+    mpi::abort(1);
+    std::process::exit(1)
+}
+
+/// A contiguous CPU tensor holding `t`'s values, and whether it is a copy (then a result
+/// written into it must be copied back into `t`).
+fn stage(t: &Tensor) -> (Tensor, bool) {
+    if t.device() == Device::Cpu && t.is_contiguous() {
+        return (t.detach(), false);
+    }
+    let host = t.detach().to_device(&Device::Cpu).unwrap_or_else(|e| {
+        panic!(
+            "distributed: copying a {} tensor to the host failed: {e}",
+            t.device()
+        )
+    });
+    (host.contiguous().deep_copy(), true)
+}
+
+/// The address of a staged (contiguous CPU) tensor's first element.
+fn host_ptr(storage: &mut Storage, t: &Tensor) -> *mut c_void {
+    let Storage::Cpu(s) = storage else {
+        unreachable!("distributed: staged tensors live on the host")
+    };
+    let base: *mut u8 = match s {
+        CpuStorage::F32(b) => b.as_mut_ptr() as *mut u8,
+        CpuStorage::F64(b) => b.as_mut_ptr() as *mut u8,
+        CpuStorage::F16(b) => b.as_mut_ptr() as *mut u8,
+        CpuStorage::BF16(b) => b.as_mut_ptr() as *mut u8,
+        CpuStorage::I64(b) => b.as_mut_ptr() as *mut u8,
+        CpuStorage::U8(b) => b.as_mut_ptr(),
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("distributed: dtype checked before staging"),
+    };
+    // SAFETY: the layout's offset lies inside the storage.
+    unsafe { base.add(t.layout().offset() * t.dtype().size_in_bytes()) as *mut c_void }
+}
+
+fn communicable(op: &str, t: &Tensor) -> Result<(), DistError> {
+    match t.dtype() {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I64 | DType::U8 => Ok(()),
+        #[allow(unreachable_patterns)]
+        other => Err(DistError::Mismatch(format!(
+            "{op}: dtype {other} cannot be communicated"
+        ))),
+    }
+}
+
+/// Divides `n` elements at `p` by `by` (the `Avg` of an all-reduce).
+///
+/// # Safety
+/// `p` points to `n` writable elements of `dtype`.
+unsafe fn divide(p: *mut c_void, n: usize, dtype: DType, by: usize) {
+    macro_rules! go {
+        ($t:ty, |$x:ident| $e:expr) => {{
+            // SAFETY: per the contract.
+            let s = unsafe { std::slice::from_raw_parts_mut(p as *mut $t, n) };
+            for $x in s {
+                *$x = $e;
+            }
+        }};
+    }
+    let k = by as f64;
+    match dtype {
+        DType::F32 => go!(f32, |x| *x / k as f32),
+        DType::F64 => go!(f64, |x| *x / k),
+        DType::F16 => go!(half::f16, |x| half::f16::from_f32(x.to_f32() / k as f32)),
+        DType::BF16 => go!(half::bf16, |x| half::bf16::from_f32(x.to_f32() / k as f32)),
+        _ => unreachable!("Avg is rejected for integer dtypes"),
+    }
+}
+
+/// A fingerprint of a collective (op, dtype, shape, root), equal on ranks that agree.
+fn fingerprint(what: &str, parts: &[&dyn std::fmt::Debug]) -> i64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    what.hash(&mut h);
+    for p in parts {
+        format!("{p:?}").hash(&mut h);
+    }
+    h.finish() as i64
+}
+
+impl ProcessGroup {
+    /// This process's rank within the group, or `None` outside it.
+    pub fn group_rank(&self) -> Option<usize> {
+        self.inner
+            .ranks
+            .iter()
+            .position(|&r| r == self.inner.global.rank)
+    }
+
+    /// This process's rank in the group (the global rank for the world group). Panics
+    /// outside the group; see [`ProcessGroup::group_rank`].
+    #[track_caller]
+    pub fn rank(&self) -> usize {
+        self.group_rank().unwrap_or_else(|| {
+            panic!(
+                "ProcessGroup::rank: rank {} is not a member of the group {:?}",
+                self.inner.global.rank, self.inner.ranks
+            )
+        })
+    }
+
+    /// The number of ranks in the group.
+    pub fn size(&self) -> usize {
+        self.inner.ranks.len()
+    }
+
+    /// The group's members as global ranks, in group-rank order.
+    pub fn ranks(&self) -> &[usize] {
+        &self.inner.ranks
+    }
+
+    /// Whether this process belongs to the group.
+    pub fn is_member(&self) -> bool {
+        self.inner.comm.is_some()
+    }
+
+    /// A sub-group of these global ranks; see [`new_group`]. Every rank of `self` calls it.
+    pub fn new_group(&self, ranks: &[usize]) -> Result<ProcessGroup, DistError> {
+        let mut sorted = ranks.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != ranks.len() || ranks.iter().any(|r| !self.inner.ranks.contains(r)) {
+            return Err(DistError::Mismatch(format!(
+                "new_group: ranks {ranks:?} must be distinct members of {:?}",
+                self.inner.ranks
+            )));
+        }
+        let me = self.inner.global.rank;
+        let color = ranks.iter().position(|&r| r == me).map(|_| 0usize);
+        let key = ranks.iter().position(|&r| r == me).unwrap_or(0);
+        let out: Arc<Mutex<Option<mpi::Comm>>> = Arc::default();
+        let o = out.clone();
+        let parent_inner = self.inner.clone();
+        self.submit_job("new_group", &[&ranks], move || {
+            let comm = parent_inner.comm.as_ref().expect("member checked");
+            *o.lock().unwrap_or_else(|e| e.into_inner()) = mpi::split(comm, color, key)?;
+            Ok(())
+        })?
+        .wait()?;
+        let comm = out.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Ok(ProcessGroup {
+            inner: Arc::new(GroupInner {
+                global: self.inner.global.clone(),
+                comm,
+                ranks: ranks.to_vec(),
+            }),
+        })
+    }
+
+    fn member(&self, _op: &str) -> Result<&mpi::Comm, DistError> {
+        self.inner
+            .comm
+            .as_ref()
+            .ok_or_else(|| DistError::NotAMember {
+                rank: self.inner.global.rank,
+                ranks: self.inner.ranks.clone(),
+            })
+    }
+
+    /// The group rank of global rank `r`.
+    fn to_group_rank(&self, op: &str, r: usize) -> Result<usize, DistError> {
+        self.inner
+            .ranks
+            .iter()
+            .position(|&x| x == r)
+            .ok_or_else(|| {
+                DistError::Mismatch(format!(
+                    "{op}: rank {r} is not in the group {:?}",
+                    self.inner.ranks
+                ))
+            })
+    }
+
+    /// Queues `job` on the communication thread (after the consistency check in debug
+    /// mode) and returns its handle.
+    fn submit_job(
+        &self,
+        what: &str,
+        fingerprint_parts: &[&dyn std::fmt::Debug],
+        job: impl FnOnce() -> Result<(), DistError> + Send + 'static,
+    ) -> Result<Work, DistError> {
+        self.member(what)?;
+        let state = Arc::new(WorkState::default());
+        let s = state.clone();
+        let check = self.inner.global.debug.then(|| {
+            (
+                fingerprint(what, fingerprint_parts),
+                self.inner.clone(),
+                what.to_string(),
+            )
+        });
+        self.inner.global.thread.submit(Box::new(move || {
+            let result = match check {
+                Some((fp, inner, what)) => consistent(&inner, fp, &what).and_then(|()| job()),
+                None => job(),
+            };
+            s.complete(result);
+        }))?;
+        Ok(Work {
+            state,
+            what: what.to_string(),
+            rank: self.inner.global.rank,
+            timeout: self.inner.global.timeout,
+            finish: None,
+        })
+    }
+
+    /// Waits for every rank of the group (`barrier`).
+    pub fn barrier(&self) -> Result<(), DistError> {
+        let inner = self.inner.clone();
+        self.submit_job("barrier", &[], move || {
+            mpi::barrier(inner.comm.as_ref().expect("member"))
+        })?
+        .wait()
+    }
+
+    /// Reduces `tensor` across the group in place (`all_reduce`): afterwards every rank
+    /// holds the combination of all ranks' values.
+    ///
+    /// A non-contiguous tensor (or one on a device) goes through a contiguous host copy
+    /// that is written back, so the result is right whatever its layout.
+    pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<(), DistError> {
+        self.all_reduce_async(tensor, op)?.wait()
+    }
+
+    /// [`ProcessGroup::all_reduce`] without waiting: the tensor holds the result after
+    /// [`Work::wait`].
+    pub fn all_reduce_async(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work, DistError> {
+        communicable("all_reduce", tensor)?;
+        let dtype = tensor.dtype();
+        if op == ReduceOp::Avg && !dtype.is_float() {
+            return Err(DistError::Mismatch(format!(
+                "all_reduce: ReduceOp::Avg needs a floating-point tensor, got {dtype}"
+            )));
+        }
+        let engine_op = match op {
+            ReduceOp::Sum | ReduceOp::Avg => EngineOp::Sum,
+            ReduceOp::Product => EngineOp::Product,
+            ReduceOp::Max => EngineOp::Max,
+            ReduceOp::Min => EngineOp::Min,
+        };
+        let (buf, copied) = stage(tensor);
+        let (n, size) = (buf.numel(), self.size());
+        let inner = self.inner.clone();
+        let b = buf.clone();
+        let shape = tensor.shape().to_vec();
+        let mut work = self.submit_job("all_reduce", &[&dtype, &shape, &op], move || {
+            let cell = b.storage_cell().clone();
+            let mut guard = cell.write();
+            let p = host_ptr(&mut guard, &b);
+            // SAFETY: `p` addresses the `n` elements of `b`, write-locked until we return.
+            unsafe {
+                mpi::all_reduce(inner.comm.as_ref().expect("member"), p, n, dtype, engine_op)?;
+                if op == ReduceOp::Avg {
+                    divide(p, n, dtype, size);
+                }
+            }
+            Ok(())
+        })?;
+        work.finish = write_back(tensor, buf, copied);
+        Ok(work)
+    }
+
+    /// Copies `tensor` from global rank `src` to every rank of the group (`broadcast`).
+    pub fn broadcast(&self, tensor: &Tensor, src: usize) -> Result<(), DistError> {
+        self.broadcast_async(tensor, src)?.wait()
+    }
+
+    /// [`ProcessGroup::broadcast`] without waiting.
+    pub fn broadcast_async(&self, tensor: &Tensor, src: usize) -> Result<Work, DistError> {
+        communicable("broadcast", tensor)?;
+        let root = self.to_group_rank("broadcast", src)?;
+        let (buf, copied) = stage(tensor);
+        let (n, dtype) = (buf.numel(), buf.dtype());
+        let inner = self.inner.clone();
+        let b = buf.clone();
+        let shape = tensor.shape().to_vec();
+        let mut work = self.submit_job("broadcast", &[&dtype, &shape, &src], move || {
+            let cell = b.storage_cell().clone();
+            let mut guard = cell.write();
+            let p = host_ptr(&mut guard, &b);
+            // SAFETY: as in all_reduce.
+            unsafe { mpi::broadcast(inner.comm.as_ref().expect("member"), p, n, dtype, root) }
+        })?;
+        work.finish = write_back(tensor, buf, copied);
+        Ok(work)
+    }
+
+    /// Every rank's `tensor`, in group-rank order (`all_gather`).
+    pub fn all_gather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
+        let mut shape = vec![self.size()];
+        shape.extend_from_slice(tensor.shape());
+        let out = Tensor::zeros(&shape, tensor.dtype(), &Device::Cpu);
+        self.all_gather_into_tensor(&out, tensor)?;
+        let out = if tensor.device() == Device::Cpu {
+            out
+        } else {
+            out.to_device(&tensor.device())
+                .map_err(|e| DistError::Engine(format!("all_gather: {e}")))?
+        };
+        Ok((0..self.size()).map(|i| out.select(0, i)).collect())
+    }
+
+    /// Gathers every rank's `input` into `output`, whose first dimension (or, for a flat
+    /// output, its length) is `size` times `input`'s (`all_gather_into_tensor`).
+    pub fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor) -> Result<(), DistError> {
+        self.all_gather_into_tensor_async(output, input)?.wait()
+    }
+
+    /// [`ProcessGroup::all_gather_into_tensor`] without waiting.
+    pub fn all_gather_into_tensor_async(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+    ) -> Result<Work, DistError> {
+        self.two_buffer(
+            "all_gather_into_tensor",
+            output,
+            input,
+            self.size(),
+            1,
+            None,
+        )
+    }
+
+    /// Reduces `input` (`size` blocks along its first dimension) across the group and
+    /// leaves block `rank` in `output` (`reduce_scatter_tensor`).
+    pub fn reduce_scatter_tensor(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        op: ReduceOp,
+    ) -> Result<(), DistError> {
+        self.reduce_scatter_tensor_async(output, input, op)?.wait()
+    }
+
+    /// [`ProcessGroup::reduce_scatter_tensor`] without waiting.
+    pub fn reduce_scatter_tensor_async(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+        op: ReduceOp,
+    ) -> Result<Work, DistError> {
+        if op == ReduceOp::Avg && !input.dtype().is_float() {
+            return Err(DistError::Mismatch(format!(
+                "reduce_scatter_tensor: ReduceOp::Avg needs a floating-point tensor, got {}",
+                input.dtype()
+            )));
+        }
+        self.two_buffer(
+            "reduce_scatter_tensor",
+            output,
+            input,
+            1,
+            self.size(),
+            Some(op),
+        )
+    }
+
+    /// Splits `input` into `size` equal blocks along its first dimension, sends block `j`
+    /// to rank `j` and places the block received from rank `j` at block `j` of `output`
+    /// (`all_to_all_single` with equal splits).
+    pub fn all_to_all_single(&self, output: &Tensor, input: &Tensor) -> Result<(), DistError> {
+        self.all_to_all_single_async(output, input)?.wait()
+    }
+
+    /// [`ProcessGroup::all_to_all_single`] without waiting.
+    pub fn all_to_all_single_async(
+        &self,
+        output: &Tensor,
+        input: &Tensor,
+    ) -> Result<Work, DistError> {
+        if !input.numel().is_multiple_of(self.size()) {
+            return Err(DistError::Mismatch(format!(
+                "all_to_all_single: input of shape {:?} does not split into {} equal blocks",
+                input.shape(),
+                self.size()
+            )));
+        }
+        self.two_buffer("all_to_all_single", output, input, 1, 1, None)
+    }
+
+    /// The collectives with a separate input and output: `out_factor * input.numel() ==
+    /// in_factor * output.numel()`; `op` is the reduction of reduce-scatter.
+    fn two_buffer(
+        &self,
+        what: &'static str,
+        output: &Tensor,
+        input: &Tensor,
+        out_factor: usize,
+        in_factor: usize,
+        op: Option<ReduceOp>,
+    ) -> Result<Work, DistError> {
+        communicable(what, input)?;
+        if output.dtype() != input.dtype() {
+            return Err(DistError::Mismatch(format!(
+                "{what}: output dtype {} differs from input dtype {}",
+                output.dtype(),
+                input.dtype()
+            )));
+        }
+        if input.numel() * out_factor != output.numel() * in_factor {
+            return Err(DistError::Mismatch(format!(
+                "{what}: output of shape {:?} does not fit input of shape {:?} in a group of {}",
+                output.shape(),
+                input.shape(),
+                self.size()
+            )));
+        }
+        let (out, copied) = stage(output);
+        // The input is read while the output is written: never the same storage.
+        let inp = {
+            let (i, _) = stage(input);
+            if i.shares_storage(&out) {
+                i.deep_copy()
+            } else {
+                i
+            }
+        };
+        let (n_in, n_out, dtype, size) = (inp.numel(), out.numel(), inp.dtype(), self.size());
+        let inner = self.inner.clone();
+        let (o, i) = (out.clone(), inp);
+        let shapes = (input.shape().to_vec(), output.shape().to_vec());
+        let mut work = self.submit_job(what, &[&dtype, &shapes, &op], move || {
+            let comm = inner.comm.as_ref().expect("member");
+            let (ocell, icell) = (o.storage_cell().clone(), i.storage_cell().clone());
+            let mut og = ocell.write();
+            let mut ig = icell.write();
+            let (po, pi) = (
+                host_ptr(&mut og, &o),
+                host_ptr(&mut ig, &i) as *const c_void,
+            );
+            // SAFETY: both buffers are locked, distinct, and sized as checked above.
+            unsafe {
+                match what {
+                    "all_gather_into_tensor" => mpi::all_gather(comm, pi, po, n_in, dtype),
+                    "reduce_scatter_tensor" => {
+                        let op = op.expect("reduce_scatter has an op");
+                        let engine_op = match op {
+                            ReduceOp::Sum | ReduceOp::Avg => EngineOp::Sum,
+                            ReduceOp::Product => EngineOp::Product,
+                            ReduceOp::Max => EngineOp::Max,
+                            ReduceOp::Min => EngineOp::Min,
+                        };
+                        mpi::reduce_scatter(comm, pi, po, n_out, dtype, engine_op)?;
+                        if op == ReduceOp::Avg {
+                            divide(po, n_out, dtype, size);
+                        }
+                        Ok(())
+                    }
+                    _ => mpi::all_to_all(comm, pi, po, n_in / size, dtype),
+                }
+            }
+        })?;
+        work.finish = write_back(output, out, copied);
+        Ok(work)
+    }
+
+    /// Sends `tensor` to global rank `dst` (`send`); `tag` tells messages apart.
+    pub fn send(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<(), DistError> {
+        self.isend(tensor, dst, tag)?.wait()
+    }
+
+    /// [`ProcessGroup::send`] without waiting (`isend`). The send runs on the
+    /// communication thread, in order with the other calls, so a rank that posts a send
+    /// and then a collective must see the matching receive posted first on the other side.
+    pub fn isend(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<Work, DistError> {
+        communicable("send", tensor)?;
+        let peer = self.to_group_rank("send", dst)?;
+        let (buf, _) = stage(tensor);
+        let buf = if buf.shares_storage(tensor) {
+            buf.deep_copy()
+        } else {
+            buf
+        };
+        let (n, dtype) = (buf.numel(), buf.dtype());
+        let inner = self.inner.clone();
+        self.submit_job("send", &[], move || {
+            let cell = buf.storage_cell().clone();
+            let mut guard = cell.write();
+            let p = host_ptr(&mut guard, &buf);
+            // SAFETY: `p` addresses `n` elements of the locked buffer.
+            unsafe { mpi::send(inner.comm.as_ref().expect("member"), p, n, dtype, peer, tag) }
+        })
+    }
+
+    /// Receives into `tensor` from global rank `src` (`recv`); the message must have the
+    /// tensor's element count and dtype.
+    pub fn recv(&self, tensor: &Tensor, src: usize, tag: i32) -> Result<(), DistError> {
+        self.irecv(tensor, src, tag)?.wait()
+    }
+
+    /// [`ProcessGroup::recv`] without waiting (`irecv`).
+    pub fn irecv(&self, tensor: &Tensor, src: usize, tag: i32) -> Result<Work, DistError> {
+        communicable("recv", tensor)?;
+        let peer = self.to_group_rank("recv", src)?;
+        let (buf, copied) = stage(tensor);
+        let (n, dtype) = (buf.numel(), buf.dtype());
+        let inner = self.inner.clone();
+        let b = buf.clone();
+        let mut work = self.submit_job("recv", &[], move || {
+            let cell = b.storage_cell().clone();
+            let mut guard = cell.write();
+            let p = host_ptr(&mut guard, &b);
+            // SAFETY: `p` addresses `n` writable elements of the locked buffer.
+            unsafe { mpi::recv(inner.comm.as_ref().expect("member"), p, n, dtype, peer, tag) }
+        })?;
+        work.finish = write_back(tensor, buf, copied);
+        Ok(work)
+    }
+}
+
+/// When `staged` is a copy of `target`, the step that copies the result back.
+fn write_back(target: &Tensor, staged: Tensor, copied: bool) -> Option<Box<dyn FnOnce() + Send>> {
+    copied.then(|| {
+        let target = target.detach();
+        Box::new(move || {
+            no_grad(|| {
+                let src = if target.device() == Device::Cpu {
+                    staged
+                } else {
+                    staged.to_device(&target.device()).unwrap_or_else(|e| {
+                        panic!(
+                            "distributed: writing a result to {} failed: {e}",
+                            target.device()
+                        )
+                    })
+                };
+                target.copy_(&src.reshape(target.shape()));
+            })
+        }) as Box<dyn FnOnce() + Send>
+    })
+}
+
+/// Debug mode: all ranks exchange the collective's fingerprint and compare.
+fn consistent(inner: &GroupInner, fp: i64, what: &str) -> Result<(), DistError> {
+    let comm = inner.comm.as_ref().expect("member");
+    let n = inner.ranks.len();
+    let mut all = vec![0i64; n];
+    // SAFETY: one i64 out, `n` in, distinct buffers.
+    unsafe {
+        mpi::all_gather(
+            comm,
+            &fp as *const i64 as *const c_void,
+            all.as_mut_ptr() as *mut c_void,
+            1,
+            DType::I64,
+        )?;
+    }
+    let differ: Vec<usize> = (0..n)
+        .filter(|&i| all[i] != fp)
+        .map(|i| inner.ranks[i])
+        .collect();
+    if differ.is_empty() {
+        Ok(())
+    } else {
+        Err(DistError::Mismatch(format!(
+            "{what}: ranks {differ:?} issued a different collective than rank {} (op, dtype, shape or \
+             root differ): every rank must call the same collectives in the same order",
+            inner.global.rank
+        )))
+    }
+}
+
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("ranks", &self.inner.ranks)
+            .field("rank", &self.group_rank())
+            .finish()
+    }
+}

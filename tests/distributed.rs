@@ -1,0 +1,806 @@
+//! Distributed tests on the real engine: this binary launches itself with `mpirun`
+//! (world sizes 2 and 4), and each rank runs the checks below. Needs the `mpi` feature:
+//! `cargo test --features mpi --test distributed`.
+//!
+//! Run by cargo (no `OMPI_COMM_WORLD_SIZE` in the environment) it is the launcher: it
+//! starts the rank suite under `mpirun -n 2` and `mpirun -n 4 --oversubscribe`, and the
+//! fault cases (a rank that panics, a rank that leaves while the other waits, ranks that
+//! issue different collectives), and reads their exit status and output. Started by
+//! `mpirun`, it is a rank.
+
+use ferrograd::distributed::{
+    self, Backend, DdpConfig, DistError, DistributedDataParallel, InitOptions, ProcessGroup,
+    ReduceOp,
+};
+use ferrograd::nn::{Forward, Linear, Module};
+use ferrograd::optim::{AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
+use ferrograd::prelude::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    if std::env::var("OMPI_COMM_WORLD_SIZE").is_err() {
+        launcher();
+        return;
+    }
+    match mode.as_str() {
+        "suite" => rank_suite(),
+        "panic" => rank_panics(),
+        "leave" => rank_leaves(),
+        "mismatch" => rank_mismatch(),
+        other => panic!("unknown mode {other:?}"),
+    }
+}
+
+// ---- the launcher ------------------------------------------------------------------------
+
+fn mpirun(n: usize, mode: &str, env: &[(&str, &str)]) -> (Option<i32>, String, Duration) {
+    let exe = std::env::current_exe().expect("own path");
+    let mut cmd = Command::new("mpirun");
+    cmd.arg("-n").arg(n.to_string());
+    if n > 2 {
+        cmd.arg("--oversubscribe");
+    }
+    cmd.arg(exe).arg(mode);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // OpenMPI refuses to run as root (containers, CI) unless told this twice.
+        cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    // Containers often forbid the cross-memory-attach single copy; plain shared memory works.
+    cmd.env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+    cmd.env("RAYON_NUM_THREADS", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let out = cmd.output().expect("mpirun starts");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text, start.elapsed())
+}
+
+fn launcher() {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        let msg = "mpirun not found: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}: the distributed tests cannot run (CI must install it)");
+        }
+        println!("skipped: {msg}");
+        println!("test result: ok. 0 passed; 0 failed; 1 ignored");
+        return;
+    }
+    let mut failed = Vec::new();
+    let mut passed = 0;
+    let mut check = |name: &str, ok: bool, detail: &str| {
+        if ok {
+            passed += 1;
+            println!("test {name} ... ok");
+        } else {
+            println!("test {name} ... FAILED\n{detail}");
+            failed.push(name.to_string());
+        }
+    };
+
+    for n in [2, 4] {
+        let (code, text, took) = mpirun(n, "suite", &[]);
+        print!("{text}");
+        check(
+            &format!("suite at world size {n} ({:.1} s)", took.as_secs_f64()),
+            code == Some(0) && text.contains("rank suite: all passed"),
+            &text,
+        );
+    }
+
+    // A rank that panics ends the job, non-zero, naming the rank, within seconds.
+    let (code, text, took) = mpirun(2, "panic", &[]);
+    check(
+        "a panicking rank ends the job and is named",
+        code.is_some_and(|c| c != 0)
+            && text.contains("rank 1 of 2 panicked")
+            && took < Duration::from_secs(60),
+        &format!("exit {code:?} after {took:?}:\n{text}"),
+    );
+
+    // A rank that leaves: the other's collective times out and ends the job.
+    let (code, text, took) = mpirun(2, "leave", &[("FERROGRAD_DISTRIBUTED_TIMEOUT", "3")]);
+    check(
+        "a collective nobody answers times out and ends the job",
+        code.is_some_and(|c| c != 0)
+            && text.contains("did not complete within")
+            && took < Duration::from_secs(60),
+        &format!("exit {code:?} after {took:?}:\n{text}"),
+    );
+
+    // Debug mode: ranks that issue different collectives get an Err, not garbage.
+    let (code, text, _) = mpirun(2, "mismatch", &[("FERROGRAD_DISTRIBUTED_DEBUG", "DETAIL")]);
+    check(
+        "mismatched collectives are reported on every rank",
+        code == Some(0) && text.matches("mismatch reported").count() == 2,
+        &format!("exit {code:?}:\n{text}"),
+    );
+
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    assert!(failed.is_empty(), "failed: {failed:?}");
+}
+
+// ---- fault cases (each a rank) -----------------------------------------------------------
+
+fn rank_panics() {
+    let world = distributed::init_process_group(Backend::Mpi).unwrap();
+    world.barrier().unwrap();
+    if world.rank() == 1 {
+        panic!("on purpose");
+    }
+    // Rank 0 waits in a collective that rank 1 never joins: the abort must end it.
+    let t = Tensor::ones(&[4], DType::F32, &Device::Cpu);
+    let _ = world.all_reduce(&t, ReduceOp::Sum);
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+fn rank_leaves() {
+    let world = distributed::init_process_group(Backend::Mpi).unwrap();
+    world.barrier().unwrap();
+    if world.rank() == 1 {
+        std::thread::sleep(Duration::from_secs(120));
+        return;
+    }
+    let t = Tensor::ones(&[4], DType::F32, &Device::Cpu);
+    let _ = world.all_reduce(&t, ReduceOp::Sum);
+    println!("rank 0 should not get here");
+}
+
+fn rank_mismatch() {
+    let world = distributed::init_process_group(Backend::Mpi).unwrap();
+    let n = if world.rank() == 0 { 4 } else { 5 };
+    let t = Tensor::ones(&[n], DType::F32, &Device::Cpu);
+    match world.all_reduce(&t, ReduceOp::Sum) {
+        Err(DistError::Mismatch(m)) => println!("rank {}: mismatch reported: {m}", world.rank()),
+        other => println!(
+            "rank {}: expected a mismatch error, got {other:?}",
+            world.rank()
+        ),
+    }
+    // The group is still usable afterwards.
+    let t = Tensor::ones(&[3], DType::F32, &Device::Cpu);
+    world.all_reduce(&t, ReduceOp::Sum).unwrap();
+    assert_eq!(t.to_vec::<f32>(), vec![2.0; 3]);
+    distributed::destroy_process_group();
+}
+
+// ---- the rank suite ----------------------------------------------------------------------
+
+type Check = fn(&ProcessGroup) -> Result<(), String>;
+
+fn rank_suite() {
+    let world = distributed::init_process_group_with(
+        Backend::Mpi,
+        InitOptions {
+            timeout: Duration::from_secs(120),
+            ..InitOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(distributed::rank(), world.rank());
+    assert_eq!(distributed::world_size(), world.size());
+    let checks: &[(&str, Check)] = &[
+        (
+            "all_reduce every dtype and op, sync and async",
+            all_reduce_all,
+        ),
+        ("broadcast every dtype from every root", broadcast_all),
+        ("all_gather and all_gather_into_tensor", all_gather_all),
+        ("reduce_scatter_tensor sum and avg", reduce_scatter_all),
+        ("all_to_all_single", all_to_all_all),
+        ("send and recv around a ring", send_recv_ring),
+        ("sub-groups", sub_groups),
+        ("non-contiguous tensors", non_contiguous),
+        ("wrong arguments are errors", wrong_arguments),
+        (
+            "DDP = one process with the whole batch: MLP, SGD momentum",
+            |g| ddp_equivalence(g, false, false),
+        ),
+        ("DDP = one process with the whole batch: MLP, AdamW", |g| {
+            ddp_equivalence(g, true, false)
+        }),
+        ("DDP with gradient_as_bucket_view", |g| {
+            ddp_equivalence(g, true, true)
+        }),
+        (
+            "DDP no_sync accumulation = one step on the larger batch",
+            ddp_no_sync,
+        ),
+        ("DDP find_unused_parameters", ddp_unused),
+        (
+            "DDP broadcasts rank 0's weights and reports a different model",
+            ddp_broadcast_and_mismatch,
+        ),
+    ];
+    let mut failures = 0i64;
+    for (name, f) in checks {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&world)))
+            .unwrap_or_else(|_| Err("panicked".into()));
+        if let Err(e) = result {
+            failures += 1;
+            eprintln!("rank {}: {name}: FAILED: {e}", world.rank());
+        } else if world.rank() == 0 {
+            println!("  [world {}] {name}: ok", world.size());
+        }
+        world.barrier().unwrap();
+    }
+    let total = Tensor::from_vec(vec![failures], &[1]);
+    world.all_reduce(&total, ReduceOp::Sum).unwrap();
+    if world.rank() == 0 {
+        let total = total.to_vec::<i64>()[0];
+        if total == 0 {
+            println!(
+                "rank suite: all passed ({} checks, world {})",
+                checks.len(),
+                world.size()
+            );
+        } else {
+            println!("rank suite: {total} failures");
+        }
+    }
+    distributed::destroy_process_group();
+}
+
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what()) }
+}
+
+const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+/// The value rank `r` contributes at index `i`: small integers, exact in every dtype.
+fn value(r: usize, i: usize) -> f64 {
+    ((r * 3 + i) % 5) as f64 + 1.0
+}
+
+fn rank_tensor(g: &ProcessGroup, n: usize, dtype: DType) -> Tensor {
+    let v: Vec<f64> = (0..n).map(|i| value(g.rank(), i)).collect();
+    Tensor::from_vec(v, &[n]).to_dtype(dtype)
+}
+
+fn all_reduce_all(g: &ProcessGroup) -> Result<(), String> {
+    let w = g.size();
+    let n = 7;
+    for dtype in FLOATS.iter().copied().chain([DType::I64]) {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Avg,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Product,
+        ] {
+            if op == ReduceOp::Avg && dtype == DType::I64 {
+                let t = rank_tensor(g, n, dtype);
+                ensure(g.all_reduce(&t, op).is_err(), || {
+                    "Avg on i64 must be an error".into()
+                })?;
+                continue;
+            }
+            let expect: Vec<f64> = (0..n)
+                .map(|i| {
+                    let vals = (0..w).map(|r| value(r, i));
+                    match op {
+                        ReduceOp::Sum => vals.sum(),
+                        ReduceOp::Avg => vals.sum::<f64>() / w as f64,
+                        ReduceOp::Max => vals.fold(f64::MIN, f64::max),
+                        ReduceOp::Min => vals.fold(f64::MAX, f64::min),
+                        ReduceOp::Product => vals.product(),
+                    }
+                })
+                .collect();
+            for asynchronous in [false, true] {
+                let t = rank_tensor(g, n, dtype);
+                if asynchronous {
+                    let work = g.all_reduce_async(&t, op).map_err(|e| e.to_string())?;
+                    work.wait().map_err(|e| e.to_string())?;
+                } else {
+                    g.all_reduce(&t, op).map_err(|e| e.to_string())?;
+                }
+                let got = t.to_dtype(DType::F64).to_vec::<f64>();
+                // Avg over 4 ranks of integers is exact in binary; 16-bit types hold these.
+                let tol = if matches!(dtype, DType::F16 | DType::BF16) {
+                    0.02
+                } else {
+                    1e-12
+                };
+                ensure(
+                    got.iter()
+                        .zip(&expect)
+                        .all(|(a, b)| (a - b).abs() <= tol * b.abs().max(1.0)),
+                    || {
+                        format!(
+                            "{dtype} {op:?} async={asynchronous}: got {got:?}, expected {expect:?}"
+                        )
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn broadcast_all(g: &ProcessGroup) -> Result<(), String> {
+    for dtype in FLOATS.iter().copied().chain([DType::I64, DType::U8]) {
+        for src in 0..g.size() {
+            let t = rank_tensor(g, 5, dtype);
+            g.broadcast(&t, src).map_err(|e| e.to_string())?;
+            let expect: Vec<f64> = (0..5).map(|i| value(src, i)).collect();
+            let got = t.to_dtype(DType::F64).to_vec::<f64>();
+            ensure(got == expect, || {
+                format!("{dtype} from {src}: {got:?} vs {expect:?}")
+            })?;
+        }
+    }
+    // Asynchronous, large enough to need more than one eager message.
+    let big = Tensor::full(&[1 << 20], g.rank() as f64, DType::F32, &Device::Cpu);
+    g.broadcast_async(&big, g.size() - 1)
+        .and_then(|w| w.wait())
+        .map_err(|e| e.to_string())?;
+    let v = big.to_vec::<f32>();
+    ensure(v.iter().all(|&x| x == (g.size() - 1) as f32), || {
+        "large async broadcast".into()
+    })
+}
+
+fn all_gather_all(g: &ProcessGroup) -> Result<(), String> {
+    for dtype in FLOATS.iter().copied().chain([DType::I64]) {
+        let t = rank_tensor(g, 3, dtype).reshape(&[1, 3]);
+        let parts = g.all_gather(&t).map_err(|e| e.to_string())?;
+        ensure(parts.len() == g.size(), || "one part per rank".into())?;
+        for (r, p) in parts.iter().enumerate() {
+            let expect: Vec<f64> = (0..3).map(|i| value(r, i)).collect();
+            ensure(
+                p.shape() == [1, 3] && p.to_dtype(DType::F64).to_vec::<f64>() == expect,
+                || format!("{dtype}: part {r} is {p:?}"),
+            )?;
+        }
+        let out = Tensor::zeros(&[g.size(), 3], dtype, &Device::Cpu);
+        g.all_gather_into_tensor_async(&out, &t.reshape(&[3]))
+            .and_then(|w| w.wait())
+            .map_err(|e| e.to_string())?;
+        let expect: Vec<f64> = (0..g.size())
+            .flat_map(|r| (0..3).map(move |i| value(r, i)))
+            .collect();
+        ensure(out.to_dtype(DType::F64).to_vec::<f64>() == expect, || {
+            format!("{dtype}: into tensor")
+        })?;
+    }
+    Ok(())
+}
+
+fn reduce_scatter_all(g: &ProcessGroup) -> Result<(), String> {
+    let w = g.size();
+    for dtype in FLOATS {
+        for op in [ReduceOp::Sum, ReduceOp::Avg] {
+            let input = rank_tensor(g, 2 * w, dtype).reshape(&[w, 2]);
+            let out = Tensor::zeros(&[2], dtype, &Device::Cpu);
+            g.reduce_scatter_tensor(&out, &input, op)
+                .map_err(|e| e.to_string())?;
+            let expect: Vec<f64> = (0..2)
+                .map(|j| {
+                    let s: f64 = (0..w).map(|r| value(r, g.rank() * 2 + j)).sum();
+                    if op == ReduceOp::Avg { s / w as f64 } else { s }
+                })
+                .collect();
+            let got = out.to_dtype(DType::F64).to_vec::<f64>();
+            ensure(
+                got.iter()
+                    .zip(&expect)
+                    .all(|(a, b)| (a - b).abs() < 0.02 * b.abs()),
+                || format!("{dtype} {op:?}: {got:?} vs {expect:?}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn all_to_all_all(g: &ProcessGroup) -> Result<(), String> {
+    let w = g.size();
+    // Rank r's block j holds 100 r + j: after the exchange, block j holds 100 j + r.
+    let input = Tensor::from_vec(
+        (0..w)
+            .flat_map(|j| [100.0 * g.rank() as f64 + j as f64; 2])
+            .collect::<Vec<_>>(),
+        &[w, 2],
+    );
+    let out = Tensor::zeros(&[w, 2], DType::F64, &Device::Cpu);
+    g.all_to_all_single(&out, &input)
+        .map_err(|e| e.to_string())?;
+    let expect: Vec<f64> = (0..w)
+        .flat_map(|j| [100.0 * j as f64 + g.rank() as f64; 2])
+        .collect();
+    ensure(out.to_vec::<f64>() == expect, || {
+        format!("{:?} vs {expect:?}", out.to_vec::<f64>())
+    })
+}
+
+fn send_recv_ring(g: &ProcessGroup) -> Result<(), String> {
+    let (r, w) = (g.rank(), g.size());
+    let next = (r + 1) % w;
+    let prev = (r + w - 1) % w;
+    let msg = Tensor::full(&[1000], r as f64, DType::F32, &Device::Cpu);
+    let got = Tensor::zeros(&[1000], DType::F32, &Device::Cpu);
+    // Even ranks send first, odd ranks receive first: blocking calls cannot deadlock.
+    if r % 2 == 0 {
+        g.send(&msg, next, 7).map_err(|e| e.to_string())?;
+        g.recv(&got, prev, 7).map_err(|e| e.to_string())?;
+    } else {
+        g.recv(&got, prev, 7).map_err(|e| e.to_string())?;
+        g.send(&msg, next, 7).map_err(|e| e.to_string())?;
+    }
+    ensure(
+        got.to_vec::<f32>().iter().all(|&x| x == prev as f32),
+        || "ring".into(),
+    )?;
+    // A message of the wrong length is an error, not a silent truncation.
+    if w >= 2 && r < 2 {
+        if r == 0 {
+            g.send(&Tensor::ones(&[3], DType::F32, &Device::Cpu), 1, 9)
+                .map_err(|e| e.to_string())?;
+        } else {
+            let short = Tensor::zeros(&[2], DType::F32, &Device::Cpu);
+            ensure(g.recv(&short, 0, 9).is_err(), || {
+                "a too-long message must be an error".into()
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn sub_groups(g: &ProcessGroup) -> Result<(), String> {
+    let w = g.size();
+    let evens: Vec<usize> = (0..w).step_by(2).collect();
+    let ends = vec![w - 1, 0];
+    let ge = distributed::new_group(&evens).map_err(|e| e.to_string())?;
+    let gends = distributed::new_group(&ends).map_err(|e| e.to_string())?;
+    let me = g.rank();
+    let t = Tensor::full(&[2], me as f64 + 1.0, DType::F64, &Device::Cpu);
+    if evens.contains(&me) {
+        ge.all_reduce(&t, ReduceOp::Sum)
+            .map_err(|e| e.to_string())?;
+        let expect: f64 = evens.iter().map(|&r| r as f64 + 1.0).sum();
+        ensure(t.to_vec::<f64>() == vec![expect; 2], || {
+            format!("evens: {:?}", t.to_vec::<f64>())
+        })?;
+        ensure(ge.rank() == me / 2, || "group rank".into())?;
+    } else {
+        ensure(
+            matches!(
+                ge.all_reduce(&t, ReduceOp::Sum),
+                Err(DistError::NotAMember { .. })
+            ),
+            || "a non-member's collective must be an error".into(),
+        )?;
+    }
+    if ends.contains(&me) {
+        // Group rank 0 of `ends` is global rank w - 1: broadcast takes global ranks.
+        let b = Tensor::full(&[1], me as f64, DType::F64, &Device::Cpu);
+        gends.broadcast(&b, w - 1).map_err(|e| e.to_string())?;
+        ensure(b.to_vec::<f64>() == vec![(w - 1) as f64], || {
+            "ends broadcast".into()
+        })?;
+        ensure(gends.rank() == if me == w - 1 { 0 } else { 1 }, || {
+            "ends group rank".into()
+        })?;
+    }
+    Ok(())
+}
+
+fn non_contiguous(g: &ProcessGroup) -> Result<(), String> {
+    let base = Tensor::from_vec((0..12).map(|i| i as f32).collect::<Vec<_>>(), &[3, 4]);
+    let view = base.transpose(0, 1); // [4, 3], not contiguous
+    let col = base.select(1, 2); // a strided column [3]
+    g.all_reduce(&view, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    let w = g.size() as f32;
+    ensure(
+        base.to_vec::<f32>() == (0..12).map(|i| i as f32 * w).collect::<Vec<_>>(),
+        || format!("transposed view: {:?}", base.to_vec::<f32>()),
+    )?;
+    g.broadcast(&col, 0).map_err(|e| e.to_string())?;
+    ensure(
+        col.to_vec::<f32>() == vec![2.0 * w, 6.0 * w, 10.0 * w],
+        || "strided column".into(),
+    )
+}
+
+fn wrong_arguments(g: &ProcessGroup) -> Result<(), String> {
+    let t = Tensor::ones(&[3], DType::F32, &Device::Cpu);
+    let bad_out = Tensor::zeros(&[3 * g.size() + 1], DType::F32, &Device::Cpu);
+    ensure(g.all_gather_into_tensor(&bad_out, &t).is_err(), || {
+        "all_gather size".into()
+    })?;
+    let f64_out = Tensor::zeros(&[3 * g.size()], DType::F64, &Device::Cpu);
+    ensure(g.all_gather_into_tensor(&f64_out, &t).is_err(), || {
+        "all_gather dtype".into()
+    })?;
+    ensure(g.broadcast(&t, g.size() + 3).is_err(), || {
+        "root out of range".into()
+    })?;
+    ensure(distributed::new_group(&[0, 0]).is_err(), || {
+        "duplicate ranks".into()
+    })?;
+    ensure(
+        matches!(
+            distributed::init_process_group(Backend::Mpi),
+            Err(DistError::AlreadyInitialized)
+        ),
+        || "second init".into(),
+    )
+}
+
+// ---- DistributedDataParallel -------------------------------------------------------------
+
+#[derive(Module)]
+struct Mlp {
+    fc1: Linear,
+    fc2: Linear,
+    head: Linear,
+}
+
+impl Mlp {
+    fn new(seed: u64) -> Mlp {
+        manual_seed(seed);
+        Mlp {
+            fc1: Linear::new(6, 32, &Device::Cpu),
+            fc2: Linear::new(32, 16, &Device::Cpu),
+            head: Linear::new(16, 3, &Device::Cpu),
+        }
+    }
+}
+
+impl Forward<&Tensor> for Mlp {
+    type Output = Tensor;
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.head
+            .forward(&self.fc2.forward(&self.fc1.forward(x).relu()).tanh())
+    }
+}
+
+/// The whole batch of step `step` (the same on every rank) and its targets.
+fn global_batch(step: usize, rows: usize) -> (Tensor, Tensor) {
+    let rng = &mut Generator::new(1000 + step as u64);
+    let x = Tensor::randn_with(&[rows, 6], DType::F32, &Device::Cpu, rng);
+    let y = Tensor::randn_with(&[rows, 3], DType::F32, &Device::Cpu, rng);
+    (x, y)
+}
+
+fn mse(pred: &Tensor, y: &Tensor) -> Tensor {
+    {
+        let d = pred - y;
+        (&d * &d).mean_all()
+    }
+}
+
+fn close(a: &[f32], b: &[f32], rtol: f32, atol: f32) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= atol + rtol * y.abs())
+}
+
+/// Every rank's copy of `params` must be bitwise equal to rank 0's.
+fn identical_across_ranks(g: &ProcessGroup, params: &[Tensor]) -> Result<(), String> {
+    for p in params {
+        let mine = p.detach().contiguous();
+        let theirs = mine.deep_copy();
+        g.broadcast(&theirs, 0).map_err(|e| e.to_string())?;
+        let (a, b) = (mine.to_vec::<f32>(), theirs.to_vec::<f32>());
+        ensure(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            || {
+                format!(
+                    "rank {} differs from rank 0 in a parameter of shape {:?}",
+                    g.rank(),
+                    p.shape()
+                )
+            },
+        )?;
+    }
+    Ok(())
+}
+
+fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), String> {
+    let (w, b) = (g.size(), 5);
+    // Ranks start from different weights: construction must make them rank 0's.
+    let ddp = DistributedDataParallel::new(
+        Mlp::new(10 + g.rank() as u64),
+        g,
+        DdpConfig::default()
+            .gradient_as_bucket_view(as_view)
+            .first_bucket_cap_mb(0.0005), // several buckets even for this small model
+    )
+    .map_err(|e| e.to_string())?;
+    ensure(ddp.buckets().len() >= 2, || {
+        format!("buckets: {:?}", ddp.buckets())
+    })?;
+    let reference = Mlp::new(99);
+    for ((_, dst), (_, src)) in reference
+        .named_parameters()
+        .iter()
+        .zip(ddp.module().named_parameters())
+    {
+        no_grad(|| dst.copy_(&src));
+    }
+    let make = |p: Vec<Tensor>| -> Box<dyn Optimizer> {
+        if adamw {
+            Box::new(AdamW::new(
+                p,
+                AdamConfig::default().lr(0.01).weight_decay(0.01),
+            ))
+        } else {
+            Box::new(Sgd::new(p, SgdConfig::new(0.05).momentum(0.9)))
+        }
+    };
+    let mut opt = make(ddp.parameters());
+    let mut opt_ref = make(reference.parameters());
+    for step in 0..5 {
+        let (x, y) = global_batch(step, w * b);
+        let (xs, ys) = (x.narrow(0, g.rank() * b, b), y.narrow(0, g.rank() * b, b));
+        opt.zero_grad();
+        mse(&ddp.forward(&xs), &ys).backward();
+        if as_view {
+            for p in ddp.parameters() {
+                ensure(p.grad().is_some(), || "grad set".into())?;
+            }
+        }
+        opt.step();
+        opt_ref.zero_grad();
+        mse(&reference.forward(&x), &y).backward();
+        opt_ref.step();
+        identical_across_ranks(g, &ddp.parameters())?;
+        for ((name, p), (_, q)) in ddp
+            .module()
+            .named_parameters()
+            .iter()
+            .zip(reference.named_parameters())
+        {
+            let (a, r) = (p.to_vec::<f32>(), q.to_vec::<f32>());
+            ensure(close(&a, &r, 1e-5, 1e-6), || {
+                let worst = a
+                    .iter()
+                    .zip(&r)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                format!("step {step}: {name} differs from the single-process run by {worst:e}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn ddp_no_sync(g: &ProcessGroup) -> Result<(), String> {
+    let (w, b, m) = (g.size(), 3, 3);
+    let ddp = DistributedDataParallel::new(Mlp::new(3), g, DdpConfig::default())
+        .map_err(|e| e.to_string())?;
+    let reference = Mlp::new(99);
+    for ((_, dst), (_, src)) in reference
+        .named_parameters()
+        .iter()
+        .zip(ddp.module().named_parameters())
+    {
+        no_grad(|| dst.copy_(&src));
+    }
+    let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.1));
+    let mut opt_ref = Sgd::new(reference.parameters(), SgdConfig::new(0.1));
+    opt.zero_grad();
+    opt_ref.zero_grad();
+    for micro in 0..m {
+        let (x, y) = global_batch(50 + micro, w * b);
+        let (xs, ys) = (x.narrow(0, g.rank() * b, b), y.narrow(0, g.rank() * b, b));
+        if micro + 1 < m {
+            let _guard = ddp.no_sync();
+            mse(&ddp.forward(&xs), &ys).backward();
+        } else {
+            mse(&ddp.forward(&xs), &ys).backward();
+        }
+        mse(&reference.forward(&x), &y).backward();
+    }
+    opt.step();
+    opt_ref.step();
+    identical_across_ranks(g, &ddp.parameters())?;
+    for (p, q) in ddp.parameters().iter().zip(reference.parameters()) {
+        ensure(
+            close(&p.to_vec::<f32>(), &q.to_vec::<f32>(), 1e-5, 1e-6),
+            || "no_sync".into(),
+        )?;
+    }
+    Ok(())
+}
+
+#[derive(Module)]
+struct TwoHeads {
+    trunk: Linear,
+    a: Linear,
+    b: Linear,
+    never: Linear,
+}
+
+struct UseB(bool);
+
+impl<'a> Forward<(&'a Tensor, UseB)> for TwoHeads {
+    type Output = Tensor;
+    fn forward(&self, (x, use_b): (&'a Tensor, UseB)) -> Tensor {
+        let h = self.trunk.forward(x).relu();
+        let out = self.a.forward(&h);
+        if use_b.0 {
+            &out + &self.b.forward(&h)
+        } else {
+            out
+        }
+    }
+}
+
+fn ddp_unused(g: &ProcessGroup) -> Result<(), String> {
+    manual_seed(5);
+    let model = TwoHeads {
+        trunk: Linear::new(4, 8, &Device::Cpu),
+        a: Linear::new(8, 2, &Device::Cpu),
+        b: Linear::new(8, 2, &Device::Cpu),
+        never: Linear::new(8, 2, &Device::Cpu),
+    };
+    let ddp =
+        DistributedDataParallel::new(model, g, DdpConfig::default().find_unused_parameters(true))
+            .map_err(|e| e.to_string())?;
+    // Only rank 0 uses head b; nobody uses `never`.
+    let rng = &mut Generator::new(77 + g.rank() as u64);
+    let x = Tensor::randn_with(&[3, 4], DType::F32, &Device::Cpu, rng);
+    for _ in 0..2 {
+        ddp.zero_grad();
+        ddp.forward((&x, UseB(g.rank() == 0))).sum_all().backward();
+        let m = ddp.module();
+        ensure(m.never.weight.grad().is_none(), || {
+            "a parameter no rank used keeps no grad".into()
+        })?;
+        // b's gradient: rank 0's, divided by the world size, on every rank.
+        let local_b = if g.rank() == 0 {
+            let h = m.trunk.forward(&x).relu();
+            h.sum(&[0], false).to_vec::<f32>()
+        } else {
+            vec![0.0; 8]
+        };
+        let t = Tensor::from_vec(local_b, &[8]);
+        g.all_reduce(&t, ReduceOp::Avg).map_err(|e| e.to_string())?;
+        let expect = t.to_vec::<f32>();
+        let got = m.b.weight.grad().ok_or("b has a gradient")?.to_vec::<f32>();
+        ensure(close(&got[..8], &expect, 1e-5, 1e-6), || {
+            format!("b grad {got:?} vs {expect:?}")
+        })?;
+    }
+    Ok(())
+}
+
+fn ddp_broadcast_and_mismatch(g: &ProcessGroup) -> Result<(), String> {
+    let ddp = DistributedDataParallel::new(Mlp::new(40 + g.rank() as u64), g, DdpConfig::default())
+        .map_err(|e| e.to_string())?;
+    identical_across_ranks(g, &ddp.parameters())?;
+    let keys: Vec<String> = ddp.state_dict().keys().cloned().collect();
+    ensure(keys.iter().any(|k| k == "module.fc1.weight"), || {
+        format!("keys {keys:?}")
+    })?;
+    // A rank with another width: every rank gets an error naming the ranks.
+    manual_seed(1);
+    let width = if g.rank() == g.size() - 1 { 33 } else { 32 };
+    let odd = Mlp {
+        fc1: Linear::new(6, width, &Device::Cpu),
+        fc2: Linear::new(width, 16, &Device::Cpu),
+        head: Linear::new(16, 3, &Device::Cpu),
+    };
+    match DistributedDataParallel::new(odd, g, DdpConfig::default()) {
+        Err(DistError::Mismatch(m)) => ensure(m.contains("different parameters"), || m.clone()),
+        Err(e) => Err(format!("wrong error: {e}")),
+        Ok(_) => Err("a different model must be an error".into()),
+    }
+}
