@@ -275,11 +275,11 @@ fn gradients_flow_through_dtype_promotion() {
 
 // ---- post-accumulate-grad hooks (`Tensor::register_post_accumulate_grad_hook`) ----------
 
+/// What the recording hooks saw: the hook's name and the gradient, per call.
+type HookLog = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<f64>)>>>;
+
 /// Records, per call, the name given and the gradient the leaf held.
-fn recording_hook(
-    log: &std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<f64>)>>>,
-    name: &str,
-) -> impl Fn(&Tensor) + Send + Sync + 'static {
+fn recording_hook(log: &HookLog, name: &str) -> impl Fn(&Tensor) + Send + Sync + 'static {
     let (log, name) = (log.clone(), name.to_string());
     move |leaf: &Tensor| {
         let g = leaf
@@ -319,7 +319,7 @@ fn post_accumulate_grad_hook_sees_accumulation_across_passes_and_order() {
     let _h1 = w1.register_post_accumulate_grad_hook(recording_hook(&log, "w1"));
     let _h2 = w2.register_post_accumulate_grad_hook(recording_hook(&log, "w2"));
     let x = Tensor::from_vec(vec![1.0f64], &[1]);
-    let forward = || (&(&(&x * &w1).exp() * &w2)).sum_all();
+    let forward = || (&(&x * &w1).exp() * &w2).sum_all();
     forward().backward();
     forward().backward(); // accumulates: the hook sees the running .grad
     let log = log.lock().unwrap().clone();

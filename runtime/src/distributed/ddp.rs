@@ -142,7 +142,7 @@ struct Reducer {
 /// use ferrograd_runtime::prelude::*;
 /// # fn main() -> Result<(), distributed::DistError> {
 /// let world = distributed::init_process_group(Backend::Mpi)?;
-/// let model = DistributedDataParallel::new(Linear::new(4, 2), &world, DdpConfig::default())?;
+/// let model = DistributedDataParallel::new(Linear::new(4, 2, &Device::Cpu), &world, DdpConfig::default())?;
 /// let x = Tensor::randn(&[8, 4], DType::F32, &Device::Cpu);
 /// model.forward(&x).sum_all().backward(); // gradients are averaged over the ranks here
 /// # Ok(()) }
@@ -269,7 +269,7 @@ impl<M: Module> DistributedDataParallel<M> {
     /// # use ferrograd_runtime::nn::{Forward, Linear};
     /// # use ferrograd_runtime::prelude::*;
     /// # let world = init_process_group(Backend::Mpi).unwrap();
-    /// # let ddp = DistributedDataParallel::new(Linear::new(4, 2), &world, DdpConfig::default()).unwrap();
+    /// # let ddp = DistributedDataParallel::new(Linear::new(4, 2, &Device::Cpu), &world, DdpConfig::default()).unwrap();
     /// # let micro: Vec<Tensor> = vec![];
     /// {
     ///     let _no_sync = ddp.no_sync();
@@ -349,8 +349,28 @@ where
     /// Runs the wrapped model and prepares the reduction of the coming backward pass.
     #[track_caller]
     fn forward(&self, input: I) -> M::Output {
+        self.forward_with(|m| m.forward(input))
+    }
+}
+
+impl<M: Module> DistributedDataParallel<M> {
+    /// Runs `f` as the forward pass of the wrapped model and prepares the reduction of
+    /// the coming backward pass: for models whose forward is not the [`Forward`] trait
+    /// (a `network!` struct's inherent `forward`, or a forward with several arguments).
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::nn::Linear;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let ddp = DistributedDataParallel::new(Linear::new(4, 2, &Device::Cpu), &world, DdpConfig::default()).unwrap();
+    /// let x = Tensor::randn(&[8, 4], DType::F32, &Device::Cpu);
+    /// ddp.forward_with(|m| m.forward(&x)).sum_all().backward();
+    /// ```
+    #[track_caller]
+    pub fn forward_with<R: ForwardOutputs>(&self, f: impl FnOnce(&M) -> R) -> R {
         self.pre_forward();
-        let out = self.module.forward(input);
+        let out = f(&self.module);
         let r = &self.reducer;
         let mut st = r.lock();
         if is_grad_enabled() && st.sync {
