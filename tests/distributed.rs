@@ -10,9 +10,9 @@
 
 use ferrograd::distributed::{
     self, Backend, DdpConfig, DistError, DistributedDataParallel, InitOptions, ProcessGroup,
-    ReduceOp,
+    ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer,
 };
-use ferrograd::nn::{Forward, Linear, Module};
+use ferrograd::nn::{BatchNorm2d, Conv2d, ConvOptions, Forward, Linear, Module};
 use ferrograd::optim::{AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::process::Command;
@@ -223,6 +223,18 @@ fn rank_suite() {
         (
             "DDP broadcasts rank 0's weights and reports a different model",
             ddp_broadcast_and_mismatch,
+        ),
+        (
+            "DDP + SyncBatchNorm CNN = one process with the whole batch",
+            ddp_sync_batchnorm,
+        ),
+        (
+            "SyncBatchNorm input gradient = BatchNorm2d's on the whole batch",
+            sync_bn_input_grad,
+        ),
+        (
+            "ZeRO-1 AdamW = plain AdamW; state sharded; consolidate and load",
+            zero_adamw,
         ),
     ];
     let mut failures = 0i64;
@@ -803,4 +815,285 @@ fn ddp_broadcast_and_mismatch(g: &ProcessGroup) -> Result<(), String> {
         Err(e) => Err(format!("wrong error: {e}")),
         Ok(_) => Err("a different model must be an error".into()),
     }
+}
+
+// ---- SyncBatchNorm -----------------------------------------------------------------------
+
+#[derive(Module)]
+struct SyncCnn {
+    conv: Conv2d,
+    bn: SyncBatchNorm,
+    fc: Linear,
+}
+
+#[derive(Module)]
+struct Cnn {
+    conv: Conv2d,
+    bn: BatchNorm2d,
+    fc: Linear,
+}
+
+fn cnn(seed: u64) -> Cnn {
+    manual_seed(seed);
+    Cnn {
+        conv: Conv2d::new(2, 4, 3, ConvOptions::default(), &Device::Cpu),
+        bn: BatchNorm2d::new(4, &Device::Cpu),
+        fc: Linear::new(64, 3, &Device::Cpu),
+    }
+}
+
+impl Forward<&Tensor> for SyncCnn {
+    type Output = Tensor;
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.fc
+            .forward(&self.bn.forward(&self.conv.forward(x)).relu().flatten(1, -1))
+    }
+}
+
+impl Forward<&Tensor> for Cnn {
+    type Output = Tensor;
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.fc
+            .forward(&self.bn.forward(&self.conv.forward(x)).relu().flatten(1, -1))
+    }
+}
+
+fn image_batch(step: usize, rows: usize) -> (Tensor, Tensor) {
+    let rng = &mut Generator::new(2000 + step as u64);
+    let x = Tensor::randn_with(&[rows, 2, 6, 6], DType::F32, &Device::Cpu, rng) * 2.0 + 0.5;
+    let y = Tensor::randn_with(&[rows, 3], DType::F32, &Device::Cpu, rng);
+    (x, y)
+}
+
+fn ddp_sync_batchnorm(g: &ProcessGroup) -> Result<(), String> {
+    let (w, b) = (g.size(), 3);
+    let Cnn { conv, bn, fc } = cnn(20 + g.rank() as u64);
+    let model = SyncCnn {
+        conv,
+        bn: SyncBatchNorm::from_batch_norm(bn, Some(g)),
+        fc,
+    };
+    let ddp =
+        DistributedDataParallel::new(model, g, DdpConfig::default()).map_err(|e| e.to_string())?;
+    let reference = cnn(99);
+    for ((_, dst), (_, src)) in reference
+        .state_dict()
+        .iter()
+        .zip(ddp.module().state_dict().iter())
+    {
+        no_grad(|| dst.copy_(src));
+    }
+    let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.05).momentum(0.9));
+    let mut opt_ref = Sgd::new(reference.parameters(), SgdConfig::new(0.05).momentum(0.9));
+    for step in 0..5 {
+        let (x, y) = image_batch(step, w * b);
+        let (xs, ys) = (x.narrow(0, g.rank() * b, b), y.narrow(0, g.rank() * b, b));
+        opt.zero_grad();
+        mse(&ddp.forward(&xs), &ys).backward();
+        opt.step();
+        opt_ref.zero_grad();
+        mse(&reference.forward(&x), &y).backward();
+        opt_ref.step();
+        identical_across_ranks(g, &ddp.parameters())?;
+        let ours = ddp.module().state_dict();
+        for (name, r) in reference.state_dict().iter() {
+            if r.dtype() != DType::F32 {
+                continue; // num_batches_tracked
+            }
+            let (a, e) = (ours[name].to_vec::<f32>(), r.to_vec::<f32>());
+            ensure(close(&a, &e, 1e-5, 1e-6), || {
+                let worst = a
+                    .iter()
+                    .zip(&e)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                format!(
+                    "step {step}: {name} differs from BatchNorm2d on the whole batch by {worst:e}"
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn sync_bn_input_grad(g: &ProcessGroup) -> Result<(), String> {
+    // f64, no DDP: the gradient of the sum of every rank's loss w.r.t. this rank's input
+    // equals the single-process gradient of the whole batch's loss, restricted to it.
+    let (w, b) = (g.size(), 2);
+    let rng = &mut Generator::new(31);
+    let x = Tensor::randn_with(&[w * b, 3, 4, 4], DType::F64, &Device::Cpu, rng);
+    let up = Tensor::randn_with(&[w * b, 3, 4, 4], DType::F64, &Device::Cpu, rng);
+    let mut bn_ref = BatchNorm2d::new(3, &Device::Cpu);
+    bn_ref.to_dtype(DType::F64);
+    no_grad(|| {
+        bn_ref
+            .weight
+            .as_ref()
+            .unwrap()
+            .copy_(&Tensor::from_vec(vec![0.5f64, 1.5, -1.0], &[3]));
+    });
+    let xr = x.detach().requires_grad(true);
+    (&bn_ref.forward(&xr) * &up).sum_all().backward();
+    let mut bn = BatchNorm2d::new(3, &Device::Cpu);
+    bn.to_dtype(DType::F64);
+    no_grad(|| {
+        bn.weight
+            .as_ref()
+            .unwrap()
+            .copy_(&Tensor::from_vec(vec![0.5f64, 1.5, -1.0], &[3]));
+    });
+    let sync = SyncBatchNorm::from_batch_norm(bn, Some(g));
+    let xs = x
+        .narrow(0, g.rank() * b, b)
+        .contiguous()
+        .requires_grad(true);
+    let out = sync.forward(&xs);
+    let expect_out = bn_ref_forward_rows(&bn_ref, &x, g.rank() * b, b);
+    (&out * &up.narrow(0, g.rank() * b, b)).sum_all().backward();
+    let got = xs.grad().ok_or("x has a gradient")?.to_vec::<f64>();
+    let expect = xr
+        .grad()
+        .unwrap()
+        .narrow(0, g.rank() * b, b)
+        .contiguous()
+        .to_vec::<f64>();
+    let worst = got
+        .iter()
+        .zip(&expect)
+        .map(|(a, e)| (a - e).abs())
+        .fold(0.0, f64::max);
+    ensure(worst < 1e-12, || {
+        format!("input gradient differs by {worst:e}")
+    })?;
+    let (o, e) = (out.to_vec::<f64>(), expect_out);
+    let worst = o
+        .iter()
+        .zip(&e)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    ensure(worst < 1e-12, || format!("output differs by {worst:e}"))?;
+    let (rm, rv) = (
+        sync.running_mean.as_ref().unwrap(),
+        sync.running_var.as_ref().unwrap(),
+    );
+    let (erm, erv) = (
+        bn_ref.running_mean.as_ref().unwrap(),
+        bn_ref.running_var.as_ref().unwrap(),
+    );
+    let d = |a: &Tensor, b: &Tensor| {
+        a.to_vec::<f64>()
+            .iter()
+            .zip(b.to_vec::<f64>())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    };
+    ensure(d(rm, erm) < 1e-12 && d(rv, erv) < 1e-12, || {
+        "running statistics differ".into()
+    })
+}
+
+/// The reference batch norm's training output for rows `start..start + n` of `x` (its
+/// statistics over all of `x`), computed without touching its running statistics.
+fn bn_ref_forward_rows(bn: &BatchNorm2d, x: &Tensor, start: usize, n: usize) -> Vec<f64> {
+    no_grad(|| {
+        let mean = x.mean(&[0, 2, 3], true);
+        let c = x - &mean;
+        let var = (&c * &c).mean(&[0, 2, 3], true);
+        let w = bn.weight.as_ref().unwrap().reshape(&[1, 3, 1, 1]);
+        let b = bn.bias.as_ref().unwrap().reshape(&[1, 3, 1, 1]);
+        let y = &(&(&c * &(&var + 1e-5).rsqrt()) * &w) + &b;
+        y.narrow(0, start, n).contiguous().to_vec::<f64>()
+    })
+}
+
+// ---- ZeRO-1 ------------------------------------------------------------------------------
+
+fn zero_adamw(g: &ProcessGroup) -> Result<(), String> {
+    let (w, b) = (g.size(), 4);
+    let ddp = DistributedDataParallel::new(Mlp::new(7), g, DdpConfig::default())
+        .map_err(|e| e.to_string())?;
+    let reference = Mlp::new(99);
+    for ((_, dst), (_, src)) in reference
+        .named_parameters()
+        .iter()
+        .zip(ddp.module().named_parameters())
+    {
+        no_grad(|| dst.copy_(&src));
+    }
+    let cfg = AdamConfig::default().lr(0.01).weight_decay(0.01);
+    let c = cfg.clone();
+    let mut opt = ZeroRedundancyOptimizer::new(ddp.parameters(), g, move |shard| {
+        Box::new(AdamW::named(shard, c))
+    });
+    let mut opt_ref = AdamW::new(reference.parameters(), cfg.clone());
+    for step in 0..5 {
+        let (x, y) = global_batch(200 + step, w * b);
+        let (xs, ys) = (x.narrow(0, g.rank() * b, b), y.narrow(0, g.rank() * b, b));
+        opt.zero_grad();
+        mse(&ddp.forward(&xs), &ys).backward();
+        opt.step();
+        opt_ref.zero_grad();
+        mse(&reference.forward(&x), &y).backward();
+        opt_ref.step();
+        identical_across_ranks(g, &ddp.parameters())?;
+        for (p, q) in ddp.parameters().iter().zip(reference.parameters()) {
+            ensure(
+                close(&p.to_vec::<f32>(), &q.to_vec::<f32>(), 1e-5, 1e-6),
+                || format!("step {step}"),
+            )?;
+        }
+    }
+    // Each rank keeps only its shard's state: about 1 / world of it.
+    let elements = |s: &ferrograd::optim::OptimizerState| -> usize {
+        s.state
+            .values()
+            .flat_map(|m| m.values())
+            .map(|t| t.numel())
+            .sum()
+    };
+    let whole = elements(&opt_ref.state_dict());
+    let local = Tensor::from_vec(vec![elements(&opt.state_dict()) as i64], &[1]);
+    let largest = ddp
+        .parameters()
+        .iter()
+        .map(|p| p.numel())
+        .max()
+        .unwrap_or(0);
+    let mine = local.to_vec::<i64>()[0] as usize;
+    ensure(mine <= whole / w + 2 * largest + 8, || {
+        format!("rank holds {mine} of {whole} state elements")
+    })?;
+    g.all_reduce(&local, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    ensure(local.to_vec::<i64>()[0] as usize == whole, || {
+        "the shards make up the whole state".into()
+    })?;
+    // Consolidated on rank 0, it equals the unsharded optimizer's state.
+    let consolidated = opt.consolidate_state_dict(0).map_err(|e| e.to_string())?;
+    if g.rank() == 0 {
+        let c = consolidated.ok_or("rank 0 gets the state")?;
+        let r = opt_ref.state_dict();
+        ensure(c.state.len() == r.state.len(), || "same parameters".into())?;
+        for (k, entries) in &r.state {
+            for (name, t) in entries {
+                let ours = &c.state[k][name];
+                let (a, e) = (
+                    ours.to_dtype(DType::F64).to_vec::<f64>(),
+                    t.to_dtype(DType::F64).to_vec::<f64>(),
+                );
+                ensure(
+                    a.iter()
+                        .zip(&e)
+                        .all(|(x, y)| (x - y).abs() <= 1e-6 + 1e-4 * y.abs()),
+                    || format!("state {k}.{name} differs"),
+                )?;
+            }
+        }
+        opt.load_state_dict(&c).map_err(|e| e.to_string())?;
+    } else {
+        ensure(consolidated.is_none(), || {
+            "only rank 0 gets the state".into()
+        })?;
+    }
+    Ok(())
 }

@@ -34,9 +34,13 @@ mod mpi;
 #[cfg(not(feature = "mpi"))]
 #[path = "no_mpi.rs"]
 mod mpi;
+mod sync_bn;
+mod zero;
 
 pub use comm::Work;
-pub use ddp::{DdpConfig, DistributedDataParallel, ForwardOutputs};
+pub use ddp::{DdpConfig, DistributedDataParallel, ForwardOutputs, NoSync};
+pub use sync_bn::{AnyBatchNorm, SyncBatchNorm, all_reduce_sum_differentiable};
+pub use zero::ZeroRedundancyOptimizer;
 
 use crate::autograd::no_grad;
 use crate::storage::Storage;

@@ -17,6 +17,7 @@ mod linear;
 mod loss;
 mod module;
 mod norm;
+pub(crate) use norm::step_factor as norm_step_factor;
 mod pooling;
 mod rnn;
 mod rotary;

@@ -10,7 +10,7 @@ use crate::{DType, Device, Tensor};
 
 /// The running-statistics buffers of a batch or instance norm: mean zeros, variance ones,
 /// and the int64 batch count.
-fn running_stats(channels: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
+pub(crate) fn running_stats(channels: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
     (
         on(Tensor::zeros(&[channels], DType::F32, &Device::Cpu), device),
         on(Tensor::ones(&[channels], DType::F32, &Device::Cpu), device),
@@ -20,7 +20,7 @@ fn running_stats(channels: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
 
 /// The update weight of the running statistics for this training step: `momentum`, or
 /// `1 / num_batches_tracked` (a cumulative average) when it is `None`. Counts the batch.
-fn step_factor(num_batches_tracked: &Tensor, momentum: Option<f64>) -> f64 {
+pub(crate) fn step_factor(num_batches_tracked: &Tensor, momentum: Option<f64>) -> f64 {
     no_grad(|| num_batches_tracked.add_scalar_(1.0));
     momentum.unwrap_or_else(|| 1.0 / num_batches_tracked.item::<i64>() as f64)
 }
