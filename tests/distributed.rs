@@ -236,6 +236,10 @@ fn rank_suite() {
             "ZeRO-1 AdamW = plain AdamW; state sharded; consolidate and load",
             zero_adamw,
         ),
+        (
+            "a stopped and resumed run equals an unstopped one bit for bit",
+            ddp_resume_bitwise,
+        ),
     ];
     let mut failures = 0i64;
     for (name, f) in checks {
@@ -1094,6 +1098,128 @@ fn zero_adamw(g: &ProcessGroup) -> Result<(), String> {
         ensure(consolidated.is_none(), || {
             "only rank 0 gets the state".into()
         })?;
+    }
+    Ok(())
+}
+
+// ---- stop and resume ---------------------------------------------------------------------
+
+#[derive(Module)]
+struct DropMlp {
+    fc1: Linear,
+    drop: ferrograd::nn::Dropout,
+    fc2: Linear,
+}
+
+impl Forward<&Tensor> for DropMlp {
+    type Output = Tensor;
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.fc2
+            .forward(&self.drop.forward(&self.fc1.forward(x).relu()))
+    }
+}
+
+/// Trains 2 epochs of 6 batches per rank; with `stop_at`, saves a checkpoint after that
+/// many steps and returns; with `resume`, starts from the checkpoint. Returns the final
+/// parameters.
+fn resumable_run(
+    g: &ProcessGroup,
+    stop_at: Option<usize>,
+    resume: Option<&std::path::Path>,
+    path: &std::path::Path,
+) -> Result<Vec<Vec<f32>>, String> {
+    use ferrograd::data::{DataLoader, DistributedSampler, TensorDataset};
+    let w = g.size();
+    let n = 24 * w; // 6 batches of 4 per rank and epoch
+    let rng = &mut Generator::new(4242);
+    let x = Tensor::randn_with(&[n, 6], DType::F32, &Device::Cpu, rng);
+    let y = Tensor::randint_with(0, 3, &[n], &Device::Cpu, rng);
+    // Different weights and random streams per rank, and per run.
+    manual_seed(100 + g.rank() as u64 + if resume.is_some() { 50 } else { 0 });
+    let model = DropMlp {
+        fc1: Linear::new(6, 16, &Device::Cpu),
+        drop: ferrograd::nn::Dropout::new(0.3),
+        fc2: Linear::new(16, 3, &Device::Cpu),
+    };
+    let mut ddp =
+        DistributedDataParallel::new(model, g, DdpConfig::default()).map_err(|e| e.to_string())?;
+    let mut opt = AdamW::named(
+        ddp.module().named_parameters(),
+        AdamConfig::default().lr(0.01),
+    );
+    let sampler =
+        DistributedSampler::new(n, w, g.rank(), true, 9, false).map_err(|e| e.to_string())?;
+    let mut loader = DataLoader::builder(TensorDataset::new((x, y)))
+        .batch_size(4)
+        .sampler(sampler)
+        .build();
+    let mut step = 0usize;
+    let mut first_epoch = 0;
+    if let Some(p) = resume {
+        let ckpt = distributed::load_checkpoint(g, p).map_err(|e| e.to_string())?;
+        ckpt.restore_model(ddp.module_mut(), true)
+            .map_err(|e| e.to_string())?;
+        ckpt.restore_optimizer(&mut opt)
+            .map_err(|e| e.to_string())?;
+        ckpt.restore_rng().map_err(|e| e.to_string())?;
+        let state = ckpt
+            .loader
+            .ok_or("the checkpoint has this rank's loader position")?;
+        loader.load_state(&state);
+        first_epoch = state.epoch as usize;
+        step = ckpt.step as usize;
+    }
+    for _epoch in first_epoch..2 {
+        let mut stop = false;
+        for batch in loader.iter() {
+            let (xb, yb) = batch.map_err(|e| e.to_string())?;
+            opt.zero_grad();
+            F::cross_entropy(&ddp.forward(&xb), &yb).backward();
+            opt.step();
+            step += 1;
+            if stop_at == Some(step) {
+                stop = true;
+                break;
+            }
+        }
+        if stop {
+            let ckpt = ferrograd::checkpoint::Checkpoint::new(ddp.module())
+                .optimizer(&opt)
+                .step(step as u64);
+            distributed::save_checkpoint(g, ckpt, Some(loader.state()), path)
+                .map_err(|e| e.to_string())?;
+            return Ok(Vec::new());
+        }
+    }
+    Ok(ddp.parameters().iter().map(|p| p.to_vec::<f32>()).collect())
+}
+
+fn ddp_resume_bitwise(g: &ProcessGroup) -> Result<(), String> {
+    let path = std::env::temp_dir().join(format!("ferrograd-ddp-resume-w{}.safetensors", g.size()));
+    let unstopped = resumable_run(g, None, None, &path)?;
+    resumable_run(g, Some(8), None, &path)?; // mid-way through the second epoch
+    let resumed = resumable_run(g, None, Some(&path), &path)?;
+    ensure(unstopped.len() == resumed.len(), || {
+        "same parameters".into()
+    })?;
+    for (a, b) in unstopped.iter().zip(&resumed) {
+        ensure(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            || "the resumed run's parameters differ from the unstopped run's".into(),
+        )?;
+    }
+    // A checkpoint of another world size is refused.
+    if g.size() > 1 {
+        let sub = distributed::new_group(&[0]).map_err(|e| e.to_string())?;
+        if g.rank() == 0 {
+            ensure(distributed::load_checkpoint(&sub, &path).is_err(), || {
+                "world size check".into()
+            })?;
+        }
+    }
+    g.barrier().map_err(|e| e.to_string())?;
+    if g.rank() == 0 {
+        let _ = std::fs::remove_file(&path);
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ mod training;
 
 pub use sharded::{read_sharded, save_sharded};
 pub use stream::SafetensorsFile;
-pub use training::Checkpoint;
+pub use training::{Checkpoint, RankState};
 
 use crate::nn::{LoadReport, Module, StateDict, StateDictError};
 use crate::{DType, Tensor};

@@ -63,6 +63,30 @@ pub struct Checkpoint {
     pub loader: Option<LoaderState>,
     /// The user's notes (hyper-parameters, metrics, a git hash).
     pub metadata: BTreeMap<String, String>,
+    /// In a checkpoint of a distributed run, every rank's own random state and data
+    /// position, by rank (see `distributed::save_checkpoint`); empty otherwise.
+    pub ranks: Vec<RankState>,
+}
+
+/// One rank's own part of a distributed run's checkpoint: what differs between ranks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankState {
+    /// The rank's global generator state.
+    pub rng: Option<Vec<u8>>,
+    /// The rank's data-loader position.
+    pub loader: Option<LoaderState>,
+}
+
+fn loader_json(l: &LoaderState) -> String {
+    serde_json::json!({"seed": l.seed.to_string(), "epoch": l.epoch, "batch": l.batch}).to_string()
+}
+
+fn parse_loader(l: &str) -> Option<LoaderState> {
+    let v: serde_json::Value = serde_json::from_str(l).ok()?;
+    let seed = v.get("seed")?.as_str()?.parse().ok()?;
+    let epoch = v.get("epoch")?.as_u64()?;
+    let batch = usize::try_from(v.get("batch")?.as_u64()?).ok()?;
+    Some(LoaderState { seed, epoch, batch })
 }
 
 impl Checkpoint {
@@ -166,6 +190,20 @@ impl Checkpoint {
         for (k, v) in &self.metadata {
             meta.insert(format!("user.{k}"), v.clone());
         }
+        if !self.ranks.is_empty() {
+            meta.insert("ranks".into(), self.ranks.len().to_string());
+        }
+        for (r, state) in self.ranks.iter().enumerate() {
+            if let Some(rng) = &state.rng {
+                tensors.insert(
+                    format!("rng.rank{r}"),
+                    Tensor::from_vec(rng.clone(), &[rng.len()]),
+                );
+            }
+            if let Some(l) = &state.loader {
+                meta.insert(format!("loader.rank{r}"), loader_json(l));
+            }
+        }
         save_state_dict(&tensors, path, Some(meta))
     }
 
@@ -189,6 +227,13 @@ impl Checkpoint {
             )));
         }
         let mut ckpt = Checkpoint::default();
+        let ranks: usize = meta.get("ranks").map_or(Ok(0), |s| {
+            s.parse::<usize>().map_err(|e| bad(format!("ranks: {e}")))
+        })?;
+        if ranks > 1 << 20 {
+            return Err(bad(format!("ranks: {ranks} is not a plausible world size")));
+        }
+        ckpt.ranks = vec![RankState::default(); ranks];
         let mut opt_tensors = BTreeMap::new();
         for (k, v) in tensors {
             if let Some(rest) = k.strip_prefix("model.") {
@@ -200,6 +245,15 @@ impl Checkpoint {
                     return Err(bad("rng.global is not a byte vector".into()));
                 }
                 ckpt.rng = Some(v.to_vec::<u8>());
+            } else if let Some(r) = k
+                .strip_prefix("rng.rank")
+                .and_then(|r| r.parse::<usize>().ok())
+                && r < ranks
+            {
+                if v.dtype() != DType::U8 || v.dim() != 1 {
+                    return Err(bad(format!("{k} is not a byte vector")));
+                }
+                ckpt.ranks[r].rng = Some(v.to_vec::<u8>());
             } else {
                 return Err(bad(format!("unexpected tensor {k:?}")));
             }
@@ -247,6 +301,17 @@ impl Checkpoint {
         for (k, v) in meta {
             if let Some(rest) = k.strip_prefix("user.") {
                 ckpt.metadata.insert(rest.to_string(), v);
+            } else if let Some(r) = k
+                .strip_prefix("loader.rank")
+                .and_then(|r| r.parse::<usize>().ok())
+            {
+                let state = ckpt
+                    .ranks
+                    .get_mut(r)
+                    .ok_or_else(|| bad(format!("{k} beyond {ranks} ranks")))?;
+                state.loader = Some(
+                    parse_loader(&v).ok_or_else(|| bad(format!("{k}: malformed position {v}")))?,
+                );
             }
         }
         Ok(ckpt)

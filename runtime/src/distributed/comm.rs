@@ -87,10 +87,13 @@ impl CommThread {
 pub(crate) struct WorkState {
     result: Mutex<Option<Result<(), DistError>>>,
     done: Condvar,
+    /// How long the engine worked on it (on the communication thread).
+    pub(crate) busy: Mutex<Duration>,
 }
 
 impl WorkState {
-    pub(crate) fn complete(&self, result: Result<(), DistError>) {
+    pub(crate) fn complete(&self, result: Result<(), DistError>, busy: Duration) {
+        *self.busy.lock().unwrap_or_else(|e| e.into_inner()) = busy;
         *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         self.done.notify_all();
     }

@@ -112,6 +112,33 @@ struct State {
     /// Whether the next forward arms the reduction (`no_sync` clears it).
     sync: bool,
     error: Option<DistError>,
+    stats: CommStats,
+}
+
+/// Where the gradient reduction's time went, summed over the backward passes since
+/// construction or [`DistributedDataParallel::reset_comm_stats`]: how much of the
+/// all-reduce time backward hid.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommStats {
+    /// Backward passes that reduced gradients.
+    pub reductions: u64,
+    /// Time the engine spent all-reducing buckets (on the communication thread).
+    pub allreduce: std::time::Duration,
+    /// Time backward waited for the reduction after its last gradient (not hidden).
+    pub exposed: std::time::Duration,
+}
+
+impl CommStats {
+    /// The share of the all-reduce time that overlapped backward: `1 - exposed /
+    /// allreduce` (1 when there was nothing to reduce).
+    pub fn hidden_share(&self) -> f64 {
+        let total = self.allreduce.as_secs_f64();
+        if total <= 0.0 {
+            1.0
+        } else {
+            (1.0 - self.exposed.as_secs_f64() / total).clamp(0.0, 1.0)
+        }
+    }
 }
 
 struct Reducer {
@@ -212,6 +239,7 @@ impl<M: Module> DistributedDataParallel<M> {
                 used: Vec::new(),
                 sync: true,
                 error: None,
+                stats: CommStats::default(),
             }),
         });
         let hooks = reducer
@@ -258,6 +286,16 @@ impl<M: Module> DistributedDataParallel<M> {
             .iter()
             .map(|b| b.params.clone())
             .collect()
+    }
+
+    /// Where the reduction's time went so far (see [`CommStats`]).
+    pub fn comm_stats(&self) -> CommStats {
+        self.reducer.lock().stats
+    }
+
+    /// Starts [`DistributedDataParallel::comm_stats`] again from zero.
+    pub fn reset_comm_stats(&self) {
+        self.reducer.lock().stats = CommStats::default();
     }
 
     /// Skips the gradient reduction of the forward/backward passes made while the guard
@@ -451,13 +489,20 @@ impl Reducer {
     fn finish(&self, st: &mut State) {
         st.armed = false;
         let mut error = st.error.take();
+        let waiting = std::time::Instant::now();
+        let mut busy = std::time::Duration::ZERO;
         for b in &mut st.buckets {
-            if let Some(w) = b.work.take()
-                && let Err(e) = w.wait()
-            {
-                error.get_or_insert(e);
+            if let Some(w) = b.work.take() {
+                let done = w.state.clone();
+                if let Err(e) = w.wait() {
+                    error.get_or_insert(e);
+                }
+                busy += *done.busy.lock().unwrap_or_else(|e| e.into_inner());
             }
         }
+        st.stats.reductions += 1;
+        st.stats.allreduce += busy;
+        st.stats.exposed += waiting.elapsed();
         if let Some(e) = error {
             panic!(
                 "DistributedDataParallel: reducing gradients failed on rank {}: {e}",

@@ -27,6 +27,7 @@
 //! rather than hang it: a rank that panics aborts every rank with a message naming it,
 //! and a collective that does not complete within the timeout does the same.
 
+mod checkpoint;
 mod comm;
 mod ddp;
 #[cfg(feature = "mpi")]
@@ -37,8 +38,9 @@ mod mpi;
 mod sync_bn;
 mod zero;
 
+pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use comm::Work;
-pub use ddp::{DdpConfig, DistributedDataParallel, ForwardOutputs, NoSync};
+pub use ddp::{CommStats, DdpConfig, DistributedDataParallel, ForwardOutputs, NoSync};
 pub use sync_bn::{AnyBatchNorm, SyncBatchNorm, all_reduce_sum_differentiable};
 pub use zero::ZeroRedundancyOptimizer;
 
@@ -81,6 +83,9 @@ pub enum DistError {
     /// on a collective.
     #[error("{0}")]
     Mismatch(String),
+    /// A distributed checkpoint could not be written or read.
+    #[error("distributed checkpoint: {0}")]
+    Checkpoint(String),
     /// This process is not a member of the group it used.
     #[error("this rank ({rank}) is not a member of the group {ranks:?}")]
     NotAMember {
@@ -509,11 +514,12 @@ impl ProcessGroup {
             )
         });
         self.inner.global.thread.submit(Box::new(move || {
+            let start = std::time::Instant::now();
             let result = match check {
                 Some((fp, inner, what)) => consistent(&inner, fp, &what).and_then(|()| job()),
                 None => job(),
             };
-            s.complete(result);
+            s.complete(result, start.elapsed());
         }))?;
         Ok(Work {
             state,
