@@ -28,6 +28,7 @@ fn main() {
         "suite" => rank_suite(),
         "panic" => rank_panics(),
         "leave" => rank_leaves(),
+        "exit_pending" => rank_exits_pending(),
         "mismatch" => rank_mismatch(),
         other => panic!("unknown mode {other:?}"),
     }
@@ -117,6 +118,16 @@ fn launcher() {
         &format!("exit {code:?} after {took:?}:\n{text}"),
     );
 
+    // A rank that exits with a collective nobody answers ends the job at exit, not hangs.
+    let (code, text, took) = mpirun(2, "exit_pending", &[("FERROGRAD_DISTRIBUTED_TIMEOUT", "3")]);
+    check(
+        "exiting with an unanswered collective ends the job",
+        code.is_some_and(|c| c != 0)
+            && text.contains("still pending")
+            && took < Duration::from_secs(60),
+        &format!("exit {code:?} after {took:?}:\n{text}"),
+    );
+
     // Debug mode: ranks that issue different collectives get an Err, not garbage.
     let (code, text, _) = mpirun(2, "mismatch", &[("FERROGRAD_DISTRIBUTED_DEBUG", "DETAIL")]);
     check(
@@ -157,6 +168,18 @@ fn rank_leaves() {
     let t = Tensor::ones(&[4], DType::F32, &Device::Cpu);
     let _ = world.all_reduce(&t, ReduceOp::Sum);
     println!("rank 0 should not get here");
+}
+
+fn rank_exits_pending() {
+    let world = distributed::init_process_group(Backend::Mpi).unwrap();
+    world.barrier().unwrap();
+    if world.rank() == 1 {
+        std::thread::sleep(Duration::from_secs(120));
+        return;
+    }
+    let t = Tensor::ones(&[4], DType::F32, &Device::Cpu);
+    let _never_waited = world.all_reduce_async(&t, ReduceOp::Sum).unwrap();
+    // Returning from main runs destroy_process_group at exit.
 }
 
 fn rank_mismatch() {

@@ -20,6 +20,8 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 pub(crate) struct CommThread {
     tx: Mutex<Option<Sender<Job>>>,
     handle: Mutex<Option<JoinHandle<()>>>,
+    /// Signalled when the thread has finalised the engine.
+    finished: Mutex<Option<Receiver<()>>>,
 }
 
 impl CommThread {
@@ -32,6 +34,7 @@ impl CommThread {
     ) -> Result<(CommThread, T), DistError> {
         let (tx, rx): (Sender<Job>, Receiver<Job>) = channel();
         let (ready_tx, ready_rx) = channel();
+        let (done_tx, done_rx) = channel();
         let handle = std::thread::Builder::new()
             .name("ferrograd-comm".into())
             .spawn(move || {
@@ -48,6 +51,7 @@ impl CommThread {
                     job();
                 }
                 fini();
+                let _ = done_tx.send(());
             })
             .map_err(|e| {
                 DistError::Engine(format!("could not start the communication thread: {e}"))
@@ -59,6 +63,7 @@ impl CommThread {
             CommThread {
                 tx: Mutex::new(Some(tx)),
                 handle: Mutex::new(Some(handle)),
+                finished: Mutex::new(Some(done_rx)),
             },
             value,
         ))
@@ -73,9 +78,24 @@ impl CommThread {
         }
     }
 
-    /// Lets queued jobs finish, then stops the thread (which finalises the engine).
-    pub(crate) fn shutdown(&self) {
+    /// Lets queued jobs finish, then stops the thread (which finalises the engine). A
+    /// collective still unanswered after `timeout` (a peer that never joins it) ends the
+    /// job instead of hanging the exit.
+    pub(crate) fn shutdown(&self, rank: usize, timeout: Duration) {
         drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let finished = self
+            .finished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(done) = finished
+            && done.recv_timeout(timeout).is_err()
+        {
+            super::abort_job(&format!(
+                "rank {rank}: collectives were still pending after {timeout:?} when the process \
+                 group was destroyed (a peer never joined them)"
+            ));
+        }
         if let Some(h) = self.handle.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = h.join();
         }

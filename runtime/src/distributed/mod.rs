@@ -297,7 +297,8 @@ pub fn barrier() -> Result<(), DistError> {
 pub fn destroy_process_group() {
     let group = WORLD.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(g) = group {
-        g.inner.global.thread.shutdown();
+        let global = &g.inner.global;
+        global.thread.shutdown(global.rank, global.timeout);
     }
 }
 
