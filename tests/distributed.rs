@@ -66,6 +66,14 @@ fn mpirun(n: usize, mode: &str, env: &[(&str, &str)]) -> (Option<i32>, String, D
     (out.status.code(), text, start.elapsed())
 }
 
+/// A fault case: its name, the rank mode, the environment, and the message it must print.
+type Fault = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
 fn launcher() {
     if Command::new("mpirun").arg("--version").output().is_err() {
         let msg = "mpirun not found: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev)";
@@ -98,35 +106,40 @@ fn launcher() {
         );
     }
 
-    // A rank that panics ends the job, non-zero, naming the rank, within seconds.
-    let (code, text, took) = mpirun(2, "panic", &[]);
-    check(
-        "a panicking rank ends the job and is named",
-        code.is_some_and(|c| c != 0)
-            && text.contains("rank 1 of 2 panicked")
-            && took < Duration::from_secs(60),
-        &format!("exit {code:?} after {took:?}:\n{text}"),
-    );
-
-    // A rank that leaves: the other's collective times out and ends the job.
-    let (code, text, took) = mpirun(2, "leave", &[("FERROGRAD_DISTRIBUTED_TIMEOUT", "3")]);
-    check(
-        "a collective nobody answers times out and ends the job",
-        code.is_some_and(|c| c != 0)
-            && text.contains("did not complete within")
-            && took < Duration::from_secs(60),
-        &format!("exit {code:?} after {took:?}:\n{text}"),
-    );
-
-    // A rank that exits with a collective nobody answers ends the job at exit, not hangs.
-    let (code, text, took) = mpirun(2, "exit_pending", &[("FERROGRAD_DISTRIBUTED_TIMEOUT", "3")]);
-    check(
-        "exiting with an unanswered collective ends the job",
-        code.is_some_and(|c| c != 0)
-            && text.contains("still pending")
-            && took < Duration::from_secs(60),
-        &format!("exit {code:?} after {took:?}:\n{text}"),
-    );
+    // Each fault must end the job with a non-zero status and a message, within seconds.
+    let faults: [Fault; 3] = [
+        // A rank that panics, named in the message.
+        (
+            "a panicking rank ends the job and is named",
+            "panic",
+            &[],
+            "rank 1 of 2 panicked",
+        ),
+        // A rank that leaves: the other's collective times out.
+        (
+            "a collective nobody answers times out and ends the job",
+            "leave",
+            &[("FERROGRAD_DISTRIBUTED_TIMEOUT", "3")],
+            "did not complete within",
+        ),
+        // A rank that exits with a collective nobody answers: ended at exit, not hung.
+        (
+            "exiting with an unanswered collective ends the job",
+            "exit_pending",
+            &[("FERROGRAD_DISTRIBUTED_TIMEOUT", "3")],
+            "still pending",
+        ),
+    ];
+    for (name, mode, env, message) in faults {
+        let (code, text, took) = mpirun(2, mode, env);
+        check(
+            name,
+            code.is_some_and(|c| c != 0)
+                && text.contains(message)
+                && took < Duration::from_secs(60),
+            &format!("exit {code:?} after {took:?}:\n{text}"),
+        );
+    }
 
     // Debug mode: ranks that issue different collectives get an Err, not garbage.
     let (code, text, _) = mpirun(2, "mismatch", &[("FERROGRAD_DISTRIBUTED_DEBUG", "DETAIL")]);
