@@ -532,6 +532,13 @@ impl ProcessGroup {
     }
 
     /// Waits for every rank of the group (`barrier`).
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// world.barrier().unwrap();
+    /// ```
     pub fn barrier(&self) -> Result<(), DistError> {
         let inner = self.inner.clone();
         self.submit_job("barrier", &[], move || {
@@ -545,6 +552,14 @@ impl ProcessGroup {
     ///
     /// A non-contiguous tensor (or one on a device) goes through a contiguous host copy
     /// that is written back, so the result is right whatever its layout.
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let t = Tensor::full(&[2], world.rank() as f64, DType::F32, &Device::Cpu);
+    /// world.all_reduce(&t, ReduceOp::Max).unwrap(); // world.size() - 1 everywhere
+    /// ```
     pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<(), DistError> {
         self.all_reduce_async(tensor, op)?.wait()
     }
@@ -588,6 +603,14 @@ impl ProcessGroup {
     }
 
     /// Copies `tensor` from global rank `src` to every rank of the group (`broadcast`).
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let t = Tensor::full(&[2], world.rank() as f64, DType::F32, &Device::Cpu);
+    /// world.broadcast(&t, 0).unwrap(); // rank 0's zeros everywhere
+    /// ```
     pub fn broadcast(&self, tensor: &Tensor, src: usize) -> Result<(), DistError> {
         self.broadcast_async(tensor, src)?.wait()
     }
@@ -613,6 +636,14 @@ impl ProcessGroup {
     }
 
     /// Every rank's `tensor`, in group-rank order (`all_gather`).
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let parts = world.all_gather(&Tensor::full(&[1], world.rank() as f64, DType::F32, &Device::Cpu)).unwrap();
+    /// assert_eq!(parts.len(), world.size());
+    /// ```
     pub fn all_gather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
         let mut shape = vec![self.size()];
         shape.extend_from_slice(tensor.shape());
@@ -651,6 +682,15 @@ impl ProcessGroup {
 
     /// Reduces `input` (`size` blocks along its first dimension) across the group and
     /// leaves block `rank` in `output` (`reduce_scatter_tensor`).
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let input = Tensor::ones(&[world.size(), 3], DType::F32, &Device::Cpu);
+    /// let out = Tensor::zeros(&[3], DType::F32, &Device::Cpu);
+    /// world.reduce_scatter_tensor(&out, &input, ReduceOp::Sum).unwrap(); // world.size() each
+    /// ```
     pub fn reduce_scatter_tensor(
         &self,
         output: &Tensor,
@@ -686,6 +726,15 @@ impl ProcessGroup {
     /// Splits `input` into `size` equal blocks along its first dimension, sends block `j`
     /// to rank `j` and places the block received from rank `j` at block `j` of `output`
     /// (`all_to_all_single` with equal splits).
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let input = Tensor::full(&[world.size(), 2], world.rank() as f64, DType::F32, &Device::Cpu);
+    /// let out = Tensor::zeros(&[world.size(), 2], DType::F32, &Device::Cpu);
+    /// world.all_to_all_single(&out, &input).unwrap(); // block j came from rank j
+    /// ```
     pub fn all_to_all_single(&self, output: &Tensor, input: &Tensor) -> Result<(), DistError> {
         self.all_to_all_single_async(output, input)?.wait()
     }
@@ -783,6 +832,18 @@ impl ProcessGroup {
     }
 
     /// Sends `tensor` to global rank `dst` (`send`); `tag` tells messages apart.
+    ///
+    /// ```no_run
+    /// # use ferrograd_runtime::distributed::*;
+    /// # use ferrograd_runtime::prelude::*;
+    /// # let world = init_process_group(Backend::Mpi).unwrap();
+    /// let t = Tensor::zeros(&[4], DType::F32, &Device::Cpu);
+    /// if world.rank() == 0 {
+    ///     world.send(&t, 1, 0).unwrap();
+    /// } else if world.rank() == 1 {
+    ///     world.recv(&t, 0, 0).unwrap();
+    /// }
+    /// ```
     pub fn send(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<(), DistError> {
         self.isend(tensor, dst, tag)?.wait()
     }
