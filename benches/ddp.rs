@@ -5,7 +5,8 @@
 //!
 //! - `step/<model>`: median step time (zero_grad, forward, cross-entropy, backward with
 //!   the bucketed all-reduce, SGD-momentum step) at 2 ranks, per-rank batch as PyTorch's;
-//!   with the share of the all-reduce time hidden behind backward.
+//!   and of the same step under `no_sync` (no communication), alternating: the difference
+//!   is what the gradient reduction costs the step.
 //! - `scaling/<model>`: samples per second of 2 ranks against 1 rank (one thread each).
 //! - `allreduce/<bytes>`: bus bandwidth of an in-place f32 all-reduce, 4 KB to 64 MB.
 
@@ -84,7 +85,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Times `steps` training steps of `model` (after 2 warm-up steps) on batches of `batch`
-/// random inputs of `shape`; returns (median step seconds, hidden share of all-reduce).
+/// random inputs of `shape`, alternating steps that reduce the gradients with steps under
+/// `no_sync` (same work, no communication); returns both medians in seconds.
 fn time_steps<M: Module>(
     model: M,
     forward: impl Fn(&M, &Tensor) -> Tensor,
@@ -94,6 +96,7 @@ fn time_steps<M: Module>(
     steps: usize,
 ) -> (f64, f64) {
     let world = distributed::world().expect("initialised");
+    let mut local = Vec::new();
     let ddp = DistributedDataParallel::new(model, &world, DdpConfig::default()).expect("ddp");
     let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.01).momentum(0.9));
     let rng = &mut Generator::new(world.rank() as u64);
@@ -102,21 +105,22 @@ fn time_steps<M: Module>(
     let x = Tensor::randn_with(&dims, DType::F32, &Device::Cpu, rng);
     let y = Tensor::randint_with(0, classes as i64, &[batch], &Device::Cpu, rng);
     let mut times = Vec::new();
-    for i in 0..steps + 2 {
-        if i == 2 {
-            ddp.reset_comm_stats();
-        }
+    for i in 0..2 * steps + 4 {
         world.barrier().expect("barrier");
         let t = Instant::now();
         opt.zero_grad();
+        let sync = i % 2 == 0;
+        let guard = (!sync).then(|| ddp.no_sync());
         let loss = F::cross_entropy(&ddp.forward_with(|m| forward(m, &x)), &y);
         loss.backward();
+        drop(guard);
         opt.step();
-        if i >= 2 {
-            times.push(t.elapsed().as_secs_f64());
+        if i >= 4 {
+            let dt = t.elapsed().as_secs_f64();
+            if sync { times.push(dt) } else { local.push(dt) }
         }
     }
-    (median(times), ddp.comm_stats().hidden_share())
+    (median(times), median(local))
 }
 
 fn rank(dry: bool) {
@@ -131,7 +135,7 @@ fn rank(dry: bool) {
 
     // LeNet-5, batch 64 per rank.
     manual_seed(0);
-    let (lenet, hidden) = time_steps(
+    let (lenet, alone) = time_steps(
         LeNet::new(&Device::Cpu),
         |m, x| m.forward(x),
         &[1, 28, 28],
@@ -140,13 +144,13 @@ fn rank(dry: bool) {
         steps * 5,
     );
     report(format!(
-        "{{\"name\": \"step/lenet_b64\", \"world\": {w}, \"seconds\": {lenet:.6e}, \"hidden_share\": {hidden:.3}, \"samples_per_sec\": {:.1}}}",
+        "{{\"name\": \"step/lenet_b64\", \"world\": {w}, \"seconds\": {lenet:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
         64.0 * w as f64 / lenet
     ));
 
     // The MLP 784-128-10, batch 64 per rank.
     manual_seed(0);
-    let (t, hidden) = time_steps(
+    let (t, alone) = time_steps(
         Mlp::new(&Device::Cpu),
         |m, x| m.forward(x),
         &[1, 28, 28],
@@ -155,14 +159,14 @@ fn rank(dry: bool) {
         steps * 10,
     );
     report(format!(
-        "{{\"name\": \"step/mlp_b64\", \"world\": {w}, \"seconds\": {t:.6e}, \"hidden_share\": {hidden:.3}, \"samples_per_sec\": {:.1}}}",
+        "{{\"name\": \"step/mlp_b64\", \"world\": {w}, \"seconds\": {t:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
         64.0 * w as f64 / t
     ));
 
     // torchvision's ResNet-18 at 224x224, batch 8 per rank (as in bench/).
     if !dry {
         manual_seed(0);
-        let (t, hidden) = time_steps(
+        let (t, alone) = time_steps(
             resnet18(1000, &Device::Cpu),
             |m, x| m.forward(x),
             &[3, 224, 224],
@@ -171,7 +175,7 @@ fn rank(dry: bool) {
             5,
         );
         report(format!(
-            "{{\"name\": \"step/resnet18_b8\", \"world\": {w}, \"seconds\": {t:.6e}, \"hidden_share\": {hidden:.3}, \"samples_per_sec\": {:.1}}}",
+            "{{\"name\": \"step/resnet18_b8\", \"world\": {w}, \"seconds\": {t:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
             8.0 * w as f64 / t
         ));
     }

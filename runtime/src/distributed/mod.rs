@@ -567,6 +567,17 @@ impl ProcessGroup {
     /// [`ProcessGroup::all_reduce`] without waiting: the tensor holds the result after
     /// [`Work::wait`].
     pub fn all_reduce_async(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work, DistError> {
+        self.all_reduce_async_with(tensor, op, false)
+    }
+
+    /// [`ProcessGroup::all_reduce_async`]; `polite` makes the engine yield the core while
+    /// it waits for peers (for reductions that overlap computation on the same core).
+    pub(crate) fn all_reduce_async_with(
+        &self,
+        tensor: &Tensor,
+        op: ReduceOp,
+        polite: bool,
+    ) -> Result<Work, DistError> {
         communicable("all_reduce", tensor)?;
         let dtype = tensor.dtype();
         if op == ReduceOp::Avg && !dtype.is_float() {
@@ -591,7 +602,14 @@ impl ProcessGroup {
             let p = host_ptr(&mut guard, &b);
             // SAFETY: `p` addresses the `n` elements of `b`, write-locked until we return.
             unsafe {
-                mpi::all_reduce(inner.comm.as_ref().expect("member"), p, n, dtype, engine_op)?;
+                mpi::all_reduce(
+                    inner.comm.as_ref().expect("member"),
+                    p,
+                    n,
+                    dtype,
+                    engine_op,
+                    polite,
+                )?;
                 if op == ReduceOp::Avg {
                     divide(p, n, dtype, size);
                 }
