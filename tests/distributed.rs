@@ -664,6 +664,19 @@ fn identical_across_ranks(g: &ProcessGroup, params: &[Tensor]) -> Result<(), Str
     Ok(())
 }
 
+/// The two optimizers the equivalence checks run: AdamW with weight decay, or SGD with
+/// momentum.
+fn optimizer(adamw: bool, params: Vec<Tensor>) -> Box<dyn Optimizer> {
+    if adamw {
+        Box::new(AdamW::new(
+            params,
+            AdamConfig::default().lr(0.01).weight_decay(0.01),
+        ))
+    } else {
+        Box::new(Sgd::new(params, SgdConfig::new(0.05).momentum(0.9)))
+    }
+}
+
 fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), String> {
     let (w, b) = (g.size(), 5);
     // Ranks start from different weights: construction must make them rank 0's.
@@ -686,18 +699,8 @@ fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), S
     {
         no_grad(|| dst.copy_(&src));
     }
-    let make = |p: Vec<Tensor>| -> Box<dyn Optimizer> {
-        if adamw {
-            Box::new(AdamW::new(
-                p,
-                AdamConfig::default().lr(0.01).weight_decay(0.01),
-            ))
-        } else {
-            Box::new(Sgd::new(p, SgdConfig::new(0.05).momentum(0.9)))
-        }
-    };
-    let mut opt = make(ddp.parameters());
-    let mut opt_ref = make(reference.parameters());
+    let mut opt = optimizer(adamw, ddp.parameters());
+    let mut opt_ref = optimizer(adamw, reference.parameters());
     for step in 0..5 {
         let (x, y) = global_batch(step, w * b);
         let (xs, ys) = (x.narrow(0, g.rank() * b, b), y.narrow(0, g.rank() * b, b));
@@ -930,18 +933,8 @@ fn ddp_sync_batchnorm_with(g: &ProcessGroup, adamw: bool) -> Result<(), String> 
     {
         no_grad(|| dst.copy_(src));
     }
-    let make = |p: Vec<Tensor>| -> Box<dyn Optimizer> {
-        if adamw {
-            Box::new(AdamW::new(
-                p,
-                AdamConfig::default().lr(0.01).weight_decay(0.01),
-            ))
-        } else {
-            Box::new(Sgd::new(p, SgdConfig::new(0.05).momentum(0.9)))
-        }
-    };
-    let mut opt = make(ddp.parameters());
-    let mut opt_ref = make(reference.parameters());
+    let mut opt = optimizer(adamw, ddp.parameters());
+    let mut opt_ref = optimizer(adamw, reference.parameters());
     for step in 0..5 {
         let (x, y) = image_batch(step, w * b);
         let (xs, ys) = (x.narrow(0, g.rank() * b, b), y.narrow(0, g.rank() * b, b));
