@@ -420,7 +420,8 @@ impl<M: Module> DistributedDataParallel<M> {
         if is_grad_enabled() && st.sync {
             st.armed = true;
             st.launched = 0;
-            st.used = vec![false; r.params.len()];
+            st.used.clear();
+            st.used.resize(r.params.len(), false);
             st.error = None;
             for b in &mut st.buckets {
                 b.pending = b.params.len();

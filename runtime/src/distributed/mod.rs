@@ -41,7 +41,7 @@ mod zero;
 pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use comm::Work;
 pub use ddp::{CommStats, DdpConfig, DistributedDataParallel, ForwardOutputs, NoSync};
-pub use sync_bn::{AnyBatchNorm, SyncBatchNorm, all_reduce_sum_differentiable};
+pub use sync_bn::{SyncBatchNorm, all_reduce_sum_differentiable};
 pub use zero::ZeroRedundancyOptimizer;
 
 use crate::autograd::no_grad;
@@ -127,6 +127,18 @@ pub enum ReduceOp {
     Min,
     /// Product over ranks.
     Product,
+}
+
+impl ReduceOp {
+    /// The engine's reduction (`Avg` is a `Sum`, divided afterwards).
+    fn engine(self) -> EngineOp {
+        match self {
+            ReduceOp::Sum | ReduceOp::Avg => EngineOp::Sum,
+            ReduceOp::Product => EngineOp::Product,
+            ReduceOp::Max => EngineOp::Max,
+            ReduceOp::Min => EngineOp::Min,
+        }
+    }
 }
 
 /// The reductions the engine itself performs (`Avg` is a `Sum` then a division).
@@ -339,18 +351,21 @@ fn stage(t: &Tensor) -> (Tensor, bool) {
     (host.contiguous().deep_copy(), true)
 }
 
-/// The address of a staged (contiguous CPU) tensor's first element.
-fn host_ptr(storage: &mut Storage, t: &Tensor) -> *mut c_void {
+/// The address of a staged (contiguous CPU) tensor's first element. The caller holds the
+/// storage's read guard (to read through it) or its write guard (to write).
+fn host_ptr(storage: &Storage, t: &Tensor) -> *mut c_void {
     let Storage::Cpu(s) = storage else {
         unreachable!("distributed: staged tensors live on the host")
     };
-    let base: *mut u8 = match s {
-        CpuStorage::F32(b) => b.as_mut_ptr() as *mut u8,
-        CpuStorage::F64(b) => b.as_mut_ptr() as *mut u8,
-        CpuStorage::F16(b) => b.as_mut_ptr() as *mut u8,
-        CpuStorage::BF16(b) => b.as_mut_ptr() as *mut u8,
-        CpuStorage::I64(b) => b.as_mut_ptr() as *mut u8,
-        CpuStorage::U8(b) => b.as_mut_ptr(),
+    // A host buffer's pointer is its allocation's own (not derived from this borrow), so
+    // writing through it under the write guard is sound.
+    let base = match s {
+        CpuStorage::F32(b) => b.as_ptr() as *mut u8,
+        CpuStorage::F64(b) => b.as_ptr() as *mut u8,
+        CpuStorage::F16(b) => b.as_ptr() as *mut u8,
+        CpuStorage::BF16(b) => b.as_ptr() as *mut u8,
+        CpuStorage::I64(b) => b.as_ptr() as *mut u8,
+        CpuStorage::U8(b) => b.as_ptr() as *mut u8,
         #[allow(unreachable_patterns)]
         _ => unreachable!("distributed: dtype checked before staging"),
     };
@@ -585,37 +600,32 @@ impl ProcessGroup {
                 "all_reduce: ReduceOp::Avg needs a floating-point tensor, got {dtype}"
             )));
         }
-        let engine_op = match op {
-            ReduceOp::Sum | ReduceOp::Avg => EngineOp::Sum,
-            ReduceOp::Product => EngineOp::Product,
-            ReduceOp::Max => EngineOp::Max,
-            ReduceOp::Min => EngineOp::Min,
-        };
+        let engine_op = op.engine();
         let (buf, copied) = stage(tensor);
         let (n, size) = (buf.numel(), self.size());
         let inner = self.inner.clone();
         let b = buf.clone();
-        let shape = tensor.shape().to_vec();
-        let mut work = self.submit_job("all_reduce", &[&dtype, &shape, &op], move || {
-            let cell = b.storage_cell().clone();
-            let mut guard = cell.write();
-            let p = host_ptr(&mut guard, &b);
-            // SAFETY: `p` addresses the `n` elements of `b`, write-locked until we return.
-            unsafe {
-                mpi::all_reduce(
-                    inner.comm.as_ref().expect("member"),
-                    p,
-                    n,
-                    dtype,
-                    engine_op,
-                    polite,
-                )?;
-                if op == ReduceOp::Avg {
-                    divide(p, n, dtype, size);
+        let mut work =
+            self.submit_job("all_reduce", &[&dtype, &tensor.shape(), &op], move || {
+                let cell = b.storage_cell().clone();
+                let guard = cell.write();
+                let p = host_ptr(&guard, &b);
+                // SAFETY: `p` addresses the `n` elements of `b`, write-locked until we return.
+                unsafe {
+                    mpi::all_reduce(
+                        inner.comm.as_ref().expect("member"),
+                        p,
+                        n,
+                        dtype,
+                        engine_op,
+                        polite,
+                    )?;
+                    if op == ReduceOp::Avg {
+                        divide(p, n, dtype, size);
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?;
         work.finish = write_back(tensor, buf, copied);
         Ok(work)
     }
@@ -641,14 +651,14 @@ impl ProcessGroup {
         let (n, dtype) = (buf.numel(), buf.dtype());
         let inner = self.inner.clone();
         let b = buf.clone();
-        let shape = tensor.shape().to_vec();
-        let mut work = self.submit_job("broadcast", &[&dtype, &shape, &src], move || {
-            let cell = b.storage_cell().clone();
-            let mut guard = cell.write();
-            let p = host_ptr(&mut guard, &b);
-            // SAFETY: as in all_reduce.
-            unsafe { mpi::broadcast(inner.comm.as_ref().expect("member"), p, n, dtype, root) }
-        })?;
+        let mut work =
+            self.submit_job("broadcast", &[&dtype, &tensor.shape(), &src], move || {
+                let cell = b.storage_cell().clone();
+                let guard = cell.write();
+                let p = host_ptr(&guard, &b);
+                // SAFETY: as in all_reduce.
+                unsafe { mpi::broadcast(inner.comm.as_ref().expect("member"), p, n, dtype, root) }
+            })?;
         work.finish = write_back(tensor, buf, copied);
         Ok(work)
     }
@@ -688,14 +698,7 @@ impl ProcessGroup {
         output: &Tensor,
         input: &Tensor,
     ) -> Result<Work, DistError> {
-        self.two_buffer(
-            "all_gather_into_tensor",
-            output,
-            input,
-            self.size(),
-            1,
-            None,
-        )
+        self.two_buffer(TwoBuffer::AllGather, output, input)
     }
 
     /// Reduces `input` (`size` blocks along its first dimension) across the group and
@@ -731,14 +734,7 @@ impl ProcessGroup {
                 input.dtype()
             )));
         }
-        self.two_buffer(
-            "reduce_scatter_tensor",
-            output,
-            input,
-            1,
-            self.size(),
-            Some(op),
-        )
+        self.two_buffer(TwoBuffer::ReduceScatter(op), output, input)
     }
 
     /// Splits `input` into `size` equal blocks along its first dimension, sends block `j`
@@ -770,20 +766,17 @@ impl ProcessGroup {
                 self.size()
             )));
         }
-        self.two_buffer("all_to_all_single", output, input, 1, 1, None)
+        self.two_buffer(TwoBuffer::AllToAll, output, input)
     }
 
-    /// The collectives with a separate input and output: `out_factor * input.numel() ==
-    /// in_factor * output.numel()`; `op` is the reduction of reduce-scatter.
+    /// The collectives with a separate input and output.
     fn two_buffer(
         &self,
-        what: &'static str,
+        kind: TwoBuffer,
         output: &Tensor,
         input: &Tensor,
-        out_factor: usize,
-        in_factor: usize,
-        op: Option<ReduceOp>,
     ) -> Result<Work, DistError> {
+        let what = kind.name();
         communicable(what, input)?;
         if output.dtype() != input.dtype() {
             return Err(DistError::Mismatch(format!(
@@ -792,12 +785,18 @@ impl ProcessGroup {
                 input.dtype()
             )));
         }
+        let size = self.size();
+        // output numel / input numel: size for a gather, 1 / size for a reduce-scatter.
+        let (out_factor, in_factor) = match kind {
+            TwoBuffer::AllGather => (size, 1),
+            TwoBuffer::ReduceScatter(_) => (1, size),
+            TwoBuffer::AllToAll => (1, 1),
+        };
         if input.numel() * out_factor != output.numel() * in_factor {
             return Err(DistError::Mismatch(format!(
-                "{what}: output of shape {:?} does not fit input of shape {:?} in a group of {}",
+                "{what}: output of shape {:?} does not fit input of shape {:?} in a group of {size}",
                 output.shape(),
                 input.shape(),
-                self.size()
             )));
         }
         let (out, copied) = stage(output);
@@ -810,38 +809,29 @@ impl ProcessGroup {
                 i
             }
         };
-        let (n_in, n_out, dtype, size) = (inp.numel(), out.numel(), inp.dtype(), self.size());
+        let (n_in, n_out, dtype) = (inp.numel(), out.numel(), inp.dtype());
         let inner = self.inner.clone();
         let (o, i) = (out.clone(), inp);
-        let shapes = (input.shape().to_vec(), output.shape().to_vec());
-        let mut work = self.submit_job(what, &[&dtype, &shapes, &op], move || {
+        let shapes = [input.shape(), output.shape()];
+        let mut work = self.submit_job(what, &[&dtype, &shapes, &kind], move || {
             let comm = inner.comm.as_ref().expect("member");
             let (ocell, icell) = (o.storage_cell().clone(), i.storage_cell().clone());
-            let mut og = ocell.write();
-            let mut ig = icell.write();
-            let (po, pi) = (
-                host_ptr(&mut og, &o),
-                host_ptr(&mut ig, &i) as *const c_void,
-            );
-            // SAFETY: both buffers are locked, distinct, and sized as checked above.
+            let og = ocell.write();
+            let ig = icell.read();
+            let (po, pi) = (host_ptr(&og, &o), host_ptr(&ig, &i) as *const c_void);
+            // SAFETY: the output is write-locked, the input read-locked; distinct storages,
+            // sized as checked above.
             unsafe {
-                match what {
-                    "all_gather_into_tensor" => mpi::all_gather(comm, pi, po, n_in, dtype),
-                    "reduce_scatter_tensor" => {
-                        let op = op.expect("reduce_scatter has an op");
-                        let engine_op = match op {
-                            ReduceOp::Sum | ReduceOp::Avg => EngineOp::Sum,
-                            ReduceOp::Product => EngineOp::Product,
-                            ReduceOp::Max => EngineOp::Max,
-                            ReduceOp::Min => EngineOp::Min,
-                        };
-                        mpi::reduce_scatter(comm, pi, po, n_out, dtype, engine_op)?;
+                match kind {
+                    TwoBuffer::AllGather => mpi::all_gather(comm, pi, po, n_in, dtype),
+                    TwoBuffer::ReduceScatter(op) => {
+                        mpi::reduce_scatter(comm, pi, po, n_out, dtype, op.engine())?;
                         if op == ReduceOp::Avg {
                             divide(po, n_out, dtype, size);
                         }
                         Ok(())
                     }
-                    _ => mpi::all_to_all(comm, pi, po, n_in / size, dtype),
+                    TwoBuffer::AllToAll => mpi::all_to_all(comm, pi, po, n_in / size, dtype),
                 }
             }
         })?;
@@ -873,18 +863,13 @@ impl ProcessGroup {
         communicable("send", tensor)?;
         let peer = self.to_group_rank("send", dst)?;
         let (buf, _) = stage(tensor);
-        let buf = if buf.shares_storage(tensor) {
-            buf.deep_copy()
-        } else {
-            buf
-        };
         let (n, dtype) = (buf.numel(), buf.dtype());
         let inner = self.inner.clone();
         self.submit_job("send", &[], move || {
             let cell = buf.storage_cell().clone();
-            let mut guard = cell.write();
-            let p = host_ptr(&mut guard, &buf);
-            // SAFETY: `p` addresses `n` elements of the locked buffer.
+            let guard = cell.read();
+            let p = host_ptr(&guard, &buf);
+            // SAFETY: `p` addresses `n` elements of the read-locked buffer, only read.
             unsafe { mpi::send(inner.comm.as_ref().expect("member"), p, n, dtype, peer, tag) }
         })
     }
@@ -905,13 +890,31 @@ impl ProcessGroup {
         let b = buf.clone();
         let mut work = self.submit_job("recv", &[], move || {
             let cell = b.storage_cell().clone();
-            let mut guard = cell.write();
-            let p = host_ptr(&mut guard, &b);
+            let guard = cell.write();
+            let p = host_ptr(&guard, &b);
             // SAFETY: `p` addresses `n` writable elements of the locked buffer.
             unsafe { mpi::recv(inner.comm.as_ref().expect("member"), p, n, dtype, peer, tag) }
         })?;
         work.finish = write_back(tensor, buf, copied);
         Ok(work)
+    }
+}
+
+/// The collectives with a separate input and output buffer.
+#[derive(Debug, Clone, Copy)]
+enum TwoBuffer {
+    AllGather,
+    ReduceScatter(ReduceOp),
+    AllToAll,
+}
+
+impl TwoBuffer {
+    fn name(self) -> &'static str {
+        match self {
+            TwoBuffer::AllGather => "all_gather_into_tensor",
+            TwoBuffer::ReduceScatter(_) => "reduce_scatter_tensor",
+            TwoBuffer::AllToAll => "all_to_all_single",
+        }
     }
 }
 

@@ -97,45 +97,28 @@ pub struct SyncBatchNorm {
     pub training: bool,
 }
 
+/// `SyncBatchNorm::from(bn)`: the batch norm's very tensors, options and mode, over the
+/// default group.
 macro_rules! from_bn {
     ($($bn:ty),*) => {$(
         impl From<$bn> for SyncBatchNorm {
             fn from(bn: $bn) -> Self {
-                SyncBatchNorm::from_batch_norm(bn, None)
+                SyncBatchNorm {
+                    weight: bn.weight,
+                    bias: bn.bias,
+                    running_mean: bn.running_mean,
+                    running_var: bn.running_var,
+                    num_batches_tracked: bn.num_batches_tracked,
+                    momentum: bn.momentum,
+                    eps: bn.eps,
+                    process_group: None,
+                    training: bn.training,
+                }
             }
         }
     )*};
 }
 from_bn!(BatchNorm1d, BatchNorm2d);
-
-/// What every batch norm layer is made of.
-pub trait AnyBatchNorm {
-    /// The layer's parameters, buffers and options.
-    #[allow(clippy::type_complexity)]
-    fn into_parts(
-        self,
-    ) -> (
-        Option<Tensor>,
-        Option<Tensor>,
-        Option<Tensor>,
-        Option<Tensor>,
-        Option<Tensor>,
-        Option<f64>,
-        f64,
-        bool,
-    );
-}
-
-macro_rules! any_bn {
-    ($($bn:ty),*) => {$(
-        impl AnyBatchNorm for $bn {
-            fn into_parts(self) -> (Option<Tensor>, Option<Tensor>, Option<Tensor>, Option<Tensor>, Option<Tensor>, Option<f64>, f64, bool) {
-                (self.weight, self.bias, self.running_mean, self.running_var, self.num_batches_tracked, self.momentum, self.eps, self.training)
-            }
-        }
-    )*};
-}
-any_bn!(BatchNorm1d, BatchNorm2d);
 
 impl SyncBatchNorm {
     /// A layer over `channels` channels with PyTorch's defaults, synchronised over the
@@ -146,19 +129,10 @@ impl SyncBatchNorm {
 
     /// The batch norm `bn` (its very tensors, options and mode), synchronised over
     /// `group` (`None`: the default group): `convert_sync_batchnorm` for one layer.
-    pub fn from_batch_norm(bn: impl AnyBatchNorm, group: Option<&ProcessGroup>) -> Self {
-        let (weight, bias, running_mean, running_var, num_batches_tracked, momentum, eps, training) =
-            bn.into_parts();
+    pub fn from_batch_norm(bn: impl Into<SyncBatchNorm>, group: Option<&ProcessGroup>) -> Self {
         SyncBatchNorm {
-            weight,
-            bias,
-            running_mean,
-            running_var,
-            num_batches_tracked,
-            momentum,
-            eps,
             process_group: group.cloned(),
-            training,
+            ..bn.into()
         }
     }
 
@@ -169,21 +143,20 @@ impl SyncBatchNorm {
         let group = match group {
             Some(g) if self.training && g.size() > 1 => g,
             _ => {
-                // One rank, or eval: plain batch norm.
-                let momentum = self.momentum;
-                let factor = match (&self.num_batches_tracked, self.training) {
-                    (Some(count), true) => crate::nn::norm_step_factor(count, momentum),
-                    _ => 0.0,
-                };
-                return crate::nn::functional::batch_norm(
+                // One rank, or eval: BatchNorm's own forward.
+                return crate::nn::batch_norm_layer_forward(
+                    "SyncBatchNorm",
                     x,
-                    self.running_mean.as_ref(),
-                    self.running_var.as_ref(),
                     self.weight.as_ref(),
                     self.bias.as_ref(),
-                    self.training || self.running_mean.is_none(),
-                    factor,
+                    (
+                        self.running_mean.as_ref(),
+                        self.running_var.as_ref(),
+                        self.num_batches_tracked.as_ref(),
+                    ),
+                    self.momentum,
                     self.eps,
+                    self.training,
                 );
             }
         };

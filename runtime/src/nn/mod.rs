@@ -17,7 +17,7 @@ mod linear;
 mod loss;
 mod module;
 mod norm;
-pub(crate) use norm::step_factor as norm_step_factor;
+pub(crate) use norm::{batch_norm_layer_forward, step_factor as norm_step_factor};
 mod pooling;
 mod rnn;
 mod rotary;

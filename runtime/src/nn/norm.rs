@@ -69,6 +69,32 @@ fn running_forward(
     }
 }
 
+/// The forward pass of a batch norm layer (`SyncBatchNorm` on one rank or in eval).
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub(crate) fn batch_norm_layer_forward(
+    layer: &str,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    running: (Option<&Tensor>, Option<&Tensor>, Option<&Tensor>),
+    momentum: Option<f64>,
+    eps: f64,
+    training: bool,
+) -> Tensor {
+    running_forward(
+        layer,
+        Stats::Batch,
+        x,
+        weight,
+        bias,
+        running,
+        momentum,
+        eps,
+        training,
+    )
+}
+
 /// A normalisation layer with optional affine parameters and running statistics:
 /// `BatchNorm*d` (affine and tracking by default) and `InstanceNorm*d` (neither).
 macro_rules! running_norm {
