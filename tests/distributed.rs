@@ -691,14 +691,10 @@ fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), S
     ensure(ddp.buckets().len() >= 2, || {
         format!("buckets: {:?}", ddp.buckets())
     })?;
-    let reference = Mlp::new(99);
-    for ((_, dst), (_, src)) in reference
-        .named_parameters()
-        .iter()
-        .zip(ddp.module().named_parameters())
-    {
-        no_grad(|| dst.copy_(&src));
-    }
+    let mut reference = Mlp::new(99);
+    reference
+        .load_state_dict(&ddp.module().state_dict(), true)
+        .map_err(|e| e.to_string())?;
     let mut opt = optimizer(adamw, ddp.parameters());
     let mut opt_ref = optimizer(adamw, reference.parameters());
     for step in 0..5 {
@@ -740,14 +736,10 @@ fn ddp_no_sync(g: &ProcessGroup) -> Result<(), String> {
     let (w, b, m) = (g.size(), 3, 3);
     let ddp = DistributedDataParallel::new(Mlp::new(3), g, DdpConfig::default())
         .map_err(|e| e.to_string())?;
-    let reference = Mlp::new(99);
-    for ((_, dst), (_, src)) in reference
-        .named_parameters()
-        .iter()
-        .zip(ddp.module().named_parameters())
-    {
-        no_grad(|| dst.copy_(&src));
-    }
+    let mut reference = Mlp::new(99);
+    reference
+        .load_state_dict(&ddp.module().state_dict(), true)
+        .map_err(|e| e.to_string())?;
     let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.1));
     let mut opt_ref = Sgd::new(reference.parameters(), SgdConfig::new(0.1));
     opt.zero_grad();
@@ -925,14 +917,10 @@ fn ddp_sync_batchnorm_with(g: &ProcessGroup, adamw: bool) -> Result<(), String> 
     };
     let ddp =
         DistributedDataParallel::new(model, g, DdpConfig::default()).map_err(|e| e.to_string())?;
-    let reference = cnn(99);
-    for ((_, dst), (_, src)) in reference
-        .state_dict()
-        .iter()
-        .zip(ddp.module().state_dict().iter())
-    {
-        no_grad(|| dst.copy_(src));
-    }
+    let mut reference = cnn(99);
+    reference
+        .load_state_dict(&ddp.module().state_dict(), true)
+        .map_err(|e| e.to_string())?;
     let mut opt = optimizer(adamw, ddp.parameters());
     let mut opt_ref = optimizer(adamw, reference.parameters());
     for step in 0..5 {
@@ -1062,14 +1050,10 @@ fn zero_adamw(g: &ProcessGroup) -> Result<(), String> {
     let (w, b) = (g.size(), 4);
     let ddp = DistributedDataParallel::new(Mlp::new(7), g, DdpConfig::default())
         .map_err(|e| e.to_string())?;
-    let reference = Mlp::new(99);
-    for ((_, dst), (_, src)) in reference
-        .named_parameters()
-        .iter()
-        .zip(ddp.module().named_parameters())
-    {
-        no_grad(|| dst.copy_(&src));
-    }
+    let mut reference = Mlp::new(99);
+    reference
+        .load_state_dict(&ddp.module().state_dict(), true)
+        .map_err(|e| e.to_string())?;
     let cfg = AdamConfig::default().lr(0.01).weight_decay(0.01);
     let c = cfg.clone();
     let mut opt = ZeroRedundancyOptimizer::new(ddp.parameters(), g, move |shard| {
