@@ -237,6 +237,10 @@ fn rank_suite() {
         ("all_gather and all_gather_into_tensor", all_gather_all),
         ("reduce_scatter_tensor sum and avg", reduce_scatter_all),
         ("all_to_all_single", all_to_all_all),
+        (
+            "communicated inputs stay usable by autograd",
+            inputs_stay_unmodified,
+        ),
         ("send and recv around a ring", send_recv_ring),
         ("sub-groups", sub_groups),
         ("non-contiguous tensors", non_contiguous),
@@ -430,6 +434,20 @@ fn all_gather_all(g: &ProcessGroup) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+/// Communicating a tensor only read (all-gather input, send) leaves it usable by
+/// autograd: it is not counted as modified in place.
+fn inputs_stay_unmodified(g: &ProcessGroup) -> Result<(), String> {
+    let x = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).requires_grad(true);
+    let y = (&x * &x).sum_all(); // saves x for backward
+    let out = Tensor::zeros(&[2 * g.size()], DType::F64, &Device::Cpu);
+    g.all_gather_into_tensor(&out, &x)
+        .map_err(|e| e.to_string())?;
+    y.backward();
+    ensure(x.grad().unwrap().to_vec::<f64>() == vec![2.0, 4.0], || {
+        "gradient".into()
+    })
 }
 
 fn reduce_scatter_all(g: &ProcessGroup) -> Result<(), String> {
