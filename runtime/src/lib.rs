@@ -36,6 +36,7 @@ pub mod distributed;
 mod error;
 pub mod memory;
 pub mod nn;
+pub mod onnx;
 mod ops;
 pub mod optim;
 mod random;

@@ -321,9 +321,29 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         }
     });
 
+    // A one-tensor-in, one-tensor-out network is a `Layer`: it goes into a `Sequential`,
+    // and `onnx::export` takes it.
+    let forward_impl = (net.inputs.len() == 1 && !net.tuple_output).then(|| {
+        let mut with_lifetime = generics.clone();
+        with_lifetime
+            .params
+            .insert(0, syn::parse_quote!('__input));
+        let (fwd_impl_generics, _, _) = with_lifetime.split_for_impl();
+        quote! {
+            impl #fwd_impl_generics #krate::nn::Forward<&'__input #krate::Tensor> for #name #ty_generics #where_clause {
+                type Output = #krate::Tensor;
+                #[track_caller]
+                fn forward(&self, x: &'__input #krate::Tensor) -> #krate::Tensor {
+                    #name::forward(self, x)
+                }
+            }
+        }
+    });
+
     quote! {
         #(#const_checks)*
         #shapes_impl
+        #forward_impl
 
         #module_impl
 

@@ -11,6 +11,11 @@ use ferrograd_kernels::{NumElement, broadcast_shapes};
 impl Tensor {
     #[track_caller]
     fn check_inplace(&self, op: &str) {
+        assert!(
+            !crate::onnx::trace::is_tracing(),
+            "{op}: in-place ops cannot be traced for ONNX export (shape {:?}); use the out-of-place op",
+            self.shape()
+        );
         if !is_grad_enabled() {
             return;
         }

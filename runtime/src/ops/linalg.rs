@@ -21,6 +21,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.matmul_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::MatMul,
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn matmul_untraced(&self, other: &Tensor) -> Tensor {
         if let Some([a, b]) = autocast::low_precision_all([self, other]) {
             return a.matmul(&b);
         }
@@ -66,6 +78,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn bmm(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.bmm_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::MatMul,
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn bmm_untraced(&self, other: &Tensor) -> Tensor {
         assert!(
             self.dim() == 3 && other.dim() == 3 && self.shape()[0] == other.shape()[0],
             "bmm: expected two 3D tensors with the same batch size, got shapes {:?} and {:?}",

@@ -84,6 +84,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sum_untraced(dims, keepdim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::Sum,
+                axes: crate::onnx::trace::axes(self, dims),
+                keepdim,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sum_untraced(&self, dims: &[isize], keepdim: bool) -> Tensor {
         match autocast::full_precision(self) {
             Some(x) => x.sum_same_dtype(dims, keepdim),
             None => self.sum_same_dtype(dims, keepdim),
@@ -116,6 +132,22 @@ impl Tensor {
     /// assert_eq!(Tensor::ones(&[2, 3], DType::F32, &Device::Cpu).sum_all().item::<f32>(), 6.0);
     /// ```
     pub fn sum_all(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sum_all_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::Sum,
+                axes: (0..self.dim()).collect(),
+                keepdim: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sum_all_untraced(&self) -> Tensor {
         self.sum(&[], false)
     }
 
@@ -128,6 +160,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.mean_untraced(dims, keepdim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::Mean,
+                axes: crate::onnx::trace::axes(self, dims),
+                keepdim,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn mean_untraced(&self, dims: &[isize], keepdim: bool) -> Tensor {
         assert!(
             self.dtype().is_float(),
             "mean: could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: {:?}",
@@ -146,6 +194,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mean_all(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.mean_all_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::Mean,
+                axes: (0..self.dim()).collect(),
+                keepdim: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn mean_all_untraced(&self) -> Tensor {
         self.mean(&[], false)
     }
 
@@ -206,6 +270,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        let entered = crate::onnx::trace::enter();
+        let out = self.max_dim_untraced(dim, keepdim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::Max,
+                axes: vec![self.normalize_dim("max", dim)],
+                keepdim,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn max_dim_untraced(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
         self.arg_reduce("max", dim, keepdim, true)
     }
 
@@ -218,6 +298,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        let entered = crate::onnx::trace::enter();
+        let out = self.min_dim_untraced(dim, keepdim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::Min,
+                axes: vec![self.normalize_dim("min", dim)],
+                keepdim,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn min_dim_untraced(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
         self.arg_reduce("min", dim, keepdim, false)
     }
 
@@ -250,6 +346,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmax(&self, dim: isize, keepdim: bool) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.argmax_untraced(dim, keepdim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::ArgMax,
+                axes: vec![self.normalize_dim("argmax", dim)],
+                keepdim,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn argmax_untraced(&self, dim: isize, keepdim: bool) -> Tensor {
         self.detach().arg_reduce("argmax", dim, keepdim, true).1
     }
 
@@ -262,6 +374,22 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmin(&self, dim: isize, keepdim: bool) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.argmin_untraced(dim, keepdim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Reduce {
+                kind: crate::onnx::trace::Reduce::ArgMin,
+                axes: vec![self.normalize_dim("argmin", dim)],
+                keepdim,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn argmin_untraced(&self, dim: isize, keepdim: bool) -> Tensor {
         self.detach().arg_reduce("argmin", dim, keepdim, false).1
     }
 
@@ -393,6 +521,21 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax(&self, dim: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.softmax_untraced(dim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Softmax {
+                axis: self.normalize_dim("softmax", dim),
+                log: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn softmax_untraced(&self, dim: isize) -> Tensor {
         self.softmax_family("softmax", dim, false)
     }
 
@@ -405,6 +548,21 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.log_softmax_untraced(dim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Softmax {
+                axis: self.normalize_dim("log_softmax", dim),
+                log: true,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn log_softmax_untraced(&self, dim: isize) -> Tensor {
         self.softmax_family("log_softmax", dim, true)
     }
 

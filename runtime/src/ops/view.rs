@@ -50,6 +50,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.reshape_untraced(shape);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn reshape_untraced(&self, shape: &[usize]) -> Tensor {
         let shape: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
         self.reshape_infer(&shape)
     }
@@ -63,6 +70,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn reshape_infer(&self, shape: &[isize]) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.reshape_infer_untraced(shape);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn reshape_infer_untraced(&self, shape: &[isize]) -> Tensor {
         let shape = self.infer_shape("reshape", shape);
         if shape.as_slice() == self.shape() {
             return self.clone();
@@ -89,6 +103,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn view(&self, shape: &[isize]) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.view_untraced(shape);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn view_untraced(&self, shape: &[isize]) -> Tensor {
         let resolved = self.infer_shape("view", shape);
         assert!(
             self.layout().reshape(&resolved).is_some(),
@@ -109,6 +130,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn flatten(&self, start: isize, end: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.flatten_untraced(start, end);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn flatten_untraced(&self, start: isize, end: isize) -> Tensor {
         if self.dim() == 0 {
             return self.reshape(&[1]);
         }
@@ -135,6 +163,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn permute(&self, dims: &[isize]) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.permute_untraced(dims);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Permute {
+                perm: dims
+                    .iter()
+                    .map(|&d| self.normalize_dim("permute", d))
+                    .collect(),
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn permute_untraced(&self, dims: &[isize]) -> Tensor {
         assert!(
             dims.len() == self.dim(),
             "permute: number of dims in the permutation ({}) doesn't match the tensor's rank {} (shape {:?})",
@@ -170,6 +215,24 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn transpose(&self, dim0: isize, dim1: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.transpose_untraced(dim0, dim1);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Permute {
+                perm: crate::onnx::trace::swap_perm(
+                    self.dim(),
+                    self.normalize_dim("transpose", dim0),
+                    self.normalize_dim("transpose", dim1),
+                ),
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn transpose_untraced(&self, dim0: isize, dim1: isize) -> Tensor {
         if self.dim() < 2 && dim0 == dim1 {
             return self.clone();
         }
@@ -190,6 +253,20 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn t(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.t_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Permute {
+                perm: (0..self.dim()).rev().collect(),
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn t_untraced(&self) -> Tensor {
         assert!(
             self.dim() <= 2,
             "t: expects a tensor with <= 2 dimensions, but got shape {:?}",
@@ -210,6 +287,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn unsqueeze(&self, dim: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.unsqueeze_untraced(dim);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn unsqueeze_untraced(&self, dim: isize) -> Tensor {
         let d = normalize_dim("unsqueeze", dim, self.dim() + 1, self.shape());
         let out = self.view_with_layout(self.layout().unsqueeze(d));
         record(out, "unsqueeze", &[self], || {
@@ -225,6 +309,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn squeeze(&self, dim: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.squeeze_untraced(dim);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn squeeze_untraced(&self, dim: isize) -> Tensor {
         if self.dim() == 0 {
             return self.clone();
         }
@@ -245,6 +336,13 @@ impl Tensor {
     /// assert_eq!(Tensor::zeros(&[1, 3, 1], DType::F32, &Device::Cpu).squeeze_all().shape(), &[3]);
     /// ```
     pub fn squeeze_all(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.squeeze_all_untraced();
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+    }
+
+    #[track_caller]
+    fn squeeze_all_untraced(&self) -> Tensor {
         let shape: Vec<usize> = self.shape().iter().copied().filter(|&d| d != 1).collect();
         self.reshape(&shape)
     }
@@ -258,6 +356,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn expand(&self, shape: &[isize]) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.expand_untraced(shape);
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Expand, out)
+    }
+
+    #[track_caller]
+    fn expand_untraced(&self, shape: &[isize]) -> Tensor {
         assert!(
             shape.len() >= self.dim(),
             "expand: the number of sizes provided ({}) must be greater or equal to the number of dimensions in the tensor ({}) (shape {:?})",
@@ -320,6 +425,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.narrow_untraced(dim, start, len);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Slice {
+                axis: self.normalize_dim("narrow", dim),
+                start,
+                end: start + len,
+                step: 1,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn narrow_untraced(&self, dim: isize, start: usize, len: usize) -> Tensor {
         let d = self.normalize_dim("narrow", dim);
         assert!(
             start + len <= self.shape()[d],
@@ -339,6 +461,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.slice_untraced(dim, start, end, step);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Slice {
+                axis: self.normalize_dim("slice", dim),
+                start,
+                end,
+                step,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn slice_untraced(&self, dim: isize, start: usize, end: usize, step: usize) -> Tensor {
         let d = self.normalize_dim("slice", dim);
         assert!(step > 0, "slice: step must be positive, got {step}");
         let end = end.min(self.shape()[d]);
@@ -394,6 +533,21 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn select(&self, dim: isize, index: usize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.select_untraced(dim, index);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Select {
+                axis: self.normalize_dim("select", dim),
+                index,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn select_untraced(&self, dim: isize, index: usize) -> Tensor {
         let d = self.normalize_dim("select", dim);
         assert!(
             index < self.shape()[d],
@@ -412,6 +566,13 @@ impl Tensor {
     /// assert!(t.is_contiguous());
     /// ```
     pub fn contiguous(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.contiguous_untraced();
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Identity, out)
+    }
+
+    #[track_caller]
+    fn contiguous_untraced(&self) -> Tensor {
         if self.is_contiguous() {
             return self.clone();
         }
@@ -428,6 +589,20 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn chunk(&self, chunks: usize, dim: isize) -> Vec<Tensor> {
+        let entered = crate::onnx::trace::enter();
+        let out = self.chunk_untraced(chunks, dim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Split {
+                axis: self.normalize_dim("chunk", dim),
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn chunk_untraced(&self, chunks: usize, dim: isize) -> Vec<Tensor> {
         assert!(chunks > 0, "chunk: chunks must be positive");
         let d = self.normalize_dim("chunk", dim);
         let size = self.shape()[d].div_ceil(chunks).max(1);
@@ -443,6 +618,20 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn split(&self, size: usize, dim: isize) -> Vec<Tensor> {
+        let entered = crate::onnx::trace::enter();
+        let out = self.split_untraced(size, dim);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Split {
+                axis: self.normalize_dim("split", dim),
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn split_untraced(&self, size: usize, dim: isize) -> Vec<Tensor> {
         assert!(size > 0, "split: split_size must be positive");
         let d = self.normalize_dim("split", dim);
         let n = self.shape()[d];
@@ -462,6 +651,20 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = Self::cat_untraced(tensors, dim);
+        crate::onnx::trace::finish(
+            entered,
+            tensors,
+            || crate::onnx::trace::Op::Cat {
+                axis: tensors[0].normalize_dim("cat", dim),
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn cat_untraced(tensors: &[&Tensor], dim: isize) -> Tensor {
         assert!(
             !tensors.is_empty(),
             "cat: expected a non-empty list of tensors"

@@ -96,6 +96,18 @@ impl Tensor {
     /// assert_eq!(t.to_vec::<i64>(), vec![1, -2]);
     /// ```
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.to_dtype_untraced(dtype);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Cast(dtype),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn to_dtype_untraced(&self, dtype: DType) -> Tensor {
         if dtype == self.dtype() {
             return self.clone();
         }

@@ -45,6 +45,31 @@ pub fn scaled_dot_product_attention(
     is_causal: bool,
     scale: Option<f64>,
 ) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out =
+        scaled_dot_product_attention_untraced(q, k, v, attn_mask, dropout_p, is_causal, scale);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(q), Some(k), Some(v), attn_mask],
+        || crate::onnx::trace::Op::Attention {
+            causal: is_causal,
+            scale,
+            dropout: dropout_p,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn scaled_dot_product_attention_untraced(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    attn_mask: Option<&Tensor>,
+    dropout_p: f64,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> Tensor {
     let op = "scaled_dot_product_attention";
     for (name, t) in [("query", q), ("key", k), ("value", v)] {
         assert!(

@@ -185,6 +185,30 @@ fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
 /// ```
 #[track_caller]
 pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv2dArgs) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = conv2d_untraced(input, weight, bias, args);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), Some(weight), bias],
+        || crate::onnx::trace::Op::Conv {
+            stride: args.stride.to_vec(),
+            padding: args.padding.to_vec(),
+            dilation: args.dilation.to_vec(),
+            groups: args.groups,
+            transposed: false,
+            output_padding: vec![],
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn conv2d_untraced(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    args: &Conv2dArgs,
+) -> Tensor {
     if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
         return conv2d(&x, &w, b.as_ref(), args);
     }
@@ -275,6 +299,30 @@ pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Con
 /// ```
 #[track_caller]
 pub fn conv1d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv1dArgs) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = conv1d_untraced(input, weight, bias, args);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), Some(weight), bias],
+        || crate::onnx::trace::Op::Conv {
+            stride: args.stride.to_vec(),
+            padding: args.padding.to_vec(),
+            dilation: args.dilation.to_vec(),
+            groups: args.groups,
+            transposed: false,
+            output_padding: vec![],
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn conv1d_untraced(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    args: &Conv1dArgs,
+) -> Tensor {
     assert!(
         input.dim() == 3,
         "conv1d: expected 3D input (batch, channels, length), but got input of shape {:?}",
@@ -351,6 +399,30 @@ impl<const D: usize> Default for ConvTransposeArgs<D> {
 /// ```
 #[track_caller]
 pub fn conv_transpose2d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    args: &ConvTranspose2dArgs,
+) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = conv_transpose2d_untraced(input, weight, bias, args);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), Some(weight), bias],
+        || crate::onnx::trace::Op::Conv {
+            stride: args.stride.to_vec(),
+            padding: args.padding.to_vec(),
+            dilation: args.dilation.to_vec(),
+            groups: args.groups,
+            transposed: true,
+            output_padding: args.output_padding.to_vec(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn conv_transpose2d_untraced(
     input: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
@@ -458,6 +530,30 @@ pub fn conv_transpose2d(
 /// ```
 #[track_caller]
 pub fn conv_transpose1d(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    args: &ConvTranspose1dArgs,
+) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = conv_transpose1d_untraced(input, weight, bias, args);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), Some(weight), bias],
+        || crate::onnx::trace::Op::Conv {
+            stride: args.stride.to_vec(),
+            padding: args.padding.to_vec(),
+            dilation: args.dilation.to_vec(),
+            groups: args.groups,
+            transposed: true,
+            output_padding: args.output_padding.to_vec(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn conv_transpose1d_untraced(
     input: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,

@@ -41,6 +41,22 @@ pub use resize::*;
 /// ```
 #[track_caller]
 pub fn pad(input: &Tensor, pads: &[usize], value: f64) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = pad_untraced(input, pads, value);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::Pad {
+            pads: pads.to_vec(),
+            value,
+            mode: crate::onnx::trace::PadKind::Constant,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn pad_untraced(input: &Tensor, pads: &[usize], value: f64) -> Tensor {
     assert!(
         pads.len().is_multiple_of(2) && pads.len() / 2 <= input.dim(),
         "pad: padding length must be even and at most twice the rank; got {} values for shape {:?}",
@@ -105,6 +121,18 @@ pub enum PadMode {
 /// ```
 #[track_caller]
 pub fn pad_with(input: &Tensor, pads: &[usize], mode: PadMode) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = pad_with_untraced(input, pads, mode);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::pad_op(pads, mode),
+        out,
+    )
+}
+
+#[track_caller]
+fn pad_with_untraced(input: &Tensor, pads: &[usize], mode: PadMode) -> Tensor {
     if let PadMode::Constant(v) = mode {
         return pad(input, pads, v);
     }
@@ -157,6 +185,21 @@ pub fn pad_with(input: &Tensor, pads: &[usize], mode: PadMode) -> Tensor {
 /// ```
 #[track_caller]
 pub fn dropout(input: &Tensor, p: f64, training: bool) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = dropout_untraced(input, p, training);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::Dropout {
+            training: training && p > 0.0,
+            p,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn dropout_untraced(input: &Tensor, p: f64, training: bool) -> Tensor {
     assert!(
         (0.0..=1.0).contains(&p),
         "dropout: probability has to be between 0 and 1, but got {p}"
@@ -181,6 +224,18 @@ pub fn dropout(input: &Tensor, p: f64, training: bool) -> Tensor {
 /// ```
 #[track_caller]
 pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = embedding_untraced(indices, weight);
+    crate::onnx::trace::finish(
+        entered,
+        &[indices, weight],
+        || crate::onnx::trace::Op::Embedding,
+        out,
+    )
+}
+
+#[track_caller]
+fn embedding_untraced(indices: &Tensor, weight: &Tensor) -> Tensor {
     assert!(
         weight.dim() == 2,
         "embedding: weight must be 2D [num_embeddings, embedding_dim], got {:?}",
@@ -203,6 +258,18 @@ pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = linear_untraced(input, weight, bias);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), Some(weight), bias],
+        || crate::onnx::trace::Op::Linear,
+        out,
+    )
+}
+
+#[track_caller]
+fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
     if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
         return linear(&x, &w, b.as_ref());
     }

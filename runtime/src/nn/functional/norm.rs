@@ -20,6 +20,29 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = layer_norm_untraced(input, normalized_shape, weight, bias, eps);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), weight, bias],
+        || crate::onnx::trace::Op::LayerNorm {
+            ndim: normalized_shape.len(),
+            eps,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn layer_norm_untraced(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Tensor {
     if let Some(x) = autocast::full_precision(input) {
         return layer_norm(&x, normalized_shape, weight, bias, eps);
     }
@@ -102,6 +125,43 @@ fn per_channel_affine(mut y: Tensor, weight: Option<&Tensor>, bias: Option<&Tens
 #[allow(clippy::too_many_arguments)]
 #[track_caller]
 pub fn batch_norm(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = batch_norm_untraced(
+        input,
+        running_mean,
+        running_var,
+        weight,
+        bias,
+        training,
+        momentum,
+        eps,
+    );
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), running_mean, running_var, weight, bias],
+        || crate::onnx::trace::Op::BatchNorm {
+            eps,
+            training,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+            has_stats: running_mean.is_some() && running_var.is_some(),
+        },
+        out,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+fn batch_norm_untraced(
     input: &Tensor,
     running_mean: Option<&Tensor>,
     running_var: Option<&Tensor>,
@@ -196,6 +256,29 @@ pub fn batch_norm(
 /// ```
 #[track_caller]
 pub fn group_norm(
+    input: &Tensor,
+    num_groups: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = group_norm_untraced(input, num_groups, weight, bias, eps);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), weight, bias],
+        || crate::onnx::trace::Op::GroupNorm {
+            groups: num_groups,
+            eps,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn group_norm_untraced(
     input: &Tensor,
     num_groups: usize,
     weight: Option<&Tensor>,
@@ -299,6 +382,27 @@ pub fn instance_norm(
 /// ```
 #[track_caller]
 pub fn rms_norm(
+    input: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    eps: Option<f64>,
+) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = rms_norm_untraced(input, normalized_shape, weight, eps);
+    crate::onnx::trace::finish_opt(
+        entered,
+        &[Some(input), weight],
+        || crate::onnx::trace::Op::RmsNorm {
+            ndim: normalized_shape.len(),
+            eps,
+            has_weight: weight.is_some(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn rms_norm_untraced(
     input: &Tensor,
     normalized_shape: &[usize],
     weight: Option<&Tensor>,

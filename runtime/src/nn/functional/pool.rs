@@ -324,6 +324,24 @@ pub fn max_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn max_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = max_pool2d_with_untraced(input, args);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::MaxPool {
+            kernel: args.kernel.to_vec(),
+            stride: args.stride.to_vec(),
+            padding: args.padding.to_vec(),
+            dilation: args.dilation.to_vec(),
+            ceil_mode: args.ceil_mode,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn max_pool2d_with_untraced(input: &Tensor, args: &Pool2dArgs) -> Tensor {
     max_pool2d_with_indices(input, args).0
 }
 
@@ -368,6 +386,25 @@ pub fn avg_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn avg_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = avg_pool2d_with_untraced(input, args);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::AvgPool {
+            kernel: args.kernel.to_vec(),
+            stride: args.stride.to_vec(),
+            padding: args.padding.to_vec(),
+            ceil_mode: args.ceil_mode,
+            count_include_pad: args.count_include_pad,
+            divisor_override: args.divisor_override,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn avg_pool2d_with_untraced(input: &Tensor, args: &Pool2dArgs) -> Tensor {
     let g = pool_geometry("avg_pool2d", input, args);
     crate::nn::fused::pool2d(input, false, g).0
 }
@@ -383,6 +420,20 @@ pub fn avg_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
 /// ```
 #[track_caller]
 pub fn adaptive_avg_pool2d(input: &Tensor, output_size: [usize; 2]) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = adaptive_avg_pool2d_untraced(input, output_size);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::AdaptiveAvgPool {
+            output: output_size.to_vec(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn adaptive_avg_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tensor {
     assert!(
         input.dim() == 4,
         "adaptive_avg_pool2d: expected a 4D input [N, C, H, W], got shape {:?}",
@@ -430,6 +481,24 @@ pub fn max_pool1d_with_indices(input: &Tensor, args: &Pool1dArgs) -> (Tensor, Te
 /// ```
 #[track_caller]
 pub fn max_pool1d(input: &Tensor, args: &Pool1dArgs) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = max_pool1d_untraced(input, args);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::MaxPool {
+            kernel: vec![args.kernel],
+            stride: vec![args.stride],
+            padding: vec![args.padding],
+            dilation: vec![args.dilation],
+            ceil_mode: args.ceil_mode,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn max_pool1d_untraced(input: &Tensor, args: &Pool1dArgs) -> Tensor {
     max_pool1d_with_indices(input, args).0
 }
 
@@ -443,6 +512,25 @@ pub fn max_pool1d(input: &Tensor, args: &Pool1dArgs) -> Tensor {
 /// ```
 #[track_caller]
 pub fn avg_pool1d(input: &Tensor, args: &Pool1dArgs) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = avg_pool1d_untraced(input, args);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::AvgPool {
+            kernel: vec![args.kernel],
+            stride: vec![args.stride],
+            padding: vec![args.padding],
+            ceil_mode: args.ceil_mode,
+            count_include_pad: args.count_include_pad,
+            divisor_override: None,
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn avg_pool1d_untraced(input: &Tensor, args: &Pool1dArgs) -> Tensor {
     assert!(
         input.dim() == 3,
         "avg_pool1d: expected a 3D input [N, C, L], got shape {:?}",
@@ -480,6 +568,20 @@ fn adaptive_bins(
 /// ```
 #[track_caller]
 pub fn adaptive_avg_pool1d(input: &Tensor, output_size: usize) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = adaptive_avg_pool1d_untraced(input, output_size);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::AdaptiveAvgPool {
+            output: vec![output_size],
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn adaptive_avg_pool1d_untraced(input: &Tensor, output_size: usize) -> Tensor {
     assert!(
         input.dim() == 3,
         "adaptive_avg_pool1d: expected a 3D input [N, C, L], got shape {:?}",
@@ -498,6 +600,20 @@ pub fn adaptive_avg_pool1d(input: &Tensor, output_size: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn adaptive_max_pool2d(input: &Tensor, output_size: [usize; 2]) -> Tensor {
+    let entered = crate::onnx::trace::enter();
+    let out = adaptive_max_pool2d_untraced(input, output_size);
+    crate::onnx::trace::finish(
+        entered,
+        &[input],
+        || crate::onnx::trace::Op::AdaptiveMaxPool {
+            output: output_size.to_vec(),
+        },
+        out,
+    )
+}
+
+#[track_caller]
+fn adaptive_max_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tensor {
     assert!(
         input.dim() == 4 && input.dtype().is_float(),
         "adaptive_max_pool2d: expected a 4D float input [N, C, H, W], got shape {:?} ({:?})",

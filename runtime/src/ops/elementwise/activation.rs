@@ -208,6 +208,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-1.0f32, 2.0], &[2]).relu().to_vec::<f32>(), vec![0.0, 2.0]);
     /// ```
     pub fn relu(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.relu_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Relu),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn relu_untraced(&self) -> Tensor {
         self.unary_op("relu", ReluK, |x, _, g| {
             Tensor::fused_backward(g, x, "relu_backward", &ReluBackwardK, || {
                 g.mul(&x.le_scalar(0.0).logical_not().to_dtype(g.dtype()))
@@ -223,6 +235,18 @@ impl Tensor {
     /// assert!((y - 0.8413447460685429).abs() < 1e-12);
     /// ```
     pub fn gelu(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.gelu_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Gelu),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn gelu_untraced(&self) -> Tensor {
         self.unary_op("gelu", GeluErfK, |x, _, g| {
             Tensor::fused_backward(g, x, "gelu_backward", &GeluBackwardK, || {
                 let cdf = x
@@ -248,6 +272,18 @@ impl Tensor {
     /// assert!((y - 0.8411919906082768).abs() < 1e-12);
     /// ```
     pub fn gelu_tanh(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.gelu_tanh_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::GeluTanh),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn gelu_tanh_untraced(&self) -> Tensor {
         self.unary_op("gelu_tanh", GeluTanhK, |x, _, g| {
             Tensor::fused_backward(g, x, "gelu_tanh_backward", &GeluTanhBackwardK, || {
                 let k = (2.0 / std::f64::consts::PI).sqrt();
@@ -271,6 +307,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).silu().to_vec::<f32>(), vec![0.0]);
     /// ```
     pub fn silu(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.silu_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Silu),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn silu_untraced(&self) -> Tensor {
         self.unary_op("silu", SiluK, |x, _, g| {
             Tensor::fused_backward(g, x, "silu_backward", &SiluBackwardK, || {
                 let s = x.sigmoid();
@@ -287,6 +335,18 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f32>(), vec![-0.2, 3.0]);
     /// ```
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.leaky_relu_untraced(negative_slope);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::LeakyRelu(negative_slope)),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn leaky_relu_untraced(&self, negative_slope: f64) -> Tensor {
         self.unary_op("leaky_relu", LeakyReluK(negative_slope), move |x, _, g| {
             let positive = x.gt_scalar(0.0).to_dtype(g.dtype());
             g.mul(
@@ -305,6 +365,18 @@ impl Tensor {
     /// assert_eq!(y, vec![0.0, 2.0]);
     /// ```
     pub fn elu(&self, alpha: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.elu_untraced(alpha);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Elu(alpha)),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn elu_untraced(&self, alpha: f64) -> Tensor {
         self.unary_op("elu", EluK(alpha), move |x, _, g| {
             // exp of min(x, 0): the negative branch never overflows for large x.
             let negative = x.clamp(f64::NEG_INFINITY, 0.0).exp().mul_scalar(alpha);
@@ -322,6 +394,23 @@ impl Tensor {
     /// assert!((y[0] - 2f64.ln()).abs() < 1e-15 && y[1] == 30.0);
     /// ```
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.softplus_untraced(beta, threshold);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || {
+                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Softplus {
+                    beta,
+                    threshold,
+                })
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn softplus_untraced(&self, beta: f64, threshold: f64) -> Tensor {
         self.unary_op("softplus", SoftplusK { beta, threshold }, move |x, _, g| {
             let bx = x.mul_scalar(beta);
             let one = Tensor::ones(&[], g.dtype(), &g.device());
@@ -341,6 +430,18 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.5, 1.0]);
     /// ```
     pub fn hardsigmoid(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.hardsigmoid_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::HardSigmoid),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn hardsigmoid_untraced(&self) -> Tensor {
         self.unary_op("hardsigmoid", HardsigmoidK, |x, _, g| {
             let inside = x.gt_scalar(-3.0).logical_and(&x.lt_scalar(3.0));
             g.mul(&inside.to_dtype(g.dtype()).mul_scalar(1.0 / 6.0))
@@ -355,6 +456,18 @@ impl Tensor {
     /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.0, 4.0]);
     /// ```
     pub fn hardswish(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.hardswish_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::HardSwish),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn hardswish_untraced(&self) -> Tensor {
         self.unary_op("hardswish", HardswishK, |x, _, g| {
             // PyTorch's: 0 below -3, x / 3 + 1/2 up to 3 (inclusive), 1 above.
             let zero = Tensor::zeros(&[], g.dtype(), &g.device());
@@ -373,6 +486,18 @@ impl Tensor {
     /// assert!(y[0] == 0.0 && (y[1] - 1f64.exp().ln_1p().tanh()).abs() < 1e-15);
     /// ```
     pub fn mish(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.mish_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Mish),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn mish_untraced(&self) -> Tensor {
         self.unary_op("mish", MishK, |x, _, g| {
             let t = x.softplus(1.0, 20.0).tanh();
             let s = x.sigmoid();
@@ -392,6 +517,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn hardtanh(&self, min_val: f64, max_val: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.hardtanh_untraced(min_val, max_val);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || {
+                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(
+                    Some(min_val),
+                    Some(max_val),
+                ))
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn hardtanh_untraced(&self, min_val: f64, max_val: f64) -> Tensor {
         assert!(
             min_val <= max_val,
             "hardtanh: min_val ({min_val}) must not exceed max_val ({max_val})"
@@ -414,6 +556,23 @@ impl Tensor {
     /// assert_eq!(t.relu6().to_vec::<f32>(), vec![0.0, 2.0, 6.0]);
     /// ```
     pub fn relu6(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.relu6_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || {
+                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(
+                    Some(0.0),
+                    Some(6.0),
+                ))
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn relu6_untraced(&self) -> Tensor {
         self.hardtanh(0.0, 6.0)
     }
 
@@ -426,6 +585,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.clamp_untraced(min, max);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || {
+                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(
+                    Some(min),
+                    Some(max),
+                ))
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn clamp_untraced(&self, min: f64, max: f64) -> Tensor {
         assert!(min <= max, "clamp: min ({min}) must not exceed max ({max})");
         if !self.dtype().is_float() {
             return self.int_map(IntMap::Clamp(min, max));
@@ -446,6 +622,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-2.0f32, 3.0], &[2]).clamp_min(0.0).to_vec::<f32>(), vec![0.0, 3.0]);
     /// ```
     pub fn clamp_min(&self, min: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.clamp_min_untraced(min);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(Some(min), None)),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn clamp_min_untraced(&self, min: f64) -> Tensor {
         self.clamp(min, f64::INFINITY)
     }
 }

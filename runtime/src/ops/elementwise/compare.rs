@@ -12,6 +12,18 @@ impl Tensor {
 
     #[track_caller]
     pub(super) fn compare(&self, other: &Tensor, cmp: Cmp, op: &str) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.compare_untraced(other, cmp, op);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::compare_op(cmp),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn compare_untraced(&self, other: &Tensor, cmp: Cmp, op: &str) -> Tensor {
         check_same_device(op, &[self, other]);
         let shape = broadcast_shape(op, self, other);
         let dtype = DType::promote(self.dtype(), other.dtype());
@@ -97,6 +109,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logical_and(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.logical_and_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::And),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn logical_and_untraced(&self, other: &Tensor) -> Tensor {
         let (a, b) = (self.ne_scalar(0.0), other.ne_scalar(0.0));
         let shape = broadcast_shape("logical_and", &a, &b);
         Tensor::broadcast_pair(&a, &b, &shape, "logical_and", |sa, la, sb, lb| {
@@ -111,6 +135,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![true, false], &[2]).logical_not().to_vec::<bool>(), vec![false, true]);
     /// ```
     pub fn logical_not(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.logical_not_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::LogicalNot),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn logical_not_untraced(&self) -> Tensor {
         self.eq_scalar(0.0)
     }
 
@@ -126,6 +162,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = Self::where_cond_untraced(cond, a, b);
+        crate::onnx::trace::finish(
+            entered,
+            &[cond, a, b],
+            || crate::onnx::trace::Op::Where,
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn where_cond_untraced(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
         check_same_device("where", &[cond, a, b]);
         let cond = if cond.dtype() == DType::Bool {
             cond.clone()
@@ -169,6 +217,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.masked_fill_untraced(mask, value);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, mask],
+            || crate::onnx::trace::Op::MaskedFill { value },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn masked_fill_untraced(&self, mask: &Tensor, value: f64) -> Tensor {
         let fill = Tensor::scalar(value, self.dtype())
             .to_device(&self.device())
             .expect("existing device");

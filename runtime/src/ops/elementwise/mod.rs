@@ -220,6 +220,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.add_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Add),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn add_untraced(&self, other: &Tensor) -> Tensor {
         let (a, b, shape) = self.promote_pair(other, "add", false);
         let out = Tensor::binary_raw(&a, &b, &shape, "add", &AddK);
         record(out, "add", &[&a, &b], || {
@@ -242,6 +254,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sub(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sub_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Sub),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sub_untraced(&self, other: &Tensor) -> Tensor {
         let (a, b, shape) = self.promote_pair(other, "sub", false);
         let out = Tensor::binary_raw(&a, &b, &shape, "sub", &SubK);
         record(out, "sub", &[&a, &b], || {
@@ -264,6 +288,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.mul_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Mul),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn mul_untraced(&self, other: &Tensor) -> Tensor {
         let (a, b, shape) = self.promote_pair(other, "mul", false);
         let out = Tensor::binary_raw(&a, &b, &shape, "mul", &MulK);
         record(out, "mul", &[&a, &b], || {
@@ -288,6 +324,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn div(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.div_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Div),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn div_untraced(&self, other: &Tensor) -> Tensor {
         let (a, b, shape) = self.promote_pair(other, "div", true);
         let out = Tensor::binary_raw(&a, &b, &shape, "div", &DivK);
         record(out, "div", &[&a, &b], || {
@@ -316,6 +364,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.pow_untraced(exponent);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, exponent],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Pow),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn pow_untraced(&self, exponent: &Tensor) -> Tensor {
         if let Some([a, b]) = autocast::full_precision_all([self, exponent]) {
             return a.pow(&b);
         }
@@ -355,6 +415,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.maximum_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Max),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn maximum_untraced(&self, other: &Tensor) -> Tensor {
         self.extremum(other, "maximum", &MaxK, Cmp::Gt)
     }
 
@@ -368,6 +440,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn minimum(&self, other: &Tensor) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.minimum_untraced(other);
+        crate::onnx::trace::finish(
+            entered,
+            &[self, other],
+            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Min),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn minimum_untraced(&self, other: &Tensor) -> Tensor {
         self.extremum(other, "minimum", &MinK, Cmp::Lt)
     }
 

@@ -114,6 +114,22 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1i64], &[1]).add_scalar(2.0).to_vec::<i64>(), vec![3]);
     /// ```
     pub fn add_scalar(&self, value: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.add_scalar_untraced(value);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Scalar {
+                op: crate::onnx::trace::Binary::Add,
+                value,
+                reversed: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn add_scalar_untraced(&self, value: f64) -> Tensor {
         if self.scalar_in_kernel() {
             return self.affine("add", 1.0, value);
         }
@@ -127,6 +143,22 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).sub_scalar(2.0).to_vec::<f32>(), vec![-1.0]);
     /// ```
     pub fn sub_scalar(&self, value: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sub_scalar_untraced(value);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Scalar {
+                op: crate::onnx::trace::Binary::Sub,
+                value,
+                reversed: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sub_scalar_untraced(&self, value: f64) -> Tensor {
         if self.scalar_in_kernel() {
             return self.affine("sub", 1.0, -value);
         }
@@ -140,6 +172,22 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).rsub_scalar(3.0).to_vec::<f32>(), vec![2.0]);
     /// ```
     pub fn rsub_scalar(&self, value: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.rsub_scalar_untraced(value);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Scalar {
+                op: crate::onnx::trace::Binary::Sub,
+                value,
+                reversed: true,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn rsub_scalar_untraced(&self, value: f64) -> Tensor {
         if self.scalar_in_kernel() {
             return self.affine("rsub", -1.0, value);
         }
@@ -153,6 +201,22 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.5f32], &[1]).mul_scalar(2.0).to_vec::<f32>(), vec![3.0]);
     /// ```
     pub fn mul_scalar(&self, value: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.mul_scalar_untraced(value);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Scalar {
+                op: crate::onnx::trace::Binary::Mul,
+                value,
+                reversed: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn mul_scalar_untraced(&self, value: f64) -> Tensor {
         if self.scalar_in_kernel() {
             return self.affine("mul", value, 0.0);
         }
@@ -171,6 +235,22 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).div_scalar(2.0).to_vec::<f32>(), vec![1.5]);
     /// ```
     pub fn div_scalar(&self, value: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.div_scalar_untraced(value);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Scalar {
+                op: crate::onnx::trace::Binary::Div,
+                value,
+                reversed: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn div_scalar_untraced(&self, value: f64) -> Tensor {
         if self.scalar_in_kernel() {
             return self.unary_op("div", DivScalarK(value), move |_, _, g| g.div_scalar(value));
         }
@@ -194,6 +274,22 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).pow_scalar(2.0).to_vec::<f32>(), vec![9.0]);
     /// ```
     pub fn pow_scalar(&self, exponent: f64) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.pow_scalar_untraced(exponent);
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Scalar {
+                op: crate::onnx::trace::Binary::Pow,
+                value: exponent,
+                reversed: false,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn pow_scalar_untraced(&self, exponent: f64) -> Tensor {
         let out = self.map_float("pow", &PowScalarK(exponent));
         let input = self.to_dtype(out.dtype());
         record(out, "pow", &[&input], || {
@@ -238,6 +334,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1i64, -2], &[2]).neg().to_vec::<i64>(), vec![-1, 2]);
     /// ```
     pub fn neg(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.neg_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Neg),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn neg_untraced(&self) -> Tensor {
         if !self.dtype().is_float() {
             return self.int_map(IntMap::Neg);
         }
@@ -251,6 +359,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-1.5f32, 2.0], &[2]).abs().to_vec::<f32>(), vec![1.5, 2.0]);
     /// ```
     pub fn abs(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.abs_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Abs),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn abs_untraced(&self) -> Tensor {
         if !self.dtype().is_float() {
             return self.int_map(IntMap::Abs);
         }
@@ -274,6 +394,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).exp().to_vec::<f32>(), vec![1.0]);
     /// ```
     pub fn exp(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.exp_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Exp),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn exp_untraced(&self) -> Tensor {
         if let Some(x) = autocast::full_precision(self) {
             return x.exp();
         }
@@ -287,6 +419,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).log().to_vec::<f32>(), vec![0.0]);
     /// ```
     pub fn log(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.log_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Log),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn log_untraced(&self) -> Tensor {
         if let Some(x) = autocast::full_precision(self) {
             return x.log();
         }
@@ -300,6 +444,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![9.0f32], &[1]).sqrt().to_vec::<f32>(), vec![3.0]);
     /// ```
     pub fn sqrt(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sqrt_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Sqrt),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sqrt_untraced(&self) -> Tensor {
         self.unary_op("sqrt", SqrtK, |_, out, g| g.div(&out.mul_scalar(2.0)))
     }
 
@@ -310,6 +466,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1]).rsqrt().to_vec::<f32>(), vec![0.5]);
     /// ```
     pub fn rsqrt(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.rsqrt_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Rsqrt),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn rsqrt_untraced(&self) -> Tensor {
         if let Some(x) = autocast::full_precision(self) {
             return x.rsqrt();
         }
@@ -325,6 +493,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).sin().to_vec::<f32>(), vec![0.0]);
     /// ```
     pub fn sin(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sin_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Sin),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sin_untraced(&self) -> Tensor {
         self.unary_op("sin", SinK, |x, _, g| g.mul(&x.cos()))
     }
 
@@ -335,6 +515,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).cos().to_vec::<f32>(), vec![1.0]);
     /// ```
     pub fn cos(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.cos_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Cos),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn cos_untraced(&self) -> Tensor {
         self.unary_op("cos", CosK, |x, _, g| g.mul(&x.sin()).neg())
     }
 
@@ -345,6 +537,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).tanh().to_vec::<f32>(), vec![0.0]);
     /// ```
     pub fn tanh(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.tanh_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Tanh),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn tanh_untraced(&self) -> Tensor {
         self.unary_op("tanh", TanhK, |_, out, g| {
             g.mul(&out.mul(out).rsub_scalar(1.0))
         })
@@ -357,6 +561,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).sigmoid().to_vec::<f32>(), vec![0.5]);
     /// ```
     pub fn sigmoid(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.sigmoid_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Sigmoid),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn sigmoid_untraced(&self) -> Tensor {
         self.unary_op("sigmoid", SigmoidK, |_, out, g| {
             g.mul(out).mul(&out.rsub_scalar(1.0))
         })
@@ -369,6 +585,18 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![0.0f64], &[1]).erf().to_vec::<f64>(), vec![0.0]);
     /// ```
     pub fn erf(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.erf_untraced();
+        crate::onnx::trace::finish(
+            entered,
+            &[self],
+            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Erf),
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn erf_untraced(&self) -> Tensor {
         self.unary_op("erf", ErfK, |x, _, g| {
             g.mul(&x.mul(x).neg().exp())
                 .mul_scalar(2.0 / std::f64::consts::PI.sqrt())

@@ -1,0 +1,72 @@
+//! ONNX export: a model leaves ferrograd as a standard `.onnx` file that onnxruntime,
+//! TensorRT, tract or a browser can run.
+//!
+//! [`export`] traces what a forward actually executes (`torch.onnx.export`): each traced
+//! op becomes ONNX nodes, parameters and buffers become initializers under their
+//! state-dict names, and the axes named in [`ExportOptions::dynamic_axis`] stay symbolic.
+//! An op with no ONNX mapping is an [`OnnxError::UnsupportedOp`] naming it and its call
+//! site, never a silently wrong file. The graph uses opset [`OPSET`].
+//!
+//! ```
+//! use ferrograd_runtime::prelude::*;
+//! use ferrograd_runtime::nn::{Conv2d, Forward, Linear};
+//! use ferrograd_runtime::onnx::{self, ExportOptions};
+//! #[derive(Module)]
+//! struct Net { conv: Conv2d, fc: Linear }
+//! impl<'a> Forward<&'a Tensor> for Net {
+//!     type Output = Tensor;
+//!     fn forward(&self, x: &'a Tensor) -> Tensor {
+//!         let y = self.conv.forward(x).relu();
+//!         self.fc.forward(&y.flatten(1, -1))
+//!     }
+//! }
+//! let net = Net { conv: Conv2d::new(1, 4, 3, &Device::Cpu), fc: Linear::new(4 * 6 * 6, 10, true, &Device::Cpu) };
+//! let x = Tensor::randn(&[2, 1, 8, 8], DType::F32, &Device::Cpu);
+//! let opts = ExportOptions::new().dynamic_axis("input", 0, "batch").dynamic_axis("output", 0, "batch");
+//! let exported = onnx::export_module(&net, &x, &opts).unwrap();
+//! assert_eq!(exported.op_types(), ["Conv", "Relu", "Reshape", "Gemm", "Identity"]);
+//! ```
+
+mod export;
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto;
+pub(crate) mod trace;
+
+pub use export::{ExportOptions, Exported, IR_VERSION, OPSET, export, export_module, export_with};
+
+use std::path::PathBuf;
+
+/// What can go wrong exporting or loading an ONNX model.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OnnxError {
+    /// The forward ran an op that has no ONNX mapping (or not with these arguments).
+    #[error("onnx export: `{op}` at {location} cannot be exported{detail}")]
+    UnsupportedOp {
+        /// The op's name.
+        op: String,
+        /// The call site (`file:line:column`).
+        location: String,
+        /// Why, and what to do.
+        detail: String,
+    },
+    /// The forward cannot become one graph (wrong options, shape-dependent control flow).
+    #[error("onnx export: {0}")]
+    Export(String),
+    /// The forward panicked while being traced.
+    #[error("onnx export: the forward panicked while tracing{context}: {message}")]
+    ForwardPanicked {
+        /// Which trace (the example, or one with a dynamic dim doubled).
+        context: String,
+        /// The panic message.
+        message: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("onnx: {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}

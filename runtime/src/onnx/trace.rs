@@ -1,0 +1,461 @@
+//! The tracing mode beside autograd's recording: while an export runs a forward, each
+//! traced op appends one [`Record`] (what it computed, from which tensors, at which call
+//! site) to the exporting thread's list.
+//!
+//! Only the outermost traced op records: `F::linear` is one `Linear` record even when it
+//! calls `matmul` inside. When no export is running, [`traced`] costs one relaxed atomic
+//! load and a branch.
+
+use crate::{DType, Tensor};
+use std::cell::RefCell;
+use std::panic::Location;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// How many threads are tracing now: zero on the fast path.
+static TRACING_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static STATE: RefCell<Option<TraceState>> = const { RefCell::new(None) };
+}
+
+struct TraceState {
+    depth: u32,
+    records: Vec<Record>,
+}
+
+/// A unary elementwise function.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Unary {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Neg,
+    Abs,
+    Erf,
+    Sin,
+    Cos,
+    Gelu,
+    GeluTanh,
+    Silu,
+    Mish,
+    HardSwish,
+    HardSigmoid,
+    Softplus { beta: f64, threshold: f64 },
+    LeakyRelu(f64),
+    Elu(f64),
+    Clamp(Option<f64>, Option<f64>),
+    LogicalNot,
+}
+
+/// A binary elementwise function (with broadcasting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+}
+
+/// A reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reduce {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    ArgMax,
+    ArgMin,
+}
+
+/// One traced op with its concrete arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Op {
+    /// The output is the input (contiguous, clone, eval-mode dropout).
+    Identity,
+    Unary(Unary),
+    Binary(Binary),
+    /// `x op c` (or `c op x` when `reversed`).
+    Scalar {
+        op: Binary,
+        value: f64,
+        reversed: bool,
+    },
+    Cast(DType),
+    MatMul,
+    /// `F::linear(x, w, b)`.
+    Linear,
+    /// `conv{1,2}d` and the transposed forms; pads per spatial dim, both sides.
+    Conv {
+        stride: Vec<usize>,
+        padding: Vec<usize>,
+        dilation: Vec<usize>,
+        groups: usize,
+        transposed: bool,
+        output_padding: Vec<usize>,
+    },
+    /// Eval-mode batch norm over inputs `[x, mean, var, weight?, bias?]`.
+    BatchNorm {
+        eps: f64,
+        training: bool,
+        has_weight: bool,
+        has_bias: bool,
+        has_stats: bool,
+    },
+    LayerNorm {
+        ndim: usize,
+        eps: f64,
+        has_weight: bool,
+        has_bias: bool,
+    },
+    GroupNorm {
+        groups: usize,
+        eps: f64,
+        has_weight: bool,
+        has_bias: bool,
+    },
+    RmsNorm {
+        ndim: usize,
+        eps: Option<f64>,
+        has_weight: bool,
+    },
+    MaxPool {
+        kernel: Vec<usize>,
+        stride: Vec<usize>,
+        padding: Vec<usize>,
+        dilation: Vec<usize>,
+        ceil_mode: bool,
+    },
+    AvgPool {
+        kernel: Vec<usize>,
+        stride: Vec<usize>,
+        padding: Vec<usize>,
+        ceil_mode: bool,
+        count_include_pad: bool,
+        divisor_override: Option<usize>,
+    },
+    AdaptiveAvgPool {
+        output: Vec<usize>,
+    },
+    AdaptiveMaxPool {
+        output: Vec<usize>,
+    },
+    Softmax {
+        axis: usize,
+        log: bool,
+    },
+    /// Any view or copy to another shape (the output's shape is the target).
+    Reshape,
+    Permute {
+        perm: Vec<usize>,
+    },
+    /// Broadcast to the output's shape.
+    Expand,
+    /// `x.narrow`/slicing along one axis, `start..end` by `step`.
+    Slice {
+        axis: usize,
+        start: usize,
+        end: usize,
+        step: usize,
+    },
+    /// `x.select(axis, index)`: the axis is removed.
+    Select {
+        axis: usize,
+        index: usize,
+    },
+    Cat {
+        axis: usize,
+    },
+    /// Split along `axis` into the outputs' sizes.
+    Split {
+        axis: usize,
+    },
+    /// `masked_fill(mask, value)`: inputs `[x, mask]`.
+    MaskedFill {
+        value: f64,
+    },
+    Reduce {
+        kind: Reduce,
+        axes: Vec<usize>,
+        keepdim: bool,
+    },
+    Embedding,
+    Dropout {
+        training: bool,
+        p: f64,
+    },
+    /// `F::scaled_dot_product_attention`; inputs `[q, k, v, mask?]`.
+    Attention {
+        causal: bool,
+        scale: Option<f64>,
+        dropout: f64,
+    },
+    /// `where(cond, a, b)`.
+    Where,
+    /// `F::pad` with a constant value; `pads` in PyTorch order (last dim first).
+    Pad {
+        pads: Vec<usize>,
+        value: f64,
+        mode: PadKind,
+    },
+}
+
+/// The padding mode of a traced `pad`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PadKind {
+    Constant,
+    Reflect,
+    Replicate,
+    Circular,
+}
+
+impl Op {
+    /// A short name for messages.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Op::Unary(u) => format!("{u:?}"),
+            Op::Binary(b) => format!("{b:?}"),
+            Op::Scalar { op, .. } => format!("{op:?} (with a scalar)"),
+            other => {
+                let s = format!("{other:?}");
+                s.split([' ', '(', '{']).next().unwrap_or("").to_string()
+            }
+        }
+    }
+}
+
+/// One traced call.
+#[derive(Clone, Debug)]
+pub(crate) struct Record {
+    pub(crate) op: Op,
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) outputs: Vec<Tensor>,
+    pub(crate) location: &'static Location<'static>,
+}
+
+/// The tensors an op returns.
+pub(crate) trait Outputs {
+    fn tensors(&self) -> Vec<Tensor>;
+}
+
+impl Outputs for Tensor {
+    fn tensors(&self) -> Vec<Tensor> {
+        vec![self.clone()]
+    }
+}
+
+impl Outputs for Vec<Tensor> {
+    fn tensors(&self) -> Vec<Tensor> {
+        self.clone()
+    }
+}
+
+impl Outputs for (Tensor, Tensor) {
+    fn tensors(&self) -> Vec<Tensor> {
+        vec![self.0.clone(), self.1.clone()]
+    }
+}
+
+/// Entered by a traced op before it computes (see [`finish`]); `None` unless this thread
+/// is tracing. Dropping it without `finish` (an early return or a panic) records nothing.
+pub(crate) struct Enter {
+    outermost: bool,
+}
+
+impl Drop for Enter {
+    fn drop(&mut self) {
+        STATE.with(|s| {
+            if let Some(state) = s.borrow_mut().as_mut() {
+                state.depth = state.depth.saturating_sub(1);
+            }
+        });
+    }
+}
+
+/// Marks the start of a traced op: ops it calls are not recorded on their own.
+#[inline(always)]
+pub(crate) fn enter() -> Option<Enter> {
+    if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    enter_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn enter_slow() -> Option<Enter> {
+    STATE.with(|s| {
+        s.borrow_mut().as_mut().map(|state| {
+            state.depth += 1;
+            Enter {
+                outermost: state.depth == 1,
+            }
+        })
+    })
+}
+
+/// Ends a traced op: records `op()` over `inputs` and `out` when this op is the outermost
+/// traced one, and returns `out`.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn finish<R: Outputs>(
+    entered: Option<Enter>,
+    inputs: &[&Tensor],
+    op: impl FnOnce() -> Op,
+    out: R,
+) -> R {
+    match entered {
+        None => out,
+        Some(e) => finish_slow(e, inputs, op, out, Location::caller()),
+    }
+}
+
+/// [`finish`] for ops with optional inputs (a bias): the absent ones are left out.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn finish_opt<R: Outputs>(
+    entered: Option<Enter>,
+    inputs: &[Option<&Tensor>],
+    op: impl FnOnce() -> Op,
+    out: R,
+) -> R {
+    match entered {
+        None => out,
+        Some(e) => {
+            let present: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+            finish_slow(e, &present, op, out, Location::caller())
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn finish_slow<R: Outputs>(
+    entered: Enter,
+    inputs: &[&Tensor],
+    op: impl FnOnce() -> Op,
+    out: R,
+    location: &'static Location<'static>,
+) -> R {
+    let outermost = entered.outermost;
+    drop(entered);
+    if outermost {
+        let record = Record {
+            op: op(),
+            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+            outputs: out.tensors(),
+            location,
+        };
+        STATE.with(|s| {
+            if let Some(state) = s.borrow_mut().as_mut() {
+                state.records.push(record);
+            }
+        });
+    }
+    out
+}
+
+/// Starts tracing on this thread; the records come back from [`TraceGuard::finish`].
+pub(crate) fn start() -> TraceGuard {
+    STATE.with(|s| {
+        *s.borrow_mut() = Some(TraceState {
+            depth: 0,
+            records: Vec::new(),
+        })
+    });
+    TRACING_THREADS.fetch_add(1, Ordering::Relaxed);
+    TraceGuard { done: false }
+}
+
+/// Ends this thread's trace when dropped (also on a panic inside the traced forward).
+pub(crate) struct TraceGuard {
+    done: bool,
+}
+
+impl TraceGuard {
+    /// Stops tracing and returns what was recorded, in execution order.
+    pub(crate) fn finish(mut self) -> Vec<Record> {
+        self.done = true;
+        TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+        STATE.with(|s| {
+            s.borrow_mut()
+                .take()
+                .map(|st| st.records)
+                .unwrap_or_default()
+        })
+    }
+}
+
+impl Drop for TraceGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+            STATE.with(|s| *s.borrow_mut() = None);
+        }
+    }
+}
+
+/// Whether this thread is tracing (for ops that must refuse, such as in-place updates).
+pub(crate) fn is_tracing() -> bool {
+    TRACING_THREADS.load(Ordering::Relaxed) != 0 && STATE.with(|s| s.borrow().is_some())
+}
+
+/// The permutation swapping `a` and `b` of `rank` axes.
+pub(crate) fn swap_perm(rank: usize, a: usize, b: usize) -> Vec<usize> {
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(a, b);
+    perm
+}
+
+/// Reduction axes, normalised and sorted; all axes when `dims` is empty.
+pub(crate) fn axes(t: &Tensor, dims: &[isize]) -> Vec<usize> {
+    if dims.is_empty() {
+        return (0..t.dim()).collect();
+    }
+    let mut v: Vec<usize> = dims.iter().map(|&d| t.normalize_dim("reduce", d)).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The traced form of `F::pad_with`.
+pub(crate) fn pad_op(pads: &[usize], mode: crate::nn::functional::PadMode) -> Op {
+    use crate::nn::functional::PadMode;
+    let (mode, value) = match mode {
+        PadMode::Constant(v) => (PadKind::Constant, v),
+        PadMode::Reflect => (PadKind::Reflect, 0.0),
+        PadMode::Replicate => (PadKind::Replicate, 0.0),
+        PadMode::Circular => (PadKind::Circular, 0.0),
+    };
+    Op::Pad {
+        pads: pads.to_vec(),
+        value,
+        mode,
+    }
+}
+
+/// The traced form of a comparison.
+pub(crate) fn compare_op(cmp: crate::storage::op::Cmp) -> Op {
+    use crate::storage::op::Cmp;
+    Op::Binary(match cmp {
+        Cmp::Eq => Binary::Eq,
+        Cmp::Ne => Binary::Ne,
+        Cmp::Lt => Binary::Lt,
+        Cmp::Le => Binary::Le,
+        Cmp::Gt => Binary::Gt,
+        Cmp::Ge => Binary::Ge,
+    })
+}
