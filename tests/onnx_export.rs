@@ -85,9 +85,15 @@ fn check(
         let theirs = run_tract(exported, inputs);
         assert_eq!(ours.len(), theirs.len(), "{name}: number of outputs");
         for (o, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-            let d = max_abs_diff(&a.to_dtype(DType::F32).to_vec::<f32>(), b);
+            let a = a.to_dtype(DType::F32).to_vec::<f32>();
+            let scale = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert!(
+                scale > 1e-6,
+                "{name}: output {o} is all zeros, a vacuous comparison"
+            );
+            let d = max_abs_diff(&a, b);
             println!(
-                "{name}: input set {k} {:?}: output {o} max abs diff vs tract {d:.2e}",
+                "{name}: input set {k} {:?}: output {o} max abs diff vs tract {d:.2e} (largest |output| {scale:.2e})",
                 inputs
                     .iter()
                     .map(|x| x.shape().to_vec())
@@ -122,6 +128,39 @@ fn params_of(exported: &Exported) -> Vec<String> {
         .into_iter()
         .filter(|n| !n.starts_with('/'))
         .collect()
+}
+
+/// Overwrites every parameter and buffer with random values (variances stay positive).
+fn randomize(m: &impl Module) {
+    no_grad(|| {
+        for (name, t) in m.state_dict() {
+            if !t.dtype().is_float() {
+                continue;
+            }
+            let r = Tensor::randn(t.shape(), t.dtype(), &Device::Cpu);
+            // Weights scaled by 1/sqrt(fan_in), so activations neither vanish nor saturate.
+            let fan_in: usize = t.shape().iter().skip(1).product::<usize>().max(1);
+            // Normalisation layers stay near identity, so the input still matters at the end.
+            let v = if name.ends_with("running_var") {
+                r.abs().mul_scalar(0.2).add_scalar(1.0)
+            } else if t.dim() >= 2 {
+                r.mul_scalar(1.0 / (fan_in as f64).sqrt())
+            } else if name.ends_with("weight") {
+                r.mul_scalar(0.1).add_scalar(1.0)
+            } else {
+                r.mul_scalar(0.1)
+            };
+            let target = m
+                .named_parameters()
+                .into_iter()
+                .chain(m.named_buffers())
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| t);
+            if let Some(target) = target {
+                target.copy_(&v);
+            }
+        }
+    });
 }
 
 fn batch_dynamic() -> ExportOptions {
@@ -185,4 +224,224 @@ fn mlp_and_lenet() {
         &sets,
         1e-4,
     );
+}
+
+#[cfg(feature = "models")]
+#[test]
+fn resnet18_and_mobilenet_v2() {
+    use ferrograd::models::vision::{mobilenet::MobileNetV2, resnet::resnet18};
+    manual_seed(2);
+    let mut resnet = resnet18(10, &Device::Cpu);
+    resnet.eval();
+    randomize(&resnet);
+    let x = Tensor::randn(&[2, 3, 64, 64], DType::F32, &Device::Cpu);
+    let exported = onnx::export_module(&resnet, &x, &batch_dynamic()).expect("export resnet18");
+    let names = params_of(&exported);
+    assert!(
+        names.contains(&"layer4.1.bn2.running_var".to_string()),
+        "{names:?}"
+    );
+    let sets = [
+        vec![Tensor::randn(&[2, 3, 64, 64], DType::F32, &Device::Cpu)],
+        vec![Tensor::randn(&[3, 3, 64, 64], DType::F32, &Device::Cpu)],
+    ];
+    check(
+        "resnet18",
+        &exported,
+        |xs| vec![resnet.forward(&xs[0])],
+        &sets,
+        1e-4,
+    );
+
+    let mut mobilenet = MobileNetV2::new(10, 0.5, &Device::Cpu);
+    mobilenet.eval();
+    // Fresh batch-norm statistics make the logits nearly independent of the input;
+    // random weights and statistics make the comparison mean something.
+    randomize(&mobilenet);
+    let exported = onnx::export_module(&mobilenet, &x, &batch_dynamic()).expect("export mobilenet");
+    check(
+        "mobilenet_v2",
+        &exported,
+        |xs| vec![mobilenet.forward(&xs[0])],
+        &sets,
+        1e-4,
+    );
+}
+
+ferrograd::network! {
+    /// Two 3x3 convolutions with batch norm and ReLU.
+    pub struct DoubleConv<const CIN: usize, const COUT: usize>(x: [N, CIN, H, W]) -> [N, COUT, H, W] {
+        x -> block: (
+            Conv2d(CIN -> COUT, kernel = 3, padding = 1, bias = false), BatchNorm2d(COUT), relu,
+            Conv2d(COUT -> COUT, kernel = 3, padding = 1, bias = false), BatchNorm2d(COUT), relu
+        )
+    }
+
+    /// The U-Net of `tests/network_models.rs`.
+    pub struct UNet(x: [N, 3, 4 * H, 4 * W]) -> [N, 2, 4 * H, 4 * W] {
+        let e1 = x -> enc1: DoubleConv<3, 16>;
+        let e2 = e1 -> max_pool2d(2) -> enc2: DoubleConv<16, 32>;
+        let mid = e2 -> max_pool2d(2) -> bottleneck: DoubleConv<32, 64>;
+        let u2 = mid -> up2: ConvTranspose2d(64 -> 32, kernel = 2, stride = 2);
+        let d2 = cat(dim = 1)(u2, e2) -> dec2: DoubleConv<64, 32>;
+        let u1 = d2 -> up1: ConvTranspose2d(32 -> 16, kernel = 2, stride = 2);
+        cat(dim = 1)(u1, e1) -> dec1: DoubleConv<32, 16> -> head: Conv2d(16 -> 2, kernel = 1)
+    }
+
+    /// The BERT-style layer of `tests/network_models.rs`.
+    pub struct BertLayer(ids: [N, T]: i64, positions: [N, T]: i64, types: [N, T]: i64) -> [N, T, 32] {
+        let emb = word_embeddings: Embedding(100 -> 32, padding_idx = 0)(ids)
+            + position_embeddings: Embedding(64 -> 32)(positions)
+            + token_type_embeddings: Embedding(2 -> 32)(types);
+        let h = emb -> emb_norm: LayerNorm(32) -> emb_dropout: Dropout(0.1);
+        let a = attention: MultiheadAttention(32, 4, batch_first = true)(h) -> attn_dropout: Dropout(0.1);
+        let h1 = h + a -> attn_norm: LayerNorm(32);
+        let f = h1 -> intermediate: Linear(32 -> 64) -> gelu -> output: Linear(64 -> 32) -> ffn_dropout: Dropout(0.1);
+        h1 + f -> out_norm: LayerNorm(32)
+    }
+}
+
+#[test]
+fn unet_with_dynamic_batch_and_size() {
+    manual_seed(3);
+    let mut unet = UNet::new(&Device::Cpu);
+    unet.eval();
+    let x = Tensor::randn(&[1, 3, 16, 12], DType::F32, &Device::Cpu);
+    let opts = ExportOptions::new()
+        .dynamic_axis("input", 0, "batch")
+        .dynamic_axis("input", 2, "height")
+        .dynamic_axis("input", 3, "width");
+    let exported = onnx::export_module(&unet, &x, &opts).expect("export unet");
+    let sets = [
+        vec![Tensor::randn(&[1, 3, 16, 12], DType::F32, &Device::Cpu)],
+        vec![Tensor::randn(&[2, 3, 8, 20], DType::F32, &Device::Cpu)],
+    ];
+    check(
+        "unet",
+        &exported,
+        |xs| vec![unet.forward(&xs[0])],
+        &sets,
+        1e-4,
+    );
+}
+
+fn token_inputs(n: usize, t: usize, seed: usize) -> Vec<Tensor> {
+    let ids = Tensor::from_vec(
+        (0..n * t).map(|i| ((i * 13 + seed) % 100) as i64).collect(),
+        &[n, t],
+    );
+    let pos = Tensor::from_vec((0..n * t).map(|i| (i % t) as i64).collect(), &[n, t]);
+    let types = Tensor::from_vec((0..n * t).map(|i| ((i / 3) % 2) as i64).collect(), &[n, t]);
+    vec![ids, pos, types]
+}
+
+#[test]
+fn bert_layer_with_dynamic_batch_and_length() {
+    manual_seed(4);
+    let mut bert = BertLayer::new(&Device::Cpu);
+    bert.eval();
+    let mut opts = ExportOptions::new()
+        .input_names(["ids", "positions", "types"])
+        .output_names(["hidden"]);
+    for name in ["ids", "positions", "types"] {
+        opts = opts
+            .dynamic_axis(name, 0, "batch")
+            .dynamic_axis(name, 1, "seq");
+    }
+    let forward = |xs: &[Tensor]| vec![bert.forward(&xs[0], &xs[1], &xs[2])];
+    let exported =
+        onnx::export_with(&bert, &token_inputs(2, 5, 0), forward, &opts).expect("export bert");
+    let sets = [token_inputs(2, 5, 1), token_inputs(3, 9, 2)];
+    check("bert_layer", &exported, forward, &sets, 1e-4);
+}
+
+#[cfg(feature = "models")]
+#[test]
+fn small_gpt2_with_dynamic_batch_and_length() {
+    use ferrograd::models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
+    manual_seed(5);
+    let config = Gpt2Config {
+        vocab_size: 64,
+        n_positions: 32,
+        n_embd: 32,
+        n_layer: 2,
+        n_head: 4,
+        ..Gpt2Config::default()
+    };
+    let mut gpt = Gpt2LMHeadModel::new(&config, &Device::Cpu);
+    gpt.eval();
+    let ids = |n: usize, t: usize, s: usize| {
+        Tensor::from_vec(
+            (0..n * t).map(|i| ((i * 7 + s) % 64) as i64).collect(),
+            &[n, t],
+        )
+    };
+    let opts = ExportOptions::new()
+        .input_names(["input_ids"])
+        .output_names(["logits"])
+        .dynamic_axis("input_ids", 0, "batch")
+        .dynamic_axis("input_ids", 1, "seq");
+    let forward = |xs: &[Tensor]| vec![gpt.forward(&xs[0], None)];
+    let exported = onnx::export_with(&gpt, &[ids(2, 6, 0)], forward, &opts).expect("export gpt2");
+    let sets = [vec![ids(2, 6, 1)], vec![ids(1, 11, 2)]];
+    check("gpt2_small", &exported, forward, &sets, 1e-4);
+}
+
+#[test]
+fn mistakes_are_errors_naming_the_op_and_call_site() {
+    manual_seed(6);
+    let x = Tensor::randn(&[2, 4], DType::F32, &Device::Cpu);
+    let lin = ferrograd::nn::Linear::new(4, 3, &Device::Cpu);
+
+    // An op with no ONNX mapping, in the middle of the forward.
+    let err = onnx::export_with(
+        &lin,
+        std::slice::from_ref(&x),
+        |xs| vec![lin.forward(&xs[0].cumsum(1))],
+        &ExportOptions::new(),
+    )
+    .expect_err("cumsum is not traced");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, onnx::OnnxError::UnsupportedOp { .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("cumsum") && msg.contains("tests/onnx_export.rs"),
+        "{msg}"
+    );
+
+    // Dropout in training mode.
+    let drop = ferrograd::nn::Dropout::new(0.5);
+    let err = onnx::export_module(&drop, &x, &ExportOptions::new()).expect_err("training dropout");
+    assert!(err.to_string().contains("eval()"), "{err}");
+
+    // Control flow that depends on a dynamic size.
+    let opts = ExportOptions::new().dynamic_axis("input", 0, "batch");
+    let err = onnx::export_with(
+        &lin,
+        std::slice::from_ref(&x),
+        |xs| {
+            let y = lin.forward(&xs[0]);
+            vec![if xs[0].shape()[0] > 2 { y.relu() } else { y }]
+        },
+        &opts,
+    )
+    .expect_err("shape-dependent branch");
+    assert!(err.to_string().contains("`batch`"), "{err}");
+
+    // A dynamic axis that does not exist.
+    let opts = ExportOptions::new().dynamic_axis("input", 5, "batch");
+    assert!(onnx::export_module(&lin, &x, &opts).is_err());
+    let opts = ExportOptions::new().dynamic_axis("nope", 0, "batch");
+    assert!(
+        onnx::export_module(&lin, &x, &opts)
+            .unwrap_err()
+            .to_string()
+            .contains("nope")
+    );
+
+    // Saving to a directory that does not exist is an Err, not a panic.
+    let exported = onnx::export_module(&lin, &x, &ExportOptions::new()).expect("export");
+    assert!(exported.save("/nonexistent-dir/model.onnx").is_err());
 }

@@ -1147,6 +1147,57 @@ impl<'a> Builder<'a> {
                 }
                 self.attention(rec, &ins, &outs[0], *causal, *scale, dtype)?;
             }
+            Op::Fill { value, dtype } => {
+                let per_trace: Vec<Vec<usize>> =
+                    recs.iter().map(|r| r.outputs[0].shape().to_vec()).collect();
+                let dims = self.resolve_all(&per_trace, &[], rec)?;
+                let shape = self.materialize(&dims);
+                let v = tensor_from(
+                    "value",
+                    &Tensor::from_vec(vec![*value], &[1]).to_dtype(*dtype),
+                )?;
+                self.node("ConstantOfShape", &[shape], &outs, vec![attr_t("value", v)]);
+            }
+            Op::Arange {
+                start,
+                end,
+                step,
+                dtype,
+            } => {
+                let ends: Vec<usize> = recs
+                    .iter()
+                    .map(|r| match r.op {
+                        Op::Arange { end, .. } => end.max(0.0) as usize,
+                        _ => 0,
+                    })
+                    .collect();
+                if ends.iter().all(|&e| e == ends[0]) {
+                    let (s, l, d) = (
+                        self.const_scalar(*start, *dtype)?,
+                        self.const_scalar(*end, *dtype)?,
+                        self.const_scalar(*step, *dtype)?,
+                    );
+                    self.node("Range", &[s, l, d], &outs, vec![]);
+                } else if *start == 0.0 && *step == 1.0 {
+                    // `arange(0, n)` with a dynamic n, as cumsum(ones[n]) - 1: Range over
+                    // a shape-derived limit is not supported by every runtime (tract).
+                    let n = self.resolve(&ends, &[], rec)?;
+                    let shape = self.materialize(&[n]);
+                    let one = tensor_from(
+                        "value",
+                        &Tensor::from_vec(vec![1.0f64], &[1]).to_dtype(*dtype),
+                    )?;
+                    let ones = self.op1("ConstantOfShape", &[shape], vec![attr_t("value", one)]);
+                    let axis = self.const_scalar(0.0, DType::I64)?;
+                    let cum = self.op1("CumSum", &[ones, axis], vec![]);
+                    let c1 = self.const_scalar(1.0, *dtype)?;
+                    self.node("Sub", &[cum, c1], &outs, vec![]);
+                } else {
+                    return Err(unsupported(format!(
+                        ": arange({start}, n, {step}) with n a dynamic size; only arange(0, n) can follow a dynamic dim"
+                    )));
+                }
+            }
             Op::MaskedFill { value } => {
                 let c = self.const_scalar(*value, dtype)?;
                 self.node("Where", &[ins[1].clone(), c, x.clone()], &outs, vec![]);
@@ -1467,15 +1518,14 @@ impl<'a> Builder<'a> {
             .collect()
     }
 
-    /// A reshape target: `0` keeps an input dim in place, one `-1` infers, the rest are
-    /// constants or computed from runtime shapes.
+    /// A reshape target: one dynamic dim is `-1`, several are computed from the runtime
+    /// shapes (not ONNX's `0`, copy-from-input, which tract mis-infers in some graphs).
     fn reshape_target(
         &mut self,
         x: &str,
         per_trace: &[Vec<usize>],
         rec: &Record,
     ) -> Result<String, OnnxError> {
-        let in_shapes = self.shapes.get(x).cloned().unwrap_or_default();
         let n = per_trace[0].len();
         let mut dims: Vec<Option<Dim>> = vec![None; n];
         let mut unresolved = Vec::new();
@@ -1483,11 +1533,6 @@ impl<'a> Builder<'a> {
             let per: Vec<usize> = per_trace.iter().map(|s| s[i]).collect();
             if per.iter().all(|&v| v == per[0]) {
                 *dim = Some(Dim::Fixed(per[0] as i64));
-            } else if !in_shapes.is_empty()
-                && in_shapes[0].len() > i
-                && in_shapes.iter().zip(&per).all(|(s, &v)| s[i] == v)
-            {
-                *dim = Some(Dim::Fixed(0));
             } else {
                 unresolved.push(i);
             }

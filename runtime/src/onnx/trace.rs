@@ -203,6 +203,18 @@ pub(crate) enum Op {
         scale: Option<f64>,
         dropout: f64,
     },
+    /// `Tensor::full` (and `zeros`, `ones`): the output's shape, filled with `value`.
+    Fill {
+        value: f64,
+        dtype: DType,
+    },
+    /// `Tensor::arange(start, end, step)`.
+    Arange {
+        start: f64,
+        end: f64,
+        step: f64,
+        dtype: DType,
+    },
     /// `where(cond, a, b)`.
     Where,
     /// `F::pad` with a constant value; `pads` in PyTorch order (last dim first).

@@ -74,6 +74,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = Self::full_untraced(shape, value, dtype, device);
+        crate::onnx::trace::finish(
+            entered,
+            &[],
+            || crate::onnx::trace::Op::Fill { value, dtype },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn full_untraced(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Tensor {
         let storage = Storage::full(*device, dtype, shape.iter().product(), value)
             .unwrap_or_else(|e| panic!("cannot create a tensor on {device}: {e}"));
         Tensor::from_storage(storage, Layout::contiguous(shape))
@@ -142,6 +154,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: &Device) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = Self::arange_untraced(start, end, step, dtype, device);
+        crate::onnx::trace::finish(
+            entered,
+            &[],
+            || crate::onnx::trace::Op::Arange {
+                start,
+                end,
+                step,
+                dtype,
+            },
+            out,
+        )
+    }
+
+    #[track_caller]
+    fn arange_untraced(start: f64, end: f64, step: f64, dtype: DType, device: &Device) -> Tensor {
         assert!(step != 0.0, "arange: step must be nonzero");
         assert!(
             (end - start) / step >= 0.0,

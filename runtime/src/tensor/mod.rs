@@ -428,6 +428,13 @@ impl Tensor {
     /// assert!(!(&w * 2.0).detach().requires_grad_flag());
     /// ```
     pub fn detach(&self) -> Tensor {
+        let entered = crate::onnx::trace::enter();
+        let out = self.detach_untraced();
+        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Identity, out)
+    }
+
+    #[track_caller]
+    fn detach_untraced(&self) -> Tensor {
         self.view_with_layout(self.0.layout.clone())
     }
 
