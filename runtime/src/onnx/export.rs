@@ -81,7 +81,7 @@ impl ExportOptions {
 /// use ferrograd_runtime::prelude::*;
 /// use ferrograd_runtime::nn::Linear;
 /// use ferrograd_runtime::onnx;
-/// let model = Linear::new(4, 2, true, &Device::Cpu);
+/// let model = Linear::new(4, 2, &Device::Cpu);
 /// let x = Tensor::ones(&[3, 4], DType::F32, &Device::Cpu);
 /// let exported = onnx::export_module(&model, &x, &onnx::ExportOptions::new().dynamic_axis("input", 0, "batch")).unwrap();
 /// let ops: Vec<_> = exported.op_types();
@@ -151,7 +151,10 @@ impl Exported {
 /// use ferrograd_runtime::prelude::*;
 /// use ferrograd_runtime::nn::{Linear, ReLU, Sequential};
 /// use ferrograd_runtime::onnx;
-/// let model = Sequential::new().add(Linear::new(4, 8, true, &Device::Cpu)).add(ReLU).add(Linear::new(8, 2, true, &Device::Cpu));
+/// let model = Sequential::new()
+///     .append(Linear::new(4, 8, &Device::Cpu))
+///     .append(ReLU)
+///     .append(Linear::new(8, 2, &Device::Cpu));
 /// let x = Tensor::ones(&[3, 4], DType::F32, &Device::Cpu);
 /// let exported = onnx::export_module(&model, &x, &onnx::ExportOptions::new()).unwrap();
 /// assert_eq!(exported.op_types(), ["Gemm", "Relu", "Gemm"]);
@@ -194,8 +197,10 @@ where
 /// use ferrograd_runtime::prelude::*;
 /// use ferrograd_runtime::nn::{Embedding, Forward, Linear};
 /// use ferrograd_runtime::onnx;
-/// # #[derive(Module)] struct Tagger { emb: Embedding, head: Linear }
-/// let m = Tagger { emb: Embedding::new(10, 4, &Device::Cpu), head: Linear::new(4, 3, true, &Device::Cpu) };
+/// #[derive(Module)]
+/// #[module(crate = ferrograd_runtime)]
+/// struct Tagger { emb: Embedding, head: Linear }
+/// let m = Tagger { emb: Embedding::new(10, 4, &Device::Cpu), head: Linear::new(4, 3, &Device::Cpu) };
 /// let ids = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6], &[2, 3]);
 /// let opts = onnx::ExportOptions::new().input_names(["ids"]).dynamic_axis("ids", 0, "batch").dynamic_axis("ids", 1, "seq");
 /// let exported = onnx::export_with(&m, &[ids], |xs| vec![m.head.forward(&m.emb.forward(&xs[0]))], &opts).unwrap();
@@ -507,6 +512,7 @@ impl<'a> Builder<'a> {
         // Graph outputs: the names the user chose, through an Identity when an output is
         // also an input or another output.
         let mut graph_outputs = Vec::new();
+        let mut renamed: Vec<String> = Vec::new();
         for (o, y) in base.outputs.iter().enumerate() {
             let name = self.output_names[o].clone();
             let src = self.lookup(y, None, &format!("output `{name}`"))?;
@@ -532,7 +538,26 @@ impl<'a> Builder<'a> {
                     }
                 })
                 .collect();
-            self.node("Identity", &[src], &[name.clone()], vec![]);
+            // The producing node writes the output name directly; an Identity only when
+            // the output is a graph input, an initializer or already another output.
+            let produced = self.nodes.iter().any(|n| n.output.contains(&src));
+            if produced && !renamed.contains(&src) {
+                for n in &mut self.nodes {
+                    for v in n.input.iter_mut().chain(n.output.iter_mut()) {
+                        if *v == src {
+                            v.clone_from(&name);
+                        }
+                    }
+                }
+                for v in self.values.values_mut() {
+                    if *v == src {
+                        v.clone_from(&name);
+                    }
+                }
+                renamed.push(name.clone());
+            } else {
+                self.node("Identity", &[src], std::slice::from_ref(&name), vec![]);
+            }
             graph_outputs.push(value_info(&name, y.dtype(), y.shape(), &dims)?);
         }
         let graph = pb::GraphProto {
@@ -870,7 +895,7 @@ impl<'a> Builder<'a> {
                     &[grouped, ones, zeros],
                     vec![attr_f("epsilon", *eps)],
                 );
-                let shape = self.op1("Shape", &[x.clone()], vec![]);
+                let shape = self.op1("Shape", std::slice::from_ref(&x), vec![]);
                 let mut cur = self.op1("Reshape", &[normed, shape], vec![]);
                 let affine_shape: Vec<i64> = std::iter::once(xs.shape()[1] as i64)
                     .chain(std::iter::repeat_n(1, xs.dim() - 2))
@@ -1017,7 +1042,7 @@ impl<'a> Builder<'a> {
             Op::Expand => {
                 let per_trace: Vec<Vec<usize>> =
                     recs.iter().map(|r| r.outputs[0].shape().to_vec()).collect();
-                let dims = self.resolve_all(&per_trace, &[x.clone()], rec)?;
+                let dims = self.resolve_all(&per_trace, std::slice::from_ref(&x), rec)?;
                 let shape = self.materialize(&dims);
                 self.node("Expand", &[x.clone(), shape], &outs, vec![]);
             }
@@ -1036,8 +1061,8 @@ impl<'a> Builder<'a> {
                         _ => 0,
                     })
                     .collect();
-                let start = self.resolve(&starts, &[x.clone()], rec)?;
-                let end = self.resolve(&ends, &[x.clone()], rec)?;
+                let start = self.resolve(&starts, std::slice::from_ref(&x), rec)?;
+                let end = self.resolve(&ends, std::slice::from_ref(&x), rec)?;
                 let s = self.materialize(&[start]);
                 let e = self.materialize(&[end]);
                 let a = self.const_i64(&[*axis as i64]);
@@ -1065,7 +1090,7 @@ impl<'a> Builder<'a> {
                     .iter()
                     .map(|r| r.outputs.iter().map(|o| o.shape()[*axis]).collect())
                     .collect();
-                let dims = self.resolve_all(&per_trace, &[x.clone()], rec)?;
+                let dims = self.resolve_all(&per_trace, std::slice::from_ref(&x), rec)?;
                 let sizes = self.materialize(&dims);
                 self.node(
                     "Split",
@@ -1332,11 +1357,11 @@ impl<'a> Builder<'a> {
                 self.node("Mul", &[m, half], &[out], vec![]);
             }
             Unary::Silu => {
-                let s = self.op1("Sigmoid", &[x.clone()], vec![]);
+                let s = self.op1("Sigmoid", std::slice::from_ref(&x), vec![]);
                 self.node("Mul", &[x, s], &[out], vec![]);
             }
             Unary::Mish => {
-                let sp = self.op1("Softplus", &[x.clone()], vec![]);
+                let sp = self.op1("Softplus", std::slice::from_ref(&x), vec![]);
                 let t = self.op1("Tanh", &[sp], vec![]);
                 self.node("Mul", &[x, t], &[out], vec![]);
             }
@@ -1352,7 +1377,7 @@ impl<'a> Builder<'a> {
                 // softplus(βx)/β where βx ≤ threshold, x elsewhere (PyTorch's linear regime).
                 let b = self.const_scalar(beta, dtype)?;
                 let bx = self.op1("Mul", &[x.clone(), b.clone()], vec![]);
-                let sp = self.op1("Softplus", &[bx.clone()], vec![]);
+                let sp = self.op1("Softplus", std::slice::from_ref(&bx), vec![]);
                 let y = self.op1("Div", &[sp, b], vec![]);
                 let th = self.const_scalar(threshold, dtype)?;
                 let big = self.op1("Greater", &[bx, th], vec![]);
