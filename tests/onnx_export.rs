@@ -445,3 +445,92 @@ fn mistakes_are_errors_naming_the_op_and_call_site() {
     let exported = onnx::export_module(&lin, &x, &ExportOptions::new()).expect("export");
     assert!(exported.save("/nonexistent-dir/model.onnx").is_err());
 }
+
+/// A bidirectional two-layer LSTM tagger-classifier: embeddings, LSTM, the last step, a head.
+#[derive(ferrograd::nn::Module)]
+struct LstmClassifier {
+    emb: ferrograd::nn::Embedding,
+    lstm: ferrograd::nn::LSTM,
+    head: ferrograd::nn::Linear,
+}
+
+impl LstmClassifier {
+    fn forward(&self, ids: &Tensor) -> Tensor {
+        let (y, _) = self.lstm.forward(&self.emb.forward(ids), None);
+        let last = y.select(1, y.shape()[1] - 1);
+        self.head.forward(&last)
+    }
+}
+
+#[test]
+fn lstm_and_gru_as_onnx_recurrent_ops() {
+    use ferrograd::nn::{GRU, LSTM, RnnConfig, RnnState};
+    manual_seed(7);
+    let mut m = LstmClassifier {
+        emb: ferrograd::nn::Embedding::new(50, 8, &Device::Cpu),
+        lstm: LSTM::lstm(
+            RnnConfig::new(8, 6)
+                .num_layers(2)
+                .bidirectional(true)
+                .batch_first(true)
+                .dropout(0.3),
+            &Device::Cpu,
+        ),
+        head: ferrograd::nn::Linear::new(12, 3, &Device::Cpu),
+    };
+    m.eval();
+    let ids = |n: usize, t: usize, s: usize| {
+        Tensor::from_vec(
+            (0..n * t).map(|i| ((i * 11 + s) % 50) as i64).collect(),
+            &[n, t],
+        )
+    };
+    let opts = ExportOptions::new()
+        .input_names(["ids"])
+        .dynamic_axis("ids", 0, "batch")
+        .dynamic_axis("ids", 1, "seq");
+    let forward = |xs: &[Tensor]| vec![m.forward(&xs[0])];
+    let exported = onnx::export_with(&m, &[ids(2, 5, 0)], forward, &opts).expect("export lstm");
+    assert!(exported.op_types().contains(&"LSTM".to_string()));
+    assert!(params_of(&exported).contains(&"lstm.weight_hh_l1_reverse".to_string()));
+    check(
+        "lstm_classifier",
+        &exported,
+        forward,
+        &[vec![ids(2, 5, 1)], vec![ids(3, 9, 2)]],
+        1e-4,
+    );
+
+    // A GRU from a given initial state, time-major, returning the outputs and h_n.
+    let gru = GRU::gru(RnnConfig::new(4, 5).num_layers(2), &Device::Cpu);
+    let x = Tensor::randn(&[6, 2, 4], DType::F32, &Device::Cpu);
+    let h0 = Tensor::randn(&[2, 2, 5], DType::F32, &Device::Cpu);
+    let opts = ExportOptions::new()
+        .input_names(["x", "h0"])
+        .output_names(["y", "h_n"])
+        .dynamic_axis("x", 0, "seq")
+        .dynamic_axis("x", 1, "batch")
+        .dynamic_axis("h0", 1, "batch");
+    let forward = |xs: &[Tensor]| {
+        let (y, s) = gru.forward(
+            &xs[0],
+            Some(&RnnState {
+                h: xs[1].clone(),
+                c: None,
+            }),
+        );
+        vec![y, s.h]
+    };
+    let exported = onnx::export_with(&gru, &[x, h0], forward, &opts).expect("export gru");
+    let sets = [
+        vec![
+            Tensor::randn(&[6, 2, 4], DType::F32, &Device::Cpu),
+            Tensor::randn(&[2, 2, 5], DType::F32, &Device::Cpu),
+        ],
+        vec![
+            Tensor::randn(&[3, 4, 4], DType::F32, &Device::Cpu),
+            Tensor::randn(&[2, 4, 5], DType::F32, &Device::Cpu),
+        ],
+    ];
+    check("gru", &exported, forward, &sets, 1e-4);
+}

@@ -8,7 +8,7 @@
 
 use super::OnnxError;
 use super::proto::{self as pb, attribute_proto::AttributeType, tensor_proto::DataType};
-use super::trace::{self, Binary, Op, PadKind, Record, Reduce, Unary};
+use super::trace::{self, Binary, Op, PadKind, Record, Reduce, RnnKind, Unary};
 use crate::nn::{Module, TensorKind};
 use crate::{DType, Tensor};
 use std::collections::{BTreeMap, HashMap};
@@ -1070,7 +1070,26 @@ impl<'a> Builder<'a> {
                 self.node("Slice", &[x.clone(), s, e, a, st], &outs, vec![]);
             }
             Op::Select { axis, index } => {
-                let idx = self.const_i64(&[*index as i64]);
+                // A fixed index, or one fixed distance from the end (`x.select(1, t - 1)`).
+                let per: Vec<(i64, i64)> = recs
+                    .iter()
+                    .map(|r| match r.op {
+                        Op::Select { index, .. } => {
+                            (index as i64, r.inputs[0].shape()[*axis] as i64)
+                        }
+                        _ => (0, 0),
+                    })
+                    .collect();
+                let index = if per.iter().all(|p| p.0 == per[0].0) {
+                    *index as i64
+                } else if per.iter().all(|p| p.1 - p.0 == per[0].1 - per[0].0) {
+                    per[0].0 - per[0].1
+                } else {
+                    return Err(unsupported(format!(
+                        ": the index changes with a dynamic dim in a way the exporter cannot express ({per:?} as (index, size) per trace)"
+                    )));
+                };
+                let idx = self.const_i64(&[index]);
                 let g = self.op1(
                     "Gather",
                     &[x.clone(), idx],
@@ -1223,6 +1242,32 @@ impl<'a> Builder<'a> {
                     )));
                 }
             }
+            Op::Rnn {
+                mode,
+                layers,
+                hidden,
+                bidirectional,
+                batch_first,
+                bias,
+                has_state,
+                unbatched,
+                unsupported,
+            } => {
+                if let Some(why) = unsupported {
+                    return Err(unsupported_err(rec, format!(": {why}")));
+                }
+                let cfg = RnnExport {
+                    mode: *mode,
+                    layers: *layers,
+                    hidden: *hidden,
+                    dirs: if *bidirectional { 2 } else { 1 },
+                    batch_first: *batch_first,
+                    bias: *bias,
+                    has_state: *has_state,
+                    unbatched: *unbatched,
+                };
+                self.rnn(&cfg, &ins, &outs);
+            }
             Op::MaskedFill { value } => {
                 let c = self.const_scalar(*value, dtype)?;
                 self.node("Where", &[ins[1].clone(), c, x.clone()], &outs, vec![]);
@@ -1272,6 +1317,170 @@ impl<'a> Builder<'a> {
         }
         let to = onnx_dtype(dtype).unwrap_or(DataType::Float) as i64;
         self.op1("Cast", &[input.to_string()], vec![attr_i("to", to)])
+    }
+
+    /// A recurrent layer as ONNX `RNN`/`LSTM`/`GRU` nodes, one per layer.
+    fn rnn(&mut self, c: &RnnExport, ins: &[String], outs: &[String]) {
+        let lstm = c.mode == RnnKind::Lstm;
+        let (op, gates) = match c.mode {
+            RnnKind::Tanh | RnnKind::Relu => ("RNN", 1),
+            RnnKind::Lstm => ("LSTM", 4),
+            RnnKind::Gru => ("GRU", 3),
+        };
+        // PyTorch's gate blocks → ONNX's: LSTM (i, f, g, o) → (i, o, f, c); GRU (r, z, n) → (z, r, h).
+        let order: &[usize] = match c.mode {
+            RnnKind::Lstm => &[0, 3, 1, 2],
+            RnnKind::Gru => &[1, 0, 2],
+            _ => &[0],
+        };
+        let n_state = if c.has_state { 1 + lstm as usize } else { 0 };
+        let per_dir = 2 + 2 * c.bias as usize;
+        // Time-major [T, N, F].
+        let mut x = ins[0].clone();
+        if c.unbatched {
+            let ax = self.const_i64(&[1]);
+            x = self.op1("Unsqueeze", &[x, ax], vec![]);
+        } else if c.batch_first {
+            x = self.op1("Transpose", &[x], vec![attr_ints("perm", &[1, 0, 2])]);
+        }
+        let mut h_parts = Vec::new();
+        let mut c_parts = Vec::new();
+        for layer in 0..c.layers {
+            let mut w = Vec::new();
+            let mut r = Vec::new();
+            let mut b = Vec::new();
+            for d in 0..c.dirs {
+                let base = 1 + n_state + (layer * c.dirs + d) * per_dir;
+                let reorder = |this: &mut Self, t: &str| -> String {
+                    let sizes = this.const_i64(&vec![c.hidden as i64; gates]);
+                    let parts: Vec<String> = (0..gates)
+                        .map(|g| this.fresh(&format!("gate{g}")))
+                        .collect();
+                    this.node(
+                        "Split",
+                        &[t.to_string(), sizes],
+                        &parts,
+                        vec![attr_i("axis", 0)],
+                    );
+                    let ordered: Vec<String> = order.iter().map(|&i| parts[i].clone()).collect();
+                    this.op1("Concat", &ordered, vec![attr_i("axis", 0)])
+                };
+                let unsq = |this: &mut Self, t: String| -> String {
+                    let ax = this.const_i64(&[0]);
+                    this.op1("Unsqueeze", &[t, ax], vec![])
+                };
+                let wi = reorder(self, &ins[base]);
+                w.push(unsq(self, wi));
+                let wh = reorder(self, &ins[base + 1]);
+                r.push(unsq(self, wh));
+                if c.bias {
+                    let bi = reorder(self, &ins[base + 2]);
+                    let bh = reorder(self, &ins[base + 3]);
+                    let cat = self.op1("Concat", &[bi, bh], vec![attr_i("axis", 0)]);
+                    b.push(unsq(self, cat));
+                }
+            }
+            let stack = |this: &mut Self, v: Vec<String>| -> String {
+                if v.len() == 1 {
+                    v.into_iter().next().unwrap_or_default()
+                } else {
+                    this.op1("Concat", &v, vec![attr_i("axis", 0)])
+                }
+            };
+            let w = stack(self, w);
+            let r = stack(self, r);
+            let b = if c.bias {
+                stack(self, b)
+            } else {
+                String::new()
+            };
+            let mut inputs = vec![x.clone(), w, r, b, String::new()];
+            if c.has_state {
+                // Rows layer*dirs .. (layer+1)*dirs of h0 (and c0).
+                let (s, e, a) = (
+                    self.const_i64(&[(layer * c.dirs) as i64]),
+                    self.const_i64(&[((layer + 1) * c.dirs) as i64]),
+                    self.const_i64(&[0]),
+                );
+                let state_of = |this: &mut Self, v: &str| -> String {
+                    let v = if c.unbatched {
+                        let ax = this.const_i64(&[1]);
+                        this.op1("Unsqueeze", &[v.to_string(), ax], vec![])
+                    } else {
+                        v.to_string()
+                    };
+                    this.op1("Slice", &[v, s.clone(), e.clone(), a.clone()], vec![])
+                };
+                inputs.push(state_of(self, &ins[1]));
+                if lstm {
+                    inputs.push(state_of(self, &ins[2]));
+                }
+            }
+            while inputs.last().is_some_and(String::is_empty) {
+                inputs.pop();
+            }
+            let y = self.fresh("rnn_y");
+            let yh = self.fresh("rnn_h");
+            let yc = self.fresh("rnn_c");
+            let mut node_outs = vec![y.clone(), yh.clone()];
+            if lstm {
+                node_outs.push(yc.clone());
+            }
+            let mut attrs = vec![
+                attr_i("hidden_size", c.hidden as i64),
+                attr_s(
+                    "direction",
+                    if c.dirs == 2 {
+                        "bidirectional"
+                    } else {
+                        "forward"
+                    },
+                ),
+            ];
+            match c.mode {
+                RnnKind::Relu => attrs.push(attr_strings("activations", &vec!["Relu"; c.dirs])),
+                RnnKind::Tanh => attrs.push(attr_strings("activations", &vec!["Tanh"; c.dirs])),
+                RnnKind::Gru => attrs.push(attr_i("linear_before_reset", 1)),
+                RnnKind::Lstm => {}
+            }
+            self.node(op, &inputs, &node_outs, attrs);
+            h_parts.push(yh);
+            c_parts.push(yc);
+            // Y [T, dirs, N, H] → [T, N, dirs * H].
+            let yt = self.op1("Transpose", &[y], vec![attr_ints("perm", &[0, 2, 1, 3])]);
+            let t = self.dim_of(&yt, 0);
+            let n = self.dim_of(&yt, 1);
+            let f = self.const_i64(&[(c.dirs * c.hidden) as i64]);
+            let shape = self.op1("Concat", &[t, n, f], vec![attr_i("axis", 0)]);
+            x = self.op1("Reshape", &[yt, shape], vec![]);
+        }
+        // Outputs in PyTorch's layout.
+        let y = if c.unbatched {
+            let ax = self.const_i64(&[1]);
+            self.op1("Squeeze", &[x, ax], vec![])
+        } else if c.batch_first {
+            self.op1("Transpose", &[x], vec![attr_ints("perm", &[1, 0, 2])])
+        } else {
+            x
+        };
+        self.node("Identity", &[y], &outs[..1], vec![]);
+        let finish_state = |this: &mut Self, parts: Vec<String>, out: &str| {
+            let cat = if parts.len() == 1 {
+                parts.into_iter().next().unwrap_or_default()
+            } else {
+                this.op1("Concat", &parts, vec![attr_i("axis", 0)])
+            };
+            if c.unbatched {
+                let ax = this.const_i64(&[1]);
+                this.node("Squeeze", &[cat, ax], &[out.to_string()], vec![]);
+            } else {
+                this.node("Identity", &[cat], &[out.to_string()], vec![]);
+            }
+        };
+        finish_state(self, h_parts, &outs[1]);
+        if lstm {
+            finish_state(self, c_parts, &outs[2]);
+        }
     }
 
     fn binary(&mut self, op: Binary, a: &str, b: &str, out: &str) {
@@ -1634,6 +1843,26 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// The options of a traced recurrent layer.
+struct RnnExport {
+    mode: RnnKind,
+    layers: usize,
+    hidden: usize,
+    dirs: usize,
+    batch_first: bool,
+    bias: bool,
+    has_state: bool,
+    unbatched: bool,
+}
+
+fn unsupported_err(rec: &Record, detail: String) -> OnnxError {
+    OnnxError::UnsupportedOp {
+        op: rec.op.name(),
+        location: rec.location.to_string(),
+        detail,
+    }
+}
+
 fn op_stem(op: &Op) -> String {
     op.name()
         .to_lowercase()
@@ -1817,6 +2046,13 @@ fn attr_s(name: &str, v: &str) -> pb::AttributeProto {
     pb::AttributeProto {
         s: Some(v.as_bytes().to_vec()),
         ..attr(name, AttributeType::String)
+    }
+}
+
+fn attr_strings(name: &str, v: &[&str]) -> pb::AttributeProto {
+    pb::AttributeProto {
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..attr(name, AttributeType::Strings)
     }
 }
 

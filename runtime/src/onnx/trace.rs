@@ -215,6 +215,20 @@ pub(crate) enum Op {
         step: f64,
         dtype: DType,
     },
+    /// `nn::RNN`/`LSTM`/`GRU` over a whole sequence: inputs `[x, h0?, c0?, parameters…]`,
+    /// outputs `[y, h_n, c_n?]`.
+    Rnn {
+        mode: RnnKind,
+        layers: usize,
+        hidden: usize,
+        bidirectional: bool,
+        batch_first: bool,
+        bias: bool,
+        has_state: bool,
+        unbatched: bool,
+        /// Why this call cannot be exported, if it cannot.
+        unsupported: Option<&'static str>,
+    },
     /// `where(cond, a, b)`.
     Where,
     /// `F::pad` with a constant value; `pads` in PyTorch order (last dim first).
@@ -223,6 +237,15 @@ pub(crate) enum Op {
         value: f64,
         mode: PadKind,
     },
+}
+
+/// The cell of a traced recurrent layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RnnKind {
+    Tanh,
+    Relu,
+    Lstm,
+    Gru,
 }
 
 /// The padding mode of a traced `pad`.
@@ -272,6 +295,14 @@ impl Outputs for Tensor {
 impl Outputs for Vec<Tensor> {
     fn tensors(&self) -> Vec<Tensor> {
         self.clone()
+    }
+}
+
+impl Outputs for (Tensor, crate::nn::RnnState) {
+    fn tensors(&self) -> Vec<Tensor> {
+        let mut v = vec![self.0.clone(), self.1.h.clone()];
+        v.extend(self.1.c.clone());
+        v
     }
 }
 

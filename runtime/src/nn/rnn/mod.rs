@@ -272,6 +272,53 @@ impl Recurrent {
         state: Option<&RnnState>,
         lengths: Option<&[usize]>,
     ) -> (Tensor, RnnState) {
+        let entered = crate::onnx::trace::enter();
+        let out = self.forward_with_lengths_untraced(input, state, lengths);
+        if entered.is_none() {
+            return out;
+        }
+        // Traced as one recurrent op: inputs [x, h0?, c0?, every parameter in order].
+        let mut inputs: Vec<&Tensor> = vec![input];
+        if let Some(s) = state {
+            inputs.push(&s.h);
+            inputs.extend(s.c.as_ref());
+        }
+        inputs.extend(self.params.iter().map(|(_, t)| t));
+        let c = &self.config;
+        let op = || crate::onnx::trace::Op::Rnn {
+            mode: match self.mode {
+                RnnMode::Tanh => crate::onnx::trace::RnnKind::Tanh,
+                RnnMode::Relu => crate::onnx::trace::RnnKind::Relu,
+                RnnMode::Lstm => crate::onnx::trace::RnnKind::Lstm,
+                RnnMode::Gru => crate::onnx::trace::RnnKind::Gru,
+            },
+            layers: c.num_layers,
+            hidden: c.hidden_size,
+            bidirectional: c.bidirectional,
+            batch_first: c.batch_first,
+            bias: c.bias,
+            has_state: state.is_some(),
+            unbatched: input.dim() == 2,
+            unsupported: if lengths.is_some() {
+                Some("forward_with_lengths (packed sequences)")
+            } else if c.proj_size > 0 {
+                Some("an LSTM with proj_size")
+            } else if self.training && c.dropout > 0.0 && c.num_layers > 1 {
+                Some("dropout between layers in training mode; call `eval()` first")
+            } else {
+                None
+            },
+        };
+        crate::onnx::trace::finish(entered, &inputs, op, out)
+    }
+
+    #[track_caller]
+    fn forward_with_lengths_untraced(
+        &self,
+        input: &Tensor,
+        state: Option<&RnnState>,
+        lengths: Option<&[usize]>,
+    ) -> (Tensor, RnnState) {
         let op = self.mode.name();
         let c = &self.config;
         let unbatched = input.dim() == 2;
