@@ -7,6 +7,9 @@
 //! An op with no ONNX mapping is an [`OnnxError::UnsupportedOp`] naming it and its call
 //! site, never a silently wrong file. The graph uses opset [`OPSET`].
 //!
+//! [`load`] goes the other way: an [`OnnxModel`] runs an ONNX graph (ours, or one written
+//! by `torch.onnx.export`) on ferrograd tensors, for the operators in [`SUPPORTED_OPS`].
+//!
 //! ```
 //! use ferrograd_runtime::prelude::*;
 //! use ferrograd_runtime::nn::{Conv2d, ConvOptions, Forward, Linear};
@@ -32,11 +35,13 @@
 //! ```
 
 mod export;
+mod import;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto;
 pub(crate) mod trace;
 
 pub use export::{ExportOptions, Exported, IR_VERSION, OPSET, export, export_module, export_with};
+pub use import::{OnnxModel, SUPPORTED_OPS, load};
 
 use std::path::PathBuf;
 
@@ -65,6 +70,16 @@ pub enum OnnxError {
         /// The panic message.
         message: String,
     },
+    /// The file is not a well-formed ONNX model (bad protobuf, inconsistent tensors,
+    /// names read before they are defined).
+    #[error("onnx: malformed model: {0}")]
+    Malformed(String),
+    /// The model uses operators, types or an opset this runtime does not run.
+    #[error("onnx: unsupported: {0}")]
+    Unsupported(String),
+    /// Running the model failed (wrong inputs, shapes that do not fit a node).
+    #[error("onnx: run failed: {0}")]
+    Run(String),
     /// Reading or writing a file failed.
     #[error("onnx: {path}: {source}")]
     Io {
