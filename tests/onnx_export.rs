@@ -80,24 +80,14 @@ fn check(
             .save(dir.join(format!("{name}.onnx")))
             .expect("save model");
     }
-    // Our own importer runs the same file (the round trip), unless it uses an operator
-    // the importer lacks, which it must then name.
-    let imported = match onnx::OnnxModel::from_bytes(&exported.to_bytes()) {
-        Ok(m) => Some(m),
-        Err(onnx::OnnxError::Unsupported(what)) => {
-            println!("{name}: not imported: {what}");
-            assert!(
-                what.contains("LSTM") || what.contains("GRU"),
-                "{name}: {what}"
-            );
-            None
-        }
-        Err(e) => panic!("{name}: import failed: {e}"),
-    };
+    // Our own importer runs the same file: the round trip.
+    let imported = Some(
+        onnx::OnnxModel::from_bytes(&exported.to_bytes()).expect("our importer loads the export"),
+    );
     for (k, inputs) in input_sets.iter().enumerate() {
         let ours = no_grad(|| forward(inputs));
-        if let Some(m) = &imported {
-            let back = m.run(inputs).expect("the imported model runs");
+        {
+            let back = imported.run(inputs).expect("the imported model runs");
             for (o, (a, b)) in ours.iter().zip(&back).enumerate() {
                 assert_eq!(a.shape(), b.shape(), "{name}: round-trip output {o} shape");
                 let d = max_abs_diff(
