@@ -81,9 +81,8 @@ fn check(
             .expect("save model");
     }
     // Our own importer runs the same file: the round trip.
-    let imported = Some(
-        onnx::OnnxModel::from_bytes(&exported.to_bytes()).expect("our importer loads the export"),
-    );
+    let imported =
+        onnx::OnnxModel::from_bytes(&exported.to_bytes()).expect("our importer loads the export");
     for (k, inputs) in input_sets.iter().enumerate() {
         let ours = no_grad(|| forward(inputs));
         {
