@@ -428,6 +428,19 @@ fn mistakes_are_errors_naming_the_op_and_call_site() {
         "{msg}"
     );
 
+    // An untraced op on integer inputs leaves no autograd trace; the trace with other
+    // input values catches the baked-in result.
+    let emb = ferrograd::nn::Embedding::new(10, 4, &Device::Cpu);
+    let ids = Tensor::from_vec(vec![1i64, 2, 3, 4], &[1, 4]);
+    let err = onnx::export_with(
+        &emb,
+        &[ids],
+        |xs| vec![emb.forward(&xs[0].flip(&[1]))],
+        &ExportOptions::new(),
+    )
+    .expect_err("flip is not traced");
+    assert!(err.to_string().contains("input values"), "{err}");
+
     // Dropout in training mode.
     let drop = ferrograd::nn::Dropout::new(0.5);
     let err = onnx::export_module(&drop, &x, &ExportOptions::new()).expect_err("training dropout");

@@ -247,6 +247,30 @@ pub fn export_with<M: Module + ?Sized>(
         let context = format!(" with dynamic dim `{}` doubled", sym.name);
         traces.push(run_trace(&forward, prepare(doubled), &context)?);
     }
+    // One more trace with other input values (floats scaled and shifted, integer ids
+    // reversed along every axis, so they stay valid): a value the forward computed from
+    // the inputs with an op the tracer does not record shows up as a constant that
+    // differs between traces, an error instead of a baked-in number.
+    if !examples.is_empty() {
+        let other: Vec<Tensor> = examples
+            .iter()
+            .map(|x| {
+                if x.dtype().is_float() {
+                    x.mul_scalar(1.25).add_scalar(0.125)
+                } else if x.dim() == 0 {
+                    x.clone()
+                } else {
+                    let all: Vec<isize> = (0..x.dim() as isize).collect();
+                    x.flip(&all)
+                }
+            })
+            .collect();
+        traces.push(run_trace(
+            &forward,
+            prepare(other),
+            " with other input values",
+        )?);
+    }
     let output_names = names(&options.output_names, traces[0].outputs.len(), "output");
     for name in options.dynamic_axes.keys() {
         if !input_names.contains(name) && !output_names.contains(name) {
@@ -462,7 +486,10 @@ impl<'a> Builder<'a> {
             .collect();
         // The traces must take the same path.
         for (t, trace) in self.traces.iter().enumerate().skip(1) {
-            let sym = &self.symbols[t - 1].name;
+            let change = match self.symbols.get(t - 1) {
+                Some(sym) => format!("dynamic dim `{}` changes", sym.name),
+                None => "the input values change".to_string(),
+            };
             let differs =
                 trace.records.len() != base.records.len()
                     || trace.outputs.len() != base.outputs.len()
@@ -487,7 +514,7 @@ impl<'a> Builder<'a> {
                     })
                     .unwrap_or_default();
                 return Err(OnnxError::Export(format!(
-                    "the forward runs different ops when dynamic dim `{sym}` changes{at}: its control flow depends on that size, so it cannot be one ONNX graph with `{sym}` symbolic"
+                    "the forward runs different ops when {change}{at}: its control flow depends on it, so it cannot be one ONNX graph"
                 )));
             }
         }
@@ -708,7 +735,7 @@ impl<'a> Builder<'a> {
                     let o = &other.inputs[i];
                     if o.shape() != t.shape() || !same_values(o, t) {
                         return Err(OnnxError::Export(format!(
-                            "`{}` at {} reads a constant tensor of shape {:?} that changes with a dynamic dim (shape {:?} in another trace): build it from the input with traced ops",
+                            "`{}` at {} reads a constant tensor of shape {:?} that changes with a dynamic dim or with the input values (shape {:?} in another trace): it was computed from the inputs by an op the tracer does not record, or from a size; build it with traced ops",
                             rec.op.name(),
                             rec.location,
                             t.shape(),
