@@ -89,6 +89,7 @@ fn check(
             let back = imported.run(inputs).expect("the imported model runs");
             for (o, (a, b)) in ours.iter().zip(&back).enumerate() {
                 assert_eq!(a.shape(), b.shape(), "{name}: round-trip output {o} shape");
+                assert_eq!(a.dtype(), b.dtype(), "{name}: round-trip output {o} dtype");
                 let d = max_abs_diff(
                     &a.to_dtype(DType::F32).to_vec::<f32>(),
                     &b.to_dtype(DType::F32).to_vec::<f32>(),
@@ -563,4 +564,33 @@ fn lstm_and_gru_as_onnx_recurrent_ops() {
         ],
     ];
     check("gru", &exported, forward, &sets, 1e-4);
+}
+
+#[test]
+fn integer_arithmetic_casts_and_reductions() {
+    manual_seed(8);
+    let emb = ferrograd::nn::Embedding::new(20, 4, &Device::Cpu);
+    let forward = |xs: &[Tensor]| {
+        let ids = &xs[0];
+        // Integer arithmetic stays integer; a float scalar makes it float.
+        let shifted = (ids.add_scalar(1.0).mul_scalar(2.0)).sub_scalar(1.0);
+        let half = ids.mul_scalar(0.5);
+        let count = ids.gt_scalar(3.0).sum(&[1], false);
+        let e = emb.forward(&shifted.clamp(0.0, 19.0));
+        vec![e.sum(&[1], false), half, count]
+    };
+    let ids = |n: usize, t: usize| {
+        Tensor::from_vec((0..n * t).map(|i| (i % 9) as i64).collect(), &[n, t])
+    };
+    let opts = ExportOptions::new()
+        .dynamic_axis("input", 0, "batch")
+        .dynamic_axis("input", 1, "seq");
+    let exported = onnx::export_with(&emb, &[ids(2, 5)], forward, &opts).expect("export");
+    check(
+        "int_ops",
+        &exported,
+        forward,
+        &[vec![ids(2, 5)], vec![ids(3, 7)]],
+        1e-5,
+    );
 }

@@ -786,15 +786,8 @@ impl<'a> Builder<'a> {
                 value,
                 reversed,
             } => {
-                let in_dtype = if rec.inputs[0].dtype().is_float()
-                    || !matches!(
-                        op,
-                        Binary::Add | Binary::Sub | Binary::Mul | Binary::Max | Binary::Min
-                    ) {
-                    dtype
-                } else {
-                    rec.inputs[0].dtype()
-                };
+                // Computed in the result's dtype (an int tensor times 0.5 is float).
+                let in_dtype = dtype;
                 let xs = self.cast_to(&x, &rec.inputs[0], in_dtype);
                 let c = self.const_scalar(*value, in_dtype)?;
                 let (a, b) = if *reversed { (c, xs) } else { (xs, c) };
@@ -1152,6 +1145,13 @@ impl<'a> Builder<'a> {
             } => {
                 let axes_i = to_i64(axes);
                 let keep = attr_i("keepdims", *keepdim as i64);
+                // Sums of bool or narrow ints are taken in the result's dtype.
+                let x = if matches!(kind, Reduce::Sum | Reduce::Mean) {
+                    self.cast_to(&x, &rec.inputs[0], dtype)
+                } else {
+                    x.clone()
+                };
+                let ins = vec![x.clone()];
                 match kind {
                     Reduce::Sum => {
                         let a = self.const_i64(&axes_i);
