@@ -1151,7 +1151,7 @@ impl<'a> Builder<'a> {
                 } else {
                     x.clone()
                 };
-                let ins = vec![x.clone()];
+                let ins = [x.clone()];
                 match kind {
                     Reduce::Sum => {
                         let a = self.const_i64(&axes_i);
