@@ -115,10 +115,87 @@ pub const SUPPORTED_OPS: &[&str] = &[
 #[derive(Debug)]
 pub struct OnnxModel {
     inputs: Vec<String>,
+    input_specs: Vec<InputSpec>,
     outputs: Vec<String>,
     initializers: HashMap<String, Tensor>,
     nodes: Vec<pb::NodeProto>,
     opset: i64,
+}
+
+/// What a graph input declares: its element type and dims (`None` for a symbolic or
+/// unknown dim, with its name when it has one).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputSpec {
+    /// The input's name.
+    pub name: String,
+    /// Its element type, if the graph declares one ferrograd has.
+    pub dtype: Option<DType>,
+    /// Each dim: `Ok(size)` when fixed, `Err(name)` when symbolic (empty name if unnamed).
+    pub dims: Option<Vec<Result<usize, String>>>,
+}
+
+impl InputSpec {
+    /// Checks `x` against the declared dtype and fixed dims, naming what differs.
+    pub fn check(&self, x: &Tensor) -> Result<(), String> {
+        if let Some(dt) = self.dtype
+            && x.dtype() != dt
+        {
+            return Err(format!(
+                "input `{}` must be {dt:?}, got {:?}",
+                self.name,
+                x.dtype()
+            ));
+        }
+        if let Some(dims) = &self.dims {
+            let ok = dims.len() == x.dim()
+                && dims.iter().zip(x.shape()).all(|(d, &s)| match d {
+                    Ok(n) => *n == s,
+                    Err(_) => true,
+                });
+            if !ok {
+                let want: Vec<String> = dims
+                    .iter()
+                    .map(|d| match d {
+                        Ok(n) => n.to_string(),
+                        Err(name) if name.is_empty() => "?".into(),
+                        Err(name) => name.clone(),
+                    })
+                    .collect();
+                return Err(format!(
+                    "input `{}` must have shape [{}], got {:?}",
+                    self.name,
+                    want.join(", "),
+                    x.shape()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn input_spec(v: &pb::ValueInfoProto) -> InputSpec {
+    let name = v.name.clone().unwrap_or_default();
+    let tensor = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(pb::type_proto::Value::TensorType(t)) => Some(t),
+        _ => None,
+    };
+    let dtype = tensor
+        .and_then(|t| t.elem_type)
+        .and_then(|e| dtype_of(e as i64).ok());
+    let dims = tensor.and_then(|t| t.shape.as_ref()).map(|s| {
+        s.dim
+            .iter()
+            .map(|d| {
+                use pb::tensor_shape_proto::dimension::Value;
+                match &d.value {
+                    Some(Value::DimValue(n)) if *n >= 0 => Ok(*n as usize),
+                    Some(Value::DimParam(p)) => Err(p.clone()),
+                    _ => Err(String::new()),
+                }
+            })
+            .collect()
+    });
+    InputSpec { name, dtype, dims }
 }
 
 /// Reads and checks an ONNX file ([`OnnxModel::from_bytes`]).
@@ -171,6 +248,16 @@ impl OnnxModel {
             .filter_map(|v| v.name.clone())
             .filter(|n| !initializers.contains_key(n))
             .collect();
+        let input_specs: Vec<InputSpec> = graph
+            .input
+            .iter()
+            .filter(|v| {
+                v.name
+                    .as_ref()
+                    .is_some_and(|n| !initializers.contains_key(n))
+            })
+            .map(input_spec)
+            .collect();
         let outputs: Vec<String> = graph.output.iter().filter_map(|v| v.name.clone()).collect();
         // Every operator supported (all the missing ones at once), every name defined
         // before it is read.
@@ -220,6 +307,7 @@ impl OnnxModel {
         }
         Ok(OnnxModel {
             inputs,
+            input_specs,
             outputs,
             initializers,
             nodes: graph.node,
@@ -230,6 +318,11 @@ impl OnnxModel {
     /// The graph's input names, in order (initializers excluded).
     pub fn input_names(&self) -> &[String] {
         &self.inputs
+    }
+
+    /// What each input declares (dtype, fixed and symbolic dims), in order.
+    pub fn input_specs(&self) -> &[InputSpec] {
+        &self.input_specs
     }
 
     /// The graph's output names, in order.
@@ -262,6 +355,9 @@ impl OnnxModel {
                 self.inputs,
                 inputs.len()
             )));
+        }
+        for (spec, x) in self.input_specs.iter().zip(inputs) {
+            spec.check(x).map_err(OnnxError::Run)?;
         }
         let mut env: HashMap<&str, Tensor> = HashMap::new();
         for (name, x) in self.inputs.iter().zip(inputs) {

@@ -41,7 +41,7 @@ pub mod proto;
 pub(crate) mod trace;
 
 pub use export::{ExportOptions, Exported, IR_VERSION, OPSET, export, export_module, export_with};
-pub use import::{OnnxModel, SUPPORTED_OPS, load};
+pub use import::{InputSpec, OnnxModel, SUPPORTED_OPS, load};
 
 use std::path::PathBuf;
 

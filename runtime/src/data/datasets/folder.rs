@@ -196,11 +196,41 @@ pub fn read_image(path: &Path) -> Result<Tensor, DataError> {
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
-    let mut reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
+    decode_image_from(&bytes, path)
+}
+
+/// [`read_image`] on bytes already in memory (an upload, a request body): the same
+/// formats, limits and truncation check; errors name the image as `<bytes>`.
+///
+/// ```
+/// use ferrograd_runtime::data::datasets::decode_image;
+/// let mut png = Vec::new();
+/// image::GrayImage::new(5, 2).write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+/// assert_eq!(decode_image(&png).unwrap().shape(), &[2, 5, 3]);
+/// assert!(decode_image(b"not an image").is_err());
+/// ```
+pub fn decode_image(bytes: &[u8]) -> Result<Tensor, DataError> {
+    const MAX_BYTES: usize = 512 << 20;
+    let name = Path::new("<bytes>");
+    if bytes.len() > MAX_BYTES {
+        return Err(DataError::format(
+            name,
+            format!(
+                "{} bytes is larger than the {MAX_BYTES}-byte limit for an image",
+                bytes.len()
+            ),
+        ));
+    }
+    decode_image_from(bytes, name)
+}
+
+fn decode_image_from(bytes: &[u8], path: &Path) -> Result<Tensor, DataError> {
+    const MAX_BYTES: u64 = 512 << 20;
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| DataError::io(path, e))?;
     if reader.format() == Some(image::ImageFormat::Jpeg) {
-        jpeg::check_complete(&bytes)
+        jpeg::check_complete(bytes)
             .map_err(|why| DataError::format(path, format!("image file is truncated: {why}")))?;
     }
     let mut limits = image::Limits::default();

@@ -16,7 +16,7 @@ mod tabular;
 mod text;
 
 pub use cifar::{CIFAR10, CIFAR100, Cifar100Label};
-pub use folder::{IMG_EXTENSIONS, ImageFolder, ImageFolderOptions, read_image};
+pub use folder::{IMG_EXTENSIONS, ImageFolder, ImageFolderOptions, decode_image, read_image};
 pub use idx::{FashionMNIST, KMNIST, MNIST, read_idx};
 pub use tabular::{CsvDataset, npy_dataset, read_npy, safetensors_dataset};
 pub use text::TextDataset;

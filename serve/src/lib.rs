@@ -1,0 +1,694 @@
+//! `ferrograd-serve`: an inference server with TorchServe's interface.
+//!
+//! - `POST /predictions/{model}`: JSON tensors in, JSON tensors out; or, for a model
+//!   registered with image preprocessing, the raw bytes of a PNG/JPEG/… image.
+//! - `GET /ping`: `{"status": "Healthy"}`.
+//! - `GET /metrics`: Prometheus text: requests by model and status, a latency histogram,
+//!   a batch-size histogram.
+//! - `GET /models`: the registered models and their inputs.
+//!
+//! Each model has one worker that runs batches in order. With `max_batch > 1` the worker
+//! gathers requests for up to `max_delay` into one batch along axis 0 (requests whose
+//! other dims and dtypes agree), runs it once and splits the outputs (server-side dynamic
+//! batching, TorchServe's `batch_size`/`max_batch_delay`).
+//!
+//! A request body is JSON like `{"inputs": [{"shape": [1, 4], "dtype": "float32",
+//! "data": [0.1, 0.2, 0.3, 0.4]}]}` (or `"inputs": {"name": {...}}` by input name); the
+//! answer is `{"outputs": [{"name": "output", "shape": [1, 2], "dtype": "float32",
+//! "data": [...]}]}`. Mistakes get a 4xx with `{"code", "type", "message"}` naming the
+//! problem; bodies above `max_body_bytes` get 413.
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use ferrograd::data::transforms::Transform;
+use ferrograd::models::vision::transforms::ImageClassification;
+use ferrograd::onnx::OnnxModel;
+use ferrograd::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Server-wide settings.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Largest batch (in rows along axis 0) a worker runs; 1 turns batching off.
+    pub max_batch: usize,
+    /// How long a worker waits for more requests after the first of a batch.
+    pub max_delay: Duration,
+    /// Larger request bodies are refused with 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            max_batch: 8,
+            max_delay: Duration::from_millis(5),
+            max_body_bytes: 16 << 20,
+        }
+    }
+}
+
+/// A model to serve under `name`.
+pub struct ModelSpec {
+    /// The URL name: `POST /predictions/{name}`.
+    pub name: String,
+    /// The graph.
+    pub model: OnnxModel,
+    /// For image models: how raw image bytes become the input (`weights.transforms()`).
+    pub preprocess: Option<ImageClassification>,
+}
+
+/// A request's tensor in JSON.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct JsonTensor {
+    /// The input or output name (optional in requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// `float32` (default), `float64`, `int64` or `bool`.
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// The elements, row-major.
+    pub data: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Inputs {
+    List(Vec<JsonTensor>),
+    Named(BTreeMap<String, JsonTensor>),
+}
+
+#[derive(Deserialize)]
+struct PredictRequest {
+    inputs: Inputs,
+}
+
+#[derive(Serialize)]
+struct PredictResponse {
+    outputs: Vec<JsonTensor>,
+}
+
+/// A request that went wrong: its status and message, as TorchServe's error body.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let kind = match self.status {
+            StatusCode::NOT_FOUND => "ModelNotFoundException",
+            StatusCode::BAD_REQUEST => "BadRequestException",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
+            _ => "InternalServerException",
+        };
+        let body = serde_json::json!({
+            "code": self.status.as_u16(),
+            "type": kind,
+            "message": self.message,
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// One request waiting for the worker.
+struct Job {
+    inputs: Vec<Tensor>,
+    reply: oneshot::Sender<Result<Vec<Tensor>, String>>,
+}
+
+struct ModelHandle {
+    model: Arc<OnnxModel>,
+    preprocess: Option<ImageClassification>,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Latency buckets (seconds) of the histogram.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+/// Batch-size buckets of the histogram.
+const BATCH_BUCKETS: [f64; 8] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// A Prometheus histogram.
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_micro: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micro: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, v: f64) {
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            if v <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sum_micro
+            .fetch_add((v * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            out.push_str(&format!(
+                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}\n",
+                c.load(Ordering::Relaxed)
+            ));
+        }
+        let n = self.count.load(Ordering::Relaxed);
+        out.push_str(&format!("{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {n}\n"));
+        out.push_str(&format!(
+            "{name}_sum{{{labels}}} {}\n",
+            self.sum_micro.load(Ordering::Relaxed) as f64 / 1e6
+        ));
+        out.push_str(&format!("{name}_count{{{labels}}} {n}\n"));
+    }
+}
+
+/// Request counts, latencies and batch sizes.
+struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    latency: HashMap<String, Histogram>,
+    batch: HashMap<String, Histogram>,
+}
+
+impl Metrics {
+    fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP ferrograd_requests_total Prediction requests by model and HTTP status.\n",
+        );
+        out.push_str("# TYPE ferrograd_requests_total counter\n");
+        for ((model, code), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str(&format!(
+                "ferrograd_requests_total{{model=\"{model}\",code=\"{code}\"}} {n}\n"
+            ));
+        }
+        out.push_str("# HELP ferrograd_request_duration_seconds Prediction latency, request in to response out.\n");
+        out.push_str("# TYPE ferrograd_request_duration_seconds histogram\n");
+        for (model, h) in sorted(&self.latency) {
+            h.render(
+                &mut out,
+                "ferrograd_request_duration_seconds",
+                &format!("model=\"{model}\""),
+            );
+        }
+        out.push_str("# HELP ferrograd_batch_size Rows per batch the worker ran.\n");
+        out.push_str("# TYPE ferrograd_batch_size histogram\n");
+        for (model, h) in sorted(&self.batch) {
+            h.render(
+                &mut out,
+                "ferrograd_batch_size",
+                &format!("model=\"{model}\""),
+            );
+        }
+        out
+    }
+
+    fn count(&self, model: &str, status: StatusCode) {
+        *self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((model.to_string(), status.as_u16()))
+            .or_insert(0) += 1;
+    }
+}
+
+fn sorted<V>(m: &HashMap<String, V>) -> Vec<(&String, &V)> {
+    let mut v: Vec<_> = m.iter().collect();
+    v.sort_by(|a, b| a.0.cmp(b.0));
+    v
+}
+
+/// The shared state behind the routes.
+pub struct AppState {
+    models: HashMap<String, ModelHandle>,
+    metrics: Arc<Metrics>,
+}
+
+/// Builds the routes and starts one worker per model (on the current tokio runtime).
+pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
+    let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+    let metrics = Arc::new(Metrics {
+        requests: Mutex::new(BTreeMap::new()),
+        latency: names
+            .iter()
+            .map(|n| (n.clone(), Histogram::new(&LATENCY_BUCKETS)))
+            .collect(),
+        batch: names
+            .iter()
+            .map(|n| (n.clone(), Histogram::new(&BATCH_BUCKETS)))
+            .collect(),
+    });
+    let mut handles = HashMap::new();
+    for spec in models {
+        let model = Arc::new(spec.model);
+        let (tx, rx) = mpsc::channel::<Job>(1024);
+        tokio::spawn(worker(
+            spec.name.clone(),
+            model.clone(),
+            rx,
+            config.clone(),
+            metrics.clone(),
+        ));
+        handles.insert(
+            spec.name,
+            ModelHandle {
+                model,
+                preprocess: spec.preprocess,
+                jobs: tx,
+            },
+        );
+    }
+    let state = Arc::new(AppState {
+        models: handles,
+        metrics,
+    });
+    Router::new()
+        .route(
+            "/ping",
+            get(|| async { Json(serde_json::json!({"status": "Healthy"})) }),
+        )
+        .route("/metrics", get(metrics_route))
+        .route("/models", get(models_route))
+        .route("/predictions/{model}", post(predict))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(state)
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then finishes the requests in
+/// flight (graceful shutdown).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn metrics_route(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}
+
+async fn models_route(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let mut list: Vec<serde_json::Value> = state
+        .models
+        .iter()
+        .map(|(name, h)| {
+            let inputs: Vec<serde_json::Value> = h
+                .model
+                .input_specs()
+                .iter()
+                .map(|s| serde_json::json!({"name": s.name, "dtype": s.dtype.map(dtype_name), "shape": s.dims.as_ref().map(|d| d.iter().map(|x| match x { Ok(n) => serde_json::json!(n), Err(p) => serde_json::json!(p) }).collect::<Vec<_>>())}))
+                .collect();
+            serde_json::json!({"modelName": name, "inputs": inputs, "imagePreprocessing": h.preprocess.is_some()})
+        })
+        .collect();
+    list.sort_by_key(|v| v["modelName"].as_str().unwrap_or("").to_string());
+    Json(serde_json::json!({ "models": list }))
+}
+
+async fn predict(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let start = Instant::now();
+    let result = predict_inner(&state, &name, &headers, body).await;
+    let response = match result {
+        Ok(outputs) => (StatusCode::OK, Json(outputs)).into_response(),
+        Err(e) => e.into_response(),
+    };
+    if state.models.contains_key(&name) {
+        state.metrics.count(&name, response.status());
+        if let Some(h) = state.metrics.latency.get(&name) {
+            h.observe(start.elapsed().as_secs_f64());
+        }
+    }
+    response
+}
+
+async fn predict_inner(
+    state: &AppState,
+    name: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<PredictResponse, ApiError> {
+    let handle = state.models.get(name).ok_or_else(|| ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("Model not found: {name}"),
+    })?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let inputs = if content_type.starts_with("image/") || content_type == "application/octet-stream"
+    {
+        let preprocess = handle.preprocess.as_ref().ok_or_else(|| {
+            ApiError::bad(format!(
+                "model `{name}` takes JSON tensors, not image bytes (it has no image preprocessing)"
+            ))
+        })?;
+        let image = ferrograd::data::datasets::decode_image(&body)
+            .map_err(|e| ApiError::bad(format!("the body is not a readable image: {e}")))?;
+        vec![preprocess.apply(image).unsqueeze(0)]
+    } else {
+        let request: PredictRequest = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad(format!("invalid JSON request: {e}")))?;
+        decode_inputs(&handle.model, request.inputs)?
+    };
+    let specs = handle.model.input_specs();
+    if inputs.len() != specs.len() {
+        return Err(ApiError::bad(format!(
+            "model `{name}` takes {} inputs ({:?}), got {}",
+            specs.len(),
+            handle.model.input_names(),
+            inputs.len()
+        )));
+    }
+    for (spec, x) in specs.iter().zip(&inputs) {
+        spec.check(x).map_err(ApiError::bad)?;
+        if x.dim() == 0 {
+            return Err(ApiError::bad(format!(
+                "input `{}` needs a batch axis",
+                spec.name
+            )));
+        }
+    }
+    let (tx, rx) = oneshot::channel();
+    handle
+        .jobs
+        .send(Job { inputs, reply: tx })
+        .await
+        .map_err(|_| ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the model's worker has stopped".into(),
+        })?;
+    let outputs = rx
+        .await
+        .map_err(|_| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: "the model's worker dropped the request".into(),
+        })?
+        .map_err(ApiError::bad)?;
+    Ok(PredictResponse {
+        outputs: outputs
+            .iter()
+            .zip(handle.model.output_names())
+            .map(|(t, n)| encode(n, t))
+            .collect(),
+    })
+}
+
+fn decode_inputs(model: &OnnxModel, inputs: Inputs) -> Result<Vec<Tensor>, ApiError> {
+    let list = match inputs {
+        Inputs::List(v) => v,
+        Inputs::Named(mut m) => {
+            let mut v = Vec::new();
+            for n in model.input_names() {
+                v.push(
+                    m.remove(n)
+                        .ok_or_else(|| ApiError::bad(format!("missing input `{n}`")))?,
+                );
+            }
+            if let Some(extra) = m.keys().next() {
+                return Err(ApiError::bad(format!(
+                    "unknown input `{extra}`; inputs are {:?}",
+                    model.input_names()
+                )));
+            }
+            v
+        }
+    };
+    list.iter().enumerate().map(|(i, t)| decode(i, t)).collect()
+}
+
+fn decode(i: usize, t: &JsonTensor) -> Result<Tensor, ApiError> {
+    let n = t
+        .shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| ApiError::bad(format!("input {i}: shape {:?} overflows", t.shape)))?;
+    if n != t.data.len() {
+        return Err(ApiError::bad(format!(
+            "input {i}: shape {:?} needs {n} values, got {}",
+            t.shape,
+            t.data.len()
+        )));
+    }
+    let dtype = t.dtype.as_deref().unwrap_or("float32");
+    let bad_value =
+        |v: &serde_json::Value| ApiError::bad(format!("input {i}: {v} is not a {dtype} value"));
+    Ok(match dtype {
+        "float32" | "float" | "f32" | "float64" | "double" | "f64" => {
+            let v: Vec<f64> = t
+                .data
+                .iter()
+                .map(|x| x.as_f64().ok_or_else(|| bad_value(x)))
+                .collect::<Result<_, _>>()?;
+            let x = Tensor::from_vec(v, &t.shape);
+            if dtype.contains("64") || dtype == "double" {
+                x
+            } else {
+                x.to_dtype(DType::F32)
+            }
+        }
+        "int64" | "long" | "i64" => {
+            let v: Vec<i64> = t
+                .data
+                .iter()
+                .map(|x| x.as_i64().ok_or_else(|| bad_value(x)))
+                .collect::<Result<_, _>>()?;
+            Tensor::from_vec(v, &t.shape)
+        }
+        "bool" => {
+            let v: Vec<bool> = t
+                .data
+                .iter()
+                .map(|x| x.as_bool().ok_or_else(|| bad_value(x)))
+                .collect::<Result<_, _>>()?;
+            Tensor::from_vec(v, &t.shape)
+        }
+        other => {
+            return Err(ApiError::bad(format!(
+                "input {i}: dtype `{other}` is not supported (float32, float64, int64, bool)"
+            )));
+        }
+    })
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I64 => "int64",
+        DType::U8 => "uint8",
+        DType::Bool => "bool",
+        #[allow(unreachable_patterns)]
+        _ => "unknown",
+    }
+}
+
+fn encode(name: &str, t: &Tensor) -> JsonTensor {
+    let t = t.contiguous();
+    let data: Vec<serde_json::Value> = match t.dtype() {
+        DType::I64 | DType::U8 => t
+            .to_dtype(DType::I64)
+            .to_vec::<i64>()
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+        DType::Bool => t.to_vec::<bool>().into_iter().map(Into::into).collect(),
+        DType::F64 => t.to_vec::<f64>().into_iter().map(Into::into).collect(),
+        _ => t
+            .to_dtype(DType::F32)
+            .to_vec::<f32>()
+            .into_iter()
+            .map(|v| serde_json::Value::from(v as f64))
+            .collect(),
+    };
+    JsonTensor {
+        name: Some(name.to_string()),
+        shape: t.shape().to_vec(),
+        dtype: Some(dtype_name(t.dtype()).to_string()),
+        data,
+    }
+}
+
+/// Requests that can share a batch: same number of inputs, same dtypes and same dims
+/// past the batch axis.
+type BatchKey = Vec<(DType, Vec<usize>)>;
+
+fn batch_key(inputs: &[Tensor]) -> BatchKey {
+    inputs
+        .iter()
+        .map(|x| (x.dtype(), x.shape()[1..].to_vec()))
+        .collect()
+}
+
+/// A model's worker: takes requests in order and runs them, batched when it can.
+async fn worker(
+    name: String,
+    model: Arc<OnnxModel>,
+    mut rx: mpsc::Receiver<Job>,
+    config: ServeConfig,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        let rows = |jobs: &[Job]| jobs.iter().map(|j| rows_of(&j.inputs)).sum::<usize>();
+        if config.max_batch > 1 {
+            let deadline = tokio::time::Instant::now() + config.max_delay;
+            while rows(&jobs) < config.max_batch {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(job)) => jobs.push(job),
+                    _ => break,
+                }
+            }
+        }
+        // Group compatible requests; each group is one run.
+        let mut groups: Vec<(BatchKey, Vec<Job>)> = Vec::new();
+        for job in jobs {
+            let key = batch_key(&job.inputs);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, g)) => g.push(job),
+                None => groups.push((key, vec![job])),
+            }
+        }
+        for (_, group) in groups {
+            let model = model.clone();
+            let sizes: Vec<usize> = group.iter().map(|j| rows_of(&j.inputs)).collect();
+            let total: usize = sizes.iter().sum();
+            if let Some(h) = metrics.batch.get(&name) {
+                h.observe(total as f64);
+            }
+            let inputs: Vec<Vec<Tensor>> = group.iter().map(|j| j.inputs.clone()).collect();
+            let result =
+                tokio::task::spawn_blocking(move || run_batch(&model, &inputs, &sizes)).await;
+            match result {
+                Ok(Ok(per_request)) => {
+                    for (job, outs) in group.into_iter().zip(per_request) {
+                        let _ = job.reply.send(Ok(outs));
+                    }
+                }
+                Ok(Err(e)) => {
+                    for job in group {
+                        let _ = job.reply.send(Err(e.clone()));
+                    }
+                }
+                Err(e) => {
+                    for job in group {
+                        let _ = job.reply.send(Err(format!("the model run failed: {e}")));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rows of a request along the batch axis.
+fn rows_of(inputs: &[Tensor]) -> usize {
+    inputs
+        .first()
+        .map_or(1, |x| x.shape().first().copied().unwrap_or(1))
+}
+
+/// Runs one batch: inputs concatenated along axis 0, outputs split back by rows. A model
+/// whose outputs cannot be split that way runs its requests one by one.
+fn run_batch(
+    model: &OnnxModel,
+    inputs: &[Vec<Tensor>],
+    sizes: &[usize],
+) -> Result<Vec<Vec<Tensor>>, String> {
+    if inputs.len() == 1 || inputs[0].is_empty() {
+        return inputs
+            .iter()
+            .map(|r| model.run(r).map_err(|e| e.to_string()))
+            .collect();
+    }
+    match run_batched(model, inputs, sizes) {
+        Ok(v) => Ok(v),
+        Err(_) => inputs
+            .iter()
+            .map(|r| model.run(r).map_err(|e| e.to_string()))
+            .collect(),
+    }
+}
+
+fn run_batched(
+    model: &OnnxModel,
+    inputs: &[Vec<Tensor>],
+    sizes: &[usize],
+) -> Result<Vec<Vec<Tensor>>, String> {
+    let n_inputs = inputs[0].len();
+    let batched: Vec<Tensor> = (0..n_inputs)
+        .map(|i| {
+            let parts: Vec<&Tensor> = inputs.iter().map(|r| &r[i]).collect();
+            Tensor::cat(&parts, 0)
+        })
+        .collect();
+    let outputs = model.run(&batched).map_err(|e| e.to_string())?;
+    let total: usize = sizes.iter().sum();
+    let mut per_request = vec![Vec::new(); sizes.len()];
+    for out in outputs {
+        if out.dim() == 0 || out.shape()[0] != total {
+            return Err(format!(
+                "an output of shape {:?} has no batch axis of {total} rows, so it cannot be split between batched requests",
+                out.shape()
+            ));
+        }
+        let mut start = 0;
+        for (r, &s) in sizes.iter().enumerate() {
+            per_request[r].push(out.narrow(0, start, s).contiguous());
+            start += s;
+        }
+    }
+    Ok(per_request)
+}

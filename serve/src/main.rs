@@ -1,0 +1,109 @@
+//! `ferrograd-serve --model mnist=mnist.onnx --port 8080`: serves ONNX models with
+//! TorchServe's interface (see the `ferrograd_serve` library docs).
+
+use clap::Parser;
+use ferrograd::models::vision::transforms::ImageClassification;
+use ferrograd_serve::{ModelSpec, ServeConfig, router, serve};
+use std::time::Duration;
+
+/// An inference server for ONNX models: `POST /predictions/{model}`, `GET /ping`,
+/// `GET /metrics`, `GET /models`.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// `name=path.onnx`; repeat for several models.
+    #[arg(long = "model", required = true)]
+    models: Vec<String>,
+    /// `name=crop,resize`: the model takes raw image bytes, preprocessed as
+    /// torchvision's `ImageClassification(crop_size, resize_size)` (ImageNet statistics).
+    #[arg(long = "image-preset")]
+    image_presets: Vec<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0 picks a free one).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Largest batch in rows; 1 turns dynamic batching off.
+    #[arg(long, default_value_t = 8)]
+    max_batch: usize,
+    /// Milliseconds a worker waits to fill a batch.
+    #[arg(long, default_value_t = 5)]
+    max_delay_ms: u64,
+    /// Largest request body in bytes (larger: 413).
+    #[arg(long, default_value_t = 16 << 20)]
+    max_body_bytes: usize,
+}
+
+fn split_pair(s: &str, what: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .ok_or_else(|| format!("{what} must look like name=value, got `{s}`"))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let mut specs = Vec::new();
+    for m in &args.models {
+        let (name, path) = split_pair(m, "--model")?;
+        let model = ferrograd::onnx::load(&path)
+            .map_err(|e| format!("loading `{name}` from {path}: {e}"))?;
+        let preprocess = args
+            .image_presets
+            .iter()
+            .filter_map(|p| split_pair(p, "--image-preset").ok())
+            .find(|(n, _)| *n == name)
+            .map(|(_, sizes)| -> Result<ImageClassification, String> {
+                let (crop, resize) = sizes.split_once(',').ok_or_else(|| {
+                    format!("--image-preset {name}= needs crop,resize, got `{sizes}`")
+                })?;
+                let parse = |v: &str| v.trim().parse::<usize>().map_err(|e| format!("`{v}`: {e}"));
+                Ok(ImageClassification::new(parse(crop)?, parse(resize)?))
+            })
+            .transpose()?;
+        println!("model `{name}`: {path}, inputs {:?}", model.input_names());
+        specs.push(ModelSpec {
+            name,
+            model,
+            preprocess,
+        });
+    }
+    let config = ServeConfig {
+        max_batch: args.max_batch.max(1),
+        max_delay: Duration::from_millis(args.max_delay_ms),
+        max_body_bytes: args.max_body_bytes,
+    };
+    let app = router(specs, &config);
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    serve(listener, app, async {
+        shutdown_signal().await;
+        println!("shutting down: finishing requests in flight");
+    })
+    .await?;
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what `docker stop` and Kubernetes send).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
