@@ -8,9 +8,11 @@
 //! - `GET /models`: the registered models and their inputs.
 //!
 //! Each model has one worker that runs batches in order. With `max_batch > 1` the worker
-//! gathers requests for up to `max_delay` into one batch along axis 0 (requests whose
-//! other dims and dtypes agree), runs it once and splits the outputs (server-side dynamic
-//! batching, TorchServe's `batch_size`/`max_batch_delay`).
+//! takes every request already queued into one batch along axis 0 (requests whose other
+//! dims and dtypes agree), runs it once and splits the outputs (server-side dynamic
+//! batching, TorchServe's `batch_size`/`max_batch_delay`). Under load (requests were
+//! queued) it also waits up to `max_delay` for the batch to fill; a lone request runs at
+//! once.
 //!
 //! A request body is JSON like `{"inputs": [{"shape": [1, 4], "dtype": "float32",
 //! "data": [0.1, 0.2, 0.3, 0.4]}]}` (or `"inputs": {"name": {...}}` by input name); the
@@ -585,11 +587,22 @@ async fn worker(
         let mut jobs = vec![first];
         let rows = |jobs: &[Job]| jobs.iter().map(|j| rows_of(&j.inputs)).sum::<usize>();
         if config.max_batch > 1 {
-            let deadline = tokio::time::Instant::now() + config.max_delay;
+            // Whatever is already queued joins at once. Only under load (requests were
+            // waiting) does the worker wait up to `max_delay` for the batch to fill, so a
+            // lone client never pays the delay.
             while rows(&jobs) < config.max_batch {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(job)) => jobs.push(job),
-                    _ => break,
+                match rx.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
+                }
+            }
+            if jobs.len() > 1 {
+                let deadline = tokio::time::Instant::now() + config.max_delay;
+                while rows(&jobs) < config.max_batch {
+                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(job)) => jobs.push(job),
+                        _ => break,
+                    }
                 }
             }
         }
