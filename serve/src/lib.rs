@@ -11,8 +11,8 @@
 //! takes every request already queued into one batch along axis 0 (requests whose other
 //! dims and dtypes agree), runs it once and splits the outputs (server-side dynamic
 //! batching, TorchServe's `batch_size`/`max_batch_delay`). Under load (requests were
-//! queued) it also waits up to `max_delay` for the batch to fill; a lone request runs at
-//! once.
+//! queued) it also waits for more while they keep arriving, up to `max_delay`; a lone
+//! request runs at once.
 //!
 //! A request body is JSON like `{"inputs": [{"shape": [1, 4], "dtype": "float32",
 //! "data": [0.1, 0.2, 0.3, 0.4]}]}` (or `"inputs": {"name": {...}}` by input name); the
@@ -597,9 +597,13 @@ async fn worker(
                 }
             }
             if jobs.len() > 1 {
+                // Wait while requests keep coming: stop at `max_delay`, or when none
+                // arrives for an eighth of it (the clients that were waiting are in).
                 let deadline = tokio::time::Instant::now() + config.max_delay;
+                let gap = (config.max_delay / 8).max(Duration::from_micros(100));
                 while rows(&jobs) < config.max_batch {
-                    match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    let until = deadline.min(tokio::time::Instant::now() + gap);
+                    match tokio::time::timeout_at(until, rx.recv()).await {
                         Ok(Some(job)) => jobs.push(job),
                         _ => break,
                     }
