@@ -80,7 +80,7 @@ fn dtype_to_st(d: DType) -> S {
 }
 
 /// A tensor's elements as little-endian bytes, row-major.
-fn le_bytes(t: &Tensor) -> Vec<u8> {
+pub(crate) fn le_bytes(t: &Tensor) -> Vec<u8> {
     match t.dtype() {
         DType::F32 => t
             .to_vec::<f32>()

@@ -1970,41 +1970,7 @@ pub(crate) fn tensor_from(name: &str, t: &Tensor) -> Result<pb::TensorProto, Onn
         .to_device(&crate::Device::Cpu)
         .map_err(|e| OnnxError::Export(format!("copying `{name}` to the host: {e}")))?
         .contiguous();
-    let raw: Vec<u8> = match t.dtype() {
-        DType::F32 => t
-            .to_vec::<f32>()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DType::F64 => t
-            .to_vec::<f64>()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DType::F16 => t
-            .to_vec::<half::f16>()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DType::BF16 => t
-            .to_vec::<half::bf16>()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DType::I64 => t
-            .to_vec::<i64>()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        DType::U8 => t.to_vec::<u8>(),
-        DType::Bool => t.to_vec::<bool>().iter().map(|&b| b as u8).collect(),
-        #[allow(unreachable_patterns)]
-        other => {
-            return Err(OnnxError::Export(format!(
-                "dtype {other:?} has no ONNX mapping"
-            )));
-        }
-    };
+    let raw = crate::checkpoint::le_bytes(&t);
     let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
     Ok(tensor_proto(name, onnx_dtype(t.dtype())?, &dims, raw))
 }
