@@ -59,12 +59,16 @@ print(":".join(sorted(dirs)))' 2>/dev/null || true)"
     log="$(mktemp)"
     for t in "$bundle"/test-*; do
         echo "== $(basename "$t")"
-        if ! "$t" --test-threads=4 --nocapture >"$log" 2>&1; then failed=1; fi
+        # A hung binary must not take the whole device call with it.
+        if ! timeout "${GPU_TEST_TIMEOUT:-300}" "$t" --test-threads=4 --nocapture >"$log" 2>&1; then
+            failed=1
+            tail -n 30 "$log"
+        fi
         grep -E "^test |skipped|panicked|FAILED|test result" "$log" | tail -n 80
     done
     echo "== benchmark"
     local ours torch
-    ours="$("$bundle/bench-gpu")"
+    ours="$(timeout "${GPU_BENCH_TIMEOUT:-300}" "$bundle/bench-gpu")"
     torch="$(python3 bench/pytorch_gpu_workloads.py)"
     python3 - "$ours" "$torch" <<'EOF'
 import json, sys

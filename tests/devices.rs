@@ -9,13 +9,14 @@ use ferrograd::prelude::*;
 use ferrograd::testing::{assert_close, test_device};
 use std::sync::{Mutex, MutexGuard};
 
-/// The global generator is one per process, as PyTorch's, and the test harness runs tests
-/// on several threads: every test here that seeds or draws from it holds this lock, so a
-/// seed set by one test is not consumed by another.
-static GLOBAL_RNG: Mutex<()> = Mutex::new(());
+/// The global generator and the device's memory statistics are one per process, as
+/// PyTorch's, and the test harness runs tests on several threads: every test here holds
+/// this lock, so a seed set by one test is not consumed by another, and no other test
+/// allocates device memory while one counts it.
+static PROCESS_STATE: Mutex<()> = Mutex::new(());
 
-fn rng_lock() -> MutexGuard<'static, ()> {
-    GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner())
+fn process_lock() -> MutexGuard<'static, ()> {
+    PROCESS_STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 type Op = fn(&[Tensor]) -> Tensor;
@@ -269,44 +270,62 @@ fn to(dev: &Device, ts: &[Tensor]) -> Vec<Tensor> {
         .collect()
 }
 
-/// Forward values and the gradients of every input agree with the CPU.
+/// Forward values and the gradients of every input agree with the CPU. Every case runs,
+/// and the failure names all the cases that disagree.
 fn ops_match_the_cpu_forward_and_backward(dev: &Device) {
-    let _rng = rng_lock();
+    let _lock = process_lock();
     manual_seed(10);
+    let mut failed = Vec::new();
     for dtype in [DType::F32, DType::F64] {
         for case in FLOAT_CASES {
             let host = inputs(case, dtype);
-            let (cpu_in, dev_in) = (to(&Device::Cpu, &host), to(dev, &host));
-            let (expected, actual) = ((case.op)(&cpu_in), (case.op)(&dev_in));
-            assert_eq!(
-                actual.device(),
-                *dev,
-                "{} ran on the wrong device",
-                case.name
-            );
-            assert_close(&actual, &expected, dtype);
-            // Backward with the same random upstream gradient on both devices.
-            let g = Tensor::randn(expected.shape(), dtype, &Device::Cpu);
-            expected.backward_with(&g);
-            actual.backward_with(&g.to_device(dev).unwrap());
-            for (i, (c, d)) in cpu_in.iter().zip(&dev_in).enumerate() {
-                match (c.grad(), d.grad()) {
-                    (Some(gc), Some(gd)) => {
-                        assert_eq!(gd.device(), *dev);
-                        assert_close(&gd, &gc, dtype)
+            let check = || {
+                let (cpu_in, dev_in) = (to(&Device::Cpu, &host), to(dev, &host));
+                let (expected, actual) = ((case.op)(&cpu_in), (case.op)(&dev_in));
+                assert_eq!(
+                    actual.device(),
+                    *dev,
+                    "{} ran on the wrong device",
+                    case.name
+                );
+                assert_close(&actual, &expected, dtype);
+                // Backward with the same upstream gradient on both devices.
+                let g = Tensor::randn(expected.shape(), dtype, &Device::Cpu);
+                expected.backward_with(&g);
+                actual.backward_with(&g.to_device(dev).unwrap());
+                for (i, (c, d)) in cpu_in.iter().zip(&dev_in).enumerate() {
+                    match (c.grad(), d.grad()) {
+                        (Some(gc), Some(gd)) => {
+                            assert_eq!(gd.device(), *dev);
+                            assert_close(&gd, &gc, dtype)
+                        }
+                        (None, None) => {}
+                        _ => panic!("{}: input {i} got a gradient on one device only", case.name),
                     }
-                    (None, None) => {}
-                    _ => panic!("{}: input {i} got a gradient on one device only", case.name),
                 }
+            };
+            if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failed.push(format!("{} ({dtype:?}): {msg}", case.name));
             }
         }
     }
+    assert!(
+        failed.is_empty(),
+        "{} cases disagree on {dev}:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
 test_device!(ops_match_the_cpu_forward_and_backward);
 
 /// Half types: forward parity of the ops that matter in mixed precision.
 fn half_precision_ops_match_the_cpu(dev: &Device) {
-    let _rng = rng_lock();
+    let _lock = process_lock();
     manual_seed(11);
     let cases = [
         "add broadcast",
@@ -334,7 +353,7 @@ test_device!(half_precision_ops_match_the_cpu);
 
 /// Finite differences in f64 on the device itself.
 fn gradcheck_on_the_device(dev: &Device) {
-    let _rng = rng_lock();
+    let _lock = process_lock();
     manual_seed(12);
     for name in [
         "mul transposed",
@@ -355,6 +374,7 @@ test_device!(gradcheck_on_the_device);
 
 /// Integer and bool ops, exact.
 fn integer_ops_match_the_cpu(dev: &Device) {
+    let _lock = process_lock();
     let a = Tensor::randint(-5, 5, &[4, 6], &Device::Cpu);
     let b = Tensor::randint(1, 5, &[6], &Device::Cpu);
     let (da, db) = (a.to_device(dev).unwrap(), b.to_device(dev).unwrap());
@@ -380,7 +400,7 @@ test_device!(integer_ops_match_the_cpu);
 
 /// A LeNet-style training step: the loss and every parameter's gradient agree.
 fn a_training_step_matches_the_cpu(dev: &Device) {
-    let _rng = rng_lock();
+    let _lock = process_lock();
     manual_seed(13);
     let x = Tensor::randn(&[8, 1, 12, 12], DType::F32, &Device::Cpu);
     let y = Tensor::randint(0, 10, &[8], &Device::Cpu);
@@ -413,7 +433,7 @@ test_device!(a_training_step_matches_the_cpu);
 /// generator: the same seed gives the same mask on every device, in every float dtype,
 /// and the gradient is the scaled mask.
 fn dropout_masks_are_the_same_on_every_device(dev: &Device) {
-    let _rng = rng_lock();
+    let _lock = process_lock();
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         let x = Tensor::randn_with(&[3, 1000], DType::F32, &Device::Cpu, &mut Generator::new(1))
             .to_dtype(dtype);
@@ -450,7 +470,7 @@ test_device!(dropout_masks_are_the_same_on_every_device);
 
 /// Moving back and forth keeps values, dtype and gradients.
 fn to_device_round_trips(dev: &Device) {
-    let _rng = rng_lock();
+    let _lock = process_lock();
     for dtype in [
         DType::F32,
         DType::F64,
@@ -485,6 +505,7 @@ test_device!(to_device_round_trips);
 /// CPU tensors never touch it.
 fn device_memory_is_cached_and_counted(dev: &Device) {
     use ferrograd::cuda;
+    let _lock = process_lock();
     let Device::Cuda(i) = *dev else {
         let before = cuda::memory_stats(0);
         let t = Tensor::zeros(&[1 << 16], DType::F32, dev);

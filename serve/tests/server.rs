@@ -10,6 +10,7 @@ use ferrograd::onnx::{self, ExportOptions, OnnxModel};
 use ferrograd::prelude::*;
 use ferrograd_serve::{ModelSpec, ServeConfig, router, serve};
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -47,23 +48,29 @@ fn batch_opts() -> ExportOptions {
 }
 
 /// The MLP `[N, 4] -> [N, 3]` and the CNN `[N, 3, 16, 16] -> [N, 5]` as ONNX models.
+/// The two test models, exported once: the tests run in parallel and the RNG that
+/// `manual_seed` seeds is process-wide, so building them in each test would race.
 fn models() -> (OnnxModel, OnnxModel) {
-    manual_seed(11);
-    let mlp = Mlp {
-        fc1: Linear::new(4, 8, &Device::Cpu),
-        fc2: Linear::new(8, 3, &Device::Cpu),
-    };
-    let x = Tensor::randn(&[2, 4], DType::F32, &Device::Cpu);
-    let mlp = onnx::export_module(&mlp, &x, &batch_opts()).expect("export mlp");
-    let cnn = Cnn {
-        conv: Conv2d::new(3, 4, [3, 3], ConvOptions::default(), &Device::Cpu),
-        fc: Linear::new(4, 5, &Device::Cpu),
-    };
-    let x = Tensor::randn(&[2, 3, 16, 16], DType::F32, &Device::Cpu);
-    let cnn = onnx::export_module(&cnn, &x, &batch_opts()).expect("export cnn");
+    static BYTES: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
+    let (mlp, cnn) = BYTES.get_or_init(|| {
+        manual_seed(11);
+        let mlp = Mlp {
+            fc1: Linear::new(4, 8, &Device::Cpu),
+            fc2: Linear::new(8, 3, &Device::Cpu),
+        };
+        let x = Tensor::randn(&[2, 4], DType::F32, &Device::Cpu);
+        let mlp = onnx::export_module(&mlp, &x, &batch_opts()).expect("export mlp");
+        let cnn = Cnn {
+            conv: Conv2d::new(3, 4, [3, 3], ConvOptions::default(), &Device::Cpu),
+            fc: Linear::new(4, 5, &Device::Cpu),
+        };
+        let x = Tensor::randn(&[2, 3, 16, 16], DType::F32, &Device::Cpu);
+        let cnn = onnx::export_module(&cnn, &x, &batch_opts()).expect("export cnn");
+        (mlp.to_bytes(), cnn.to_bytes())
+    });
     (
-        OnnxModel::from_bytes(&mlp.to_bytes()).expect("load mlp"),
-        OnnxModel::from_bytes(&cnn.to_bytes()).expect("load cnn"),
+        OnnxModel::from_bytes(mlp).expect("load mlp"),
+        OnnxModel::from_bytes(cnn).expect("load cnn"),
     )
 }
 

@@ -19,6 +19,8 @@ pub use map::{
     unary_map,
 };
 pub use matmul::{MatmulShape, matmul};
+#[cfg(test)]
+pub(crate) use par::thread_count_lock;
 pub use par::{for_each_chunk_mut, num_threads, run_tasks, set_num_threads};
 pub use pool::{
     ALIGN, DEFAULT_CACHE_LIMIT, HOST_POOL, HostBuffer, HostPool, HostStats, size_class,

@@ -86,7 +86,10 @@ pub fn gradcheck_with(
         for j in 0..out_n {
             let mut onehot = vec![0.0f64; out_n];
             onehot[j] = 1.0;
-            let g = Tensor::from_vec(onehot, &out_shape).to_dtype(out.dtype());
+            let g = Tensor::from_vec(onehot, &out_shape)
+                .to_dtype(out.dtype())
+                .to_device(&out.device())
+                .expect("the output's own device is usable");
             let grads = super::grad_with(&[&out], &refs, Some(&[g]), true, false);
             for (k, grad) in grads.into_iter().enumerate() {
                 if let Some(grad) = grad {
@@ -108,7 +111,10 @@ pub fn gradcheck_with(
         let mut args: Vec<Tensor> = leaves.iter().map(|t| t.detach()).collect();
         let mut data = args[which].to_dtype(DType::F64).to_vec::<f64>();
         data[e] += delta;
-        args[which] = Tensor::from_vec(data, inputs[which].shape());
+        args[which] = Tensor::from_vec(data, inputs[which].shape())
+            .to_dtype(inputs[which].dtype())
+            .to_device(&inputs[which].device())
+            .expect("the input's own device is usable");
         crate::autograd::no_grad(|| f(&args))
             .to_dtype(DType::F64)
             .to_vec::<f64>()

@@ -266,7 +266,9 @@ impl Tensor {
                 }
             })
             .collect();
-        let mask = Tensor::from_vec(mask, &[r, c]);
+        let mask = Tensor::from_vec(mask, &[r, c])
+            .to_device(&self.device())
+            .expect("the tensor's own device is usable");
         Tensor::where_cond(
             &mask,
             self,

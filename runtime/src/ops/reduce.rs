@@ -222,7 +222,8 @@ impl Tensor {
         is_max: bool,
     ) -> (Tensor, Tensor) {
         if self.dim() == 0 {
-            return (self.clone(), Tensor::scalar(0.0, DType::I64));
+            let index = Tensor::zeros(&[], DType::I64, &self.device());
+            return (self.clone(), index);
         }
         let d = self.normalize_dim(op, dim);
         assert!(

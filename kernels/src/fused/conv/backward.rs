@@ -701,6 +701,7 @@ mod tests {
 
     #[test]
     fn both_gradients_match_the_definition() {
+        let _threads = crate::cpu::thread_count_lock();
         let mut checked = 0;
         // (n, c, o, groups, input, kernel, stride, padding, dilation)
         let cases = [

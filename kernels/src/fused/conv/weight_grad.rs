@@ -397,6 +397,7 @@ mod tests {
     /// sizes, at one thread and at two. Skips (saying so) on CPUs without AVX2 + FMA.
     #[test]
     fn matches_the_tiled_path() {
+        let _threads = crate::cpu::thread_count_lock();
         if level().is_none() {
             eprintln!("skipped: no AVX-512 or AVX2 + FMA on this CPU");
             return;
