@@ -143,6 +143,11 @@ const FLOAT_CASES: &[Case] = &[
             .sum_all()
             .add(&x[0].gather(1, &g).sum_all())
     }),
+    case("max_dim of a 0-dim tensor", &[&[]], |x| {
+        // The index comes back on the input's device.
+        let (values, index) = x[0].max_dim(0, false);
+        values.add(&index.to_dtype(values.dtype()))
+    }),
     case("scatter_add tril", &[&[4, 4], &[2, 4]], |x| {
         let i = Tensor::from_vec(vec![1i64, 1, 0, 3, 1, 1, 2, 0], &[2, 4])
             .to_device(&x[0].device())
