@@ -27,14 +27,6 @@ static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
 /// set_num_threads(0);
 /// assert_eq!(num_threads(), before);
 /// ```
-/// Held by the unit tests that change the thread count, so that one test's count is not
-/// another's: paths such as the wide weight gradient are chosen by it.
-#[cfg(test)]
-pub(crate) fn thread_count_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 pub fn set_num_threads(n: usize) {
     THREAD_LIMIT.store(n, Ordering::Relaxed);
 }
@@ -50,6 +42,14 @@ pub fn num_threads() -> usize {
         0 => pool,
         n => n.min(pool),
     }
+}
+
+/// Held by the unit tests that change the thread count, so that one test's count is not
+/// another's: paths such as the wide weight gradient are chosen by it.
+#[cfg(test)]
+pub(crate) fn thread_count_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The task body with its borrow erased, so that helper jobs (which must be `'static`)

@@ -22,6 +22,7 @@
 
 mod metrics;
 mod progress;
+pub mod tensorboard;
 
 pub use metrics::{MetricsError, MetricsLog};
 pub use progress::{EpochProgress, EpochSummary, correct_predictions};
