@@ -1,4 +1,11 @@
-//! The CSV log of per-epoch metrics and its plot.
+//! Training metrics: the incremental metrics of a validation loop ([`Metric`]:
+//! accuracy, top-k, precision/recall/F1, confusion matrix, AUROC, perplexity; [`Mean`]),
+//! and the CSV log of per-epoch values with its plot ([`MetricsLog`]).
+
+mod classification;
+pub use classification::{
+    Accuracy, Auroc, Average, ConfusionMatrix, Mean, Metric, Perplexity, PrecisionRecallF1, Score,
+};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@
 //! assert_eq!(log.rows().len(), 2);
 //! ```
 
-mod metrics;
+pub mod metrics;
 mod progress;
 pub mod tensorboard;
 

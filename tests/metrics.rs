@@ -1,0 +1,163 @@
+//! The incremental metrics against scikit-learn and torchmetrics
+//! (`tests/fixtures/make_metric_fixtures.py`): the fixture's 97 samples are fed in
+//! uneven batches, and each metric must equal the reference on the whole set.
+
+use ferrograd::prelude::*;
+use ferrograd::train::metrics::{
+    Accuracy, Auroc, Average, ConfusionMatrix, Metric, Perplexity, PrecisionRecallF1, Score,
+};
+use serde_json::Value;
+
+fn fixture() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/metrics/classification.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json")
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    fn walk(v: &Value, out: &mut Vec<f32>) {
+        match v {
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            x => out.push(x.as_f64().expect("number") as f32),
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, &mut out);
+    out
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    floats(v).into_iter().map(|x| x as i64).collect()
+}
+
+/// Feeds `(preds, target)` row blocks of sizes 1, 7, 30, ... to the metric.
+fn feed(metric: &mut dyn Metric, preds: &Tensor, target: &Tensor) {
+    let n = preds.shape()[0];
+    let mut start = 0;
+    for size in [1usize, 7, 30, 13, 100].iter().cycle() {
+        if start == n {
+            break;
+        }
+        let len = (*size).min(n - start);
+        metric.update(&preds.narrow(0, start, len), &target.narrow(0, start, len));
+        start += len;
+    }
+}
+
+fn close(got: f64, want: f64, what: &str) {
+    assert!(
+        (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+        "{what}: ferrograd {got}, reference {want}"
+    );
+}
+
+#[test]
+fn classification_metrics_equal_scikit_learn() {
+    let f = fixture();
+    let c = f["num_classes"].as_u64().unwrap() as usize;
+    let target_v = ints(&f["target"]);
+    let n = target_v.len();
+    let logits = Tensor::from_vec(floats(&f["logits"]), &[n, c]);
+    let target = Tensor::from_vec(target_v, &[n]);
+    let want = |k: &str| f[k].as_f64().unwrap();
+    let mut cases: Vec<(Box<dyn Metric>, String)> = vec![
+        (Box::new(Accuracy::new()), "accuracy".into()),
+        (Box::new(Accuracy::top_k(2)), "top2".into()),
+        (Box::new(Accuracy::top_k(3)), "top3".into()),
+    ];
+    for (avg, a) in [
+        (Average::Macro, "macro"),
+        (Average::Micro, "micro"),
+        (Average::Weighted, "weighted"),
+    ] {
+        for (score, s) in [
+            (Score::Precision, "precision"),
+            (Score::Recall, "recall"),
+            (Score::F1, "f1"),
+        ] {
+            cases.push((
+                Box::new(PrecisionRecallF1::new(score, avg, c)),
+                format!("{s}_{a}"),
+            ));
+        }
+    }
+    // Softmax probabilities for AUROC, as the reference used.
+    cases.push((Box::new(Auroc::new()), "auroc_ovr_macro_present".into()));
+    for (mut metric, key) in cases {
+        let key = key.as_str();
+        let preds = if key.starts_with("auroc") {
+            logits.softmax(1)
+        } else {
+            logits.clone()
+        };
+        feed(metric.as_mut(), &preds, &target);
+        close(metric.compute(), want(key), key);
+        // reset forgets everything; a second pass gives the same value.
+        metric.reset();
+        feed(metric.as_mut(), &preds, &target);
+        close(metric.compute(), want(key), key);
+    }
+    let mut cm = ConfusionMatrix::new(c);
+    feed(&mut cm, &logits, &target);
+    let want_cm: Vec<Vec<u64>> = f["confusion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(cm.matrix(), want_cm);
+    close(cm.compute(), want("accuracy"), "confusion matrix trace");
+}
+
+#[test]
+fn binary_auroc_with_ties_equals_scikit_learn() {
+    let f = fixture();
+    let scores = floats(&f["binary_scores"]);
+    let n = scores.len();
+    let mut auc = Auroc::new();
+    feed(
+        &mut auc,
+        &Tensor::from_vec(scores, &[n]).to_dtype(DType::F64),
+        &Tensor::from_vec(ints(&f["binary_labels"]), &[n]),
+    );
+    // The scores are rounded to one decimal in f64; through f32 they keep their ties.
+    close(
+        auc.compute(),
+        f["auroc_binary"].as_f64().unwrap(),
+        "binary AUROC",
+    );
+}
+
+#[test]
+fn perplexity_equals_torchmetrics() {
+    let f = fixture();
+    let logits = Tensor::from_vec(floats(&f["lm_logits"]), &[2, 9, 6]);
+    let target = Tensor::from_vec(ints(&f["lm_target"]), &[2, 9]);
+    let mut ppl = Perplexity::new(Some(-100));
+    ppl.update(&logits.narrow(0, 0, 1), &target.narrow(0, 0, 1));
+    ppl.update(&logits.narrow(0, 1, 1), &target.narrow(0, 1, 1));
+    // torchmetrics computes in f32.
+    let want = f["perplexity"].as_f64().unwrap();
+    assert!(
+        (ppl.compute() - want).abs() < 1e-5 * want,
+        "{} vs {want}",
+        ppl.compute()
+    );
+}
+
+#[test]
+#[should_panic(expected = "target class 7 is outside 0..3")]
+fn a_target_outside_the_classes_panics_naming_it() {
+    Accuracy::new().update(
+        &Tensor::zeros(&[1, 3], DType::F32, &Device::Cpu),
+        &Tensor::from_vec(vec![7i64], &[1]),
+    );
+}
