@@ -23,6 +23,12 @@
 pub mod metrics;
 mod progress;
 pub mod tensorboard;
+mod trainer;
 
 pub use metrics::{MetricsError, MetricsLog};
 pub use progress::{EpochProgress, EpochSummary, correct_predictions};
+pub use trainer::{
+    Callback, Context, EarlyStopping, FitReport, Interval, LearningRateMonitor, Mode,
+    ModelCheckpoint, Precision, StepOutput, TrainError, TrainStep, Trainer, TrainerConfig,
+    TrainerState,
+};

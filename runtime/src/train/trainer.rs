@@ -1,0 +1,1065 @@
+//! [`Trainer`]: the training loop every example writes by hand — epochs, gradient
+//! accumulation and clipping, mixed precision, validation with metrics, checkpoints with
+//! exact resume, early stopping, a progress bar, a CSV log with its plot and TensorBoard
+//! — around a step the user writes ([`TrainStep`]).
+
+use super::metrics::{Mean, Metric, MetricsError, MetricsLog};
+use super::progress::{EpochProgress, correct_predictions};
+use super::tensorboard::{SummaryWriter, TensorBoardError};
+use crate::amp::{GradScaler, autocast};
+use crate::autograd::no_grad;
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::data::{Collate, DataError, DataLoader, Dataset};
+use crate::nn::Module;
+use crate::optim::Optimizer;
+use crate::optim::lr_scheduler::LrScheduler;
+use crate::{DType, Tensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Why [`Trainer::fit`] stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// A batch could not be loaded.
+    #[error("loading a batch: {0}")]
+    Data(#[from] DataError),
+    /// A checkpoint could not be written or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The CSV log or its plot failed.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    /// The TensorBoard log failed.
+    #[error(transparent)]
+    TensorBoard(#[from] TensorBoardError),
+    /// A file operation of a callback (removing an old checkpoint, say).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A callback's saved state did not load.
+    #[error("callback {name}: {reason}")]
+    Callback {
+        /// The callback.
+        name: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The loss went NaN or infinite.
+    #[error("the training loss is {value} at step {step}")]
+    NonFiniteLoss {
+        /// The optimizer step.
+        step: u64,
+        /// The loss.
+        value: f64,
+    },
+}
+
+/// The arithmetic of the forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Everything in the parameters' dtype.
+    #[default]
+    F32,
+    /// `autocast` to bfloat16 (no loss scaling needed).
+    Bf16,
+    /// `autocast` to float16 with a [`GradScaler`].
+    F16,
+}
+
+/// When the learning-rate schedule steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Interval {
+    /// After every epoch (Lightning's default).
+    #[default]
+    Epoch,
+    /// After every optimizer step.
+    Step,
+}
+
+/// The options of a [`Trainer`], with Lightning's defaults where it has them.
+#[derive(Clone, Debug)]
+pub struct TrainerConfig {
+    /// Epochs to train, counting those before a resume.
+    pub max_epochs: usize,
+    /// Stop after this many optimizer steps.
+    pub max_steps: Option<u64>,
+    /// Stop after this much wall time (checked after each batch).
+    pub max_time: Option<Duration>,
+    /// Validate every this many epochs (1).
+    pub val_every: usize,
+    /// Log the training loss to TensorBoard every this many optimizer steps (50).
+    pub log_every: u64,
+    /// Batches whose gradients add up before each optimizer step (1).
+    pub accumulate_grad_batches: usize,
+    /// Clip the gradients' global 2-norm to this.
+    pub grad_clip: Option<f64>,
+    /// Log the gradients' global norm before clipping (`train/grad_norm`).
+    pub log_grad_norm: bool,
+    /// Mixed precision.
+    pub precision: Precision,
+    /// When the schedule steps.
+    pub scheduler_interval: Interval,
+    /// Seed of the global generator for a fresh run (a resumed run restores its own).
+    pub seed: Option<u64>,
+    /// One training and one validation batch, one epoch, no files written: a smoke test.
+    pub fast_dev_run: bool,
+    /// Training batches per epoch at most.
+    pub limit_train_batches: Option<usize>,
+    /// Validation batches at most.
+    pub limit_val_batches: Option<usize>,
+    /// Where the checkpoints (`checkpoints/`), `metrics.csv` (and its plot) and the
+    /// TensorBoard run (`tensorboard/`) go.
+    pub root_dir: PathBuf,
+    /// Write TensorBoard event files.
+    pub tensorboard: bool,
+    /// Show a progress bar per epoch (only drawn on a terminal).
+    pub progress: bool,
+    /// Resume from this training checkpoint (`root_dir/checkpoints/last.safetensors`
+    /// after [`ModelCheckpoint`] with `save_last`).
+    pub resume_from: Option<PathBuf>,
+}
+
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        TrainerConfig {
+            max_epochs: 1,
+            max_steps: None,
+            max_time: None,
+            val_every: 1,
+            log_every: 50,
+            accumulate_grad_batches: 1,
+            grad_clip: None,
+            log_grad_norm: false,
+            precision: Precision::F32,
+            scheduler_interval: Interval::Epoch,
+            seed: None,
+            fast_dev_run: false,
+            limit_train_batches: None,
+            limit_val_batches: None,
+            root_dir: PathBuf::from("runs/trainer"),
+            tensorboard: true,
+            progress: true,
+            resume_from: None,
+        }
+    }
+}
+
+/// What a step returns: the loss, and optionally the batch's scores and targets, which
+/// feed the progress bar's accuracy and the validation [`Metric`]s.
+#[derive(Clone, Debug)]
+pub struct StepOutput {
+    /// The loss to minimise (a scalar tensor).
+    pub loss: Tensor,
+    /// `(scores [N, C], targets [N])`.
+    pub predictions: Option<(Tensor, Tensor)>,
+    /// Samples in the batch (the targets' count when predictions are given, else 1).
+    pub batch_size: usize,
+}
+
+impl StepOutput {
+    /// A step's loss alone.
+    pub fn new(loss: Tensor) -> StepOutput {
+        StepOutput {
+            loss,
+            predictions: None,
+            batch_size: 1,
+        }
+    }
+    /// With the batch's scores and targets.
+    pub fn with_predictions(mut self, scores: Tensor, targets: Tensor) -> StepOutput {
+        self.batch_size = targets.shape().first().copied().unwrap_or(1);
+        self.predictions = Some((scores, targets));
+        self
+    }
+}
+
+/// The user's step: how a batch becomes a loss. A closure `FnMut(&mut M, B) ->
+/// StepOutput` is one, and validates with the same code under `no_grad`.
+pub trait TrainStep<M, B> {
+    /// The training step (its loss is backpropagated).
+    fn training_step(&mut self, model: &mut M, batch: B) -> StepOutput;
+    /// The validation step (run under `no_grad` in eval mode); the training step by
+    /// default.
+    fn validation_step(&mut self, model: &mut M, batch: B) -> StepOutput {
+        self.training_step(model, batch)
+    }
+}
+
+impl<M, B, F: FnMut(&mut M, B) -> StepOutput> TrainStep<M, B> for F {
+    fn training_step(&mut self, model: &mut M, batch: B) -> StepOutput {
+        self(model, batch)
+    }
+}
+
+/// Where the run is, as the callbacks see it.
+#[derive(Clone, Debug, Default)]
+pub struct TrainerState {
+    /// Epochs finished.
+    pub epoch: usize,
+    /// Optimizer steps taken.
+    pub global_step: u64,
+    /// The latest value of every logged quantity (`train_loss`, `val_loss`,
+    /// `val_accuracy`, `lr`, ...).
+    pub metrics: BTreeMap<String, f64>,
+    /// Set by a callback to end training after this epoch.
+    pub should_stop: bool,
+}
+
+/// What a callback can see and ask for.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// The run's state.
+    pub state: &'a mut TrainerState,
+    root: &'a Path,
+    saves: Vec<PathBuf>,
+    removes: Vec<PathBuf>,
+    logs: Vec<(String, f64)>,
+}
+
+impl Context<'_> {
+    /// The run's directory.
+    pub fn root_dir(&self) -> &Path {
+        self.root
+    }
+    /// Writes the whole training checkpoint (model, optimizer, schedule, scaler, data
+    /// position, RNG, every callback's state) to `path` when the callbacks are done.
+    pub fn save_checkpoint(&mut self, path: impl Into<PathBuf>) {
+        self.saves.push(path.into());
+    }
+    /// Deletes `path` (an older checkpoint) after the saves.
+    pub fn remove_file(&mut self, path: impl Into<PathBuf>) {
+        self.removes.push(path.into());
+    }
+    /// Logs a value at the current step (TensorBoard, and `state.metrics`).
+    pub fn log(&mut self, name: impl Into<String>, value: f64) {
+        let name = name.into();
+        self.state.metrics.insert(name.clone(), value);
+        self.logs.push((name, value));
+    }
+}
+
+/// Hooks into [`Trainer::fit`]. Every hook has an empty default; a callback whose state
+/// must survive a resume writes it in [`state_dict`](Self::state_dict) (kept in the
+/// checkpoint's metadata) and reads it back in [`load_state_dict`](Self::load_state_dict).
+pub trait Callback: Send {
+    /// The name its state is saved under (unique among a trainer's callbacks).
+    fn name(&self) -> String;
+    /// Before the first epoch (after a resume's restore).
+    fn on_fit_start(&mut self, _ctx: &mut Context) {}
+    /// Before each training epoch.
+    fn on_train_epoch_start(&mut self, _ctx: &mut Context) {}
+    /// After each training batch, with its loss.
+    fn on_train_batch_end(&mut self, _ctx: &mut Context, _loss: f64) {}
+    /// After validation; `ctx.state.metrics` holds the `val_*` values.
+    fn on_validation_end(&mut self, _ctx: &mut Context) {}
+    /// After each epoch (after validation).
+    fn on_train_epoch_end(&mut self, _ctx: &mut Context) {}
+    /// After the last epoch.
+    fn on_fit_end(&mut self, _ctx: &mut Context) {}
+    /// The state to keep in checkpoints.
+    fn state_dict(&self) -> String {
+        String::new()
+    }
+    /// Restores [`state_dict`](Self::state_dict)'s output.
+    fn load_state_dict(&mut self, _state: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Whether smaller or larger is better for a monitored metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Smaller is better (a loss).
+    Min,
+    /// Larger is better (an accuracy).
+    Max,
+}
+
+impl Mode {
+    fn better(self, a: f64, b: f64, min_delta: f64) -> bool {
+        match self {
+            Mode::Min => a < b - min_delta,
+            Mode::Max => a > b + min_delta,
+        }
+    }
+}
+
+/// Saves checkpoints after each epoch: `last.safetensors` (with `save_last`), and the
+/// best `save_top_k` by `monitor` as `epoch=E-{monitor}=V.safetensors` (older ones
+/// deleted), like Lightning's `ModelCheckpoint`.
+#[derive(Clone, Debug)]
+pub struct ModelCheckpoint {
+    /// The directory (default `root_dir/checkpoints`).
+    pub dir: Option<PathBuf>,
+    /// The metric ranking checkpoints (`val_loss`); `None` keeps only `last`.
+    pub monitor: Option<String>,
+    /// Whether smaller or larger is better.
+    pub mode: Mode,
+    /// How many of the best to keep.
+    pub save_top_k: usize,
+    /// Also keep `last.safetensors`, the checkpoint to resume from.
+    pub save_last: bool,
+    best: Vec<(f64, PathBuf)>,
+}
+
+impl ModelCheckpoint {
+    /// Keeps `last.safetensors` and the best checkpoint by `monitor`.
+    pub fn new(monitor: impl Into<String>, mode: Mode) -> ModelCheckpoint {
+        ModelCheckpoint {
+            dir: None,
+            monitor: Some(monitor.into()),
+            mode,
+            save_top_k: 1,
+            save_last: true,
+            best: Vec::new(),
+        }
+    }
+    /// Only `last.safetensors`.
+    pub fn last_only() -> ModelCheckpoint {
+        ModelCheckpoint {
+            monitor: None,
+            ..ModelCheckpoint::new("", Mode::Min)
+        }
+    }
+    /// Keeps the best `k`.
+    pub fn top_k(mut self, k: usize) -> ModelCheckpoint {
+        self.save_top_k = k;
+        self
+    }
+    /// The kept checkpoints, best first, with their monitored values.
+    pub fn best(&self) -> &[(f64, PathBuf)] {
+        &self.best
+    }
+}
+
+impl Callback for ModelCheckpoint {
+    fn name(&self) -> String {
+        "ModelCheckpoint".into()
+    }
+    fn on_train_epoch_end(&mut self, ctx: &mut Context) {
+        let dir = self
+            .dir
+            .clone()
+            .unwrap_or_else(|| ctx.root_dir().join("checkpoints"));
+        if self.save_last {
+            ctx.save_checkpoint(dir.join("last.safetensors"));
+        }
+        let Some(monitor) = &self.monitor else { return };
+        let Some(&value) = ctx.state.metrics.get(monitor) else {
+            return;
+        };
+        if self.save_top_k == 0 || !value.is_finite() {
+            return;
+        }
+        let qualifies = self.best.len() < self.save_top_k
+            || self
+                .best
+                .last()
+                .is_some_and(|(worst, _)| self.mode.better(value, *worst, 0.0));
+        if !qualifies {
+            return;
+        }
+        let path = dir.join(format!(
+            "epoch={}-{}={value:.4}.safetensors",
+            ctx.state.epoch,
+            monitor.replace('/', "_")
+        ));
+        ctx.save_checkpoint(path.clone());
+        self.best.push((value, path));
+        let mode = self.mode;
+        self.best.sort_by(|a, b| match mode {
+            Mode::Min => a.0.total_cmp(&b.0),
+            Mode::Max => b.0.total_cmp(&a.0),
+        });
+        while self.best.len() > self.save_top_k {
+            let (_, old) = self.best.pop().expect("longer than k");
+            ctx.remove_file(old);
+        }
+    }
+    fn state_dict(&self) -> String {
+        serde_json::to_string(
+            &self
+                .best
+                .iter()
+                .map(|(v, p)| (v, p.to_string_lossy()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_default()
+    }
+    fn load_state_dict(&mut self, state: &str) -> Result<(), String> {
+        let best: Vec<(f64, String)> = serde_json::from_str(state).map_err(|e| e.to_string())?;
+        self.best = best
+            .into_iter()
+            .map(|(v, p)| (v, PathBuf::from(p)))
+            .collect();
+        Ok(())
+    }
+}
+
+/// Stops training when `monitor` has not improved by more than `min_delta` for
+/// `patience` validations (Lightning's `EarlyStopping`).
+#[derive(Clone, Debug)]
+pub struct EarlyStopping {
+    /// The metric watched (`val_loss`).
+    pub monitor: String,
+    /// Validations without improvement before stopping.
+    pub patience: usize,
+    /// The least change that counts as an improvement.
+    pub min_delta: f64,
+    /// Whether smaller or larger is better.
+    pub mode: Mode,
+    best: Option<f64>,
+    wait: usize,
+}
+
+impl EarlyStopping {
+    /// Watches `monitor` with `patience`, no minimum delta.
+    pub fn new(monitor: impl Into<String>, mode: Mode, patience: usize) -> EarlyStopping {
+        EarlyStopping {
+            monitor: monitor.into(),
+            patience,
+            min_delta: 0.0,
+            mode,
+            best: None,
+            wait: 0,
+        }
+    }
+    /// Requires improvements larger than `delta`.
+    pub fn min_delta(mut self, delta: f64) -> EarlyStopping {
+        self.min_delta = delta.abs();
+        self
+    }
+}
+
+impl Callback for EarlyStopping {
+    fn name(&self) -> String {
+        format!("EarlyStopping[{}]", self.monitor)
+    }
+    fn on_validation_end(&mut self, ctx: &mut Context) {
+        let Some(&value) = ctx.state.metrics.get(&self.monitor) else {
+            return;
+        };
+        match self.best {
+            Some(best) if !self.mode.better(value, best, self.min_delta) => {
+                self.wait += 1;
+                if self.wait >= self.patience {
+                    ctx.state.should_stop = true;
+                }
+            }
+            _ => {
+                self.best = Some(value);
+                self.wait = 0;
+            }
+        }
+    }
+    fn state_dict(&self) -> String {
+        serde_json::json!({"best": self.best, "wait": self.wait}).to_string()
+    }
+    fn load_state_dict(&mut self, state: &str) -> Result<(), String> {
+        let v: serde_json::Value = serde_json::from_str(state).map_err(|e| e.to_string())?;
+        self.best = v["best"].as_f64();
+        self.wait = v["wait"].as_u64().ok_or("no wait count")? as usize;
+        Ok(())
+    }
+}
+
+/// Logs each parameter group's learning rate (`lr` for one group, `lr/group{i}` for
+/// several) at every epoch start.
+#[derive(Clone, Debug, Default)]
+pub struct LearningRateMonitor;
+
+impl Callback for LearningRateMonitor {
+    fn name(&self) -> String {
+        "LearningRateMonitor".into()
+    }
+    fn on_train_epoch_start(&mut self, ctx: &mut Context) {
+        let lrs: Vec<(String, f64)> = ctx
+            .state
+            .metrics
+            .iter()
+            .filter(|(k, _)| k.starts_with("lr_group"))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        if lrs.len() == 1 {
+            ctx.log("lr", lrs[0].1);
+        } else {
+            for (k, v) in lrs {
+                ctx.log(k.replace("lr_group", "lr/group"), v);
+            }
+        }
+    }
+}
+
+/// What [`Trainer::fit`] did.
+#[derive(Clone, Debug)]
+pub struct FitReport {
+    /// Epochs finished, counting those before a resume.
+    pub epochs: usize,
+    /// Optimizer steps taken in all.
+    pub global_step: u64,
+    /// The latest value of every logged quantity.
+    pub metrics: BTreeMap<String, f64>,
+    /// Whether a callback stopped training before `max_epochs`.
+    pub stopped_early: bool,
+}
+
+/// A training loop with callbacks, metrics and logs around a user's [`TrainStep`].
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::data::{DataLoader, TensorDataset};
+/// use ferrograd_runtime::nn::{Linear, Module, functional as F};
+/// use ferrograd_runtime::optim::{Sgd, SgdConfig};
+/// use ferrograd_runtime::train::metrics::Accuracy;
+/// use ferrograd_runtime::train::{EarlyStopping, Mode, ModelCheckpoint, StepOutput, Trainer, TrainerConfig};
+/// manual_seed(0);
+/// let x = Tensor::randn(&[64, 2], DType::F32, &Device::Cpu);
+/// let y = x.narrow(1, 0, 1).gt_scalar(0.0).to_dtype(DType::I64).reshape(&[64]);
+/// let ds = || TensorDataset::new(vec![x.clone(), y.clone()]);
+/// let mut train = DataLoader::builder(ds()).batch_size(16).shuffle(true).build();
+/// let mut val = DataLoader::builder(ds()).batch_size(32).build();
+/// let mut model = Linear::new(2, 2, &Device::Cpu);
+/// let mut opt = Sgd::new(model.parameters(), SgdConfig::new(0.5));
+/// let dir = std::env::temp_dir().join(format!("ferrograd-doc-trainer-{}", std::process::id()));
+/// let mut trainer = Trainer::new(TrainerConfig { max_epochs: 5, root_dir: dir.clone(), progress: false, ..Default::default() })
+///     .metric(Accuracy::new())
+///     .callback(ModelCheckpoint::new("val_accuracy", Mode::Max))
+///     .callback(EarlyStopping::new("val_loss", Mode::Min, 3));
+/// let report = trainer
+///     .fit(&mut model, &mut opt, None, &mut train, Some(&mut val), &mut |m: &mut Linear, b: Vec<Tensor>| {
+///         let logits = m.forward(&b[0]);
+///         StepOutput::new(F::cross_entropy(&logits, &b[1])).with_predictions(logits, b[1].clone())
+///     })
+///     .unwrap();
+/// assert!(report.metrics["val_accuracy"] > 0.9);
+/// assert!(dir.join("checkpoints/last.safetensors").exists());
+/// # std::fs::remove_dir_all(&dir).ok();
+/// ```
+pub struct Trainer {
+    config: TrainerConfig,
+    callbacks: Vec<Box<dyn Callback>>,
+    metrics: Vec<Box<dyn Metric>>,
+    state: TrainerState,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("config", &self.config)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the training checkpoint holds beyond `Checkpoint`'s own fields.
+const META_CALLBACK: &str = "trainer.callback.";
+const META_METRICS: &str = "trainer.metrics";
+
+impl Trainer {
+    /// A trainer with `config` and no callbacks or metrics.
+    pub fn new(config: TrainerConfig) -> Trainer {
+        Trainer {
+            config,
+            callbacks: Vec::new(),
+            metrics: Vec::new(),
+            state: TrainerState::default(),
+        }
+    }
+
+    /// Adds a callback (called in the order added).
+    pub fn callback(mut self, callback: impl Callback + 'static) -> Trainer {
+        self.callbacks.push(Box::new(callback));
+        self
+    }
+
+    /// Adds a validation metric, logged as `val_{name}`.
+    pub fn metric(mut self, metric: impl Metric + 'static) -> Trainer {
+        self.metrics.push(Box::new(metric));
+        self
+    }
+
+    /// The run's state (after `fit`: where it ended).
+    pub fn state(&self) -> &TrainerState {
+        &self.state
+    }
+
+    /// The callbacks, to read a [`ModelCheckpoint`]'s best paths after `fit`, say.
+    pub fn callbacks(&self) -> &[Box<dyn Callback>] {
+        &self.callbacks
+    }
+
+    fn hooks(
+        &mut self,
+        writer: &mut Option<SummaryWriter>,
+        f: impl Fn(&mut dyn Callback, &mut Context),
+    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), TrainError> {
+        let mut ctx = Context {
+            state: &mut self.state,
+            root: &self.config.root_dir,
+            saves: Vec::new(),
+            removes: Vec::new(),
+            logs: Vec::new(),
+        };
+        for cb in &mut self.callbacks {
+            f(cb.as_mut(), &mut ctx);
+        }
+        let step = ctx.state.global_step;
+        if let Some(w) = writer {
+            for (name, value) in &ctx.logs {
+                w.add_scalar(name, *value, step)?;
+            }
+        }
+        Ok((ctx.saves, ctx.removes))
+    }
+
+    /// Trains `model` with `opt` (and `sched`) on `train`, validating on `val`, for
+    /// `max_epochs` (or until `max_steps`, `max_time` or a callback stops it).
+    ///
+    /// Each epoch: the training batches (forward in the configured precision, the loss
+    /// backpropagated, gradients accumulated, clipped and stepped), the schedule, then
+    /// validation (the step under `no_grad` in eval mode, the metrics over the whole
+    /// set), then the callbacks' checkpoints, the CSV row, the plot and the TensorBoard
+    /// scalars. With `resume_from`, everything is restored first and the run continues
+    /// exactly where the checkpoint was taken.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fit<M, D, C, D2, C2, S>(
+        &mut self,
+        model: &mut M,
+        opt: &mut dyn Optimizer,
+        mut sched: Option<&mut dyn LrScheduler>,
+        train: &mut DataLoader<D, C>,
+        mut val: Option<&mut DataLoader<D2, C2>>,
+        step: &mut S,
+    ) -> Result<FitReport, TrainError>
+    where
+        M: Module,
+        D: Dataset + 'static,
+        C: Collate<D::Item>,
+        D2: Dataset + 'static,
+        C2: Collate<D2::Item, Batch = C::Batch>,
+        S: TrainStep<M, C::Batch>,
+    {
+        let cfg = self.config.clone();
+        let dev_run = cfg.fast_dev_run;
+        let max_epochs = if dev_run { 1 } else { cfg.max_epochs };
+        let accumulate = cfg.accumulate_grad_batches.max(1);
+        let mut scaler = GradScaler::new().enabled(cfg.precision == Precision::F16);
+        self.state = TrainerState::default();
+        let mut purge_step = None;
+        if let Some(path) = &cfg.resume_from {
+            let ckpt = Checkpoint::load(path)?;
+            ckpt.restore_model(model, true)?;
+            ckpt.restore_optimizer(opt)?;
+            if let Some(s) = sched.as_deref_mut() {
+                ckpt.restore_scheduler(s)?;
+            }
+            if ckpt.scaler.is_some() {
+                ckpt.restore_scaler(&mut scaler)?;
+            }
+            ckpt.restore_rng()?;
+            if let Some(position) = &ckpt.loader {
+                train.load_state(position);
+            }
+            self.state.epoch = ckpt.epoch as usize;
+            self.state.global_step = ckpt.step;
+            if let Some(m) = ckpt.metadata.get(META_METRICS) {
+                self.state.metrics = serde_json::from_str(m).unwrap_or_default();
+            }
+            for cb in &mut self.callbacks {
+                let name = cb.name();
+                if let Some(s) = ckpt.metadata.get(&format!("{META_CALLBACK}{name}")) {
+                    cb.load_state_dict(s)
+                        .map_err(|reason| TrainError::Callback { name, reason })?;
+                }
+            }
+            purge_step = Some(ckpt.step);
+        } else if let Some(seed) = cfg.seed {
+            crate::manual_seed(seed);
+        }
+        let writes = !dev_run;
+        let mut writer = match (writes && cfg.tensorboard, purge_step) {
+            (false, _) => None,
+            (true, None) => Some(SummaryWriter::new(cfg.root_dir.join("tensorboard"))?),
+            (true, Some(step)) => Some(SummaryWriter::resume(
+                cfg.root_dir.join("tensorboard"),
+                step,
+            )?),
+        };
+        let metric_names: Vec<String> = self
+            .metrics
+            .iter()
+            .map(|m| format!("val_{}", m.name()))
+            .collect();
+        let mut columns: Vec<String> = vec![
+            "epoch".into(),
+            "train_loss".into(),
+            "train_accuracy".into(),
+            "val_loss".into(),
+        ];
+        columns.extend(metric_names.iter().cloned());
+        columns.push("lr".into());
+        columns.push("samples_per_sec".into());
+        let column_refs: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let csv = cfg.root_dir.join("metrics.csv");
+        let mut log = if !writes {
+            None
+        } else {
+            std::fs::create_dir_all(&cfg.root_dir).map_err(|source| TrainError::Io {
+                path: cfg.root_dir.clone(),
+                source,
+            })?;
+            Some(if purge_step.is_some() {
+                MetricsLog::resume(&csv, &column_refs, self.state.epoch as f64)?
+            } else {
+                MetricsLog::create(&csv, &column_refs)?
+            })
+        };
+        let record_lrs = |state: &mut TrainerState, opt: &dyn Optimizer| {
+            for g in 0..opt.num_groups() {
+                state
+                    .metrics
+                    .insert(format!("lr_group{g}"), opt.group_lr(g));
+            }
+        };
+        record_lrs(&mut self.state, opt);
+        self.hooks(&mut writer, |cb, ctx| cb.on_fit_start(ctx))?;
+        let started = Instant::now();
+        let mut stopped_early = false;
+        let mut out_of_budget = false;
+        while self.state.epoch < max_epochs && !out_of_budget {
+            let epoch = self.state.epoch;
+            model.train();
+            record_lrs(&mut self.state, opt);
+            self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_start(ctx))?;
+            let mut limit = train.len();
+            if let Some(l) = cfg.limit_train_batches {
+                limit = limit.min(l);
+            }
+            if dev_run {
+                limit = limit.min(1);
+            }
+            let mut bar = cfg
+                .progress
+                .then(|| EpochProgress::new(epoch + 1, max_epochs, limit));
+            let mut loss_mean = Mean::new("train_loss");
+            let (mut correct, mut counted, mut samples) = (0usize, 0usize, 0usize);
+            let epoch_start = Instant::now();
+            let mut batches = train.iter();
+            let mut done = 0usize;
+            let mut pending = 0usize;
+            while done < limit {
+                let Some(batch) = batches.next() else { break };
+                let batch = batch?;
+                let out = match cfg.precision {
+                    Precision::F32 => step.training_step(model, batch),
+                    Precision::Bf16 => autocast(DType::BF16, || step.training_step(model, batch)),
+                    Precision::F16 => autocast(DType::F16, || step.training_step(model, batch)),
+                };
+                let loss_value = out.loss.item_f64();
+                if !loss_value.is_finite() && cfg.precision != Precision::F16 {
+                    return Err(TrainError::NonFiniteLoss {
+                        step: self.state.global_step,
+                        value: loss_value,
+                    });
+                }
+                let loss = if accumulate > 1 {
+                    out.loss.div_scalar(accumulate as f64)
+                } else {
+                    out.loss.clone()
+                };
+                scaler.scale(&loss).backward();
+                pending += 1;
+                done += 1;
+                let batch_correct = out
+                    .predictions
+                    .as_ref()
+                    .map(|(scores, targets)| correct_predictions(scores, targets));
+                if let Some(c) = batch_correct {
+                    correct += c;
+                    counted += out.batch_size;
+                }
+                samples += out.batch_size;
+                loss_mean.add(loss_value, out.batch_size as f64);
+                if let Some(b) = bar.as_mut() {
+                    b.update(out.batch_size, loss_value, batch_correct);
+                }
+                if pending == accumulate || done == limit {
+                    pending = 0;
+                    let params = opt.params();
+                    if cfg.grad_clip.is_some() || cfg.log_grad_norm {
+                        scaler.unscale_(&params);
+                        let max = cfg.grad_clip.unwrap_or(f64::INFINITY);
+                        if let Ok(norm) =
+                            crate::optim::utils::clip_grad_norm_(&params, max, 2.0, false)
+                        {
+                            self.state
+                                .metrics
+                                .insert("grad_norm".into(), norm.item_f64());
+                        }
+                    }
+                    scaler.step(&params, || opt.step());
+                    scaler.update();
+                    opt.zero_grad();
+                    self.state.global_step += 1;
+                    if cfg.scheduler_interval == Interval::Step
+                        && let Some(s) = sched.as_deref_mut()
+                    {
+                        s.step(opt);
+                    }
+                    let gs = self.state.global_step;
+                    if let Some(w) = writer.as_mut()
+                        && gs % cfg.log_every.max(1) == 0
+                    {
+                        w.add_scalar("train/loss", loss_value, gs)?;
+                        if cfg.log_grad_norm
+                            && let Some(n) = self.state.metrics.get("grad_norm")
+                        {
+                            w.add_scalar("train/grad_norm", *n, gs)?;
+                        }
+                    }
+                }
+                self.hooks(&mut writer, |cb, ctx| {
+                    cb.on_train_batch_end(ctx, loss_value)
+                })?;
+                let over_steps = cfg.max_steps.is_some_and(|m| self.state.global_step >= m);
+                let over_time = cfg.max_time.is_some_and(|t| started.elapsed() >= t);
+                if over_steps || over_time {
+                    out_of_budget = true;
+                    break;
+                }
+            }
+            drop(batches);
+            if let Some(b) = bar {
+                b.finish();
+            }
+            let seconds = epoch_start.elapsed().as_secs_f64();
+            self.state.epoch = epoch + 1;
+            self.state
+                .metrics
+                .insert("train_loss".into(), loss_mean.value());
+            if counted > 0 {
+                self.state
+                    .metrics
+                    .insert("train_accuracy".into(), correct as f64 / counted as f64);
+            }
+            self.state
+                .metrics
+                .insert("samples_per_sec".into(), samples as f64 / seconds.max(1e-9));
+            if cfg.scheduler_interval == Interval::Epoch
+                && let Some(s) = sched.as_deref_mut()
+            {
+                s.step(opt);
+            }
+            let validate_now = dev_run
+                || (epoch + 1) % cfg.val_every.max(1) == 0
+                || self.state.epoch == max_epochs;
+            if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
+                let values = self.run_validation(model, v, step)?;
+                self.state.metrics.extend(values);
+                self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
+            }
+            let (saves, removes) = self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
+            if writes {
+                self.write_checkpoints(
+                    model,
+                    opt,
+                    sched.as_deref(),
+                    &scaler,
+                    train.state(),
+                    &saves,
+                    &removes,
+                )?;
+            }
+            if let Some(log) = log.as_mut() {
+                let value = |k: &str| self.state.metrics.get(k).copied().unwrap_or(f64::NAN);
+                let row: Vec<f64> = columns
+                    .iter()
+                    .map(|c| match c.as_str() {
+                        "epoch" => self.state.epoch as f64,
+                        "lr" => value("lr_group0"),
+                        other => value(other),
+                    })
+                    .collect();
+                log.append(&row)?;
+                #[cfg(feature = "plot")]
+                log.plot(
+                    cfg.root_dir.join("metrics.png"),
+                    cfg.root_dir.join("metrics.svg"),
+                )?;
+            }
+            if let Some(w) = writer.as_mut() {
+                let gs = self.state.global_step;
+                for name in ["train_loss", "train_accuracy", "val_loss"]
+                    .into_iter()
+                    .map(String::from)
+                    .chain(metric_names.iter().cloned())
+                {
+                    if let Some(v) = self.state.metrics.get(&name) {
+                        w.add_scalar(&name.replacen('_', "/", 1), *v, gs)?;
+                    }
+                }
+                w.add_scalar("lr", opt.group_lr(0), gs)?;
+                w.flush()?;
+            }
+            if self.state.should_stop {
+                stopped_early = self.state.epoch < max_epochs;
+                break;
+            }
+        }
+        self.hooks(&mut writer, |cb, ctx| cb.on_fit_end(ctx))?;
+        if let Some(w) = writer.as_mut() {
+            w.flush()?;
+        }
+        Ok(FitReport {
+            epochs: self.state.epoch,
+            global_step: self.state.global_step,
+            metrics: self.state.metrics.clone(),
+            stopped_early,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_checkpoints<M: Module>(
+        &self,
+        model: &M,
+        opt: &dyn Optimizer,
+        sched: Option<&dyn LrScheduler>,
+        scaler: &GradScaler,
+        loader: crate::data::LoaderState,
+        saves: &[PathBuf],
+        removes: &[PathBuf],
+    ) -> Result<(), TrainError> {
+        if !saves.is_empty() {
+            let mut ckpt = Checkpoint::new(model)
+                .optimizer(opt)
+                .loader(loader)
+                .epoch(self.state.epoch as u64)
+                .step(self.state.global_step)
+                .meta(
+                    META_METRICS,
+                    serde_json::to_string(&self.state.metrics).unwrap_or_default(),
+                );
+            if let Some(s) = sched {
+                ckpt = ckpt.scheduler(s);
+            }
+            if scaler.is_enabled() {
+                ckpt = ckpt.scaler(scaler);
+            }
+            for cb in &self.callbacks {
+                ckpt = ckpt.meta(format!("{META_CALLBACK}{}", cb.name()), cb.state_dict());
+            }
+            for path in saves {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|source| TrainError::Io {
+                        path: dir.to_path_buf(),
+                        source,
+                    })?;
+                }
+                ckpt.save(path)?;
+            }
+        }
+        for path in removes {
+            if !saves.contains(path) {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => {
+                        return Err(TrainError::Io {
+                            path: path.clone(),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run_validation<M, D2, C2, S, B>(
+        &mut self,
+        model: &mut M,
+        loader: &mut DataLoader<D2, C2>,
+        step: &mut S,
+    ) -> Result<BTreeMap<String, f64>, TrainError>
+    where
+        M: Module,
+        D2: Dataset + 'static,
+        C2: Collate<D2::Item, Batch = B>,
+        S: TrainStep<M, B>,
+    {
+        let mut limit = loader.len();
+        if let Some(l) = self.config.limit_val_batches {
+            limit = limit.min(l);
+        }
+        if self.config.fast_dev_run {
+            limit = limit.min(1);
+        }
+        model.eval();
+        for m in &mut self.metrics {
+            m.reset();
+        }
+        let mut loss = Mean::new("val_loss");
+        let result = no_grad(|| -> Result<(), TrainError> {
+            for batch in loader.iter().take(limit) {
+                let out = step.validation_step(model, batch?);
+                loss.add(out.loss.item_f64(), out.batch_size as f64);
+                if let Some((scores, targets)) = &out.predictions {
+                    for m in &mut self.metrics {
+                        m.update(scores, targets);
+                    }
+                }
+            }
+            Ok(())
+        });
+        model.train();
+        result?;
+        let mut values = BTreeMap::new();
+        values.insert("val_loss".to_string(), loss.value());
+        for m in &self.metrics {
+            values.insert(format!("val_{}", m.name()), m.compute());
+        }
+        Ok(values)
+    }
+
+    /// Runs the validation loop alone (no training): `val_loss` and the metrics.
+    pub fn validate<M, D, C, S>(
+        &mut self,
+        model: &mut M,
+        loader: &mut DataLoader<D, C>,
+        step: &mut S,
+    ) -> Result<BTreeMap<String, f64>, TrainError>
+    where
+        M: Module,
+        D: Dataset + 'static,
+        C: Collate<D::Item>,
+        S: TrainStep<M, C::Batch>,
+    {
+        self.run_validation(model, loader, step)
+    }
+
+    /// [`validate`](Self::validate) on a test set, the names prefixed `test_`.
+    pub fn test<M, D, C, S>(
+        &mut self,
+        model: &mut M,
+        loader: &mut DataLoader<D, C>,
+        step: &mut S,
+    ) -> Result<BTreeMap<String, f64>, TrainError>
+    where
+        M: Module,
+        D: Dataset + 'static,
+        C: Collate<D::Item>,
+        S: TrainStep<M, C::Batch>,
+    {
+        Ok(self
+            .run_validation(model, loader, step)?
+            .into_iter()
+            .map(|(k, v)| (k.replacen("val_", "test_", 1), v))
+            .collect())
+    }
+}
