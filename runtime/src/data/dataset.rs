@@ -280,6 +280,7 @@ tensor_rows_tuple!(T 0, T 1, T 2, T 3);
 /// let (xi, yi) = d.get(1).unwrap();
 /// assert_eq!((xi.to_vec::<f32>(), yi.item::<i64>()), (vec![2.0, 3.0], 1));
 /// ```
+#[derive(Clone)]
 pub struct TensorDataset<R: TensorRows> {
     tensors: R,
     len: usize,
