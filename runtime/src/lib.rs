@@ -39,6 +39,7 @@ pub mod nn;
 pub mod onnx;
 mod ops;
 pub mod optim;
+pub mod profiler;
 mod random;
 mod storage;
 mod tensor;

@@ -30,8 +30,11 @@ pub(crate) fn run_backward(
     capture: &[Edge],
 ) -> Vec<Option<Tensor>> {
     // Backward ops run in the dtypes forward chose; autocast does not apply to them.
-    crate::autocast_state::autocast_disabled(|| {
-        run_backward_inner(roots, retain_graph, create_graph, capture)
+    // A profile shows the gradient ops under one `backward` range.
+    crate::profiler::record_function("backward", || {
+        crate::autocast_state::autocast_disabled(|| {
+            run_backward_inner(roots, retain_graph, create_graph, capture)
+        })
     })
 }
 

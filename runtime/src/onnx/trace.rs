@@ -12,7 +12,8 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How many threads are tracing now: zero on the fast path.
-static TRACING_THREADS: AtomicUsize = AtomicUsize::new(0);
+/// Threads that trace or profile: while 0, every op's hook is one relaxed load.
+pub(crate) static TRACING_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static STATE: RefCell<Option<TraceState>> = const { RefCell::new(None) };
@@ -313,18 +314,27 @@ impl Outputs for (Tensor, Tensor) {
 }
 
 /// Entered by a traced op before it computes (see [`finish`]); `None` unless this thread
-/// is tracing. Dropping it without `finish` (an early return or a panic) records nothing.
+/// is tracing or profiling. Dropping it without `finish` (an early return or a panic)
+/// records nothing.
 pub(crate) struct Enter {
+    /// This thread is tracing (and `outermost` says whether this op is recorded).
+    traced: bool,
     outermost: bool,
+    profiled: Option<crate::profiler::Entered>,
 }
 
 impl Drop for Enter {
     fn drop(&mut self) {
-        STATE.with(|s| {
-            if let Some(state) = s.borrow_mut().as_mut() {
-                state.depth = state.depth.saturating_sub(1);
-            }
-        });
+        if self.traced {
+            STATE.with(|s| {
+                if let Some(state) = s.borrow_mut().as_mut() {
+                    state.depth = state.depth.saturating_sub(1);
+                }
+            });
+        }
+        if let Some(p) = self.profiled.take() {
+            crate::profiler::abandon(p);
+        }
     }
 }
 
@@ -340,13 +350,20 @@ pub(crate) fn enter() -> Option<Enter> {
 #[cold]
 #[inline(never)]
 fn enter_slow() -> Option<Enter> {
-    STATE.with(|s| {
+    let traced = STATE.with(|s| {
         s.borrow_mut().as_mut().map(|state| {
             state.depth += 1;
-            Enter {
-                outermost: state.depth == 1,
-            }
+            state.depth == 1
         })
+    });
+    let profiled = crate::profiler::enter();
+    if traced.is_none() && profiled.is_none() {
+        return None;
+    }
+    Some(Enter {
+        traced: traced.is_some(),
+        outermost: traced.unwrap_or(false),
+        profiled,
     })
 }
 
@@ -387,17 +404,25 @@ pub(crate) fn finish_opt<R: Outputs>(
 #[cold]
 #[inline(never)]
 fn finish_slow<R: Outputs>(
-    entered: Enter,
+    mut entered: Enter,
     inputs: &[&Tensor],
     op: impl FnOnce() -> Op,
     out: R,
     location: &'static Location<'static>,
 ) -> R {
-    let outermost = entered.outermost;
+    let record_trace = entered.traced && entered.outermost;
+    let profiled = entered.profiled.take();
     drop(entered);
-    if outermost {
+    if !record_trace && profiled.is_none() {
+        return out;
+    }
+    let op = op();
+    if let Some(p) = profiled {
+        crate::profiler::exit(p, &op, inputs);
+    }
+    if record_trace {
         let record = Record {
-            op: op(),
+            op,
             inputs: inputs.iter().map(|t| (*t).clone()).collect(),
             outputs: out.tensors(),
             location,
@@ -409,6 +434,49 @@ fn finish_slow<R: Outputs>(
         });
     }
     out
+}
+
+impl Op {
+    /// The op's name in profiles (`mul`, `conv2d`, `log_softmax`, `sum`, ...).
+    pub(crate) fn profile_name(&self) -> String {
+        fn snake(debug: String) -> String {
+            let head: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
+            let mut out = String::new();
+            for (i, c) in head.chars().enumerate() {
+                if c.is_uppercase() {
+                    if i > 0 {
+                        out.push('_');
+                    }
+                    out.extend(c.to_lowercase());
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+        match self {
+            Op::Unary(u) => snake(format!("{u:?}")),
+            Op::Binary(b) => snake(format!("{b:?}")),
+            Op::Scalar { op, .. } => format!("{}_scalar", snake(format!("{op:?}"))),
+            Op::Reduce { kind, .. } => snake(format!("{kind:?}")),
+            Op::Softmax { log: true, .. } => "log_softmax".into(),
+            Op::Conv {
+                transposed, stride, ..
+            } => format!(
+                "conv{}{}d",
+                if *transposed { "_transpose" } else { "" },
+                stride.len()
+            ),
+            Op::MaxPool { kernel, .. } => format!("max_pool{}d", kernel.len()),
+            Op::AvgPool { kernel, .. } => format!("avg_pool{}d", kernel.len()),
+            Op::Rnn { mode, .. } => match mode {
+                RnnKind::Lstm => "lstm".into(),
+                RnnKind::Gru => "gru".into(),
+                RnnKind::Tanh | RnnKind::Relu => "rnn".into(),
+            },
+            other => snake(format!("{other:?}")),
+        }
+    }
 }
 
 /// Starts tracing on this thread; the records come back from [`TraceGuard::finish`].

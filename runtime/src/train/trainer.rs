@@ -13,6 +13,7 @@ use crate::data::{Collate, DataError, DataLoader, Dataset};
 use crate::nn::Module;
 use crate::optim::Optimizer;
 use crate::optim::lr_scheduler::LrScheduler;
+use crate::profiler::record_function;
 use crate::{DType, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -756,11 +757,11 @@ impl Trainer {
             while done < limit {
                 let Some(batch) = batches.next() else { break };
                 let batch = batch?;
-                let out = match cfg.precision {
+                let out = record_function("training_step", || match cfg.precision {
                     Precision::F32 => step.training_step(model, batch),
                     Precision::Bf16 => autocast(DType::BF16, || step.training_step(model, batch)),
                     Precision::F16 => autocast(DType::F16, || step.training_step(model, batch)),
-                };
+                });
                 let loss_value = out.loss.item_f64();
                 if !loss_value.is_finite() && cfg.precision != Precision::F16 {
                     return Err(TrainError::NonFiniteLoss {
@@ -803,9 +804,11 @@ impl Trainer {
                                 .insert("grad_norm".into(), norm.item_f64());
                         }
                     }
-                    scaler.step(&params, || opt.step());
-                    scaler.update();
-                    opt.zero_grad();
+                    record_function("optimizer.step", || {
+                        scaler.step(&params, || opt.step());
+                        scaler.update();
+                        opt.zero_grad();
+                    });
                     self.state.global_step += 1;
                     if cfg.scheduler_interval == Interval::Step
                         && let Some(s) = sched.as_deref_mut()

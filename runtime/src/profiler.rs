@@ -1,0 +1,409 @@
+//! Where the time goes, as `torch.profiler` shows it: every tensor op run on a thread
+//! while it profiles, with its wall time, its time less the ops it called ("self"), its
+//! input shapes and the host memory it left allocated, plus ranges a user names
+//! ([`record_function`]; the [`Trainer`](crate::train::Trainer) names its forward,
+//! backward and optimizer steps). A [`Profile`] prints as a table sorted by total time
+//! ([`Profile::table`]) and saves as a Chrome trace that `chrome://tracing` or
+//! Perfetto opens ([`Profile::export_chrome_trace`]).
+//!
+//! Off, it costs each op one relaxed atomic load (the hook the ONNX tracer shares).
+//! Ops on a device are timed on the host: their launch, not their kernels, unless
+//! [`ProfilerOptions::synchronize`] waits for the device after each.
+//!
+//! ```
+//! use ferrograd_runtime::prelude::*;
+//! use ferrograd_runtime::profiler::{self, ProfilerOptions, SortBy};
+//! let a = Tensor::randn(&[64, 64], DType::F32, &Device::Cpu);
+//! let (_, profile) = profiler::profile(ProfilerOptions::default(), || {
+//!     profiler::record_function("my_block", || a.matmul(&a).relu().sum_all())
+//! });
+//! let table = profile.table(SortBy::Total, 10);
+//! assert!(table.contains("matmul") && table.contains("my_block"));
+//! let stats = profile.key_averages(false);
+//! assert_eq!(stats.iter().find(|s| s.name == "relu").unwrap().calls, 1);
+//! ```
+
+use crate::Tensor;
+use crate::onnx::trace::{Op, TRACING_THREADS};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// What a profile records.
+#[derive(Clone, Copy, Debug)]
+pub struct ProfilerOptions {
+    /// Keep each op's input shapes (`record_shapes`).
+    pub record_shapes: bool,
+    /// Measure the host memory each op leaves allocated (`profile_memory`).
+    pub profile_memory: bool,
+    /// Wait for the GPU after each op on one, so its time is the kernels' too.
+    pub synchronize: bool,
+}
+
+impl Default for ProfilerOptions {
+    fn default() -> Self {
+        ProfilerOptions {
+            record_shapes: true,
+            profile_memory: true,
+            synchronize: false,
+        }
+    }
+}
+
+/// One op or named range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// The op (`matmul`, `conv2d`, ...) or range name.
+    pub name: String,
+    /// Microseconds from the profile's start.
+    pub start_us: f64,
+    /// Wall time.
+    pub duration_us: f64,
+    /// Wall time less that of the ops and ranges it contains.
+    pub self_us: f64,
+    /// Nesting level (0: called by user code).
+    pub depth: u32,
+    /// The inputs' shapes (with `record_shapes`).
+    pub input_shapes: Vec<Vec<usize>>,
+    /// Host bytes allocated after it less before it, less its children's.
+    pub self_memory_bytes: i64,
+}
+
+struct Frame {
+    start: Instant,
+    memory: usize,
+    child_us: f64,
+    child_memory: i64,
+}
+
+struct ThreadProfile {
+    origin: Instant,
+    options: ProfilerOptions,
+    stack: Vec<Frame>,
+    events: Vec<Event>,
+}
+
+thread_local! {
+    static PROFILE: RefCell<Option<ThreadProfile>> = const { RefCell::new(None) };
+}
+
+/// An op's frame on this thread's profile stack.
+pub(crate) struct Entered {
+    depth: u32,
+}
+
+fn host_allocated(options: &ProfilerOptions) -> usize {
+    if options.profile_memory {
+        crate::cpu::memory_allocated()
+    } else {
+        0
+    }
+}
+
+/// Opens a frame when this thread profiles.
+pub(crate) fn enter() -> Option<Entered> {
+    PROFILE.with(|p| {
+        p.borrow_mut().as_mut().map(|prof| {
+            let memory = host_allocated(&prof.options);
+            prof.stack.push(Frame {
+                start: Instant::now(),
+                memory,
+                child_us: 0.0,
+                child_memory: 0,
+            });
+            Entered {
+                depth: prof.stack.len() as u32 - 1,
+            }
+        })
+    })
+}
+
+fn close(
+    entered: Entered,
+    name: impl FnOnce() -> String,
+    shapes: impl FnOnce() -> Vec<Vec<usize>>,
+) {
+    PROFILE.with(|p| {
+        let mut p = p.borrow_mut();
+        let Some(prof) = p.as_mut() else { return };
+        if prof.stack.len() != entered.depth as usize + 1 {
+            return;
+        }
+        if prof.options.synchronize {
+            for ordinal in 0..crate::cuda::device_count() {
+                let _ = crate::cuda::synchronize(ordinal);
+            }
+        }
+        let frame = prof.stack.pop().expect("checked above");
+        let end = Instant::now();
+        let duration_us = (end - frame.start).as_secs_f64() * 1e6;
+        let memory = host_allocated(&prof.options) as i64 - frame.memory as i64;
+        if let Some(parent) = prof.stack.last_mut() {
+            parent.child_us += duration_us;
+            parent.child_memory += memory;
+        }
+        let input_shapes = if prof.options.record_shapes {
+            shapes()
+        } else {
+            Vec::new()
+        };
+        prof.events.push(Event {
+            name: name(),
+            start_us: (frame.start - prof.origin).as_secs_f64() * 1e6,
+            duration_us,
+            self_us: duration_us - frame.child_us,
+            depth: entered.depth,
+            input_shapes,
+            self_memory_bytes: memory - frame.child_memory,
+        });
+    });
+}
+
+/// Closes an op's frame and records it.
+pub(crate) fn exit(entered: Entered, op: &Op, inputs: &[&Tensor]) {
+    close(
+        entered,
+        || op.profile_name(),
+        || inputs.iter().map(|t| t.shape().to_vec()).collect(),
+    );
+}
+
+/// Drops a frame an op left by an early return or a panic.
+pub(crate) fn abandon(entered: Entered) {
+    PROFILE.with(|p| {
+        if let Some(prof) = p.borrow_mut().as_mut() {
+            prof.stack.truncate(entered.depth as usize);
+        }
+    });
+}
+
+/// Profiling on this thread until [`stop`](Self::stop) (or until dropped).
+#[derive(Debug)]
+pub struct Profiler {
+    done: bool,
+}
+
+impl Profiler {
+    /// Starts recording this thread's ops (a profile already running on this thread is
+    /// replaced).
+    pub fn start(options: ProfilerOptions) -> Profiler {
+        let was = PROFILE.with(|p| {
+            p.borrow_mut()
+                .replace(ThreadProfile {
+                    origin: Instant::now(),
+                    options,
+                    stack: Vec::new(),
+                    events: Vec::new(),
+                })
+                .is_some()
+        });
+        if !was {
+            TRACING_THREADS.fetch_add(1, Ordering::Relaxed);
+        }
+        Profiler { done: false }
+    }
+
+    /// Stops and returns what was recorded.
+    pub fn stop(mut self) -> Profile {
+        self.done = true;
+        let prof = PROFILE.with(|p| p.borrow_mut().take());
+        if prof.is_some() {
+            TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+        }
+        let mut events = prof.map(|p| p.events).unwrap_or_default();
+        events.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        Profile { events }
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        if !self.done && PROFILE.with(|p| p.borrow_mut().take()).is_some() {
+            TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs `f` while profiling this thread.
+pub fn profile<R>(options: ProfilerOptions, f: impl FnOnce() -> R) -> (R, Profile) {
+    let profiler = Profiler::start(options);
+    let out = f();
+    (out, profiler.stop())
+}
+
+/// Runs `f` as a named range of the profile (`torch.profiler.record_function`); without
+/// a profile on this thread it just runs `f`.
+pub fn record_function<R>(name: &str, f: impl FnOnce() -> R) -> R {
+    if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
+        return f();
+    }
+    let Some(entered) = enter() else { return f() };
+    let out = f();
+    close(entered, || name.to_string(), Vec::new);
+    out
+}
+
+/// Whether this thread is profiling.
+pub fn is_profiling() -> bool {
+    TRACING_THREADS.load(Ordering::Relaxed) != 0 && PROFILE.with(|p| p.borrow().is_some())
+}
+
+/// The statistics of one op (and, grouped by shape, one input shape).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpStats {
+    /// The op or range.
+    pub name: String,
+    /// The input shapes (grouped by shape), else empty.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// Times called.
+    pub calls: usize,
+    /// Total wall time, its children included.
+    pub total_us: f64,
+    /// Total time less its children's.
+    pub self_us: f64,
+    /// Host bytes it left allocated, less its children's.
+    pub self_memory_bytes: i64,
+}
+
+/// The column a [`Profile::table`] sorts by (largest first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortBy {
+    /// Total time.
+    Total,
+    /// Self time.
+    SelfTime,
+    /// Calls.
+    Calls,
+    /// Self memory.
+    Memory,
+}
+
+/// A recorded profile.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    events: Vec<Event>,
+}
+
+impl Profile {
+    /// Every op and range, by start time.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Per-op totals (`key_averages()`), optionally per input shape.
+    pub fn key_averages(&self, group_by_shape: bool) -> Vec<OpStats> {
+        let mut by: BTreeMap<(String, Vec<Vec<usize>>), OpStats> = BTreeMap::new();
+        for e in &self.events {
+            let shapes = if group_by_shape {
+                e.input_shapes.clone()
+            } else {
+                Vec::new()
+            };
+            let s = by
+                .entry((e.name.clone(), shapes.clone()))
+                .or_insert_with(|| OpStats {
+                    name: e.name.clone(),
+                    input_shapes: shapes,
+                    calls: 0,
+                    total_us: 0.0,
+                    self_us: 0.0,
+                    self_memory_bytes: 0,
+                });
+            s.calls += 1;
+            s.total_us += e.duration_us;
+            s.self_us += e.self_us;
+            s.self_memory_bytes += e.self_memory_bytes;
+        }
+        by.into_values().collect()
+    }
+
+    /// The per-op table, `row_limit` rows sorted by `sort_by`.
+    pub fn table(&self, sort_by: SortBy, row_limit: usize) -> String {
+        let mut stats = self.key_averages(false);
+        let key = |s: &OpStats| match sort_by {
+            SortBy::Total => s.total_us,
+            SortBy::SelfTime => s.self_us,
+            SortBy::Calls => s.calls as f64,
+            SortBy::Memory => s.self_memory_bytes as f64,
+        };
+        stats.sort_by(|a, b| key(b).total_cmp(&key(a)));
+        let all_self: f64 = self.events.iter().map(|e| e.self_us).sum();
+        let fmt_us = |us: f64| {
+            if us >= 1e6 {
+                format!("{:.3}s", us / 1e6)
+            } else if us >= 1e3 {
+                format!("{:.3}ms", us / 1e3)
+            } else {
+                format!("{us:.3}us")
+            }
+        };
+        let fmt_mem = |b: i64| {
+            let a = b.unsigned_abs() as f64;
+            let (v, u) = if a >= 1048576.0 {
+                (a / 1048576.0, "MiB")
+            } else if a >= 1024.0 {
+                (a / 1024.0, "KiB")
+            } else {
+                (a, "B")
+            };
+            format!("{}{v:.1} {u}", if b < 0 { "-" } else { "" })
+        };
+        let mut out = String::new();
+        let rule = "-".repeat(100);
+        let _ = writeln!(out, "{rule}");
+        let _ = writeln!(
+            out,
+            "{:<28}{:>12}{:>9}{:>13}{:>13}{:>12}{:>13}",
+            "Name", "Self CPU %", "Calls", "Self CPU", "CPU total", "CPU avg", "Self mem"
+        );
+        let _ = writeln!(out, "{rule}");
+        for s in stats.iter().take(row_limit) {
+            let _ = writeln!(
+                out,
+                "{:<28}{:>11.2}%{:>9}{:>13}{:>13}{:>12}{:>13}",
+                s.name.chars().take(27).collect::<String>(),
+                100.0 * s.self_us / all_self.max(1e-12),
+                s.calls,
+                fmt_us(s.self_us),
+                fmt_us(s.total_us),
+                fmt_us(s.total_us / s.calls as f64),
+                fmt_mem(s.self_memory_bytes),
+            );
+        }
+        let _ = writeln!(out, "{rule}");
+        let _ = writeln!(out, "Self CPU time total: {}", fmt_us(all_self));
+        out
+    }
+
+    /// Writes the events as a Chrome trace (JSON "X" events, microseconds), which
+    /// `chrome://tracing` and <https://ui.perfetto.dev> open.
+    pub fn export_chrome_trace(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let events: Vec<serde_json::Value> = self
+            .events
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "name": e.name,
+                    "cat": "cpu_op",
+                    "ph": "X",
+                    "ts": e.start_us,
+                    "dur": e.duration_us,
+                    "pid": std::process::id(),
+                    "tid": 0,
+                    "args": {
+                        "Input Dims": e.input_shapes,
+                        "Self memory bytes": e.self_memory_bytes,
+                    },
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" });
+        let path = path.as_ref();
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, doc.to_string())?;
+        std::fs::rename(&tmp, path)
+    }
+}
