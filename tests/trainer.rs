@@ -258,7 +258,7 @@ fn a_resumed_fit_ends_where_an_unstopped_one_does() {
         .unwrap()
         .count();
     assert_eq!(files, 3);
-    // TensorBoard: the resumed writer's file starts with a purge at step 8 (2 epochs x 4).
+    // TensorBoard: the resumed writer's file purges the steps after the checkpoint (8).
     let tb: Vec<PathBuf> = {
         let mut v: Vec<PathBuf> = std::fs::read_dir(split.join("tensorboard"))
             .unwrap()

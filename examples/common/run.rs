@@ -3,6 +3,9 @@
 //! themselves (progress bar, metrics log and plot, checkpoints) are ferrograd's
 //! (`ferrograd::train`, `ferrograd::checkpoint`).
 
+// Each example uses a part of this file.
+#![allow(dead_code)]
+
 use ferrograd::nn::functional as F;
 use ferrograd::prelude::*;
 use ferrograd::train::correct_predictions;
@@ -20,6 +23,8 @@ pub struct Args {
     pub out: PathBuf,
     /// Fail (exit 1) when the final test accuracy is lower (CI's proof of learning).
     pub min_accuracy: Option<f64>,
+    /// Profile a few training steps instead of training (the examples that offer it).
+    pub profile: bool,
 }
 
 impl Args {
@@ -35,10 +40,11 @@ impl Args {
     ) -> Args {
         let mut args = std::env::args().skip(1);
         let (mut data, mut epochs, mut resume, mut min_accuracy) = (None, None, false, None);
+        let mut profile = false;
         let mut out = PathBuf::from("runs").join(run_name);
         let usage = || -> ! {
             eprintln!(
-                "usage: {run_name} [--data DIR | --full] [--epochs N] [--resume] [--out DIR] [--min-accuracy A]\n\
+                "usage: {run_name} [--data DIR | --full] [--epochs N] [--resume] [--out DIR] [--min-accuracy A] [--profile]\n\
                  (default data: the bundled subset in examples/data/{data_name}-mini)"
             );
             std::process::exit(2)
@@ -62,6 +68,7 @@ impl Args {
                     )
                 }
                 "--resume" => resume = true,
+                "--profile" => profile = true,
                 "--min-accuracy" => {
                     min_accuracy = Some(
                         args.next()
@@ -86,6 +93,7 @@ impl Args {
             resume,
             out,
             min_accuracy,
+            profile,
         }
     }
 

@@ -237,12 +237,19 @@ pub fn profile<R>(options: ProfilerOptions, f: impl FnOnce() -> R) -> (R, Profil
 /// Runs `f` as a named range of the profile (`torch.profiler.record_function`); without
 /// a profile on this thread it just runs `f`.
 pub fn record_function<R>(name: &str, f: impl FnOnce() -> R) -> R {
+    record_named(|| name.to_string(), f)
+}
+
+/// [`record_function`] with the name made only when profiling (a gradient function's
+/// `mul_backward`, say).
+#[inline]
+pub(crate) fn record_named<R>(name: impl FnOnce() -> String, f: impl FnOnce() -> R) -> R {
     if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
         return f();
     }
     let Some(entered) = enter() else { return f() };
     let out = f();
-    close(entered, || name.to_string(), Vec::new);
+    close(entered, name, Vec::new);
     out
 }
 

@@ -182,7 +182,10 @@ fn run_backward_inner(
                         node.name
                     );
                 };
-                let grads = backward(&BackwardCtx { node: &node }, g);
+                let grads = crate::profiler::record_named(
+                    || format!("{}_backward", node.name),
+                    || backward(&BackwardCtx { node: &node }, g),
+                );
                 drop(guard);
                 debug_assert_eq!(
                     grads.len(),

@@ -460,6 +460,7 @@ impl Op {
             Op::Scalar { op, .. } => format!("{}_scalar", snake(format!("{op:?}"))),
             Op::Reduce { kind, .. } => snake(format!("{kind:?}")),
             Op::Softmax { log: true, .. } => "log_softmax".into(),
+            Op::MatMul => "matmul".into(),
             Op::Conv {
                 transposed, stride, ..
             } => format!(

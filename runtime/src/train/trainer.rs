@@ -679,7 +679,8 @@ impl Trainer {
                         .map_err(|reason| TrainError::Callback { name, reason })?;
                 }
             }
-            purge_step = Some(ckpt.step);
+            // Events at the checkpoint's own step were logged before it was taken: keep them.
+            purge_step = Some(ckpt.step + 1);
         } else if let Some(seed) = cfg.seed {
             crate::manual_seed(seed);
         }

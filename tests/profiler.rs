@@ -1,0 +1,116 @@
+//! The profiler on a LeNet-style training step: every op of the forward, the backward's
+//! ops under one `backward` range, self times that add up, a table and a Chrome trace.
+
+use ferrograd::nn::functional as F;
+use ferrograd::prelude::*;
+use ferrograd::profiler::{self, ProfilerOptions, SortBy};
+
+fn step(p: &[Tensor], x: &Tensor, y: &Tensor) -> Tensor {
+    let h = F::conv2d(x, &p[0], Some(&p[1]), &Default::default()).relu();
+    let h = F::max_pool2d(&h, 2).flatten(1, -1);
+    let loss = F::cross_entropy(&F::linear(&h, &p[2], Some(&p[3])), y);
+    loss.backward();
+    loss
+}
+
+#[test]
+fn a_training_step_is_profiled_op_by_op() {
+    let x = Tensor::randn(&[8, 1, 12, 12], DType::F32, &Device::Cpu);
+    let y = Tensor::from_vec((0..8).map(|i| i % 10).collect::<Vec<i64>>(), &[8]);
+    let p: Vec<Tensor> = [&[4usize, 1, 3, 3][..], &[4], &[10, 100], &[10]]
+        .iter()
+        .map(|s| Tensor::randn(s, DType::F32, &Device::Cpu).requires_grad(true))
+        .collect();
+    let (loss, profile) = profiler::profile(ProfilerOptions::default(), || step(&p, &x, &y));
+    assert!(loss.item::<f32>().is_finite());
+    let names: Vec<&str> = profile.events().iter().map(|e| e.name.as_str()).collect();
+    for op in ["conv2d", "relu", "max_pool2d", "linear", "backward"] {
+        assert!(names.contains(&op), "{op} missing from {names:?}");
+    }
+    let conv = profile
+        .events()
+        .iter()
+        .find(|e| e.name == "conv2d")
+        .unwrap();
+    assert_eq!(conv.depth, 0);
+    assert_eq!(conv.input_shapes[0], vec![8, 1, 12, 12]);
+    // The backward range holds the gradient ops; its self time is what they leave.
+    let backward = profile
+        .events()
+        .iter()
+        .find(|e| e.name == "backward")
+        .unwrap();
+    let inside: Vec<_> = profile
+        .events()
+        .iter()
+        .filter(|e| {
+            e.depth == backward.depth + 1
+                && e.start_us >= backward.start_us
+                && e.start_us <= backward.start_us + backward.duration_us
+        })
+        .collect();
+    assert!(!inside.is_empty(), "no op recorded inside backward");
+    let children: f64 = inside.iter().map(|e| e.duration_us).sum();
+    assert!((backward.self_us - (backward.duration_us - children)).abs() < 1e-6);
+    for e in profile.events() {
+        assert!(
+            e.self_us >= 0.0 && e.self_us <= e.duration_us + 1e-9,
+            "{e:?}"
+        );
+    }
+    // The conv's output (8 x 4 x 10 x 10 floats) stays allocated.
+    assert!(conv.self_memory_bytes >= 8 * 4 * 10 * 10 * 4, "{conv:?}");
+
+    let stats = profile.key_averages(false);
+    let relu = stats.iter().find(|s| s.name == "relu").unwrap();
+    assert_eq!(relu.calls, 1);
+    let table = profile.table(SortBy::Total, 20);
+    assert!(
+        table.contains("Self CPU %") && table.contains("conv2d"),
+        "{table}"
+    );
+    let path = std::env::temp_dir().join(format!("ferrograd-trace-{}.json", std::process::id()));
+    profile.export_chrome_trace(&path).unwrap();
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    assert_eq!(events.len(), profile.events().len());
+    assert!(
+        events
+            .iter()
+            .all(|e| e["ph"] == "X" && e["dur"].as_f64().unwrap() >= 0.0)
+    );
+    std::fs::remove_file(&path).ok();
+
+    // Off again: nothing is recorded, and a profile on another thread sees only its own.
+    assert!(!profiler::is_profiling());
+    let other = std::thread::spawn(move || {
+        profiler::profile(ProfilerOptions::default(), || {
+            Tensor::ones(&[2], DType::F32, &Device::Cpu).exp()
+        })
+        .1
+    });
+    let _ = step(&p, &x, &y);
+    let other = other.join().unwrap();
+    let theirs: Vec<&str> = other.events().iter().map(|e| e.name.as_str()).collect();
+    assert!(theirs.contains(&"exp"), "{theirs:?}");
+    assert!(!theirs.contains(&"conv2d"), "{theirs:?}");
+}
+
+#[test]
+fn an_op_that_panics_leaves_the_profile_usable() {
+    let (_, profile) = profiler::profile(ProfilerOptions::default(), || {
+        let a = Tensor::ones(&[2, 3], DType::F32, &Device::Cpu);
+        let bad = std::panic::catch_unwind(|| a.matmul(&a));
+        assert!(bad.is_err());
+        a.sum_all()
+    });
+    // After the panic the stack is back at the top: the sum is recorded at depth 0.
+    let top: Vec<&str> = profile
+        .events()
+        .iter()
+        .filter(|e| e.depth == 0)
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(top.last(), Some(&"sum"), "{:?}", profile.events());
+}
