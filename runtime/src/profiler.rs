@@ -1,6 +1,7 @@
 //! Where the time goes, as `torch.profiler` shows it: every tensor op run on a thread
 //! while it profiles, with its wall time, its time less the ops it called ("self"), its
-//! input shapes and the host memory it left allocated, plus ranges a user names
+//! input shapes and the host memory it left allocated (counted process-wide: other
+//! threads' allocations in the meantime count too), plus ranges a user names
 //! ([`record_function`]; the [`Trainer`](crate::train::Trainer) names its forward,
 //! backward and optimizer steps). A [`Profile`] prints as a table sorted by total time
 //! ([`Profile::table`]) and saves as a Chrome trace that `chrome://tracing` or

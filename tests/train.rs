@@ -1,0 +1,11 @@
+//! Training tools in one test binary: the incremental metrics against scikit-learn and
+//! torchmetrics, TensorBoard event files, the Trainer, and the profiler.
+
+#[path = "train/metrics.rs"]
+mod metrics;
+#[path = "train/profiler.rs"]
+mod profiler;
+#[path = "train/tensorboard.rs"]
+mod tensorboard;
+#[path = "train/trainer.rs"]
+mod trainer;
