@@ -1,8 +1,8 @@
 //! A CNN for Fashion-MNIST that mixes `network!` blocks (convolutions with BatchNorm; a
 //! classifier head with Dropout) inside a `#[derive(Module)]` struct, trained with data
 //! augmentation (random crops and flips), AdamW, a one-cycle schedule and gradient
-//! clipping; progress bar, test accuracy, per-epoch checkpoint with `--resume`, metrics
-//! CSV and loss/accuracy plot.
+//! clipping, by ferrograd's `Trainer`: progress bar, validation accuracy, checkpoints
+//! (`last` and the best) with `--resume`, metrics CSV and plot, TensorBoard logs.
 //!
 //! ```text
 //! cargo run --release --example fashion_mnist                # bundled 1,000-image subset
@@ -14,11 +14,13 @@ use ferrograd::data::datasets::FashionMNIST;
 use ferrograd::data::transforms::{Compose, RandomCrop, RandomHorizontalFlip, Transform};
 use ferrograd::data::{DataLoader, Dataset};
 use ferrograd::nn::Module;
-use ferrograd::optim::lr_scheduler::{LrScheduler, Schedule, Scheduler};
-use ferrograd::optim::utils::clip_grad_norm_;
-use ferrograd::optim::{AdamConfig, AdamW, Optimizer};
+use ferrograd::optim::lr_scheduler::{Schedule, Scheduler};
+use ferrograd::optim::{AdamConfig, AdamW};
 use ferrograd::prelude::*;
-use ferrograd::train::{EpochProgress, correct_predictions};
+use ferrograd::train::metrics::Accuracy;
+use ferrograd::train::{
+    Interval, LearningRateMonitor, Mode, ModelCheckpoint, StepOutput, Trainer, TrainerConfig,
+};
 
 #[path = "common/run.rs"]
 mod run;
@@ -76,12 +78,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .then(RandomCrop::new([28, 28], 2))
         .then(RandomHorizontalFlip::new(0.5));
     let train = FashionMNIST::new(&args.data, true)?.map(move |(x, y)| (augment.apply(x), y));
-    let (test_x, test_y) = FashionMNIST::new(&args.data, false)?.tensors();
+    let test = FashionMNIST::new(&args.data, false)?;
     println!(
         "Fashion-MNIST from {}: {} training and {} test images",
         args.data.display(),
         train.len(),
-        test_x.size(0)
+        test.len()
     );
 
     manual_seed(0);
@@ -91,6 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .shuffle(true)
         .num_workers(2)
         .build();
+    let mut test = DataLoader::builder(test).batch_size(1000).build();
     let mut opt = AdamW::named(
         model.named_parameters(),
         AdamConfig::default().weight_decay(5e-4),
@@ -106,34 +109,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             momentum: Some((0.85, 0.95)),
         },
     );
-    let mut run = run::Session::open(
-        "fashion_mnist",
-        &args,
+    let last = args.out.join("checkpoints/last.safetensors");
+    let mut trainer = Trainer::new(TrainerConfig {
+        max_epochs: args.epochs,
+        grad_clip: Some(2.0),
+        scheduler_interval: Interval::Step,
+        root_dir: args.out.clone(),
+        resume_from: (args.resume && last.exists()).then_some(last),
+        ..Default::default()
+    })
+    .metric(Accuracy::new())
+    .callback(ModelCheckpoint::new("val_accuracy", Mode::Max))
+    .callback(LearningRateMonitor);
+    let report = trainer.fit(
         &mut model,
         &mut opt,
-        &mut sched,
+        Some(&mut sched),
         &mut loader,
+        Some(&mut test),
+        &mut |m: &mut FashionCnn, (x, y): (Tensor, Tensor)| {
+            let logits = m.forward(&x);
+            StepOutput::new(F::cross_entropy(&logits, &y)).with_predictions(logits, y)
+        },
     )?;
-
-    for epoch in run.start + 1..=args.epochs {
-        model.train();
-        let mut bar = EpochProgress::new(epoch, args.epochs, loader.len());
-        for batch in loader.iter() {
-            let (x, y) = batch?;
-            opt.zero_grad();
-            let logits = model.forward(&x);
-            let loss = F::cross_entropy(&logits, &y);
-            loss.backward();
-            clip_grad_norm_(&opt.params(), 2.0, 2.0, false)?;
-            opt.step();
-            sched.step(&mut opt);
-            let correct = correct_predictions(&logits, &y);
-            bar.update(x.size(0), loss.item::<f32>() as f64, Some(correct));
-        }
-        let train = bar.finish();
-        model.eval();
-        let test = run::evaluate(|x| model.forward(x), &test_x, &test_y);
-        run.end_epoch(epoch, &train, test, &model, &opt, &sched, loader.state())?;
-    }
-    run.finish(&args)
+    println!(
+        "after {} epochs: test loss {:.4}, accuracy {:.2}%; files in {}",
+        report.epochs,
+        report.metrics["val_loss"],
+        report.metrics["val_accuracy"] * 100.0,
+        args.out.display()
+    );
+    args.check_accuracy(report.metrics.get("val_accuracy").copied())
 }
