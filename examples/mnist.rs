@@ -1,7 +1,8 @@
 //! An MLP written with `network!`, trained on MNIST with the DataLoader, AdamW and a
 //! cosine schedule: a progress bar per epoch, test accuracy, a checkpoint every epoch
 //! (`--resume` continues from it), metrics appended to a CSV file and drawn as a
-//! loss/accuracy plot (PNG and SVG).
+//! loss/accuracy plot (PNG and SVG). Everything is written out as the loop a user copies;
+//! `examples/lenet_mnist.rs` runs the same kind of training through ferrograd's `Trainer`.
 //!
 //! ```text
 //! cargo run --release --example mnist                   # bundled 2,000-image subset
@@ -10,13 +11,14 @@
 //! cargo run --release --example mnist -- --resume       # continue from runs/mnist/
 //! ```
 
+use ferrograd::checkpoint::Checkpoint;
 use ferrograd::data::datasets::MNIST;
 use ferrograd::data::{DataLoader, Dataset};
 use ferrograd::nn::Module;
 use ferrograd::optim::lr_scheduler::{LrScheduler, Schedule, Scheduler};
 use ferrograd::optim::{AdamConfig, AdamW, Optimizer};
 use ferrograd::prelude::*;
-use ferrograd::train::{EpochProgress, correct_predictions};
+use ferrograd::train::{EpochProgress, MetricsLog, correct_predictions};
 
 #[path = "common/run.rs"]
 mod run;
@@ -64,16 +66,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             eta_min: 1e-5,
         },
     );
-    let mut run = run::Session::open(
-        "mnist",
-        &args,
-        &mut model,
-        &mut opt,
-        &mut sched,
-        &mut loader,
-    )?;
+    // Resuming restores model, optimizer, schedule, data position and random state.
+    std::fs::create_dir_all(&args.out)?;
+    let ckpt_path = args.out.join("checkpoint.safetensors");
+    let columns = [
+        "epoch",
+        "train_loss",
+        "train_accuracy",
+        "test_loss",
+        "test_accuracy",
+        "samples_per_sec",
+    ];
+    let csv = args.out.join("metrics.csv");
+    let (mut log, start) = if args.resume && ckpt_path.exists() {
+        let ckpt = Checkpoint::load(&ckpt_path)?;
+        ckpt.restore_model(&mut model, true)?;
+        ckpt.restore_optimizer(&mut opt)?;
+        ckpt.restore_scheduler(&mut sched)?;
+        ckpt.restore_rng()?;
+        if let Some(position) = &ckpt.loader {
+            loader.load_state(position);
+        }
+        println!(
+            "resuming after epoch {} from {}",
+            ckpt.epoch,
+            ckpt_path.display()
+        );
+        let log = MetricsLog::resume(&csv, &columns, ckpt.epoch as f64)?;
+        (log, ckpt.epoch as usize)
+    } else {
+        (MetricsLog::create(&csv, &columns)?, 0)
+    };
 
-    for epoch in run.start + 1..=args.epochs {
+    let mut accuracy = None;
+    for epoch in start + 1..=args.epochs {
         model.train();
         let mut bar = EpochProgress::new(epoch, args.epochs, loader.len());
         for batch in loader.iter() {
@@ -89,8 +115,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let train = bar.finish();
         model.eval();
-        let test = run::evaluate(|x| model.forward(&normalize(x)), &test_x, &test_y);
-        run.end_epoch(epoch, &train, test, &model, &opt, &sched, loader.state())?;
+        let (test_loss, test_acc) =
+            run::evaluate(|x| model.forward(&normalize(x)), &test_x, &test_y);
+        let train_acc = train.accuracy.unwrap_or(0.0);
+        println!(
+            "epoch {epoch}: train loss {:.4}, accuracy {:.2}% | test loss {test_loss:.4}, accuracy {:.2}% | {:.0} samples/s",
+            train.loss,
+            train_acc * 100.0,
+            test_acc * 100.0,
+            train.samples_per_sec
+        );
+        accuracy = Some(test_acc);
+        log.append(&[
+            epoch as f64,
+            train.loss,
+            train_acc,
+            test_loss,
+            test_acc,
+            train.samples_per_sec,
+        ])?;
+        Checkpoint::new(&model)
+            .optimizer(&opt)
+            .scheduler(&sched)
+            .loader(loader.state())
+            .epoch(epoch as u64)
+            .save(&ckpt_path)?;
+        log.plot(args.out.join("metrics.png"), args.out.join("metrics.svg"))?;
     }
-    run.finish(&args)
+    println!(
+        "checkpoint, metrics.csv and the loss/accuracy plot (metrics.png, metrics.svg) are in {}",
+        args.out.display()
+    );
+    args.check_accuracy(accuracy)
 }
