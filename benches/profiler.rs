@@ -28,7 +28,7 @@ fn per_op(c: &mut Criterion) {
     group.bench_function("add_16/on", |bench| {
         bench.iter(|| {
             n += 1;
-            if n % 100_000 == 0 {
+            if n.is_multiple_of(100_000) {
                 drop(profiler.take());
                 profiler = Some(Profiler::start(options));
             }

@@ -25,9 +25,7 @@ use ferrograd::optim::{AdamConfig, AdamW, Optimizer};
 use ferrograd::prelude::*;
 use ferrograd::train::{EpochProgress, correct_predictions};
 
-// The shared argument parser and evaluation; the single-process checkpoint session of
-// the other examples is not used here.
-#[allow(dead_code)]
+// The shared argument parser and evaluation.
 #[path = "common/run.rs"]
 mod run;
 

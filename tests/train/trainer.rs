@@ -12,7 +12,7 @@ use ferrograd::train::tensorboard::EventReader;
 use ferrograd::train::{
     Callback, Context, EarlyStopping, Mode, ModelCheckpoint, StepOutput, Trainer, TrainerConfig,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 static RNG: Mutex<()> = Mutex::new(());
@@ -174,7 +174,7 @@ struct Run {
     metrics: std::collections::BTreeMap<String, f64>,
 }
 
-fn run(root: &PathBuf, epochs: usize, resume: bool, init: &ferrograd::nn::StateDict) -> Run {
+fn run(root: &Path, epochs: usize, resume: bool, init: &ferrograd::nn::StateDict) -> Run {
     let (train_ds, val_ds) = {
         let _g = rng_lock();
         manual_seed(2);
@@ -204,7 +204,7 @@ fn run(root: &PathBuf, epochs: usize, resume: bool, init: &ferrograd::nn::StateD
     let mut val = DataLoader::builder(val_ds).batch_size(32).build();
     let cfg = TrainerConfig {
         resume_from: resume.then(|| root.join("checkpoints/last.safetensors")),
-        ..config(root.clone(), epochs)
+        ..config(root.to_path_buf(), epochs)
     };
     let mut trainer = Trainer::new(cfg)
         .metric(Accuracy::new())

@@ -818,7 +818,7 @@ impl Trainer {
                     }
                     let gs = self.state.global_step;
                     if let Some(w) = writer.as_mut()
-                        && gs % cfg.log_every.max(1) == 0
+                        && gs.is_multiple_of(cfg.log_every.max(1))
                     {
                         w.add_scalar("train/loss", loss_value, gs)?;
                         if cfg.log_grad_norm
@@ -861,7 +861,7 @@ impl Trainer {
                 s.step(opt);
             }
             let validate_now = dev_run
-                || (epoch + 1) % cfg.val_every.max(1) == 0
+                || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
                 || self.state.epoch == max_epochs;
             if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
                 let values = self.run_validation(model, v, step)?;
