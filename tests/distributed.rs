@@ -280,6 +280,10 @@ fn rank_suite() {
             "a stopped and resumed run equals an unstopped one bit for bit",
             ddp_resume_bitwise,
         ),
+        (
+            "Trainer under DDP = the Trainer in one process on the whole batch; reduced metrics; rank 0 logs; resume",
+            trainer_ddp,
+        ),
     ];
     let mut failures = 0i64;
     for (name, f) in checks {
@@ -1268,6 +1272,164 @@ fn ddp_resume_bitwise(g: &ProcessGroup) -> Result<(), String> {
     g.barrier().map_err(|e| e.to_string())?;
     if g.rank() == 0 {
         let _ = std::fs::remove_file(&path);
+    }
+    Ok(())
+}
+
+/// The Trainer with a process group: a DDP model on each rank's shard (DistributedSampler)
+/// takes the steps the Trainer takes in one process on the whole batch; validation loss
+/// and accuracy are reduced over the ranks and equal the one-process values; rank 0 alone
+/// writes the CSV and TensorBoard; the checkpoint is saved collectively and resumes.
+fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
+    use ferrograd::data::{DataLoader, DistributedSampler, TensorDataset};
+    use ferrograd::train::metrics::Accuracy;
+    use ferrograd::train::{ModelCheckpoint, StepOutput, Trainer, TrainerConfig};
+    let (w, b) = (g.size(), 4);
+    let (x, y) = global_batch(300, 8 * w * b);
+    let (vx, vy) = global_batch(301, 4 * w * b);
+    // Classes for the accuracy: which of the 3 targets is largest.
+    let classes = |y: &Tensor| y.argmax(1, false);
+    let ds = |x: &Tensor, y: &Tensor| TensorDataset::new(vec![x.clone(), y.clone(), classes(y)]);
+    let step = |m: &mut dyn FnMut(&Tensor) -> Tensor, batch: Vec<Tensor>| {
+        let out = m(&batch[0]);
+        StepOutput::new(mse(&out, &batch[1])).with_predictions(out, batch[2].clone())
+    };
+    let err = |e: ferrograd::train::TrainError| e.to_string();
+    // Every rank writes into the same run directory, as ranks on one machine do.
+    let root = std::env::temp_dir().join(format!("ferrograd-trainer-ddp-{}", w));
+    if g.rank() == 0 {
+        std::fs::remove_dir_all(&root).ok();
+    }
+    g.barrier().map_err(|e| e.to_string())?;
+
+    // One process, the whole batch (w * b rows, in the order the samplers interleave).
+    let mut reference = Mlp::new(5);
+    // A copy: the state dict's tensors are the parameters, which training updates.
+    let init: ferrograd::nn::StateDict = reference
+        .state_dict()
+        .into_iter()
+        .map(|(k, v)| (k, v.deep_copy()))
+        .collect();
+    let mut opt_ref = Sgd::new(reference.parameters(), SgdConfig::new(0.05));
+    let mut train_ref = DataLoader::builder(ds(&x, &y)).batch_size(w * b).build();
+    let mut val_ref = DataLoader::builder(ds(&vx, &vy)).batch_size(w * b).build();
+    let one = Trainer::new(TrainerConfig {
+        max_epochs: 2,
+        root_dir: root.join(format!("reference-{}", g.rank())),
+        progress: false,
+        tensorboard: false,
+        ..Default::default()
+    })
+    .metric(Accuracy::new())
+    .fit(
+        &mut reference,
+        &mut opt_ref,
+        None,
+        &mut train_ref,
+        Some(&mut val_ref),
+        &mut |m: &mut Mlp, batch: Vec<Tensor>| step(&mut |x| m.forward(x), batch),
+    )
+    .map_err(err)?;
+
+    let mut model = Mlp::new(50 + g.rank() as u64);
+    model
+        .load_state_dict(&init, true)
+        .map_err(|e| e.to_string())?;
+    let mut ddp =
+        DistributedDataParallel::new(model, g, DdpConfig::default()).map_err(|e| e.to_string())?;
+    let loaders = || -> Result<_, String> {
+        let sampler = |n| DistributedSampler::new(n, w, g.rank(), false, 0, false);
+        let train = DataLoader::builder(ds(&x, &y))
+            .batch_size(b)
+            .sampler(sampler(8 * w * b).map_err(|e| e.to_string())?)
+            .build();
+        let val = DataLoader::builder(ds(&vx, &vy))
+            .batch_size(b)
+            .sampler(sampler(4 * w * b).map_err(|e| e.to_string())?)
+            .build();
+        Ok((train, val))
+    };
+    let config = |epochs, resume: bool| TrainerConfig {
+        max_epochs: epochs,
+        root_dir: root.clone(),
+        progress: false,
+        process_group: Some(g.clone()),
+        resume_from: resume.then(|| root.join("checkpoints/last.safetensors")),
+        ..Default::default()
+    };
+    let (mut train, mut val) = loaders()?;
+    let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.05));
+    let many = Trainer::new(config(2, false))
+        .metric(Accuracy::new())
+        .callback(ModelCheckpoint::last_only())
+        .fit(
+            &mut ddp,
+            &mut opt,
+            None,
+            &mut train,
+            Some(&mut val),
+            &mut |m: &mut DistributedDataParallel<Mlp>, batch: Vec<Tensor>| {
+                step(&mut |x| m.forward(x), batch)
+            },
+        )
+        .map_err(err)?;
+    identical_across_ranks(g, &ddp.parameters())?;
+    for ((name, p), (_, q)) in ddp
+        .module()
+        .named_parameters()
+        .iter()
+        .zip(reference.named_parameters())
+    {
+        let (a, r) = (p.to_vec::<f32>(), q.to_vec::<f32>());
+        ensure(close(&a, &r, 1e-5, 1e-6), || {
+            let worst = a
+                .iter()
+                .zip(&r)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            format!("{name} differs from the one-process Trainer's by {worst:e}")
+        })?;
+    }
+    for key in ["val_loss", "val_accuracy", "train_loss"] {
+        let (a, r) = (many.metrics[key], one.metrics[key]);
+        ensure((a - r).abs() <= 1e-6 * r.abs().max(1.0), || {
+            format!("{key}: {a} under DDP, {r} in one process")
+        })?;
+    }
+    g.barrier().map_err(|e| e.to_string())?;
+    let csv = root.join("metrics.csv");
+    ensure(csv.exists() && root.join("tensorboard").is_dir(), || {
+        "rank 0 wrote no CSV or TensorBoard run".into()
+    })?;
+    let rows = std::fs::read_to_string(&csv).map_err(|e| e.to_string())?;
+    ensure(rows.lines().count() == 3, || format!("metrics.csv: {rows}"))?;
+
+    // Resume to a third epoch from the collective checkpoint.
+    let (mut train, mut val) = loaders()?;
+    let resumed = Trainer::new(config(3, true))
+        .metric(Accuracy::new())
+        .callback(ModelCheckpoint::last_only())
+        .fit(
+            &mut ddp,
+            &mut opt,
+            None,
+            &mut train,
+            Some(&mut val),
+            &mut |m: &mut DistributedDataParallel<Mlp>, batch: Vec<Tensor>| {
+                step(&mut |x| m.forward(x), batch)
+            },
+        )
+        .map_err(err)?;
+    ensure(resumed.epochs == 3 && resumed.global_step == 24, || {
+        format!(
+            "resumed to epoch {} step {}",
+            resumed.epochs, resumed.global_step
+        )
+    })?;
+    identical_across_ranks(g, &ddp.parameters())?;
+    g.barrier().map_err(|e| e.to_string())?;
+    if g.rank() == 0 {
+        std::fs::remove_dir_all(&root).ok();
     }
     Ok(())
 }

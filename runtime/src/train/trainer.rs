@@ -51,6 +51,9 @@ pub enum TrainError {
         /// What was wrong.
         reason: String,
     },
+    /// A collective of the process group failed.
+    #[error(transparent)]
+    Distributed(#[from] crate::distributed::DistError),
     /// The loss went NaN or infinite.
     #[error("the training loss is {value} at step {step}")]
     NonFiniteLoss {
@@ -124,6 +127,14 @@ pub struct TrainerConfig {
     /// Resume from this training checkpoint (`root_dir/checkpoints/last.safetensors`
     /// after [`ModelCheckpoint`] with `save_last`).
     pub resume_from: Option<PathBuf>,
+    /// Data-parallel training over this group (the model a
+    /// [`DistributedDataParallel`](crate::distributed::DistributedDataParallel), each
+    /// rank's loaders with a `DistributedSampler`): every rank runs the loop; the losses
+    /// and metrics are reduced over the ranks, so every rank sees the same values and
+    /// its callbacks decide alike; rank 0 alone shows the progress bar and writes the
+    /// CSV, plot and TensorBoard files; checkpoints are saved collectively with every
+    /// rank's random state and data position, and a resume gives each rank its own.
+    pub process_group: Option<crate::distributed::ProcessGroup>,
 }
 
 impl Default for TrainerConfig {
@@ -147,6 +158,7 @@ impl Default for TrainerConfig {
             tensorboard: true,
             progress: true,
             resume_from: None,
+            process_group: None,
         }
     }
 }
@@ -653,8 +665,13 @@ impl Trainer {
         let mut scaler = GradScaler::new().enabled(cfg.precision == Precision::F16);
         self.state = TrainerState::default();
         let mut purge_step = None;
+        let group = cfg.process_group.clone();
+        let is_main = group.as_ref().is_none_or(|g| g.rank() == 0);
         if let Some(path) = &cfg.resume_from {
-            let ckpt = Checkpoint::load(path)?;
+            let ckpt = match &group {
+                None => Checkpoint::load(path)?,
+                Some(g) => crate::distributed::load_checkpoint(g, path)?,
+            };
             ckpt.restore_model(model, true)?;
             ckpt.restore_optimizer(opt)?;
             if let Some(s) = sched.as_deref_mut() {
@@ -684,8 +701,10 @@ impl Trainer {
         } else if let Some(seed) = cfg.seed {
             crate::manual_seed(seed);
         }
+        // Checkpoints are written by every rank together; the logs by rank 0.
         let writes = !dev_run;
-        let mut writer = match (writes && cfg.tensorboard, purge_step) {
+        let logs = writes && is_main;
+        let mut writer = match (logs && cfg.tensorboard, purge_step) {
             (false, _) => None,
             (true, None) => Some(SummaryWriter::new(cfg.root_dir.join("tensorboard"))?),
             (true, Some(step)) => Some(SummaryWriter::resume(
@@ -709,7 +728,7 @@ impl Trainer {
         columns.push("samples_per_sec".into());
         let column_refs: Vec<&str> = columns.iter().map(String::as_str).collect();
         let csv = cfg.root_dir.join("metrics.csv");
-        let mut log = if !writes {
+        let mut log = if !logs {
             None
         } else {
             std::fs::create_dir_all(&cfg.root_dir).map_err(|source| TrainError::Io {
@@ -746,9 +765,8 @@ impl Trainer {
             if dev_run {
                 limit = limit.min(1);
             }
-            let mut bar = cfg
-                .progress
-                .then(|| EpochProgress::new(epoch + 1, max_epochs, limit));
+            let mut bar =
+                (cfg.progress && is_main).then(|| EpochProgress::new(epoch + 1, max_epochs, limit));
             let mut loss_mean = Mean::new("train_loss");
             let (mut correct, mut counted, mut samples) = (0usize, 0usize, 0usize);
             let epoch_start = Instant::now();
@@ -844,6 +862,22 @@ impl Trainer {
             }
             let seconds = epoch_start.elapsed().as_secs_f64();
             self.state.epoch = epoch + 1;
+            if let Some(g) = &group {
+                // Every rank's batches: the loss's sums and the counts, added up.
+                let [l, w, c, n, s] = all_reduce_sums(
+                    g,
+                    [
+                        mean_sum(&loss_mean),
+                        loss_mean.weight(),
+                        correct as f64,
+                        counted as f64,
+                        samples as f64,
+                    ],
+                )?;
+                loss_mean = Mean::new("train_loss");
+                loss_mean.add(l / w, w);
+                (correct, counted, samples) = (c as usize, n as usize, s as usize);
+            }
             self.state
                 .metrics
                 .insert("train_loss".into(), loss_mean.value());
@@ -958,17 +992,32 @@ impl Trainer {
             for cb in &self.callbacks {
                 ckpt = ckpt.meta(format!("{META_CALLBACK}{}", cb.name()), cb.state_dict());
             }
+            let group = self.config.process_group.as_ref();
+            let is_main = group.is_none_or(|g| g.rank() == 0);
             for path in saves {
-                if let Some(dir) = path.parent() {
+                if let Some(dir) = path.parent()
+                    && is_main
+                {
                     std::fs::create_dir_all(dir).map_err(|source| TrainError::Io {
                         path: dir.to_path_buf(),
                         source,
                     })?;
                 }
-                ckpt.save(path)?;
+                match group {
+                    None => ckpt.save(path)?,
+                    // Collective: rank 0 writes it with every rank's RNG and data position.
+                    Some(g) => {
+                        crate::distributed::save_checkpoint(g, ckpt.clone(), Some(loader), path)?
+                    }
+                }
             }
         }
-        for path in removes {
+        let is_main = self
+            .config
+            .process_group
+            .as_ref()
+            .is_none_or(|g| g.rank() == 0);
+        for path in removes.iter().filter(|_| is_main) {
             if !saves.contains(path) {
                 match std::fs::remove_file(path) {
                     Ok(()) => {}
@@ -1023,6 +1072,21 @@ impl Trainer {
         });
         model.train();
         result?;
+        if let Some(g) = &self.config.process_group {
+            // Every rank's shard: the loss's sums and each metric's counts, added up.
+            let [l, w] = all_reduce_sums(g, [mean_sum(&loss), loss.weight()])?;
+            loss = Mean::new("val_loss");
+            loss.add(l / w, w);
+            for m in &mut self.metrics {
+                let state = m.sync_state();
+                if !state.is_empty() {
+                    let n = state.len();
+                    let t = Tensor::from_vec(state, &[n]);
+                    g.all_reduce(&t, crate::distributed::ReduceOp::Sum)?;
+                    m.load_sync_state(&t.to_vec::<f64>());
+                }
+            }
+        }
         let mut values = BTreeMap::new();
         values.insert("val_loss".to_string(), loss.value());
         for m in &self.metrics {
@@ -1065,5 +1129,25 @@ impl Trainer {
             .into_iter()
             .map(|(k, v)| (k.replacen("val_", "test_", 1), v))
             .collect())
+    }
+}
+
+/// Adds `values` up over the group's ranks.
+fn all_reduce_sums<const N: usize>(
+    group: &crate::distributed::ProcessGroup,
+    values: [f64; N],
+) -> Result<[f64; N], TrainError> {
+    let t = Tensor::from_vec(values.to_vec(), &[N]);
+    group.all_reduce(&t, crate::distributed::ReduceOp::Sum)?;
+    let v = t.to_vec::<f64>();
+    Ok(std::array::from_fn(|i| v[i]))
+}
+
+/// A mean's weighted sum (0 when nothing was added).
+fn mean_sum(m: &Mean) -> f64 {
+    if m.weight() == 0.0 {
+        0.0
+    } else {
+        m.value() * m.weight()
     }
 }

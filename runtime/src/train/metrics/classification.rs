@@ -28,6 +28,14 @@ pub trait Metric: Send {
     fn reset(&mut self);
     /// The name it is logged under (`accuracy`, `f1_macro`, ...).
     fn name(&self) -> String;
+    /// The counts that add up over data-parallel ranks (the Trainer sums them over
+    /// the process group and loads the sums back); empty for a metric that cannot be
+    /// summed (AUROC keeps every score: under DDP it is each rank's own).
+    fn sync_state(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// Takes the sums of every rank's [`sync_state`](Self::sync_state).
+    fn load_sync_state(&mut self, _summed: &[f64]) {}
 }
 
 #[track_caller]
@@ -96,6 +104,10 @@ impl Mean {
     /// The mean so far (NaN before anything was added).
     pub fn value(&self) -> f64 {
         self.sum / self.weight
+    }
+    /// The total weight added (the samples, for a per-sample loss).
+    pub fn weight(&self) -> f64 {
+        self.weight
     }
     /// Forgets everything added.
     pub fn clear(&mut self) {
@@ -168,6 +180,13 @@ impl Metric for Accuracy {
     fn reset(&mut self) {
         self.correct = 0;
         self.total = 0;
+    }
+    fn sync_state(&self) -> Vec<f64> {
+        vec![self.correct as f64, self.total as f64]
+    }
+    fn load_sync_state(&mut self, summed: &[f64]) {
+        self.correct = summed[0] as u64;
+        self.total = summed[1] as u64;
     }
     fn name(&self) -> String {
         if self.k == 1 {
@@ -244,6 +263,14 @@ impl Metric for ConfusionMatrix {
     }
     fn reset(&mut self) {
         self.counts.fill(0);
+    }
+    fn sync_state(&self) -> Vec<f64> {
+        self.counts.iter().map(|&c| c as f64).collect()
+    }
+    fn load_sync_state(&mut self, summed: &[f64]) {
+        for (c, &s) in self.counts.iter_mut().zip(summed) {
+            *c = s as u64;
+        }
     }
     fn name(&self) -> String {
         "confusion_matrix".into()
@@ -344,6 +371,12 @@ impl Metric for PrecisionRecallF1 {
     }
     fn reset(&mut self) {
         self.matrix.reset();
+    }
+    fn sync_state(&self) -> Vec<f64> {
+        self.matrix.sync_state()
+    }
+    fn load_sync_state(&mut self, summed: &[f64]) {
+        self.matrix.load_sync_state(summed);
     }
     fn name(&self) -> String {
         let s = match self.score {
@@ -539,6 +572,13 @@ impl Metric for Perplexity {
     fn reset(&mut self) {
         self.nll = 0.0;
         self.count = 0;
+    }
+    fn sync_state(&self) -> Vec<f64> {
+        vec![self.nll, self.count as f64]
+    }
+    fn load_sync_state(&mut self, summed: &[f64]) {
+        self.nll = summed[0];
+        self.count = summed[1] as u64;
     }
     fn name(&self) -> String {
         "perplexity".into()
