@@ -665,6 +665,30 @@ fn close(a: &[f32], b: &[f32], rtol: f32, atol: f32) -> bool {
             .all(|(x, y)| (x - y).abs() <= atol + rtol * y.abs())
 }
 
+/// Every parameter of `model` within 1e-5 (relative) of `reference`'s, by name.
+fn parameters_match(
+    model: &impl Module,
+    reference: &impl Module,
+    when: &str,
+) -> Result<(), String> {
+    for ((name, p), (_, q)) in model
+        .named_parameters()
+        .iter()
+        .zip(reference.named_parameters())
+    {
+        let (a, r) = (p.to_vec::<f32>(), q.to_vec::<f32>());
+        ensure(close(&a, &r, 1e-5, 1e-6), || {
+            let worst = a
+                .iter()
+                .zip(&r)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            format!("{when}{name} differs from the single-process run by {worst:e}")
+        })?;
+    }
+    Ok(())
+}
+
 /// Every rank's copy of `params` must be bitwise equal to rank 0's.
 fn identical_across_ranks(g: &ProcessGroup, params: &[Tensor]) -> Result<(), String> {
     for p in params {
@@ -734,22 +758,7 @@ fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), S
         mse(&reference.forward(&x), &y).backward();
         opt_ref.step();
         identical_across_ranks(g, &ddp.parameters())?;
-        for ((name, p), (_, q)) in ddp
-            .module()
-            .named_parameters()
-            .iter()
-            .zip(reference.named_parameters())
-        {
-            let (a, r) = (p.to_vec::<f32>(), q.to_vec::<f32>());
-            ensure(close(&a, &r, 1e-5, 1e-6), || {
-                let worst = a
-                    .iter()
-                    .zip(&r)
-                    .map(|(x, y)| (x - y).abs())
-                    .fold(0.0f32, f32::max);
-                format!("step {step}: {name} differs from the single-process run by {worst:e}")
-            })?;
-        }
+        parameters_match(ddp.module(), &reference, &format!("step {step}: "))?;
     }
     Ok(())
 }
@@ -1374,22 +1383,7 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
         )
         .map_err(err)?;
     identical_across_ranks(g, &ddp.parameters())?;
-    for ((name, p), (_, q)) in ddp
-        .module()
-        .named_parameters()
-        .iter()
-        .zip(reference.named_parameters())
-    {
-        let (a, r) = (p.to_vec::<f32>(), q.to_vec::<f32>());
-        ensure(close(&a, &r, 1e-5, 1e-6), || {
-            let worst = a
-                .iter()
-                .zip(&r)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
-            format!("{name} differs from the one-process Trainer's by {worst:e}")
-        })?;
-    }
+    parameters_match(ddp.module(), &reference, "the Trainer: ")?;
     for key in ["val_loss", "val_accuracy", "train_loss"] {
         let (a, r) = (many.metrics[key], one.metrics[key]);
         ensure((a - r).abs() <= 1e-6 * r.abs().max(1.0), || {
