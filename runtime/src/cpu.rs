@@ -33,7 +33,7 @@ use ferrograd_kernels::cpu::HOST_POOL;
 /// assert!(cpu::memory_allocated() >= 8000);
 /// ```
 pub fn memory_allocated() -> usize {
-    HOST_POOL.stats().allocated
+    HOST_POOL.allocated()
 }
 
 /// Bytes of host memory held by the caching allocator, in use or cached

@@ -321,6 +321,17 @@ impl HostPool {
         lock_large(&self.large).set_huge_pages(on);
     }
 
+    /// Bytes in blocks held by buffers: [`HostStats::allocated`] without taking the
+    /// large pool's lock (a profiler reads it around every op).
+    ///
+    /// ```
+    /// use ferrograd_kernels::cpu::HOST_POOL;
+    /// assert_eq!(HOST_POOL.allocated(), HOST_POOL.stats().allocated);
+    /// ```
+    pub fn allocated(&self) -> usize {
+        self.allocated.load(Relaxed)
+    }
+
     /// The current statistics of both pools. The peaks are tracked over the total.
     pub fn stats(&self) -> HostStats {
         let (grows, hits) = {

@@ -439,10 +439,10 @@ fn finish_slow<R: Outputs>(
 impl Op {
     /// The op's name in profiles (`mul`, `conv2d`, `log_softmax`, `sum`, ...).
     pub(crate) fn profile_name(&self) -> String {
-        fn snake(debug: String) -> String {
-            let head: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
+        // `GeluTanh` or `LeakyRelu(0.01)` → `gelu_tanh`, `leaky_relu`.
+        fn snake(name: &str) -> String {
             let mut out = String::new();
-            for (i, c) in head.chars().enumerate() {
+            for (i, c) in name.chars().take_while(|c| c.is_alphanumeric()).enumerate() {
                 if c.is_uppercase() {
                     if i > 0 {
                         out.push('_');
@@ -455,10 +455,8 @@ impl Op {
             out
         }
         match self {
-            Op::Unary(u) => snake(format!("{u:?}")),
-            Op::Binary(b) => snake(format!("{b:?}")),
-            Op::Scalar { op, .. } => format!("{}_scalar", snake(format!("{op:?}"))),
-            Op::Reduce { kind, .. } => snake(format!("{kind:?}")),
+            Op::Scalar { op, .. } => format!("{}_scalar", snake(&format!("{op:?}"))),
+            Op::Reduce { kind, .. } => snake(&format!("{kind:?}")),
             Op::Softmax { log: true, .. } => "log_softmax".into(),
             Op::MatMul => "matmul".into(),
             Op::Conv {
@@ -475,7 +473,7 @@ impl Op {
                 RnnKind::Gru => "gru".into(),
                 RnnKind::Tanh | RnnKind::Relu => "rnn".into(),
             },
-            other => snake(format!("{other:?}")),
+            _ => snake(&self.name()),
         }
     }
 }

@@ -750,6 +750,8 @@ impl Trainer {
         };
         record_lrs(&mut self.state, opt);
         self.hooks(&mut writer, |cb, ctx| cb.on_fit_start(ctx))?;
+        // The optimizer's parameters, for the scaler and clipping (fixed during a fit).
+        let params = opt.params();
         let started = Instant::now();
         let mut stopped_early = false;
         let mut out_of_budget = false;
@@ -811,7 +813,6 @@ impl Trainer {
                 }
                 if pending == accumulate || done == limit {
                     pending = 0;
-                    let params = opt.params();
                     if cfg.grad_clip.is_some() || cfg.log_grad_norm {
                         scaler.unscale_(&params);
                         let max = cfg.grad_clip.unwrap_or(f64::INFINITY);
@@ -973,6 +974,8 @@ impl Trainer {
         saves: &[PathBuf],
         removes: &[PathBuf],
     ) -> Result<(), TrainError> {
+        let group = self.config.process_group.as_ref();
+        let is_main = group.is_none_or(|g| g.rank() == 0);
         if !saves.is_empty() {
             let mut ckpt = Checkpoint::new(model)
                 .optimizer(opt)
@@ -992,8 +995,6 @@ impl Trainer {
             for cb in &self.callbacks {
                 ckpt = ckpt.meta(format!("{META_CALLBACK}{}", cb.name()), cb.state_dict());
             }
-            let group = self.config.process_group.as_ref();
-            let is_main = group.is_none_or(|g| g.rank() == 0);
             for path in saves {
                 if let Some(dir) = path.parent()
                     && is_main
@@ -1012,11 +1013,6 @@ impl Trainer {
                 }
             }
         }
-        let is_main = self
-            .config
-            .process_group
-            .as_ref()
-            .is_none_or(|g| g.rank() == 0);
         for path in removes.iter().filter(|_| is_main) {
             if !saves.contains(path) {
                 match std::fs::remove_file(path) {

@@ -99,9 +99,12 @@ fn frame(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The records of `bytes` in order, and where the first broken one starts (`None` when
+/// Where a broken record starts, and what is wrong with it.
+type Broken = (usize, String);
+
+/// The records of `bytes` in order with where each starts, and where the first broken one starts (`None` when
 /// the file ends cleanly): the length of the part a resumed writer keeps.
-fn records(bytes: &[u8]) -> (Vec<&[u8]>, Option<(usize, String)>) {
+fn records(bytes: &[u8]) -> (Vec<(usize, &[u8])>, Option<Broken>) {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
@@ -133,7 +136,7 @@ fn records(bytes: &[u8]) -> (Vec<&[u8]>, Option<(usize, String)>) {
         if masked_crc(data) != crc {
             return (out, Some((at, "the data's checksum does not match".into())));
         }
-        out.push(data);
+        out.push((at, data));
         at += end;
     }
     (out, None)
@@ -690,10 +693,10 @@ impl EventReader {
         }
         records
             .into_iter()
-            .map(|r| {
+            .map(|(offset, r)| {
                 Event::decode(r).map_err(|e| TensorBoardError::Corrupt {
                     path: self.path.clone(),
-                    offset: 0,
+                    offset: offset as u64,
                     reason: e.to_string(),
                 })
             })
