@@ -1358,22 +1358,22 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
             .build();
         Ok((train, val))
     };
-    let config = |epochs, resume: bool| TrainerConfig {
-        max_epochs: epochs,
-        root_dir: root.clone(),
-        progress: false,
-        process_group: Some(g.clone()),
-        resume_from: resume.then(|| root.join("checkpoints/last.safetensors")),
-        ..Default::default()
-    };
-    let (mut train, mut val) = loaders()?;
-    let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.05));
-    let many = Trainer::new(config(2, false))
+    // `epochs` in all, resuming from the collective checkpoint when asked.
+    let fit = |ddp: &mut DistributedDataParallel<Mlp>, opt: &mut Sgd, epochs, resume: bool| {
+        let (mut train, mut val) = loaders()?;
+        Trainer::new(TrainerConfig {
+            max_epochs: epochs,
+            root_dir: root.clone(),
+            progress: false,
+            process_group: Some(g.clone()),
+            resume_from: resume.then(|| root.join("checkpoints/last.safetensors")),
+            ..Default::default()
+        })
         .metric(Accuracy::new())
         .callback(ModelCheckpoint::last_only())
         .fit(
-            &mut ddp,
-            &mut opt,
+            ddp,
+            opt,
             None,
             &mut train,
             Some(&mut val),
@@ -1381,7 +1381,10 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
                 step(&mut |x| m.forward(x), batch)
             },
         )
-        .map_err(err)?;
+        .map_err(err)
+    };
+    let mut opt = Sgd::new(ddp.parameters(), SgdConfig::new(0.05));
+    let many = fit(&mut ddp, &mut opt, 2, false)?;
     identical_across_ranks(g, &ddp.parameters())?;
     parameters_match(ddp.module(), &reference, "the Trainer: ")?;
     for key in ["val_loss", "val_accuracy", "train_loss"] {
@@ -1399,21 +1402,7 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
     ensure(rows.lines().count() == 3, || format!("metrics.csv: {rows}"))?;
 
     // Resume to a third epoch from the collective checkpoint.
-    let (mut train, mut val) = loaders()?;
-    let resumed = Trainer::new(config(3, true))
-        .metric(Accuracy::new())
-        .callback(ModelCheckpoint::last_only())
-        .fit(
-            &mut ddp,
-            &mut opt,
-            None,
-            &mut train,
-            Some(&mut val),
-            &mut |m: &mut DistributedDataParallel<Mlp>, batch: Vec<Tensor>| {
-                step(&mut |x| m.forward(x), batch)
-            },
-        )
-        .map_err(err)?;
+    let resumed = fit(&mut ddp, &mut opt, 3, true)?;
     ensure(resumed.epochs == 3 && resumed.global_step == 24, || {
         format!(
             "resumed to epoch {} step {}",

@@ -77,6 +77,25 @@ fn config(root: PathBuf, epochs: usize) -> TrainerConfig {
     }
 }
 
+/// SGD with momentum 0.9, and a schedule halving its rate every `step_size` epochs.
+fn sgd_with_schedule(m: &Mlp, lr: f64, step_size: u64) -> (Sgd, Scheduler) {
+    let mut opt = Sgd::new(
+        m.parameters(),
+        SgdConfig {
+            momentum: 0.9,
+            ..SgdConfig::new(lr)
+        },
+    );
+    let sched = Scheduler::new(
+        &mut opt,
+        Schedule::Step {
+            step_size,
+            gamma: 0.5,
+        },
+    );
+    (opt, sched)
+}
+
 fn params(m: &Mlp) -> Vec<Vec<f32>> {
     m.parameters().iter().map(|p| p.to_vec::<f32>()).collect()
 }
@@ -97,20 +116,7 @@ fn the_trainer_takes_the_explicit_loops_steps() {
 
     // The explicit loop.
     let m1 = make();
-    let mut opt1 = Sgd::new(
-        m1.parameters(),
-        SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::new(0.2)
-        },
-    );
-    let mut sched1 = Scheduler::new(
-        &mut opt1,
-        Schedule::Step {
-            step_size: 1,
-            gamma: 0.5,
-        },
-    );
+    let (mut opt1, mut sched1) = sgd_with_schedule(&m1, 0.2, 1);
     let mut loader1 = DataLoader::builder(train_ds.clone())
         .batch_size(16)
         .shuffle(true)
@@ -129,20 +135,7 @@ fn the_trainer_takes_the_explicit_loops_steps() {
 
     // The Trainer.
     let mut m2 = make();
-    let mut opt2 = Sgd::new(
-        m2.parameters(),
-        SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::new(0.2)
-        },
-    );
-    let mut sched2 = Scheduler::new(
-        &mut opt2,
-        Schedule::Step {
-            step_size: 1,
-            gamma: 0.5,
-        },
-    );
+    let (mut opt2, mut sched2) = sgd_with_schedule(&m2, 0.2, 1);
     let mut loader2 = DataLoader::builder(train_ds)
         .batch_size(16)
         .shuffle(true)
@@ -182,20 +175,7 @@ fn run(root: &Path, epochs: usize, resume: bool, init: &ferrograd::nn::StateDict
     };
     let mut m = mlp();
     m.load_state_dict(init, true).unwrap();
-    let mut opt = Sgd::new(
-        m.parameters(),
-        SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::new(0.1)
-        },
-    );
-    let mut sched = Scheduler::new(
-        &mut opt,
-        Schedule::Step {
-            step_size: 2,
-            gamma: 0.5,
-        },
-    );
+    let (mut opt, mut sched) = sgd_with_schedule(&m, 0.1, 2);
     let mut train = DataLoader::builder(train_ds)
         .batch_size(16)
         .shuffle(true)
