@@ -1,8 +1,11 @@
 //! LeNet-5 with SyncBatchNorm trained on MNIST by several processes with DistributedDataParallel over MPI:
 //! each rank reads its share of every epoch (DistributedSampler), backward averages the
-//! gradients across ranks, the batch norms normalise over all ranks' batches, and rank 0
-//! alone shows the progress bar, evaluates and writes the checkpoint (with every rank's
-//! random state and data position, so `--resume` continues exactly).
+//! gradients across ranks, the batch norms normalise over all ranks' batches. The loop is
+//! ferrograd's `Trainer` with the process group: every rank validates its share of the
+//! test set and the loss and accuracy are summed over the ranks; rank 0 alone shows the
+//! progress bar and writes the CSV, plot and TensorBoard logs; the checkpoint is saved
+//! by all together (with every rank's random state and data position, so `--resume`
+//! continues exactly).
 //!
 //! ```text
 //! cargo build --release --features mpi --example ddp_mnist
@@ -15,17 +18,17 @@
 //! The ranks start from different random weights on purpose: DistributedDataParallel
 //! copies rank 0's at construction, so they train one model.
 
-use ferrograd::checkpoint::Checkpoint;
 use ferrograd::data::datasets::MNIST;
 use ferrograd::data::{DataLoader, Dataset, DistributedSampler};
 use ferrograd::distributed::SyncBatchNorm;
-use ferrograd::distributed::{self, Backend, DdpConfig, DistributedDataParallel, ReduceOp};
+use ferrograd::distributed::{self, Backend, DdpConfig, DistributedDataParallel};
 use ferrograd::nn::{BatchNorm2d, Conv2d, ConvOptions, Forward, Linear, Module};
-use ferrograd::optim::{AdamConfig, AdamW, Optimizer};
+use ferrograd::optim::{AdamConfig, AdamW};
 use ferrograd::prelude::*;
-use ferrograd::train::{EpochProgress, correct_predictions};
+use ferrograd::train::metrics::Accuracy;
+use ferrograd::train::{ModelCheckpoint, StepOutput, Trainer, TrainerConfig};
 
-// The shared argument parser and evaluation.
+// The shared argument parser.
 #[path = "common/run.rs"]
 mod run;
 
@@ -77,8 +80,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (rank, size) = (world.rank(), world.size());
     let args = run::Args::parse("ddp_mnist", "mnist", 6, 3);
     let train = MNIST::new(&args.data, true)?;
-    let n = train.len();
-    let (test_x, test_y) = MNIST::new(&args.data, false)?.tensors();
+    let test = MNIST::new(&args.data, false)?;
+    let (n, n_test) = (train.len(), test.len());
     if rank == 0 {
         println!(
             "{size} ranks, {n} training images, batch 32 per rank ({} in all)",
@@ -88,81 +91,58 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     manual_seed(rank as u64); // different on each rank: DDP makes them rank 0's
     let mut model = DistributedDataParallel::new(LeNet::new(), &world, DdpConfig::default())?;
-    let sampler = DistributedSampler::new(n, size, rank, true, 0, false)?;
-    let mut loader = DataLoader::builder(train)
+    // Each rank reads its share: of every epoch's shuffle, and of the test set.
+    let mut train = DataLoader::builder(train)
         .batch_size(32)
-        .sampler(sampler)
+        .sampler(DistributedSampler::new(n, size, rank, true, 0, false)?)
+        .build();
+    let mut test = DataLoader::builder(test)
+        .batch_size(500)
+        .sampler(DistributedSampler::new(
+            n_test, size, rank, false, 0, false,
+        )?)
         .build();
     let mut opt = AdamW::named(
         model.module().named_parameters(),
         AdamConfig::default().lr(2e-3).weight_decay(1e-4),
     );
-    let checkpoint = args.out.join("checkpoint.safetensors");
-    let mut start = 1;
-    if args.resume {
-        // Every rank reads the file and takes back its own random state and data position.
-        let ckpt = distributed::load_checkpoint(&world, &checkpoint)?;
-        ckpt.restore_model(model.module_mut(), true)?;
-        ckpt.restore_optimizer(&mut opt)?;
-        ckpt.restore_rng()?;
-        if let Some(state) = &ckpt.loader {
-            loader.load_state(state);
-        }
-        start = ckpt.epoch as usize + 1;
-        if rank == 0 {
-            println!("resumed after epoch {}", ckpt.epoch);
-        }
+    let last = args.out.join("checkpoints/last.safetensors");
+    let mut trainer = Trainer::new(TrainerConfig {
+        max_epochs: args.epochs,
+        root_dir: args.out.clone(),
+        resume_from: (args.resume && last.exists()).then_some(last),
+        process_group: Some(world.clone()),
+        dashboard: args.dashboard,
+        ..Default::default()
+    })
+    .metric(Accuracy::new())
+    // The model's keys are the wrapped model's (`conv1.weight`), loadable without DDP.
+    .callback(ModelCheckpoint::last_only());
+    let report = trainer.fit(
+        &mut model,
+        &mut opt,
+        None,
+        &mut train,
+        Some(&mut test),
+        &mut |m: &mut DistributedDataParallel<LeNet>, (x, y): (Tensor, Tensor)| {
+            // Backward averages the gradients over the ranks.
+            let logits = m.forward(&normalize(&x));
+            StepOutput::new(F::cross_entropy(&logits, &y)).with_predictions(logits, y)
+        },
+    )?;
+    // Every rank holds the same reduced values, so every rank decides alike.
+    let accuracy = report.metrics["val_accuracy"];
+    if rank == 0 {
+        println!(
+            "after {} epochs: test loss {:.4}, accuracy {:.2}% (all ranks); files in {}",
+            report.epochs,
+            report.metrics["val_loss"],
+            accuracy * 100.0,
+            args.out.display()
+        );
     }
-
-    let mut accuracy = 0.0;
-    for epoch in start..=args.epochs {
-        model.train();
-        let mut bar = (rank == 0).then(|| EpochProgress::new(epoch, args.epochs, loader.len()));
-        let (mut loss_sum, mut batches) = (0.0, 0usize);
-        for batch in loader.iter() {
-            let (x, y) = batch?;
-            opt.zero_grad();
-            let logits = model.forward(&normalize(&x));
-            let loss = F::cross_entropy(&logits, &y);
-            loss.backward(); // gradients are averaged over the ranks here
-            opt.step();
-            let l = loss.item::<f32>() as f64;
-            loss_sum += l;
-            batches += 1;
-            if let Some(bar) = &mut bar {
-                bar.update(x.size(0), l, Some(correct_predictions(&logits, &y)));
-            }
-        }
-        if let Some(bar) = bar {
-            bar.finish();
-        }
-        model.eval();
-        // The mean training loss over every rank's batches.
-        let mean = Tensor::from_vec(vec![loss_sum / batches.max(1) as f64], &[1]);
-        world.all_reduce(&mean, ReduceOp::Avg)?;
-        if rank == 0 {
-            let (test_loss, test_acc) =
-                run::evaluate(|x| model.module().forward(&normalize(x)), &test_x, &test_y);
-            accuracy = test_acc;
-            println!(
-                "epoch {epoch}: train loss {:.4} (all ranks), test loss {test_loss:.4}, test accuracy {:.2}%",
-                mean.item::<f64>(),
-                100.0 * test_acc
-            );
-            std::fs::create_dir_all(&args.out)?;
-        }
-        // Rank 0 writes it, with every rank's random state and data position; the model's
-        // keys are the wrapped model's (`conv1.weight`), loadable without DDP.
-        let ckpt = Checkpoint::new(model.module())
-            .optimizer(&opt)
-            .epoch(epoch as u64);
-        distributed::save_checkpoint(&world, ckpt, Some(loader.state()), &checkpoint)?;
-    }
-    let ok = args.min_accuracy.is_none_or(|min| accuracy >= min);
-    let flag = Tensor::from_vec(vec![if rank == 0 && !ok { 1i64 } else { 0 }], &[1]);
-    world.all_reduce(&flag, ReduceOp::Max)?;
     distributed::destroy_process_group();
-    if flag.item::<i64>() != 0 {
+    if args.min_accuracy.is_some_and(|min| accuracy < min) {
         if rank == 0 {
             eprintln!(
                 "test accuracy {accuracy:.4} is below the required {:?}",

@@ -116,6 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         scheduler_interval: Interval::Step,
         root_dir: args.out.clone(),
         resume_from: (args.resume && last.exists()).then_some(last),
+        dashboard: args.dashboard,
         ..Default::default()
     })
     .metric(Accuracy::new())

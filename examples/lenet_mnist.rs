@@ -8,6 +8,7 @@
 //! cargo run --release --example lenet_mnist                # bundled 2,000-image subset
 //! cargo run --release --example lenet_mnist -- --full      # $FERROGRAD_DATA/mnist or ../shared/data/mnist
 //! cargo run --release --example lenet_mnist -- --resume    # continue from runs/lenet_mnist/
+//! cargo run --release --example lenet_mnist -- --dashboard # live curves, throughput, memory in the terminal
 //! cargo run --release --example lenet_mnist -- --profile   # profile 20 steps: table + Chrome trace
 //! tensorboard --logdir runs/lenet_mnist/tensorboard
 //! ```
@@ -83,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: Some(0),
         root_dir: args.out.clone(),
         resume_from: (args.resume && last.exists()).then_some(last),
+        dashboard: args.dashboard,
         ..Default::default()
     };
 

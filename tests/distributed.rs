@@ -1286,12 +1286,12 @@ fn ddp_resume_bitwise(g: &ProcessGroup) -> Result<(), String> {
 }
 
 /// The Trainer with a process group: a DDP model on each rank's shard (DistributedSampler)
-/// takes the steps the Trainer takes in one process on the whole batch; validation loss
-/// and accuracy are reduced over the ranks and equal the one-process values; rank 0 alone
+/// takes the steps the Trainer takes in one process on the whole batch; validation loss,
+/// accuracy and AUROC are reduced over the ranks and equal the one-process values; rank 0 alone
 /// writes the CSV and TensorBoard; the checkpoint is saved collectively and resumes.
 fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
     use ferrograd::data::{DataLoader, DistributedSampler, TensorDataset};
-    use ferrograd::train::metrics::Accuracy;
+    use ferrograd::train::metrics::{Accuracy, Auroc};
     use ferrograd::train::{ModelCheckpoint, StepOutput, Trainer, TrainerConfig};
     let (w, b) = (g.size(), 4);
     let (x, y) = global_batch(300, 8 * w * b);
@@ -1330,6 +1330,7 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
         ..Default::default()
     })
     .metric(Accuracy::new())
+    .metric(Auroc::new())
     .fit(
         &mut reference,
         &mut opt_ref,
@@ -1370,6 +1371,7 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
             ..Default::default()
         })
         .metric(Accuracy::new())
+        .metric(Auroc::new())
         .callback(ModelCheckpoint::last_only())
         .fit(
             ddp,
@@ -1387,7 +1389,8 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
     let many = fit(&mut ddp, &mut opt, 2, false)?;
     identical_across_ranks(g, &ddp.parameters())?;
     parameters_match(ddp.module(), &reference, "the Trainer: ")?;
-    for key in ["val_loss", "val_accuracy", "train_loss"] {
+    // AUROC's scores are gathered from every rank, not averaged.
+    for key in ["val_loss", "val_accuracy", "val_auroc", "train_loss"] {
         let (a, r) = (many.metrics[key], one.metrics[key]);
         ensure((a - r).abs() <= 1e-6 * r.abs().max(1.0), || {
             format!("{key}: {a} under DDP, {r} in one process")

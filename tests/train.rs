@@ -1,6 +1,10 @@
 //! Training tools in one test binary: the incremental metrics against scikit-learn and
-//! torchmetrics, TensorBoard event files, the Trainer, and the profiler.
+//! torchmetrics, TensorBoard event files, the Trainer, its dashboard in a terminal, and the
+//! profiler.
 
+#[cfg(feature = "dashboard")]
+#[path = "train/dashboard.rs"]
+mod dashboard;
 #[path = "train/metrics.rs"]
 mod metrics;
 #[path = "train/profiler.rs"]

@@ -1,5 +1,5 @@
 //! Shared by the examples: the command line (`--data DIR`, `--full`, `--epochs N`,
-//! `--resume`, `--out DIR`, `--min-accuracy A`, `--profile`) and the explicit loops'
+//! `--resume`, `--out DIR`, `--min-accuracy A`, `--profile`, `--dashboard`) and the explicit loops'
 //! evaluation on the test set. Everything that trains, checkpoints, resumes and logs is
 //! ferrograd's (`ferrograd::train::Trainer`, or `Checkpoint` and `MetricsLog` in the
 //! explicit loop of `mnist.rs`).
@@ -26,6 +26,9 @@ pub struct Args {
     pub min_accuracy: Option<f64>,
     /// Profile a few training steps instead of training (the examples that offer it).
     pub profile: bool,
+    /// Show the live terminal dashboard instead of the progress bar (the `Trainer`
+    /// examples).
+    pub dashboard: bool,
 }
 
 impl Args {
@@ -41,11 +44,11 @@ impl Args {
     ) -> Args {
         let mut args = std::env::args().skip(1);
         let (mut data, mut epochs, mut resume, mut min_accuracy) = (None, None, false, None);
-        let mut profile = false;
+        let (mut profile, mut dashboard) = (false, false);
         let mut out = PathBuf::from("runs").join(run_name);
         let usage = || -> ! {
             eprintln!(
-                "usage: {run_name} [--data DIR | --full] [--epochs N] [--resume] [--out DIR] [--min-accuracy A] [--profile]\n\
+                "usage: {run_name} [--data DIR | --full] [--epochs N] [--resume] [--out DIR] [--min-accuracy A] [--profile] [--dashboard]\n\
                  (default data: the bundled subset in examples/data/{data_name}-mini)"
             );
             std::process::exit(2)
@@ -70,6 +73,7 @@ impl Args {
                 }
                 "--resume" => resume = true,
                 "--profile" => profile = true,
+                "--dashboard" => dashboard = true,
                 "--min-accuracy" => {
                     min_accuracy = Some(
                         args.next()
@@ -95,6 +99,7 @@ impl Args {
             out,
             min_accuracy,
             profile,
+            dashboard,
         }
     }
 

@@ -117,6 +117,86 @@ fn classification_metrics_equal_scikit_learn() {
     close(cm.compute(), want("accuracy"), "confusion matrix trace");
 }
 
+/// The metrics as data-parallel ranks hold them: the 97 samples split over three ranks
+/// (one with none), each rank's counts summed (`sync_state`) or its scores gathered
+/// (`gather_state`) as the Trainer does under DDP, and loaded into one metric, which
+/// must equal the reference on the whole set.
+#[test]
+fn metrics_split_over_ranks_and_joined_equal_scikit_learn() {
+    let f = fixture();
+    let c = 5;
+    let target_v = ints(&f["target"]);
+    let n = target_v.len();
+    let logits = Tensor::from_vec(floats(&f["logits"]), &[n, c]);
+    let target = Tensor::from_vec(target_v, &[n]);
+    let probs = logits.softmax(1);
+    type Make = Box<dyn Fn() -> Box<dyn Metric>>;
+    let cases: Vec<(Make, &str, &Tensor)> = vec![
+        (Box::new(|| Box::new(Accuracy::new())), "accuracy", &logits),
+        (Box::new(|| Box::new(Accuracy::top_k(2))), "top2", &logits),
+        (
+            Box::new(move || Box::new(PrecisionRecallF1::new(Score::F1, Average::Macro, c))),
+            "f1_macro",
+            &logits,
+        ),
+        (
+            Box::new(move || {
+                Box::new(PrecisionRecallF1::new(
+                    Score::Precision,
+                    Average::Weighted,
+                    c,
+                ))
+            }),
+            "precision_weighted",
+            &logits,
+        ),
+        (
+            Box::new(|| Box::new(Auroc::new())),
+            "auroc_ovr_macro_present",
+            &probs,
+        ),
+    ];
+    let shards = [(0, 40), (40, 0), (40, n - 40)];
+    for (make, key, preds) in cases {
+        let mut ranks: Vec<Box<dyn Metric>> = shards
+            .iter()
+            .map(|&(start, len)| {
+                let mut m = make();
+                if len > 0 {
+                    feed(
+                        m.as_mut(),
+                        &preds.narrow(0, start, len),
+                        &target.narrow(0, start, len),
+                    );
+                }
+                m
+            })
+            .collect();
+        let sums = ranks
+            .iter()
+            .map(|m| m.sync_state())
+            .fold(Vec::<f64>::new(), |mut acc, s| {
+                acc.resize(acc.len().max(s.len()), 0.0);
+                acc.iter_mut().zip(&s).for_each(|(a, x)| *a += x);
+                acc
+            });
+        let gathered: Option<Vec<Vec<f64>>> = ranks.iter().map(|m| m.gather_state()).collect();
+        assert!(
+            !sums.is_empty() || gathered.is_some(),
+            "{key}: nothing to reduce over ranks"
+        );
+        for m in &mut ranks {
+            if !sums.is_empty() {
+                m.load_sync_state(&sums);
+            }
+            if let Some(parts) = &gathered {
+                m.load_gathered_state(parts);
+            }
+            close(m.compute(), f[key].as_f64().unwrap(), key);
+        }
+    }
+}
+
 #[test]
 fn binary_auroc_with_ties_equals_scikit_learn() {
     let f = fixture();

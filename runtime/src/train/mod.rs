@@ -20,6 +20,8 @@
 //! assert_eq!(log.rows().len(), 2);
 //! ```
 
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 pub mod metrics;
 mod progress;
 pub mod tensorboard;

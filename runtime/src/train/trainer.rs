@@ -124,6 +124,12 @@ pub struct TrainerConfig {
     pub tensorboard: bool,
     /// Show a progress bar per epoch (only drawn on a terminal).
     pub progress: bool,
+    /// Show the live terminal dashboard ([`dashboard`](super::dashboard), feature
+    /// `dashboard`) instead of the progress bar: loss and metric curves, learning rate,
+    /// throughput, time left and memory; `q` stops after the current batch. Only when
+    /// standard error is a terminal: anywhere else (or without the feature) the
+    /// progress bar is drawn as with `progress`.
+    pub dashboard: bool,
     /// Resume from this training checkpoint (`root_dir/checkpoints/last.safetensors`
     /// after [`ModelCheckpoint`] with `save_last`).
     pub resume_from: Option<PathBuf>,
@@ -157,6 +163,7 @@ impl Default for TrainerConfig {
             root_dir: PathBuf::from("runs/trainer"),
             tensorboard: true,
             progress: true,
+            dashboard: false,
             resume_from: None,
             process_group: None,
         }
@@ -755,6 +762,7 @@ impl Trainer {
         let started = Instant::now();
         let mut stopped_early = false;
         let mut out_of_budget = false;
+        let mut display = Display::open(&cfg, max_epochs, is_main);
         while self.state.epoch < max_epochs && !out_of_budget {
             let epoch = self.state.epoch;
             model.train();
@@ -767,8 +775,7 @@ impl Trainer {
             if dev_run {
                 limit = limit.min(1);
             }
-            let mut bar =
-                (cfg.progress && is_main).then(|| EpochProgress::new(epoch + 1, max_epochs, limit));
+            display.epoch_start(epoch, max_epochs, limit);
             let mut loss_mean = Mean::new("train_loss");
             let (mut correct, mut counted, mut samples) = (0usize, 0usize, 0usize);
             let epoch_start = Instant::now();
@@ -808,9 +815,7 @@ impl Trainer {
                 }
                 samples += out.batch_size;
                 loss_mean.add(loss_value, out.batch_size as f64);
-                if let Some(b) = bar.as_mut() {
-                    b.update(out.batch_size, loss_value, batch_correct);
-                }
+                let mut stop_requested = false;
                 if pending == accumulate || done == limit {
                     pending = 0;
                     if cfg.grad_clip.is_some() || cfg.log_grad_norm {
@@ -847,9 +852,21 @@ impl Trainer {
                         }
                     }
                 }
+                stop_requested |= display.batch(
+                    self.state.global_step,
+                    out.batch_size,
+                    loss_value,
+                    batch_correct,
+                    opt.group_lr(0),
+                );
                 self.hooks(&mut writer, |cb, ctx| {
                     cb.on_train_batch_end(ctx, loss_value)
                 })?;
+                if stop_requested {
+                    // `q` on the dashboard: end this epoch as usual, then stop.
+                    self.state.should_stop = true;
+                    break;
+                }
                 let over_steps = cfg.max_steps.is_some_and(|m| self.state.global_step >= m);
                 let over_time = cfg.max_time.is_some_and(|t| started.elapsed() >= t);
                 if over_steps || over_time {
@@ -858,9 +875,7 @@ impl Trainer {
                 }
             }
             drop(batches);
-            if let Some(b) = bar {
-                b.finish();
-            }
+            display.finish_bar();
             let seconds = epoch_start.elapsed().as_secs_f64();
             self.state.epoch = epoch + 1;
             if let Some(g) = &group {
@@ -946,6 +961,7 @@ impl Trainer {
                 w.add_scalar("lr", opt.group_lr(0), gs)?;
                 w.flush()?;
             }
+            display.epoch_end(&self.state.metrics, self.state.global_step);
             if self.state.should_stop {
                 stopped_early = self.state.epoch < max_epochs;
                 break;
@@ -955,6 +971,7 @@ impl Trainer {
         if let Some(w) = writer.as_mut() {
             w.flush()?;
         }
+        drop(display);
         Ok(FitReport {
             epochs: self.state.epoch,
             global_step: self.state.global_step,
@@ -1081,6 +1098,9 @@ impl Trainer {
                     g.all_reduce(&t, crate::distributed::ReduceOp::Sum)?;
                     m.load_sync_state(&t.to_vec::<f64>());
                 }
+                if let Some(mine) = m.gather_state() {
+                    m.load_gathered_state(&all_gather_varlen(g, &mine)?);
+                }
             }
         }
         let mut values = BTreeMap::new();
@@ -1139,11 +1159,126 @@ fn all_reduce_sums<const N: usize>(
     Ok(std::array::from_fn(|i| v[i]))
 }
 
+/// Every rank's `values` (of any length), in rank order: the lengths' maximum first,
+/// then each rank's values behind their length, padded to it.
+fn all_gather_varlen(
+    group: &crate::distributed::ProcessGroup,
+    values: &[f64],
+) -> Result<Vec<Vec<f64>>, TrainError> {
+    let [longest] = all_reduce_max(group, [values.len() as f64])?;
+    let longest = longest as usize;
+    let mut padded = Vec::with_capacity(longest + 1);
+    padded.push(values.len() as f64);
+    padded.extend_from_slice(values);
+    padded.resize(longest + 1, 0.0);
+    let parts = group.all_gather(&Tensor::from_vec(padded, &[longest + 1]))?;
+    Ok(parts
+        .iter()
+        .map(|p| {
+            let p = p.to_vec::<f64>();
+            let n = (p[0] as usize).min(longest);
+            p[1..1 + n].to_vec()
+        })
+        .collect())
+}
+
+/// The maxima of `values` over the group's ranks.
+fn all_reduce_max<const N: usize>(
+    group: &crate::distributed::ProcessGroup,
+    values: [f64; N],
+) -> Result<[f64; N], TrainError> {
+    let t = Tensor::from_vec(values.to_vec(), &[N]);
+    group.all_reduce(&t, crate::distributed::ReduceOp::Max)?;
+    let v = t.to_vec::<f64>();
+    Ok(std::array::from_fn(|i| v[i]))
+}
+
 /// A mean's weighted sum (0 when nothing was added).
 fn mean_sum(m: &Mean) -> f64 {
     if m.weight() == 0.0 {
         0.0
     } else {
         m.value() * m.weight()
+    }
+}
+
+/// What shows a fit's progress on rank 0: the dashboard when asked for and standard
+/// error is a terminal, else the per-epoch progress bar (if `progress`), else nothing.
+struct Display {
+    progress: bool,
+    bar: Option<EpochProgress>,
+    #[cfg(feature = "dashboard")]
+    dashboard: Option<super::dashboard::Dashboard>,
+}
+
+impl Display {
+    fn open(cfg: &TrainerConfig, max_epochs: usize, is_main: bool) -> Display {
+        #[cfg(feature = "dashboard")]
+        let dashboard = if cfg.dashboard && is_main {
+            // A terminal that cannot be set up falls back to the bar.
+            super::dashboard::Dashboard::open(
+                &cfg.root_dir.display().to_string(),
+                max_epochs,
+                cfg.max_steps,
+                cfg.max_time,
+            )
+            .ok()
+            .flatten()
+        } else {
+            None
+        };
+        #[cfg(not(feature = "dashboard"))]
+        let _ = max_epochs;
+        Display {
+            progress: cfg.progress && is_main,
+            bar: None,
+            #[cfg(feature = "dashboard")]
+            dashboard,
+        }
+    }
+
+    fn epoch_start(&mut self, epoch: usize, max_epochs: usize, batches: usize) {
+        #[cfg(feature = "dashboard")]
+        if let Some(d) = self.dashboard.as_mut() {
+            d.epoch_start(epoch, batches);
+            return;
+        }
+        if self.progress {
+            self.bar = Some(EpochProgress::new(epoch + 1, max_epochs, batches));
+        }
+    }
+
+    /// Returns whether the user asked the dashboard to stop.
+    fn batch(
+        &mut self,
+        global_step: u64,
+        batch_size: usize,
+        loss: f64,
+        correct: Option<usize>,
+        lr: f64,
+    ) -> bool {
+        #[cfg(feature = "dashboard")]
+        if let Some(d) = self.dashboard.as_mut() {
+            return d.batch(global_step, batch_size, loss, correct, lr);
+        }
+        let _ = (global_step, lr);
+        if let Some(b) = self.bar.as_mut() {
+            b.update(batch_size, loss, correct);
+        }
+        false
+    }
+
+    fn finish_bar(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish();
+        }
+    }
+
+    fn epoch_end(&mut self, metrics: &BTreeMap<String, f64>, global_step: u64) {
+        #[cfg(feature = "dashboard")]
+        if let Some(d) = self.dashboard.as_mut() {
+            d.epoch_end(metrics, global_step);
+        }
+        let _ = (metrics, global_step);
     }
 }

@@ -30,12 +30,22 @@ pub trait Metric: Send {
     fn name(&self) -> String;
     /// The counts that add up over data-parallel ranks (the Trainer sums them over
     /// the process group and loads the sums back); empty for a metric that cannot be
-    /// summed (AUROC keeps every score: under DDP it is each rank's own).
+    /// summed (see [`gather_state`](Self::gather_state)).
     fn sync_state(&self) -> Vec<f64> {
         Vec::new()
     }
     /// Takes the sums of every rank's [`sync_state`](Self::sync_state).
     fn load_sync_state(&mut self, _summed: &[f64]) {}
+    /// For a metric whose state does not add up but joins (AUROC keeps every score):
+    /// its state as numbers, which the Trainer gathers from every rank and hands to
+    /// [`load_gathered_state`](Self::load_gathered_state) in rank order; `None` (the
+    /// default) for a metric that needs no gathering. Every rank answers alike.
+    fn gather_state(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// Replaces the state by the union of every rank's
+    /// [`gather_state`](Self::gather_state) (`parts[r]` is rank `r`'s).
+    fn load_gathered_state(&mut self, _parts: &[Vec<f64>]) {}
 }
 
 #[track_caller]
@@ -505,6 +515,41 @@ impl Metric for Auroc {
     }
     fn name(&self) -> String {
         "auroc".into()
+    }
+    /// `[columns, scores.., targets..]`, or nothing when no batch was seen.
+    fn gather_state(&self) -> Option<Vec<f64>> {
+        let Some(c) = self.classes else {
+            return Some(Vec::new());
+        };
+        let mut state = Vec::with_capacity(1 + self.scores.len() + self.targets.len());
+        state.push(c as f64);
+        state.extend_from_slice(&self.scores);
+        state.extend(self.targets.iter().map(|&t| t as f64));
+        Some(state)
+    }
+    #[track_caller]
+    fn load_gathered_state(&mut self, parts: &[Vec<f64>]) {
+        self.reset();
+        for part in parts.iter().filter(|p| !p.is_empty()) {
+            let c = part[0] as usize;
+            let n = (part.len() - 1) / (c + 1);
+            assert_eq!(
+                part.len(),
+                1 + n * (c + 1),
+                "Auroc::load_gathered_state: a part of {} numbers is not {c} scores and a target per sample",
+                part.len()
+            );
+            match self.classes {
+                None => self.classes = Some(c),
+                Some(prev) => assert_eq!(
+                    prev, c,
+                    "Auroc::load_gathered_state: ranks saw {prev} and {c} columns"
+                ),
+            }
+            self.scores.extend_from_slice(&part[1..1 + n * c]);
+            self.targets
+                .extend(part[1 + n * c..].iter().map(|&t| t as i64));
+        }
     }
 }
 
