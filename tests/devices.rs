@@ -553,3 +553,57 @@ fn device_memory_is_cached_and_counted(dev: &Device) {
     );
 }
 test_device!(device_memory_is_cached_and_counted);
+
+/// The profiler times an op on the device by CUDA events around it: its kernels' time
+/// (and its enclosing range's, less its own as the range's self time), in the table's
+/// CUDA columns and on a `cuda:N` row of the Chrome trace. On the CPU no device time.
+fn the_profiler_times_ops_on_the_device(dev: &Device) {
+    use ferrograd::profiler::{self, ProfilerOptions, SortBy};
+    let _lock = process_lock();
+    let a = Tensor::randn(&[512, 512], DType::F32, &Device::Cpu)
+        .to_device(dev)
+        .unwrap();
+    let (_, prof) = profiler::profile(ProfilerOptions::default(), || {
+        profiler::record_function("block", || a.matmul(&a).relu().sum_all().to_vec::<f32>())
+    });
+    let find = |name: &str| {
+        prof.events()
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", prof.events()))
+            .clone()
+    };
+    let matmul = find("matmul");
+    let table = prof.table(SortBy::Total, 10);
+    let Device::Cuda(i) = *dev else {
+        assert!(matmul.cuda.is_none(), "a CPU op has a device time");
+        if prof.events().iter().all(|e| e.cuda.is_none()) {
+            assert!(!table.contains("CUDA"), "{table}");
+        }
+        return;
+    };
+    let t = matmul.cuda.expect("the matmul has a device time");
+    assert_eq!(t.ordinal, i);
+    assert!(t.duration_us > 0.0 && t.self_us == t.duration_us, "{t:?}");
+    let block = find("block").cuda.expect("the range has a device time");
+    assert!(block.duration_us >= t.duration_us, "{block:?} vs {t:?}");
+    assert!(
+        block.self_us <= block.duration_us - t.duration_us + 1.0,
+        "{block:?}"
+    );
+    assert!(block.start_us <= t.start_us, "{block:?} vs {t:?}");
+    assert!(
+        table.contains("Self CUDA") && table.contains("CUDA total"),
+        "{table}"
+    );
+    let path =
+        std::env::temp_dir().join(format!("ferrograd-cuda-trace-{}.json", std::process::id()));
+    prof.export_chrome_trace(&path).unwrap();
+    let trace = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        trace.contains(&format!("\"cuda:{i}\"")),
+        "no device row in the trace"
+    );
+    std::fs::remove_file(&path).ok();
+}
+test_device!(the_profiler_times_ops_on_the_device);

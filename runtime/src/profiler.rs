@@ -8,8 +8,11 @@
 //! Perfetto opens ([`Profile::export_chrome_trace`]).
 //!
 //! Off, it costs each op one relaxed atomic load (the hook the ONNX tracer shares).
-//! Ops on a device are timed on the host: their launch, not their kernels, unless
-//! [`ProfilerOptions::synchronize`] waits for the device after each.
+//! Ops on a GPU are timed twice: on the host (their launch, unless
+//! [`ProfilerOptions::synchronize`] waits for the device after each) and on the device,
+//! by CUDA events recorded on its stream before and after ([`Event::cuda`]; the
+//! table's `Self CUDA` and `CUDA total` columns, a `cuda:N` row in the Chrome trace).
+//! Device times are read when the profile stops (waiting for the device once).
 //!
 //! ```
 //! use ferrograd_runtime::prelude::*;
@@ -24,8 +27,9 @@
 //! assert_eq!(stats.iter().find(|s| s.name == "relu").unwrap().calls, 1);
 //! ```
 
-use crate::Tensor;
 use crate::onnx::trace::{Op, TRACING_THREADS};
+use crate::storage::cuda::StreamMarks;
+use crate::{Device, Tensor};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -71,6 +75,24 @@ pub struct Event {
     pub input_shapes: Vec<Vec<usize>>,
     /// Host bytes allocated after it less before it, less its children's.
     pub self_memory_bytes: i64,
+    /// Its time on a GPU: for an op with an input there, and a range run while a
+    /// device was in use; `None` on the CPU.
+    pub cuda: Option<DeviceTime>,
+}
+
+/// An op's or range's time on a GPU, between CUDA events recorded on the device's
+/// stream before and after it: the kernels it queued, and the device's idle gaps
+/// between them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceTime {
+    /// The device.
+    pub ordinal: usize,
+    /// Microseconds of device time from the profile's start.
+    pub start_us: f64,
+    /// Microseconds between the events.
+    pub duration_us: f64,
+    /// Less its children's device time.
+    pub self_us: f64,
 }
 
 struct Frame {
@@ -78,13 +100,27 @@ struct Frame {
     memory: usize,
     child_us: f64,
     child_memory: i64,
+    /// The devices' streams at its start, when a device is in use.
+    marks: Option<StreamMarks>,
+    /// Its direct children's indices in `events`.
+    children: Vec<usize>,
+}
+
+/// An event whose device time is read when the profile stops.
+struct Pending {
+    event: usize,
+    start: StreamMarks,
+    end: StreamMarks,
+    children: Vec<usize>,
 }
 
 struct ThreadProfile {
     origin: Instant,
+    origin_marks: StreamMarks,
     options: ProfilerOptions,
     stack: Vec<Frame>,
     events: Vec<Event>,
+    pending: Vec<Pending>,
 }
 
 thread_local! {
@@ -109,11 +145,14 @@ pub(crate) fn enter() -> Option<Entered> {
     PROFILE.with(|p| {
         p.borrow_mut().as_mut().map(|prof| {
             let memory = host_allocated(&prof.options);
+            let marks = StreamMarks::now();
             prof.stack.push(Frame {
                 start: Instant::now(),
                 memory,
                 child_us: 0.0,
                 child_memory: 0,
+                marks: (!marks.is_empty()).then_some(marks),
+                children: Vec::new(),
             });
             Entered {
                 depth: prof.stack.len() as u32 - 1,
@@ -122,10 +161,13 @@ pub(crate) fn enter() -> Option<Entered> {
     })
 }
 
+/// Closes the frame `entered` opened; `on_device` says whether its device time counts
+/// (an op with an input on a GPU, or a range).
 fn close(
     entered: Entered,
     name: impl FnOnce() -> String,
     shapes: impl FnOnce() -> Vec<Vec<usize>>,
+    on_device: bool,
 ) {
     PROFILE.with(|p| {
         let mut p = p.borrow_mut();
@@ -142,9 +184,19 @@ fn close(
         let end = Instant::now();
         let duration_us = (end - frame.start).as_secs_f64() * 1e6;
         let memory = host_allocated(&prof.options) as i64 - frame.memory as i64;
+        let index = prof.events.len();
         if let Some(parent) = prof.stack.last_mut() {
             parent.child_us += duration_us;
             parent.child_memory += memory;
+            parent.children.push(index);
+        }
+        if let (Some(start), true) = (frame.marks, on_device) {
+            prof.pending.push(Pending {
+                event: index,
+                start,
+                end: StreamMarks::now(),
+                children: frame.children,
+            });
         }
         let input_shapes = if prof.options.record_shapes {
             shapes()
@@ -159,16 +211,19 @@ fn close(
             depth: entered.depth,
             input_shapes,
             self_memory_bytes: memory - frame.child_memory,
+            cuda: None,
         });
     });
 }
 
 /// Closes an op's frame and records it.
 pub(crate) fn exit(entered: Entered, op: &Op, inputs: &[&Tensor]) {
+    let on_device = inputs.iter().any(|t| t.device() != Device::Cpu);
     close(
         entered,
         || op.profile_name(),
         || inputs.iter().map(|t| t.shape().to_vec()).collect(),
+        on_device,
     );
 }
 
@@ -194,10 +249,12 @@ impl Profiler {
         let was = PROFILE.with(|p| {
             p.borrow_mut()
                 .replace(ThreadProfile {
+                    origin_marks: StreamMarks::now(),
                     origin: Instant::now(),
                     options,
                     stack: Vec::new(),
                     events: Vec::new(),
+                    pending: Vec::new(),
                 })
                 .is_some()
         });
@@ -214,7 +271,10 @@ impl Profiler {
         if prof.is_some() {
             TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
         }
-        let mut events = prof.map(|p| p.events).unwrap_or_default();
+        let mut events = match prof {
+            Some(p) => device_times(p),
+            None => Vec::new(),
+        };
         events.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
         Profile { events }
     }
@@ -226,6 +286,47 @@ impl Drop for Profiler {
             TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// The events with their device times read from the CUDA events (waiting for each
+/// device to reach the last).
+fn device_times(p: ThreadProfile) -> Vec<Event> {
+    let mut events = p.events;
+    for q in &p.pending {
+        // The device that worked longest between the marks (one, unless several are
+        // used at once).
+        let Some((ordinal, duration_us)) = q
+            .start
+            .elapsed_us(&q.end)
+            .into_iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        else {
+            continue;
+        };
+        let start_us = p
+            .origin_marks
+            .elapsed_us(&q.start)
+            .into_iter()
+            .find(|(o, _)| *o == ordinal)
+            .map_or(0.0, |(_, us)| us);
+        events[q.event].cuda = Some(DeviceTime {
+            ordinal,
+            start_us,
+            duration_us,
+            self_us: duration_us,
+        });
+    }
+    for q in &p.pending {
+        let children: f64 = q
+            .children
+            .iter()
+            .filter_map(|&c| events[c].cuda.map(|t| t.duration_us))
+            .sum();
+        if let Some(t) = events[q.event].cuda.as_mut() {
+            t.self_us = (t.duration_us - children).max(0.0);
+        }
+    }
+    events
 }
 
 /// Runs `f` while profiling this thread.
@@ -250,7 +351,7 @@ pub(crate) fn record_named<R>(name: impl FnOnce() -> String, f: impl FnOnce() ->
     }
     let Some(entered) = enter() else { return f() };
     let out = f();
-    close(entered, name, Vec::new);
+    close(entered, name, Vec::new, true);
     out
 }
 
@@ -274,6 +375,10 @@ pub struct OpStats {
     pub self_us: f64,
     /// Host bytes it left allocated, less its children's.
     pub self_memory_bytes: i64,
+    /// Total device time (0 on the CPU).
+    pub cuda_total_us: f64,
+    /// Device time less its children's.
+    pub self_cuda_us: f64,
 }
 
 /// The column a [`Profile::table`] sorts by (largest first).
@@ -319,11 +424,17 @@ impl Profile {
                     total_us: 0.0,
                     self_us: 0.0,
                     self_memory_bytes: 0,
+                    cuda_total_us: 0.0,
+                    self_cuda_us: 0.0,
                 });
             s.calls += 1;
             s.total_us += e.duration_us;
             s.self_us += e.self_us;
             s.self_memory_bytes += e.self_memory_bytes;
+            if let Some(t) = e.cuda {
+                s.cuda_total_us += t.duration_us;
+                s.self_cuda_us += t.self_us;
+            }
         }
         by.into_values().collect()
     }
@@ -359,17 +470,23 @@ impl Profile {
             };
             format!("{}{v:.1} {u}", if b < 0 { "-" } else { "" })
         };
+        // The device columns, when anything ran on one.
+        let cuda = self.events.iter().any(|e| e.cuda.is_some());
         let mut out = String::new();
-        let rule = "-".repeat(100);
+        let rule = "-".repeat(if cuda { 126 } else { 100 });
         let _ = writeln!(out, "{rule}");
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{:<28}{:>12}{:>9}{:>13}{:>13}{:>12}{:>13}",
             "Name", "Self CPU %", "Calls", "Self CPU", "CPU total", "CPU avg", "Self mem"
         );
+        if cuda {
+            let _ = write!(out, "{:>13}{:>13}", "Self CUDA", "CUDA total");
+        }
+        let _ = writeln!(out);
         let _ = writeln!(out, "{rule}");
         for s in stats.iter().take(row_limit) {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{:<28}{:>11.2}%{:>9}{:>13}{:>13}{:>12}{:>13}",
                 s.name.chars().take(27).collect::<String>(),
@@ -380,15 +497,46 @@ impl Profile {
                 fmt_us(s.total_us / s.calls as f64),
                 fmt_mem(s.self_memory_bytes),
             );
+            if cuda {
+                let _ = write!(
+                    out,
+                    "{:>13}{:>13}",
+                    fmt_us(s.self_cuda_us),
+                    fmt_us(s.cuda_total_us)
+                );
+            }
+            let _ = writeln!(out);
         }
         let _ = writeln!(out, "{rule}");
         let _ = writeln!(out, "Self CPU time total: {}", fmt_us(all_self));
+        if cuda {
+            let all_cuda: f64 = self
+                .events
+                .iter()
+                .filter_map(|e| e.cuda.map(|t| t.self_us))
+                .sum();
+            let _ = writeln!(out, "Self CUDA time total: {}", fmt_us(all_cuda));
+        }
         out
     }
 
     /// Writes the events as a Chrome trace (JSON "X" events, microseconds), which
-    /// `chrome://tracing` and <https://ui.perfetto.dev> open.
+    /// `chrome://tracing` and <https://ui.perfetto.dev> open; device times on a row of
+    /// their own per GPU (`cuda:N`).
     pub fn export_chrome_trace(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let device_rows = self.events.iter().filter_map(|e| {
+            let t = e.cuda?;
+            Some(serde_json::json!({
+                "name": e.name,
+                "cat": "cuda",
+                "ph": "X",
+                "ts": t.start_us,
+                "dur": t.duration_us,
+                "pid": std::process::id(),
+                "tid": format!("cuda:{}", t.ordinal),
+                "args": { "Self CUDA us": t.self_us },
+            }))
+        });
         let events: Vec<serde_json::Value> = self
             .events
             .iter()
@@ -407,6 +555,7 @@ impl Profile {
                     },
                 })
             })
+            .chain(device_rows)
             .collect();
         let doc = serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" });
         let path = path.as_ref();

@@ -123,6 +123,45 @@ pub(crate) fn full(ordinal: usize, dtype: DType, len: usize, value: f64) -> Resu
     launch::full(&gpu(ordinal)?, dtype, len, value)
 }
 
+/// A point in the work queued on every device in use (the profiler times ops on the
+/// device with a pair of these: CUDA events recorded on each device's stream).
+pub(crate) struct StreamMarks(Vec<(usize, cudarc::driver::CudaEvent)>);
+
+impl StreamMarks {
+    /// Marks every initialised device's stream now (none when no device was used, so a
+    /// CPU run creates no CUDA context).
+    pub(crate) fn now() -> StreamMarks {
+        let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(map) = guard.as_ref() else {
+            return StreamMarks(Vec::new());
+        };
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        StreamMarks(
+            map.values()
+                .filter_map(|d| Some((d.ordinal, d.stream.record_event(timed).ok()?)))
+                .collect(),
+        )
+    }
+
+    /// Whether no device was marked.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// For each device marked by both: microseconds of device time from `self` to
+    /// `end` (waits until the device reaches `end`).
+    pub(crate) fn elapsed_us(&self, end: &StreamMarks) -> Vec<(usize, f64)> {
+        self.0
+            .iter()
+            .filter_map(|(ordinal, start)| {
+                let (_, stop) = end.0.iter().find(|(o, _)| o == ordinal)?;
+                let ms = start.elapsed_ms(stop).ok()?;
+                Some((*ordinal, f64::from(ms) * 1e3))
+            })
+            .collect()
+    }
+}
+
 pub(crate) fn synchronize(ordinal: usize) -> Result<()> {
     let dev = gpu(ordinal)?;
     dev.ctx.synchronize().map_err(device_err(ordinal))?;

@@ -218,6 +218,21 @@ pub(crate) fn device_count() -> usize {
     0
 }
 
+/// Without CUDA, no device is ever marked.
+pub(crate) struct StreamMarks;
+
+impl StreamMarks {
+    pub(crate) fn now() -> StreamMarks {
+        StreamMarks
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        true
+    }
+    pub(crate) fn elapsed_us(&self, _end: &StreamMarks) -> Vec<(usize, f64)> {
+        Vec::new()
+    }
+}
+
 pub(crate) fn synchronize(_ordinal: usize) -> Result<()> {
     Err(Error::CudaNotCompiled)
 }
