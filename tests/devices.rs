@@ -607,3 +607,50 @@ fn the_profiler_times_ops_on_the_device(dev: &Device) {
     std::fs::remove_file(&path).ok();
 }
 test_device!(the_profiler_times_ops_on_the_device);
+
+/// With deterministic algorithms on, `scatter_add` with many colliding indices (the
+/// atomics' worst case on a GPU) gives the CPU's bits, every time; so does the backward
+/// of `index_select`, which is built on it.
+fn scatter_add_is_deterministic_on_request(dev: &Device) {
+    let _lock = process_lock();
+    manual_seed(21);
+    let n = 20_000;
+    let src = Tensor::randn(&[n], DType::F32, &Device::Cpu);
+    let index = Tensor::randint(0, 3, &[n], &Device::Cpu);
+    let want = Tensor::zeros(&[3], DType::F32, &Device::Cpu)
+        .scatter_add(0, &index, &src)
+        .to_vec::<f32>();
+    let (src_d, index_d) = (src.to_device(dev).unwrap(), index.to_device(dev).unwrap());
+    ferrograd::use_deterministic_algorithms(true);
+    let runs: Vec<Vec<f32>> = (0..3)
+        .map(|_| {
+            Tensor::zeros(&[3], DType::F32, dev)
+                .scatter_add(0, &index_d, &src_d)
+                .to_vec::<f32>()
+        })
+        .collect();
+    let table = Tensor::randn(&[3, 8], DType::F32, &Device::Cpu)
+        .to_device(dev)
+        .unwrap()
+        .requires_grad(true);
+    table.index_select(0, &index_d).sum_all().backward();
+    let grad = table.grad().expect("a gradient").to_vec::<f32>();
+    ferrograd::use_deterministic_algorithms(false);
+    for r in &runs {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(r), bits(&want), "{r:?} vs the CPU's {want:?}");
+    }
+    // Each row's gradient counts the rows that picked it, exactly.
+    let counts = index.to_vec::<i64>().iter().fold([0f32; 3], |mut c, &i| {
+        c[i as usize] += 1.0;
+        c
+    });
+    for (row, chunk) in grad.chunks(8).enumerate() {
+        assert!(
+            chunk.iter().all(|&g| g == counts[row]),
+            "{chunk:?} vs {}",
+            counts[row]
+        );
+    }
+}
+test_device!(scatter_add_is_deterministic_on_request);

@@ -72,6 +72,35 @@ pub fn set_num_threads(n: usize) {
 pub fn get_num_threads() -> usize {
     ferrograd_kernels::cpu::num_threads()
 }
+
+static DETERMINISTIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every op give the same bits from run to run for the same inputs and thread
+/// count (`torch.use_deterministic_algorithms`): ops whose GPU kernel accumulates with
+/// atomics in a racing order (`scatter_add`, hence `index_add`, the backward of
+/// `index_select`, `gather` and `Embedding`, in floating point) run their sequential
+/// CPU kernel on a host copy instead (counted in `cuda::host_fallbacks`). The CPU
+/// kernels are deterministic already: their parallel reductions split work in fixed
+/// chunks and combine them in order. With [`manual_seed`] (and the `Trainer`'s
+/// `deterministic` option), a training run repeats bit for bit.
+///
+/// ```
+/// ferrograd_runtime::use_deterministic_algorithms(true);
+/// assert!(ferrograd_runtime::are_deterministic_algorithms_enabled());
+/// ferrograd_runtime::use_deterministic_algorithms(false);
+/// ```
+pub fn use_deterministic_algorithms(on: bool) {
+    DETERMINISTIC.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`use_deterministic_algorithms`] is on.
+///
+/// ```
+/// assert!(!ferrograd_runtime::are_deterministic_algorithms_enabled());
+/// ```
+pub fn are_deterministic_algorithms_enabled() -> bool {
+    DETERMINISTIC.load(std::sync::atomic::Ordering::Relaxed)
+}
 pub use tensor::Tensor;
 
 /// Everything a model file usually needs: `use ferrograd::prelude::*;`.

@@ -161,6 +161,71 @@ fn the_trainer_takes_the_explicit_loops_steps() {
     std::fs::remove_dir_all(&root).ok();
 }
 
+/// Notes whether deterministic algorithms were on during the fit.
+struct SawDeterministic(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Callback for SawDeterministic {
+    fn name(&self) -> String {
+        "SawDeterministic".into()
+    }
+    fn on_train_epoch_start(&mut self, _ctx: &mut Context) {
+        self.0.store(
+            ferrograd::are_deterministic_algorithms_enabled(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// `deterministic` with a `seed`: two fits from the same start (shuffled batches, the
+/// dropout-free model) end with the same bits; the setting is on during the fit and back
+/// off after it.
+#[test]
+fn a_deterministic_seeded_fit_repeats_bit_for_bit() {
+    let _g = rng_lock();
+    let fit = || {
+        manual_seed(4);
+        let (train_ds, val_ds) = data();
+        let mut m = mlp();
+        let (mut opt, mut sched) = sgd_with_schedule(&m, 0.1, 1);
+        let mut train = DataLoader::builder(train_ds)
+            .batch_size(16)
+            .shuffle(true)
+            .build();
+        let mut val = DataLoader::builder(val_ds).batch_size(32).build();
+        let saw = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let root = dir("deterministic");
+        let report = Trainer::new(TrainerConfig {
+            deterministic: true,
+            seed: Some(9),
+            tensorboard: false,
+            ..config(root.clone(), 2)
+        })
+        .callback(SawDeterministic(saw.clone()))
+        .fit(
+            &mut m,
+            &mut opt,
+            Some(&mut sched),
+            &mut train,
+            Some(&mut val),
+            &mut step,
+        )
+        .unwrap();
+        std::fs::remove_dir_all(&root).ok();
+        assert!(
+            saw.load(std::sync::atomic::Ordering::Relaxed),
+            "not on during the fit"
+        );
+        assert!(
+            !ferrograd::are_deterministic_algorithms_enabled(),
+            "left on after the fit"
+        );
+        (params(&m), report.metrics["val_loss"])
+    };
+    let (a, b) = (fit(), fit());
+    assert_eq!(a.0, b.0);
+    assert_eq!(a.1.to_bits(), b.1.to_bits());
+}
+
 struct Run {
     params: Vec<Vec<f32>>,
     csv: String,

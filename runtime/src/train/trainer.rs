@@ -111,6 +111,11 @@ pub struct TrainerConfig {
     pub scheduler_interval: Interval,
     /// Seed of the global generator for a fresh run (a resumed run restores its own).
     pub seed: Option<u64>,
+    /// Deterministic algorithms during the fit
+    /// ([`use_deterministic_algorithms`](crate::use_deterministic_algorithms); the
+    /// previous setting comes back after): with `seed`, a run repeats bit for bit on
+    /// any device (Lightning's `deterministic=True`).
+    pub deterministic: bool,
     /// One training and one validation batch, one epoch, no files written: a smoke test.
     pub fast_dev_run: bool,
     /// Training batches per epoch at most.
@@ -157,6 +162,7 @@ impl Default for TrainerConfig {
             precision: Precision::F32,
             scheduler_interval: Interval::Epoch,
             seed: None,
+            deterministic: false,
             fast_dev_run: false,
             limit_train_batches: None,
             limit_val_batches: None,
@@ -666,6 +672,7 @@ impl Trainer {
         S: TrainStep<M, C::Batch>,
     {
         let cfg = self.config.clone();
+        let _deterministic = cfg.deterministic.then(DeterministicGuard::on);
         let dev_run = cfg.fast_dev_run;
         let max_epochs = if dev_run { 1 } else { cfg.max_epochs };
         let accumulate = cfg.accumulate_grad_batches.max(1);
@@ -1280,5 +1287,22 @@ impl Display {
             d.epoch_end(metrics, global_step);
         }
         let _ = (metrics, global_step);
+    }
+}
+
+/// Deterministic algorithms on until dropped, then the previous setting back.
+struct DeterministicGuard(bool);
+
+impl DeterministicGuard {
+    fn on() -> DeterministicGuard {
+        let was = crate::are_deterministic_algorithms_enabled();
+        crate::use_deterministic_algorithms(true);
+        DeterministicGuard(was)
+    }
+}
+
+impl Drop for DeterministicGuard {
+    fn drop(&mut self) {
+        crate::use_deterministic_algorithms(self.0);
     }
 }

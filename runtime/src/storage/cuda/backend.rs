@@ -284,6 +284,20 @@ impl CudaStorage {
         (src, src_view): (&CudaStorage, &Layout),
         dim: usize,
     ) -> Result<()> {
+        if crate::are_deterministic_algorithms_enabled() && self.dtype().is_float() {
+            // The kernel adds with atomics in whatever order the threads race: in
+            // floating point, the sequential host kernel is the deterministic one.
+            let (index_host, src_host) = (index.download()?, src.download()?);
+            return self.on_host_mut("scatter_add (deterministic)", |h| {
+                cpu::scatter_add(
+                    (h, dst_shape),
+                    (&index_host, index_layout),
+                    bounds,
+                    (&src_host, src_view),
+                    dim,
+                )
+            });
+        }
         let index = (index, start(index_layout));
         index::scatter_add(self, dst_shape, index, bounds, src, src_view, dim)
     }
