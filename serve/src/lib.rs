@@ -69,6 +69,118 @@ pub struct ModelSpec {
     pub preprocess: Option<ImageClassification>,
 }
 
+/// Why a model folder could not be made servable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PretrainedError {
+    /// The folder's config or weights did not load.
+    #[error(transparent)]
+    Model(#[from] ferrograd::models::ModelError),
+    /// The model did not export to ONNX (an op without a mapping, say).
+    #[error("exporting the {family} model to ONNX: {source}")]
+    Export {
+        /// Its `model_type`.
+        family: String,
+        /// What went wrong.
+        source: ferrograd::onnx::OnnxError,
+    },
+    /// No family of the models crate has this `model_type`.
+    #[error(
+        "{}: model_type {model_type:?} cannot be served (bert, gpt2, llama, mistral, qwen2)",
+        path.display()
+    )]
+    Unsupported {
+        /// The folder's `config.json`.
+        path: std::path::PathBuf,
+        /// What it says.
+        model_type: Option<String>,
+    },
+}
+
+/// A Hugging Face model folder (`config.json` and safetensors weights) of a family the
+/// models crate implements, made servable: loaded by the models crate, exported to
+/// ONNX in memory with the batch and sequence axes dynamic (`batch`, `sequence`), and
+/// read back as the graph the server runs.
+///
+/// - `bert` (a sentence-transformers folder too): inputs `input_ids` and
+///   `attention_mask` (`[batch, sequence]`, int64), output `last_hidden_state`
+///   (`[batch, sequence, hidden]`).
+/// - `gpt2`, `llama`, `mistral`, `qwen2`: input `input_ids`, output `logits`
+///   (`[batch, sequence, vocab]`).
+///
+/// ```
+/// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny-gpt2");
+/// let model = ferrograd_serve::load_pretrained(dir).unwrap();
+/// assert_eq!(model.input_names(), ["input_ids"]);
+/// ```
+pub fn load_pretrained(dir: impl AsRef<std::path::Path>) -> Result<OnnxModel, PretrainedError> {
+    use ferrograd::models::{bert::BertModel, gpt2::Gpt2LMHeadModel, llama::LlamaForCausalLM};
+    use ferrograd::onnx::{self, ExportOptions};
+    let dir = dir.as_ref();
+    let config: serde_json::Value = ferrograd::models::hub::read_config(dir)?;
+    let family = config
+        .get("model_type")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    // Two sequences of four tokens (ids every vocabulary has); the exporter traces again
+    // with each dynamic axis doubled, so no size of these is baked in.
+    let ids = Tensor::from_vec((1..=8).collect::<Vec<i64>>(), &[2, 4]);
+    let dynamic = |opts: ExportOptions, names: &[&str]| {
+        names.iter().fold(opts, |o, n| {
+            o.dynamic_axis(n, 0, "batch").dynamic_axis(n, 1, "sequence")
+        })
+    };
+    let exported = match family.as_deref() {
+        Some("bert") => {
+            let mut bert = BertModel::from_pretrained(dir)?;
+            ferrograd::nn::Module::eval(&mut bert);
+            let mask = Tensor::ones(&[2, 4], DType::I64, &ferrograd::Device::Cpu);
+            let names = ["input_ids", "attention_mask", "last_hidden_state"];
+            let opts = dynamic(
+                ExportOptions::new()
+                    .input_names(["input_ids", "attention_mask"])
+                    .output_names(["last_hidden_state"]),
+                &names,
+            );
+            onnx::export_with(
+                &bert,
+                &[ids, mask],
+                |xs| vec![bert.forward(&xs[0], Some(&xs[1]), None).last_hidden_state],
+                &opts,
+            )
+        }
+        Some("gpt2" | "llama" | "mistral" | "qwen2") => {
+            let opts = dynamic(
+                ExportOptions::new()
+                    .input_names(["input_ids"])
+                    .output_names(["logits"]),
+                &["input_ids", "logits"],
+            );
+            if family.as_deref() == Some("gpt2") {
+                let mut m = Gpt2LMHeadModel::from_pretrained(dir)?;
+                ferrograd::nn::Module::eval(&mut m);
+                onnx::export_with(&m, &[ids], |xs| vec![m.forward(&xs[0], None)], &opts)
+            } else {
+                let mut m = LlamaForCausalLM::from_pretrained(dir)?;
+                ferrograd::nn::Module::eval(&mut m);
+                onnx::export_with(&m, &[ids], |xs| vec![m.forward(&xs[0], None)], &opts)
+            }
+        }
+        _ => {
+            return Err(PretrainedError::Unsupported {
+                path: dir.join("config.json"),
+                model_type: family,
+            });
+        }
+    };
+    let family = family.unwrap_or_default();
+    let export_err = |source| PretrainedError::Export {
+        family: family.clone(),
+        source,
+    };
+    OnnxModel::from_bytes(&exported.map_err(export_err)?.to_bytes()).map_err(export_err)
+}
+
 /// A request's tensor in JSON.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct JsonTensor {

@@ -1,4 +1,5 @@
-//! `ferrograd-serve --model mnist=mnist.onnx --port 8080`: serves ONNX models with
+//! `ferrograd-serve --model mnist=mnist.onnx --model minilm=all-minilm-l6-v2/ --port 8080`:
+//! serves ONNX models, and Hugging Face checkpoints of the models crate, with
 //! TorchServe's interface (see the `ferrograd_serve` library docs).
 
 use clap::Parser;
@@ -11,7 +12,8 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// `name=path.onnx`; repeat for several models.
+    /// `name=path.onnx`, or `name=folder` for a Hugging Face checkpoint of the models
+    /// crate (bert, gpt2, llama, mistral, qwen2); repeat for several models.
     #[arg(long = "model", required = true)]
     models: Vec<String>,
     /// `name=crop,resize`: the model takes raw image bytes, preprocessed as
@@ -47,8 +49,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut specs = Vec::new();
     for m in &args.models {
         let (name, path) = split_pair(m, "--model")?;
-        let model = ferrograd::onnx::load(&path)
-            .map_err(|e| format!("loading `{name}` from {path}: {e}"))?;
+        // A folder is a Hugging Face checkpoint of the models crate; a file, ONNX.
+        let model = if std::path::Path::new(&path).is_dir() {
+            ferrograd_serve::load_pretrained(&path).map_err(|e| e.to_string())
+        } else {
+            ferrograd::onnx::load(&path).map_err(|e| e.to_string())
+        }
+        .map_err(|e| format!("loading `{name}` from {path}: {e}"))?;
         let preprocess = args
             .image_presets
             .iter()

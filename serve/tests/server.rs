@@ -82,18 +82,25 @@ struct Server {
 
 async fn start(config: ServeConfig) -> Server {
     let (mlp, cnn) = models();
-    let specs = vec![
-        ModelSpec {
-            name: "mlp".into(),
-            model: mlp,
-            preprocess: None,
-        },
-        ModelSpec {
-            name: "cnn".into(),
-            model: cnn,
-            preprocess: Some(ImageClassification::new(16, 20)),
-        },
-    ];
+    start_serving(
+        vec![
+            ModelSpec {
+                name: "mlp".into(),
+                model: mlp,
+                preprocess: None,
+            },
+            ModelSpec {
+                name: "cnn".into(),
+                model: cnn,
+                preprocess: Some(ImageClassification::new(16, 20)),
+            },
+        ],
+        config,
+    )
+    .await
+}
+
+async fn start_serving(specs: Vec<ModelSpec>, config: ServeConfig) -> Server {
     let app = router(specs, &config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -367,4 +374,126 @@ async fn shutdown_finishes_requests_in_flight() {
     server.done.await.expect("server task").expect("clean exit");
     // And nothing listens any more.
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+/// Token ids as a request's JSON tensor.
+fn ids_json(ids: &Tensor) -> serde_json::Value {
+    serde_json::json!({"shape": ids.shape(), "dtype": "int64", "data": ids.to_vec::<i64>()})
+}
+
+/// A Hugging Face folder served through the models crate (`load_pretrained`, what
+/// `--model name=folder` does): the tiny GPT-2 fixture's logits and all-MiniLM-L6-v2's
+/// token states over HTTP equal the models' own forward, at other batch sizes and
+/// lengths than the export traced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hugging_face_checkpoints_are_served_as_the_models_crate_runs_them() {
+    use ferrograd::models::{bert::BertModel, gpt2::Gpt2LMHeadModel};
+    use ferrograd_serve::load_pretrained;
+    let gpt2_dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../models/tests/fixtures/tiny-gpt2"
+    );
+    let data = std::env::var_os("FERROGRAD_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+        });
+    let minilm_dir = data.join("all-minilm-l6-v2");
+    let mut specs = vec![ModelSpec {
+        name: "gpt2".into(),
+        model: load_pretrained(gpt2_dir).expect("the tiny GPT-2 loads"),
+        preprocess: None,
+    }];
+    let minilm = minilm_dir.join("config.json").exists();
+    if minilm {
+        specs.push(ModelSpec {
+            name: "minilm".into(),
+            model: load_pretrained(&minilm_dir).expect("MiniLM loads"),
+            preprocess: None,
+        });
+    } else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{} is missing under CI",
+            minilm_dir.display()
+        );
+        eprintln!("skipped MiniLM: no {}", minilm_dir.display());
+    }
+    let server = start_serving(specs, ServeConfig::default()).await;
+
+    let gpt2 = Gpt2LMHeadModel::from_pretrained(gpt2_dir).expect("the tiny GPT-2 loads");
+    let ids = Tensor::from_vec((0..21).map(|i| (i * 7) % 50).collect::<Vec<i64>>(), &[3, 7]);
+    let want = gpt2.forward(&ids, None);
+    let body = serde_json::json!({"inputs": [ids_json(&ids)]}).to_string();
+    let (status, body) = request(
+        server.addr,
+        "POST",
+        "/predictions/gpt2",
+        "application/json",
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (shape, got) = output_of(&body);
+    assert_eq!(shape, want.shape());
+    let diff = max_diff(&got, &want.to_vec::<f32>());
+    assert!(diff < 1e-4, "GPT-2 logits differ by {diff}");
+
+    if minilm {
+        let bert = BertModel::from_pretrained(&minilm_dir).expect("MiniLM loads");
+        // A padded batch: the second sequence has two padding tokens.
+        let ids = Tensor::from_vec(
+            vec![
+                101i64, 7592, 2088, 2003, 2307, 102, 101, 2307, 2088, 102, 0, 0,
+            ],
+            &[2, 6],
+        );
+        let mask = Tensor::from_vec(vec![1i64, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0], &[2, 6]);
+        let want = bert.forward(&ids, Some(&mask), None).last_hidden_state;
+        let body = serde_json::json!({
+            "inputs": {"input_ids": ids_json(&ids), "attention_mask": ids_json(&mask)}
+        })
+        .to_string();
+        let (status, body) = request(
+            server.addr,
+            "POST",
+            "/predictions/minilm",
+            "application/json",
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let (shape, got) = output_of(&body);
+        assert_eq!(shape, want.shape());
+        let diff = max_diff(&got, &want.to_vec::<f32>());
+        assert!(diff < 1e-4, "MiniLM token states differ by {diff}");
+    }
+    // The Llama family (RoPE, RMSNorm, SwiGLU, grouped-query attention) exports too.
+    use ferrograd::models::llama::LlamaForCausalLM;
+    for family in ["tiny-llama", "tiny-qwen2"] {
+        let dir = format!(
+            "{}/../models/tests/fixtures/{family}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let served = load_pretrained(&dir).unwrap_or_else(|e| panic!("{family}: {e}"));
+        let model = LlamaForCausalLM::from_pretrained(&dir).expect("loads");
+        let ids = Tensor::from_vec((0..10).map(|i| (i * 5) % 60).collect::<Vec<i64>>(), &[2, 5]);
+        let want = model.forward(&ids, None).to_vec::<f32>();
+        let got = served.run(&[ids]).expect("runs")[0].to_vec::<f32>();
+        let diff = max_diff(&got, &want);
+        assert!(diff < 1e-4, "{family} logits differ by {diff}");
+    }
+    // A folder of no family the models crate knows is an error naming it.
+    let dir = std::env::temp_dir().join(format!("ferrograd-serve-t5-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "t5"}"#).unwrap();
+    let err = match load_pretrained(&dir) {
+        Ok(_) => panic!("t5 is refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("\"t5\"") && err.contains("cannot be served"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
