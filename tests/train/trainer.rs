@@ -402,6 +402,21 @@ impl Callback for Recorder {
             .unwrap()
             .push(format!("epoch_start {}", ctx.state.epoch));
     }
+    fn on_train_batch_start(&mut self, _: &mut Context, batch_idx: usize) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("batch_start {batch_idx}"));
+    }
+    fn on_train_batch_end(&mut self, _: &mut Context, loss: f64) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("batch_end {}", loss.is_finite()));
+    }
+    fn on_validation_start(&mut self, _: &mut Context) {
+        self.0.lock().unwrap().push("validation_start".into());
+    }
     fn on_validation_end(&mut self, ctx: &mut Context) {
         self.0.lock().unwrap().push(format!(
             "validated {}",
@@ -450,11 +465,21 @@ fn early_stopping_hooks_and_budgets() {
         "the first validation sets the best, two more fail to improve"
     );
     let seen = seen.lock().unwrap().clone();
+    // 4 batches per epoch.
     assert_eq!(
-        seen[..5],
+        seen[..14],
         [
             "fit_start",
             "epoch_start 0",
+            "batch_start 0",
+            "batch_end true",
+            "batch_start 1",
+            "batch_end true",
+            "batch_start 2",
+            "batch_end true",
+            "batch_start 3",
+            "batch_end true",
+            "validation_start",
             "validated true",
             "epoch_end 1",
             "epoch_start 1"

@@ -280,8 +280,12 @@ pub trait Callback: Send {
     fn on_fit_start(&mut self, _ctx: &mut Context) {}
     /// Before each training epoch.
     fn on_train_epoch_start(&mut self, _ctx: &mut Context) {}
+    /// Before each training batch, with its index in the epoch.
+    fn on_train_batch_start(&mut self, _ctx: &mut Context, _batch_idx: usize) {}
     /// After each training batch, with its loss.
     fn on_train_batch_end(&mut self, _ctx: &mut Context, _loss: f64) {}
+    /// Before validation (the model in eval mode).
+    fn on_validation_start(&mut self, _ctx: &mut Context) {}
     /// After validation; `ctx.state.metrics` holds the `val_*` values.
     fn on_validation_end(&mut self, _ctx: &mut Context) {}
     /// After each epoch (after validation).
@@ -792,6 +796,7 @@ impl Trainer {
             while done < limit {
                 let Some(batch) = batches.next() else { break };
                 let batch = batch?;
+                self.hooks(&mut writer, |cb, ctx| cb.on_train_batch_start(ctx, done))?;
                 let out = record_function("training_step", || match cfg.precision {
                     Precision::F32 => step.training_step(model, batch),
                     Precision::Bf16 => autocast(DType::BF16, || step.training_step(model, batch)),
@@ -921,6 +926,7 @@ impl Trainer {
                 || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
                 || self.state.epoch == max_epochs;
             if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
+                self.hooks(&mut writer, |cb, ctx| cb.on_validation_start(ctx))?;
                 let values = self.run_validation(model, v, step)?;
                 self.state.metrics.extend(values);
                 self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
