@@ -381,6 +381,18 @@ fn ids_json(ids: &Tensor) -> serde_json::Value {
     serde_json::json!({"shape": ids.shape(), "dtype": "int64", "data": ids.to_vec::<i64>()})
 }
 
+/// Posts `body` to model `name` and checks its first output against `want` (1e-4).
+async fn answer_matches(addr: SocketAddr, name: &str, body: serde_json::Value, want: &Tensor) {
+    let path = format!("/predictions/{name}");
+    let body = body.to_string();
+    let (status, body) = request(addr, "POST", &path, "application/json", body.as_bytes()).await;
+    assert_eq!(status, 200, "{body}");
+    let (shape, got) = output_of(&body);
+    assert_eq!(shape, want.shape());
+    let diff = max_diff(&got, &want.to_vec::<f32>());
+    assert!(diff < 1e-4, "{name}: the served output differs by {diff}");
+}
+
 /// A Hugging Face folder served through the models crate (`load_pretrained`, what
 /// `--model name=folder` does): the tiny GPT-2 fixture's logits and all-MiniLM-L6-v2's
 /// token states over HTTP equal the models' own forward, at other batch sizes and
@@ -424,20 +436,8 @@ async fn hugging_face_checkpoints_are_served_as_the_models_crate_runs_them() {
     let gpt2 = Gpt2LMHeadModel::from_pretrained(gpt2_dir).expect("the tiny GPT-2 loads");
     let ids = Tensor::from_vec((0..21).map(|i| (i * 7) % 50).collect::<Vec<i64>>(), &[3, 7]);
     let want = gpt2.forward(&ids, None);
-    let body = serde_json::json!({"inputs": [ids_json(&ids)]}).to_string();
-    let (status, body) = request(
-        server.addr,
-        "POST",
-        "/predictions/gpt2",
-        "application/json",
-        body.as_bytes(),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let (shape, got) = output_of(&body);
-    assert_eq!(shape, want.shape());
-    let diff = max_diff(&got, &want.to_vec::<f32>());
-    assert!(diff < 1e-4, "GPT-2 logits differ by {diff}");
+    let body = serde_json::json!({"inputs": [ids_json(&ids)]});
+    answer_matches(server.addr, "gpt2", body, &want).await;
 
     if minilm {
         let bert = BertModel::from_pretrained(&minilm_dir).expect("MiniLM loads");
@@ -452,21 +452,8 @@ async fn hugging_face_checkpoints_are_served_as_the_models_crate_runs_them() {
         let want = bert.forward(&ids, Some(&mask), None).last_hidden_state;
         let body = serde_json::json!({
             "inputs": {"input_ids": ids_json(&ids), "attention_mask": ids_json(&mask)}
-        })
-        .to_string();
-        let (status, body) = request(
-            server.addr,
-            "POST",
-            "/predictions/minilm",
-            "application/json",
-            body.as_bytes(),
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        let (shape, got) = output_of(&body);
-        assert_eq!(shape, want.shape());
-        let diff = max_diff(&got, &want.to_vec::<f32>());
-        assert!(diff < 1e-4, "MiniLM token states differ by {diff}");
+        });
+        answer_matches(server.addr, "minilm", body, &want).await;
     }
     // The Llama family (RoPE, RMSNorm, SwiGLU, grouped-query attention) exports too.
     use ferrograd::models::llama::LlamaForCausalLM;
