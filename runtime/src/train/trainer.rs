@@ -1161,15 +1161,24 @@ impl Trainer {
     }
 }
 
+/// Reduces `values` over the group's ranks with `op`.
+fn all_reduce_values<const N: usize>(
+    group: &crate::distributed::ProcessGroup,
+    values: [f64; N],
+    op: crate::distributed::ReduceOp,
+) -> Result<[f64; N], TrainError> {
+    let t = Tensor::from_vec(values.to_vec(), &[N]);
+    group.all_reduce(&t, op)?;
+    let v = t.to_vec::<f64>();
+    Ok(std::array::from_fn(|i| v[i]))
+}
+
 /// Adds `values` up over the group's ranks.
 fn all_reduce_sums<const N: usize>(
     group: &crate::distributed::ProcessGroup,
     values: [f64; N],
 ) -> Result<[f64; N], TrainError> {
-    let t = Tensor::from_vec(values.to_vec(), &[N]);
-    group.all_reduce(&t, crate::distributed::ReduceOp::Sum)?;
-    let v = t.to_vec::<f64>();
-    Ok(std::array::from_fn(|i| v[i]))
+    all_reduce_values(group, values, crate::distributed::ReduceOp::Sum)
 }
 
 /// Every rank's `values` (of any length), in rank order: the lengths' maximum first,
@@ -1178,7 +1187,11 @@ fn all_gather_varlen(
     group: &crate::distributed::ProcessGroup,
     values: &[f64],
 ) -> Result<Vec<Vec<f64>>, TrainError> {
-    let [longest] = all_reduce_max(group, [values.len() as f64])?;
+    let [longest] = all_reduce_values(
+        group,
+        [values.len() as f64],
+        crate::distributed::ReduceOp::Max,
+    )?;
     let longest = longest as usize;
     let mut padded = Vec::with_capacity(longest + 1);
     padded.push(values.len() as f64);
@@ -1193,17 +1206,6 @@ fn all_gather_varlen(
             p[1..1 + n].to_vec()
         })
         .collect())
-}
-
-/// The maxima of `values` over the group's ranks.
-fn all_reduce_max<const N: usize>(
-    group: &crate::distributed::ProcessGroup,
-    values: [f64; N],
-) -> Result<[f64; N], TrainError> {
-    let t = Tensor::from_vec(values.to_vec(), &[N]);
-    group.all_reduce(&t, crate::distributed::ReduceOp::Max)?;
-    let v = t.to_vec::<f64>();
-    Ok(std::array::from_fn(|i| v[i]))
 }
 
 /// A mean's weighted sum (0 when nothing was added).
