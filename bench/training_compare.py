@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""The training epochs of benches/training.rs in PyTorch, on the same machine, threads,
+"""The training loops of benches/training.rs in PyTorch, on the same machine, threads,
 batch size and data, and the ratios (PyTorch time / ferrograd time: >1 means ferrograd is
-faster). MLP 784-128-10 over the 60,000 MNIST training images and LeNet-5 over the first
-10,000, batch 64, AdamW (and LeNet-5 with SGD, momentum 0.9), shuffled.
+faster).
 
-PyTorch is timed two ways: the same loop through `DataLoader(TensorDataset(x, y),
-batch_size=64, shuffle=True)` (what ferrograd's loop does), and with the batches cut
-from a pre-shuffled tensor (no DataLoader at all, PyTorch's best case).
+The headline is PyTorch's fastest way of doing the same job: batches cut from a tensor
+shuffled once per epoch (no DataLoader), and for the optimizers the fastest of the
+for-loop, `foreach` and `fused` implementations. PyTorch through its DataLoader (Python
+collation per sample) is printed second, against ferrograd through its DataLoader.
+
+- `train_epoch`: MLP 784-128-10 over the 60,000 MNIST training images and LeNet-5 over
+  the first 10,000, batch 64, SGD (lr 0.01; LeNet with momentum 0.9) and AdamW.
+- `train_step`: a pre-LN transformer block (d 128, 4 heads, T 64, batch 16, MLP 512),
+  forward + backward, against PyTorch's block written with explicit attention, the same
+  block with `F.scaled_dot_product_attention`, and `nn.TransformerEncoderLayer`; an LSTM
+  and a GRU character language model (embedding 128, hidden 256, T 64, batch 32, 65
+  symbols, cross-entropy, AdamW), one step each.
 
     python3 bench/training_compare.py --python /path/to/torch/venv/bin/python [--skip-cargo]
 """
@@ -14,6 +22,7 @@ import argparse
 import json
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
@@ -24,6 +33,7 @@ import gzip, json, os, statistics, sys, time
 import numpy as np
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 threads = int(os.environ["BENCH_THREADS"])
 torch.set_num_threads(threads)
@@ -54,7 +64,7 @@ def lenet():
 def epoch_loader(model, opt, loader):
     for xb, yb in loader:
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(xb), yb)
+        loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         opt.step()
 
@@ -63,7 +73,7 @@ def epoch_slices(model, opt, xs, ys):
     xs, ys = xs[perm], ys[perm]
     for s in range(0, xs.shape[0], 64):
         opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(xs[s:s + 64]), ys[s:s + 64])
+        loss = F.cross_entropy(model(xs[s:s + 64]), ys[s:s + 64])
         loss.backward()
         opt.step()
 
@@ -74,21 +84,125 @@ def median(f, reps):
         t = time.perf_counter(); f(); times.append(time.perf_counter() - t)
     return statistics.median(times)
 
-out = {}
+IMPLS = [("for-loop", {"foreach": False}), ("foreach", {"foreach": True}), ("fused", {"fused": True})]
+
+def optimizers(make_opt):
+    """The optimizer built each way PyTorch offers on the CPU (skipping unsupported ones)."""
+    out = []
+    for name, kw in IMPLS:
+        try:
+            make_opt(**kw)
+        except (RuntimeError, ValueError, TypeError):
+            continue
+        out.append((name, kw))
+    return out
+
+res = {"train_epoch": {}, "train_step": {}}
 torch.manual_seed(0)
-adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)
-sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-for name, make, n, reps, optim in [("mlp_60k_b64", mlp, 60000, 5, adamw), ("lenet_10k_b64", lenet, 10000, 5, adamw),
-                                   ("lenet_10k_b64_sgd", lenet, 10000, 5, sgd)]:
+adamw = lambda m, **kw: torch.optim.AdamW(m.parameters(), lr=1e-3, **kw)
+epochs = [
+    ("mlp_60k_b64_sgd", mlp, 60000, lambda m, **kw: torch.optim.SGD(m.parameters(), lr=0.01, **kw)),
+    ("mlp_60k_b64", mlp, 60000, adamw),
+    ("lenet_10k_b64_sgd", lenet, 10000,
+     lambda m, **kw: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, **kw)),
+    ("lenet_10k_b64", lenet, 10000, adamw),
+]
+for name, make, n, optim in epochs:
     xs, ys = x[:n], y[:n]
-    model = make(); opt = optim(model)
+    model = make()
+    variants = {}
+    for impl, kw in optimizers(lambda **kw: optim(model, **kw)):
+        opt = optim(model, **kw)
+        variants[impl] = median(lambda: epoch_slices(model, opt, xs, ys), 5)
+    opt = optim(model)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, ys), batch_size=64, shuffle=True)
-    out[name] = {
-        "loader": median(lambda: epoch_loader(model, opt, loader), reps),
-        "slices": median(lambda: epoch_slices(model, opt, xs, ys), reps),
-    }
-print(json.dumps({"torch": torch.__version__, "threads": threads, "results": out}))
+    res["train_epoch"][name] = {"slices": variants, "loader": median(lambda: epoch_loader(model, opt, loader), 3)}
+
+class Explicit(nn.Module):
+    """The pre-LN block with attention written out as matmuls and a softmax, or fused."""
+    def __init__(self, d=128, h=4, ff=512, fused=False):
+        super().__init__()
+        self.h, self.fused = h, fused
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.l1, self.l2 = nn.Linear(d, ff), nn.Linear(ff, d)
+    def forward(self, x):
+        n, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(n, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        if self.fused:
+            a = F.scaled_dot_product_attention(q, k, v)
+        else:
+            a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.h) ** 0.5, -1) @ v
+        x = x + self.out(a.transpose(1, 2).reshape(n, t, d))
+        return x + self.l2(F.relu(self.l1(self.norm2(x))))
+
+def fwd_bwd(m, x):
+    def f():
+        m.zero_grad(); x.grad = None
+        m(x).sum().backward()
+    return f
+
+def steps(f, reps=30):
+    return median(f, reps)
+
+x = torch.randn(16, 64, 128, requires_grad=True)
+blocks = {
+    "explicit attention": Explicit(),
+    "F.scaled_dot_product_attention": Explicit(fused=True),
+    "nn.TransformerEncoderLayer": nn.TransformerEncoderLayer(
+        128, 4, 512, dropout=0.0, batch_first=True, norm_first=True),
+}
+block_times = {k: steps(fwd_bwd(m, x)) for k, m in blocks.items()}
+for name in ("transformer_block_explicit", "transformer_block_sdpa", "transformer_encoder_layer"):
+    res["train_step"][name] = block_times
+
+class CharLm(nn.Module):
+    def __init__(self, rnn):
+        super().__init__()
+        self.embed, self.rnn, self.head = nn.Embedding(65, 128), rnn(128, 256), nn.Linear(256, 65)
+    def forward(self, tokens):
+        return self.head(self.rnn(self.embed(tokens))[0])
+
+tokens = torch.randint(0, 65, (65, 32))
+inputs, targets = tokens[:64], tokens[1:].reshape(-1)
+for name, rnn in (("lstm_lm", nn.LSTM), ("gru_lm", nn.GRU)):
+    lm = CharLm(rnn)
+    variants = {}
+    for impl, kw in optimizers(lambda **kw: adamw(lm, **kw)):
+        opt = adamw(lm, **kw)
+        def step():
+            opt.zero_grad()
+            loss = F.cross_entropy(lm(inputs).reshape(-1, 65), targets)
+            loss.backward()
+            opt.step()
+        variants["AdamW " + impl] = steps(step, 20)
+    res["train_step"][name] = variants
+print(json.dumps({"torch": torch.__version__, "threads": threads, "results": res}))
 '''
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def isa():
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown ISA"
+    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+
+
+def ours(group, name):
+    est = root / "target/criterion" / group / name / "new/estimates.json"
+    return json.loads(est.read_text())["median"]["point_estimate"] / 1e9
+
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable))
@@ -102,11 +216,29 @@ if not args.skip_cargo:
 torch_out = subprocess.run([args.python, "-c", TORCH_SIDE, str(root)], env=env, check=True,
                            capture_output=True, text=True).stdout
 torch_results = json.loads(torch_out)
-print(f"\nferrograd vs PyTorch {torch_results['torch']} on {threads} threads, one epoch "
-      "(ratio = PyTorch time / ferrograd time)")
-print(f"{'workload':<18}{'ferrograd':>12}{'torch+DataLoader':>18}{'ratio':>7}{'torch slices':>14}{'ratio':>7}")
-for name, t in torch_results["results"].items():
-    est = root / "target/criterion/train_epoch" / name / "new/estimates.json"
-    ours = json.loads(est.read_text())["median"]["point_estimate"] / 1e9
-    print(f"{name:<18}{ours * 1e3:10.0f}ms{t['loader'] * 1e3:16.0f}ms{t['loader'] / ours:7.2f}"
-          f"{t['slices'] * 1e3:12.0f}ms{t['slices'] / ours:7.2f}")
+results = torch_results["results"]
+print(f"\nferrograd vs PyTorch {torch_results['torch']} on {cpu_model()} ({isa()}), {threads} threads "
+      "(ratio = PyTorch time / ferrograd time; > 1: ferrograd is faster)")
+
+print("\nOne epoch, batches sliced from a shuffled tensor; PyTorch's fastest optimizer implementation")
+print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}  {'(optimizer)':<12}{'ratio':>6}")
+for name, t in results["train_epoch"].items():
+    mine = ours("train_epoch", name + "_slices")
+    impl, best = min(t["slices"].items(), key=lambda kv: kv[1])
+    print(f"{name:<20}{mine * 1e3:9.0f}ms{best * 1e3:9.0f}ms  {impl:<12}{best / mine:6.2f}")
+
+print("\nOne epoch through each framework's DataLoader (shuffled, batch 64)")
+print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}{'ratio':>8}")
+for name, t in results["train_epoch"].items():
+    try:
+        mine = ours("train_epoch", name)
+    except FileNotFoundError:
+        continue
+    print(f"{name:<20}{mine * 1e3:9.0f}ms{t['loader'] * 1e3:9.0f}ms{t['loader'] / mine:8.2f}")
+
+print("\nOne training step (the transformer block: forward + backward)")
+print(f"{'workload':<28}{'ferrograd':>11}  {'PyTorch variant':<32}{'PyTorch':>10}{'ratio':>7}")
+for name, variants in results["train_step"].items():
+    mine = ours("train_step", name)
+    for variant, t in sorted(variants.items(), key=lambda kv: kv[1]):
+        print(f"{name:<28}{mine * 1e3:9.2f}ms  {variant:<32}{t * 1e3:8.2f}ms{t / mine:7.2f}")

@@ -1403,6 +1403,8 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
     })?;
     let rows = std::fs::read_to_string(&csv).map_err(|e| e.to_string())?;
     ensure(rows.lines().count() == 3, || format!("metrics.csv: {rows}"))?;
+    // Every rank has read the CSV before rank 0's resume rewrites it.
+    g.barrier().map_err(|e| e.to_string())?;
 
     // Resume to a third epoch from the collective checkpoint.
     let resumed = fit(&mut ddp, &mut opt, 3, true)?;

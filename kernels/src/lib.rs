@@ -1,7 +1,7 @@
 //! Compute kernels for ferrograd.
 //!
 //! This crate holds the pure number-crunching layer: element types ([`Element`],
-//! [`FloatElement`]), strided [`Layout`]s, and the CPU kernels (rayon + `gemm`) that the
+//! [`FloatElement`]), strided [`Layout`]s, and the CPU kernels (`gemm` and a fork-join thread team) that the
 //! runtime dispatches to. It knows nothing of autograd. With the `cuda` feature it also
 //! carries the CUDA kernel sources ([`cuda`]), compiled at run time by NVRTC through
 //! `cudarc` (loaded dynamically, so a build never needs a CUDA install).

@@ -11,7 +11,8 @@ use std::fmt;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Device {
-    /// Host memory; kernels run on rayon's thread pool.
+    /// Host memory; kernels run on the calling thread and its helper threads
+    /// ([`set_num_threads`](crate::set_num_threads)).
     #[default]
     Cpu,
     /// The NVIDIA GPU with this ordinal (needs the `cuda` feature and a driver).

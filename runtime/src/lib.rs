@@ -52,8 +52,9 @@ pub use ferrograd_kernels::{DType, Element, FloatElement, NumElement};
 pub use ferrograd_macros::{declared_shapes, network};
 pub use random::{BadGeneratorState, Generator, get_rng_state, manual_seed, set_rng_state};
 
-/// Limits the CPU kernels to `n` threads (`torch.set_num_threads`), at most the size of
-/// the rayon pool (`RAYON_NUM_THREADS`, else one per core); `0` restores that size.
+/// Sets the number of threads the CPU kernels use (`torch.set_num_threads`): the thread
+/// that calls an op and `n - 1` helper threads; `0` restores the default
+/// (`FERROGRAD_NUM_THREADS`, else `RAYON_NUM_THREADS`, else one per core).
 ///
 /// ```
 /// ferrograd_runtime::set_num_threads(1);
@@ -71,6 +72,29 @@ pub fn set_num_threads(n: usize) {
 /// ```
 pub fn get_num_threads() -> usize {
     ferrograd_kernels::cpu::num_threads()
+}
+
+/// Sets how long the CPU kernels' idle helper threads spin, waiting for the next op,
+/// before they sleep (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`; 100 µs by default): longer keeps
+/// them awake across longer serial stretches; shorter gives the cores back sooner.
+///
+/// ```
+/// use std::time::Duration;
+/// ferrograd_runtime::set_thread_spin_time(Duration::from_micros(50));
+/// assert_eq!(ferrograd_runtime::thread_spin_time(), Duration::from_micros(50));
+/// ferrograd_runtime::set_thread_spin_time(Duration::from_micros(100));
+/// ```
+pub fn set_thread_spin_time(time: std::time::Duration) {
+    ferrograd_kernels::cpu::set_spin_time(time);
+}
+
+/// How long idle helper threads spin before they sleep (see [`set_thread_spin_time`]).
+///
+/// ```
+/// assert!(ferrograd_runtime::thread_spin_time() > std::time::Duration::ZERO);
+/// ```
+pub fn thread_spin_time() -> std::time::Duration {
+    ferrograd_kernels::cpu::spin_time()
 }
 
 static DETERMINISTIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -1,5 +1,5 @@
 //! Elementwise kernels: one generic loop per arity, with a contiguous fast path, a
-//! strided fallback over coalesced rows, and rayon above [`PARALLEL_THRESHOLD`].
+//! strided fallback over coalesced rows, and the thread team above [`PARALLEL_THRESHOLD`].
 
 use super::PARALLEL_THRESHOLD;
 use super::par::for_each_chunk_mut;
@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 
 /// Builds a pooled buffer of `n` elements by handing disjoint chunks of its uninitialised slots
 /// to `fill(start, chunk)`, which must write every slot of its chunk. Above the threshold
-/// the chunks go to rayon, a few per thread; no zero-fill happens first.
+/// the chunks go to the thread team, a few per thread; no zero-fill happens first.
 fn build_vec<U: Copy + Send>(
     n: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<U>]) + Sync,
@@ -34,7 +34,7 @@ fn parallel_chunk(n: usize) -> usize {
 }
 
 /// [`build_vec`] with chunks of exactly `chunk` slots (the last may be shorter): one
-/// chunk runs on the calling thread, several go to rayon.
+/// chunk runs on the calling thread, several go to the thread team.
 pub(crate) fn build_vec_in<U: Copy + Send>(
     n: usize,
     chunk: usize,
@@ -89,7 +89,7 @@ impl<T: Copy, U, F: Fn(T, T) -> U> SimdKernel for ZipSlices<'_, T, U, F> {
     }
 }
 
-/// Rows handed to one rayon task in strided loops.
+/// Rows handed to one task in strided loops.
 fn rows_per_task(rows: usize, row_len: usize) -> usize {
     let per_task = (PARALLEL_THRESHOLD / row_len.max(1)).max(1);
     per_task.min(rows.max(1))

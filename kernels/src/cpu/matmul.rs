@@ -3,7 +3,6 @@
 
 use super::pool::HostBuffer;
 use crate::{DType, Layout, NumElement};
-use gemm::Parallelism;
 use half::bf16;
 
 /// Sizes of a batched matmul `[batch, m, k] @ [batch, k, n] -> [batch, m, n]`.
@@ -21,6 +20,165 @@ pub struct MatmulShape {
 
 /// Below this many multiply-adds per matrix, a product runs on one thread.
 const GEMM_PARALLEL_FLOPS: usize = 48 * 48 * 48;
+
+/// How many threads one GEMM of [`gemm`] uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parallelism {
+    /// The calling thread alone.
+    None,
+    /// The calling thread and helpers of the kernels' team ([`run_tasks`](super::run_tasks)),
+    /// this many threads in all.
+    Threads(usize),
+}
+
+/// Pointers a GEMM's blocks share; each block reads the operands and writes only its own
+/// part of the destination.
+struct GemmPtrs<T> {
+    dst: *mut T,
+    lhs: *const T,
+    rhs: *const T,
+}
+
+// SAFETY: the blocks of `gemm` write disjoint parts of `dst` (rows or columns of their
+// own) and only read `lhs`/`rhs`, which the caller guarantees stay valid and unaliased
+// by writes for the call; `T` values may be sent between threads.
+unsafe impl<T: Send> Sync for GemmPtrs<T> {}
+
+impl<T> GemmPtrs<T> {
+    /// The three pointers (a method, so closures capture the whole struct).
+    fn get(&self) -> (*mut T, *const T, *const T) {
+        (self.dst, self.lhs, self.rhs)
+    }
+}
+
+/// Rows or columns per block of a threaded GEMM are a multiple of this (whole SIMD
+/// vectors and microkernel panels).
+const GEMM_BLOCK_ALIGN: usize = 16;
+
+/// `dst = alpha * dst + beta * lhs @ rhs` (dst read only when `read_dst`), with `gemm`'s
+/// arguments: `m x n` destination and `m x k` / `k x n` operands given by a pointer and
+/// column / row strides. With [`Parallelism::Threads`] the destination is cut into one
+/// block per thread (by columns when it is row-major) and each block is one
+/// single-threaded GEMM on the kernels' team, so the calling thread does its share (the `gemm` crate's own
+/// threading parks the caller and hands the product to rayon's pool).
+///
+/// # Safety
+/// As `gemm::gemm`: every element each pointer and stride reach must be in bounds, `dst`
+/// must not overlap the operands, and the operands must stay unwritten during the call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_cs: isize,
+    dst_rs: isize,
+    read_dst: bool,
+    lhs: *const T,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const T,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    alpha: T,
+    beta: T,
+    parallelism: Parallelism,
+) {
+    let threads = match parallelism {
+        Parallelism::Threads(t) => t,
+        Parallelism::None => 1,
+    };
+    // `gemm` runs a row-major destination as its transpose, so its microkernel's long
+    // side (and the side its own threading splits, sharing the packed other operand) is
+    // the destination's columns: cut there, unless there are too few of them.
+    let by_rows = if dst_cs.abs() <= dst_rs.abs() {
+        n < 2 * GEMM_BLOCK_ALIGN && m > n
+    } else {
+        m >= 2 * GEMM_BLOCK_ALIGN || m > n
+    };
+    let long = if by_rows { m } else { n };
+    let step = long
+        .div_ceil(threads.max(1))
+        .next_multiple_of(GEMM_BLOCK_ALIGN);
+    let blocks = long.div_ceil(step.max(1));
+    if blocks <= 1 {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst,
+                dst_cs,
+                dst_rs,
+                read_dst,
+                lhs,
+                lhs_cs,
+                lhs_rs,
+                rhs,
+                rhs_cs,
+                rhs_rs,
+                alpha,
+                beta,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        return;
+    }
+    let p = GemmPtrs { dst, lhs, rhs };
+    super::run_tasks(blocks, |b| {
+        let start = b * step;
+        let len = step.min(long - start);
+        let at = start as isize;
+        let (dst, lhs, rhs) = p.get();
+        // SAFETY: block `b` is rows (or columns) `start..start + len` of the destination,
+        // and the matching rows of `lhs` (or columns of `rhs`): a sub-matrix of what the
+        // caller vouched for, with the same strides. Blocks write disjoint parts of `dst`.
+        unsafe {
+            let (bm, bn, d, l, r) = if by_rows {
+                (
+                    len,
+                    n,
+                    dst.offset(at * dst_rs),
+                    lhs.offset(at * lhs_rs),
+                    rhs,
+                )
+            } else {
+                (
+                    m,
+                    len,
+                    dst.offset(at * dst_cs),
+                    lhs,
+                    rhs.offset(at * rhs_cs),
+                )
+            };
+            gemm::gemm(
+                bm,
+                bn,
+                k,
+                d,
+                dst_cs,
+                dst_rs,
+                read_dst,
+                l,
+                lhs_cs,
+                lhs_rs,
+                r,
+                rhs_cs,
+                rhs_rs,
+                alpha,
+                beta,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    });
+}
 
 /// Batched matmul of strided 3-D views `lhs: [batch, m, k]` and `rhs: [batch, k, n]`
 /// (a batch stride of 0 broadcasts); the result is contiguous `[batch, m, n]`.
@@ -118,7 +276,7 @@ fn gemm_batched<T: NumElement>(
         // stride 1); every lhs/rhs index touched is at most `lhs_last`/`rhs_last`, checked
         // above to be in bounds; the buffers do not overlap (`dst` is freshly allocated).
         unsafe {
-            gemm::gemm(
+            crate::cpu::gemm(
                 s.m,
                 s.n,
                 s.k,
@@ -134,9 +292,6 @@ fn gemm_batched<T: NumElement>(
                 rst[1] as isize,
                 T::ZERO,
                 T::ONE,
-                false,
-                false,
-                false,
                 parallelism,
             );
         }
@@ -146,7 +301,7 @@ fn gemm_batched<T: NumElement>(
         crate::cpu::for_each_chunk_mut(out, per, |b, dst| one_product(b, dst, Parallelism::None));
     } else {
         let parallelism = if flops >= GEMM_PARALLEL_FLOPS {
-            Parallelism::Rayon(crate::cpu::num_threads())
+            Parallelism::Threads(crate::cpu::num_threads())
         } else {
             Parallelism::None
         };
@@ -221,5 +376,73 @@ fn naive_batched<T: NumElement>(
                 out[(b * s.m + i) * s.n + j] = acc;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `gemm` on `threads` threads into a destination of the given layout, against a
+    /// plain triple loop: cut by rows or columns, blocks of any remainder, both layouts.
+    #[test]
+    fn threaded_blocks_equal_one_product() {
+        let _lock = crate::cpu::par::thread_count_lock();
+        for (m, n, k) in [
+            (1, 1, 1),
+            (5, 70, 3),
+            (70, 5, 9),
+            (33, 47, 20),
+            (100, 64, 17),
+        ] {
+            let lhs: Vec<f64> = (0..m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+            let rhs: Vec<f64> = (0..k * n).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
+            let mut want = vec![0.0; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] = (0..k).map(|p| lhs[i * k + p] * rhs[p * n + j]).sum();
+                }
+            }
+            for row_major in [true, false] {
+                for threads in [1, 2, 3] {
+                    crate::cpu::set_num_threads(threads);
+                    // 1.0 everywhere, then dst = 0 * dst + 1 * lhs @ rhs (read_dst).
+                    let mut dst = vec![1.0f64; m * n];
+                    let (cs, rs) = if row_major { (1, n) } else { (m, 1) };
+                    // SAFETY: `dst` is m x n with these strides, `lhs` m x k row-major and
+                    // `rhs` k x n row-major, all in bounds; nothing overlaps.
+                    unsafe {
+                        gemm(
+                            m,
+                            n,
+                            k,
+                            dst.as_mut_ptr(),
+                            cs as isize,
+                            rs as isize,
+                            true,
+                            lhs.as_ptr(),
+                            1,
+                            k as isize,
+                            rhs.as_ptr(),
+                            1,
+                            n as isize,
+                            0.0,
+                            1.0,
+                            Parallelism::Threads(threads),
+                        );
+                    }
+                    for i in 0..m {
+                        for j in 0..n {
+                            assert_eq!(
+                                dst[i * rs + j * cs],
+                                want[i * n + j],
+                                "{m}x{n}x{k}, row-major {row_major}, {threads} threads, ({i}, {j})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        crate::cpu::set_num_threads(0);
     }
 }

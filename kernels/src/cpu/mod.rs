@@ -1,4 +1,5 @@
-//! CPU kernels: contiguous fast paths, strided fallbacks, rayon above a size threshold.
+//! CPU kernels: contiguous fast paths, strided fallbacks, the kernels' thread team
+//! ([`run_tasks`]) above a size threshold.
 
 mod arena;
 mod gemv;
@@ -18,10 +19,13 @@ pub use map::{
     binary_inplace, binary_map, bytes_to_unit, cast, fill_strided, ternary_map, unary_inplace,
     unary_map,
 };
-pub use matmul::{MatmulShape, matmul};
+pub(crate) use matmul::gemm;
+pub use matmul::{MatmulShape, Parallelism, matmul};
 #[cfg(test)]
 pub(crate) use par::thread_count_lock;
-pub use par::{for_each_chunk_mut, num_threads, run_tasks, set_num_threads};
+pub use par::{
+    for_each_chunk_mut, num_threads, run_tasks, set_num_threads, set_spin_time, spin_time,
+};
 pub use pool::{
     ALIGN, DEFAULT_CACHE_LIMIT, HOST_POOL, HostBuffer, HostPool, HostStats, size_class,
 };
@@ -34,8 +38,8 @@ pub use unfold::{Conv2dGeometry, fold2d, unfold2d};
 use crate::{DType, Element};
 use half::{bf16, f16};
 
-/// Below this many elements, elementwise kernels run on the calling thread: spawning
-/// rayon tasks costs more than it saves.
+/// Below this many elements, elementwise kernels run on the calling thread: handing
+/// tasks to the team costs more than it saves.
 pub const PARALLEL_THRESHOLD: usize = 1 << 15;
 
 /// A tensor's elements in host memory, one variant per dtype.

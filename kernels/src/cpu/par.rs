@@ -1,29 +1,59 @@
-//! Low-latency fork-join over rayon's workers for memory-bound kernels.
+//! The CPU kernels' fork-join: a team of worker threads that the calling thread joins.
 //!
-//! `par_chunks_mut(..).for_each(..)` called from outside the pool injects the job and puts
-//! the caller to sleep on a condition variable until the workers finish; waking it again
-//! costs a cross-core wake-up per op, which on a 1e6-element add is a tenth of the op.
-//! [`run_tasks`] instead lets the caller take tasks itself from a shared counter, hands
-//! the same loop to `threads - 1` rayon workers, and spins (then yields) for the few
-//! tasks still running elsewhere when the counter runs out. A worker that wakes late finds
-//! no task left and returns: the op never waits for a wake-up.
+//! [`run_tasks`] publishes a job (a task count and a body) to `threads - 1` helper
+//! threads and takes tasks itself from the same counter, so the thread that runs a
+//! training step is always one of the threads doing its work: `N` threads keep `N` cores
+//! busy, never `N + 1` runnable threads on `N` cores. A helper that finishes waits for the
+//! next job by spinning (a `pause` loop, no system call) for at most
+//! [`spin_time`](set_spin_time) — 100 µs by default, longer than the serial gap between
+//! two ops of a step, so a step's next op finds its helpers awake — and then sleeps on a
+//! condition variable until a job arrives. The caller never sleeps: a helper that wakes
+//! late finds no task left and goes back to waiting.
+//!
+//! One job runs on the team at a time. A `run_tasks` called while the team is busy — from
+//! inside a task, or from another thread (a loader worker, a second test) — runs its tasks
+//! on its own thread, as OpenMP runs nested regions.
+//!
+//! The number of threads is [`set_num_threads`]'s, else `FERROGRAD_NUM_THREADS`, else
+//! `RAYON_NUM_THREADS` (read by earlier versions), else one per core.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-/// The thread limit set by [`set_num_threads`]; 0 means rayon's pool size.
+/// The thread count set by [`set_num_threads`]; 0 means the default ([`default_threads`]).
 static THREAD_LIMIT: AtomicUsize = AtomicUsize::new(0);
 
-/// Limits the CPU kernels to `n` threads (`torch.set_num_threads`); at most the size of
-/// rayon's pool (`RAYON_NUM_THREADS`, else one per core), which is what `0` restores.
+/// How long an idle helper spins before it sleeps, in nanoseconds.
+static SPIN_NANOS: AtomicU64 = AtomicU64::new(100_000);
+
+/// The thread count when none is set: `FERROGRAD_NUM_THREADS`, `RAYON_NUM_THREADS`, or
+/// the number of cores (read once).
+fn default_threads() -> usize {
+    static DEFAULT: OnceLock<usize> = OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        ["FERROGRAD_NUM_THREADS", "RAYON_NUM_THREADS"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
+/// Sets the number of threads the CPU kernels use (`torch.set_num_threads`): the calling
+/// thread and `n - 1` helpers. `0` restores the default (`FERROGRAD_NUM_THREADS`, else
+/// `RAYON_NUM_THREADS`, else one per core).
 ///
 /// ```
 /// use ferrograd_kernels::cpu::{num_threads, set_num_threads};
 /// let before = num_threads();
 /// set_num_threads(1);
 /// assert_eq!(num_threads(), 1);
+/// set_num_threads(3);
+/// assert_eq!(num_threads(), 3);
 /// set_num_threads(0);
 /// assert_eq!(num_threads(), before);
 /// ```
@@ -37,11 +67,39 @@ pub fn set_num_threads(n: usize) {
 /// assert!(ferrograd_kernels::cpu::num_threads() >= 1);
 /// ```
 pub fn num_threads() -> usize {
-    let pool = rayon::current_num_threads();
     match THREAD_LIMIT.load(Ordering::Relaxed) {
-        0 => pool,
-        n => n.min(pool),
+        0 => default_threads(),
+        n => n,
     }
+}
+
+/// Sets how long an idle helper thread spins, waiting for the next job, before it
+/// sleeps (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`): longer keeps helpers awake across longer
+/// serial stretches of a step; shorter gives the cores back sooner. `Duration::ZERO`
+/// makes helpers sleep at once (every job then wakes them through the kernel).
+///
+/// ```
+/// use ferrograd_kernels::cpu::{set_spin_time, spin_time};
+/// use std::time::Duration;
+/// let before = spin_time();
+/// set_spin_time(Duration::from_micros(20));
+/// assert_eq!(spin_time(), Duration::from_micros(20));
+/// set_spin_time(before);
+/// ```
+pub fn set_spin_time(time: Duration) {
+    SPIN_NANOS.store(
+        time.as_nanos().min(u64::MAX as u128) as u64,
+        Ordering::Relaxed,
+    );
+}
+
+/// How long an idle helper spins before it sleeps (see [`set_spin_time`]).
+///
+/// ```
+/// assert!(ferrograd_kernels::cpu::spin_time() > std::time::Duration::ZERO);
+/// ```
+pub fn spin_time() -> Duration {
+    Duration::from_nanos(SPIN_NANOS.load(Ordering::Relaxed))
 }
 
 /// Held by the unit tests that change the thread count, so that one test's count is not
@@ -52,9 +110,10 @@ pub(crate) fn thread_count_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The task body with its borrow erased, so that helper jobs (which must be `'static`)
-/// can hold it. Only dereferenced after claiming a task index below `n`, which can only
-/// happen while [`run_tasks`] is still waiting for that task, so while the borrow lives.
+/// The task body with its borrow erased, so that the helpers (which outlive any one
+/// [`run_tasks`]) can hold it. Only dereferenced after claiming a task index below `n`,
+/// which can only happen while [`run_tasks`] is still waiting for that task, so while the
+/// borrow lives.
 struct ErasedTask(*const (dyn Fn(usize) + Sync + 'static));
 
 // SAFETY: the pointee is `Sync` (so `&F` may cross threads) and is only dereferenced while
@@ -69,6 +128,8 @@ struct Shared {
     /// Tasks finished (or panicked); the caller returns once it reaches `n`.
     done: AtomicUsize,
     n: usize,
+    /// Helpers `0..helpers` take part (the thread count may be below the team's size).
+    helpers: usize,
     task: ErasedTask,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
@@ -94,9 +155,131 @@ impl Shared {
     }
 }
 
+/// The helper threads and the job they share.
+struct Team {
+    /// The job of the latest [`run_tasks`] (helpers take a reference to it).
+    job: Mutex<Option<Arc<Shared>>>,
+    /// Bumped once per job: what idle helpers watch.
+    epoch: AtomicU64,
+    /// A caller owns the team (one job at a time).
+    busy: AtomicBool,
+    /// Helper threads started so far.
+    started: Mutex<usize>,
+    /// Helpers asleep (or about to be), and what wakes them.
+    sleepers: AtomicUsize,
+    sleep: Mutex<()>,
+    wake: Condvar,
+}
+
+static TEAM: Team = Team {
+    job: Mutex::new(None),
+    epoch: AtomicU64::new(0),
+    busy: AtomicBool::new(false),
+    started: Mutex::new(0),
+    sleepers: AtomicUsize::new(0),
+    sleep: Mutex::new(()),
+    wake: Condvar::new(),
+};
+
+thread_local! {
+    /// Whether this thread is one of the team's helpers.
+    static HELPER: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Team {
+    /// Starts helpers until there are `want` (fewer if the OS refuses threads); returns
+    /// how many there are.
+    fn ensure_helpers(&'static self, want: usize) -> usize {
+        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        while *started < want {
+            let id = *started;
+            // The epoch before the job that needs this helper is published, so that the
+            // helper sees that job as new however late it starts.
+            let seen = self.epoch.load(Ordering::Acquire);
+            let spawned = std::thread::Builder::new()
+                .name(format!("ferrograd-cpu-{}", id + 1))
+                .spawn(move || self.helper(id, seen));
+            if spawned.is_err() {
+                break;
+            }
+            *started += 1;
+        }
+        *started
+    }
+
+    /// A helper's life: wait for a job after epoch `seen`, work on it if it counts this
+    /// helper in.
+    fn helper(&self, id: usize, mut seen: u64) {
+        HELPER.with(|h| h.set(true));
+        loop {
+            self.wait_for_job(&mut seen);
+            let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(job) = job
+                && id < job.helpers
+            {
+                job.work();
+            }
+        }
+    }
+
+    /// Returns once the epoch differs from `seen` (and records it): spinning for the spin
+    /// time, then asleep until [`run_tasks`] wakes the team.
+    fn wait_for_job(&self, seen: &mut u64) {
+        let limit = Duration::from_nanos(SPIN_NANOS.load(Ordering::Relaxed));
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let e = self.epoch.load(Ordering::Acquire);
+            if e != *seen {
+                *seen = e;
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && start.elapsed() >= limit {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let mut guard = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+        // Counted before the epoch is read again, under the lock the waker takes: either
+        // the waker sees this sleeper, or this load sees its new epoch.
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let e = self.epoch.load(Ordering::SeqCst);
+            if e != *seen {
+                *seen = e;
+                break;
+            }
+            guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Hands `job` to the helpers, waking the sleeping ones.
+    fn publish(&self, job: &Arc<Shared>) {
+        *self.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(job));
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = self.sleep.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// Gives the team back when the job is over (also when a task's panic unwinds).
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        TEAM.job.lock().unwrap_or_else(|e| e.into_inner()).take();
+        TEAM.busy.store(false, Ordering::Release);
+    }
+}
+
 /// Runs `task(i)` once for every `i` in `0..n_tasks`, spread over the calling thread and
-/// rayon's workers, and returns when all have finished. A panic in a task is re-raised on
-/// the caller after every task has stopped.
+/// [`num_threads`]` - 1` helper threads, and returns when all have finished. A panic in a
+/// task is re-raised on the caller after every task has stopped. While the team is busy
+/// with another call (nested, or from another thread) the tasks run on the caller alone.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -105,14 +288,41 @@ impl Shared {
 /// assert_eq!(sum.into_inner(), 4950);
 /// ```
 pub fn run_tasks(n_tasks: usize, task: impl Fn(usize) + Sync) {
-    let helpers = num_threads()
+    if !on_team(n_tasks, &task) {
+        run_alone(n_tasks, &task);
+    }
+}
+
+/// Every task on the calling thread, in order; a panic is re-raised after the last.
+fn run_alone(n_tasks: usize, task: &(dyn Fn(usize) + Sync)) {
+    let mut first = None;
+    for i in 0..n_tasks {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task(i))) {
+            first.get_or_insert(payload);
+        }
+    }
+    if let Some(payload) = first {
+        resume_unwind(payload);
+    }
+}
+
+/// [`run_tasks`] on the team; `false`, having run nothing, when there is no helper to
+/// ask (one thread, one task) or the team is busy (a nested call, another caller).
+fn on_team(n_tasks: usize, task: &(dyn Fn(usize) + Sync)) -> bool {
+    let want = num_threads()
         .saturating_sub(1)
         .min(n_tasks.saturating_sub(1));
-    if helpers == 0 {
-        (0..n_tasks).for_each(task);
-        return;
+    if want == 0
+        || HELPER.with(|h| h.get())
+        || TEAM
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        return false;
     }
-    let task: &(dyn Fn(usize) + Sync) = &task;
+    let _release = Release;
+    let helpers = TEAM.ensure_helpers(want).min(want);
     // SAFETY: only the lifetime is erased; `Shared::work` dereferences the pointer only
     // while this frame waits below (see `ErasedTask`).
     let task: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(task) };
@@ -120,12 +330,12 @@ pub fn run_tasks(n_tasks: usize, task: impl Fn(usize) + Sync) {
         next: AtomicUsize::new(0),
         done: AtomicUsize::new(0),
         n: n_tasks,
+        helpers,
         task: ErasedTask(task),
         panic: Mutex::new(None),
     });
-    for _ in 0..helpers {
-        let shared = Arc::clone(&shared);
-        rayon::spawn(move || shared.work());
+    if helpers > 0 {
+        TEAM.publish(&shared);
     }
     shared.work();
     // Every index is claimed; wait for the ones other threads are still running. They are
@@ -147,6 +357,7 @@ pub fn run_tasks(n_tasks: usize, task: impl Fn(usize) + Sync) {
     if let Some(payload) = payload {
         resume_unwind(payload);
     }
+    true
 }
 
 /// A slice shared between tasks that each take a disjoint chunk of it.
@@ -243,19 +454,98 @@ mod tests {
         assert_eq!(finished.load(Ordering::Relaxed), 63);
     }
 
+    /// Runs `n` tasks on the team that each wait (up to ten seconds) until all `n` have
+    /// started: they can only all finish in time if `n` threads run them at once.
+    fn all_at_once(n: usize) -> bool {
+        let started = AtomicUsize::new(0);
+        let together = AtomicUsize::new(0);
+        let task = |_| {
+            started.fetch_add(1, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while started.load(Ordering::SeqCst) < n && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            if started.load(Ordering::SeqCst) == n {
+                together.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        // Other tests of this binary use the team too: wait for a turn.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !on_team(n, &task) {
+            assert!(Instant::now() < deadline, "the team stayed busy");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        together.into_inner() == n
+    }
+
     #[test]
-    fn nested_inside_a_rayon_worker() {
-        use rayon::prelude::*;
-        let total: usize = (0..8usize)
-            .into_par_iter()
-            .map(|k| {
-                let sum = AtomicUsize::new(0);
-                run_tasks(50, |i| {
-                    sum.fetch_add(i + k, Ordering::Relaxed);
-                });
-                sum.into_inner()
-            })
-            .sum();
-        assert_eq!(total, (0..8).map(|k| 1225 + 50 * k).sum::<usize>());
+    fn the_caller_and_its_helpers_run_tasks_at_once() {
+        let _lock = thread_count_lock();
+        for threads in [2, 3] {
+            set_num_threads(threads);
+            assert!(all_at_once(threads), "{threads} threads");
+        }
+        // Asleep after a zero spin, helpers are woken by the next job.
+        let spin = spin_time();
+        set_spin_time(Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        let ok = all_at_once(2);
+        set_spin_time(spin);
+        set_num_threads(0);
+        assert!(ok, "woken helpers");
+    }
+
+    #[test]
+    fn one_thread_runs_every_task_itself() {
+        let _lock = thread_count_lock();
+        set_num_threads(1);
+        let me = std::thread::current().id();
+        let elsewhere = AtomicUsize::new(0);
+        run_tasks(64, |_| {
+            if std::thread::current().id() != me {
+                elsewhere.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        set_num_threads(0);
+        assert_eq!(elsewhere.into_inner(), 0);
+    }
+
+    #[test]
+    fn nested_calls_run_on_their_own_thread() {
+        let total = AtomicUsize::new(0);
+        run_tasks(8, |k| {
+            let inner = std::thread::current().id();
+            run_tasks(50, |i| {
+                assert_eq!(std::thread::current().id(), inner);
+                total.fetch_add(i + k, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(
+            total.into_inner(),
+            (0..8).map(|k| 1225 + 50 * k).sum::<usize>()
+        );
+    }
+
+    #[test]
+    fn callers_on_many_threads_at_once() {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..6usize)
+                .map(|t| {
+                    s.spawn(move || {
+                        for round in 0..200usize {
+                            let sum = AtomicUsize::new(0);
+                            run_tasks(1 + (t + round) % 9, |i| {
+                                sum.fetch_add(i + 1, Ordering::Relaxed);
+                            });
+                            let n = 1 + (t + round) % 9;
+                            assert_eq!(sum.into_inner(), n * (n + 1) / 2);
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("no caller panics");
+            }
+        });
     }
 }

@@ -11,7 +11,7 @@
 //!   two, so at most 12.5% is wasted) and served best fit: the smallest cached block of
 //!   that class or up to a quarter larger. These blocks are never split. The cache of
 //!   small blocks is sharded: each thread allocates from its own shard (sixteen
-//!   mutexes, one per thread slot, so rayon workers and loader threads do not contend)
+//!   mutexes, one per thread slot, so the kernels' helper threads and loader threads do not contend)
 //!   and a block goes back to the shard it came from, where the thread that allocates
 //!   that size again finds it.
 //! - Larger requests take whole pages from an *arena*: one reserved range of address
@@ -1049,7 +1049,6 @@ mod tests {
 
     #[test]
     fn many_threads_allocate_and_free_at_once() {
-        use rayon::prelude::*;
         let pool = HostPool::leaked(64 << 20);
         // Under Miri, fewer and smaller: it interprets every step.
         let (tasks, rounds, max_len) = if cfg!(miri) {
@@ -1079,16 +1078,11 @@ mod tests {
                 }
             }
         };
-        if cfg!(miri) {
-            // rayon's deques trip Miri's (experimental) borrow model; plain threads do not.
-            std::thread::scope(|s| {
-                for task in 0..tasks {
-                    s.spawn(move || work(task));
-                }
-            });
-        } else {
-            (0..tasks).into_par_iter().for_each(work);
-        }
+        std::thread::scope(|s| {
+            for task in 0..tasks {
+                s.spawn(move || work(task));
+            }
+        });
         let s = pool.stats();
         assert_eq!(s.allocated, 0);
         assert!(s.cache_hits > 0 && s.reserved <= 64 << 20, "{s:?}");

@@ -219,7 +219,7 @@ fn gemm_into<T: AttnFloat>(
     // stride 1); every element of `a` and `b` read is at most `a_last`/`b_last`, checked
     // above to be in bounds; `dst` is a distinct mutable borrow, so nothing overlaps.
     unsafe {
-        gemm::gemm(
+        crate::cpu::gemm(
             m,
             n,
             k,
@@ -235,10 +235,7 @@ fn gemm_into<T: AttnFloat>(
             b_rs as isize,
             T::ONE,
             T::ONE,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
+            crate::cpu::Parallelism::None,
         );
     }
 }

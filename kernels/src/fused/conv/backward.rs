@@ -13,9 +13,9 @@
 //! per-thread copy of a weight-sized gradient, and GEMMs over the whole batch.
 
 use crate::WideFloat as Float;
+use crate::cpu::Parallelism;
 use crate::cpu::unfold::{gather_tap, scatter_tap};
 use crate::cpu::{Conv2dGeometry, HostBuffer, PARALLEL_THRESHOLD, num_threads, run_tasks};
-use gemm::Parallelism;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::Mutex;
@@ -185,7 +185,7 @@ impl<T: Float> Plan<'_, T> {
                 // `cols_n` gathered above, or for a pointwise conv the group's input planes
                 // from the tile's first pixel. Nothing aliases `dst`.
                 unsafe {
-                    gemm::gemm(
+                    crate::cpu::gemm(
                         og,
                         k,
                         cols_n,
@@ -201,9 +201,6 @@ impl<T: Float> Plan<'_, T> {
                         1,
                         T::ONE,
                         T::ONE,
-                        false,
-                        false,
-                        false,
                         parallelism,
                     );
                 }
@@ -226,7 +223,7 @@ impl<T: Float> Plan<'_, T> {
                 // (r, o) at `o * k + r`). rhs: the output-gradient tile as above. Nothing
                 // aliases `dst`.
                 unsafe {
-                    gemm::gemm(
+                    crate::cpu::gemm(
                         k,
                         cols_n,
                         og,
@@ -242,9 +239,6 @@ impl<T: Float> Plan<'_, T> {
                         g_rs as isize,
                         T::ZERO,
                         T::ONE,
-                        false,
-                        false,
-                        false,
                         parallelism,
                     );
                 }
@@ -425,7 +419,7 @@ fn scheduled_backward<T: Float>(
     };
     if tasks <= 1 {
         let parallelism = if threads > 1 && work >= 48 * 48 * 48 {
-            Parallelism::Rayon(threads)
+            Parallelism::Threads(threads)
         } else {
             Parallelism::None
         };
@@ -571,7 +565,7 @@ fn channel_blocked<T: Float>(plan: &Plan<'_, T>, dx: Option<&mut [T]>, dw: Optio
             // nq` row-major. rhs: the columns transposed, element (q, r) at `r * nq + q`,
             // all gathered above.
             unsafe {
-                gemm::gemm(
+                crate::cpu::gemm(
                     o,
                     rn,
                     nq,
@@ -587,9 +581,6 @@ fn channel_blocked<T: Float>(plan: &Plan<'_, T>, dx: Option<&mut [T]>, dw: Optio
                     1,
                     T::ZERO,
                     T::ONE,
-                    false,
-                    false,
-                    false,
                     Parallelism::None,
                 );
             }
@@ -600,7 +591,7 @@ fn channel_blocked<T: Float>(plan: &Plan<'_, T>, dx: Option<&mut [T]>, dw: Optio
             // false). lhs: rows `r0..r0 + rn` of `wᵀ` (element (r, oc) at `oc * k + r0 +
             // r`). rhs: `gp`, `O x nq` row-major.
             unsafe {
-                gemm::gemm(
+                crate::cpu::gemm(
                     rn,
                     nq,
                     o,
@@ -616,9 +607,6 @@ fn channel_blocked<T: Float>(plan: &Plan<'_, T>, dx: Option<&mut [T]>, dw: Optio
                     nq as isize,
                     T::ZERO,
                     T::ONE,
-                    false,
-                    false,
-                    false,
                     Parallelism::None,
                 );
             }

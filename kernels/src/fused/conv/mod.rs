@@ -33,11 +33,11 @@ pub use weight_grad::{conv2d_wide_weight_grad, weight_grad_applies};
 use crate::WideFloat as Float;
 use crate::cpu::Conv2dGeometry;
 use crate::cpu::HostBuffer;
+use crate::cpu::Parallelism;
 use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::unfold::{gather_tap, valid_columns};
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut, num_threads};
-use gemm::Parallelism;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -504,7 +504,7 @@ fn grouped_conv2d<T: Float>(
             // k` row-major. rhs: `cols`, `k x cols_n` row-major, every element written by
             // `gather_tap` above (each row's `count` segments of `plane`). No overlap.
             unsafe {
-                gemm::gemm(
+                crate::cpu::gemm(
                     og,
                     cols_n,
                     k,
@@ -520,9 +520,6 @@ fn grouped_conv2d<T: Float>(
                     cols_n as isize,
                     T::ONE,
                     T::ONE,
-                    false,
-                    false,
-                    false,
                     parallelism,
                 );
             }
@@ -562,7 +559,7 @@ fn for_each_block<T: Send>(
         for_each_chunk_mut(out, chunk, |i, dst| run(i, dst, Parallelism::None));
     } else {
         let parallelism = if threads > 1 && parallel_gemm {
-            Parallelism::Rayon(threads)
+            Parallelism::Threads(threads)
         } else {
             Parallelism::None
         };
@@ -638,7 +635,7 @@ fn tiled_conv2d<T: Float>(
                 // the input channels' planes from column `oy0 * ow` (here `oy0` is 0 and
                 // `cols_n` the plane). Nothing overlaps `dst`.
                 unsafe {
-                    gemm::gemm(
+                    crate::cpu::gemm(
                         og,
                         cols_n,
                         k,
@@ -654,9 +651,6 @@ fn tiled_conv2d<T: Float>(
                         rhs_rs as isize,
                         T::ONE,
                         T::ONE,
-                        false,
-                        false,
-                        false,
                         parallelism,
                     );
                 }
