@@ -713,3 +713,36 @@ fn fused_activation_backwards_match_their_formulas() {
         }
     }
 }
+
+/// `index_add` of whole rows (the CPU fast path) equals `scatter_add` with the index
+/// spread over the source, along every dim, repeated indices summing, in f32 and f64; an
+/// index out of range is still the general path's error.
+#[test]
+fn index_add_by_rows_equals_the_scatter() {
+    for dtype in [DType::F32, DType::F64] {
+        for d in 0..3usize {
+            let shape = [4usize, 5, 3];
+            let base = range(60, &shape).to_dtype(dtype);
+            let idx = Tensor::from_vec(vec![2i64, 0, 2, shape[d] as i64 - 1], &[4]);
+            let mut src_shape = shape;
+            src_shape[d] = 4;
+            let n: usize = src_shape.iter().product();
+            let src = range(n, &src_shape).mul_scalar(0.5).to_dtype(dtype);
+            let mut view = [1usize; 3];
+            view[d] = 4;
+            let spread = idx.reshape(&view).broadcast_to(&src_shape).contiguous();
+            let want = base.scatter_add(d as isize, &spread, &src);
+            let got = base.index_add(d as isize, &idx, &src);
+            let f64s = |t: &Tensor| t.to_dtype(DType::F64).to_vec::<f64>();
+            assert_eq!(f64s(&got), f64s(&want), "{dtype:?} dim {d}");
+        }
+    }
+    let bad = std::panic::catch_unwind(|| {
+        Tensor::zeros(&[3, 2], DType::F32, &Device::Cpu).index_add(
+            0,
+            &Tensor::from_vec(vec![3i64], &[1]),
+            &Tensor::ones(&[1, 2], DType::F32, &Device::Cpu),
+        )
+    });
+    assert!(bad.is_err(), "an index past the end panics");
+}

@@ -95,11 +95,76 @@ impl Tensor {
             self.shape(),
             index.numel()
         );
+        if let Some(out) = self.index_add_rows(d, index, src) {
+            return out;
+        }
         let expanded = index
             .reshape(&view_shape)
             .broadcast_to(src.shape())
             .contiguous();
         self.scatter_add(dim, &expanded, src)
+    }
+
+    /// [`Tensor::index_add`] of float tensors on the CPU whose source matches the input
+    /// outside `d` (an embedding's and `index_select`'s backward): whole rows of `inner`
+    /// elements added at once, instead of a scatter through an index expanded to the
+    /// source's shape. `None` (nothing done) for anything else, including an index out of
+    /// range, which the general path reports.
+    fn index_add_rows(&self, d: usize, index: &Tensor, src: &Tensor) -> Option<Tensor> {
+        fn add_rows<T: ferrograd_kernels::FloatElement>(
+            out: &mut [T],
+            src: &[T],
+            idx: &[usize],
+            [outer, r, inner]: [usize; 3],
+        ) {
+            let n = idx.len();
+            for o in 0..outer {
+                for (i, &row) in idx.iter().enumerate() {
+                    let dst = &mut out[(o * r + row) * inner..][..inner];
+                    let add = &src[(o * n + i) * inner..][..inner];
+                    dst.iter_mut().zip(add).for_each(|(a, &b)| *a = *a + b);
+                }
+            }
+        }
+        let same_outside = (0..self.dim()).all(|j| j == d || self.shape()[j] == src.shape()[j]);
+        if self.device() != crate::Device::Cpu
+            || !matches!(self.dtype(), DType::F32 | DType::F64)
+            || src.dtype() != self.dtype()
+            || index.dtype() != DType::I64
+            || !same_outside
+        {
+            return None;
+        }
+        let r = self.shape()[d];
+        let idx: Vec<usize> = index
+            .to_vec::<i64>()
+            .into_iter()
+            .map(|i| usize::try_from(i).ok().filter(|&i| i < r))
+            .collect::<Option<_>>()?;
+        let outer: usize = self.shape()[..d].iter().product();
+        let inner: usize = self.shape()[d + 1..].iter().product();
+        let dims = [outer, r, inner];
+        let out = match self.dtype() {
+            DType::F32 => {
+                let mut out = self.detach().to_vec::<f32>();
+                add_rows(&mut out, &src.detach().to_vec::<f32>(), &idx, dims);
+                Tensor::from_vec(out, self.shape())
+            }
+            _ => {
+                let mut out = self.detach().to_vec::<f64>();
+                add_rows(&mut out, &src.detach().to_vec::<f64>(), &idx, dims);
+                Tensor::from_vec(out, self.shape())
+            }
+        };
+        let index = index.reshape(&[index.numel()]);
+        Some(record(out, "index_add", &[self, src], || {
+            move |ctx, g: &Tensor| {
+                vec![
+                    ctx.needs(0).then(|| g.clone()),
+                    ctx.needs(1).then(|| g.index_select(d as isize, &index)),
+                ]
+            }
+        }))
     }
 
     /// `out[p] = self[p with p[dim] = index[p]]` (`gather`).
