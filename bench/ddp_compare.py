@@ -14,7 +14,9 @@ Prints the CPU model, each pair and its ratio (PyTorch time / ours: above 1 is f
 and what the gradient reduction costs a step in each: the step time minus that of the
 same step under no_sync, measured alternately.
 """
-import argparse, json, os, platform, subprocess, sys
+import argparse, json, os, subprocess, sys
+
+from machine import cpu_model, isa
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -97,25 +99,6 @@ while nbytes <= 64 << 20:
                           "busbw_gbps": busbw}), flush=True)
     nbytes *= 4
 '''
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def isa():
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return "?"
-    return "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "SSE")
 
 
 def mpi_env():

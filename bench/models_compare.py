@@ -18,8 +18,9 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
+
+from machine import cpu_model, isa
 
 root = pathlib.Path(__file__).resolve().parent.parent
 
@@ -79,25 +80,6 @@ for impl in ("foreach", "fused"):
 out["results"]["char_gpt_step"] = best
 print(json.dumps(out))
 '''
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def isa():
-    flags = ""
-    try:
-        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags"))
-    except (OSError, StopIteration):
-        pass
-    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "other"
 
 
 parser = argparse.ArgumentParser()

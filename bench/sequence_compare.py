@@ -21,10 +21,12 @@ import sys
 root = pathlib.Path(__file__).resolve().parent.parent
 
 TORCH_SIDE = r'''
-import json, os, statistics, time
+import json, os, statistics, sys, time
 import torch
 from torch import nn
 import torch.nn.functional as F
+sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
+from torch_blocks import Explicit
 
 torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
 torch.manual_seed(0)
@@ -36,21 +38,6 @@ def median(f, reps=20):
     for _ in range(reps):
         t = time.perf_counter(); f(); times.append(time.perf_counter() - t)
     return statistics.median(times)
-
-class Explicit(nn.Module):
-    """The pre-LN block with attention written out as matmuls and a softmax."""
-    def __init__(self, d=128, h=4, ff=512):
-        super().__init__()
-        self.h = h
-        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.l1, self.l2 = nn.Linear(d, ff), nn.Linear(ff, d)
-    def forward(self, x):
-        n, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(n, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
-        a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.h) ** 0.5, -1) @ v
-        x = x + self.out(a.transpose(1, 2).reshape(n, t, d))
-        return x + self.l2(F.relu(self.l1(self.norm2(x))))
 
 def fwd_bwd(m, x, run=None):
     def f():
@@ -82,7 +69,7 @@ threads = os.cpu_count()
 env = dict(os.environ, RAYON_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
 if not args.skip_cargo:
     subprocess.run(["cargo", "bench", "--bench", "sequence", "--", "--noplot"], cwd=root, env=env, check=True)
-torch_results = json.loads(subprocess.run([args.python, "-c", TORCH_SIDE], env=env, check=True,
+torch_results = json.loads(subprocess.run([args.python, "-c", TORCH_SIDE, str(root)], env=env, check=True,
                                           capture_output=True, text=True).stdout)
 print(f"\nferrograd vs PyTorch {torch_results['torch']} on {threads} threads, forward + backward "
       "(ratio = PyTorch time / ferrograd time)")

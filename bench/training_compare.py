@@ -22,9 +22,10 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
+
+from machine import cpu_model, isa
 
 root = pathlib.Path(__file__).resolve().parent.parent
 
@@ -34,6 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 import torch.nn.functional as F
+sys.path.insert(0, os.path.join(sys.argv[1], "bench"))
+from torch_blocks import Explicit
 
 threads = int(os.environ["BENCH_THREADS"])
 torch.set_num_threads(threads)
@@ -118,24 +121,6 @@ for name, make, n, optim in epochs:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, ys), batch_size=64, shuffle=True)
     res["train_epoch"][name] = {"slices": variants, "loader": median(lambda: epoch_loader(model, opt, loader), 3)}
 
-class Explicit(nn.Module):
-    """The pre-LN block with attention written out as matmuls and a softmax, or fused."""
-    def __init__(self, d=128, h=4, ff=512, fused=False):
-        super().__init__()
-        self.h, self.fused = h, fused
-        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.l1, self.l2 = nn.Linear(d, ff), nn.Linear(ff, d)
-    def forward(self, x):
-        n, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(n, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
-        if self.fused:
-            a = F.scaled_dot_product_attention(q, k, v)
-        else:
-            a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.h) ** 0.5, -1) @ v
-        x = x + self.out(a.transpose(1, 2).reshape(n, t, d))
-        return x + self.l2(F.relu(self.l1(self.norm2(x))))
-
 def fwd_bwd(m, x):
     def f():
         m.zero_grad(); x.grad = None
@@ -179,24 +164,6 @@ for name, rnn in (("lstm_lm", nn.LSTM), ("gru_lm", nn.GRU)):
     res["train_step"][name] = variants
 print(json.dumps({"torch": torch.__version__, "threads": threads, "results": res}))
 '''
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def isa():
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown ISA"
-    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
 
 
 def ours(group, name):

@@ -101,34 +101,8 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
         .div_ceil(threads.max(1))
         .next_multiple_of(GEMM_BLOCK_ALIGN);
     let blocks = long.div_ceil(step.max(1));
-    if blocks <= 1 {
-        // SAFETY: the caller's contract, passed on unchanged.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst,
-                dst_cs,
-                dst_rs,
-                read_dst,
-                lhs,
-                lhs_cs,
-                lhs_rs,
-                rhs,
-                rhs_cs,
-                rhs_rs,
-                alpha,
-                beta,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
-        return;
-    }
     let p = GemmPtrs { dst, lhs, rhs };
+    // One block (one thread, or a product too narrow to cut) runs on the caller.
     super::run_tasks(blocks, |b| {
         let start = b * step;
         let len = step.min(long - start);
