@@ -212,7 +212,10 @@ impl Team {
     fn helper(&self, id: usize, mut seen: u64) {
         HELPER.with(|h| h.set(true));
         loop {
-            self.wait_for_job(&mut seen);
+            // A helper past the thread count (`set_num_threads` lowered it) takes no part
+            // until it is raised: it sleeps at once instead of spinning beside the others.
+            let spin = id + 1 < num_threads();
+            self.wait_for_job(&mut seen, spin);
             let job = self.job.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(job) = job
                 && id < job.helpers
@@ -223,9 +226,13 @@ impl Team {
     }
 
     /// Returns once the epoch differs from `seen` (and records it): spinning for the spin
-    /// time, then asleep until [`run_tasks`] wakes the team.
-    fn wait_for_job(&self, seen: &mut u64) {
-        let limit = Duration::from_nanos(SPIN_NANOS.load(Ordering::Relaxed));
+    /// time (when `spin`), then asleep until [`run_tasks`] wakes the team.
+    fn wait_for_job(&self, seen: &mut u64, spin: bool) {
+        let limit = if spin {
+            Duration::from_nanos(SPIN_NANOS.load(Ordering::Relaxed))
+        } else {
+            Duration::ZERO
+        };
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
