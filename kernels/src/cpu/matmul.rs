@@ -59,8 +59,8 @@ const GEMM_BLOCK_ALIGN: usize = 16;
 /// arguments: `m x n` destination and `m x k` / `k x n` operands given by a pointer and
 /// column / row strides. With [`Parallelism::Threads`] the destination is cut into one
 /// block per thread (by columns when it is row-major) and each block is one
-/// single-threaded GEMM on the kernels' team, so the calling thread does its share (the `gemm` crate's own
-/// threading parks the caller and hands the product to rayon's pool).
+/// single-threaded GEMM on the kernels' team, so the calling thread does its share (the
+/// `gemm` crate's own threading parks the caller and hands the product to rayon's pool).
 ///
 /// # Safety
 /// As `gemm::gemm`: every element each pointer and stride reach must be in bounds, `dst`

@@ -111,12 +111,15 @@ impl Tensor {
     /// source's shape. `None` (nothing done) for anything else, including an index out of
     /// range, which the general path reports.
     fn index_add_rows(&self, d: usize, index: &Tensor, src: &Tensor) -> Option<Tensor> {
+        /// `x` with `src`'s rows added at `idx` (over `[outer, r, inner]`), as a new tensor.
         fn add_rows<T: ferrograd_kernels::FloatElement>(
-            out: &mut [T],
-            src: &[T],
+            x: &Tensor,
+            src: &Tensor,
             idx: &[usize],
             [outer, r, inner]: [usize; 3],
-        ) {
+        ) -> Tensor {
+            let mut out = x.detach().to_vec::<T>();
+            let src = src.detach().to_vec::<T>();
             let n = idx.len();
             for o in 0..outer {
                 for (i, &row) in idx.iter().enumerate() {
@@ -125,6 +128,7 @@ impl Tensor {
                     dst.iter_mut().zip(add).for_each(|(a, &b)| *a = *a + b);
                 }
             }
+            Tensor::from_vec(out, x.shape())
         }
         let same_outside = (0..self.dim()).all(|j| j == d || self.shape()[j] == src.shape()[j]);
         if self.device() != crate::Device::Cpu
@@ -145,16 +149,8 @@ impl Tensor {
         let inner: usize = self.shape()[d + 1..].iter().product();
         let dims = [outer, r, inner];
         let out = match self.dtype() {
-            DType::F32 => {
-                let mut out = self.detach().to_vec::<f32>();
-                add_rows(&mut out, &src.detach().to_vec::<f32>(), &idx, dims);
-                Tensor::from_vec(out, self.shape())
-            }
-            _ => {
-                let mut out = self.detach().to_vec::<f64>();
-                add_rows(&mut out, &src.detach().to_vec::<f64>(), &idx, dims);
-                Tensor::from_vec(out, self.shape())
-            }
+            DType::F32 => add_rows::<f32>(self, src, &idx, dims),
+            _ => add_rows::<f64>(self, src, &idx, dims),
         };
         let index = index.reshape(&[index.numel()]);
         Some(record(out, "index_add", &[self, src], || {
