@@ -556,7 +556,8 @@ test_device!(device_memory_is_cached_and_counted);
 
 /// The profiler times an op on the device by CUDA events around it: its kernels' time
 /// (and its enclosing range's, less its own as the range's self time), in the table's
-/// CUDA columns and on a `cuda:N` row of the Chrome trace. On the CPU no device time.
+/// CUDA columns and on a `cuda:N` row of the Chrome trace. A view queues no work, so it
+/// has no device time (not the gap between its events); nor has anything on the CPU.
 fn the_profiler_times_ops_on_the_device(dev: &Device) {
     use ferrograd::profiler::{self, ProfilerOptions, SortBy};
     let _lock = process_lock();
@@ -564,7 +565,13 @@ fn the_profiler_times_ops_on_the_device(dev: &Device) {
         .to_device(dev)
         .unwrap();
     let (_, prof) = profiler::profile(ProfilerOptions::default(), || {
-        profiler::record_function("block", || a.matmul(&a).relu().sum_all().to_vec::<f32>())
+        profiler::record_function("block", || {
+            a.matmul(&a)
+                .relu()
+                .reshape(&[256, 1024])
+                .sum_all()
+                .to_vec::<f32>()
+        })
     });
     let find = |name: &str| {
         prof.events()
@@ -574,6 +581,7 @@ fn the_profiler_times_ops_on_the_device(dev: &Device) {
             .clone()
     };
     let matmul = find("matmul");
+    assert!(find("reshape").cuda.is_none(), "a view has a device time");
     let table = prof.table(SortBy::Total, 10);
     let Device::Cuda(i) = *dev else {
         assert!(matmul.cuda.is_none(), "a CPU op has a device time");

@@ -76,7 +76,8 @@ pub struct Event {
     /// Host bytes allocated after it less before it, less its children's.
     pub self_memory_bytes: i64,
     /// Its time on a GPU: for an op with an input there, and a range run while a
-    /// device was in use; `None` on the CPU.
+    /// device was in use, that queued work on the device; `None` on the CPU and for
+    /// ops that queue none (views such as `reshape` or `expand`).
     pub cuda: Option<DeviceTime>,
 }
 
@@ -191,12 +192,17 @@ fn close(
             parent.children.push(index);
         }
         if let (Some(start), true) = (frame.marks, on_device) {
-            prof.pending.push(Pending {
-                event: index,
-                start,
-                end: StreamMarks::now(),
-                children: frame.children,
-            });
+            let end = StreamMarks::now();
+            // An op that queued nothing on a device (a view) has no device time: the
+            // events around it would time only the gap between them.
+            if start.queued_work_before(&end) {
+                prof.pending.push(Pending {
+                    event: index,
+                    start,
+                    end,
+                    children: frame.children,
+                });
+            }
         }
         let input_shapes = if prof.options.record_shapes {
             shapes()

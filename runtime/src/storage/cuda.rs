@@ -123,9 +123,23 @@ pub(crate) fn full(ordinal: usize, dtype: DType, len: usize, value: f64) -> Resu
     launch::full(&gpu(ordinal)?, dtype, len, value)
 }
 
+thread_local! {
+    /// How many pieces of work (kernels, cuBLAS calls, copies) this thread has queued on
+    /// any device.
+    static QUEUED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a piece of work this thread queues on a device, so that the profiler gives
+/// device time only to the ops that queued some (a view queues none and, as in
+/// PyTorch, has no CUDA time).
+pub(crate) fn note_queued() {
+    QUEUED.with(|q| q.set(q.get() + 1));
+}
+
 /// A point in the work queued on every device in use (the profiler times ops on the
-/// device with a pair of these: CUDA events recorded on each device's stream).
-pub(crate) struct StreamMarks(Vec<(usize, cudarc::driver::CudaEvent)>);
+/// device with a pair of these: CUDA events recorded on each device's stream), with
+/// this thread's count of queued work at that point.
+pub(crate) struct StreamMarks(Vec<(usize, cudarc::driver::CudaEvent)>, u64);
 
 impl StreamMarks {
     /// Marks every initialised device's stream now (none when no device was used, so a
@@ -133,14 +147,20 @@ impl StreamMarks {
     pub(crate) fn now() -> StreamMarks {
         let guard = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         let Some(map) = guard.as_ref() else {
-            return StreamMarks(Vec::new());
+            return StreamMarks(Vec::new(), 0);
         };
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         StreamMarks(
             map.values()
                 .filter_map(|d| Some((d.ordinal, d.stream.record_event(timed).ok()?)))
                 .collect(),
+            QUEUED.with(|q| q.get()),
         )
+    }
+
+    /// Whether this thread queued work on a device between `self` and `end`.
+    pub(crate) fn queued_work_before(&self, end: &StreamMarks) -> bool {
+        end.1 != self.1
     }
 
     /// Whether no device was marked.
@@ -265,6 +285,11 @@ impl GpuDevice {
 
     pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Makes this device's context the calling thread's current one.
+    pub(crate) fn bind_to_thread(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(device_err(self.ordinal))
     }
 
     pub(crate) fn ordinal(&self) -> usize {
@@ -473,6 +498,7 @@ impl CudaStorage {
                 // SAFETY: the block holds `len` initialised elements of `T` written by an
                 // upload or a kernel, and the stream is idle, so nothing writes it meanwhile.
                 unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, address) }.map_err(&err)?;
+                note_queued();
             }
             T::into_storage(host)
         }))
@@ -493,6 +519,7 @@ impl CudaStorage {
                 // SAFETY: the block holds `len` elements of `T`; the copy is synchronous and
                 // ordered after the work queued on the (legacy default) stream.
                 unsafe { cudarc::driver::result::memcpy_htod_sync(address, data) }.map_err(&err)?;
+                note_queued();
             }
         });
         Ok(())

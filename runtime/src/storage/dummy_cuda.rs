@@ -231,6 +231,9 @@ impl StreamMarks {
     pub(crate) fn elapsed_us(&self, _end: &StreamMarks) -> Vec<(usize, f64)> {
         Vec::new()
     }
+    pub(crate) fn queued_work_before(&self, _end: &StreamMarks) -> bool {
+        false
+    }
 }
 
 pub(crate) fn synchronize(_ordinal: usize) -> Result<()> {

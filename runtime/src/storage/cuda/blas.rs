@@ -157,6 +157,7 @@ pub(crate) fn matmul(
         ordinal: dev.ordinal(),
         reason: format!("cuBLAS gemm: {e}"),
     })?;
+    super::note_queued();
     Ok(Some(out))
 }
 

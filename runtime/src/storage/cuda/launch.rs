@@ -104,7 +104,7 @@ macro_rules! launch_symbol {
         // of the device's allocator large enough for the index space, and blocks are reused
         // only by later work on the same stream.
         unsafe { builder.launch($cfg) }
-            .map(|_| ())
+            .map(|_| $crate::storage::cuda::note_queued())
             .map_err($crate::storage::cuda::device_err(dev.ordinal()))
     }};
 }
