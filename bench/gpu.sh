@@ -3,7 +3,9 @@
 #
 #   bench/gpu.sh build   # here: builds the CUDA test and bench binaries into target/gpu-bundle
 #   bench/gpu.sh run     # on the GPU machine (no Rust there): runs them, then PyTorch's
-#                        # twin of the benchmark, and prints a table (ratio = PyTorch / ours)
+#                        # twin of the benchmark, and prints a table (ratio = PyTorch / ours);
+#                        # GPU_TESTS="devices nccl" runs only those test binaries, GPU_BENCH=0
+#                        # skips the benchmark
 #
 # With the `device` tool: build here, then run `bench/gpu.sh run` carrying target/gpu-bundle.
 # The binaries load libcuda, libnvrtc and libcublas at run time; `run` puts the CUDA
@@ -18,9 +20,10 @@ build() {
     # Test binaries that need no files from this checkout: the device suites, amp, the
     # optimizers (fixtures embedded), and the
     # runtime and kernel unit tests (allocator, NVRTC compilation, launch geometry).
-    cargo test --release --features cuda --no-run --message-format=json \
+    cargo test --release --features cuda,nccl --no-run --message-format=json \
         -p ferrograd-kernels -p ferrograd-runtime --lib \
-        --test devices --test errors --test cuda_native --test amp --test optim -p ferrograd 2>/dev/null |
+        --test devices --test errors --test cuda_native --test amp --test optim --test nccl \
+        -p ferrograd 2>/dev/null |
         python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:
@@ -30,7 +33,7 @@ for line in sys.stdin:
         name = m["target"]["name"]
         shutil.copy(exe, os.path.join(sys.argv[1], "test-" + name))
 ' "$bundle"
-    cargo build --release --features cuda --bench gpu --message-format=json 2>/dev/null |
+    cargo build --release --features cuda,nccl --bench gpu --message-format=json 2>/dev/null |
         python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:
@@ -52,12 +55,22 @@ for base in site.getsitepackages():
     for lib in glob.glob(os.path.join(base, "nvidia", "**", "lib*.so*"), recursive=True):
         dirs.add(os.path.dirname(lib))
 print(":".join(sorted(dirs)))' 2>/dev/null || true)"
-    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${libs}:${LD_LIBRARY_PATH:-}"
+    # PyPI's NCCL wheel ships libnccl.so.2 only; the loader asks for libnccl.so.
+    local links
+    links="$(mktemp -d)"
+    for dir in ${libs//:/ }; do
+        if [ -e "$dir/libnccl.so.2" ]; then ln -sf "$dir/libnccl.so.2" "$links/libnccl.so"; fi
+    done
+    export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${links}:${libs}:${LD_LIBRARY_PATH:-}"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     local failed=0
     local log
     log="$(mktemp)"
     for t in "$bundle"/test-*; do
+        # GPU_TESTS="devices nccl" runs only those binaries (a rerun after a fix).
+        if [ -n "${GPU_TESTS:-}" ] && [[ " $GPU_TESTS " != *" ${t##*/test-} "* ]]; then
+            continue
+        fi
         echo "== $(basename "$t")"
         # A hung binary must not take the whole device call with it.
         if ! timeout "${GPU_TEST_TIMEOUT:-300}" "$t" --test-threads=4 --nocapture >"$log" 2>&1; then
@@ -66,6 +79,9 @@ print(":".join(sorted(dirs)))' 2>/dev/null || true)"
         fi
         grep -E "^test |skipped|panicked|FAILED|test result" "$log" | tail -n 80
     done
+    if [ "${GPU_BENCH:-1}" = 0 ]; then
+        return $failed
+    fi
     echo "== benchmark"
     local ours torch
     ours="$(timeout "${GPU_BENCH_TIMEOUT:-300}" "$bundle/bench-gpu")"

@@ -266,3 +266,19 @@ fn bad_indices_panic_with_the_ops_message(dev: &Device) {
     assert_eq!(g.to_vec::<f32>(), vec![1.0, 2.0, 5.0]);
 }
 test_device!(bad_indices_panic_with_the_ops_message);
+
+/// Without the `nccl` feature the NCCL backend is an error that says how to get it (and
+/// starts nothing).
+#[cfg(not(feature = "nccl"))]
+#[test]
+fn the_nccl_backend_without_its_feature_says_how_to_enable_it() {
+    use ferrograd::distributed::{self, Backend, DistError};
+    match distributed::init_process_group(Backend::Nccl) {
+        Err(DistError::BackendUnavailable { backend, reason }) => {
+            assert_eq!(backend, "nccl");
+            assert!(reason.contains("`nccl` feature"), "{reason}");
+        }
+        other => panic!("expected BackendUnavailable, got {other:?}"),
+    }
+    assert!(!distributed::is_initialized());
+}

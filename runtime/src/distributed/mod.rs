@@ -8,6 +8,12 @@
 //! f16, bf16, i64 or u8, synchronously or asynchronously (the `*_async` methods return a
 //! [`Work`] to [`Work::wait`] on).
 //!
+//! The engine for GPUs is **NCCL** (the `nccl` feature, with `cuda`; libnccl is loaded at
+//! run time): [`Backend::Nccl`], one process per GPU, each on device
+//! `local_rank() % device_count`. Its collectives are queued on the device's stream,
+//! ordered with the kernels around them; rank 0's NCCL id reaches the others over MPI, so
+//! several ranks also need the `mpi` feature and `mpirun` (one rank needs neither).
+//!
 //! ```no_run
 //! use ferrograd_runtime::distributed::{self, Backend, ReduceOp};
 //! use ferrograd_runtime::prelude::*;
@@ -35,6 +41,11 @@ mod mpi;
 #[cfg(not(feature = "mpi"))]
 #[path = "no_mpi.rs"]
 mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
+#[cfg(not(feature = "nccl"))]
+#[path = "no_nccl.rs"]
+mod nccl;
 mod sync_bn;
 mod zero;
 
@@ -50,7 +61,7 @@ use crate::{DType, Device, Tensor};
 use comm::{CommThread, WorkState};
 use ferrograd_kernels::cpu::CpuStorage;
 use std::os::raw::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// What went wrong in a distributed call.
@@ -101,7 +112,9 @@ pub enum DistError {
 pub enum Backend {
     /// MPI over the system OpenMPI (the `mpi` feature): CPU tensors, launched by `mpirun`.
     Mpi,
-    /// NCCL on CUDA devices, bootstrapped over MPI (the `nccl` feature).
+    /// NCCL on CUDA devices (the `nccl` feature), bootstrapped over MPI when there are
+    /// several ranks: CUDA tensors are reduced in place on the device, others go
+    /// through a copy on this rank's device.
     Nccl,
 }
 
@@ -183,6 +196,7 @@ impl Default for InitOptions {
 
 /// What every group of this process shares: the communication thread and the settings.
 struct Global {
+    backend: Backend,
     thread: CommThread,
     rank: usize,
     size: usize,
@@ -192,8 +206,10 @@ struct Global {
 
 struct GroupInner {
     global: Arc<Global>,
-    /// `None` on the ranks outside the group.
+    /// `None` on the ranks outside the group, and for NCCL without MPI (one rank).
     comm: Option<mpi::Comm>,
+    /// The NCCL communicator of a [`Backend::Nccl`] group (unset outside the group).
+    nccl: OnceLock<Arc<nccl::Comm>>,
     /// The members' global ranks, in group-rank order.
     ranks: Vec<usize>,
 }
@@ -225,14 +241,34 @@ pub fn init_process_group_with(
     if world.is_some() {
         return Err(DistError::AlreadyInitialized);
     }
-    if backend == Backend::Nccl {
-        return Err(DistError::BackendUnavailable {
-            backend: backend.name(),
-            reason: "this build has no NCCL engine; use Backend::Mpi (CPU tensors)".into(),
-        });
+    let use_nccl = backend == Backend::Nccl;
+    if use_nccl {
+        nccl::available()?;
     }
-    let (thread, (rank, size, world_comm)) = CommThread::start(mpi::init, mpi::finalize)?;
+    let started = CommThread::start(
+        || mpi::init().map(|(rank, size, comm)| (rank, size, Some(comm))),
+        mpi::finalize,
+    );
+    let (thread, (rank, size, world_comm)) = match started {
+        Ok(started) => started,
+        // NCCL without MPI: a world of one rank needs no bootstrap.
+        Err(DistError::BackendUnavailable { reason, .. }) if use_nccl => {
+            let size = launcher_world_size();
+            if size > 1 {
+                return Err(DistError::BackendUnavailable {
+                    backend: backend.name(),
+                    reason: format!(
+                        "the launcher started {size} ranks, and NCCL's unique id reaches them over \
+                         MPI, which this build lacks: {reason}"
+                    ),
+                });
+            }
+            CommThread::start(|| Ok((0, 1, None)), || {})?
+        }
+        Err(e) => return Err(e),
+    };
     let global = Arc::new(Global {
+        backend,
         thread,
         rank,
         size,
@@ -242,10 +278,16 @@ pub fn init_process_group_with(
     let group = ProcessGroup {
         inner: Arc::new(GroupInner {
             global,
-            comm: Some(world_comm),
+            comm: world_comm,
+            nccl: OnceLock::new(),
             ranks: (0..size).collect(),
         }),
     };
+    if use_nccl && let Err(e) = group.start_nccl() {
+        let global = &group.inner.global;
+        global.thread.shutdown(global.rank, global.timeout);
+        return Err(e);
+    }
     if options.abort_on_panic {
         install_panic_hook(rank, size);
     }
@@ -259,6 +301,14 @@ pub fn init_process_group_with(
     });
     *world = Some(group.clone());
     Ok(group)
+}
+
+/// The world size the launcher announces (`OMPI_COMM_WORLD_SIZE`, `WORLD_SIZE`), or 1.
+fn launcher_world_size() -> usize {
+    ["OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse().ok())
+        .unwrap_or(1)
 }
 
 /// Whether the default group is running (`torch.distributed.is_initialized`).
@@ -349,6 +399,21 @@ fn stage(t: &Tensor) -> (Tensor, bool) {
         )
     });
     (host.contiguous().deep_copy(), true)
+}
+
+/// A contiguous tensor on `dev` holding `t`'s values, and whether it is a copy (then a
+/// result written into it must be copied back into `t`): NCCL's staging.
+fn stage_on(t: &Tensor, dev: &Device) -> Result<(Tensor, bool), DistError> {
+    if t.device() == *dev && t.is_contiguous() {
+        return Ok((t.detach(), false));
+    }
+    let moved = t.detach().to_device(dev).map_err(|e| {
+        DistError::Engine(format!(
+            "copying a {} tensor to {dev} failed: {e}",
+            t.device()
+        ))
+    })?;
+    Ok((moved.contiguous().deep_copy(), true))
 }
 
 /// The address of a staged (contiguous CPU) tensor's first element. The caller holds the
@@ -451,7 +516,77 @@ impl ProcessGroup {
 
     /// Whether this process belongs to the group.
     pub fn is_member(&self) -> bool {
-        self.inner.comm.is_some()
+        self.inner.comm.is_some() || self.inner.nccl.get().is_some()
+    }
+
+    /// The NCCL communicator of a [`Backend::Nccl`] group; `None` for an MPI group.
+    fn nccl(&self) -> Result<Option<&nccl::Comm>, DistError> {
+        if self.inner.global.backend != Backend::Nccl {
+            return Ok(None);
+        }
+        self.inner
+            .nccl
+            .get()
+            .map(|c| Some(&**c))
+            .ok_or_else(|| DistError::NotAMember {
+                rank: self.inner.global.rank,
+                ranks: self.inner.ranks.clone(),
+            })
+    }
+
+    /// The NCCL device of this rank (`local_rank` modulo the devices), the unique id from
+    /// rank 0 (over MPI when there are several ranks), and the world communicator.
+    fn start_nccl(&self) -> Result<(), DistError> {
+        let devices = crate::cuda::device_count();
+        if devices == 0 {
+            return Err(DistError::BackendUnavailable {
+                backend: "nccl",
+                reason: "no CUDA device is available".into(),
+            });
+        }
+        let ordinal = local_rank() % devices;
+        let (rank, size) = (self.inner.global.rank, self.inner.global.size);
+        let mut id = if rank == 0 {
+            nccl::unique_id()?
+        } else {
+            [0; 128]
+        };
+        if size > 1 {
+            let buf = Arc::new(Mutex::new(id));
+            let (b, inner) = (buf.clone(), self.inner.clone());
+            self.submit_job("nccl_bootstrap", &[], move || {
+                let mut bytes = b.lock().unwrap_or_else(|e| e.into_inner());
+                // SAFETY: 128 writable bytes, locked until we return.
+                unsafe {
+                    mpi::broadcast(
+                        inner.comm.as_ref().expect("member"),
+                        bytes.as_mut_ptr() as *mut c_void,
+                        bytes.len(),
+                        DType::U8,
+                        0,
+                    )
+                }
+            })?
+            .wait()?;
+            id = *buf.lock().unwrap_or_else(|e| e.into_inner());
+        }
+        let comm = nccl::Comm::init(id, rank, size, ordinal)?;
+        let _ = self.inner.nccl.set(Arc::new(comm));
+        Ok(())
+    }
+
+    /// A finished [`Work`]: NCCL's work is queued on the device's stream, ordered before
+    /// whatever uses the tensors next, so the host has nothing to wait for.
+    fn queued(&self, what: &str, finish: Option<Box<dyn FnOnce() + Send>>) -> Work {
+        let state = Arc::new(WorkState::default());
+        state.complete(Ok(()), Duration::ZERO);
+        Work {
+            state,
+            what: what.to_string(),
+            rank: self.inner.global.rank,
+            timeout: self.inner.global.timeout,
+            finish,
+        }
     }
 
     /// A sub-group of these global ranks; see [`new_group`]. Every rank of `self` calls it.
@@ -468,20 +603,32 @@ impl ProcessGroup {
         let me = self.inner.global.rank;
         let color = ranks.iter().position(|&r| r == me).map(|_| 0usize);
         let key = ranks.iter().position(|&r| r == me).unwrap_or(0);
-        let out: Arc<Mutex<Option<mpi::Comm>>> = Arc::default();
-        let o = out.clone();
-        let parent_inner = self.inner.clone();
-        self.submit_job("new_group", &[&ranks], move || {
-            let comm = parent_inner.comm.as_ref().expect("member checked");
-            *o.lock().unwrap_or_else(|e| e.into_inner()) = mpi::split(comm, color, key)?;
-            Ok(())
-        })?
-        .wait()?;
-        let comm = out.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let nccl_parent = self.nccl()?;
+        let comm = if self.inner.comm.is_some() || nccl_parent.is_none() {
+            let out: Arc<Mutex<Option<mpi::Comm>>> = Arc::default();
+            let o = out.clone();
+            let parent_inner = self.inner.clone();
+            self.submit_job("new_group", &[&ranks], move || {
+                let comm = parent_inner.comm.as_ref().expect("member checked");
+                *o.lock().unwrap_or_else(|e| e.into_inner()) = mpi::split(comm, color, key)?;
+                Ok(())
+            })?
+            .wait()?;
+            out.lock().unwrap_or_else(|e| e.into_inner()).take()
+        } else {
+            None
+        };
+        let nccl = OnceLock::new();
+        if let Some(parent) = nccl_parent
+            && let Some(sub) = parent.split(color, key)?
+        {
+            let _ = nccl.set(Arc::new(sub));
+        }
         Ok(ProcessGroup {
             inner: Arc::new(GroupInner {
                 global: self.inner.global.clone(),
                 comm,
+                nccl,
                 ranks: ranks.to_vec(),
             }),
         })
@@ -555,6 +702,13 @@ impl ProcessGroup {
     /// world.barrier().unwrap();
     /// ```
     pub fn barrier(&self) -> Result<(), DistError> {
+        if let Some(nc) = self.nccl()? {
+            // As PyTorch does: a one-element all-reduce, then wait for the device.
+            let dev = Device::Cuda(nc.ordinal());
+            nc.all_reduce(&Tensor::zeros(&[1], DType::F32, &dev), ReduceOp::Sum)?;
+            return crate::cuda::synchronize(nc.ordinal())
+                .map_err(|e| DistError::Engine(format!("barrier: {e}")));
+        }
         let inner = self.inner.clone();
         self.submit_job("barrier", &[], move || {
             mpi::barrier(inner.comm.as_ref().expect("member"))
@@ -599,6 +753,11 @@ impl ProcessGroup {
             return Err(DistError::Mismatch(format!(
                 "all_reduce: ReduceOp::Avg needs a floating-point tensor, got {dtype}"
             )));
+        }
+        if let Some(nc) = self.nccl()? {
+            let (buf, copied) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
+            nc.all_reduce(&buf, op)?;
+            return Ok(self.queued("all_reduce", write_back(tensor, buf, copied)));
         }
         let engine_op = op.engine();
         let (buf, copied) = stage(tensor);
@@ -647,6 +806,11 @@ impl ProcessGroup {
     pub fn broadcast_async(&self, tensor: &Tensor, src: usize) -> Result<Work, DistError> {
         communicable("broadcast", tensor)?;
         let root = self.to_group_rank("broadcast", src)?;
+        if let Some(nc) = self.nccl()? {
+            let (buf, copied) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
+            nc.broadcast(&buf, root)?;
+            return Ok(self.queued("broadcast", write_back(tensor, buf, copied)));
+        }
         let (buf, copied) = stage(tensor);
         let (n, dtype) = (buf.numel(), buf.dtype());
         let inner = self.inner.clone();
@@ -675,14 +839,8 @@ impl ProcessGroup {
     pub fn all_gather(&self, tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
         let mut shape = vec![self.size()];
         shape.extend_from_slice(tensor.shape());
-        let out = Tensor::zeros(&shape, tensor.dtype(), &Device::Cpu);
+        let out = Tensor::zeros(&shape, tensor.dtype(), &tensor.device());
         self.all_gather_into_tensor(&out, tensor)?;
-        let out = if tensor.device() == Device::Cpu {
-            out
-        } else {
-            out.to_device(&tensor.device())
-                .map_err(|e| DistError::Engine(format!("all_gather: {e}")))?
-        };
         Ok((0..self.size()).map(|i| out.select(0, i)).collect())
     }
 
@@ -799,6 +957,18 @@ impl ProcessGroup {
                 input.shape(),
             )));
         }
+        if let Some(nc) = self.nccl()? {
+            let dev = Device::Cuda(nc.ordinal());
+            let (out, copied) = stage_on(output, &dev)?;
+            let (inp, _) = stage_on(input, &dev)?;
+            let inp = if inp.shares_storage(&out) {
+                inp.deep_copy()
+            } else {
+                inp
+            };
+            nc.two_buffer(kind, &out, &inp, size)?;
+            return Ok(self.queued(what, write_back(output, out, copied)));
+        }
         let (out, copied) = stage(output);
         // The input is read while the output is written: never the same storage.
         let inp = {
@@ -862,6 +1032,16 @@ impl ProcessGroup {
     pub fn isend(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<Work, DistError> {
         communicable("send", tensor)?;
         let peer = self.to_group_rank("send", dst)?;
+        if let Some(nc) = self.nccl()? {
+            if Some(peer) == self.group_rank() {
+                return Err(DistError::Mismatch(format!(
+                    "send: rank {dst} is this rank itself (NCCL pairs a send with a receive on another rank)"
+                )));
+            }
+            let (buf, _) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
+            nc.send(&buf, peer)?;
+            return Ok(self.queued("send", None));
+        }
         let (buf, _) = stage(tensor);
         let (n, dtype) = (buf.numel(), buf.dtype());
         let inner = self.inner.clone();
@@ -884,6 +1064,16 @@ impl ProcessGroup {
     pub fn irecv(&self, tensor: &Tensor, src: usize, tag: i32) -> Result<Work, DistError> {
         communicable("recv", tensor)?;
         let peer = self.to_group_rank("recv", src)?;
+        if let Some(nc) = self.nccl()? {
+            if Some(peer) == self.group_rank() {
+                return Err(DistError::Mismatch(format!(
+                    "recv: rank {src} is this rank itself (NCCL pairs a send with a receive on another rank)"
+                )));
+            }
+            let (buf, copied) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
+            nc.recv(&buf, peer)?;
+            return Ok(self.queued("recv", write_back(tensor, buf, copied)));
+        }
         let (buf, copied) = stage(tensor);
         let (n, dtype) = (buf.numel(), buf.dtype());
         let inner = self.inner.clone();
@@ -902,7 +1092,7 @@ impl ProcessGroup {
 
 /// The collectives with a separate input and output buffer.
 #[derive(Debug, Clone, Copy)]
-enum TwoBuffer {
+pub(crate) enum TwoBuffer {
     AllGather,
     ReduceScatter(ReduceOp),
     AllToAll,
@@ -924,7 +1114,7 @@ fn write_back(target: &Tensor, staged: Tensor, copied: bool) -> Option<Box<dyn F
         let target = target.detach();
         Box::new(move || {
             no_grad(|| {
-                let src = if target.device() == Device::Cpu {
+                let src = if target.device() == staged.device() {
                     staged
                 } else {
                     staged.to_device(&target.device()).unwrap_or_else(|e| {
