@@ -17,12 +17,14 @@ bundle="$root/target/gpu-bundle"
 build() {
     rm -rf "$bundle" && mkdir -p "$bundle"
     cd "$root"
-    # Test binaries that need no files from this checkout: the device suites, amp, the
-    # optimizers (fixtures embedded), and the
-    # runtime and kernel unit tests (allocator, NVRTC compilation, launch geometry).
+    # Test binaries that run in the carried checkout: the device suites, amp, the
+    # optimizers (fixtures embedded), NCCL at world size 1, ONNX import (its fixtures
+    # travel with the tree), and the runtime and kernel unit tests (allocator, NVRTC
+    # compilation, launch geometry).
     cargo test --release --features cuda,nccl --no-run --message-format=json \
         -p ferrograd-kernels -p ferrograd-runtime --lib \
         --test devices --test errors --test cuda_native --test amp --test optim --test nccl \
+        --test onnx_import \
         -p ferrograd 2>/dev/null |
         python3 -c '
 import json, sys, shutil, os

@@ -1,25 +1,38 @@
 //! ONNX import: files written by `torch.onnx.export` (`tests/fixtures/make_onnx_fixtures.py`,
 //! torch 2.15, opset 18) run through `onnx::load` and give PyTorch's outputs; with the
 //! input repeated along the batch, the dynamic batch axis works too. Malformed and hostile
-//! files are errors, never panics.
+//! files are errors, never panics. Each model runs on every device (`test_device!`).
 
 use ferrograd::onnx::{self, OnnxError};
 use ferrograd::prelude::*;
+use ferrograd::testing::test_device;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/onnx")
-        .join(name)
+    let built_in = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/onnx");
+    // A test binary carried to another machine (bench/gpu.sh) runs in a copy of the
+    // checkout: the fixtures are then under the working directory.
+    let dir = if built_in.exists() {
+        built_in
+    } else {
+        PathBuf::from("tests/fixtures/onnx")
+    };
+    dir.join(name)
 }
 
-fn check(name: &str, tol: f64) {
-    let model = onnx::load(fixture(&format!("{name}.onnx"))).expect("load");
+/// Runs fixture `name` on `dev` and compares with PyTorch's output.
+fn check(name: &str, tol: f64, dev: &Device) {
+    let model = onnx::load(fixture(&format!("{name}.onnx")))
+        .expect("load")
+        .to_device(dev)
+        .expect("weights to the device");
     let io = ferrograd::checkpoint::read_state_dict(fixture(&format!("{name}.safetensors")))
         .expect("fixture io");
-    let x = io["input_0"].clone();
+    let x = io["input_0"].to_device(dev).unwrap();
     let want = &io["output"];
     let got = model.run(std::slice::from_ref(&x)).expect("run")[0].clone();
+    assert_eq!(got.device(), *dev, "{name}: the output stays on the device");
+    let got = got.to_device(&Device::Cpu).unwrap();
     assert_eq!(got.shape(), want.shape(), "{name}");
     let d = (&got.to_dtype(DType::F64) - &want.to_dtype(DType::F64))
         .abs()
@@ -27,13 +40,15 @@ fn check(name: &str, tol: f64) {
         .item::<f64>();
     let scale = want.to_dtype(DType::F64).abs().max_all().item::<f64>();
     println!(
-        "{name}: max abs diff vs PyTorch {d:.2e} (largest |output| {scale:.2e}), opset {}",
+        "{name} on {dev}: max abs diff vs PyTorch {d:.2e} (largest |output| {scale:.2e}), opset {}",
         model.opset()
     );
     assert!(d <= tol && scale > 1e-6, "{name}: {d}");
     // The batch axis is dynamic: the input twice gives the output twice.
     let x2 = Tensor::cat(&[&x, &x], 0);
-    let got2 = model.run(&[x2]).expect("run at batch x2")[0].clone();
+    let got2 = model.run(&[x2]).expect("run at batch x2")[0]
+        .to_device(&Device::Cpu)
+        .unwrap();
     let want2 = Tensor::cat(&[want, want], 0);
     let d2 = (&got2.to_dtype(DType::F64) - &want2.to_dtype(DType::F64))
         .abs()
@@ -42,25 +57,25 @@ fn check(name: &str, tol: f64) {
     assert!(d2 <= tol, "{name} at twice the batch: {d2}");
 }
 
-#[test]
-fn torchvision_resnet18_narrow() {
-    check("resnet18_narrow", 1e-4);
+fn torchvision_resnet18_narrow(dev: &Device) {
+    check("resnet18_narrow", 1e-4, dev);
 }
+test_device!(torchvision_resnet18_narrow);
 
-#[test]
-fn torchvision_mobilenet_v2_narrow() {
-    check("mobilenet_v2_narrow", 1e-4);
+fn torchvision_mobilenet_v2_narrow(dev: &Device) {
+    check("mobilenet_v2_narrow", 1e-4, dev);
 }
+test_device!(torchvision_mobilenet_v2_narrow);
 
-#[test]
-fn transformer_encoder_layer() {
-    check("bert_layer", 1e-4);
+fn transformer_encoder_layer(dev: &Device) {
+    check("bert_layer", 1e-4, dev);
 }
+test_device!(transformer_encoder_layer);
 
-#[test]
-fn lstm_classifier() {
-    check("lstm_classifier", 1e-4);
+fn lstm_classifier(dev: &Device) {
+    check("lstm_classifier", 1e-4, dev);
 }
+test_device!(lstm_classifier);
 
 #[test]
 fn malformed_files_are_errors() {

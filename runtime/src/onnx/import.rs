@@ -379,6 +379,8 @@ impl OnnxModel {
                     })
                     .collect();
                 let op = node.op_type.as_deref().unwrap_or("");
+                let args = same_device(op, args)
+                    .map_err(|e| OnnxError::Run(format!("node {i} ({op}): {e}")))?;
                 let result = catch_unwind(AssertUnwindSafe(|| run_node(node, op, &args)));
                 let outs = match result {
                     Ok(Ok(outs)) => outs,
@@ -409,6 +411,53 @@ impl OnnxModel {
                 .collect()
         })
     }
+}
+
+/// Constants, `Shape`'s results and the arithmetic on them live on the host; where a node
+/// mixes them with tensors on a device (a model moved by [`OnnxModel::to_device`]), they
+/// join the device. The operands an op only reads as numbers (a `Reshape`'s shape, a
+/// `Slice`'s bounds: every input after the first of these ops) stay where they are.
+fn same_device(op: &str, mut args: Vec<Option<Tensor>>) -> Result<Vec<Option<Tensor>>, String> {
+    const READ_ON_HOST: &[&str] = &[
+        "Reshape",
+        "Expand",
+        "Slice",
+        "Tile",
+        "Unsqueeze",
+        "Squeeze",
+        "Pad",
+        "Resize",
+        "TopK",
+        "Split",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL2",
+        "OneHot",
+    ];
+    let Some(dev) = args
+        .iter()
+        .flatten()
+        .map(|t| t.device())
+        .find(|d| *d != Device::Cpu)
+    else {
+        return Ok(args);
+    };
+    let movable = if READ_ON_HOST.contains(&op) {
+        1
+    } else {
+        args.len()
+    };
+    for t in args.iter_mut().take(movable).flatten() {
+        if t.device() != dev {
+            *t = t
+                .to_device(&dev)
+                .map_err(|e| format!("moving an operand to {dev}: {e}"))?;
+        }
+    }
+    Ok(args)
 }
 
 /// A tensor from a `TensorProto` (raw or typed data), checked against its dims.
