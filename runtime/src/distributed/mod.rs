@@ -575,6 +575,35 @@ impl ProcessGroup {
         Ok(())
     }
 
+    /// NCCL's send (or, with `receive`, receive) with group rank `peer`; `None` for an
+    /// MPI group.
+    fn nccl_point_to_point(
+        &self,
+        what: &str,
+        tensor: &Tensor,
+        peer: usize,
+        receive: bool,
+    ) -> Result<Option<Work>, DistError> {
+        let Some(nc) = self.nccl()? else {
+            return Ok(None);
+        };
+        if Some(peer) == self.group_rank() {
+            return Err(DistError::Mismatch(format!(
+                "{what}: rank {} is this rank itself (NCCL pairs a send with a receive on \
+                 another rank)",
+                self.inner.ranks[peer]
+            )));
+        }
+        let (buf, copied) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
+        nc.point_to_point(&buf, peer, receive)?;
+        let finish = if receive {
+            write_back(tensor, buf, copied)
+        } else {
+            None
+        };
+        Ok(Some(self.queued(what, finish)))
+    }
+
     /// A finished [`Work`]: NCCL's work is queued on the device's stream, ordered before
     /// whatever uses the tensors next, so the host has nothing to wait for.
     fn queued(&self, what: &str, finish: Option<Box<dyn FnOnce() + Send>>) -> Work {
@@ -1032,15 +1061,8 @@ impl ProcessGroup {
     pub fn isend(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<Work, DistError> {
         communicable("send", tensor)?;
         let peer = self.to_group_rank("send", dst)?;
-        if let Some(nc) = self.nccl()? {
-            if Some(peer) == self.group_rank() {
-                return Err(DistError::Mismatch(format!(
-                    "send: rank {dst} is this rank itself (NCCL pairs a send with a receive on another rank)"
-                )));
-            }
-            let (buf, _) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
-            nc.send(&buf, peer)?;
-            return Ok(self.queued("send", None));
+        if let Some(work) = self.nccl_point_to_point("send", tensor, peer, false)? {
+            return Ok(work);
         }
         let (buf, _) = stage(tensor);
         let (n, dtype) = (buf.numel(), buf.dtype());
@@ -1064,15 +1086,8 @@ impl ProcessGroup {
     pub fn irecv(&self, tensor: &Tensor, src: usize, tag: i32) -> Result<Work, DistError> {
         communicable("recv", tensor)?;
         let peer = self.to_group_rank("recv", src)?;
-        if let Some(nc) = self.nccl()? {
-            if Some(peer) == self.group_rank() {
-                return Err(DistError::Mismatch(format!(
-                    "recv: rank {src} is this rank itself (NCCL pairs a send with a receive on another rank)"
-                )));
-            }
-            let (buf, copied) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
-            nc.recv(&buf, peer)?;
-            return Ok(self.queued("recv", write_back(tensor, buf, copied)));
+        if let Some(work) = self.nccl_point_to_point("recv", tensor, peer, true)? {
+            return Ok(work);
         }
         let (buf, copied) = stage(tensor);
         let (n, dtype) = (buf.numel(), buf.dtype());

@@ -175,34 +175,54 @@ impl Comm {
         Ok(out)
     }
 
-    /// In place over a contiguous tensor on this device.
-    pub(crate) fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<(), DistError> {
+    /// Queues `f(address, count, dtype, comm, stream)` over a contiguous tensor on this
+    /// device, whose storage stays locked (for writing when `writes`) while it is queued;
+    /// the stream orders every later use of the tensor after it.
+    fn one_buffer(
+        &self,
+        what: &'static str,
+        t: &Tensor,
+        writes: bool,
+        f: impl FnOnce(
+            *mut std::ffi::c_void,
+            usize,
+            sys::ncclDataType_t,
+            sys::ncclComm_t,
+            sys::cudaStream_t,
+        ) -> sys::ncclResult_t,
+    ) -> Result<(), DistError> {
         let dtype = nccl_dtype(t.dtype())?;
         let cell = t.storage_cell().clone();
-        let guard = cell.write();
-        let p = address(&guard, t)? as *mut std::ffi::c_void;
+        let (read, write);
+        let storage: &Storage = if writes {
+            write = cell.write();
+            &write
+        } else {
+            read = cell.read();
+            &read
+        };
+        let p = address(storage, t)? as *mut std::ffi::c_void;
         self.call(|comm, stream| {
-            // SAFETY: `p` addresses the tensor's `numel` elements, write-locked while the
-            // reduction is queued on the device's stream, which orders every later use.
-            unsafe { sys::ncclAllReduce(p, p, t.numel(), dtype, nccl_op(op), comm, stream) }
+            f(p, t.numel(), dtype, comm, stream)
                 .result()
                 .map(|_| ())
-                .map_err(engine_err("ncclAllReduce"))
+                .map_err(engine_err(what))
+        })
+    }
+
+    /// In place over a contiguous tensor on this device.
+    pub(crate) fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<(), DistError> {
+        self.one_buffer("ncclAllReduce", t, true, |p, n, dtype, comm, stream| {
+            // SAFETY: `p` addresses the tensor's `n` elements, write-locked while queued.
+            unsafe { sys::ncclAllReduce(p, p, n, dtype, nccl_op(op), comm, stream) }
         })
     }
 
     /// In place from group rank `root`.
     pub(crate) fn broadcast(&self, t: &Tensor, root: usize) -> Result<(), DistError> {
-        let dtype = nccl_dtype(t.dtype())?;
-        let cell = t.storage_cell().clone();
-        let guard = cell.write();
-        let p = address(&guard, t)? as *mut std::ffi::c_void;
-        self.call(|comm, stream| {
+        self.one_buffer("ncclBroadcast", t, true, |p, n, dtype, comm, stream| {
             // SAFETY: as in all_reduce.
-            unsafe { sys::ncclBroadcast(p, p, t.numel(), dtype, root as i32, comm, stream) }
-                .result()
-                .map(|_| ())
-                .map_err(engine_err("ncclBroadcast"))
+            unsafe { sys::ncclBroadcast(p, p, n, dtype, root as i32, comm, stream) }
         })
     }
 
@@ -282,33 +302,25 @@ impl Comm {
         })
     }
 
-    /// Sends a contiguous tensor on this device to group rank `peer`.
-    pub(crate) fn send(&self, t: &Tensor, peer: usize) -> Result<(), DistError> {
-        let dtype = nccl_dtype(t.dtype())?;
-        let cell = t.storage_cell().clone();
-        let guard = cell.read();
-        let p = address(&guard, t)? as *const std::ffi::c_void;
-        self.call(|comm, stream| {
-            // SAFETY: `p` addresses `numel` elements, read-locked while queued.
-            unsafe { sys::ncclSend(p, t.numel(), dtype, peer as i32, comm, stream) }
-                .result()
-                .map(|_| ())
-                .map_err(engine_err("ncclSend"))
-        })
-    }
-
-    /// Receives into a contiguous tensor on this device from group rank `peer`.
-    pub(crate) fn recv(&self, t: &Tensor, peer: usize) -> Result<(), DistError> {
-        let dtype = nccl_dtype(t.dtype())?;
-        let cell = t.storage_cell().clone();
-        let guard = cell.write();
-        let p = address(&guard, t)? as *mut std::ffi::c_void;
-        self.call(|comm, stream| {
-            // SAFETY: `p` addresses `numel` writable elements, write-locked while queued.
-            unsafe { sys::ncclRecv(p, t.numel(), dtype, peer as i32, comm, stream) }
-                .result()
-                .map(|_| ())
-                .map_err(engine_err("ncclRecv"))
-        })
+    /// Sends a contiguous tensor on this device to group rank `peer`, or with `receive`
+    /// receives into it from there.
+    pub(crate) fn point_to_point(
+        &self,
+        t: &Tensor,
+        peer: usize,
+        receive: bool,
+    ) -> Result<(), DistError> {
+        let peer = peer as i32;
+        if receive {
+            self.one_buffer("ncclRecv", t, true, |p, n, dtype, comm, stream| {
+                // SAFETY: `p` addresses `n` writable elements, write-locked while queued.
+                unsafe { sys::ncclRecv(p, n, dtype, peer, comm, stream) }
+            })
+        } else {
+            self.one_buffer("ncclSend", t, false, |p, n, dtype, comm, stream| {
+                // SAFETY: `p` addresses `n` elements, read-locked while queued, only read.
+                unsafe { sys::ncclSend(p, n, dtype, peer, comm, stream) }
+            })
+        }
     }
 }
