@@ -14,6 +14,41 @@ use ferrograd::optim::{Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::time::Instant;
 
+/// With `FERROGRAD_BENCH_PROFILE=1`: three calls of `f` under the profiler, and on
+/// standard error the ops with the most device self time, by op and input shapes.
+fn profile_on_device(what: &str, mut f: impl FnMut()) {
+    use ferrograd::profiler::{self, ProfilerOptions};
+    use std::collections::HashMap;
+    f();
+    cuda::synchronize(0).expect("synchronize");
+    let (_, prof) = profiler::profile(ProfilerOptions::default(), || {
+        for _ in 0..3 {
+            f();
+        }
+    });
+    let mut by: HashMap<(String, String), (f64, usize)> = HashMap::new();
+    let mut total = 0.0;
+    for e in prof.events() {
+        if let Some(t) = e.cuda {
+            let key = (e.name.clone(), format!("{:?}", e.input_shapes));
+            let slot = by.entry(key).or_default();
+            slot.0 += t.self_us / 3.0;
+            slot.1 += 1;
+            total += t.self_us / 3.0;
+        }
+    }
+    let mut rows: Vec<_> = by.into_iter().collect();
+    rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+    eprintln!("{what}: device self time per call, {total:.0} us in all");
+    for ((name, shapes), (us, calls)) in rows.iter().take(25) {
+        eprintln!(
+            "{us:10.1} us {:5.1}% {:3}x  {name} {shapes}",
+            100.0 * us / total,
+            calls / 3
+        );
+    }
+}
+
 /// Median seconds per call of `f` over 7 rounds of `iters` calls, after 3 warm-up calls;
 /// each round ends with a device synchronisation.
 fn median_time(iters: usize, mut f: impl FnMut()) -> f64 {
@@ -200,6 +235,16 @@ fn main() {
             x.zero_grad();
         }),
     ));
+
+    if std::env::var("FERROGRAD_BENCH_PROFILE").is_ok_and(|v| v == "1") && !dry_run() {
+        profile_on_device("transformer block", || {
+            block().backward();
+            for t in &p {
+                t.zero_grad();
+            }
+            x.zero_grad();
+        });
+    }
 
     let body: Vec<String> = results
         .iter()
