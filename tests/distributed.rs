@@ -265,7 +265,7 @@ fn rank_suite() {
             ddp_broadcast_and_mismatch,
         ),
         (
-            "DDP + SyncBatchNorm CNN = one process with the whole batch, SGD-momentum and AdamW",
+            "DDP + SyncBatchNorm CNN (a SyncBatchNorm layer, and convert_sync_batchnorm on the plain CNN) = one process with the whole batch, SGD-momentum and AdamW",
             ddp_sync_batchnorm,
         ),
         (
@@ -934,18 +934,30 @@ fn image_batch(step: usize, rows: usize) -> (Tensor, Tensor) {
 }
 
 fn ddp_sync_batchnorm(g: &ProcessGroup) -> Result<(), String> {
-    ddp_sync_batchnorm_with(g, false)?;
-    ddp_sync_batchnorm_with(g, true)
+    for adamw in [false, true] {
+        let Cnn { conv, bn, fc } = cnn(20 + g.rank() as u64);
+        let model = SyncCnn {
+            conv,
+            bn: SyncBatchNorm::from_batch_norm(bn, Some(g)),
+            fc,
+        };
+        ddp_sync_batchnorm_with(g, model, adamw)?;
+        // The whole-model conversion: the plain CNN's BatchNorm2d, found and synchronised.
+        let mut model = cnn(20 + g.rank() as u64);
+        let converted = distributed::convert_sync_batchnorm(&mut model, Some(g));
+        ensure(converted == 1 && model.bn.sync_stats, || {
+            format!("convert_sync_batchnorm converted {converted} layers")
+        })?;
+        ddp_sync_batchnorm_with(g, model, adamw)?;
+    }
+    Ok(())
 }
 
-fn ddp_sync_batchnorm_with(g: &ProcessGroup, adamw: bool) -> Result<(), String> {
+fn ddp_sync_batchnorm_with<M>(g: &ProcessGroup, model: M, adamw: bool) -> Result<(), String>
+where
+    M: Module + for<'a> Forward<&'a Tensor, Output = Tensor>,
+{
     let (w, b) = (g.size(), 3);
-    let Cnn { conv, bn, fc } = cnn(20 + g.rank() as u64);
-    let model = SyncCnn {
-        conv,
-        bn: SyncBatchNorm::from_batch_norm(bn, Some(g)),
-        fc,
-    };
     let ddp =
         DistributedDataParallel::new(model, g, DdpConfig::default()).map_err(|e| e.to_string())?;
     let mut reference = cnn(99);

@@ -345,6 +345,7 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     };
 
     let (mut visit, mut visit_mut, mut training) = (Vec::new(), Vec::new(), Vec::new());
+    let mut modules = Vec::new();
     let mut child_types: Vec<&Type> = Vec::new();
     // The first `#[param]` attribute, for the error when a count is needed.
     let mut has_params: Option<proc_macro2::Span> = None;
@@ -420,6 +421,8 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
                 visit_mut
                     .push(quote! { #vm(#this_mut, &#krate::nn::join_path(prefix, #name), f); });
                 training.push(quote! { #st(#this_mut, training); });
+                let each = quote_spanned! {span=> #krate::nn::Module::for_each_module_mut};
+                modules.push(quote! { #each(#this_mut, f); });
             }
             Role::Training => {
                 let ty = &field.ty;
@@ -438,6 +441,14 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     errors.finish()?;
 
     let ident = &input.ident;
+    // A struct without generics is 'static: it can be found by type in a model.
+    let as_any = input.generics.params.is_empty().then(|| {
+        quote! {
+            fn as_any_mut(&mut self) -> ::core::option::Option<&mut dyn ::core::any::Any> {
+                ::core::option::Option::Some(self)
+            }
+        }
+    });
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     // Generic children need `Module` bounds: put them on the field types, as serde does.
     let mut where_clause = where_clause
@@ -473,6 +484,13 @@ pub(crate) fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             #[allow(unused_variables)]
             fn set_training(&mut self, training: bool) {
                 #(#training)*
+            }
+            #as_any
+            fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn ::core::any::Any)) {
+                if let ::core::option::Option::Some(me) = #krate::nn::Module::as_any_mut(self) {
+                    f(me);
+                }
+                #(#modules)*
             }
         }
     })

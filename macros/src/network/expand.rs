@@ -202,6 +202,9 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             fn set_training(&mut self, training: bool) {
                 #krate::nn::set_training_children(training, &mut [#((#names, &mut self.#members)),*]);
             }
+            fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn ::core::any::Any)) {
+                #(#krate::nn::Module::for_each_module_mut(&mut self.#members, f);)*
+            }
         }
     };
     let inits = c.fields.iter().map(|f| {

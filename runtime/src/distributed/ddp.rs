@@ -628,4 +628,8 @@ impl<M: Module> Module for DistributedDataParallel<M> {
     fn set_training(&mut self, training: bool) {
         self.module.set_training(training)
     }
+
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        self.module.for_each_module_mut(f)
+    }
 }

@@ -52,7 +52,8 @@ mod zero;
 pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use comm::Work;
 pub use ddp::{CommStats, DdpConfig, DistributedDataParallel, ForwardOutputs, NoSync};
-pub use sync_bn::{SyncBatchNorm, all_reduce_sum_differentiable};
+pub(crate) use sync_bn::synchronized_batch_norm;
+pub use sync_bn::{SyncBatchNorm, all_reduce_sum_differentiable, convert_sync_batchnorm};
 pub use zero::ZeroRedundancyOptimizer;
 
 use crate::autograd::no_grad;

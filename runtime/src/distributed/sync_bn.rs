@@ -139,79 +139,108 @@ impl SyncBatchNorm {
     /// Normalises `x` of shape `[N, C, ...]`.
     #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let group = self.process_group.clone().or_else(|| super::world().ok());
-        let group = match group {
-            Some(g) if self.training && g.size() > 1 => g,
-            _ => {
-                // One rank, or eval: BatchNorm's own forward.
-                return crate::nn::batch_norm_layer_forward(
-                    "SyncBatchNorm",
-                    x,
-                    self.weight.as_ref(),
-                    self.bias.as_ref(),
-                    (
-                        self.running_mean.as_ref(),
-                        self.running_var.as_ref(),
-                        self.num_batches_tracked.as_ref(),
-                    ),
-                    self.momentum,
-                    self.eps,
-                    self.training,
-                );
-            }
-        };
-        assert!(
-            x.dim() >= 2,
-            "SyncBatchNorm: expected input of shape [N, C, ...], got {:?}",
-            x.shape()
-        );
-        let c = x.shape()[1];
-        let dims: Vec<isize> = (0..x.dim() as isize).filter(|&d| d != 1).collect();
-        let mut stat_shape = vec![1usize; x.dim()];
-        stat_shape[1] = c;
-        let local = (x.numel() / c.max(1)) as f64;
-        // Pass 1: the global mean (the count travels with the sums).
-        let count = Tensor::full(&[1], local, x.dtype(), &x.device());
-        let sums =
-            all_reduce_sum_differentiable(&Tensor::cat(&[&x.sum(&dims, false), &count], 0), &group);
-        let total = sums
-            .narrow(0, c, 1)
-            .detach()
-            .to_dtype(crate::DType::F64)
-            .to_vec::<f64>()[0];
-        assert!(
-            total > 1.0,
-            "SyncBatchNorm: expected more than 1 value per channel over all ranks when training, got {total}"
-        );
-        let mean = sums.narrow(0, 0, c).div_scalar(total);
-        // Pass 2: the global biased variance, around the global mean.
-        let centered = x.sub(&mean.reshape(&stat_shape));
-        let sq = all_reduce_sum_differentiable(&centered.mul(&centered).sum(&dims, false), &group);
-        let var = sq.div_scalar(total);
-        let factor = match &self.num_batches_tracked {
-            Some(count) => crate::nn::norm_step_factor(count, self.momentum),
-            None => 0.0,
-        };
-        no_grad(|| {
-            if let Some(rm) = &self.running_mean {
-                rm.mul_scalar_(1.0 - factor)
-                    .add_scaled_(&mean.to_dtype(rm.dtype()), factor);
-            }
-            if let Some(rv) = &self.running_var {
-                let unbiased = var.mul_scalar(total / (total - 1.0));
-                rv.mul_scalar_(1.0 - factor)
-                    .add_scaled_(&unbiased.to_dtype(rv.dtype()), factor);
-            }
-        });
-        let mut out = centered.mul(&var.add_scalar(self.eps).rsqrt().reshape(&stat_shape));
-        if let Some(w) = &self.weight {
-            out = out.mul(&w.reshape(&stat_shape));
-        }
-        if let Some(b) = &self.bias {
-            out = out.add(&b.reshape(&stat_shape));
-        }
-        out
+        synchronized_batch_norm(
+            "SyncBatchNorm",
+            x,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            (
+                self.running_mean.as_ref(),
+                self.running_var.as_ref(),
+                self.num_batches_tracked.as_ref(),
+            ),
+            (self.momentum, self.eps, self.training),
+            self.process_group.as_ref(),
+        )
     }
+}
+
+/// The batch norm of `x` (`[N, C, ...]`) with statistics over every rank of `group`
+/// (`None`: the default group) in training: [`SyncBatchNorm`]'s forward, and a batch
+/// norm's after [`convert_sync_batchnorm`]. One rank, or eval, is a plain batch norm.
+#[track_caller]
+#[allow(clippy::type_complexity)]
+pub(crate) fn synchronized_batch_norm(
+    name: &str,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    (running_mean, running_var, num_batches_tracked): (
+        Option<&Tensor>,
+        Option<&Tensor>,
+        Option<&Tensor>,
+    ),
+    (momentum, eps, training): (Option<f64>, f64, bool),
+    group: Option<&ProcessGroup>,
+) -> Tensor {
+    let group = group.cloned().or_else(|| super::world().ok());
+    let group = match group {
+        Some(g) if training && g.size() > 1 => g,
+        _ => {
+            // One rank, or eval: BatchNorm's own forward.
+            return crate::nn::batch_norm_layer_forward(
+                name,
+                x,
+                weight,
+                bias,
+                (running_mean, running_var, num_batches_tracked),
+                momentum,
+                eps,
+                training,
+            );
+        }
+    };
+    assert!(
+        x.dim() >= 2,
+        "{name}: expected input of shape [N, C, ...], got {:?}",
+        x.shape()
+    );
+    let c = x.shape()[1];
+    let dims: Vec<isize> = (0..x.dim() as isize).filter(|&d| d != 1).collect();
+    let mut stat_shape = vec![1usize; x.dim()];
+    stat_shape[1] = c;
+    let local = (x.numel() / c.max(1)) as f64;
+    // Pass 1: the global mean (the count travels with the sums).
+    let count = Tensor::full(&[1], local, x.dtype(), &x.device());
+    let sums =
+        all_reduce_sum_differentiable(&Tensor::cat(&[&x.sum(&dims, false), &count], 0), &group);
+    let total = sums
+        .narrow(0, c, 1)
+        .detach()
+        .to_dtype(crate::DType::F64)
+        .to_vec::<f64>()[0];
+    assert!(
+        total > 1.0,
+        "{name}: expected more than 1 value per channel over all ranks when training, got {total}"
+    );
+    let mean = sums.narrow(0, 0, c).div_scalar(total);
+    // Pass 2: the global biased variance, around the global mean.
+    let centered = x.sub(&mean.reshape(&stat_shape));
+    let sq = all_reduce_sum_differentiable(&centered.mul(&centered).sum(&dims, false), &group);
+    let var = sq.div_scalar(total);
+    let factor = match num_batches_tracked {
+        Some(count) => crate::nn::norm_step_factor(count, momentum),
+        None => 0.0,
+    };
+    no_grad(|| {
+        if let Some(rm) = running_mean {
+            rm.mul_scalar_(1.0 - factor)
+                .add_scaled_(&mean.to_dtype(rm.dtype()), factor);
+        }
+        if let Some(rv) = running_var {
+            let unbiased = var.mul_scalar(total / (total - 1.0));
+            rv.mul_scalar_(1.0 - factor)
+                .add_scaled_(&unbiased.to_dtype(rv.dtype()), factor);
+        }
+    });
+    let mut out = centered.mul(&var.add_scalar(eps).rsqrt().reshape(&stat_shape));
+    if let Some(w) = weight {
+        out = out.mul(&w.reshape(&stat_shape));
+    }
+    if let Some(b) = bias {
+        out = out.add(&b.reshape(&stat_shape));
+    }
+    out
 }
 
 impl<'a> crate::nn::Forward<&'a Tensor> for SyncBatchNorm {
@@ -219,4 +248,46 @@ impl<'a> crate::nn::Forward<&'a Tensor> for SyncBatchNorm {
     fn forward(&self, x: &'a Tensor) -> Tensor {
         SyncBatchNorm::forward(self, x)
     }
+}
+
+/// Turns every `BatchNorm1d`/`BatchNorm2d` inside `module` into a synchronised one
+/// (`nn.SyncBatchNorm.convert_sync_batchnorm`): in training their statistics come from
+/// the batches of every rank of `group` (`None`: the default group), exactly as
+/// [`SyncBatchNorm`]'s. The layers keep their type, tensors and state-dict keys (Rust
+/// cannot swap a field's type; the flag `sync_stats` does it). Returns how many it
+/// converted. Works through `#[derive(Module)]` structs, `network!` models, the
+/// containers, `Option`, `Box` and tuples.
+///
+/// ```
+/// use ferrograd_runtime::distributed::convert_sync_batchnorm;
+/// use ferrograd_runtime::nn::{BatchNorm2d, Linear, Module};
+/// use ferrograd_runtime::Device;
+/// #[derive(Module)]
+/// #[module(crate = ferrograd_runtime)]
+/// struct Net {
+///     fc: Linear,
+///     bn: BatchNorm2d,
+/// }
+/// let mut net = Net { fc: Linear::new(4, 4, &Device::Cpu), bn: BatchNorm2d::new(4, &Device::Cpu) };
+/// assert_eq!(convert_sync_batchnorm(&mut net, None), 1);
+/// assert!(net.bn.sync_stats);
+/// ```
+pub fn convert_sync_batchnorm(
+    module: &mut dyn crate::nn::Module,
+    group: Option<&ProcessGroup>,
+) -> usize {
+    use crate::nn::BatchNorm1d;
+    let mut converted = 0;
+    module.for_each_module_mut(&mut |m| {
+        if let Some(bn) = m.downcast_mut::<BatchNorm2d>() {
+            bn.sync_stats = true;
+            bn.process_group = group.cloned();
+            converted += 1;
+        } else if let Some(bn) = m.downcast_mut::<BatchNorm1d>() {
+            bn.sync_stats = true;
+            bn.process_group = group.cloned();
+            converted += 1;
+        }
+    });
+    converted
 }

@@ -206,6 +206,15 @@ impl Module for Sequential {
     fn set_training(&mut self, training: bool) {
         self.layers.set_training(training);
     }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        f(self);
+        self.layers.for_each_module_mut(f);
+    }
 }
 
 impl std::fmt::Debug for Sequential {
@@ -351,6 +360,10 @@ impl<M: Module> Module for ModuleList<M> {
 
     fn set_training(&mut self, training: bool) {
         self.items.set_training(training);
+    }
+
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        self.items.for_each_module_mut(f);
     }
 }
 
@@ -538,6 +551,12 @@ impl<M: Module> Module for ModuleDict<M> {
     fn set_training(&mut self, training: bool) {
         for (_, m) in &mut self.items {
             m.set_training(training);
+        }
+    }
+
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        for (_, m) in &mut self.items {
+            m.for_each_module_mut(f);
         }
     }
 }

@@ -166,6 +166,37 @@ pub trait Module {
     /// Sets training mode on this module and all its children (`module.train(mode)`).
     fn set_training(&mut self, training: bool);
 
+    /// This module as [`Any`](std::any::Any), so code walking a model can find a layer
+    /// type in it ([`Module::for_each_module_mut`]). `#[derive(Module)]` gives it to
+    /// every struct without generics; `None` otherwise.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+
+    /// Calls `f` on this module, then on every module inside it, depth first (PyTorch's
+    /// `modules()`, mutably), each as [`Module::as_any_mut`] gives it: how
+    /// `distributed::convert_sync_batchnorm` finds the batch norms of a model.
+    ///
+    /// ```
+    /// use ferrograd_runtime::nn::{BatchNorm2d, Linear, Module};
+    /// use ferrograd_runtime::Device;
+    /// #[derive(Module)]
+    /// #[module(crate = ferrograd_runtime)]
+    /// struct Net {
+    ///     fc: Linear,
+    ///     bn: BatchNorm2d,
+    /// }
+    /// let mut net = Net { fc: Linear::new(2, 2, &Device::Cpu), bn: BatchNorm2d::new(2, &Device::Cpu) };
+    /// let mut batch_norms = 0;
+    /// net.for_each_module_mut(&mut |m| batch_norms += m.is::<BatchNorm2d>() as usize);
+    /// assert_eq!(batch_norms, 1);
+    /// ```
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        if let Some(me) = self.as_any_mut() {
+            f(me);
+        }
+    }
+
     /// Parameters with their dotted names (`named_parameters()`).
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         named_of_kind(self, TensorKind::Parameter)
@@ -347,6 +378,9 @@ macro_rules! sequence_module {
             fn set_training(&mut self, training: bool) {
                 self.iter_mut().for_each(|m| m.set_training(training));
             }
+            fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+                self.iter_mut().for_each(|m| m.for_each_module_mut(f));
+            }
         }
     };
 }
@@ -375,6 +409,9 @@ macro_rules! tuple_module {
             }
             fn set_training(&mut self, training: bool) {
                 $(self.$i.set_training(training);)+
+            }
+            fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+                $(self.$i.for_each_module_mut(f);)+
             }
         }
     };
@@ -410,6 +447,11 @@ impl<M: Module> Module for Option<M> {
             m.set_training(training);
         }
     }
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        if let Some(m) = self {
+            m.for_each_module_mut(f);
+        }
+    }
 }
 
 impl<M: Module + ?Sized> Module for Box<M> {
@@ -421,5 +463,11 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
     fn set_training(&mut self, training: bool) {
         (**self).set_training(training);
+    }
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        (**self).as_any_mut()
+    }
+    fn for_each_module_mut(&mut self, f: &mut dyn FnMut(&mut dyn std::any::Any)) {
+        (**self).for_each_module_mut(f);
     }
 }

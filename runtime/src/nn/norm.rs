@@ -130,6 +130,14 @@ macro_rules! running_norm {
             /// Batch statistics (true) or running statistics (false).
             #[module(training)]
             pub training: bool,
+            /// Batch norms: in training, statistics over the batches of every rank of
+            /// `process_group` (what `distributed::convert_sync_batchnorm` turns on; the
+            /// layer then acts as `SyncBatchNorm`). Instance norms ignore it.
+            #[module(skip)]
+            pub sync_stats: bool,
+            /// The ranks `sync_stats` normalises over; `None` for the default group.
+            #[module(skip)]
+            pub process_group: Option<crate::distributed::ProcessGroup>,
         }
 
         impl $name {
@@ -158,12 +166,29 @@ macro_rules! running_norm {
                     momentum,
                     eps,
                     training: true,
+                    sync_stats: false,
+                    process_group: None,
                 }
             }
 
             #[doc = $forward_doc]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
+                if self.sync_stats && matches!($stats, Stats::Batch) {
+                    return crate::distributed::synchronized_batch_norm(
+                        stringify!($name),
+                        x,
+                        self.weight.as_ref(),
+                        self.bias.as_ref(),
+                        (
+                            self.running_mean.as_ref(),
+                            self.running_var.as_ref(),
+                            self.num_batches_tracked.as_ref(),
+                        ),
+                        (self.momentum, self.eps, self.training),
+                        self.process_group.as_ref(),
+                    );
+                }
                 running_forward(
                     stringify!($name),
                     $stats,
