@@ -388,33 +388,34 @@ pub(crate) fn abort_job(why: &str) -> ! {
 }
 
 /// A contiguous CPU tensor holding `t`'s values, and whether it is a copy (then a result
-/// written into it must be copied back into `t`).
+/// written into it must be copied back into `t`): MPI's staging.
 fn stage(t: &Tensor) -> (Tensor, bool) {
-    if t.device() == Device::Cpu && t.is_contiguous() {
-        return (t.detach(), false);
-    }
-    let host = t.detach().to_device(&Device::Cpu).unwrap_or_else(|e| {
-        panic!(
-            "distributed: copying a {} tensor to the host failed: {e}",
-            t.device()
-        )
-    });
-    (host.contiguous().deep_copy(), true)
+    stage_on(t, &Device::Cpu).unwrap_or_else(|e| panic!("distributed: {e}"))
 }
 
 /// A contiguous tensor on `dev` holding `t`'s values, and whether it is a copy (then a
-/// result written into it must be copied back into `t`): NCCL's staging.
+/// result written into it must be copied back into `t`). The move to another device or
+/// the contiguous copy is the only copy made.
 fn stage_on(t: &Tensor, dev: &Device) -> Result<(Tensor, bool), DistError> {
     if t.device() == *dev && t.is_contiguous() {
         return Ok((t.detach(), false));
     }
-    let moved = t.detach().to_device(dev).map_err(|e| {
-        DistError::Engine(format!(
-            "copying a {} tensor to {dev} failed: {e}",
-            t.device()
-        ))
-    })?;
-    Ok((moved.contiguous().deep_copy(), true))
+    let moved = t
+        .detach()
+        .to_device(dev)
+        .map_err(|e| {
+            DistError::Engine(format!(
+                "copying a {} tensor to {dev} failed: {e}",
+                t.device()
+            ))
+        })?
+        .contiguous();
+    let staged = if moved.shares_storage(t) {
+        moved.deep_copy()
+    } else {
+        moved
+    };
+    Ok((staged, true))
 }
 
 /// The address of a staged (contiguous CPU) tensor's first element. The caller holds the
@@ -633,8 +634,10 @@ impl ProcessGroup {
         let me = self.inner.global.rank;
         let color = ranks.iter().position(|&r| r == me).map(|_| 0usize);
         let key = ranks.iter().position(|&r| r == me).unwrap_or(0);
+        // An NCCL group's collectives all go through its NCCL communicator: it needs no
+        // MPI one.
         let nccl_parent = self.nccl()?;
-        let comm = if self.inner.comm.is_some() || nccl_parent.is_none() {
+        let comm = if nccl_parent.is_none() {
             let out: Arc<Mutex<Option<mpi::Comm>>> = Arc::default();
             let o = out.clone();
             let parent_inner = self.inner.clone();

@@ -279,13 +279,15 @@ pub fn convert_sync_batchnorm(
     use crate::nn::BatchNorm1d;
     let mut converted = 0;
     module.for_each_module_mut(&mut |m| {
-        if let Some(bn) = m.downcast_mut::<BatchNorm2d>() {
-            bn.sync_stats = true;
-            bn.process_group = group.cloned();
-            converted += 1;
-        } else if let Some(bn) = m.downcast_mut::<BatchNorm1d>() {
-            bn.sync_stats = true;
-            bn.process_group = group.cloned();
+        let fields = match m.downcast_mut::<BatchNorm2d>() {
+            Some(bn) => Some((&mut bn.sync_stats, &mut bn.process_group)),
+            None => m
+                .downcast_mut::<BatchNorm1d>()
+                .map(|bn| (&mut bn.sync_stats, &mut bn.process_group)),
+        };
+        if let Some((sync_stats, process_group)) = fields {
+            *sync_stats = true;
+            *process_group = group.cloned();
             converted += 1;
         }
     });

@@ -174,17 +174,18 @@ macro_rules! running_norm {
             #[doc = $forward_doc]
             #[track_caller]
             pub fn forward(&self, x: &Tensor) -> Tensor {
+                let running = (
+                    self.running_mean.as_ref(),
+                    self.running_var.as_ref(),
+                    self.num_batches_tracked.as_ref(),
+                );
                 if self.sync_stats && matches!($stats, Stats::Batch) {
                     return crate::distributed::synchronized_batch_norm(
                         stringify!($name),
                         x,
                         self.weight.as_ref(),
                         self.bias.as_ref(),
-                        (
-                            self.running_mean.as_ref(),
-                            self.running_var.as_ref(),
-                            self.num_batches_tracked.as_ref(),
-                        ),
+                        running,
                         (self.momentum, self.eps, self.training),
                         self.process_group.as_ref(),
                     );
@@ -195,11 +196,7 @@ macro_rules! running_norm {
                     x,
                     self.weight.as_ref(),
                     self.bias.as_ref(),
-                    (
-                        self.running_mean.as_ref(),
-                        self.running_var.as_ref(),
-                        self.num_batches_tracked.as_ref(),
-                    ),
+                    running,
                     self.momentum,
                     self.eps,
                     self.training,
