@@ -16,6 +16,10 @@ use ferrograd::nn::{BatchNorm2d, Conv2d, ConvOptions, Forward, Linear, Module};
 use ferrograd::optim::{AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::process::Command;
+
+#[path = "common/ddp_model.rs"]
+mod ddp_model;
+use ddp_model::{Mlp, mse};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -617,45 +621,9 @@ fn wrong_arguments(g: &ProcessGroup) -> Result<(), String> {
 
 // ---- DistributedDataParallel -------------------------------------------------------------
 
-#[derive(Module)]
-struct Mlp {
-    fc1: Linear,
-    fc2: Linear,
-    head: Linear,
-}
-
-impl Mlp {
-    fn new(seed: u64) -> Mlp {
-        manual_seed(seed);
-        Mlp {
-            fc1: Linear::new(6, 32, &Device::Cpu),
-            fc2: Linear::new(32, 16, &Device::Cpu),
-            head: Linear::new(16, 3, &Device::Cpu),
-        }
-    }
-}
-
-impl Forward<&Tensor> for Mlp {
-    type Output = Tensor;
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.head
-            .forward(&self.fc2.forward(&self.fc1.forward(x).relu()).tanh())
-    }
-}
-
 /// The whole batch of step `step` (the same on every rank) and its targets.
 fn global_batch(step: usize, rows: usize) -> (Tensor, Tensor) {
-    let rng = &mut Generator::new(1000 + step as u64);
-    let x = Tensor::randn_with(&[rows, 6], DType::F32, &Device::Cpu, rng);
-    let y = Tensor::randn_with(&[rows, 3], DType::F32, &Device::Cpu, rng);
-    (x, y)
-}
-
-fn mse(pred: &Tensor, y: &Tensor) -> Tensor {
-    {
-        let d = pred - y;
-        (&d * &d).mean_all()
-    }
+    ddp_model::global_batch(step, rows, &Device::Cpu)
 }
 
 fn close(a: &[f32], b: &[f32], rtol: f32, atol: f32) -> bool {
@@ -727,7 +695,7 @@ fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), S
     let (w, b) = (g.size(), 5);
     // Ranks start from different weights: construction must make them rank 0's.
     let ddp = DistributedDataParallel::new(
-        Mlp::new(10 + g.rank() as u64),
+        Mlp::new(10 + g.rank() as u64, &Device::Cpu),
         g,
         DdpConfig::default()
             .gradient_as_bucket_view(as_view)
@@ -737,7 +705,7 @@ fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), S
     ensure(ddp.buckets().len() >= 2, || {
         format!("buckets: {:?}", ddp.buckets())
     })?;
-    let mut reference = Mlp::new(99);
+    let mut reference = Mlp::new(99, &Device::Cpu);
     reference
         .load_state_dict(&ddp.module().state_dict(), true)
         .map_err(|e| e.to_string())?;
@@ -765,9 +733,9 @@ fn ddp_equivalence(g: &ProcessGroup, adamw: bool, as_view: bool) -> Result<(), S
 
 fn ddp_no_sync(g: &ProcessGroup) -> Result<(), String> {
     let (w, b, m) = (g.size(), 3, 3);
-    let ddp = DistributedDataParallel::new(Mlp::new(3), g, DdpConfig::default())
+    let ddp = DistributedDataParallel::new(Mlp::new(3, &Device::Cpu), g, DdpConfig::default())
         .map_err(|e| e.to_string())?;
-    let mut reference = Mlp::new(99);
+    let mut reference = Mlp::new(99, &Device::Cpu);
     reference
         .load_state_dict(&ddp.module().state_dict(), true)
         .map_err(|e| e.to_string())?;
@@ -861,8 +829,12 @@ fn ddp_unused(g: &ProcessGroup) -> Result<(), String> {
 }
 
 fn ddp_broadcast_and_mismatch(g: &ProcessGroup) -> Result<(), String> {
-    let ddp = DistributedDataParallel::new(Mlp::new(40 + g.rank() as u64), g, DdpConfig::default())
-        .map_err(|e| e.to_string())?;
+    let ddp = DistributedDataParallel::new(
+        Mlp::new(40 + g.rank() as u64, &Device::Cpu),
+        g,
+        DdpConfig::default(),
+    )
+    .map_err(|e| e.to_string())?;
     identical_across_ranks(g, &ddp.parameters())?;
     let keys: Vec<String> = ddp.state_dict().keys().cloned().collect();
     ensure(keys.iter().any(|k| k == "module.fc1.weight"), || {
@@ -1091,9 +1063,9 @@ fn bn_ref_forward_rows(bn: &BatchNorm2d, x: &Tensor, start: usize, n: usize) -> 
 
 fn zero_adamw(g: &ProcessGroup) -> Result<(), String> {
     let (w, b) = (g.size(), 4);
-    let ddp = DistributedDataParallel::new(Mlp::new(7), g, DdpConfig::default())
+    let ddp = DistributedDataParallel::new(Mlp::new(7, &Device::Cpu), g, DdpConfig::default())
         .map_err(|e| e.to_string())?;
-    let mut reference = Mlp::new(99);
+    let mut reference = Mlp::new(99, &Device::Cpu);
     reference
         .load_state_dict(&ddp.module().state_dict(), true)
         .map_err(|e| e.to_string())?;
@@ -1324,7 +1296,7 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
     g.barrier().map_err(|e| e.to_string())?;
 
     // One process, the whole batch (w * b rows, in the order the samplers interleave).
-    let mut reference = Mlp::new(5);
+    let mut reference = Mlp::new(5, &Device::Cpu);
     // A copy: the state dict's tensors are the parameters, which training updates.
     let init: ferrograd::nn::StateDict = reference
         .state_dict()
@@ -1353,7 +1325,7 @@ fn trainer_ddp(g: &ProcessGroup) -> Result<(), String> {
     )
     .map_err(err)?;
 
-    let mut model = Mlp::new(50 + g.rank() as u64);
+    let mut model = Mlp::new(50 + g.rank() as u64, &Device::Cpu);
     model
         .load_state_dict(&init, true)
         .map_err(|e| e.to_string())?;

@@ -10,10 +10,14 @@ use ferrograd::distributed::{
     self, Backend, DdpConfig, DistError, DistributedDataParallel, InitOptions, ProcessGroup,
     ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer,
 };
-use ferrograd::nn::{BatchNorm2d, Forward, Linear, Module};
+use ferrograd::nn::{BatchNorm2d, Forward, Module};
 use ferrograd::optim::{AdamConfig, AdamW, Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+#[path = "common/ddp_model.rs"]
+mod ddp_model;
+use ddp_model::{Mlp, mse};
 
 const DEV: Device = Device::Cuda(0);
 
@@ -191,42 +195,8 @@ fn a_sub_group_has_its_own_communicator() {
     sub.barrier().unwrap();
 }
 
-#[derive(Module)]
-struct Mlp {
-    fc1: Linear,
-    fc2: Linear,
-    head: Linear,
-}
-
-impl Mlp {
-    fn new(seed: u64, dev: &Device) -> Mlp {
-        manual_seed(seed);
-        Mlp {
-            fc1: Linear::new(6, 32, dev),
-            fc2: Linear::new(32, 16, dev),
-            head: Linear::new(16, 3, dev),
-        }
-    }
-}
-
-impl Forward<&Tensor> for Mlp {
-    type Output = Tensor;
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.head
-            .forward(&self.fc2.forward(&self.fc1.forward(x).relu()).tanh())
-    }
-}
-
 fn batch(step: usize, rows: usize) -> (Tensor, Tensor) {
-    let rng = &mut Generator::new(1000 + step as u64);
-    let x = Tensor::randn_with(&[rows, 6], DType::F32, &Device::Cpu, rng);
-    let y = Tensor::randn_with(&[rows, 3], DType::F32, &Device::Cpu, rng);
-    (x.to_device(&DEV).unwrap(), y.to_device(&DEV).unwrap())
-}
-
-fn mse(pred: &Tensor, y: &Tensor) -> Tensor {
-    let d = pred - y;
-    (&d * &d).mean_all()
+    ddp_model::global_batch(step, rows, &DEV)
 }
 
 fn assert_close(a: &[Tensor], b: &[Tensor], when: &str) {
