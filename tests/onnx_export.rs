@@ -565,3 +565,149 @@ fn integer_arithmetic_casts_and_reductions() {
         1e-5,
     );
 }
+
+/// The `dim_param`s (or sizes) of a graph input or output.
+fn io_dims(exported: &Exported, output: bool, i: usize) -> Vec<String> {
+    use onnx::proto::{tensor_shape_proto::dimension::Value as D, type_proto::Value as T};
+    let g = exported.model.graph.as_ref().expect("graph");
+    let info = if output { &g.output[i] } else { &g.input[i] };
+    let Some(T::TensorType(t)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        panic!("a tensor type");
+    };
+    t.shape
+        .as_ref()
+        .expect("a shape")
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(D::DimParam(p)) => p.clone(),
+            Some(D::DimValue(v)) => v.to_string(),
+            None => "?".into(),
+        })
+        .collect()
+}
+
+/// The state-dict keys of a module's parameters and running statistics (the batch
+/// counters are not read by the forward).
+fn forward_state(m: &impl Module) -> Vec<String> {
+    let mut keys: Vec<String> = m
+        .state_dict()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| !k.ends_with("num_batches_tracked"))
+        .collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn network_graphs_export_without_an_example_input() {
+    manual_seed(7);
+    // The MLP and LeNet: straight from the macro's graph, with `N` a dim_param.
+    let sets = [
+        vec![Tensor::randn(&[2, 1, 28, 28], DType::F32, &Device::Cpu)],
+        vec![Tensor::randn(&[5, 1, 28, 28], DType::F32, &Device::Cpu)],
+    ];
+    let mlp = Mlp::new(&Device::Cpu);
+    let exported = onnx::network_graph(&mlp).expect("export mlp from its graph");
+    assert_eq!(exported.op_types(), ["Flatten", "Gemm", "Relu", "Gemm"]);
+    assert_eq!(
+        params_of(&exported),
+        ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    );
+    assert_eq!(io_dims(&exported, false, 0), ["N", "1", "28", "28"]);
+    assert_eq!(io_dims(&exported, true, 0), ["N", "10"]);
+    assert_eq!(
+        exported.model.graph.as_ref().expect("graph").input[0]
+            .name
+            .as_deref(),
+        Some("x"),
+        "the input keeps its DSL name"
+    );
+    check(
+        "mlp_graph",
+        &exported,
+        |xs| vec![mlp.forward(&xs[0])],
+        &sets,
+        1e-4,
+    );
+
+    let lenet = LeNet::new(&Device::Cpu);
+    let exported = onnx::network_graph(&lenet).expect("export lenet from its graph");
+    assert_eq!(
+        exported.op_types(),
+        [
+            "Conv", "Relu", "MaxPool", "Conv", "Relu", "MaxPool", "Flatten", "Gemm", "Relu",
+            "Gemm", "Relu", "Gemm"
+        ]
+    );
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&lenet));
+    // Every intermediate value carries its compile-time shape, `N` included.
+    let g = exported.model.graph.as_ref().expect("graph");
+    assert!(
+        g.value_info.len() >= 10,
+        "{} value_info entries",
+        g.value_info.len()
+    );
+    check(
+        "lenet_graph",
+        &exported,
+        |xs| vec![lenet.forward(&xs[0])],
+        &sets,
+        1e-4,
+    );
+    // Saved to a file as `export_onnx(&model, path)`, and loaded back.
+    let dir = std::env::temp_dir().join(format!("ferrograd-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("lenet.onnx");
+    onnx::export_onnx(&lenet, &path).expect("export to a file");
+    let loaded = onnx::load(&path).expect("load the file");
+    let y = loaded.run(&sets[1]).expect("run")[0].clone();
+    let want = no_grad(|| lenet.forward(&sets[1][0]));
+    assert!(y.sub(&want).abs().max_all().item::<f32>() < 1e-4);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unet_graph_nests_blocks_with_const_generics() {
+    manual_seed(8);
+    let mut unet = UNet::new(&Device::Cpu);
+    unet.eval();
+    randomize(&unet);
+    let exported = onnx::network_graph(&unet).expect("export unet from its graph");
+    // The nested `DoubleConv<CIN, COUT>` blocks write their parameters under their
+    // fields, as the state dict names them.
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&unet));
+    assert!(names.contains(&"enc1.block.1.running_var".to_string()), "{names:?}");
+    assert_eq!(io_dims(&exported, false, 0), ["N", "3", "4*H", "4*W"]);
+    assert_eq!(io_dims(&exported, true, 0), ["N", "2", "4*H", "4*W"]);
+    let sets = [
+        vec![Tensor::randn(&[1, 3, 16, 12], DType::F32, &Device::Cpu)],
+        vec![Tensor::randn(&[2, 3, 8, 20], DType::F32, &Device::Cpu)],
+    ];
+    check(
+        "unet_graph",
+        &exported,
+        |xs| vec![unet.forward(&xs[0])],
+        &sets,
+        1e-4,
+    );
+}
+
+#[test]
+fn network_graph_errors_name_the_layer() {
+    // A layer in training mode, and a layer type without a lowering, are errors naming
+    // the layer's path; never a file.
+    let mut unet = UNet::new(&Device::Cpu);
+    unet.train();
+    let err = onnx::network_graph(&unet).expect_err("batch norm in training mode");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("BatchNorm2d") && msg.contains("enc1.block.1") && msg.contains("eval()"),
+        "{msg}"
+    );
+}

@@ -2,7 +2,7 @@
 //! `NUM_PARAMETERS` and, for one input and one output, `nn::DeclaredShapes`.
 
 use super::check::{Checked, Errors, shape_dims, show};
-use super::dim::{Dim, symbol_tokens};
+use super::dim::{Dim, onnx_shape, symbol_tokens};
 use super::parse::{DKind, Network};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
@@ -135,6 +135,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     }
     let bound_vars: Vec<TokenStream> = bound.iter().map(|s| sym(s)).collect();
     let params: Vec<&syn::Ident> = net.inputs.iter().map(|i| &i.name).collect();
+    let n_inputs = net.inputs.len();
     let input_vars: Vec<syn::Ident> = (0..net.inputs.len())
         .map(|k| format_ident!("__input{}", k))
         .collect();
@@ -343,10 +344,88 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         }
     });
 
+    // ONNX export from the compile-time graph: the same dataflow over `onnx::Value`s.
+    let runtime_syms: Vec<String> = net
+        .inputs
+        .iter()
+        .flat_map(|i| shape_dims(&i.shape, &mut quiet))
+        .flat_map(|d| d.symbols())
+        .filter(|s| !consts.contains(s))
+        .collect();
+    let input_shapes: Vec<TokenStream> = net
+        .inputs
+        .iter()
+        .map(|i| onnx_shape(&shape_dims(&i.shape, &mut quiet), &runtime_syms, &krate))
+        .collect();
+    let output_shapes: Vec<TokenStream> = net
+        .outputs
+        .iter()
+        .map(|o| onnx_shape(&shape_dims(o, &mut quiet), &runtime_syms, &krate))
+        .collect();
+    let input_names: Vec<String> = net.inputs.iter().map(|i| i.name.to_string()).collect();
+    let input_dtypes: Vec<TokenStream> = net
+        .inputs
+        .iter()
+        .map(|i| {
+            let d = match i.dtype.0.to_string().as_str() {
+                "f16" => quote!(F16),
+                "bf16" => quote!(BF16),
+                "f64" => quote!(F64),
+                "i64" => quote!(I64),
+                "u8" => quote!(U8),
+                "bool" => quote!(Bool),
+                _ => quote!(F32),
+            };
+            quote!(#krate::DType::#d)
+        })
+        .collect();
+    let input_index = 0..net.inputs.len();
+    let onnx_stmts = &c.onnx_stmts;
+    let result_vars = &c.result_vars;
+    let onnx_impl = quote! {
+        impl #impl_generics #krate::onnx::ExportLayer for #name #ty_generics #where_clause {
+            #[allow(unused_variables, unused_imports, non_snake_case, clippy::all)]
+            fn export_layer(
+                &self,
+                __g: &mut #krate::onnx::GraphWriter,
+                __inputs: &[#krate::onnx::Value],
+            ) -> ::std::vec::Vec<#krate::onnx::Value> {
+                use #krate::onnx::{ViaExportLayer as _, ViaUnsupported as _};
+                #(let #ctor = self.#ctor;)*
+                if __inputs.len() != #n_inputs {
+                    __g.unsupported(#net_name, &::std::format!("takes {} inputs, got {}", #n_inputs, __inputs.len()));
+                    return __inputs.to_vec();
+                }
+                let __entered = __g.enter(__inputs, &[#(#input_shapes),*]);
+                #(let #input_vars = __entered[#input_index].clone();)*
+                #(#onnx_stmts)*
+                __g.leave();
+                ::std::vec![#(#result_vars),*]
+            }
+        }
+
+        impl #impl_generics #krate::onnx::ExportNetwork for #name #ty_generics #where_clause {
+            #[allow(unused_variables)]
+            fn onnx_inputs(&self) -> ::std::vec::Vec<(&'static str, #krate::DType, ::std::vec::Vec<#krate::onnx::SymDim>)> {
+                #(let #ctor = self.#ctor;)*
+                ::std::vec![#((#input_names, #input_dtypes, (#input_shapes).to_vec())),*]
+            }
+            #[allow(unused_variables)]
+            fn onnx_outputs(&self) -> ::std::vec::Vec<::std::vec::Vec<#krate::onnx::SymDim>> {
+                #(let #ctor = self.#ctor;)*
+                ::std::vec![#((#output_shapes).to_vec()),*]
+            }
+            fn onnx_name(&self) -> &'static str {
+                #net_name
+            }
+        }
+    };
+
     quote! {
         #(#const_checks)*
         #shapes_impl
         #forward_impl
+        #onnx_impl
 
         #module_impl
 

@@ -5,6 +5,7 @@ mod activation;
 mod attention;
 mod container;
 mod conv;
+pub(crate) use conv::resolve as conv_padding;
 mod declared;
 mod dropout;
 mod embedding;

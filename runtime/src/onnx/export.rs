@@ -2014,28 +2014,28 @@ fn attr(name: &str, ty: AttributeType) -> pb::AttributeProto {
     }
 }
 
-fn attr_i(name: &str, v: i64) -> pb::AttributeProto {
+pub(crate) fn attr_i(name: &str, v: i64) -> pb::AttributeProto {
     pb::AttributeProto {
         i: Some(v),
         ..attr(name, AttributeType::Int)
     }
 }
 
-fn attr_f(name: &str, v: f64) -> pb::AttributeProto {
+pub(crate) fn attr_f(name: &str, v: f64) -> pb::AttributeProto {
     pb::AttributeProto {
         f: Some(v as f32),
         ..attr(name, AttributeType::Float)
     }
 }
 
-fn attr_ints(name: &str, v: &[i64]) -> pb::AttributeProto {
+pub(crate) fn attr_ints(name: &str, v: &[i64]) -> pb::AttributeProto {
     pb::AttributeProto {
         ints: v.to_vec(),
         ..attr(name, AttributeType::Ints)
     }
 }
 
-fn attr_s(name: &str, v: &str) -> pb::AttributeProto {
+pub(crate) fn attr_s(name: &str, v: &str) -> pb::AttributeProto {
     pb::AttributeProto {
         s: Some(v.as_bytes().to_vec()),
         ..attr(name, AttributeType::String)

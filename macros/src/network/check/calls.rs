@@ -256,6 +256,7 @@ impl Checker<'_> {
                         __r
                     })
                 }),
+                onnx: None,
             },
             params: None,
         })
@@ -377,6 +378,7 @@ impl Checker<'_> {
         self.checked
             .stmts
             .push(quote::quote_spanned!(span=> let #pattern = #code;));
+        self.emit_onnx(call, built.onnx.as_ref(), vars, &field, &label, &out, &pattern);
         let params = r.params.clone().unwrap_or_else(|| {
             built.params.tokens(&|s| {
                 let i = syn::Ident::new(s, Span::call_site());
@@ -398,6 +400,59 @@ impl Checker<'_> {
             },
         });
         out
+    }
+
+    /// The ONNX statements of a call: its op's lowering, a layer's `onnx::ExportLayer`
+    /// (through `onnx::Probe`, an error for a type without it), or an unsupported-op
+    /// error; then each value's declared shape.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_onnx(
+        &mut self,
+        call: &Call,
+        onnx: Option<&kinds::OnnxFn>,
+        vars: &[TokenStream],
+        field: &TokenStream,
+        label: &str,
+        out: &Val,
+        pattern: &TokenStream,
+    ) {
+        let krate = self.krate.clone();
+        let is_layer = kinds::find(&call.kind.to_string()).is_none_or(|k| k.has_params());
+        let mut next = 0;
+        let picked = pick_outputs(out, &mut next);
+        let value = match (onnx, is_layer) {
+            (Some(f), _) => f(vars, field, &quote!(#label)),
+            (None, true) if call.repeat.is_some() && vars.len() == 1 => {
+                let x = &vars[0];
+                quote!({
+                    let mut __r = #x.clone();
+                    for (__i, __layer) in #field.iter().enumerate() {
+                        let __label = ::std::format!("{}.{}", #label, __i);
+                        let __o = (&&#krate::onnx::Probe(__layer)).export_call(__g, &__label, &[&__r]);
+                        __r = __g.nth(&__o, 0);
+                    }
+                    __r
+                })
+            }
+            (None, true) => quote!({
+                let __o = (&&#krate::onnx::Probe(&#field)).export_call(__g, #label, &[#(&#vars),*]);
+                #picked
+            }),
+            (None, false) => {
+                let desc = call.describe();
+                quote!({
+                    __g.unsupported(#desc, "`network!` has no ONNX lowering for this op yet; export the model with `onnx::export` (traced)");
+                    let __o: ::std::vec::Vec<#krate::onnx::Value> = ::std::vec::Vec::new();
+                    #picked
+                })
+            }
+        };
+        self.checked
+            .onnx_stmts
+            .push(quote!(let #pattern = #value;));
+        for (var, ty) in leaves(out) {
+            self.onnx_declare(&var, &ty);
+        }
     }
 
     fn alloc(&mut self, out: &Out, origin: &str) -> Val {
@@ -634,6 +689,7 @@ impl Checker<'_> {
                     quote!(#f.forward(&#x))
                 }
             }),
+            onnx: None,
         };
         let one = if sig.derived {
             quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
@@ -850,6 +906,7 @@ impl Checker<'_> {
             field: Some((ty_tokens.clone(), init)),
             params: Dim::lit(0),
             forward: Box::new(move |x, f| forward_checked(f, &x[0], at, 0)),
+            onnx: None,
         };
         Some(Resolved {
             built,
@@ -899,4 +956,27 @@ fn param_count_checked(
         assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
         __module
     })
+}
+
+/// The layer outputs `__o` as the call's value: one `onnx::Value` or a (nested) tuple.
+fn pick_outputs(out: &Val, next: &mut usize) -> TokenStream {
+    match out {
+        Val::One(..) => {
+            let i = *next;
+            *next += 1;
+            quote!(__g.nth(&__o, #i))
+        }
+        Val::Tuple(items) => {
+            let parts: Vec<TokenStream> = items.iter().map(|v| pick_outputs(v, next)).collect();
+            quote!((#(#parts),*))
+        }
+    }
+}
+
+/// Every tensor of a value, in order.
+fn leaves(v: &Val) -> Vec<(TokenStream, Ty)> {
+    match v {
+        Val::One(var, ty) => vec![(var.clone(), ty.clone())],
+        Val::Tuple(items) => items.iter().flat_map(leaves).collect(),
+    }
 }

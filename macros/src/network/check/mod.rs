@@ -8,7 +8,7 @@
 mod calls;
 mod values;
 
-use super::dim::Dim;
+use super::dim::{Dim, onnx_shape};
 use super::kinds::{Built, Ty};
 use super::parse::{
     Arg, Body, Call, DimExpr, Expr, Network, Pattern, ShapeExpr, Step, Stmt, Value,
@@ -118,6 +118,10 @@ pub(crate) struct Checked {
     pub(crate) stmts: Vec<TokenStream>,
     /// The forward's result expression.
     pub(crate) result: TokenStream,
+    /// The ONNX export's statements (the same values, as `onnx::Value`s).
+    pub(crate) onnx_stmts: Vec<TokenStream>,
+    /// The result's values, in order.
+    pub(crate) result_vars: Vec<TokenStream>,
     pub(crate) users: Vec<UserLayer>,
 }
 
@@ -371,6 +375,8 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
             stmts: Vec::new(),
             result: quote!(()),
             users: Vec::new(),
+            onnx_stmts: Vec::new(),
+            result_vars: Vec::new(),
         },
         field_names: net.ctor.iter().map(|p| p.name.clone()).collect(),
         siblings,
@@ -413,6 +419,14 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
 }
 
 impl Checker<'_> {
+    /// Gives the ONNX value `var` its compile-time shape.
+    fn onnx_declare(&mut self, var: &TokenStream, ty: &Ty) {
+        let shape = onnx_shape(&ty.shape, &self.runtime, &self.krate);
+        self.checked
+            .onnx_stmts
+            .push(quote!(let #var = __g.declare(#var, #shape);));
+    }
+
     fn var(&mut self) -> TokenStream {
         let v = format_ident!("__v{}", self.next_var);
         self.next_var += 1;
@@ -471,6 +485,7 @@ impl Checker<'_> {
             );
         }
         let vars: Vec<&TokenStream> = singles.iter().map(|(v, _)| v).collect();
+        self.checked.result_vars = vars.iter().map(|v| (*v).clone()).collect();
         self.checked.result = if net.tuple_output {
             quote!((#(#vars),*))
         } else {

@@ -2,7 +2,7 @@
 //! pipes, arithmetic, tuples, annotations), emitting its statements.
 
 use super::{Checker, Val, broadcast, check_shape};
-use crate::network::dim::{Dim, symbol_tokens};
+use crate::network::dim::{Dim, onnx_dim, symbol_tokens};
 use crate::network::kinds::{self, Ty};
 use crate::network::parse::{Call, DKind, Expr, Pattern, ShapeExpr};
 use proc_macro2::{Span, TokenStream};
@@ -244,11 +244,21 @@ impl Checker<'_> {
                 self.checked
                     .stmts
                     .push(quote!(let #var = #vx.#method(&#vy);));
+                let onnx_op = match op {
+                    '+' => "Add",
+                    '-' => "Sub",
+                    '*' => "Mul",
+                    _ => "Div",
+                };
+                self.checked
+                    .onnx_stmts
+                    .push(quote!(let #var = __g.binary(#onnx_op, &#vx, &#vy);));
                 let ty = Ty {
                     shape,
                     dtype: DKind::Float,
                     origin: format!("`{text}`"),
                 };
+                self.onnx_declare(&var, &ty);
                 return Some(Val::One(var, ty));
             }
         };
@@ -267,15 +277,24 @@ impl Checker<'_> {
                 return None;
             }
         };
+        let (onnx_op, onnx_s, reversed) = match (op, scalar_left) {
+            ('+', _) => ("Add", s, false),
+            ('*', _) => ("Mul", s, false),
+            ('-', false) => ("Sub", s, false),
+            ('-', true) => ("Sub", s, true),
+            _ => ("Div", s, false),
+        };
         let var = self.var();
         self.checked.stmts.push(quote!(let #var = #code;));
-        Some(Val::One(
-            var,
-            Ty {
-                origin: format!("`{text}`"),
-                ..ty
-            },
-        ))
+        self.checked.onnx_stmts.push(
+            quote!(let #var = __g.scalar(#onnx_op, &#v, #onnx_s, #reversed);),
+        );
+        let ty = Ty {
+            origin: format!("`{text}`"),
+            ..ty
+        };
+        self.onnx_declare(&var, &ty);
+        Some(Val::One(var, ty))
     }
 
     /// `arange(T)`: the positions `0..T` of a size of the network (an input's size, a const
@@ -315,6 +334,10 @@ impl Checker<'_> {
         self.checked.stmts.push(quote!(
             let #var = ::ferrograd::Tensor::arange(0.0, (#n) as f64, 1.0, ::ferrograd::DType::I64, &__input0.device());
         ));
+        let onnx_size = onnx_dim(&size, &self.runtime, &self.krate);
+        self.checked
+            .onnx_stmts
+            .push(quote!(let #var = __g.arange(&#onnx_size);));
         let text = format!("arange({size})");
         Some(Val::One(
             var,

@@ -47,6 +47,11 @@ impl Kind for Activation {
                     None => quote!(#x.#method()),
                 }
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            let s = slope.unwrap_or(0.0);
+            quote!(__g.activation(#kind, &#x, #s))
+        })))
     }
 }

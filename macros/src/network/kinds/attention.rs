@@ -164,6 +164,7 @@ impl Kind for MultiheadAttention {
                     quote!(#f.forward_with(&#q, &#k, &#v, &#args).0)
                 }
             }),
+            onnx: None,
         })
     }
 }
@@ -248,6 +249,7 @@ impl Kind for EncoderLayer {
                 let x = &x[0];
                 quote!(#f.forward(&#x))
             }),
+            onnx: None,
         })
     }
 }

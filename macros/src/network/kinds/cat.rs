@@ -85,7 +85,8 @@ impl Kind for Cat {
         Some(Built::op(
             ty,
             Box::new(move |x, _| quote!(#krate::Tensor::cat(&[#(&#x),*], #d))),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| quote!(__g.cat(&[#(&#x),*], #d)))))
     }
 }
 
@@ -165,6 +166,7 @@ impl Kind for Chunk {
                     (#(#vars),*)
                 })
             }),
+            onnx: None,
         })
     }
 }

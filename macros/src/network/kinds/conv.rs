@@ -187,6 +187,7 @@ impl Kind for Conv {
                 let x = &x[0];
                 quote!(#f.forward(&#x))
             }),
+            onnx: None,
         })
     }
 }

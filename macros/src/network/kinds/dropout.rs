@@ -39,6 +39,7 @@ impl Kind for Dropout {
                 let x = &x[0];
                 quote!(#f.forward(&#x))
             }),
+            onnx: None,
         })
     }
 }

@@ -88,6 +88,7 @@ impl Kind for Embedding {
                 let x = &x[0];
                 quote!(#f.forward(&#x))
             }),
+            onnx: None,
         })
     }
 }

@@ -68,6 +68,7 @@ impl Kind for Linear {
                 let x = &x[0];
                 quote!(#f.forward(&#x))
             }),
+            onnx: None,
         })
     }
 }

@@ -62,6 +62,10 @@ impl Kind for Matmul {
                 let (a, b) = (&x[0], &x[1]);
                 quote!(#a.matmul(&#b))
             }),
-        ))
+        )
+        .onnx(Box::new(|x, _, _| {
+            let (a, b) = (&x[0], &x[1]);
+            quote!(__g.matmul(&#a, &#b))
+        })))
     }
 }

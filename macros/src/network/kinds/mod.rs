@@ -71,6 +71,11 @@ pub(crate) enum Out {
 /// The forward expression of a call from its inputs' tokens and its field (`self.name`).
 pub(crate) type ForwardFn = Box<dyn Fn(&[TokenStream], &TokenStream) -> TokenStream>;
 
+/// The ONNX export of a call from its inputs' tokens (`onnx::Value`s), its field and its
+/// state-dict path (a `&str` expression): an expression yielding the call's value(s) and
+/// writing nodes through `__g: &mut onnx::GraphWriter`.
+pub(crate) type OnnxFn = Box<dyn Fn(&[TokenStream], &TokenStream, &TokenStream) -> TokenStream>;
+
 /// A checked call: its result type, field, parameter count and forward code.
 pub(crate) struct Built {
     pub(crate) out: Out,
@@ -79,6 +84,9 @@ pub(crate) struct Built {
     /// Trainable parameters.
     pub(crate) params: Dim,
     pub(crate) forward: ForwardFn,
+    /// How an op without a field exports to ONNX (`None`: a layer exports through
+    /// `onnx::ExportLayer`; an op without it records an unsupported-op error).
+    pub(crate) onnx: Option<OnnxFn>,
 }
 
 impl Built {
@@ -89,7 +97,14 @@ impl Built {
             field: None,
             params: Dim::lit(0),
             forward,
+            onnx: None,
         }
+    }
+
+    /// With its ONNX export.
+    pub(crate) fn onnx(mut self, f: OnnxFn) -> Built {
+        self.onnx = Some(f);
+        self
     }
 }
 

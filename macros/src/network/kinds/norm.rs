@@ -63,6 +63,7 @@ impl Kind for BatchNorm {
             )),
             params: Dim::lit(2).mul(&c),
             forward: forward(),
+            onnx: None,
         })
     }
 }
@@ -116,6 +117,7 @@ impl Kind for LayerNorm {
             field: Some((ty, init)),
             params,
             forward: forward(),
+            onnx: None,
         })
     }
 }
@@ -162,6 +164,7 @@ impl Kind for GroupNorm {
             )),
             params: Dim::lit(2).mul(&c),
             forward: forward(),
+            onnx: None,
         })
     }
 }

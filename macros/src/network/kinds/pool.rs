@@ -65,7 +65,11 @@ impl Kind for Pool {
                 };
                 quote!(#krate::nn::functional::#f(&#x, &#krate::nn::functional::Pool2dArgs { kernel: [#k; 2], stride: [#s; 2], padding: [#p; 2], dilation: [1; 2], ..#krate::nn::functional::Pool2dArgs::new(1) }))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.pool2d(&#x, #max, #k, #s, #p))
+        })))
     }
 }
 
@@ -97,7 +101,11 @@ impl Kind for AdaptiveAvgPool {
                 let x = &x[0];
                 quote!(#krate::nn::functional::adaptive_avg_pool2d(&#x, [#h, #w]))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.adaptive_avg_pool2d(&#x, [#h, #w]))
+        })))
     }
 }
 
@@ -127,6 +135,11 @@ impl Kind for Upsample {
                 let x = &x[0];
                 quote!(#krate::nn::functional::interpolate(&#x, &#krate::nn::functional::InterpolateSize::Scale(::std::vec![#s, #s]), #krate::nn::functional::InterpolateMode::Nearest))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            let s = s as usize;
+            quote!(__g.upsample_nearest(&#x, #s))
+        })))
     }
 }

@@ -198,6 +198,7 @@ impl Kind for Recurrent {
                     })
                 }
             }),
+            onnx: None,
         })
     }
 }

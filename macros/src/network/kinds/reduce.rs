@@ -45,6 +45,10 @@ impl Kind for Reduce {
                     quote!(#x.sum(&[#di], #keep))
                 }
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.reduce(&#x, #di, #keep, #mean))
+        })))
     }
 }

@@ -2,7 +2,7 @@
 //! `transpose(a, b)`, `permute(..)`, `unsqueeze(d)`, `squeeze(d)`, `select(d, i)`.
 
 use super::{Built, Cx, Kind, Ty};
-use crate::network::dim::Dim;
+use crate::network::dim::{Dim, onnx_dim};
 use crate::network::parse::{DimExpr, Value};
 use quote::quote;
 
@@ -44,7 +44,11 @@ impl Kind for Flatten {
                 let x = &x[0];
                 quote!(#x.flatten(1, -1))
             }),
-        ))
+        )
+        .onnx(Box::new(|x, _, _| {
+            let x = &x[0];
+            quote!(__g.flatten(&#x))
+        })))
     }
 }
 
@@ -106,14 +110,33 @@ impl Kind for Reshape {
             cx.error(target.span, format!("`{desc}` changes the element count: {} yields {} ({count} elements) but the target {} has {total}", x.origin, x.show(), super::super::check::show(&shape)));
         }
         let sizes: Vec<_> = shape.iter().map(|d| cx.runtime_tokens(d)).collect();
+        let krate = cx.krate.clone();
+        // The `-1` the user wrote stays `-1` in the ONNX target.
+        let target: Vec<_> = shape
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                if infer == Some(i) {
+                    quote!(#krate::onnx::SymDim::Expr(::std::string::String::from("-1")))
+                } else {
+                    onnx_dim(d, cx.runtime, &krate)
+                }
+            })
+            .collect();
         let ty = Ty { shape, ..x.clone() };
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    quote!(#x.reshape(&[#(#sizes),*]))
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                quote!(#x.reshape(&[#(#sizes),*]))
-            }),
-        ))
+                quote!(__g.reshape(&#x, &[#(#target),*]))
+            })),
+        )
     }
 }
 
@@ -147,7 +170,11 @@ impl Kind for Transpose {
                 let x = &x[0];
                 quote!(#x.transpose(#a, #b))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.transpose(&#x, #a as isize, #b as isize))
+        })))
     }
 }
 
@@ -185,6 +212,7 @@ impl Kind for Permute {
         }
         let shape = order.iter().map(|&i| x.shape[i].clone()).collect();
         let ty = Ty { shape, ..x.clone() };
+        let onnx_order = order.clone();
         let order: Vec<isize> = order.into_iter().map(|i| i as isize).collect();
         Some(Built::op(
             ty,
@@ -192,7 +220,11 @@ impl Kind for Permute {
                 let x = &x[0];
                 quote!(#x.permute(&[#(#order),*]))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.permute(&#x, &[#(#onnx_order),*]))
+        })))
     }
 }
 
@@ -224,7 +256,11 @@ impl Kind for Unsqueeze {
                 let x = &x[0];
                 quote!(#x.unsqueeze(#d))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.unsqueeze(&#x, #d))
+        })))
     }
 }
 
@@ -268,7 +304,11 @@ impl Kind for Squeeze {
                 let x = &x[0];
                 quote!(#x.squeeze(#d))
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.squeeze(&#x, #d))
+        })))
     }
 }
 
@@ -333,6 +373,10 @@ impl Kind for Select {
                     })
                 }
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.select(&#x, #dim, #index))
+        })))
     }
 }

@@ -36,6 +36,10 @@ impl Kind for Softmax {
                     quote!(#x.softmax(#dim))
                 }
             }),
-        ))
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.softmax(&#x, #dim, #log))
+        })))
     }
 }
