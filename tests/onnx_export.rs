@@ -682,7 +682,10 @@ fn unet_graph_nests_blocks_with_const_generics() {
     let mut names = params_of(&exported);
     names.sort();
     assert_eq!(names, forward_state(&unet));
-    assert!(names.contains(&"enc1.block.1.running_var".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"enc1.block.1.running_var".to_string()),
+        "{names:?}"
+    );
     assert_eq!(io_dims(&exported, false, 0), ["N", "3", "4*H", "4*W"]);
     assert_eq!(io_dims(&exported, true, 0), ["N", "2", "4*H", "4*W"]);
     let sets = [
@@ -710,4 +713,23 @@ fn network_graph_errors_name_the_layer() {
         msg.contains("BatchNorm2d") && msg.contains("enc1.block.1") && msg.contains("eval()"),
         "{msg}"
     );
+}
+
+#[test]
+fn bert_layer_graph_with_named_batch_and_length() {
+    manual_seed(9);
+    let mut bert = BertLayer::new(&Device::Cpu);
+    bert.eval();
+    randomize(&bert);
+    let exported = onnx::network_graph(&bert).expect("export bert from its graph");
+    for (i, name) in ["ids", "positions", "types"].iter().enumerate() {
+        assert_eq!(io_dims(&exported, false, i), ["N", "T"], "input {name}");
+    }
+    assert_eq!(io_dims(&exported, true, 0), ["N", "T", "32"]);
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&bert));
+    let forward = |xs: &[Tensor]| vec![bert.forward(&xs[0], &xs[1], &xs[2])];
+    let sets = [token_inputs(2, 5, 1), token_inputs(3, 9, 2)];
+    check("bert_layer_graph", &exported, forward, &sets, 1e-4);
 }

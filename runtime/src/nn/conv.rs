@@ -224,7 +224,10 @@ fn check_options<const D: usize>(
 
 /// The (left, right) padding per spatial dim and the functional arguments: explicit zero
 /// padding goes to the convolution itself, anything else is applied by [`F::pad_with`].
-pub(crate) fn resolve<const D: usize>(kernel: &[usize], o: &ConvOptions<D>) -> ([(usize, usize); D], bool) {
+pub(crate) fn resolve<const D: usize>(
+    kernel: &[usize],
+    o: &ConvOptions<D>,
+) -> ([(usize, usize); D], bool) {
     let mut pads = [(0, 0); D];
     for d in 0..D {
         pads[d] = match o.padding {

@@ -16,8 +16,8 @@ use super::export::{
 };
 use super::proto as pb;
 use crate::nn::{
-    BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Dropout,
-    Embedding, GroupNorm, LayerNorm, Linear, Module, PaddingMode, RMSNorm,
+    BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Dropout, Embedding,
+    GroupNorm, LayerNorm, Linear, Module, PaddingMode, RMSNorm,
 };
 use crate::{DType, Tensor};
 use std::collections::HashMap;
@@ -169,8 +169,15 @@ impl GraphWriter {
         };
         // The producer writes the output's name, unless the value is an input or has
         // another output's name already.
-        let produced = self.nodes.iter_mut().rev().find(|n| n.output.contains(&v.name));
-        let is_output = self.outputs.iter().any(|o| o.name.as_deref() == Some(&v.name));
+        let produced = self
+            .nodes
+            .iter_mut()
+            .rev()
+            .find(|n| n.output.contains(&v.name));
+        let is_output = self
+            .outputs
+            .iter()
+            .any(|o| o.name.as_deref() == Some(&v.name));
         match produced {
             Some(node) if !is_output => {
                 for o in &mut node.output {
@@ -185,7 +192,8 @@ impl GraphWriter {
                         }
                     }
                 }
-                self.value_info.retain(|i| i.name.as_deref() != Some(&v.name));
+                self.value_info
+                    .retain(|i| i.name.as_deref() != Some(&v.name));
             }
             _ => {
                 self.nodes.push(pb::NodeProto {
@@ -289,12 +297,24 @@ impl GraphWriter {
     /// `arange(T)`: the positions `0..T` as int64 `[T]` (ONNX `Range`).
     pub fn arange(&mut self, size: &SymDim) -> Value {
         let Some(n) = self.size(size) else {
-            self.unsupported("arange", &format!("size `{size:?}` is not an input size of this network"));
+            self.unsupported(
+                "arange",
+                &format!("size `{size:?}` is not an input size of this network"),
+            );
             return self.nth(&[], 0);
         };
         let n = self.node("Squeeze", &[&n], &[], Vec::new(), DType::I64);
-        let (zero, one) = (self.const_scalar(0.0, DType::I64), self.const_scalar(1.0, DType::I64));
-        self.node("Range", &[&zero, &n.name, &one], &[], vec![size.clone()], DType::I64)
+        let (zero, one) = (
+            self.const_scalar(0.0, DType::I64),
+            self.const_scalar(1.0, DType::I64),
+        );
+        self.node(
+            "Range",
+            &[&zero, &n.name, &one],
+            &[],
+            vec![size.clone()],
+            DType::I64,
+        )
     }
 
     /// Leaves the level [`enter`](Self::enter) began.
@@ -427,7 +447,12 @@ impl GraphWriter {
             "relu" => self.unary("Relu", x),
             "tanh" => self.unary("Tanh", x),
             "sigmoid" => self.unary("Sigmoid", x),
-            "leaky_relu" => self.same("LeakyRelu", x, &[], &[("alpha", Attr::Float(negative_slope))]),
+            "leaky_relu" => self.same(
+                "LeakyRelu",
+                x,
+                &[],
+                &[("alpha", Attr::Float(negative_slope))],
+            ),
             "silu" => {
                 let s = self.unary("Sigmoid", x);
                 self.same("Mul", x, &[&s.name], &[])
@@ -494,7 +519,13 @@ impl GraphWriter {
 
     /// `x.flatten(1, -1)`: `[N, …]` → `[N, ∏…]`.
     pub fn flatten(&mut self, x: &Value) -> Value {
-        self.node("Flatten", &[&x.name], &[("axis", Attr::Int(1))], Vec::new(), x.dtype)
+        self.node(
+            "Flatten",
+            &[&x.name],
+            &[("axis", Attr::Int(1))],
+            Vec::new(),
+            x.dtype,
+        )
     }
 
     /// The size `d` as a 1-element int64 tensor: a constant, or read from the input that
@@ -527,15 +558,23 @@ impl GraphWriter {
     /// `x.reshape(shape)`: named sizes are read from the inputs at run time, and one
     /// size expression (`N * T`) becomes `-1`.
     pub fn reshape(&mut self, x: &Value, shape: &[SymDim]) -> Value {
-        let inferred = shape.iter().filter(|d| matches!(d, SymDim::Expr(_))).count();
+        let inferred = shape
+            .iter()
+            .filter(|d| matches!(d, SymDim::Expr(_)))
+            .count();
         if inferred > 1 {
             self.unsupported(
                 "reshape",
-                &format!("the target {shape:?} has more than one size computed from the input's sizes"),
+                &format!(
+                    "the target {shape:?} has more than one size computed from the input's sizes"
+                ),
             );
             return x.clone();
         }
-        let target = if shape.iter().all(|d| matches!(d, SymDim::Fixed(_) | SymDim::Expr(_))) {
+        let target = if shape
+            .iter()
+            .all(|d| matches!(d, SymDim::Fixed(_) | SymDim::Expr(_)))
+        {
             let dims: Vec<i64> = shape
                 .iter()
                 .map(|d| match d {
@@ -551,14 +590,23 @@ impl GraphWriter {
                     Some(p) => parts.push(p),
                     None if matches!(d, SymDim::Expr(_)) => parts.push(self.const_i64(&[-1])),
                     None => {
-                        self.unsupported("reshape", &format!("size `{d:?}` is not an input size of this network"));
+                        self.unsupported(
+                            "reshape",
+                            &format!("size `{d:?}` is not an input size of this network"),
+                        );
                         return x.clone();
                     }
                 }
             }
             let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
-            self.node("Concat", &refs, &[("axis", Attr::Int(0))], vec![SymDim::Fixed(shape.len())], DType::I64)
-                .name
+            self.node(
+                "Concat",
+                &refs,
+                &[("axis", Attr::Int(0))],
+                vec![SymDim::Fixed(shape.len())],
+                DType::I64,
+            )
+            .name
         };
         self.node("Reshape", &[&x.name, &target], &[], shape.to_vec(), x.dtype)
     }
@@ -570,13 +618,22 @@ impl GraphWriter {
             .filter_map(|&i| x.shape.get(i).cloned())
             .collect();
         let perm: Vec<i64> = order.iter().map(|&i| i as i64).collect();
-        self.node("Transpose", &[&x.name], &[("perm", Attr::Ints(perm))], shape, x.dtype)
+        self.node(
+            "Transpose",
+            &[&x.name],
+            &[("perm", Attr::Ints(perm))],
+            shape,
+            x.dtype,
+        )
     }
 
     /// `x.transpose(a, b)` (negative dims count from the end).
     pub fn transpose(&mut self, x: &Value, a: isize, b: isize) -> Value {
         let rank = x.rank() as isize;
-        let (a, b) = (a.rem_euclid(rank.max(1)) as usize, b.rem_euclid(rank.max(1)) as usize);
+        let (a, b) = (
+            a.rem_euclid(rank.max(1)) as usize,
+            b.rem_euclid(rank.max(1)) as usize,
+        );
         let mut order: Vec<usize> = (0..x.rank()).collect();
         order.swap(a, b);
         self.permute(x, &order)
@@ -598,14 +655,26 @@ impl GraphWriter {
     pub fn select(&mut self, x: &Value, dim: isize, index: i64) -> Value {
         let t = Tensor::from_vec(vec![index], &[]);
         let i = self.constant(&t);
-        self.node("Gather", &[&x.name, &i], &[("axis", Attr::Int(dim as i64))], Vec::new(), x.dtype)
+        self.node(
+            "Gather",
+            &[&x.name, &i],
+            &[("axis", Attr::Int(dim as i64))],
+            Vec::new(),
+            x.dtype,
+        )
     }
 
     /// `Tensor::cat(xs, dim)`.
     pub fn cat(&mut self, xs: &[&Value], dim: isize) -> Value {
         let names: Vec<&str> = xs.iter().map(|v| v.name.as_str()).collect();
         let dtype = xs.first().map_or(DType::F32, |v| v.dtype);
-        self.node("Concat", &names, &[("axis", Attr::Int(dim as i64))], Vec::new(), dtype)
+        self.node(
+            "Concat",
+            &names,
+            &[("axis", Attr::Int(dim as i64))],
+            Vec::new(),
+            dtype,
+        )
     }
 
     /// `a.matmul(b)`.
@@ -618,7 +687,13 @@ impl GraphWriter {
         let keep = ("keepdims", Attr::Int(keepdim as i64));
         if mean {
             // ReduceMean takes its axes as an attribute until opset 18.
-            self.node("ReduceMean", &[&x.name], &[("axes", Attr::Ints(vec![dim as i64])), keep], Vec::new(), x.dtype)
+            self.node(
+                "ReduceMean",
+                &[&x.name],
+                &[("axes", Attr::Ints(vec![dim as i64])), keep],
+                Vec::new(),
+                x.dtype,
+            )
         } else {
             let axes = self.const_i64(&[dim as i64]);
             self.node("ReduceSum", &[&x.name, &axes], &[keep], Vec::new(), x.dtype)
@@ -626,7 +701,14 @@ impl GraphWriter {
     }
 
     /// 2-D max or average pooling (`count_include_pad` as PyTorch's default).
-    pub fn pool2d(&mut self, x: &Value, max: bool, kernel: usize, stride: usize, padding: usize) -> Value {
+    pub fn pool2d(
+        &mut self,
+        x: &Value,
+        max: bool,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    ) -> Value {
         let mut attrs = vec![
             ("kernel_shape", Attr::Ints(vec![kernel as i64; 2])),
             ("strides", Attr::Ints(vec![stride as i64; 2])),
@@ -661,7 +743,10 @@ impl GraphWriter {
         self.node(
             "AveragePool",
             &[&x.name],
-            &[("kernel_shape", Attr::Ints(kernel.clone())), ("strides", Attr::Ints(kernel))],
+            &[
+                ("kernel_shape", Attr::Ints(kernel.clone())),
+                ("strides", Attr::Ints(kernel)),
+            ],
             Vec::new(),
             x.dtype,
         )
@@ -677,11 +762,158 @@ impl GraphWriter {
             &[
                 ("mode", Attr::Str("nearest".into())),
                 ("nearest_mode", Attr::Str("floor".into())),
-                ("coordinate_transformation_mode", Attr::Str("asymmetric".into())),
+                (
+                    "coordinate_transformation_mode",
+                    Attr::Str("asymmetric".into()),
+                ),
             ],
             Vec::new(),
             x.dtype,
         )
+    }
+}
+
+impl GraphWriter {
+    /// `nn::MultiheadAttention` (`field`) on `q`, `k`, `v` without a mask: projections,
+    /// heads split with `Reshape`/`Transpose`, scaled scores, softmax, the output
+    /// projection; its parameters under their state-dict names.
+    pub fn multihead_attention(
+        &mut self,
+        m: &crate::nn::MultiheadAttention,
+        field: &str,
+        q: &Value,
+        k: &Value,
+        v: &Value,
+        causal: bool,
+    ) -> Value {
+        self.scope.push(field.to_string());
+        let out = self.attention_in_scope(m, q, k, v, causal);
+        self.scope.pop();
+        out
+    }
+
+    fn attention_in_scope(
+        &mut self,
+        m: &crate::nn::MultiheadAttention,
+        q: &Value,
+        k: &Value,
+        v: &Value,
+        causal: bool,
+    ) -> Value {
+        if causal {
+            self.unsupported("MultiheadAttention", "a causal mask (`is_causal`) has no lowering from `network!` yet; export with `onnx::export` (traced)");
+            return q.clone();
+        }
+        if m.training && m.dropout > 0.0 {
+            self.unsupported(
+                "MultiheadAttention",
+                &format!(
+                    "dropout {} in training mode; call `eval()` before exporting",
+                    m.dropout
+                ),
+            );
+            return q.clone();
+        }
+        let (e, h) = (m.embed_dim, m.num_heads);
+        let d = e / h;
+        let dtype = q.dtype;
+        // Batch-first inside.
+        let bf = |g: &mut Self, x: &Value| {
+            if m.batch_first {
+                x.clone()
+            } else {
+                g.permute(x, &[1, 0, 2])
+            }
+        };
+        let (q, k, v) = (bf(self, q), bf(self, k), bf(self, v));
+        let bias = m
+            .in_proj_bias
+            .as_ref()
+            .map(|b| self.param("in_proj_bias", b));
+        let slice = |g: &mut Self, t: &str, i: usize| {
+            let (s, e_) = (
+                g.const_i64(&[(i * e) as i64]),
+                g.const_i64(&[((i + 1) * e) as i64]),
+            );
+            let axis = g.const_i64(&[0]);
+            g.node("Slice", &[t, &s, &e_, &axis], &[], Vec::new(), dtype)
+                .name
+        };
+        let packed = m
+            .in_proj_weight
+            .as_ref()
+            .map(|w| self.param("in_proj_weight", w));
+        let mut heads = Vec::new();
+        for (i, (x, own)) in [
+            (&q, &m.q_proj_weight),
+            (&k, &m.k_proj_weight),
+            (&v, &m.v_proj_weight),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let w = match (&packed, own) {
+                (Some(p), _) => slice(self, p, i),
+                (None, Some(w)) => {
+                    self.param(["q_proj_weight", "k_proj_weight", "v_proj_weight"][i], w)
+                }
+                (None, None) => {
+                    self.unsupported("MultiheadAttention", "no projection weights");
+                    return q.clone();
+                }
+            };
+            let wt = self.node(
+                "Transpose",
+                &[&w],
+                &[("perm", Attr::Ints(vec![1, 0]))],
+                Vec::new(),
+                dtype,
+            );
+            let mut y = self.node("MatMul", &[&x.name, &wt.name], &[], Vec::new(), dtype);
+            if let Some(b) = &bias {
+                let b = slice(self, b, i);
+                y = self.node("Add", &[&y.name, &b], &[], Vec::new(), dtype);
+            }
+            // [N, L, E] → [N, L, H, D] → [N, H, L, D]
+            let split = self.const_i64(&[0, 0, h as i64, d as i64]);
+            let y = self.node("Reshape", &[&y.name, &split], &[], Vec::new(), dtype);
+            heads.push(self.node(
+                "Transpose",
+                &[&y.name],
+                &[("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+                Vec::new(),
+                dtype,
+            ));
+        }
+        let kt = self.node(
+            "Transpose",
+            &[&heads[1].name],
+            &[("perm", Attr::Ints(vec![0, 1, 3, 2]))],
+            Vec::new(),
+            dtype,
+        );
+        let scores = self.node(
+            "MatMul",
+            &[&heads[0].name, &kt.name],
+            &[],
+            Vec::new(),
+            dtype,
+        );
+        let scale = self.const_scalar(1.0 / (d as f64).sqrt(), dtype);
+        let scores = self.node("Mul", &[&scores.name, &scale], &[], Vec::new(), dtype);
+        let p = self.softmax(&scores, -1, false);
+        let o = self.node("MatMul", &[&p.name, &heads[2].name], &[], Vec::new(), dtype);
+        let o = self.node(
+            "Transpose",
+            &[&o.name],
+            &[("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+            Vec::new(),
+            dtype,
+        );
+        let merge = self.const_i64(&[0, 0, e as i64]);
+        let o = self.node("Reshape", &[&o.name, &merge], &[], Vec::new(), dtype);
+        let y = self.layer(&m.out_proj, "out_proj", &[&o]).remove(0);
+        bf(self, &y)
     }
 }
 
@@ -870,7 +1102,13 @@ impl ExportLayer for Linear {
             ins.extend(b.as_deref());
             return vec![g.node("Gemm", &ins, &[("transB", Attr::Int(1))], shape, x.dtype)];
         }
-        let wt = g.node("Transpose", &[&w], &[("perm", Attr::Ints(vec![1, 0]))], Vec::new(), x.dtype);
+        let wt = g.node(
+            "Transpose",
+            &[&w],
+            &[("perm", Attr::Ints(vec![1, 0]))],
+            Vec::new(),
+            x.dtype,
+        );
         let mm = g.node("MatMul", &[&x.name, &wt.name], &[], shape.clone(), x.dtype);
         vec![match b {
             Some(b) => g.node("Add", &[&mm.name, &b], &[], shape, x.dtype),
@@ -993,7 +1231,10 @@ impl ExportLayer for LayerNorm {
         };
         let scale = match &self.weight {
             Some(w) => g.param("weight", w),
-            None => g.constant(&Tensor::ones(&self.normalized_shape, DType::F32, &crate::Device::Cpu).to_dtype(x.dtype)),
+            None => g.constant(
+                &Tensor::ones(&self.normalized_shape, DType::F32, &crate::Device::Cpu)
+                    .to_dtype(x.dtype),
+            ),
         };
         let b = self.bias.as_ref().map(|b| g.param("bias", b));
         let mut ins = vec![scale.as_str()];
@@ -1018,7 +1259,12 @@ impl ExportLayer for RMSNorm {
             _ => f32::EPSILON as f64,
         });
         let sq = g.same("Mul", x, &[&x.name], &[]);
-        let ms = g.same("ReduceMean", &sq, &[], &[("axes", Attr::Ints(axes)), ("keepdims", Attr::Int(1))]);
+        let ms = g.same(
+            "ReduceMean",
+            &sq,
+            &[],
+            &[("axes", Attr::Ints(axes)), ("keepdims", Attr::Int(1))],
+        );
         let e = g.const_scalar(eps, x.dtype);
         let ms = g.same("Add", &ms, &[&e], &[]);
         let rms = g.unary("Sqrt", &ms);
@@ -1041,13 +1287,36 @@ impl ExportLayer for GroupNorm {
         // [N, C, *] → [N, G, -1], instance-normalised, back, then the affine per channel.
         let groups = self.num_groups;
         let grouped_shape = g.const_i64(&[0, groups as i64, -1]);
-        let grouped = g.node("Reshape", &[&x.name, &grouped_shape], &[], Vec::new(), x.dtype);
-        let ones = g.constant(&Tensor::ones(&[groups], DType::F32, &crate::Device::Cpu).to_dtype(x.dtype));
-        let zeros = g.constant(&Tensor::zeros(&[groups], DType::F32, &crate::Device::Cpu).to_dtype(x.dtype));
-        let normed = g.same("InstanceNormalization", &grouped, &[&ones, &zeros], &[("epsilon", Attr::Float(self.eps))]);
+        let grouped = g.node(
+            "Reshape",
+            &[&x.name, &grouped_shape],
+            &[],
+            Vec::new(),
+            x.dtype,
+        );
+        let ones =
+            g.constant(&Tensor::ones(&[groups], DType::F32, &crate::Device::Cpu).to_dtype(x.dtype));
+        let zeros = g
+            .constant(&Tensor::zeros(&[groups], DType::F32, &crate::Device::Cpu).to_dtype(x.dtype));
+        let normed = g.same(
+            "InstanceNormalization",
+            &grouped,
+            &[&ones, &zeros],
+            &[("epsilon", Attr::Float(self.eps))],
+        );
         let shape = g.node("Shape", &[&x.name], &[], Vec::new(), DType::I64);
-        let mut y = g.node("Reshape", &[&normed.name, &shape.name], &[], x.shape.clone(), x.dtype);
-        let channels = self.weight.as_ref().or(self.bias.as_ref()).map(|t| t.shape()[0]);
+        let mut y = g.node(
+            "Reshape",
+            &[&normed.name, &shape.name],
+            &[],
+            x.shape.clone(),
+            x.dtype,
+        );
+        let channels = self
+            .weight
+            .as_ref()
+            .or(self.bias.as_ref())
+            .map(|t| t.shape()[0]);
         if let Some(c) = channels {
             let affine: Vec<i64> = std::iter::once(c as i64)
                 .chain(std::iter::repeat_n(1, x.rank().saturating_sub(2)))
@@ -1068,7 +1337,13 @@ impl ExportLayer for GroupNorm {
 impl ExportLayer for Dropout {
     fn export_layer(&self, g: &mut GraphWriter, inputs: &[Value]) -> Vec<Value> {
         if self.training && self.p > 0.0 {
-            g.unsupported("Dropout", &format!("p={} in training mode; call `eval()` before exporting", self.p));
+            g.unsupported(
+                "Dropout",
+                &format!(
+                    "p={} in training mode; call `eval()` before exporting",
+                    self.p
+                ),
+            );
         }
         inputs.to_vec()
     }

@@ -378,7 +378,15 @@ impl Checker<'_> {
         self.checked
             .stmts
             .push(quote::quote_spanned!(span=> let #pattern = #code;));
-        self.emit_onnx(call, built.onnx.as_ref(), vars, &field, &label, &out, &pattern);
+        self.emit_onnx(
+            call,
+            built.onnx.as_ref(),
+            vars,
+            &field,
+            &label,
+            &out,
+            &pattern,
+        );
         let params = r.params.clone().unwrap_or_else(|| {
             built.params.tokens(&|s| {
                 let i = syn::Ident::new(s, Span::call_site());
@@ -447,9 +455,7 @@ impl Checker<'_> {
                 })
             }
         };
-        self.checked
-            .onnx_stmts
-            .push(quote!(let #pattern = #value;));
+        self.checked.onnx_stmts.push(quote!(let #pattern = #value;));
         for (var, ty) in leaves(out) {
             self.onnx_declare(&var, &ty);
         }

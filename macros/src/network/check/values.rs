@@ -286,9 +286,9 @@ impl Checker<'_> {
         };
         let var = self.var();
         self.checked.stmts.push(quote!(let #var = #code;));
-        self.checked.onnx_stmts.push(
-            quote!(let #var = __g.scalar(#onnx_op, &#v, #onnx_s, #reversed);),
-        );
+        self.checked
+            .onnx_stmts
+            .push(quote!(let #var = __g.scalar(#onnx_op, &#v, #onnx_s, #reversed);));
         let ty = Ty {
             origin: format!("`{text}`"),
             ..ty

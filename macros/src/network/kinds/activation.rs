@@ -38,20 +38,22 @@ impl Kind for Activation {
         }
         cx.need_float(&inputs[0]);
         let method = format_ident!("{}", kind);
-        Some(Built::op(
-            Ty::float(inputs[0].shape.clone()),
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                Ty::float(inputs[0].shape.clone()),
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    match slope {
+                        Some(s) => quote!(#x.leaky_relu(#s)),
+                        None => quote!(#x.#method()),
+                    }
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                match slope {
-                    Some(s) => quote!(#x.leaky_relu(#s)),
-                    None => quote!(#x.#method()),
-                }
-            }),
+                let s = slope.unwrap_or(0.0);
+                quote!(__g.activation(#kind, &#x, #s))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            let s = slope.unwrap_or(0.0);
-            quote!(__g.activation(#kind, &#x, #s))
-        })))
     }
 }

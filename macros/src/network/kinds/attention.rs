@@ -6,7 +6,7 @@
 //! activation = "relu", layer_norm_eps = 1e-5, batch_first = false, norm_first = false,
 //! bias = true)`: same shape out.
 
-use super::{Built, Cx, Kind, Out, Ty};
+use super::{Built, Cx, Kind, OnnxFn, Out, Ty};
 use crate::network::dim::Dim;
 use crate::network::parse::Value;
 use quote::quote;
@@ -164,7 +164,17 @@ impl Kind for MultiheadAttention {
                     quote!(#f.forward_with(&#q, &#k, &#v, &#args).0)
                 }
             }),
-            onnx: None,
+            // With the weights it yields a tuple: that stays a traced export.
+            onnx: (!need_weights).then(|| -> OnnxFn {
+                Box::new(move |x, f, label| {
+                    let (q, k, v) = if x.len() == 1 {
+                        (&x[0], &x[0], &x[0])
+                    } else {
+                        (&x[0], &x[1], &x[2])
+                    };
+                    quote!(__g.multihead_attention(&#f, #label, &#q, &#k, &#v, #is_causal))
+                })
+            }),
         })
     }
 }

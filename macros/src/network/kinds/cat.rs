@@ -82,11 +82,13 @@ impl Kind for Cat {
         };
         let krate = cx.krate.clone();
         let d = d as isize;
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| quote!(#krate::Tensor::cat(&[#(&#x),*], #d))),
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| quote!(#krate::Tensor::cat(&[#(&#x),*], #d))),
+            )
+            .onnx(Box::new(move |x, _, _| quote!(__g.cat(&[#(&#x),*], #d)))),
         )
-        .onnx(Box::new(move |x, _, _| quote!(__g.cat(&[#(&#x),*], #d)))))
     }
 }
 

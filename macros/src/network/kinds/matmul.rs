@@ -56,16 +56,18 @@ impl Kind for Matmul {
         };
         shape.push(a.shape[ra - 2].clone());
         shape.push(b.shape[rb - 1].clone());
-        Some(Built::op(
-            Ty::float(shape),
-            Box::new(|x, _| {
+        Some(
+            Built::op(
+                Ty::float(shape),
+                Box::new(|x, _| {
+                    let (a, b) = (&x[0], &x[1]);
+                    quote!(#a.matmul(&#b))
+                }),
+            )
+            .onnx(Box::new(|x, _, _| {
                 let (a, b) = (&x[0], &x[1]);
-                quote!(#a.matmul(&#b))
-            }),
+                quote!(__g.matmul(&#a, &#b))
+            })),
         )
-        .onnx(Box::new(|x, _, _| {
-            let (a, b) = (&x[0], &x[1]);
-            quote!(__g.matmul(&#a, &#b))
-        })))
     }
 }

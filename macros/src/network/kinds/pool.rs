@@ -95,17 +95,19 @@ impl Kind for AdaptiveAvgPool {
         ];
         let krate = cx.krate.clone();
         let (h, w) = (h as usize, w as usize);
-        Some(Built::op(
-            Ty::float(shape),
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                Ty::float(shape),
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    quote!(#krate::nn::functional::adaptive_avg_pool2d(&#x, [#h, #w]))
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                quote!(#krate::nn::functional::adaptive_avg_pool2d(&#x, [#h, #w]))
-            }),
+                quote!(__g.adaptive_avg_pool2d(&#x, [#h, #w]))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.adaptive_avg_pool2d(&#x, [#h, #w]))
-        })))
     }
 }
 

@@ -35,20 +35,22 @@ impl Kind for Reduce {
         }
         let mean = cx.kind() == "mean";
         let di = d as isize;
-        Some(Built::op(
-            Ty::float(shape),
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                Ty::float(shape),
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    if mean {
+                        quote!(#x.mean(&[#di], #keep))
+                    } else {
+                        quote!(#x.sum(&[#di], #keep))
+                    }
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                if mean {
-                    quote!(#x.mean(&[#di], #keep))
-                } else {
-                    quote!(#x.sum(&[#di], #keep))
-                }
-            }),
+                quote!(__g.reduce(&#x, #di, #keep, #mean))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.reduce(&#x, #di, #keep, #mean))
-        })))
     }
 }

@@ -38,17 +38,19 @@ impl Kind for Flatten {
             shape: vec![x.shape[0].clone(), rest],
             ..x.clone()
         };
-        Some(Built::op(
-            ty,
-            Box::new(|x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(|x, _| {
+                    let x = &x[0];
+                    quote!(#x.flatten(1, -1))
+                }),
+            )
+            .onnx(Box::new(|x, _, _| {
                 let x = &x[0];
-                quote!(#x.flatten(1, -1))
-            }),
+                quote!(__g.flatten(&#x))
+            })),
         )
-        .onnx(Box::new(|x, _, _| {
-            let x = &x[0];
-            quote!(__g.flatten(&#x))
-        })))
     }
 }
 
@@ -164,17 +166,19 @@ impl Kind for Transpose {
         shape.swap(a, b);
         let ty = Ty { shape, ..x.clone() };
         let (a, b) = (a as isize, b as isize);
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    quote!(#x.transpose(#a, #b))
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                quote!(#x.transpose(#a, #b))
-            }),
+                quote!(__g.transpose(&#x, #a as isize, #b as isize))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.transpose(&#x, #a as isize, #b as isize))
-        })))
     }
 }
 
@@ -214,17 +218,19 @@ impl Kind for Permute {
         let ty = Ty { shape, ..x.clone() };
         let onnx_order = order.clone();
         let order: Vec<isize> = order.into_iter().map(|i| i as isize).collect();
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    quote!(#x.permute(&[#(#order),*]))
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                quote!(#x.permute(&[#(#order),*]))
-            }),
+                quote!(__g.permute(&#x, &[#(#onnx_order),*]))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.permute(&#x, &[#(#onnx_order),*]))
-        })))
     }
 }
 
@@ -250,17 +256,19 @@ impl Kind for Unsqueeze {
         shape.insert(d, Dim::lit(1));
         let ty = Ty { shape, ..x.clone() };
         let d = d as isize;
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    quote!(#x.unsqueeze(#d))
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                quote!(#x.unsqueeze(#d))
-            }),
+                quote!(__g.unsqueeze(&#x, #d))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.unsqueeze(&#x, #d))
-        })))
     }
 }
 
@@ -298,17 +306,19 @@ impl Kind for Squeeze {
         shape.remove(d);
         let ty = Ty { shape, ..x.clone() };
         let d = d as isize;
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    quote!(#x.squeeze(#d))
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                quote!(#x.squeeze(#d))
-            }),
+                quote!(__g.squeeze(&#x, #d))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.squeeze(&#x, #d))
-        })))
     }
 }
 
@@ -359,24 +369,26 @@ impl Kind for Select {
         shape.remove(d);
         let ty = Ty { shape, ..x.clone() };
         let dim = d as isize;
-        Some(Built::op(
-            ty,
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                ty,
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    if index >= 0 {
+                        let i = index as usize;
+                        quote!(#x.select(#dim, #i))
+                    } else {
+                        quote!({
+                            let __size = #x.shape()[#d] as i64;
+                            #x.select(#dim, (__size + #index) as usize)
+                        })
+                    }
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                if index >= 0 {
-                    let i = index as usize;
-                    quote!(#x.select(#dim, #i))
-                } else {
-                    quote!({
-                        let __size = #x.shape()[#d] as i64;
-                        #x.select(#dim, (__size + #index) as usize)
-                    })
-                }
-            }),
+                quote!(__g.select(&#x, #dim, #index))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.select(&#x, #dim, #index))
-        })))
     }
 }

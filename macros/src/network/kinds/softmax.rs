@@ -26,20 +26,22 @@ impl Kind for Softmax {
         cx.need_float(x);
         let dim = dim? as isize;
         let log = cx.kind() == "log_softmax";
-        Some(Built::op(
-            Ty::float(x.shape.clone()),
-            Box::new(move |x, _| {
+        Some(
+            Built::op(
+                Ty::float(x.shape.clone()),
+                Box::new(move |x, _| {
+                    let x = &x[0];
+                    if log {
+                        quote!(#x.log_softmax(#dim))
+                    } else {
+                        quote!(#x.softmax(#dim))
+                    }
+                }),
+            )
+            .onnx(Box::new(move |x, _, _| {
                 let x = &x[0];
-                if log {
-                    quote!(#x.log_softmax(#dim))
-                } else {
-                    quote!(#x.softmax(#dim))
-                }
-            }),
+                quote!(__g.softmax(&#x, #dim, #log))
+            })),
         )
-        .onnx(Box::new(move |x, _, _| {
-            let x = &x[0];
-            quote!(__g.softmax(&#x, #dim, #log))
-        })))
     }
 }
