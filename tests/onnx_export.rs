@@ -733,3 +733,150 @@ fn bert_layer_graph_with_named_batch_and_length() {
     let sets = [token_inputs(2, 5, 1), token_inputs(3, 9, 2)];
     check("bert_layer_graph", &exported, forward, &sets, 1e-4);
 }
+
+mod graph_nets {
+    use ferrograd::prelude::*;
+
+    network! {
+        /// An LSTM classifier: embeddings, a 2-layer bidirectional LSTM, mean over time.
+        pub struct LstmClassifier(ids: [N, T]: i64) -> [N, 5] {
+            let emb = ids -> embed: Embedding(100 -> 16);
+            let (out, (h, c)) = lstm: LSTM(16 -> 32, num_layers = 2, batch_first = true, bidirectional = true)(emb);
+            out -> mean(dim = 1) -> head: Linear(64 -> 5)
+        }
+    }
+
+    network! {
+        /// Two inputs, two outputs, a gated unit from `chunk`, scalar arithmetic, a GRU.
+        pub struct TwoTower(a: [N, T, 8], b: [N, 6]) -> ([N, 4], [N, 4]) {
+            let (gate, value) = a -> proj: Linear(8 -> 16) -> chunk(2, dim = -1);
+            let (seq, last) = gru: GRU(8 -> 8, batch_first = true)(value * sigmoid(gate));
+            let left = seq -> mean(dim = 1) -> head_a: Linear(8 -> 4);
+            let right = b -> head_b: Linear(6 -> 4) -> tanh;
+            (left, 1.5 - right * 0.5)
+        }
+    }
+
+    network! {
+        /// Pre-norm encoder layers repeated, then a post-norm one.
+        pub struct Encoder(x: [N, T, 32]) -> [N, T, 32] {
+            pre: [TransformerEncoderLayer(32, 4, dim_feedforward = 64, dropout = 0.0, batch_first = true, norm_first = true, activation = "gelu"); 2],
+            post: TransformerEncoderLayer(32, 4, dim_feedforward = 48, dropout = 0.0, batch_first = true),
+        }
+    }
+
+    network! {
+        /// A ResNet basic block whose sizes are constructor arguments.
+        pub struct Basic[cin -> cout, stride = 1](x: [N, cin, H, W])
+            -> [N, cout, (H - 1) / stride + 1, (W - 1) / stride + 1] {
+            let y = x
+                -> conv1: Conv2d(cin -> cout, kernel = 3, stride = stride, padding = 1, bias = false)
+                -> bn1: BatchNorm2d(cout) -> relu
+                -> conv2: Conv2d(cout -> cout, kernel = 3, padding = 1, bias = false)
+                -> bn2: BatchNorm2d(cout);
+            let short = x -> down: (Conv2d(cin -> cout, kernel = 1, stride = stride, bias = false), BatchNorm2d(cout));
+            relu(y + short)
+        }
+
+        /// Constructor blocks nested, one repeated; a pooled head.
+        pub struct Stage(x: [N, 8, H, W]) -> [N, 10] {
+            first: Basic(8 -> 16, stride = 2),
+            rest: [Basic(16 -> 16); 2],
+            adaptive_avg_pool2d(1),
+            flatten,
+            fc: Linear(16 -> 10),
+        }
+    }
+}
+
+#[test]
+fn graph_export_of_recurrent_attention_and_constructor_blocks() {
+    use graph_nets::{Encoder, LstmClassifier, Stage, TwoTower};
+    manual_seed(11);
+    let mut lstm = LstmClassifier::new(&Device::Cpu);
+    lstm.eval();
+    let exported = onnx::network_graph(&lstm).expect("export the LSTM classifier");
+    assert!(exported.op_types().contains(&"LSTM".to_string()));
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&lstm));
+    let ids = |n: usize, t: usize, s: usize| {
+        vec![Tensor::from_vec(
+            (0..n * t).map(|i| ((i * 7 + s) % 100) as i64).collect(),
+            &[n, t],
+        )]
+    };
+    check(
+        "lstm_classifier_graph",
+        &exported,
+        |xs| vec![lstm.forward(&xs[0])],
+        &[ids(2, 5, 0), ids(3, 8, 1)],
+        1e-4,
+    );
+
+    let mut towers = TwoTower::new(&Device::Cpu);
+    towers.eval();
+    let exported = onnx::network_graph(&towers).expect("export the two towers");
+    assert!(exported.op_types().contains(&"Split".to_string()));
+    assert!(exported.op_types().contains(&"GRU".to_string()));
+    assert_eq!(io_dims(&exported, false, 0), ["N", "T", "8"]);
+    assert_eq!(io_dims(&exported, false, 1), ["N", "6"]);
+    let pair = |n: usize, t: usize| {
+        vec![
+            Tensor::randn(&[n, t, 8], DType::F32, &Device::Cpu),
+            Tensor::randn(&[n, 6], DType::F32, &Device::Cpu),
+        ]
+    };
+    check(
+        "two_tower_graph",
+        &exported,
+        |xs| {
+            let (l, r) = towers.forward(&xs[0], &xs[1]);
+            vec![l, r]
+        },
+        &[pair(2, 3), pair(4, 7)],
+        1e-4,
+    );
+
+    let mut encoder = Encoder::new(&Device::Cpu);
+    encoder.eval();
+    randomize(&encoder);
+    let exported = onnx::network_graph(&encoder).expect("export the encoder");
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&encoder));
+    assert!(
+        names.contains(&"pre.1.self_attn.in_proj_weight".to_string()),
+        "{names:?}"
+    );
+    let seq = |n: usize, t: usize| vec![Tensor::randn(&[n, t, 32], DType::F32, &Device::Cpu)];
+    check(
+        "encoder_graph",
+        &exported,
+        |xs| vec![encoder.forward(&xs[0])],
+        &[seq(2, 5), seq(3, 11)],
+        1e-4,
+    );
+
+    let mut stage = Stage::new(&Device::Cpu);
+    stage.eval();
+    randomize(&stage);
+    let exported = onnx::network_graph(&stage).expect("export the stage");
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&stage));
+    assert!(
+        names.contains(&"rest.1.down.1.running_mean".to_string()),
+        "{names:?}"
+    );
+    assert_eq!(io_dims(&exported, false, 0), ["N", "8", "H", "W"]);
+    let img =
+        |n: usize, h: usize, w: usize| vec![Tensor::randn(&[n, 8, h, w], DType::F32, &Device::Cpu)];
+    check(
+        "stage_graph",
+        &exported,
+        |xs| vec![stage.forward(&xs[0])],
+        &[img(2, 9, 7), img(3, 12, 16)],
+        1e-4,
+    );
+}

@@ -12,13 +12,16 @@
 
 use super::OnnxError;
 use super::export::{
-    Exported, IR_VERSION, OPSET, attr_f, attr_i, attr_ints, attr_s, onnx_dtype, tensor_from,
+    Exported, IR_VERSION, NodeSink, OPSET, RnnExport, attr_f, attr_i, attr_ints, attr_s,
+    onnx_dtype, rnn_nodes, tensor_from,
 };
 use super::proto as pb;
+use super::trace::RnnKind;
 use crate::nn::{
     BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Dropout, Embedding,
     GroupNorm, LayerNorm, Linear, Module, PaddingMode, RMSNorm,
 };
+use crate::nn::{Recurrent, RnnMode};
 use crate::{DType, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
@@ -914,6 +917,168 @@ impl GraphWriter {
         let o = self.node("Reshape", &[&o.name, &merge], &[], Vec::new(), dtype);
         let y = self.layer(&m.out_proj, "out_proj", &[&o]).remove(0);
         bf(self, &y)
+    }
+}
+
+impl NodeSink for GraphWriter {
+    fn fresh(&mut self, stem: &str) -> String {
+        GraphWriter::fresh(self, stem)
+    }
+    fn node(
+        &mut self,
+        op: &str,
+        inputs: &[String],
+        outputs: &[String],
+        attrs: Vec<pb::AttributeProto>,
+    ) {
+        let name = self.fresh(op);
+        self.nodes.push(pb::NodeProto {
+            input: inputs.to_vec(),
+            output: outputs.to_vec(),
+            name: Some(format!("{name}_node")),
+            op_type: Some(op.to_string()),
+            attribute: attrs,
+            ..Default::default()
+        });
+    }
+    fn const_i64(&mut self, values: &[i64]) -> String {
+        GraphWriter::const_i64(self, values)
+    }
+}
+
+impl GraphWriter {
+    /// `op` with `n` outputs of unknown shape.
+    pub fn node_n(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        attrs: &[(&str, Attr)],
+        n: usize,
+        dtype: DType,
+    ) -> Vec<Value> {
+        let first = self.node(op, inputs, attrs, Vec::new(), dtype);
+        let mut outs = vec![first];
+        let node = self.nodes.len() - 1;
+        for _ in 1..n {
+            let name = self.fresh(&format!("{op}_out"));
+            self.nodes[node].output.push(name.clone());
+            outs.push(Value {
+                name,
+                shape: Vec::new(),
+                dtype,
+            });
+        }
+        outs
+    }
+
+    /// `x.chunk(n, dim)`: `n` equal parts (ONNX `Split` without sizes).
+    pub fn chunk(&mut self, x: &Value, n: usize, dim: isize) -> Vec<Value> {
+        self.node_n(
+            "Split",
+            &[&x.name],
+            &[("axis", Attr::Int(dim as i64))],
+            n,
+            x.dtype,
+        )
+    }
+}
+
+impl ExportLayer for Recurrent {
+    fn export_layer(&self, g: &mut GraphWriter, inputs: &[Value]) -> Vec<Value> {
+        let (mode, config, params, training) = self.export_parts();
+        let why = if inputs.is_empty() || inputs.len() > 3 {
+            Some("takes the sequence and optionally h0 (and c0)")
+        } else if config.proj_size > 0 {
+            Some("an LSTM with proj_size")
+        } else if training && config.dropout > 0.0 && config.num_layers > 1 {
+            Some("dropout between layers in training mode; call `eval()` first")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            g.unsupported("Recurrent", why);
+            return inputs.to_vec();
+        }
+        let lstm = mode == RnnMode::Lstm;
+        let x = &inputs[0];
+        let mut ins: Vec<String> = inputs.iter().map(|v| v.name.clone()).collect();
+        ins.extend(params.iter().map(|(name, t)| g.param(name, t)));
+        let outs: Vec<String> = (0..2 + lstm as usize)
+            .map(|i| g.fresh(&format!("rnn_out{i}")))
+            .collect();
+        let c = RnnExport {
+            mode: match mode {
+                RnnMode::Tanh => RnnKind::Tanh,
+                RnnMode::Relu => RnnKind::Relu,
+                RnnMode::Lstm => RnnKind::Lstm,
+                RnnMode::Gru => RnnKind::Gru,
+            },
+            layers: config.num_layers,
+            hidden: config.hidden_size,
+            dirs: if config.bidirectional { 2 } else { 1 },
+            batch_first: config.batch_first,
+            bias: config.bias,
+            has_state: inputs.len() > 1,
+            unbatched: x.rank() == 2,
+        };
+        rnn_nodes(g, &c, &ins, &outs);
+        outs.into_iter()
+            .map(|name| Value {
+                name,
+                shape: Vec::new(),
+                dtype: x.dtype,
+            })
+            .collect()
+    }
+}
+
+impl ExportLayer for crate::nn::TransformerEncoderLayer {
+    fn export_layer(&self, g: &mut GraphWriter, inputs: &[Value]) -> Vec<Value> {
+        let Some(src) = one(g, "TransformerEncoderLayer", inputs) else {
+            return inputs.to_vec();
+        };
+        let c = &self.config;
+        if self.training && c.dropout > 0.0 {
+            g.unsupported(
+                "TransformerEncoderLayer",
+                &format!(
+                    "dropout {} in training mode; call `eval()` before exporting",
+                    c.dropout
+                ),
+            );
+            return vec![src.clone()];
+        }
+        let sa = |g: &mut GraphWriter, x: &Value| {
+            g.multihead_attention(&self.self_attn, "self_attn", x, x, x, false)
+        };
+        let ff = |g: &mut GraphWriter, x: &Value| {
+            let h = g.layer(&self.linear1, "linear1", &[x]).remove(0);
+            let name = match c.activation {
+                crate::nn::Activation::Relu => "relu",
+                crate::nn::Activation::Gelu => "gelu",
+            };
+            let h = g.activation(name, &h, 0.0);
+            g.layer(&self.linear2, "linear2", &[&h]).remove(0)
+        };
+        let norm = |g: &mut GraphWriter, n: &LayerNorm, field: &str, x: &Value| {
+            g.layer(n, field, &[x]).remove(0)
+        };
+        let out = if c.norm_first {
+            let n1 = norm(g, &self.norm1, "norm1", src);
+            let a = sa(g, &n1);
+            let x = g.binary("Add", src, &a);
+            let n2 = norm(g, &self.norm2, "norm2", &x);
+            let f = ff(g, &n2);
+            g.binary("Add", &x, &f)
+        } else {
+            let a = sa(g, src);
+            let x = g.binary("Add", src, &a);
+            let x = norm(g, &self.norm1, "norm1", &x);
+            let f = ff(g, &x);
+            let y = g.binary("Add", &x, &f);
+            norm(g, &self.norm2, "norm2", &y)
+        };
+        vec![out]
     }
 }
 

@@ -150,6 +150,7 @@ impl Kind for Chunk {
         let di = d as isize;
         let (n, k) = (n as usize, k as usize);
         let vars: Vec<_> = (0..n).map(|i| format_ident!("__part{}", i)).collect();
+        let onnx_vars = vars.clone();
         Some(Built {
             out: Out::Tuple(vec![Out::One(one); n]),
             field: None,
@@ -168,7 +169,17 @@ impl Kind for Chunk {
                     (#(#vars),*)
                 })
             }),
-            onnx: None,
+            // Equal parts either way: ONNX `Split` into `n` outputs.
+            onnx: Some(Box::new(move |x, _, _| {
+                let x = &x[0];
+                let vars = &onnx_vars;
+                let index = 0..n;
+                quote!({
+                    let __parts = __g.chunk(&#x, #n, #di);
+                    #(let #vars = __g.nth(&__parts, #index);)*
+                    (#(#vars),*)
+                })
+            })),
         })
     }
 }

@@ -128,6 +128,14 @@ pub struct Recurrent {
     training: bool,
 }
 
+impl Recurrent {
+    /// Its cell, configuration, parameters (state-dict name, tensor) in PyTorch's order,
+    /// and training flag: what an export writes.
+    pub(crate) fn export_parts(&self) -> (RnnMode, &RnnConfig, &[(String, Tensor)], bool) {
+        (self.mode, &self.config, &self.params, self.training)
+    }
+}
+
 /// `nn.RNN` (tanh or relu).
 pub type RNN = Recurrent;
 /// `nn.LSTM`.
