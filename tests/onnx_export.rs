@@ -765,6 +765,38 @@ mod graph_nets {
         }
     }
 
+    /// A `#[derive(Module)]` layer with declared shapes and a hand-written forward: the
+    /// graph export traces this one layer.
+    #[derive(ferrograd::nn::Module)]
+    #[module(input = [N, 16], output = [N, 16], parameters = 16 * 16 + 16 + 32)]
+    pub struct Gated {
+        fc: ferrograd::nn::Linear,
+        norm: ferrograd::nn::LayerNorm,
+    }
+
+    impl Gated {
+        pub fn new(device: &Device) -> Self {
+            Gated {
+                fc: ferrograd::nn::Linear::new(16, 16, device),
+                norm: ferrograd::nn::LayerNorm::new(&[16], device),
+            }
+        }
+        pub fn forward(&self, x: &Tensor) -> Tensor {
+            let h = self.fc.forward(x);
+            self.norm.forward(&(x + &h.sigmoid().mul(&h)))
+        }
+    }
+
+    network! {
+        /// Derived layers, one of them repeated, between built-in ones.
+        pub struct WithDerived(x: [N, 10]) -> [N, 3] {
+            inp: Linear(10 -> 16),
+            gate: Gated,
+            more: [Gated; 2],
+            out: Linear(16 -> 3),
+        }
+    }
+
     network! {
         /// A ResNet basic block whose sizes are constructor arguments.
         pub struct Basic[cin -> cout, stride = 1](x: [N, cin, H, W])
@@ -787,6 +819,30 @@ mod graph_nets {
             fc: Linear(16 -> 10),
         }
     }
+}
+
+#[test]
+fn graph_export_traces_derived_layers_only() {
+    manual_seed(12);
+    let net = graph_nets::WithDerived::new(&Device::Cpu);
+    randomize(&net);
+    let exported = onnx::network_graph(&net).expect("export with derived layers");
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&net));
+    assert!(
+        names.contains(&"more.1.norm.weight".to_string()),
+        "{names:?}"
+    );
+    assert_eq!(io_dims(&exported, false, 0), ["N", "10"]);
+    let x = |n: usize| vec![Tensor::randn(&[n, 10], DType::F32, &Device::Cpu)];
+    check(
+        "with_derived_graph",
+        &exported,
+        |xs| vec![net.forward(&xs[0])],
+        &[x(2), x(7)],
+        1e-4,
+    );
 }
 
 #[test]

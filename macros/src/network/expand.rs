@@ -390,7 +390,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
                 __g: &mut #krate::onnx::GraphWriter,
                 __inputs: &[#krate::onnx::Value],
             ) -> ::std::vec::Vec<#krate::onnx::Value> {
-                use #krate::onnx::{ViaExportLayer as _, ViaUnsupported as _};
+                use #krate::onnx::{ViaExportLayer as _, ViaTrace as _, ViaUnsupported as _};
                 #(let #ctor = self.#ctor;)*
                 if __inputs.len() != #n_inputs {
                     __g.unsupported(#net_name, &::std::format!("takes {} inputs, got {}", #n_inputs, __inputs.len()));

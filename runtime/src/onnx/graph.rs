@@ -297,6 +297,14 @@ impl GraphWriter {
         }
     }
 
+    /// `v` with `template`'s shape (a repeated layer keeps its input's shape).
+    pub fn shaped_like(&self, v: Value, template: &Value) -> Value {
+        Value {
+            shape: template.shape.clone(),
+            ..v
+        }
+    }
+
     /// `arange(T)`: the positions `0..T` as int64 `[T]` (ONNX `Range`).
     pub fn arange(&mut self, size: &SymDim) -> Value {
         let Some(n) = self.size(size) else {
@@ -1092,19 +1100,52 @@ pub trait ExportLayer {
 }
 
 #[doc(hidden)]
-/// Which export a layer of `network!` takes: [`ExportLayer`] when its type has it, else
-/// an unsupported-op error naming the type and the layer (autoref specialisation: the
-/// generated code calls `(&&Probe(&layer)).export_call(..)`).
+/// Which export a layer of `network!` takes, by autoref specialisation (the generated
+/// code calls `(&&&Probe(&layer)).export_call(..)`, or `TraceProbe` for a one-in,
+/// one-out layer): [`ExportLayer`] when its type has it; else, for a module with a
+/// hand-written `forward(&Tensor) -> Tensor` (a `#[derive(Module)]` struct), that one
+/// layer traced ([`GraphWriter::traced`]); else an unsupported-op error naming the type
+/// and the layer.
 pub struct Probe<'a, T: ?Sized>(pub &'a T);
+
+impl<T: ExportLayer + ?Sized> ViaExportLayer for &&Probe<'_, T> {
+    fn export_call(&self, g: &mut GraphWriter, field: &str, inputs: &[&Value]) -> Vec<Value> {
+        g.layer(self.0, field, inputs)
+    }
+}
 
 #[doc(hidden)]
 pub trait ViaExportLayer {
     fn export_call(&self, g: &mut GraphWriter, field: &str, inputs: &[&Value]) -> Vec<Value>;
 }
 
-impl<T: ExportLayer + ?Sized> ViaExportLayer for &Probe<'_, T> {
+#[doc(hidden)]
+/// A one-in, one-out layer with its forward as a closure, so a type without
+/// [`ExportLayer`] is traced through it ([`GraphWriter::traced`]); a forward of another
+/// signature makes the closure's type miss the bound, and the call falls back to the
+/// unsupported-op error.
+pub struct TraceProbe<'a, T: ?Sized, F>(pub &'a T, pub F);
+
+impl<T: ExportLayer + ?Sized, F> ViaExportLayer for &&TraceProbe<'_, T, F> {
     fn export_call(&self, g: &mut GraphWriter, field: &str, inputs: &[&Value]) -> Vec<Value> {
         g.layer(self.0, field, inputs)
+    }
+}
+
+#[doc(hidden)]
+pub trait ViaTrace {
+    fn export_call(&self, g: &mut GraphWriter, field: &str, inputs: &[&Value]) -> Vec<Value>;
+}
+
+impl<T: Module, F: Fn(&Tensor) -> Tensor> ViaTrace for &TraceProbe<'_, T, F> {
+    fn export_call(&self, g: &mut GraphWriter, field: &str, inputs: &[&Value]) -> Vec<Value> {
+        g.traced(self.0, field, inputs, &self.1)
+    }
+}
+
+impl<T: ?Sized, F> ViaUnsupported for TraceProbe<'_, T, F> {
+    fn export_call(&self, g: &mut GraphWriter, field: &str, inputs: &[&Value]) -> Vec<Value> {
+        Probe(self.0).export_call(g, field, inputs)
     }
 }
 
@@ -1122,6 +1163,108 @@ impl<T: ?Sized> ViaUnsupported for Probe<'_, T> {
         );
         g.scope.pop();
         inputs.iter().map(|v| (*v).clone()).collect()
+    }
+}
+
+impl GraphWriter {
+    /// Writes a module whose `forward` is hand-written (a `#[derive(Module)]` layer of a
+    /// network): that one layer is traced ([`super::export_with`]) at an input of its
+    /// declared shape, each size of the input that is not fixed (`N`, `H`) taken at 8
+    /// and doubled so it stays symbolic, and its nodes join the graph under `field`
+    /// (its parameters under their state-dict keys, `field.conv.weight`).
+    pub fn traced<M: Module + ?Sized>(
+        &mut self,
+        module: &M,
+        field: &str,
+        inputs: &[&Value],
+        forward: &dyn Fn(&Tensor) -> Tensor,
+    ) -> Vec<Value> {
+        self.scope.push(field.to_string());
+        let out = self.traced_in_scope(module, inputs, forward);
+        self.scope.pop();
+        out
+    }
+
+    fn traced_in_scope<M: Module + ?Sized>(
+        &mut self,
+        module: &M,
+        inputs: &[&Value],
+        forward: &dyn Fn(&Tensor) -> Tensor,
+    ) -> Vec<Value> {
+        let what = std::any::type_name::<M>();
+        let [x] = inputs else {
+            self.unsupported(
+                what,
+                &format!("a traced layer takes one input, got {}", inputs.len()),
+            );
+            return inputs.iter().map(|v| (*v).clone()).collect();
+        };
+        let mut opts = super::ExportOptions::new();
+        let mut shape = Vec::with_capacity(x.rank());
+        for (axis, d) in x.shape.iter().enumerate() {
+            match d {
+                SymDim::Fixed(v) => shape.push(*v),
+                SymDim::Named(s) => {
+                    shape.push(8);
+                    opts = opts.dynamic_axis("input", axis, s);
+                }
+                SymDim::Expr(e) => {
+                    shape.push(8);
+                    opts = opts.dynamic_axis("input", axis, &e.replace(' ', ""));
+                }
+            }
+        }
+        let example = if x.dtype.is_float() {
+            Tensor::randn(&shape, x.dtype, &crate::Device::Cpu)
+        } else {
+            Tensor::zeros(&shape, x.dtype, &crate::Device::Cpu)
+        };
+        let sub = match super::export_with(module, &[example], |xs| vec![forward(&xs[0])], &opts) {
+            Ok(e) => e,
+            Err(e) => {
+                self.unsupported(what, &format!("tracing this layer at {shape:?}: {e}"));
+                return vec![(*x).clone()];
+            }
+        };
+        let Some(graph) = sub.model.graph else {
+            return vec![(*x).clone()];
+        };
+        // Names: the input is `x`, the output a fresh value, the exporter's own values
+        // (`/…`) get the layer's path in front, parameters their full state-dict key.
+        let path = self.path();
+        let out = self.fresh("traced_out");
+        let rename = |n: &str| -> String {
+            match n {
+                "" => String::new(),
+                "input" => x.name.clone(),
+                "output" => out.clone(),
+                n if n.starts_with('/') => format!("/{path}{n}"),
+                n => crate::nn::join_path(&path, n),
+            }
+        };
+        for mut init in graph.initializer {
+            let name = rename(init.name.as_deref().unwrap_or_default());
+            if self
+                .initializers
+                .iter()
+                .any(|i| i.name.as_deref() == Some(&name))
+            {
+                continue;
+            }
+            init.name = Some(name);
+            self.initializers.push(init);
+        }
+        for mut node in graph.node {
+            node.input = node.input.iter().map(|n| rename(n)).collect();
+            node.output = node.output.iter().map(|n| rename(n)).collect();
+            node.name = node.name.map(|n| rename(&n));
+            self.nodes.push(node);
+        }
+        vec![Value {
+            name: out,
+            shape: Vec::new(),
+            dtype: x.dtype,
+        }]
     }
 }
 

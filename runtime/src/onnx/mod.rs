@@ -43,8 +43,8 @@ pub(crate) mod trace;
 
 pub use export::{ExportOptions, Exported, IR_VERSION, OPSET, export, export_module, export_with};
 pub use graph::{
-    Attr, ExportLayer, ExportNetwork, GraphWriter, Probe, SymDim, Value, ViaExportLayer,
-    ViaUnsupported, export_onnx, network_graph,
+    Attr, ExportLayer, ExportNetwork, GraphWriter, Probe, SymDim, TraceProbe, Value,
+    ViaExportLayer, ViaTrace, ViaUnsupported, export_onnx, network_graph,
 };
 pub use import::{InputSpec, OnnxModel, SUPPORTED_OPS, load};
 

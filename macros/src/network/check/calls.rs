@@ -436,14 +436,25 @@ impl Checker<'_> {
                     let mut __r = #x.clone();
                     for (__i, __layer) in #field.iter().enumerate() {
                         let __label = ::std::format!("{}.{}", #label, __i);
-                        let __o = (&&#krate::onnx::Probe(__layer)).export_call(__g, &__label, &[&__r]);
-                        __r = __g.nth(&__o, 0);
+                        let __o = (&&&#krate::onnx::TraceProbe(__layer, |__t: &#krate::Tensor| __layer.forward(__t)))
+                            .export_call(__g, &__label, &[&__r]);
+                        let __next = __g.nth(&__o, 0);
+                        __r = __g.shaped_like(__next, &__r);
                     }
                     __r
                 })
             }
+            // One in, one out: a type without `ExportLayer` is traced through its forward.
+            (None, true) if vars.len() == 1 && matches!(out, Val::One(..)) => {
+                let x = &vars[0];
+                quote!({
+                    let __o = (&&&#krate::onnx::TraceProbe(&#field, |__t: &#krate::Tensor| #field.forward(__t)))
+                        .export_call(__g, #label, &[&#x]);
+                    #picked
+                })
+            }
             (None, true) => quote!({
-                let __o = (&&#krate::onnx::Probe(&#field)).export_call(__g, #label, &[#(&#vars),*]);
+                let __o = (&&&#krate::onnx::Probe(&#field)).export_call(__g, #label, &[#(&#vars),*]);
                 #picked
             }),
             (None, false) => {
