@@ -204,13 +204,26 @@ async fn main() {
         &[1, TOKENS],
     ));
     let mut failed = false;
-    for (name, body, total) in [("lenet", image, 480usize), ("minilm", ids, 192)] {
+    // `FERROGRAD_LOAD_MODELS=lenet` runs one model; `FERROGRAD_LOAD_MAX_DELAY_US` sets
+    // the batching delay (2 ms by default).
+    let only = std::env::var("FERROGRAD_LOAD_MODELS").ok();
+    let max_delay = std::env::var("FERROGRAD_LOAD_MAX_DELAY_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_millis(2), Duration::from_micros);
+    for (name, body, total) in [("lenet", image, 6000usize), ("minilm", ids, 192)] {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|m| m == name))
+        {
+            continue;
+        }
         for clients in [1usize, 16, 32] {
             let mut rates = Vec::new();
             for batching in [false, true] {
                 let config = ServeConfig {
                     max_batch: if batching { 32 } else { 1 },
-                    max_delay: Duration::from_millis(2),
+                    max_delay,
                     ..ServeConfig::default()
                 };
                 let model = if name == "lenet" { lenet() } else { minilm().0 };

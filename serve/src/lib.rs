@@ -10,9 +10,9 @@
 //! Each model has one worker that runs batches in order. With `max_batch > 1` the worker
 //! takes every request already queued into one batch along axis 0 (requests whose other
 //! dims and dtypes agree), runs it once and splits the outputs (server-side dynamic
-//! batching, TorchServe's `batch_size`/`max_batch_delay`). Under load (requests were
-//! queued) it also waits for more while they keep arriving, up to `max_delay`; a lone
-//! request runs at once.
+//! batching, TorchServe's `batch_size`/`max_batch_delay`). While other requests for
+//! the model are still being decoded by their handlers it also waits for them, up to
+//! `max_delay`; a lone request, or a burst that is all queued, runs at once.
 //!
 //! A request body is JSON like `{"inputs": [{"shape": [1, 4], "dtype": "float32",
 //! "data": [0.1, 0.2, 0.3, 0.4]}]}` (or `"inputs": {"name": {...}}` by input name); the
@@ -33,7 +33,7 @@ use ferrograd::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -256,6 +256,25 @@ struct ModelHandle {
     model: Arc<OnnxModel>,
     preprocess: Option<ImageClassification>,
     jobs: mpsc::Sender<Job>,
+    /// Requests a handler has taken for this model and not yet queued (being decoded):
+    /// the worker waits for them to join its batch.
+    arriving: Arc<AtomicUsize>,
+}
+
+/// Counts one request as arriving until it is queued (or fails first).
+struct Arriving<'a>(&'a AtomicUsize);
+
+impl<'a> Arriving<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Arriving(count)
+    }
+}
+
+impl Drop for Arriving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Latency buckets (seconds) of the histogram.
@@ -397,10 +416,14 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
     for spec in models {
         let model = Arc::new(spec.model);
         let (tx, rx) = mpsc::channel::<Job>(1024);
+        let arriving = Arc::new(AtomicUsize::new(0));
         tokio::spawn(worker(
             spec.name.clone(),
             model.clone(),
-            rx,
+            Queue {
+                rx,
+                arriving: arriving.clone(),
+            },
             config.clone(),
             metrics.clone(),
         ));
@@ -410,6 +433,7 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
                 model,
                 preprocess: spec.preprocess,
                 jobs: tx,
+                arriving,
             },
         );
     }
@@ -497,6 +521,7 @@ async fn predict_inner(
         status: StatusCode::NOT_FOUND,
         message: format!("Model not found: {name}"),
     })?;
+    let arriving = Arriving::new(&handle.arriving);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -543,6 +568,7 @@ async fn predict_inner(
             status: StatusCode::SERVICE_UNAVAILABLE,
             message: "the model's worker has stopped".into(),
         })?;
+    drop(arriving);
     let outputs = rx
         .await
         .map_err(|_| ApiError {
@@ -687,38 +713,49 @@ fn batch_key(inputs: &[Tensor]) -> BatchKey {
         .collect()
 }
 
+/// A model's queue: the jobs, and how many requests are still on their way to it.
+struct Queue {
+    rx: mpsc::Receiver<Job>,
+    arriving: Arc<AtomicUsize>,
+}
+
 /// A model's worker: takes requests in order and runs them, batched when it can.
 async fn worker(
     name: String,
     model: Arc<OnnxModel>,
-    mut rx: mpsc::Receiver<Job>,
+    queue: Queue,
     config: ServeConfig,
     metrics: Arc<Metrics>,
 ) {
+    let Queue { mut rx, arriving } = queue;
+    let on_the_way = || arriving.load(Ordering::Acquire) > 0;
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         let rows = |jobs: &[Job]| jobs.iter().map(|j| rows_of(&j.inputs)).sum::<usize>();
         if config.max_batch > 1 {
-            // Whatever is already queued joins at once. Only under load (requests were
-            // waiting) does the worker wait up to `max_delay` for the batch to fill, so a
-            // lone client never pays the delay.
+            // Whatever is already queued joins at once.
             while rows(&jobs) < config.max_batch {
                 match rx.try_recv() {
                     Ok(job) => jobs.push(job),
                     Err(_) => break,
                 }
             }
-            if jobs.len() > 1 {
-                // Wait while requests keep coming: stop at `max_delay`, or when none
-                // arrives for an eighth of it (the clients that were waiting are in).
-                let deadline = tokio::time::Instant::now() + config.max_delay;
-                let gap = (config.max_delay / 8).max(Duration::from_micros(100));
-                while rows(&jobs) < config.max_batch {
-                    let until = deadline.min(tokio::time::Instant::now() + gap);
-                    match tokio::time::timeout_at(until, rx.recv()).await {
-                        Ok(Some(job)) => jobs.push(job),
-                        _ => break,
+            // Requests that handlers are still decoding join too: wait for them (up to
+            // `max_delay`), but not for requests no handler has begun, so a lone client,
+            // or a burst that is all in, runs at once.
+            let deadline = tokio::time::Instant::now() + config.max_delay;
+            while rows(&jobs) < config.max_batch && on_the_way() {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Some(job)) => {
+                        jobs.push(job);
+                        while rows(&jobs) < config.max_batch {
+                            match rx.try_recv() {
+                                Ok(job) => jobs.push(job),
+                                Err(_) => break,
+                            }
+                        }
                     }
+                    _ => break,
                 }
             }
         }

@@ -620,3 +620,34 @@ fn bad_requests_leak_no_memory() {
         "resident memory grew by {growth} bytes: {line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_request_does_not_wait_for_a_batch() {
+    // The worker waits for requests that handlers are still decoding, never for ones
+    // nobody sent: with a 5 s `max_delay`, lone requests in a row each answer at once.
+    let server = start(ServeConfig {
+        max_batch: 32,
+        max_delay: Duration::from_secs(5),
+        ..ServeConfig::default()
+    })
+    .await;
+    let x = Tensor::randn(&[1, 4], DType::F32, &Device::Cpu);
+    let body = json_request(&x);
+    let start = std::time::Instant::now();
+    for _ in 0..5 {
+        let (status, body) = request(
+            server.addr,
+            "POST",
+            "/predictions/mlp",
+            "application/json",
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "5 lone requests took {took:?}: the worker waited for a batch"
+    );
+}

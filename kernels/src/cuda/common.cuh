@@ -193,17 +193,39 @@ struct ProdRed {
     template <typename A> static __device__ A combine(A a, A b) { return a * b; }
 };
 
+// One butterfly step of a warp reduction: lane i gets lane i ^ offset's value (the
+// one-byte accumulators of u8 and bool travel as ints).
+template <typename A> __device__ A shfl_xor(A v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <> __device__ unsigned char shfl_xor(unsigned char v, int offset) {
+    return (unsigned char)__shfl_xor_sync(0xffffffffu, (unsigned int)v, offset);
+}
+template <> __device__ bool shfl_xor(bool v, int offset) { return __shfl_xor_sync(0xffffffffu, (int)v, offset) != 0; }
+
 // Reduces `value` over the block (blockDim.x a power of two); every thread gets the result.
+// Each warp reduces by shuffles, then every thread combines the warps' results from shared
+// memory in warp order: two barriers instead of one per halving, and the same order on
+// every run (so deterministic mode holds).
 template <typename A, typename Red>
 __device__ A block_reduce(A value, A* scratch) {
     unsigned int t = threadIdx.x;
-    scratch[t] = value;
-    __syncthreads();
-    for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (t < stride) scratch[t] = Red::template combine<A>(scratch[t], scratch[t + stride]);
+    if (blockDim.x < 32) {
+        scratch[t] = value;
         __syncthreads();
+        for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+            if (t < stride) scratch[t] = Red::template combine<A>(scratch[t], scratch[t + stride]);
+            __syncthreads();
+        }
+        A result = scratch[0];
+        __syncthreads();
+        return result;
     }
+    for (int offset = 16; offset > 0; offset >>= 1) value = Red::template combine<A>(value, shfl_xor(value, offset));
+    unsigned int warps = blockDim.x >> 5;
+    if (warps == 1) return value;
+    if ((t & 31) == 0) scratch[t >> 5] = value;
+    __syncthreads();
     A result = scratch[0];
+    for (unsigned int w = 1; w < warps; ++w) result = Red::template combine<A>(result, scratch[w]);
     __syncthreads();
     return result;
 }
