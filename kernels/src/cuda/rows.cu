@@ -123,15 +123,17 @@ __device__ void arg_reduce_cols(usize outer, usize r, usize inner, const T* src,
 FOR_ALL(ARGMAX_F)
 FOR_ALL(ARGMIN_F)
 
-// ---- softmax and log-softmax, one block per row of a contiguous [rows, len] buffer -------
+// ---- softmax and log-softmax, one block (or one warp) per row of a contiguous [rows, len] buffer
 
 template <typename T>
 __device__ void softmax_rows(usize len, const T* src, T* out, bool log) {
     typedef typename Elem<T>::Acc A;
     extern __shared__ unsigned char shared_bytes[];
     A* scratch = reinterpret_cast<A*>(shared_bytes);
-    const T* row = src + blockIdx.x * len;
-    T* dst = out + blockIdx.x * len;
+    // One row per block, or (blockDim.x == 32) one per warp of a (32, rows) block.
+    const usize r = (usize)blockIdx.x * blockDim.y + threadIdx.y;
+    const T* row = src + r * len;
+    T* dst = out + r * len;
     A m = neg_infinity<A>();
     for (usize j = threadIdx.x; j < len; j += blockDim.x) m = MaxRed::combine<A>(m, Elem<T>::load(row[j]));
     A max = block_reduce<A, MaxRed>(m, scratch);

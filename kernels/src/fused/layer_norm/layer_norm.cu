@@ -1,4 +1,4 @@
-// Fused layer norm, one block per row of a contiguous [rows, len] buffer: the forward
+// Fused layer norm, one block (or one warp, for short rows) per row of a contiguous [rows, len] buffer: the forward
 // (output, per-row mean and reciprocal std), the input gradient, and banded partial sums
 // of the weight and bias gradients. Half types accumulate in f32, as the CPU kernel
 // (kernels/src/fused/layer_norm/mod.rs) does.
@@ -13,8 +13,10 @@ __device__ void layer_norm_rows(usize len, const T* x, const T* weight, const T*
     typedef typename Elem<T>::Acc A;
     extern __shared__ unsigned char shared_bytes[];
     A* scratch = reinterpret_cast<A*>(shared_bytes);
-    const T* row = x + blockIdx.x * len;
-    T* dst = y + blockIdx.x * len;
+    // One row per block, or (blockDim.x == 32) one per warp of a (32, rows) block.
+    const usize r = (usize)blockIdx.x * blockDim.y + threadIdx.y;
+    const T* row = x + r * len;
+    T* dst = y + r * len;
     A s = A(0);
     for (usize j = threadIdx.x; j < len; j += blockDim.x) s += Elem<T>::load(row[j]);
     A mean = block_reduce<A, SumRed>(s, scratch) / (A)len;
@@ -32,8 +34,8 @@ __device__ void layer_norm_rows(usize len, const T* x, const T* weight, const T*
         dst[j] = Elem<T>::store(o);
     }
     if (threadIdx.x == 0) {
-        mean_out[blockIdx.x] = mean;
-        rstd_out[blockIdx.x] = rstd;
+        mean_out[r] = mean;
+        rstd_out[r] = rstd;
     }
 }
 
@@ -44,8 +46,9 @@ __device__ void layer_norm_backward_rows(usize len, const T* dy, const T* x, con
     typedef typename Elem<T>::Acc A;
     extern __shared__ unsigned char shared_bytes[];
     A* scratch = reinterpret_cast<A*>(shared_bytes);
-    usize base = blockIdx.x * len;
-    A mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+    const usize r = (usize)blockIdx.x * blockDim.y + threadIdx.y;
+    usize base = r * len;
+    A mu = mean[r], rs = rstd[r];
     A sg = A(0), sgx = A(0);
     for (usize j = threadIdx.x; j < len; j += blockDim.x) {
         A g = Elem<T>::load(dy[base + j]);

@@ -81,6 +81,24 @@ pub(crate) fn per_row(rows: usize, len: usize, shared_per_thread: usize) -> Laun
     }
 }
 
+/// A row kernel's launch: one warp per row of up to 1024 elements (a (32, k) block of k
+/// rows, k the largest of 8, 4, 2, 1 dividing `rows`; reductions by shuffles alone, the
+/// row's loads in flight together), else one block per row ([`per_row`]).
+pub(crate) fn per_row_or_warp(rows: usize, len: usize, shared_per_thread: usize) -> LaunchConfig {
+    if len > 1024 {
+        return per_row(rows, len, shared_per_thread);
+    }
+    let k = [8, 4, 2, 1]
+        .into_iter()
+        .find(|k| rows % k == 0)
+        .unwrap_or(1);
+    LaunchConfig {
+        grid_dim: ((rows / k) as u32, 1, 1),
+        block_dim: (32, k as u32, 1),
+        shared_mem_bytes: (32 * k * shared_per_thread) as u32,
+    }
+}
+
 /// The size of the accumulator type of `dtype` in the kernels (f32 for half types).
 pub(crate) fn acc_size(dtype: DType) -> usize {
     if dtype.is_half() {
@@ -402,7 +420,7 @@ pub(crate) fn softmax_rows(
         return Ok(out);
     }
     let (l, s, o) = (len as u64, src.address_of(offset), out.address_of(0));
-    launch!(dev, kernel, dtype, per_row(rows, len, acc_size(dtype)); l, s, o)?;
+    launch!(dev, kernel, dtype, per_row_or_warp(rows, len, acc_size(dtype)); l, s, o)?;
     Ok(out)
 }
 

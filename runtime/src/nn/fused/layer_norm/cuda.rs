@@ -104,7 +104,7 @@ mod imp {
             }
             let (l, xs, w, b) = (len as u64, address(Some(x)), address(weight), address(bias));
             let (ys, ms, rs) = (y.address_of(0), mean.address_of(0), rstd.address_of(0));
-            launch!(dev, &kernels::LAYER_NORM_ROWS, dtype, per_row(rows, len, acc_size(dtype)); l, xs, w, b, eps, ys, ms, rs)?;
+            launch!(dev, &kernels::LAYER_NORM_ROWS, dtype, per_row_or_warp(rows, len, acc_size(dtype)); l, xs, w, b, eps, ys, ms, rs)?;
             Ok((y, mean, rstd))
         }
 
@@ -140,7 +140,7 @@ mod imp {
                 address(weight),
             );
             let (ms, rs, dxs) = (mean.address_of(0), rstd.address_of(0), dx.address_of(0));
-            launch!(dev, &kernels::LAYER_NORM_BACKWARD_ROWS, dtype, per_row(rows, len, acc_size(dtype)); l, dys, xs, ms, rs, w, dxs)?;
+            launch!(dev, &kernels::LAYER_NORM_BACKWARD_ROWS, dtype, per_row_or_warp(rows, len, acc_size(dtype)); l, dys, xs, ms, rs, w, dxs)?;
             if !params {
                 return Ok((dx, None));
             }
