@@ -188,14 +188,10 @@ fn two_inputs_two_outputs_and_tuples() {
     );
 }
 
-network! {
-    /// An LSTM classifier: embeddings, a 2-layer bidirectional LSTM, mean over time.
-    pub struct LstmClassifier(ids: [N, T]: i64) -> [N, 5] {
-        let emb = ids -> embed: Embedding(100 -> 16);
-        let (out, (h, c)) = lstm: LSTM(16 -> 32, num_layers = 2, batch_first = true, bidirectional = true)(emb);
-        out -> mean(dim = 1) -> head: Linear(64 -> 5)
-    }
-}
+#[path = "common/nets.rs"]
+#[allow(dead_code)]
+mod nets;
+use nets::LstmClassifier;
 
 network! {
     /// A pre-norm encoder layer, then self-attention returning its weights too.

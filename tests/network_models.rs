@@ -9,6 +9,7 @@ use ferrograd::optim::{Optimizer, Sgd, SgdConfig};
 use ferrograd::prelude::*;
 
 #[path = "common/nets.rs"]
+#[allow(dead_code)]
 mod nets;
 use nets::{BertLayer, DoubleConv, UNet};
 

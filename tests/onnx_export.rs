@@ -592,8 +592,7 @@ fn io_dims(exported: &Exported, output: bool, i: usize) -> Vec<String> {
 fn forward_state(m: &impl Module) -> Vec<String> {
     let mut keys: Vec<String> = m
         .state_dict()
-        .into_iter()
-        .map(|(k, _)| k)
+        .into_keys()
         .filter(|k| !k.ends_with("num_batches_tracked"))
         .collect();
     keys.sort();
@@ -738,15 +737,6 @@ mod graph_nets {
     use ferrograd::prelude::*;
 
     network! {
-        /// An LSTM classifier: embeddings, a 2-layer bidirectional LSTM, mean over time.
-        pub struct LstmClassifier(ids: [N, T]: i64) -> [N, 5] {
-            let emb = ids -> embed: Embedding(100 -> 16);
-            let (out, (h, c)) = lstm: LSTM(16 -> 32, num_layers = 2, batch_first = true, bidirectional = true)(emb);
-            out -> mean(dim = 1) -> head: Linear(64 -> 5)
-        }
-    }
-
-    network! {
         /// Two inputs, two outputs, a gated unit from `chunk`, scalar arithmetic, a GRU.
         pub struct TwoTower(a: [N, T, 8], b: [N, 6]) -> ([N, 4], [N, 4]) {
             let (gate, value) = a -> proj: Linear(8 -> 16) -> chunk(2, dim = -1);
@@ -847,7 +837,8 @@ fn graph_export_traces_derived_layers_only() {
 
 #[test]
 fn graph_export_of_recurrent_attention_and_constructor_blocks() {
-    use graph_nets::{Encoder, LstmClassifier, Stage, TwoTower};
+    use graph_nets::{Encoder, Stage, TwoTower};
+    use nets::LstmClassifier;
     manual_seed(11);
     let mut lstm = LstmClassifier::new(&Device::Cpu);
     lstm.eval();

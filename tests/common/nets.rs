@@ -1,5 +1,6 @@
 //! Networks shared by `tests/network_models.rs` (their forward and state-dict keys
-//! against PyTorch) and `tests/onnx_export.rs` (their ONNX export).
+//! against PyTorch), `tests/network_graph.rs` and `tests/onnx_export.rs` (their ONNX
+//! export).
 
 use ferrograd::prelude::*;
 
@@ -36,5 +37,14 @@ network! {
         let h1 = h + a -> attn_norm: LayerNorm(32);
         let f = h1 -> intermediate: Linear(32 -> 64) -> gelu -> output: Linear(64 -> 32) -> ffn_dropout: Dropout(0.1);
         h1 + f -> out_norm: LayerNorm(32)
+    }
+}
+
+network! {
+    /// An LSTM classifier: embeddings, a 2-layer bidirectional LSTM, mean over time.
+    pub struct LstmClassifier(ids: [N, T]: i64) -> [N, 5] {
+        let emb = ids -> embed: Embedding(100 -> 16);
+        let (out, (h, c)) = lstm: LSTM(16 -> 32, num_layers = 2, batch_first = true, bidirectional = true)(emb);
+        out -> mean(dim = 1) -> head: Linear(64 -> 5)
     }
 }

@@ -410,6 +410,29 @@ impl fmt::Display for Dim {
     }
 }
 
+/// A dim as an `onnx::SymDim`: a literal or an expression of const and constructor
+/// parameters is `Fixed`, an input size `Named`, an expression of input sizes `Expr`.
+pub(crate) fn onnx_dim(d: &Dim, runtime: &[String], krate: &TokenStream) -> TokenStream {
+    let syms = d.symbols();
+    if let Some(s) = d.as_sym()
+        && runtime.iter().any(|r| r == s)
+    {
+        return quote!(#krate::onnx::SymDim::Named(#s));
+    }
+    if syms.iter().any(|s| runtime.contains(s)) {
+        let text = d.to_string();
+        return quote!(#krate::onnx::SymDim::Expr(::std::string::String::from(#text)));
+    }
+    let n = d.tokens(&|s| symbol_tokens(s, false));
+    quote!(#krate::onnx::SymDim::Fixed((#n) as usize))
+}
+
+/// A shape as a `&[onnx::SymDim]` expression.
+pub(crate) fn onnx_shape(shape: &[Dim], runtime: &[String], krate: &TokenStream) -> TokenStream {
+    let dims = shape.iter().map(|d| onnx_dim(d, runtime, krate));
+    quote!(&[#(#dims),*])
+}
+
 #[cfg(test)]
 mod tests {
     use super::Dim;
@@ -437,27 +460,4 @@ mod tests {
         assert_eq!(ntc.to_string(), "8*N*T");
         assert_eq!(Dim::lit(12).div_exact(&Dim::lit(5)), None);
     }
-}
-
-/// A dim as an `onnx::SymDim`: a literal or an expression of const and constructor
-/// parameters is `Fixed`, an input size `Named`, an expression of input sizes `Expr`.
-pub(crate) fn onnx_dim(d: &Dim, runtime: &[String], krate: &TokenStream) -> TokenStream {
-    let syms = d.symbols();
-    if let Some(s) = d.as_sym()
-        && runtime.iter().any(|r| r == s)
-    {
-        return quote!(#krate::onnx::SymDim::Named(#s));
-    }
-    if syms.iter().any(|s| runtime.contains(s)) {
-        let text = d.to_string();
-        return quote!(#krate::onnx::SymDim::Expr(::std::string::String::from(#text)));
-    }
-    let n = d.tokens(&|s| symbol_tokens(s, false));
-    quote!(#krate::onnx::SymDim::Fixed((#n) as usize))
-}
-
-/// A shape as a `&[onnx::SymDim]` expression.
-pub(crate) fn onnx_shape(shape: &[Dim], runtime: &[String], krate: &TokenStream) -> TokenStream {
-    let dims = shape.iter().map(|d| onnx_dim(d, runtime, krate));
-    quote!(&[#(#dims),*])
 }

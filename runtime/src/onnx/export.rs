@@ -638,21 +638,13 @@ impl<'a> Builder<'a> {
         attrs: Vec<pb::AttributeProto>,
     ) {
         let name = self.fresh(op);
-        self.nodes.push(pb::NodeProto {
-            input: inputs.to_vec(),
-            output: outputs.to_vec(),
-            name: Some(name),
-            op_type: Some(op.to_string()),
-            attribute: attrs,
-            ..Default::default()
-        });
-    }
-
-    /// A node with one fresh output, returned.
-    fn op1(&mut self, op: &str, inputs: &[String], attrs: Vec<pb::AttributeProto>) -> String {
-        let out = self.fresh(&format!("{op}_out"));
-        self.node(op, inputs, std::slice::from_ref(&out), attrs);
-        out
+        self.nodes.push(node_proto(
+            name,
+            op,
+            inputs.to_vec(),
+            outputs.to_vec(),
+            attrs,
+        ));
     }
 
     fn const_i64(&mut self, values: &[i64]) -> String {
@@ -1764,9 +1756,6 @@ impl NodeSink for Builder<'_> {
     fn const_i64(&mut self, values: &[i64]) -> String {
         Builder::const_i64(self, values)
     }
-    fn op1(&mut self, op: &str, inputs: &[String], attrs: Vec<pb::AttributeProto>) -> String {
-        Builder::op1(self, op, inputs, attrs)
-    }
     fn dim_of(&mut self, value: &str, axis: usize) -> String {
         Builder::dim_of(self, value, axis)
     }
@@ -2000,6 +1989,24 @@ pub(crate) fn onnx_dtype(d: DType) -> Result<DataType, OnnxError> {
             )));
         }
     })
+}
+
+/// A node named `name` of type `op`.
+pub(crate) fn node_proto(
+    name: String,
+    op: &str,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    attrs: Vec<pb::AttributeProto>,
+) -> pb::NodeProto {
+    pb::NodeProto {
+        input: inputs,
+        output: outputs,
+        name: Some(name),
+        op_type: Some(op.to_string()),
+        attribute: attrs,
+        ..Default::default()
+    }
 }
 
 fn tensor_proto(name: &str, dt: DataType, dims: &[i64], raw: Vec<u8>) -> pb::TensorProto {

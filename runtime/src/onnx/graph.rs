@@ -13,7 +13,7 @@
 use super::OnnxError;
 use super::export::{
     Exported, IR_VERSION, NodeSink, OPSET, RnnExport, attr_f, attr_i, attr_ints, attr_s,
-    onnx_dtype, rnn_nodes, tensor_from,
+    node_proto, onnx_dtype, rnn_nodes, tensor_from,
 };
 use super::proto as pb;
 use super::trace::RnnKind;
@@ -199,13 +199,13 @@ impl GraphWriter {
                     .retain(|i| i.name.as_deref() != Some(&v.name));
             }
             _ => {
-                self.nodes.push(pb::NodeProto {
-                    input: vec![v.name.clone()],
-                    output: vec![out.name.clone()],
-                    name: Some(format!("/Identity_{}", self.counter)),
-                    op_type: Some("Identity".into()),
-                    ..Default::default()
-                });
+                self.nodes.push(node_proto(
+                    format!("/Identity_{}", self.counter),
+                    "Identity",
+                    vec![v.name.clone()],
+                    vec![out.name.clone()],
+                    Vec::new(),
+                ));
                 self.counter += 1;
             }
         }
@@ -386,14 +386,13 @@ impl GraphWriter {
                 Attr::Str(v) => attr_s(name, v),
             })
             .collect();
-        self.nodes.push(pb::NodeProto {
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: vec![out.clone()],
-            name: Some(format!("{out}_node")),
-            op_type: Some(op.to_string()),
+        self.nodes.push(node_proto(
+            format!("{out}_node"),
+            op,
+            inputs.iter().map(|s| s.to_string()).collect(),
+            vec![out.clone()],
             attribute,
-            ..Default::default()
-        });
+        ));
         Value {
             name: out,
             shape,
@@ -939,15 +938,14 @@ impl NodeSink for GraphWriter {
         outputs: &[String],
         attrs: Vec<pb::AttributeProto>,
     ) {
-        let name = self.fresh(op);
-        self.nodes.push(pb::NodeProto {
-            input: inputs.to_vec(),
-            output: outputs.to_vec(),
-            name: Some(format!("{name}_node")),
-            op_type: Some(op.to_string()),
-            attribute: attrs,
-            ..Default::default()
-        });
+        let name = format!("{}_node", self.fresh(op));
+        self.nodes.push(node_proto(
+            name,
+            op,
+            inputs.to_vec(),
+            outputs.to_vec(),
+            attrs,
+        ));
     }
     fn const_i64(&mut self, values: &[i64]) -> String {
         GraphWriter::const_i64(self, values)
