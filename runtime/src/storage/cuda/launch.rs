@@ -90,7 +90,7 @@ pub(crate) fn per_row_or_warp(rows: usize, len: usize, shared_per_thread: usize)
     }
     let k = [8, 4, 2, 1]
         .into_iter()
-        .find(|k| rows % k == 0)
+        .find(|k| rows.is_multiple_of(*k))
         .unwrap_or(1);
     LaunchConfig {
         grid_dim: ((rows / k) as u32, 1, 1),
