@@ -95,6 +95,23 @@ pub struct Exported {
 }
 
 impl Exported {
+    /// A model of `graph` at this exporter's opset and IR version.
+    pub(crate) fn from_graph(graph: pb::GraphProto) -> Exported {
+        Exported {
+            model: pb::ModelProto {
+                ir_version: Some(IR_VERSION),
+                opset_import: vec![pb::OperatorSetIdProto {
+                    domain: Some(String::new()),
+                    version: Some(OPSET),
+                }],
+                producer_name: Some("ferrograd".into()),
+                producer_version: Some(env!("CARGO_PKG_VERSION").into()),
+                graph: Some(graph),
+                ..Default::default()
+            },
+        }
+    }
+
     /// The serialized model.
     pub fn to_bytes(&self) -> Vec<u8> {
         prost::Message::encode_to_vec(&self.model)
@@ -600,18 +617,7 @@ impl<'a> Builder<'a> {
             output: graph_outputs,
             ..Default::default()
         };
-        let model = pb::ModelProto {
-            ir_version: Some(IR_VERSION),
-            opset_import: vec![pb::OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(OPSET),
-            }],
-            producer_name: Some("ferrograd".into()),
-            producer_version: Some(env!("CARGO_PKG_VERSION").into()),
-            graph: Some(graph),
-            ..Default::default()
-        };
-        Ok(Exported { model })
+        Ok(Exported::from_graph(graph))
     }
 
     /// Names trace 0's tensor `t` and remembers its shape in every trace.
@@ -2037,16 +2043,27 @@ fn value_info(
     shape: &[usize],
     dynamic: &[Option<String>],
 ) -> Result<pb::ValueInfoProto, OnnxError> {
-    use pb::tensor_shape_proto::{Dimension, dimension::Value};
-    let dim = shape
-        .iter()
-        .zip(dynamic)
-        .map(|(&d, n)| Dimension {
+    use pb::tensor_shape_proto::dimension::Value;
+    let dims = shape.iter().zip(dynamic).map(|(&d, n)| {
+        Some(match n {
+            Some(n) => Value::DimParam(n.clone()),
+            None => Value::DimValue(d as i64),
+        })
+    });
+    tensor_value_info(name, dtype, dims)
+}
+
+/// A tensor value's type: element type and dims (a size, a `dim_param`, or unknown).
+pub(crate) fn tensor_value_info(
+    name: &str,
+    dtype: DType,
+    dims: impl IntoIterator<Item = Option<pb::tensor_shape_proto::dimension::Value>>,
+) -> Result<pb::ValueInfoProto, OnnxError> {
+    let dim = dims
+        .into_iter()
+        .map(|value| pb::tensor_shape_proto::Dimension {
             denotation: None,
-            value: Some(match n {
-                Some(n) => Value::DimParam(n.clone()),
-                None => Value::DimValue(d as i64),
-            }),
+            value,
         })
         .collect();
     Ok(pb::ValueInfoProto {

@@ -12,8 +12,8 @@
 
 use super::OnnxError;
 use super::export::{
-    Exported, IR_VERSION, NodeSink, OPSET, RnnExport, attr_f, attr_i, attr_ints, attr_s,
-    node_proto, onnx_dtype, rnn_nodes, tensor_from,
+    Exported, NodeSink, RnnExport, attr_f, attr_i, attr_ints, attr_s, node_proto, rnn_nodes,
+    tensor_from, tensor_value_info,
 };
 use super::proto as pb;
 use super::trace::RnnKind;
@@ -229,19 +229,7 @@ impl GraphWriter {
             value_info: self.value_info,
             ..Default::default()
         };
-        Ok(Exported {
-            model: pb::ModelProto {
-                ir_version: Some(IR_VERSION),
-                opset_import: vec![pb::OperatorSetIdProto {
-                    domain: Some(String::new()),
-                    version: Some(OPSET),
-                }],
-                producer_name: Some("ferrograd".into()),
-                producer_version: Some(env!("CARGO_PKG_VERSION").into()),
-                graph: Some(graph),
-                ..Default::default()
-            },
-        })
+        Ok(Exported::from_graph(graph))
     }
 
     /// Writes `layer` on `inputs`, its parameters under `field` (`fc1`, `blocks.0`).
@@ -1355,32 +1343,14 @@ pub fn export_onnx<M: ExportNetwork + ?Sized>(
 /// unknown (a runtime given concrete input shapes infers them: a named one would have
 /// to unify with a number).
 fn value_info(v: &Value, io: bool) -> Result<pb::ValueInfoProto, OnnxError> {
-    use pb::tensor_shape_proto::{Dimension, dimension::Value as D};
-    let dim = v
-        .shape
-        .iter()
-        .map(|d| Dimension {
-            denotation: None,
-            value: match d {
-                SymDim::Fixed(n) => Some(D::DimValue(*n as i64)),
-                SymDim::Named(s) if io => Some(D::DimParam(s.to_string())),
-                SymDim::Named(_) => None,
-                SymDim::Expr(e) if io => Some(D::DimParam(e.replace(' ', ""))),
-                SymDim::Expr(_) => None,
-            },
-        })
-        .collect();
-    Ok(pb::ValueInfoProto {
-        name: Some(v.name.clone()),
-        r#type: Some(pb::TypeProto {
-            denotation: None,
-            value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
-                elem_type: Some(onnx_dtype(v.dtype)? as i32),
-                shape: Some(pb::TensorShapeProto { dim }),
-            })),
-        }),
-        ..Default::default()
-    })
+    use pb::tensor_shape_proto::dimension::Value as D;
+    let dims = v.shape.iter().map(|d| match d {
+        SymDim::Fixed(n) => Some(D::DimValue(*n as i64)),
+        SymDim::Named(s) if io => Some(D::DimParam(s.to_string())),
+        SymDim::Expr(e) if io => Some(D::DimParam(e.replace(' ', ""))),
+        SymDim::Named(_) | SymDim::Expr(_) => None,
+    });
+    tensor_value_info(&v.name, v.dtype, dims)
 }
 
 /// The one input of a one-input layer (an error for another count).
