@@ -5,8 +5,10 @@
 //! MiniLM-sized BERT encoder (6 layers, width 384, 12 heads; the real all-MiniLM-L6-v2
 //! weights when `$FERROGRAD_DATA/all-minilm-l6-v2` or `../shared/data/all-minilm-l6-v2`
 //! exists) on 16-token inputs. For 1, 16 and 32 concurrent clients, each sending requests
-//! of one row back to back, with dynamic batching on (`max_batch` 32, 2 ms) and off: the
-//! error count (must be 0), p50/p99 latency and throughput.
+//! of one row back to back over a kept-alive connection, with dynamic batching on
+//! (`max_batch` 32, 2 ms) and off: the error count (must be 0), p50/p99 latency and
+//! throughput. From 16 clients on, off and on alternate three times and the medians of
+//! their throughputs are compared.
 
 use ferrograd::models::bert::BertModel;
 use ferrograd::nn::Module;
@@ -15,7 +17,7 @@ use ferrograd::prelude::*;
 use ferrograd_serve::{ModelSpec, ServeConfig, router, serve};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 ferrograd::network! {
     /// LeNet-5 for 28x28 digits.
@@ -87,24 +89,64 @@ fn minilm() -> (OnnxModel, &'static str) {
     )
 }
 
-async fn post(addr: SocketAddr, path: &str, body: &[u8]) -> u16 {
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return 0;
-    };
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if s.write_all(head.as_bytes()).await.is_err() || s.write_all(body).await.is_err() {
-        return 0;
+/// One client's connection, kept alive between requests as load generators (`wrk`,
+/// `ab -k`, locust) keep theirs; reconnects after an error.
+struct Client {
+    addr: SocketAddr,
+    stream: Option<tokio::io::BufReader<tokio::net::TcpStream>>,
+}
+
+impl Client {
+    fn new(addr: SocketAddr) -> Self {
+        Client { addr, stream: None }
     }
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    String::from_utf8_lossy(&out[..out.len().min(16)])
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+
+    /// Posts `body` and reads the whole answer; returns the status (0 when the connection
+    /// failed).
+    async fn post(&mut self, path: &str, body: &[u8]) -> u16 {
+        let status = self.try_post(path, body).await.unwrap_or(0);
+        if status == 0 {
+            self.stream = None;
+        }
+        status
+    }
+
+    async fn try_post(&mut self, path: &str, body: &[u8]) -> Option<u16> {
+        if self.stream.is_none() {
+            let s = tokio::net::TcpStream::connect(self.addr).await.ok()?;
+            s.set_nodelay(true).ok()?;
+            self.stream = Some(tokio::io::BufReader::new(s));
+        }
+        let s = self.stream.as_mut()?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.get_mut().write_all(head.as_bytes()).await.ok()?;
+        s.get_mut().write_all(body).await.ok()?;
+        let mut line = String::new();
+        s.read_line(&mut line).await.ok()?;
+        let status = line.split_whitespace().nth(1)?.parse().ok()?;
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            if s.read_line(&mut line).await.ok()? == 0 {
+                return None;
+            }
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().ok()?;
+            }
+        }
+        let mut answer = vec![0u8; length];
+        s.read_exact(&mut answer).await.ok()?;
+        Some(status)
+    }
 }
 
 struct Outcome {
@@ -130,14 +172,19 @@ async fn run_load(
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0;
+            let mut client = Client::new(addr);
             for _ in 0..per_client {
                 let t = Instant::now();
                 let status = tokio::time::timeout(
                     Duration::from_secs(30),
-                    post(addr, path, body.as_bytes()),
+                    client.post(path, body.as_bytes()),
                 )
                 .await
                 .unwrap_or(0);
+                if status == 0 {
+                    // A timed-out answer may still be on its way: start afresh.
+                    client.stream = None;
+                }
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
                 errors += (status != 200) as usize;
             }
@@ -205,13 +252,19 @@ async fn main() {
     ));
     let mut failed = false;
     // `FERROGRAD_LOAD_MODELS=lenet` runs one model; `FERROGRAD_LOAD_MAX_DELAY_US` sets
-    // the batching delay (2 ms by default).
+    // the batching delay (2 ms by default); `FERROGRAD_LOAD_ROUNDS` how many times each
+    // configuration runs from 16 clients on (3).
     let only = std::env::var("FERROGRAD_LOAD_MODELS").ok();
     let max_delay = std::env::var("FERROGRAD_LOAD_MAX_DELAY_US")
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(Duration::from_millis(2), Duration::from_micros);
-    for (name, body, total) in [("lenet", image, 6000usize), ("minilm", ids, 192)] {
+    let rounds = std::env::var("FERROGRAD_LOAD_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    for (name, body, total) in [("lenet", image, 12000usize), ("minilm", ids, 192)] {
         if only
             .as_deref()
             .is_some_and(|o| !o.split(',').any(|m| m == name))
@@ -219,55 +272,73 @@ async fn main() {
             continue;
         }
         for clients in [1usize, 16, 32] {
-            let mut rates = Vec::new();
-            for batching in [false, true] {
-                let config = ServeConfig {
-                    max_batch: if batching { 32 } else { 1 },
-                    max_delay,
-                    ..ServeConfig::default()
-                };
-                let model = if name == "lenet" { lenet() } else { minilm().0 };
-                let app = router(
-                    vec![ModelSpec {
-                        name: name.into(),
-                        model,
-                        preprocess: None,
-                    }],
-                    &config,
-                );
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind");
-                let addr = listener.local_addr().expect("addr");
-                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-                let server = tokio::spawn(serve(listener, app, async {
-                    let _ = rx.await;
-                }));
-                let path: &'static str = if name == "lenet" {
-                    "/predictions/lenet"
-                } else {
-                    "/predictions/minilm"
-                };
-                let total = if clients == 1 { total / 4 } else { total };
-                let o = run_load(addr, path, body.clone(), clients, total).await;
-                let _ = tx.send(());
-                let _ = server.await;
-                println!(
-                    "| {name} | {clients} | {} | {} | {} | {:.2} | {:.2} | {:.0} |",
-                    if batching { "on" } else { "off" },
-                    total.div_ceil(clients) * clients,
-                    o.errors,
-                    o.p50_ms,
-                    o.p99_ms,
-                    o.per_second
-                );
-                failed |= o.errors > 0;
-                rates.push(o.per_second);
+            // Off and on alternate, `rounds` times each, so that the machine's drift
+            // falls on both; the summary compares their medians.
+            let rounds = if clients == 1 { 1 } else { rounds };
+            let mut rates = [Vec::new(), Vec::new()];
+            for _ in 0..rounds {
+                for batching in [false, true] {
+                    let config = ServeConfig {
+                        max_batch: if batching { 32 } else { 1 },
+                        max_delay,
+                        ..ServeConfig::default()
+                    };
+                    let model = if name == "lenet" { lenet() } else { minilm().0 };
+                    let app = router(
+                        vec![ModelSpec {
+                            name: name.into(),
+                            model,
+                            preprocess: None,
+                        }],
+                        &config,
+                    );
+                    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                        .await
+                        .expect("bind");
+                    let addr = listener.local_addr().expect("addr");
+                    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                    let server = tokio::spawn(serve(listener, app, async {
+                        let _ = rx.await;
+                    }));
+                    let path: &'static str = if name == "lenet" {
+                        "/predictions/lenet"
+                    } else {
+                        "/predictions/minilm"
+                    };
+                    let total = if clients == 1 { total / 4 } else { total };
+                    let o = run_load(addr, path, body.clone(), clients, total).await;
+                    let _ = tx.send(());
+                    let _ = server.await;
+                    println!(
+                        "| {name} | {clients} | {} | {} | {} | {:.2} | {:.2} | {:.0} |",
+                        if batching { "on" } else { "off" },
+                        total.div_ceil(clients) * clients,
+                        o.errors,
+                        o.p50_ms,
+                        o.p99_ms,
+                        o.per_second
+                    );
+                    failed |= o.errors > 0;
+                    rates[batching as usize].push(o.per_second);
+                }
             }
             if clients >= 16 {
+                let median = |v: &mut Vec<f64>| {
+                    v.sort_by(f64::total_cmp);
+                    v[v.len() / 2]
+                };
+                let pairs: Vec<String> = rates[0]
+                    .iter()
+                    .zip(&rates[1])
+                    .map(|(off, on)| format!("{:.2}", on / off))
+                    .collect();
+                let (off, on) = (median(&mut rates[0]), median(&mut rates[1]));
                 println!(
-                    "|  |  | batching on / off | | | | | {:.2}x |",
-                    rates[1] / rates[0]
+                    "|  | {clients} | on / off, medians of {rounds} | | | | | {:.0} / {:.0} = {:.2}x (rounds: {}) |",
+                    on,
+                    off,
+                    on / off,
+                    pairs.join(", ")
                 );
             }
         }
