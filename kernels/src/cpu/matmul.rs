@@ -222,7 +222,7 @@ const ORIENT_MIN_ASPECT: usize = 4;
 ///
 /// The `gemm` crate computes a column-major destination (a row-major one as its
 /// transpose, `C^T = B^T A^T`), and with a long contracted dim its rate depends on the
-/// operands' layouts in that orientation. On a 2-core Sapphire Rapids (f32, 2 threads,
+/// operands' layouts in that orientation. On a 2-core Cascade Lake Xeon (f32, 2 threads,
 /// GFLOP/s, as laid out / turned around, `k` = 1024, row-major destination):
 ///
 /// | product | `m` 32, `n` 2048 | `m` 128, `n` 512 | `m` 512, `n` 128 | `m` 2048, `n` 128 |
