@@ -213,7 +213,7 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
 /// From this contracted length on, [`scratch_orientation`] may turn a product around.
 const ORIENT_MIN_K: usize = 256;
 /// ... when its destination's short side has at most this many rows or columns ...
-const ORIENT_MAX_SIDE: usize = 128;
+const ORIENT_MAX_SIDE: usize = 256;
 /// ... and its long side is at least this many times as long.
 const ORIENT_MIN_ASPECT: usize = 4;
 
