@@ -287,7 +287,9 @@ impl GpuDevice {
         &self.stream
     }
 
-    /// Makes this device's context the calling thread's current one.
+    /// Makes this device's context the calling thread's current one (NCCL's
+    /// communicators are made and used on the calling thread's context).
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
     pub(crate) fn bind_to_thread(&self) -> Result<()> {
         self.ctx.bind_to_thread().map_err(device_err(self.ordinal))
     }
