@@ -574,76 +574,105 @@ fn naive_batched<T: NumElement>(
 mod tests {
     use super::*;
 
-    /// `gemm` on `threads` threads into a destination of the given layout, against a
-    /// plain triple loop: cut by rows or columns, blocks of any remainder, both layouts.
-    #[test]
-    fn threaded_blocks_equal_one_product() {
+    /// `dst = alpha * dst + beta * A @ B` through [`gemm`] for every shape, in every
+    /// operand layout (`A`, `B` as laid out or transposed) and both destination layouts,
+    /// on 1–3 threads, against a plain loop (integer values, so the sums are exact in
+    /// f32 too); returns how many of the cases [`scratch_orientation`] turned around.
+    fn check_products<T: NumElement + std::fmt::Debug>(
+        shapes: &[(usize, usize, usize)],
+        alpha: f64,
+        beta: f64,
+    ) -> usize {
         let _lock = crate::cpu::par::thread_count_lock();
-        for (m, n, k) in [
-            (1, 1, 1),
-            (5, 70, 3),
-            (70, 5, 9),
-            (33, 47, 20),
-            (100, 64, 17),
-        ] {
-            let lhs: Vec<f64> = (0..m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
-            let rhs: Vec<f64> = (0..k * n).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
-            let mut want = vec![0.0; m * n];
-            for i in 0..m {
-                for j in 0..n {
-                    want[i * n + j] = (0..k).map(|p| lhs[i * k + p] * rhs[p * n + j]).sum();
-                }
-            }
-            for row_major in [true, false] {
-                for threads in [1, 2, 3] {
-                    crate::cpu::set_num_threads(threads);
-                    // 1.0 everywhere, then dst = 0 * dst + 1 * lhs @ rhs (read_dst).
-                    let mut dst = vec![1.0f64; m * n];
+        let mut turned = 0;
+        for &(m, n, k) in shapes {
+            let a: Vec<T> = (0..m * k)
+                .map(|i| T::from_f64(((i * 7) % 13) as f64 - 6.0))
+                .collect();
+            let b: Vec<T> = (0..k * n)
+                .map(|i| T::from_f64(((i * 5) % 11) as f64 - 5.0))
+                .collect();
+            for (a_t, b_t) in [(false, false), (false, true), (true, false), (true, true)] {
+                // `a` holds A [m, k] row-major, or A^T's storage [k, m]; `b` likewise.
+                let (lcs, lrs) = if a_t { (m, 1) } else { (1, k) };
+                let (rcs, rrs) = if b_t { (k, 1) } else { (1, n) };
+                let at = |i: usize, p: usize| a[i * lrs + p * lcs].to_f64();
+                let bt = |p: usize, j: usize| b[p * rrs + j * rcs].to_f64();
+                for row_major in [true, false] {
                     let (cs, rs) = if row_major { (1, n) } else { (m, 1) };
-                    // SAFETY: `dst` is m x n with these strides, `lhs` m x k row-major and
-                    // `rhs` k x n row-major, all in bounds; nothing overlaps.
-                    unsafe {
-                        gemm(
-                            m,
-                            n,
-                            k,
-                            dst.as_mut_ptr(),
-                            cs as isize,
-                            rs as isize,
-                            true,
-                            lhs.as_ptr(),
-                            1,
-                            k as isize,
-                            rhs.as_ptr(),
-                            1,
-                            n as isize,
-                            0.0,
-                            1.0,
-                            Parallelism::Threads(threads),
-                        );
-                    }
-                    for i in 0..m {
-                        for j in 0..n {
-                            assert_eq!(
-                                dst[i * rs + j * cs],
-                                want[i * n + j],
-                                "{m}x{n}x{k}, row-major {row_major}, {threads} threads, ({i}, {j})"
+                    turned += scratch_orientation::<T>(
+                        m,
+                        n,
+                        k,
+                        cs as isize,
+                        rs as isize,
+                        lrs as isize,
+                        rcs as isize,
+                    )
+                    .is_some() as usize;
+                    for threads in [1, 2, 3] {
+                        crate::cpu::set_num_threads(threads);
+                        let mut dst = vec![T::ONE; m * n];
+                        // SAFETY: `dst` is m x n with strides (cs, rs); `a` and `b` hold
+                        // m * k and k * n elements reached exactly by their strides.
+                        unsafe {
+                            gemm(
+                                m,
+                                n,
+                                k,
+                                dst.as_mut_ptr(),
+                                cs as isize,
+                                rs as isize,
+                                true,
+                                a.as_ptr(),
+                                lcs as isize,
+                                lrs as isize,
+                                b.as_ptr(),
+                                rcs as isize,
+                                rrs as isize,
+                                T::from_f64(alpha),
+                                T::from_f64(beta),
+                                Parallelism::Threads(threads),
                             );
+                        }
+                        for i in 0..m {
+                            for j in 0..n {
+                                let want =
+                                    alpha + beta * (0..k).map(|p| at(i, p) * bt(p, j)).sum::<f64>();
+                                assert_eq!(
+                                    dst[i * rs + j * cs].to_f64(),
+                                    want,
+                                    "{:?} {m}x{n}x{k}, A^T {a_t}, B^T {b_t}, row-major {row_major}, {threads} threads, ({i}, {j})",
+                                    T::DTYPE
+                                );
+                            }
                         }
                     }
                 }
             }
         }
         crate::cpu::set_num_threads(0);
+        turned
     }
 
-    /// f32 products that [`scratch_orientation`] turns around (and ones it leaves), in
-    /// every operand layout and both destination layouts, on 1–3 threads, with
-    /// `dst = 2 * dst + 3 * lhs @ rhs`: equal to a plain loop (integer values, so the
-    /// sums are exact).
+    /// Cut by rows or columns, blocks of any remainder, `dst = 0 * dst + 1 * A @ B`.
+    #[test]
+    fn threaded_blocks_equal_one_product() {
+        let shapes = [
+            (1, 1, 1),
+            (5, 70, 3),
+            (70, 5, 9),
+            (33, 47, 20),
+            (100, 64, 17),
+        ];
+        assert_eq!(check_products::<f64>(&shapes, 0.0, 1.0), 0);
+        assert_eq!(check_products::<f32>(&shapes, 0.0, 1.0), 0);
+    }
+
+    /// f32 products that [`scratch_orientation`] turns around (and ones it leaves), with
+    /// `dst = 2 * dst + 3 * A @ B`.
     #[test]
     fn turned_around_products_equal_the_plain_loop() {
-        let _lock = crate::cpu::par::thread_count_lock();
         assert_eq!(
             scratch_orientation::<f32>(32, 300, 256, 1, 300, 256, 256),
             Some(true),
@@ -662,78 +691,18 @@ mod tests {
             scratch_orientation::<f32>(32, 300, 64, 1, 300, 64, 64),
             None
         );
-        let mut turned = 0;
-        for (m, n, k) in [
+        let shapes = [
             (32, 300, 256),
             (300, 32, 260),
             (7, 130, 257),
             (130, 7, 300),
             (200, 200, 256),
-        ] {
-            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
-            for (a_t, b_t) in [(false, false), (false, true), (true, false), (true, true)] {
-                // `a` holds A [m, k] row-major, or A^T's storage [k, m]; `b` likewise.
-                let (lcs, lrs) = if a_t { (m, 1) } else { (1, k) };
-                let (rcs, rrs) = if b_t { (k, 1) } else { (1, n) };
-                let at = |i: usize, p: usize| a[i * lrs + p * lcs];
-                let bt = |p: usize, j: usize| b[p * rrs + j * rcs];
-                for row_major in [true, false] {
-                    let (cs, rs) = if row_major { (1, n) } else { (m, 1) };
-                    turned += scratch_orientation::<f32>(
-                        m,
-                        n,
-                        k,
-                        cs as isize,
-                        rs as isize,
-                        lrs as isize,
-                        rcs as isize,
-                    )
-                    .is_some() as usize;
-                    for threads in [1, 2, 3] {
-                        crate::cpu::set_num_threads(threads);
-                        let mut dst = vec![1.0f32; m * n];
-                        // SAFETY: `dst` is m x n with strides (cs, rs); `a` and `b` hold
-                        // m * k and k * n elements reached exactly by their strides.
-                        unsafe {
-                            gemm(
-                                m,
-                                n,
-                                k,
-                                dst.as_mut_ptr(),
-                                cs as isize,
-                                rs as isize,
-                                true,
-                                a.as_ptr(),
-                                lcs as isize,
-                                lrs as isize,
-                                b.as_ptr(),
-                                rcs as isize,
-                                rrs as isize,
-                                2.0,
-                                3.0,
-                                Parallelism::Threads(threads),
-                            );
-                        }
-                        for i in 0..m {
-                            for j in 0..n {
-                                let want =
-                                    2.0 + 3.0 * (0..k).map(|p| at(i, p) * bt(p, j)).sum::<f32>();
-                                assert_eq!(
-                                    dst[i * rs + j * cs],
-                                    want,
-                                    "{m}x{n}x{k}, A^T {a_t}, B^T {b_t}, row-major {row_major}, {threads} threads, ({i}, {j})"
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        ];
+        let turned = check_products::<f32>(&shapes, 2.0, 3.0);
         assert!(
             turned >= 8,
             "only {turned} cases went through the scratch matrix"
         );
-        crate::cpu::set_num_threads(0);
+        assert_eq!(check_products::<f64>(&shapes[..2], 2.0, 3.0), 0);
     }
 }
