@@ -191,18 +191,23 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
                     false,
                     gemm::Parallelism::None,
                 );
+                // The scratch matrix is laid out transposed from `dst` (one of them
+                // row-major, the other column-major): walk `dst` along its unit stride.
+                let (outer, inner, d_os, t_is) = if dst_cs == 1 {
+                    (bm, bn, dst_rs, tcs)
+                } else {
+                    (bn, bm, dst_cs, trs)
+                };
                 combine(
-                    bm,
-                    bn,
+                    outer,
+                    inner,
                     d as *mut f32,
-                    dst_cs,
-                    dst_rs,
+                    d_os,
+                    t,
+                    t_is,
                     read_dst,
                     *(&alpha as *const T as *const f32),
                     *(&beta as *const T as *const f32),
-                    t,
-                    tcs,
-                    trs,
                 );
             }
         }
@@ -272,98 +277,66 @@ fn scratch_orientation<T: 'static>(
     (want_col != dst_col_major).then_some(want_col)
 }
 
-/// `dst = (read_dst ? alpha * dst : 0) + beta * tmp` over an `m x n` matrix, by 16 x 16
-/// blocks, the inner loop along whichever of `dst`'s axes has unit stride.
+/// `dst = (read_dst ? alpha * dst : 0) + beta * tmp` over `outer x inner` elements, where
+/// `tmp` is laid out transposed from `dst`: `dst[o * d_os + i]` and `tmp[o + i * t_is]`.
+/// By 16 x 16 blocks: a block of `tmp` is read along its unit-stride axis, transposed in
+/// registers, and written out along the destination's.
 ///
 /// # Safety
-/// Every `(i, j)` with `i < m`, `j < n` is in bounds of `dst` with its strides, and of
-/// `tmp` with `tcs`/`trs`.
+/// Every `(o, i)` with `o < outer`, `i < inner` is in bounds of `dst` and of `tmp` with
+/// these strides.
 // The block loops index `blk` by column as often as by row: ranges read plainer.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn combine(
-    m: usize,
-    n: usize,
+    outer: usize,
+    inner: usize,
     dst: *mut f32,
-    dst_cs: isize,
-    dst_rs: isize,
+    d_os: isize,
+    tmp: *const f32,
+    t_is: isize,
     read_dst: bool,
     alpha: f32,
     beta: f32,
-    tmp: *const f32,
-    tcs: isize,
-    trs: isize,
 ) {
     const B: usize = 16;
-    // Loop over (outer, inner) with the inner axis the destination's unit-stride one.
-    let (no, ni, d_os, d_is, t_os, t_is) = if dst_cs == 1 {
-        (m, n, dst_rs, dst_cs, trs, tcs)
-    } else {
-        (n, m, dst_cs, dst_rs, tcs, trs)
+    let out = |v: f32, p: &mut f32| {
+        *p = if read_dst {
+            alpha * *p + beta * v
+        } else {
+            beta * v
+        }
     };
-    let t = tmp;
-    // A 16 x 16 block of `tmp` is read along its unit-stride axis into `blk` (transposed
-    // there), then written out along the destination's.
     let mut blk = [[0f32; B]; B];
-    for o0 in (0..no).step_by(B) {
-        let bo = B.min(no - o0);
-        for i0 in (0..ni).step_by(B) {
-            let bi = B.min(ni - i0);
-            // SAFETY (all loops): (o0 + o, i0 + i) with o < bo, i < bi is inside both
+    for o0 in (0..outer).step_by(B) {
+        let bo = B.min(outer - o0);
+        for i0 in (0..inner).step_by(B) {
+            let bi = B.min(inner - i0);
+            // SAFETY (both branches): (o0 + o, i0 + i) with o < bo, i < bi is inside both
             // matrices (caller).
-            if bo == B && bi == B && t_os == 1 && d_is == 1 {
-                // A whole block between unit-stride axes: fixed-size loops, no branches.
+            if bo == B && bi == B {
+                // A whole block: fixed-size loops that compile to vector moves.
                 for (i, col) in blk.iter_mut().enumerate() {
                     *col = unsafe {
-                        *(t.offset((i0 + i) as isize * t_is + o0 as isize) as *const [f32; B])
+                        *(tmp.offset((i0 + i) as isize * t_is + o0 as isize) as *const [f32; B])
                     };
                 }
                 for o in 0..B {
-                    let mut row = [0f32; B];
-                    for (i, r) in row.iter_mut().enumerate() {
-                        *r = beta * blk[i][o];
-                    }
                     let d = unsafe {
                         &mut *(dst.offset((o0 + o) as isize * d_os + i0 as isize) as *mut [f32; B])
                     };
-                    if read_dst {
-                        for (x, r) in d.iter_mut().zip(row) {
-                            *x = alpha * *x + r;
-                        }
-                    } else {
-                        *d = row;
-                    }
-                }
-                continue;
-            }
-            if t_os == 1 {
-                for (i, col) in blk.iter_mut().enumerate().take(bi) {
-                    let s = unsafe { t.offset((i0 + i) as isize * t_is + o0 as isize) };
-                    for (o, v) in col.iter_mut().enumerate().take(bo) {
-                        *v = unsafe { *s.add(o) };
+                    for (i, p) in d.iter_mut().enumerate() {
+                        out(blk[i][o], p);
                     }
                 }
             } else {
-                for (o, row) in blk.iter_mut().enumerate().take(bo) {
-                    let s = unsafe { t.offset((o0 + o) as isize * t_os + i0 as isize * t_is) };
-                    for (i, v) in row.iter_mut().enumerate().take(bi) {
-                        *v = unsafe { *s.offset(i as isize * t_is) };
-                    }
-                }
-            }
-            for o in 0..bo {
-                let d = unsafe { dst.offset((o0 + o) as isize * d_os + i0 as isize * d_is) };
-                let mut vals = [0f32; B];
-                for (i, v) in vals.iter_mut().enumerate().take(bi) {
-                    *v = beta * if t_os == 1 { blk[i][o] } else { blk[o][i] };
-                }
-                if read_dst {
-                    for (i, &v) in vals.iter().enumerate().take(bi) {
-                        let p = unsafe { d.offset(i as isize * d_is) };
-                        unsafe { *p = alpha * *p + v };
-                    }
-                } else {
-                    for (i, &v) in vals.iter().enumerate().take(bi) {
-                        unsafe { *d.offset(i as isize * d_is) = v };
+                for o in o0..o0 + bo {
+                    for i in i0..i0 + bi {
+                        unsafe {
+                            out(
+                                *tmp.offset(o as isize + i as isize * t_is),
+                                &mut *dst.offset(o as isize * d_os + i as isize),
+                            )
+                        };
                     }
                 }
             }
