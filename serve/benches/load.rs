@@ -90,7 +90,7 @@ fn minilm() -> (OnnxModel, &'static str) {
 }
 
 /// One client's connection, kept alive between requests as load generators (`wrk`,
-/// `ab -k`, locust) keep theirs; reconnects after an error.
+/// `ab -k`, locust) keep theirs; reconnects after a failed or timed-out request.
 struct Client {
     addr: SocketAddr,
     stream: Option<tokio::io::BufReader<tokio::net::TcpStream>>,
@@ -101,17 +101,9 @@ impl Client {
         Client { addr, stream: None }
     }
 
-    /// Posts `body` and reads the whole answer; returns the status (0 when the connection
-    /// failed).
-    async fn post(&mut self, path: &str, body: &[u8]) -> u16 {
-        let status = self.try_post(path, body).await.unwrap_or(0);
-        if status == 0 {
-            self.stream = None;
-        }
-        status
-    }
-
-    async fn try_post(&mut self, path: &str, body: &[u8]) -> Option<u16> {
+    /// Posts `body` and reads the whole answer; returns the status (`None` when the
+    /// connection failed: the caller then drops it).
+    async fn post(&mut self, path: &str, body: &[u8]) -> Option<u16> {
         if self.stream.is_none() {
             let s = tokio::net::TcpStream::connect(self.addr).await.ok()?;
             s.set_nodelay(true).ok()?;
@@ -180,9 +172,12 @@ async fn run_load(
                     client.post(path, body.as_bytes()),
                 )
                 .await
+                .ok()
+                .flatten()
                 .unwrap_or(0);
                 if status == 0 {
-                    // A timed-out answer may still be on its way: start afresh.
+                    // A failed connection, or a timed-out answer that may still be on its
+                    // way: start afresh.
                     client.stream = None;
                 }
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
