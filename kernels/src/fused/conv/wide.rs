@@ -374,9 +374,13 @@ mod tests {
     /// The forward against the tiled im2col + GEMM path (itself tested against the
     /// definition), and the input gradient against the tiled backward, over tile and
     /// channel-block boundaries, paddings, dilations and kernel sizes. Skips (saying so)
-    /// on CPUs without AVX2 + FMA.
+    /// on CPUs without AVX2 + FMA. Holds the thread-count lock: the kernel applies only
+    /// to batches of at least one sample per thread, so another test changing the count
+    /// between the check and the call (2 threads here, the 16-core default there) would
+    /// refuse the batch.
     #[test]
     fn matches_the_tiled_path() {
+        let _threads = crate::cpu::thread_count_lock();
         if level().is_none() {
             eprintln!("skipped: no AVX-512 or AVX2 + FMA on this CPU");
             return;
