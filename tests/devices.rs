@@ -114,6 +114,8 @@ const FLOAT_CASES: &[Case] = &[
     case("logsumexp", &[&[3, 4]], |x| x[0].logsumexp(&[1], true)),
     case("softmax", &[&[3, 7]], |x| x[0].softmax(-1)),
     case("log_softmax dim 0", &[&[5, 3]], |x| x[0].log_softmax(0)),
+    case("softmax middle dim", &[&[2, 5, 3]], |x| x[0].softmax(1)),
+    case("log_softmax long rows", &[&[3, 1500]], |x| x[0].log_softmax(-1)),
     case("norm", &[&[3, 4]], |x| x[0].norm(2.0, &[1], false)),
     case("cumsum", &[&[3, 4]], |x| x[0].cumsum(1)),
     case("matmul batched broadcast", &[&[2, 3, 4], &[4, 5]], |x| {

@@ -359,6 +359,26 @@ impl Storage {
         )
     }
 
+    /// `op`'s input gradient from its output (`self`, rows of `len` in `layout`'s
+    /// contiguous elements) and the output's gradient `g` (contiguous, same dtype).
+    #[track_caller]
+    pub(crate) fn rows_backward(
+        &self,
+        layout: &Layout,
+        g: &Storage,
+        g_layout: &Layout,
+        op: RowOp,
+        rows: usize,
+        len: usize,
+    ) -> Result<Storage> {
+        self.map_two(
+            g,
+            "softmax_backward",
+            |y, g| cpu::rows_backward(y, layout, g, g_layout, op, rows, len),
+            |y, g| y.rows_backward(layout, (g, g_layout), op, rows, len),
+        )
+    }
+
     /// Per position of contiguous `[outer, r, inner]`, the int64 index along the middle dim
     /// that `op` (a stable sort, a running max or min) picks.
     pub(crate) fn dim_indices(

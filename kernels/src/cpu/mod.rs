@@ -30,7 +30,10 @@ pub use pool::{
     ALIGN, DEFAULT_CACHE_LIMIT, HOST_POOL, HostBuffer, HostPool, HostStats, size_class,
 };
 pub use random::philox4x32_10;
-pub use reduce::{arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_rows, sum_dim};
+pub use reduce::{
+    arg_reduce_dim, cumsum_dim, log_softmax_rows, reduce_dim, softmax_backward_rows, softmax_rows,
+    sum_dim,
+};
 pub use simd::simd_has_fma;
 pub use sort::{DimIndexOp, dim_indices};
 pub use unfold::{Conv2dGeometry, fold2d, unfold2d};

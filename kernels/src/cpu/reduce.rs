@@ -372,6 +372,109 @@ pub fn log_softmax_rows<T: FloatElement>(src: &[T], rows: usize, len: usize) -> 
     softmax_family(src, rows, len, true)
 }
 
+/// `Σ f(row[j], other[j])` over two rows of equal length in 16 lanes (blocks of 64 as
+/// trees), so the additions do not wait on one another.
+#[inline(always)]
+fn lane_sum<T: FloatElement>(a: &[T], b: &[T], f: impl Fn(T::Acc, T::Acc) -> T::Acc) -> T::Acc {
+    debug_assert_eq!(a.len(), b.len());
+    let mut lanes = [T::Acc::ZERO; ROW_LANES];
+    let (blocks_a, blocks_b) = (a.chunks_exact(4 * ROW_LANES), b.chunks_exact(4 * ROW_LANES));
+    let (tail_a, tail_b) = (blocks_a.remainder(), blocks_b.remainder());
+    for (x, y) in blocks_a.zip(blocks_b) {
+        for (j, l) in lanes.iter_mut().enumerate() {
+            let t = |k: usize| f(x[j + k * ROW_LANES].to_acc(), y[j + k * ROW_LANES].to_acc());
+            *l = *l + ((t(0) + t(1)) + (t(2) + t(3)));
+        }
+    }
+    let (vectors_a, vectors_b) = (
+        tail_a.chunks_exact(ROW_LANES),
+        tail_b.chunks_exact(ROW_LANES),
+    );
+    let (scalars_a, scalars_b) = (vectors_a.remainder(), vectors_b.remainder());
+    for (x, y) in vectors_a.zip(vectors_b) {
+        for ((l, &u), &v) in lanes.iter_mut().zip(x).zip(y) {
+            *l = *l + f(u.to_acc(), v.to_acc());
+        }
+    }
+    let total = lanes.iter().fold(T::Acc::ZERO, |t, &l| t + l);
+    scalars_a
+        .iter()
+        .zip(scalars_b)
+        .fold(total, |t, (&u, &v)| t + f(u.to_acc(), v.to_acc()))
+}
+
+/// One row of the softmax (or log-softmax) input gradient from the output `y` and its
+/// gradient `g`: a sum, then one pass writing every element of `dst`.
+struct SoftmaxBackwardRow<'a, T> {
+    y: &'a [T],
+    g: &'a [T],
+    dst: &'a mut [MaybeUninit<T>],
+    log: bool,
+}
+
+impl<T: FloatElement> FmaKernel for SoftmaxBackwardRow<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        let rows = self.dst.iter_mut().zip(self.y.iter().zip(self.g));
+        if self.log {
+            // g - e^y Σ g (y is a log-probability, at most 0)
+            let total = lane_sum(self.g, self.g, |g, _| g);
+            for (d, (&y, &g)) in rows {
+                d.write(T::from_acc(
+                    g.to_acc() - y.to_acc().exp_nonpos::<FMA>() * total,
+                ));
+            }
+        } else {
+            // y (g - Σ g y)
+            let dot = lane_sum(self.y, self.g, |y, g| y * g);
+            for (d, (&y, &g)) in rows {
+                d.write(T::from_acc(y.to_acc() * (g.to_acc() - dot)));
+            }
+        }
+    }
+}
+
+/// The input gradient of softmax (`log == false`: `y · (g − Σ g·y)`) or log-softmax
+/// (`g − e^y · Σ g`) over each contiguous row of length `len`, from the forward's output
+/// `y` and the output gradient `g` (accumulating in f32 for half types): one kernel where
+/// the formula takes four, and no temporaries.
+///
+/// ```
+/// use ferrograd_kernels::cpu::softmax_backward_rows;
+/// // softmax [0.5, 0.5]: a gradient on the first output moves the inputs apart
+/// let dx = softmax_backward_rows(&[0.5f64, 0.5], &[1.0, 0.0], 1, 2, false);
+/// assert_eq!(dx, vec![0.25, -0.25]);
+/// ```
+pub fn softmax_backward_rows<T: FloatElement>(
+    y: &[T],
+    g: &[T],
+    rows: usize,
+    len: usize,
+    log: bool,
+) -> HostBuffer<T> {
+    assert!(
+        y.len() == rows * len && g.len() == rows * len,
+        "softmax_backward_rows: output {} and gradient {} elements for {rows} rows of {len}",
+        y.len(),
+        g.len()
+    );
+    let mut out = HostBuffer::<T>::new_uninit(rows * len);
+    for_each_outer(&mut out, rows, len * 3, |o, dst| {
+        let at = o * len..(o + 1) * len;
+        with_simd(SoftmaxBackwardRow {
+            y: &y[at.clone()],
+            g: &g[at],
+            dst,
+            log,
+        })
+    });
+    // SAFETY: `for_each_outer` hands every row of `out` to one `SoftmaxBackwardRow`, which
+    // writes all of it.
+    unsafe { out.assume_init() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +530,52 @@ mod tests {
                     got[len..].iter().all(|v| v.is_nan()),
                     "len {len}: a NaN or all -inf row gives NaN"
                 );
+            }
+        }
+    }
+
+    /// The fused backward against the formula in f64 at every block/lane/tail split of a
+    /// row, for both forms, f32 and f64, over enough rows to run in parallel.
+    #[test]
+    fn softmax_backward_rows_match_the_formula() {
+        for len in [1, 5, 16, 17, 63, 64, 65, 100, 1000] {
+            let rows = if len == 1000 { 70 } else { 3 };
+            let x: Vec<f64> = (0..rows * len)
+                .map(|i| ((i * 37 % 101) as f64 - 50.0) * 0.07)
+                .collect();
+            let g: Vec<f64> = (0..rows * len)
+                .map(|i| ((i * 53 % 97) as f64 - 48.0) * 0.03)
+                .collect();
+            for log in [false, true] {
+                let y = softmax_family(&x, rows, len, log);
+                let got64 = softmax_backward_rows(&y, &g, rows, len, log);
+                let y32: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+                let g32: Vec<f32> = g.iter().map(|&v| v as f32).collect();
+                let got32 = softmax_backward_rows(&y32, &g32, rows, len, log);
+                for r in 0..rows {
+                    let (yr, gr) = (&y[r * len..][..len], &g[r * len..][..len]);
+                    let s: f64 = if log {
+                        gr.iter().sum()
+                    } else {
+                        yr.iter().zip(gr).map(|(a, b)| a * b).sum()
+                    };
+                    for j in 0..len {
+                        let want = if log {
+                            gr[j] - yr[j].exp() * s
+                        } else {
+                            yr[j] * (gr[j] - s)
+                        };
+                        let (a, b) = (got64[r * len + j], got32[r * len + j] as f64);
+                        assert!(
+                            (a - want).abs() <= 1e-12,
+                            "len {len} log {log} f64: {a} vs {want}"
+                        );
+                        assert!(
+                            (b - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "len {len} log {log} f32: {b} vs {want}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 // Reductions over one dim of a contiguous [outer, r, inner] buffer, the fused softmax
-// family and cumsum. Two shapes of launch: when inner == 1 the reduced elements are
-// adjacent, and one block reduces a row through shared memory (`*_rows_*`); otherwise
+// family with its backward, and cumsum. Two shapes of launch: when inner == 1 the reduced
+// elements are adjacent, and one block reduces a row through shared memory (`*_rows_*`); otherwise
 // adjacent threads own adjacent outputs and walk r with coalesced loads (`*_cols_*`).
 // Half types accumulate in f32, as the CPU kernels do.
 
@@ -151,6 +151,33 @@ __device__ void softmax_rows(usize len, const T* src, T* out, bool log) {
     }
 }
 
+// The softmax (or log-softmax) input gradient from the output y and its gradient g, one
+// block (or one warp) per row: y (g - sum g y), or g - e^y sum g.
+template <typename T>
+__device__ void softmax_backward_rows(usize len, const T* y, const T* g, T* out, bool log) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* scratch = reinterpret_cast<A*>(shared_bytes);
+    const usize r = (usize)blockIdx.x * blockDim.y + threadIdx.y;
+    const T* yr = y + r * len;
+    const T* gr = g + r * len;
+    T* dst = out + r * len;
+    A acc = A(0);
+    if (log) {
+        for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += Elem<T>::load(gr[j]);
+    } else {
+        for (usize j = threadIdx.x; j < len; j += blockDim.x) acc += Elem<T>::load(yr[j]) * Elem<T>::load(gr[j]);
+    }
+    A total = block_reduce<A, SumRed>(acc, scratch);
+    if (log) {
+        for (usize j = threadIdx.x; j < len; j += blockDim.x)
+            dst[j] = Elem<T>::store(Elem<T>::load(gr[j]) - d_exp(Elem<T>::load(yr[j])) * total);
+    } else {
+        for (usize j = threadIdx.x; j < len; j += blockDim.x)
+            dst[j] = Elem<T>::store(Elem<T>::load(yr[j]) * (Elem<T>::load(gr[j]) - total));
+    }
+}
+
 // Inclusive prefix sums along the middle dim of a contiguous [outer, r, inner] buffer,
 // one thread per (outer, inner) line, accumulating in order as the CPU does.
 template <typename T>
@@ -172,6 +199,12 @@ __device__ void cumsum_cols(usize outer, usize r, usize inner, const T* src, T* 
     }                                                                                                         \
     extern "C" __global__ void log_softmax_rows_##SUFFIX(usize len, const T* src, T* out) {                   \
         softmax_rows<T>(len, src, out, true);                                                                 \
+    }                                                                                                         \
+    extern "C" __global__ void softmax_backward_rows_##SUFFIX(usize len, const T* y, const T* g, T* out) {      \
+        softmax_backward_rows<T>(len, y, g, out, false);                                                      \
+    }                                                                                                         \
+    extern "C" __global__ void log_softmax_backward_rows_##SUFFIX(usize len, const T* y, const T* g, T* out) {  \
+        softmax_backward_rows<T>(len, y, g, out, true);                                                       \
     }                                                                                                         \
     extern "C" __global__ void cumsum_cols_##SUFFIX(usize outer, usize r, usize inner, const T* src, T* out) { \
         cumsum_cols<T>(outer, r, inner, src, out);                                                            \

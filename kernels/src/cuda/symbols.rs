@@ -343,6 +343,10 @@ kernels! {
     SOFTMAX_ROWS = ROWS, "softmax_rows" floats;
     /// Log-softmax of rows.
     LOG_SOFTMAX_ROWS = ROWS, "log_softmax_rows" floats;
+    /// Softmax input gradient of rows, from the output and its gradient.
+    SOFTMAX_BACKWARD_ROWS = ROWS, "softmax_backward_rows" floats;
+    /// Log-softmax input gradient of rows, from the output and its gradient.
+    LOG_SOFTMAX_BACKWARD_ROWS = ROWS, "log_softmax_backward_rows" floats;
     /// Inclusive prefix sums along the middle dim.
     CUMSUM_COLS = ROWS, "cumsum_cols" floats_i64;
     /// Fused layer norm forward (output, mean, rstd).

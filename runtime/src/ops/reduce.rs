@@ -1,6 +1,6 @@
 //! Reductions over dims (with `keepdim`), the fused softmax family, and cumsum.
 
-use crate::autograd::{SavedTensor, record};
+use crate::autograd::{SavedTensor, is_grad_enabled, record};
 use crate::ops::autocast;
 use crate::storage::op::{ReduceOp, RowOp};
 use crate::tensor::backend_failed;
@@ -513,6 +513,37 @@ impl Tensor {
         }
     }
 
+    /// The input gradient of the row op `row_op` along `d` from its output `self` and the
+    /// output's gradient `g` (same shape and dtype), in one kernel.
+    #[track_caller]
+    fn rows_backward(&self, g: &Tensor, row_op: RowOp, d: usize) -> Tensor {
+        let last = self.dim().saturating_sub(1);
+        let moved = |t: &Tensor| {
+            if d == last {
+                t.detach().contiguous()
+            } else {
+                t.detach().transpose(d as isize, last as isize).contiguous()
+            }
+        };
+        let (y, g) = (moved(self), moved(g));
+        let len = y.shape().last().copied().unwrap_or(1);
+        let rows = y.numel() / len.max(1);
+        let out = y.read_storage().rows_backward(
+            y.layout(),
+            &g.read_storage(),
+            g.layout(),
+            row_op,
+            rows,
+            len,
+        );
+        let out = Tensor::from_backend("softmax_backward", y.shape(), out);
+        if d == last {
+            out
+        } else {
+            out.transpose(d as isize, last as isize)
+        }
+    }
+
     /// Softmax along `dim`, fused in one kernel (`softmax`).
     ///
     /// ```
@@ -589,6 +620,11 @@ impl Tensor {
             let o = SavedTensor::output(&out);
             move |ctx, g: &Tensor| {
                 let y = ctx.output(&o);
+                // One fused row kernel, unless the backward is itself recorded
+                // (`create_graph`), which needs the differentiable formula.
+                if !is_grad_enabled() && g.dtype() == y.dtype() && g.shape() == y.shape() {
+                    return vec![Some(y.rows_backward(g, row_op, d))];
+                }
                 let dim = [d as isize];
                 vec![Some(if log {
                     // d log_softmax: g - softmax * sum(g)

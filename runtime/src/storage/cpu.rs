@@ -206,6 +206,28 @@ pub(crate) fn rows(
     }, else unreachable!("softmax takes float storage"))
 }
 
+/// `op`'s input gradient of each row of contiguous float `[rows, len]`, from the output
+/// `y` and its gradient `g` (same dtype).
+pub(crate) fn rows_backward(
+    y: &CpuStorage,
+    y_layout: &Layout,
+    g: &CpuStorage,
+    g_layout: &Layout,
+    op: RowOp,
+    rows: usize,
+    len: usize,
+) -> CpuStorage {
+    with_float_dtype!(y.dtype(), T => {
+        T::into_storage(ferrograd_kernels::cpu::softmax_backward_rows(
+            contiguous::<T>(y, y_layout),
+            contiguous::<T>(g, g_layout),
+            rows,
+            len,
+            matches!(op, RowOp::LogSoftmax),
+        ))
+    }, else unreachable!("softmax takes float storage"))
+}
+
 /// The indices a stable sort or running extreme picks along the middle dim of
 /// `[outer, r, inner]` (int64).
 pub(crate) fn dim_indices(

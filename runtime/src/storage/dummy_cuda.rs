@@ -136,6 +136,17 @@ impl CudaStorage {
         match *self {}
     }
 
+    pub(crate) fn rows_backward(
+        &self,
+        _: &Layout,
+        _: (&Self, &Layout),
+        _: RowOp,
+        _: usize,
+        _: usize,
+    ) -> Result<Self> {
+        match *self {}
+    }
+
     pub(crate) fn dim_indices(
         &self,
         _: &Layout,

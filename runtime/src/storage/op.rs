@@ -146,6 +146,15 @@ impl RowOp {
             RowOp::LogSoftmax => &kernels::LOG_SOFTMAX_ROWS,
         }
     }
+
+    /// The CUDA kernel of this row op's input gradient (from its output and the output's
+    /// gradient).
+    pub(crate) fn cuda_backward(self) -> &'static CudaKernel {
+        match self {
+            RowOp::Softmax => &kernels::SOFTMAX_BACKWARD_ROWS,
+            RowOp::LogSoftmax => &kernels::LOG_SOFTMAX_BACKWARD_ROWS,
+        }
+    }
 }
 
 /// Integer (and bool) maps computed through f64 and converted back, as the dtype's

@@ -229,6 +229,24 @@ impl CudaStorage {
         launch::softmax_rows(op.cuda(), self, start(layout), rows, len)
     }
 
+    /// `op`'s input gradient from its contiguous output (`self`) and output gradient.
+    pub(crate) fn rows_backward(
+        &self,
+        layout: &Layout,
+        (g, g_layout): (&Self, &Layout),
+        op: RowOp,
+        rows: usize,
+        len: usize,
+    ) -> Result<Self> {
+        launch::softmax_backward_rows(
+            op.cuda_backward(),
+            (self, start(layout)),
+            (g, start(g_layout)),
+            rows,
+            len,
+        )
+    }
+
     /// Sorts and running extremes run on the host (data-dependent control flow; a device
     /// sort is future work), counted as a host fallback.
     pub(crate) fn dim_indices(

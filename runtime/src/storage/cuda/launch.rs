@@ -424,6 +424,32 @@ pub(crate) fn softmax_rows(
     Ok(out)
 }
 
+/// The softmax or log-softmax input gradient (`kernel`: `SOFTMAX_BACKWARD_ROWS`,
+/// `LOG_SOFTMAX_BACKWARD_ROWS`) of each row of the contiguous `[rows, len]` output `y` and
+/// its gradient `g`.
+pub(crate) fn softmax_backward_rows(
+    kernel: &CudaKernel,
+    (y, y_offset): Operand<'_>,
+    (g, g_offset): Operand<'_>,
+    rows: usize,
+    len: usize,
+) -> Result<CudaStorage> {
+    let dev = y.device();
+    let dtype = y.dtype();
+    let out = output(dev, dtype, rows * len)?;
+    if rows * len == 0 {
+        return Ok(out);
+    }
+    let (l, ys, gs, o) = (
+        len as u64,
+        y.address_of(y_offset),
+        g.address_of(g_offset),
+        out.address_of(0),
+    );
+    launch!(dev, kernel, dtype, per_row_or_warp(rows, len, acc_size(dtype)); l, ys, gs, o)?;
+    Ok(out)
+}
+
 /// A contiguous operand: a buffer and the element offset where it starts.
 pub(crate) type Operand<'a> = (&'a CudaStorage, usize);
 
