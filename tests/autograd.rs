@@ -64,6 +64,57 @@ fn gradients_accumulate_across_backward_calls() {
     assert!(x.grad().is_none());
 }
 
+/// Gradients are summed in place where nothing else can see the running sum (PyTorch's
+/// input buffers and `AccumulateGrad`), and never through a tensor someone holds: a `.grad`
+/// taken before the next backward keeps its values, a gradient handed to two inputs
+/// (`add`'s backward) is not written through one of them, and the slices of one tensor
+/// (q/k/v from one projection) sum to the whole gradient.
+#[test]
+fn gradients_sum_in_place_only_where_nothing_else_sees_them() {
+    let x = leaf(vec![1.0, 2.0]);
+    (&x * 3.0).sum_all().backward();
+    let held = x.grad().unwrap();
+    (&x * &x).sum_all().backward();
+    assert_eq!(held.to_vec::<f64>(), vec![3.0, 3.0], "a held .grad is not written");
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![5.0, 7.0]);
+    // Dropped handles: the next pass may sum in place, and the values are the same.
+    drop(held);
+    (&x * 2.0).sum_all().backward();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![7.0, 9.0]);
+
+    // a + b shares one gradient between a and b; each then gathers more.
+    let w = leaf(vec![1.0, -1.0, 0.5]);
+    let a = &w * 2.0;
+    let b = w.exp();
+    let out = (&a + &b).sum_all().add(&(&a * &a).sum_all()).add(&b.sum_all());
+    out.backward();
+    let wv = [1.0f64, -1.0, 0.5];
+    let want: Vec<f64> = wv
+        .iter()
+        .map(|&v| 2.0 + v.exp() + 8.0 * v + v.exp())
+        .collect();
+    let got = w.grad().unwrap().to_vec::<f64>();
+    for (g, e) in got.iter().zip(&want) {
+        assert!((g - e).abs() < 1e-12, "{got:?} vs {want:?}");
+    }
+
+    // Three selects of one tensor: the slices' gradients fill the whole.
+    let p = Tensor::arange(0.0, 12.0, 1.0, DType::F64, &Device::Cpu)
+        .reshape(&[2, 3, 2])
+        .requires_grad(true);
+    let parts: Vec<Tensor> = (0..3).map(|i| p.select(1, i)).collect();
+    parts[0]
+        .mul_scalar(1.0)
+        .add(&parts[1].mul_scalar(10.0))
+        .add(&parts[2].mul_scalar(100.0))
+        .sum_all()
+        .backward();
+    assert_eq!(
+        p.grad().unwrap().to_vec::<f64>(),
+        vec![1.0, 1.0, 10.0, 10.0, 100.0, 100.0, 1.0, 1.0, 10.0, 10.0, 100.0, 100.0]
+    );
+}
+
 #[test]
 fn graph_is_freed_after_backward_unless_retained() {
     let x = leaf(vec![1.0]);

@@ -14,11 +14,31 @@ enum Sink {
     Capture(HashMap<usize, usize>),
 }
 
+/// Adds `g` to the gradient gathered so far. As PyTorch's input buffers and
+/// `AccumulateGrad` do, the sum is taken in place when nothing can see the old gradient:
+/// no graph is being recorded (`create_graph`), no other handle, view or saved tensor
+/// shares its buffer, and the operands match in shape, dtype and device. Otherwise (or
+/// under `create_graph`, which records the sum) a new tensor holds it.
 fn add_grad(slot: &mut Option<Tensor>, g: Tensor) {
     *slot = Some(match slot.take() {
+        Some(old) if accumulates_in_place(&old, &g) => {
+            old.add_(&g);
+            old
+        }
         Some(old) => &old + &g,
         None => g,
     });
+}
+
+fn accumulates_in_place(old: &Tensor, g: &Tensor) -> bool {
+    !super::is_grad_enabled()
+        && Arc::strong_count(&old.0) == 1
+        && !old.requires_grad_flag()
+        && old.owns_storage_exclusively()
+        && !old.shares_storage(g)
+        && old.shape() == g.shape()
+        && old.dtype() == g.dtype()
+        && old.device() == g.device()
 }
 
 /// Runs backward from each `(output, grad_output)` pair. With `capture` non-empty, returns
