@@ -75,7 +75,11 @@ fn gradients_sum_in_place_only_where_nothing_else_sees_them() {
     (&x * 3.0).sum_all().backward();
     let held = x.grad().unwrap();
     (&x * &x).sum_all().backward();
-    assert_eq!(held.to_vec::<f64>(), vec![3.0, 3.0], "a held .grad is not written");
+    assert_eq!(
+        held.to_vec::<f64>(),
+        vec![3.0, 3.0],
+        "a held .grad is not written"
+    );
     assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![5.0, 7.0]);
     // Dropped handles: the next pass may sum in place, and the values are the same.
     drop(held);
@@ -86,7 +90,10 @@ fn gradients_sum_in_place_only_where_nothing_else_sees_them() {
     let w = leaf(vec![1.0, -1.0, 0.5]);
     let a = &w * 2.0;
     let b = w.exp();
-    let out = (&a + &b).sum_all().add(&(&a * &a).sum_all()).add(&b.sum_all());
+    let out = (&a + &b)
+        .sum_all()
+        .add(&(&a * &a).sum_all())
+        .add(&b.sum_all());
     out.backward();
     let wv = [1.0f64, -1.0, 0.5];
     let want: Vec<f64> = wv
@@ -111,7 +118,9 @@ fn gradients_sum_in_place_only_where_nothing_else_sees_them() {
         .backward();
     assert_eq!(
         p.grad().unwrap().to_vec::<f64>(),
-        vec![1.0, 1.0, 10.0, 10.0, 100.0, 100.0, 1.0, 1.0, 10.0, 10.0, 100.0, 100.0]
+        vec![
+            1.0, 1.0, 10.0, 10.0, 100.0, 100.0, 1.0, 1.0, 10.0, 10.0, 100.0, 100.0
+        ]
     );
 }
 

@@ -111,11 +111,28 @@ const FLOAT_CASES: &[Case] = &[
             .add(&x[0].std(&[0], false, false).sum_all())
     }),
     case("prod", &[&[3, 4]], |x| x[0].prod(1, false)),
+    // Too few outputs to fill a GPU: the split reductions (32-column tiles with chunks
+    // of a long strided dim, chunks of long rows), on positive inputs so the sums are far
+    // from zero.
+    positive("sum over a long strided dim", &[&[4096, 48]], |x| {
+        x[0].sum(&[0], false)
+    }),
+    positive("mean over a middle dim", &[&[3, 300, 20]], |x| {
+        x[0].mean(&[1], true)
+    }),
+    positive("sum of long rows", &[&[2, 40000]], |x| {
+        x[0].sum(&[1], false)
+    }),
+    positive("prod over a strided dim", &[&[40, 3]], |x| {
+        x[0].add_scalar(0.5).sqrt().prod(0, false)
+    }),
     case("logsumexp", &[&[3, 4]], |x| x[0].logsumexp(&[1], true)),
     case("softmax", &[&[3, 7]], |x| x[0].softmax(-1)),
     case("log_softmax dim 0", &[&[5, 3]], |x| x[0].log_softmax(0)),
     case("softmax middle dim", &[&[2, 5, 3]], |x| x[0].softmax(1)),
-    case("log_softmax long rows", &[&[3, 1500]], |x| x[0].log_softmax(-1)),
+    case("log_softmax long rows", &[&[3, 1500]], |x| {
+        x[0].log_softmax(-1)
+    }),
     case("norm", &[&[3, 4]], |x| x[0].norm(2.0, &[1], false)),
     case("cumsum", &[&[3, 4]], |x| x[0].cumsum(1)),
     case("matmul batched broadcast", &[&[2, 3, 4], &[4, 5]], |x| {

@@ -133,27 +133,45 @@ template <> __device__ __forceinline__ float neg_infinity<float>() { return __in
 template <> __device__ __forceinline__ double neg_infinity<double>() { return __longlong_as_double(0xfff0000000000000LL); }
 
 // The index space of an elementwise launch after the host merged contiguous dims: at most
-// MAX_DIMS dims, and per operand (up to three) its strides. Passed by value (200 bytes of
+// MAX_DIMS dims, and per operand (up to three) its strides. Passed by value (256 bytes of
 // kernel parameters), so a launch needs no device allocation. Bit k of `contiguous` says
 // operand k is laid out as the index space itself (element i at i), the fast path.
+// When the whole index space is below 2^31 (`narrow`), an index splits into coordinates
+// by 32-bit multiplications with the host's `magic` and `shift` per dim instead of 64-bit
+// divisions (which the GPU emulates in dozens of instructions): q = (umulhi(i, magic) + i)
+// >> shift is i / shape for every i < 2^31.
 #define MAX_DIMS 6
 struct Geometry {
     usize shape[MAX_DIMS];
     usize strides[3][MAX_DIMS];
     unsigned int rank;
     unsigned int contiguous;
+    unsigned int magic[MAX_DIMS];
+    unsigned int shift[MAX_DIMS];
+    unsigned int narrow;
+    unsigned int reserved;
 };
 
-// The element offset of the i-th element (row-major) of operand k.
+// The element offset of the i-th element (row-major) of operand k. The outermost dim
+// needs no division: what is left of i after the inner dims is its coordinate.
 __device__ __forceinline__ usize geo_offset(const Geometry& g, int k, usize i) {
     if (g.contiguous & (1u << k)) return i;
     usize offset = 0;
-    for (int d = (int)g.rank - 1; d >= 0; --d) {
+    if (g.narrow) {
+        unsigned int r = (unsigned int)i;
+        for (int d = (int)g.rank - 1; d > 0; --d) {
+            unsigned int q = (__umulhi(r, g.magic[d]) + r) >> g.shift[d];
+            offset += (usize)(r - q * (unsigned int)g.shape[d]) * g.strides[k][d];
+            r = q;
+        }
+        return offset + (usize)r * g.strides[k][0];
+    }
+    for (int d = (int)g.rank - 1; d > 0; --d) {
         usize s = g.shape[d];
         offset += (i % s) * g.strides[k][d];
         i /= s;
     }
-    return offset;
+    return offset + i * g.strides[k][0];
 }
 
 #define GRID_STRIDE(i, n) for (usize i = blockIdx.x * (usize)blockDim.x + threadIdx.x; i < (n); i += (usize)blockDim.x * gridDim.x)

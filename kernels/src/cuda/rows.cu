@@ -28,12 +28,88 @@ __device__ void reduce_cols(usize outer, usize r, usize inner, const T* src, T* 
     }
 }
 
+// Reductions too few outputs to fill the device with one thread (or block) each are
+// split along r: blocks reduce chunks of `chunk` elements into accumulator-typed partials
+// `[outer, splits, inner]`, then `*_finish_*` combines each output's partials in order
+// (a fixed order, so deterministic mode holds).
+
+// Block (x: chunk, y: row) reduces its chunk of a contiguous row into
+// partials[row * gridDim.x + chunk].
+template <typename T, typename Red>
+__device__ void reduce_row_chunks(usize len, usize chunk, const T* src, typename Elem<T>::Acc* partials) {
+    typedef typename Elem<T>::Acc A;
+    extern __shared__ unsigned char shared_bytes[];
+    A* scratch = reinterpret_cast<A*>(shared_bytes);
+    const T* row = src + (usize)blockIdx.y * len;
+    usize begin = (usize)blockIdx.x * chunk;
+    usize end = begin + chunk < len ? begin + chunk : len;
+    A acc = Red::template init<A>();
+    for (usize j = begin + threadIdx.x; j < end; j += blockDim.x) acc = Red::template combine<A>(acc, Elem<T>::load(row[j]));
+    A total = block_reduce<A, Red>(acc, scratch);
+    if (threadIdx.x == 0) partials[(usize)blockIdx.y * gridDim.x + blockIdx.x] = total;
+}
+
+// A (32, 8) block owns 32 adjacent columns of one outer index (coalesced row reads) and
+// rows [z * chunk, (z + 1) * chunk) of r (z = blockIdx.z), its 8 thread rows striding
+// through them; the 8 partial results per column combine through shared memory. With one
+// chunk the result goes straight to `out`, else to partials[(o * splits + z) * inner + c].
+template <typename T, typename Red>
+__device__ void reduce_cols_tiled(usize outer, usize r, usize inner, usize chunk, const T* src, T* out,
+                                  typename Elem<T>::Acc* partials) {
+    typedef typename Elem<T>::Acc A;
+    __shared__ A tile[8][33];
+    const usize c = (usize)blockIdx.x * 32 + threadIdx.x;
+    const usize o = blockIdx.y, z = blockIdx.z;
+    const usize begin = z * chunk;
+    const usize end = begin + chunk < r ? begin + chunk : r;
+    A acc = Red::template init<A>();
+    if (c < inner) {
+        const T* p = src + o * r * inner + c;
+        for (usize j = begin + threadIdx.y; j < end; j += 8) acc = Red::template combine<A>(acc, Elem<T>::load(p[j * inner]));
+    }
+    tile[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < inner) {
+        for (int y = 1; y < 8; ++y) acc = Red::template combine<A>(acc, tile[y][threadIdx.x]);
+        if (gridDim.z == 1) {
+            out[o * inner + c] = Elem<T>::store(acc);
+        } else {
+            partials[(o * gridDim.z + z) * inner + c] = acc;
+        }
+    }
+}
+
+// out[o, c] = the partials [outer, splits, inner] of (o, c) combined in order.
+template <typename T, typename Red>
+__device__ void reduce_finish(usize outer, usize splits, usize inner, const typename Elem<T>::Acc* partials, T* out) {
+    typedef typename Elem<T>::Acc A;
+    GRID_STRIDE(k, outer * inner) {
+        usize o = k / inner, c = k % inner;
+        const A* p = partials + o * splits * inner + c;
+        A acc = p[0];
+        for (usize z = 1; z < splits; ++z) acc = Red::template combine<A>(acc, p[z * inner]);
+        out[k] = Elem<T>::store(acc);
+    }
+}
+
 #define REDUCE_ONE(NAME, RED, T, SUFFIX)                                                                      \
     extern "C" __global__ void NAME##_rows_##SUFFIX(usize len, const T* src, T* out) {                        \
         reduce_rows<T, RED>(len, src, out);                                                                   \
     }                                                                                                         \
     extern "C" __global__ void NAME##_cols_##SUFFIX(usize outer, usize r, usize inner, const T* src, T* out) { \
         reduce_cols<T, RED>(outer, r, inner, src, out);                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_row_chunks_##SUFFIX(usize len, usize chunk, const T* src,              \
+                                                          typename Elem<T>::Acc* partials) {                 \
+        reduce_row_chunks<T, RED>(len, chunk, src, partials);                                                 \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_cols_tiled_##SUFFIX(usize outer, usize r, usize inner, usize chunk,     \
+                                                          const T* src, T* out, typename Elem<T>::Acc* partials) { \
+        reduce_cols_tiled<T, RED>(outer, r, inner, chunk, src, out, partials);                                \
+    }                                                                                                         \
+    extern "C" __global__ void NAME##_finish_##SUFFIX(usize outer, usize splits, usize inner,                 \
+                                                      const typename Elem<T>::Acc* partials, T* out) {        \
+        reduce_finish<T, RED>(outer, splits, inner, partials, out);                                           \
     }
 #define SUM_F(T, S) REDUCE_ONE(sum, SumRed, T, S)
 #define PROD_F(T, S) REDUCE_ONE(prod, ProdRed, T, S)

@@ -331,6 +331,18 @@ kernels! {
     PROD_ROWS = ROWS, "prod_rows" floats_i64;
     /// Reduction by product along a strided middle dim.
     PROD_COLS = ROWS, "prod_cols" floats_i64;
+    /// Sums of chunks of contiguous rows, into accumulator partials.
+    SUM_ROW_CHUNKS = ROWS, "sum_row_chunks" floats_i64;
+    /// Sums along a middle dim by 32-column tiles, whole or in chunks of it.
+    SUM_COLS_TILED = ROWS, "sum_cols_tiled" floats_i64;
+    /// Sums of the partials of a split reduction.
+    SUM_FINISH = ROWS, "sum_finish" floats_i64;
+    /// Products of chunks of contiguous rows, into accumulator partials.
+    PROD_ROW_CHUNKS = ROWS, "prod_row_chunks" floats_i64;
+    /// Products along a middle dim by 32-column tiles, whole or in chunks of it.
+    PROD_COLS_TILED = ROWS, "prod_cols_tiled" floats_i64;
+    /// Products of the partials of a split reduction.
+    PROD_FINISH = ROWS, "prod_finish" floats_i64;
     /// Max and its first index, rows.
     ARGMAX_ROWS = ROWS, "argmax_rows" all;
     /// Max and its first index, middle dim.

@@ -122,13 +122,36 @@ impl ReduceOp {
         }
     }
 
-    /// The CUDA kernels reducing contiguous rows and a strided middle dim.
-    pub(crate) fn cuda(self) -> (&'static CudaKernel, &'static CudaKernel) {
+    /// The CUDA kernels of this reduction.
+    pub(crate) fn cuda(self) -> ReduceKernels {
         match self {
-            ReduceOp::Sum => (&kernels::SUM_ROWS, &kernels::SUM_COLS),
-            ReduceOp::Prod => (&kernels::PROD_ROWS, &kernels::PROD_COLS),
+            ReduceOp::Sum => ReduceKernels {
+                rows: &kernels::SUM_ROWS,
+                cols: &kernels::SUM_COLS,
+                row_chunks: &kernels::SUM_ROW_CHUNKS,
+                cols_tiled: &kernels::SUM_COLS_TILED,
+                finish: &kernels::SUM_FINISH,
+            },
+            ReduceOp::Prod => ReduceKernels {
+                rows: &kernels::PROD_ROWS,
+                cols: &kernels::PROD_COLS,
+                row_chunks: &kernels::PROD_ROW_CHUNKS,
+                cols_tiled: &kernels::PROD_COLS_TILED,
+                finish: &kernels::PROD_FINISH,
+            },
         }
     }
+}
+
+/// A reduction's CUDA kernels: one block per contiguous row, one thread per output along a
+/// strided middle dim, and the split forms for too few outputs to fill the device (chunks
+/// of rows, 32-column tiles, and the pass combining their partials).
+pub(crate) struct ReduceKernels {
+    pub(crate) rows: &'static CudaKernel,
+    pub(crate) cols: &'static CudaKernel,
+    pub(crate) row_chunks: &'static CudaKernel,
+    pub(crate) cols_tiled: &'static CudaKernel,
+    pub(crate) finish: &'static CudaKernel,
 }
 
 /// Row-wise fused ops over the last dim.

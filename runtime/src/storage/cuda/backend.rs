@@ -209,11 +209,11 @@ impl CudaStorage {
     }
 
     pub(crate) fn reduce(&self, layout: &Layout, op: ReduceOp, dims: [usize; 3]) -> Result<Self> {
-        let (rows, cols) = op.cuda();
-        if rows.symbol(self.dtype()).is_none() {
+        let kernels = op.cuda();
+        if kernels.rows.symbol(self.dtype()).is_none() {
             return self.on_host(op.name(), |h| cpu::reduce(h, layout, op, dims));
         }
-        launch::reduce((rows, cols), self, start(layout), dims)
+        launch::reduce(&kernels, self, start(layout), dims)
     }
 
     pub(crate) fn arg_reduce(

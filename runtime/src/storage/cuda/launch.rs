@@ -5,6 +5,7 @@
 
 pub(crate) use super::index::{ConvGeometry, index_check};
 use super::{CudaStorage, GpuDevice};
+use crate::storage::op::ReduceKernels;
 use crate::{Error, Result};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 use ferrograd_kernels::cuda::{self as kernels, CudaKernel, ELEMENTWISE};
@@ -23,6 +24,39 @@ pub(crate) struct Geometry {
     strides: [[u64; MAX_DIMS]; 3],
     rank: u32,
     contiguous: u32,
+    /// Per dim, the multiplier and shift that divide a 32-bit index by its size
+    /// ([`Divisor`]); used when `narrow` is 1 (the index space is below 2^31).
+    magic: [u32; MAX_DIMS],
+    shift: [u32; MAX_DIMS],
+    narrow: u32,
+    reserved: u32,
+}
+
+/// Division by a fixed `d` in `1..2^31` of any `n < 2^31` as `(umulhi(n, magic) + n) >>
+/// shift` (Granlund and Montgomery's round-up method): with `shift = ceil(log2 d)` and
+/// `magic = floor(2^32 (2^shift - d) / d) + 1`, the 33-bit product `n (2^32 + magic)`
+/// divided by `2^(32 + shift)` floors to `n / d`, and `umulhi(n, magic) + n < 2^32`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Divisor {
+    pub(crate) magic: u32,
+    pub(crate) shift: u32,
+}
+
+impl Divisor {
+    /// The multiplier and shift of `d` (`1 <= d < 2^31`).
+    pub(crate) fn new(d: u64) -> Divisor {
+        debug_assert!((1..1 << 31).contains(&d));
+        let shift = 64 - (d - 1).leading_zeros();
+        let magic = (((1u128 << 32) * ((1u128 << shift) - d as u128)) / d as u128 + 1) as u32;
+        Divisor { magic, shift }
+    }
+
+    /// `n / d` the way the kernels compute it (`n < 2^31`).
+    #[cfg(test)]
+    pub(crate) fn divide(self, n: u32) -> u32 {
+        let hi = ((n as u64 * self.magic as u64) >> 32) as u32;
+        (hi + n) >> self.shift
+    }
 }
 
 // SAFETY: plain data, `repr(C)` with the same fields in the same order and of the same
@@ -46,6 +80,14 @@ impl Geometry {
         };
         for (d, &size) in dims.iter().enumerate() {
             g.shape[d] = size as u64;
+        }
+        let total: usize = dims.iter().product();
+        if total < 1 << 31 {
+            g.narrow = 1;
+            for (d, &size) in dims.iter().enumerate() {
+                let Divisor { magic, shift } = Divisor::new(size.max(1) as u64);
+                (g.magic[d], g.shift[d]) = (magic, shift);
+            }
         }
         for (k, s) in merged.iter().enumerate() {
             for (d, &stride) in s.iter().enumerate() {
@@ -344,7 +386,7 @@ pub(crate) fn full(
 /// `offset` with the kernel pair `(rows, cols)` (`SUM_ROWS`/`SUM_COLS`, ...): `[outer,
 /// inner]` results.
 pub(crate) fn reduce(
-    (rows_kernel, cols_kernel): (&CudaKernel, &CudaKernel),
+    kernels: &ReduceKernels,
     src: &CudaStorage,
     offset: usize,
     [outer, r, inner]: [usize; 3],
@@ -356,14 +398,102 @@ pub(crate) fn reduce(
         return Ok(out);
     }
     let (s, o) = (src.address_of(offset), out.address_of(0));
-    if inner == 1 {
-        let len = r as u64;
-        launch!(dev, rows_kernel, dtype, per_row(outer, r, acc_size(dtype)); len, s, o)?;
-    } else {
-        let (a, b, c) = (outer as u64, r as u64, inner as u64);
-        launch!(dev, cols_kernel, dtype, spread(outer * inner); a, b, c, s, o)?;
+    match reduce_plan([outer, r, inner]) {
+        ReducePlan::Rows => {
+            let len = r as u64;
+            launch!(dev, kernels.rows, dtype, per_row(outer, r, acc_size(dtype)); len, s, o)?;
+        }
+        ReducePlan::Cols => {
+            let (a, b, c) = (outer as u64, r as u64, inner as u64);
+            launch!(dev, kernels.cols, dtype, spread(outer * inner); a, b, c, s, o)?;
+        }
+        ReducePlan::RowChunks { chunk, splits } => {
+            let partials = output(dev, acc_dtype(dtype), outer * splits)?;
+            let (len, chunk_len, p) = (r as u64, chunk as u64, partials.address_of(0));
+            let cfg = LaunchConfig {
+                grid_dim: (splits as u32, outer as u32, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: (256 * acc_size(dtype)) as u32,
+            };
+            launch!(dev, kernels.row_chunks, dtype, cfg; len, chunk_len, s, p)?;
+            finish_reduce(kernels, &partials, [outer, splits, 1], &out)?;
+        }
+        ReducePlan::Tiles { chunk, splits } => {
+            // One chunk writes `out` directly; the partials pointer is then unused (null).
+            let partials = if splits > 1 {
+                Some(output(dev, acc_dtype(dtype), outer * splits * inner)?)
+            } else {
+                None
+            };
+            let (a, b, c, chunk_len) = (outer as u64, r as u64, inner as u64, chunk as u64);
+            let p = partials.as_ref().map_or(0, |p| p.address_of(0));
+            let cfg = LaunchConfig {
+                grid_dim: (inner.div_ceil(32) as u32, outer as u32, splits as u32),
+                block_dim: (32, 8, 1),
+                shared_mem_bytes: 0,
+            };
+            launch!(dev, kernels.cols_tiled, dtype, cfg; a, b, c, chunk_len, s, o, p)?;
+            if let Some(partials) = &partials {
+                finish_reduce(kernels, partials, [outer, splits, inner], &out)?;
+            }
+        }
     }
     Ok(out)
+}
+
+/// Combines the accumulator partials `[outer, splits, inner]` of a split reduction into
+/// `out` (`[outer, inner]`).
+fn finish_reduce(
+    kernels: &ReduceKernels,
+    partials: &CudaStorage,
+    [outer, splits, inner]: [usize; 3],
+    out: &CudaStorage,
+) -> Result<()> {
+    let dev = out.device();
+    let (a, b, c) = (outer as u64, splits as u64, inner as u64);
+    let (p, o) = (partials.address_of(0), out.address_of(0));
+    launch!(dev, kernels.finish, out.dtype(), spread(outer * inner); a, b, c, p, o)
+}
+
+/// How a reduction of contiguous `[outer, r, inner]` over `r` is launched.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ReducePlan {
+    /// One block per row (`inner == 1`, enough rows or short ones).
+    Rows,
+    /// One thread per output walking `r` (enough outputs to fill the device).
+    Cols,
+    /// Few long rows: each row in `splits` chunks of `chunk`, one block each.
+    RowChunks { chunk: usize, splits: usize },
+    /// Few outputs along a strided dim: 32-column tiles, `r` in `splits` chunks.
+    Tiles { chunk: usize, splits: usize },
+}
+
+/// Blocks that keep every SM of a large GPU busy (132 SMs on an H100, a few blocks each).
+const FILL_BLOCKS: usize = 512;
+
+/// The launch of a reduction over `r` of contiguous `[outer, r, inner]`: rows and
+/// columns by one block or thread each when there are enough of them, else split along
+/// `r` so that about [`FILL_BLOCKS`] blocks share the work.
+pub(crate) fn reduce_plan([outer, r, inner]: [usize; 3]) -> ReducePlan {
+    let split = |units: usize, min_chunk: usize| {
+        let splits = FILL_BLOCKS
+            .div_ceil(units.max(1))
+            .clamp(1, (r / min_chunk).max(1));
+        let chunk = r.div_ceil(splits).max(1);
+        (chunk, r.div_ceil(chunk).max(1))
+    };
+    if inner == 1 {
+        if outer >= FILL_BLOCKS / 4 || r < 1 << 15 || outer > u16::MAX as usize {
+            return ReducePlan::Rows;
+        }
+        let (chunk, splits) = split(outer, 1 << 13);
+        return ReducePlan::RowChunks { chunk, splits };
+    }
+    if outer * inner >= 1 << 16 {
+        return ReducePlan::Cols;
+    }
+    let (chunk, splits) = split(outer * inner.div_ceil(32), 128);
+    ReducePlan::Tiles { chunk, splits }
 }
 
 /// Max (`is_max`) or min of the middle dim of contiguous `[outer, r, inner]` (r ≥ 1), with
@@ -489,6 +619,86 @@ pub(crate) fn cumsum(
 mod tests {
     use super::*;
 
+    /// Reductions with outputs enough to fill the device keep one block or thread each;
+    /// few long rows and few strided columns split along `r`, every chunk non-empty and
+    /// the chunks covering `r` exactly.
+    #[test]
+    fn reductions_split_only_when_too_few_outputs_fill_the_device() {
+        assert_eq!(reduce_plan([4096, 512, 1]), ReducePlan::Rows);
+        assert_eq!(reduce_plan([4, 1000, 1]), ReducePlan::Rows);
+        assert_eq!(reduce_plan([512, 64, 1024]), ReducePlan::Cols);
+        for dims in [
+            [1, 4_194_304, 1],
+            [2, 40_000, 1],
+            [1, 8192, 512],
+            [1, 4096, 48],
+            [3, 300, 20],
+            [1, 40, 3],
+            [1, 1, 7],
+        ] {
+            let r = dims[1];
+            let (chunk, splits) = match reduce_plan(dims) {
+                ReducePlan::RowChunks { chunk, splits } => {
+                    assert_eq!(dims[2], 1);
+                    (chunk, splits)
+                }
+                ReducePlan::Tiles { chunk, splits } => (chunk, splits),
+                other => panic!("{dims:?}: {other:?}"),
+            };
+            assert!(
+                splits <= FILL_BLOCKS && (splits - 1) * chunk < r && splits * chunk >= r,
+                "{dims:?}: {chunk} x {splits}"
+            );
+        }
+        // sum_all of 4M elements: a few hundred blocks, not one.
+        assert!(
+            matches!(reduce_plan([1, 4_194_304, 1]), ReducePlan::RowChunks { splits, .. } if splits >= 256)
+        );
+        // A bias gradient, [8192, 512] summed over the batch: 16 tiles in 32 chunks each.
+        assert_eq!(
+            reduce_plan([1, 8192, 512]),
+            ReducePlan::Tiles {
+                chunk: 256,
+                splits: 32
+            }
+        );
+    }
+
+    /// The kernels' 32-bit division by multiplication equals `/` for divisors across the
+    /// range (powers of two and their neighbours, small, large, 2^31 - 1) at the ends of
+    /// the numerator range and at every multiple's edges.
+    #[test]
+    fn magic_division_equals_integer_division() {
+        let mut divisors: Vec<u64> = (1..=300).collect();
+        for p in 1..31 {
+            divisors.extend([(1u64 << p) - 1, 1 << p, (1 << p) + 1]);
+        }
+        divisors.extend([3 * 1536, 12_582_912, 1_000_003, (1 << 31) - 1]);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for d in divisors.into_iter().filter(|&d| d < 1 << 31) {
+            let div = Divisor::new(d);
+            let mut check = |n: u64| {
+                if n < 1 << 31 {
+                    assert_eq!(div.divide(n as u32) as u64, n / d, "{n} / {d} ({div:?})");
+                }
+            };
+            for n in [0, 1, (1 << 31) - 1, (1 << 31) - 2, d - 1, d, d + 1] {
+                check(n);
+            }
+            let top = ((1u64 << 31) - 1) / d;
+            for q in [1, 2, top / 2, top.saturating_sub(1), top] {
+                check((q * d).saturating_sub(1));
+                check(q * d);
+            }
+            for _ in 0..2000 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                check(state % (1 << 31));
+            }
+        }
+    }
+
     #[test]
     fn geometry_merges_contiguous_dims_and_marks_fast_operands() {
         let a = Layout::contiguous(&[4, 5, 6]);
@@ -504,7 +714,9 @@ mod tests {
         let t = Layout::contiguous(&[5, 6]).transpose(0, 1);
         let g = Geometry::new(&[6, 5], [&t]).unwrap();
         assert_eq!((g.rank, g.contiguous), (2, 0));
-        assert_eq!(std::mem::size_of::<Geometry>(), 200);
+        assert_eq!((g.narrow, g.magic[1], g.shift[1]), (1, Divisor::new(5).magic, 3));
+        // The CUDA struct: 6 sizes, 3 x 6 strides, rank and flags, 6 + 6 divisors, narrow.
+        assert_eq!(std::mem::size_of::<Geometry>(), 256);
     }
 
     #[test]

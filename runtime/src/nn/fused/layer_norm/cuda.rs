@@ -160,7 +160,7 @@ mod imp {
             launch!(dev, &kernels::LAYER_NORM_PARAM_PARTIALS, dtype, cfg; r, l, b, dys, xs, ms, rs, dwp, dbp)?;
             let total = |part: &CudaStorage| -> Result<CudaStorage> {
                 let summed = reduce(
-                    (&kernels::SUM_ROWS, &kernels::SUM_COLS),
+                    &crate::storage::op::ReduceOp::Sum.cuda(),
                     part,
                     0,
                     [1, parts, len],
