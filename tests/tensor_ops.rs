@@ -714,6 +714,69 @@ fn fused_activation_backwards_match_their_formulas() {
     }
 }
 
+/// `cat` writes every element from its pieces (the CPU path starts from uninitialised
+/// memory): along each dim of transposed pieces, with an empty piece, promoting an i64
+/// piece to f64, against the values read back element by element; and its gradient is
+/// each piece's slice.
+#[test]
+fn cat_writes_every_element_of_every_piece() {
+    let base = Tensor::arange(0.0, 24.0, 1.0, DType::F64, &Device::Cpu).reshape(&[4, 3, 2]);
+    let a = base.permute(&[2, 1, 0]); // [2, 3, 4], not contiguous
+    let b = Tensor::arange(100.0, 124.0, 1.0, DType::F64, &Device::Cpu).reshape(&[2, 3, 4]);
+    let c = Tensor::arange(0.0, 24.0, 1.0, DType::I64, &Device::Cpu).reshape(&[2, 3, 4]);
+    for d in 0..3usize {
+        let mut empty_shape = [2usize, 3, 4];
+        empty_shape[d] = 0;
+        let empty = Tensor::zeros(&empty_shape, DType::F64, &Device::Cpu);
+        let out = Tensor::cat(&[&a, &empty, &b, &c], d as isize);
+        assert_eq!(out.dtype(), DType::F64);
+        let mut want_shape = [2usize, 3, 4];
+        want_shape[d] *= 3;
+        assert_eq!(out.shape(), &want_shape[..]);
+        let got = out.to_vec::<f64>();
+        let pieces = [
+            a.to_vec_f64_strided(),
+            b.to_vec::<f64>(),
+            c.to_dtype(DType::F64).to_vec::<f64>(),
+        ];
+        for (i, &v) in got.iter().enumerate() {
+            let idx = [
+                i / (want_shape[1] * want_shape[2]),
+                i / want_shape[2] % want_shape[1],
+                i % want_shape[2],
+            ];
+            let (piece, at) = (idx[d] / [2, 3, 4][d], idx[d] % [2, 3, 4][d]);
+            let mut local = idx;
+            local[d] = at;
+            let want = pieces[piece][local[0] * 12 + local[1] * 4 + local[2]];
+            assert_eq!(v, want, "dim {d} at {idx:?}");
+        }
+    }
+    let x = Tensor::randn(&[2, 3], DType::F64, &Device::Cpu).requires_grad(true);
+    let y = Tensor::randn(&[2, 5], DType::F64, &Device::Cpu).requires_grad(true);
+    let w = Tensor::arange(0.0, 16.0, 1.0, DType::F64, &Device::Cpu).reshape(&[2, 8]);
+    Tensor::cat(&[&x, &y], 1).mul(&w).sum_all().backward();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>(),
+        w.narrow(1, 0, 3).contiguous().to_vec::<f64>()
+    );
+    assert_eq!(
+        y.grad().unwrap().to_vec::<f64>(),
+        w.narrow(1, 3, 5).contiguous().to_vec::<f64>()
+    );
+}
+
+trait StridedValues {
+    fn to_vec_f64_strided(&self) -> Vec<f64>;
+}
+
+impl StridedValues for Tensor {
+    /// The values in row-major order of the (possibly strided) view.
+    fn to_vec_f64_strided(&self) -> Vec<f64> {
+        self.contiguous().to_vec::<f64>()
+    }
+}
+
 /// The fused softmax and log-softmax backward kernels (plain backward) give the gradients
 /// of the differentiable formulas (`create_graph`) along every dim of a transposed input,
 /// with a transposed output gradient, rows of 1 to 1500 elements, in f64, f32 and bf16.

@@ -92,3 +92,40 @@ pub fn scatter_add<T: NumElement>(
         *d = *d + src[s];
     }
 }
+
+/// Concatenation along the middle dim: contiguous pieces `[outer, len_i, inner]` (each
+/// given with its `len_i`) into a new `[outer, Σ len_i, inner]` buffer, every element
+/// written once (no zero fill first), outer rows in parallel when large.
+///
+/// ```
+/// use ferrograd_kernels::cpu::cat_dim;
+/// // [2, 1] and [2, 2] along dim 1
+/// let out = cat_dim(&[(&[1.0f32, 2.0][..], 1), (&[3.0, 4.0, 5.0, 6.0][..], 2)], 2, 1);
+/// assert_eq!(out, vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
+/// ```
+pub fn cat_dim<T: Element>(pieces: &[(&[T], usize)], outer: usize, inner: usize) -> HostBuffer<T> {
+    let total: usize = pieces.iter().map(|&(_, len)| len).sum();
+    for &(src, len) in pieces {
+        assert_eq!(
+            src.len(),
+            outer * len * inner,
+            "cat_dim: a piece of {len} along the dim has {} elements, not {outer} x {len} x {inner}",
+            src.len()
+        );
+    }
+    let mut out = HostBuffer::<T>::new_uninit(outer * total * inner);
+    super::reduce::for_each_outer(&mut out, outer, total * inner, |o, dst| {
+        let mut at = 0;
+        for &(src, len) in pieces {
+            let n = len * inner;
+            for (d, &v) in dst[at..at + n].iter_mut().zip(&src[o * n..(o + 1) * n]) {
+                d.write(v);
+            }
+            at += n;
+        }
+    });
+    // SAFETY: `for_each_outer` hands each of the `outer` rows of `Σ len_i · inner` slots to
+    // the body once (none when the output is empty), and the pieces' lengths add up to the
+    // row, so every slot was written.
+    unsafe { out.assume_init() }
+}

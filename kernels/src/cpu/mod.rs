@@ -14,7 +14,7 @@ pub(crate) mod simd;
 mod sort;
 pub(crate) mod unfold;
 
-pub use index::{gather, index_select, scatter_add};
+pub use index::{cat_dim, gather, index_select, scatter_add};
 pub use map::{
     binary_inplace, binary_map, bytes_to_unit, cast, fill_strided, ternary_map, unary_inplace,
     unary_map,

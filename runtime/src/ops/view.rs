@@ -691,16 +691,35 @@ impl Tensor {
         }
         let mut shape = Dims::from_slice(first.shape());
         shape[d] = tensors.iter().map(|t| t.shape()[d]).sum();
-        let out = Tensor::zeros(&shape, dtype, &first.device());
-        let mut offset = 0;
-        let mut sizes = Vec::with_capacity(tensors.len());
-        for t in tensors {
-            let len = t.shape()[d];
-            out.write_region(&out.layout().slice(d, offset, len, 1), t);
-            sizes.push(len);
-            offset += len;
-        }
+        let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
         let converted: Vec<Tensor> = tensors.iter().map(|t| t.to_dtype(dtype)).collect();
+        let out = if first.device() == crate::Device::Cpu {
+            // Every element written once from the contiguous pieces, no zero fill first.
+            let pieces: Vec<Tensor> = converted.iter().map(|t| t.detach().contiguous()).collect();
+            let outer: usize = shape[..d].iter().product();
+            let inner: usize = shape[d + 1..].iter().product();
+            let storages: Vec<_> = pieces.iter().map(|t| t.read_storage()).collect();
+            let parts: Vec<_> = storages
+                .iter()
+                .zip(&pieces)
+                .map(|(s, t)| match &**s {
+                    crate::storage::Storage::Cpu(c) => (c, t.layout()),
+                    crate::storage::Storage::Cuda(_) => {
+                        unreachable!("a CPU cat's pieces are on the CPU")
+                    }
+                })
+                .collect();
+            let out = crate::storage::cpu::cat(&parts, &sizes, outer, inner);
+            Tensor::from_backend("cat", &shape, Ok(crate::storage::Storage::Cpu(out)))
+        } else {
+            let out = Tensor::zeros(&shape, dtype, &first.device());
+            let mut offset = 0;
+            for (t, &len) in tensors.iter().zip(&sizes) {
+                out.write_region(&out.layout().slice(d, offset, len, 1), t);
+                offset += len;
+            }
+            out
+        };
         let refs: Vec<&Tensor> = converted.iter().collect();
         record(out, "cat", &refs, || {
             move |ctx, g: &Tensor| {

@@ -206,6 +206,29 @@ pub(crate) fn rows(
     }, else unreachable!("softmax takes float storage"))
 }
 
+/// Contiguous pieces `[outer, sizes[i], inner]` (one dtype) concatenated along the middle
+/// dim.
+pub(crate) fn cat(
+    pieces: &[(&CpuStorage, &Layout)],
+    sizes: &[usize],
+    outer: usize,
+    inner: usize,
+) -> CpuStorage {
+    let dtype = pieces[0].0.dtype();
+    with_dtype!(dtype, T => {
+        let slices: Vec<(&[T], usize)> = pieces
+            .iter()
+            .zip(sizes)
+            .map(|(&(s, layout), &len)| {
+                // An empty piece has no range in its buffer.
+                let values = if outer * len * inner == 0 { &[][..] } else { contiguous::<T>(s, layout) };
+                (values, len)
+            })
+            .collect();
+        T::into_storage(ferrograd_kernels::cpu::cat_dim(&slices, outer, inner))
+    })
+}
+
 /// `op`'s input gradient of each row of contiguous float `[rows, len]`, from the output
 /// `y` and its gradient `g` (same dtype).
 pub(crate) fn rows_backward(

@@ -714,7 +714,10 @@ mod tests {
         let t = Layout::contiguous(&[5, 6]).transpose(0, 1);
         let g = Geometry::new(&[6, 5], [&t]).unwrap();
         assert_eq!((g.rank, g.contiguous), (2, 0));
-        assert_eq!((g.narrow, g.magic[1], g.shift[1]), (1, Divisor::new(5).magic, 3));
+        assert_eq!(
+            (g.narrow, g.magic[1], g.shift[1]),
+            (1, Divisor::new(5).magic, 3)
+        );
         // The CUDA struct: 6 sizes, 3 x 6 strides, rank and flags, 6 + 6 divisors, narrow.
         assert_eq!(std::mem::size_of::<Geometry>(), 256);
     }
