@@ -677,7 +677,7 @@ mod tests {
         let mut state = 0x2545_f491_4f6c_dd1du64;
         for d in divisors.into_iter().filter(|&d| d < 1 << 31) {
             let div = Divisor::new(d);
-            let mut check = |n: u64| {
+            let check = |n: u64| {
                 if n < 1 << 31 {
                     assert_eq!(div.divide(n as u32) as u64, n / d, "{n} / {d} ({div:?})");
                 }
