@@ -735,7 +735,7 @@ fn cat_writes_every_element_of_every_piece() {
         assert_eq!(out.shape(), &want_shape[..]);
         let got = out.to_vec::<f64>();
         let pieces = [
-            a.to_vec_f64_strided(),
+            a.contiguous().to_vec::<f64>(),
             b.to_vec::<f64>(),
             c.to_dtype(DType::F64).to_vec::<f64>(),
         ];
@@ -764,17 +764,6 @@ fn cat_writes_every_element_of_every_piece() {
         y.grad().unwrap().to_vec::<f64>(),
         w.narrow(1, 3, 5).contiguous().to_vec::<f64>()
     );
-}
-
-trait StridedValues {
-    fn to_vec_f64_strided(&self) -> Vec<f64>;
-}
-
-impl StridedValues for Tensor {
-    /// The values in row-major order of the (possibly strided) view.
-    fn to_vec_f64_strided(&self) -> Vec<f64> {
-        self.contiguous().to_vec::<f64>()
-    }
 }
 
 /// The fused softmax and log-softmax backward kernels (plain backward) give the gradients
