@@ -4,6 +4,9 @@
 //! Gate order is PyTorch's `i, f, g, o`: a row of pre-activations holds `4 H` values,
 //! `[i | f | g | o]`. CUDA runs the composite tensor ops instead (no `.cu` yet).
 
+mod sequence;
+pub use sequence::{LstmDims, LstmSequence, lstm_sequence_backward, lstm_sequence_forward};
+
 use crate::Real;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;

@@ -22,7 +22,7 @@ pub(crate) use conv::{applies as conv2d_applies, conv_transpose2d, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
 pub(crate) use layer_norm::layer_norm;
-pub(crate) use lstm_cell::{LstmStep, lstm_step, lstm_step_backward};
+pub(crate) use lstm_cell::{GraphBackward, LstmStep, lstm_sequence, lstm_step, lstm_step_backward};
 pub(crate) use pool::pool2d;
 
 use crate::Tensor;

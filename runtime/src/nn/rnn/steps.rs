@@ -5,7 +5,7 @@ use super::{Recurrent, RnnMode};
 use crate::Tensor;
 use crate::autograd::{is_grad_enabled, no_grad, record};
 use crate::nn::functional as F;
-use crate::nn::fused::{LstmStep, lstm_step, lstm_step_backward};
+use crate::nn::fused::{GraphBackward, LstmStep, lstm_sequence, lstm_step, lstm_step_backward};
 
 impl Recurrent {
     /// One direction of one layer as one autograd node: the forward runs the time loop
@@ -27,6 +27,27 @@ impl Recurrent {
         let mut inputs: Vec<Tensor> = vec![x.clone(), h0.clone()];
         inputs.extend(c0.clone());
         inputs.extend(weights.iter().flatten().cloned());
+        // An LSTM without projection or padding runs whole in the sequence kernels.
+        if let (RnnMode::Lstm, None, Some(c0r)) = (self.mode, masks, c0.as_ref()) {
+            let graph: GraphBackward = {
+                let saved = inputs.clone();
+                let present: Vec<bool> = weights.iter().map(Option::is_some).collect();
+                let (mode, sfx, config) = (self.mode, sfx.to_string(), self.config);
+                Box::new(move |dy: &Tensor, dh: &Tensor, dc: &Tensor| {
+                    let layer = Recurrent {
+                        mode,
+                        config,
+                        params: Vec::new(),
+                        training: false,
+                    };
+                    layer.graph_backward(&saved, &present, &sfx, reverse, None, dy, dh, Some(dc))
+                })
+            };
+            if let Some((y, h, c)) = lstm_sequence(x, (&h0, c0r), &weights, reverse, &inputs, graph)
+            {
+                return (y, h, Some(c));
+            }
+        }
         let records_grad = is_grad_enabled() && inputs.iter().any(Tensor::requires_grad_flag);
         if !records_grad {
             return self.run_direction(x, sfx, reverse, h0, c0, masks);

@@ -4,9 +4,13 @@
 //! devices and the half types return `None`, and the caller runs the composite ops.
 
 use super::range;
+use crate::autograd::{is_grad_enabled, record};
 use crate::{DType, Device, Tensor};
-use ferrograd_kernels::fused::lstm_cell::{lstm_cell_backward, lstm_cell_forward};
-use ferrograd_kernels::{Element, with_wide_float_dtype};
+use ferrograd_kernels::cpu::HostBuffer;
+use ferrograd_kernels::fused::lstm_cell::{
+    LstmDims, lstm_cell_backward, lstm_cell_forward, lstm_sequence_backward, lstm_sequence_forward,
+};
+use ferrograd_kernels::{Element, Layout, with_wide_float_dtype};
 
 /// One step's results: activated gates `[N, 4H]`, `c'`, `tanh(c')` and `h'` (`[N, H]`).
 pub(crate) struct LstmStep {
@@ -104,4 +108,150 @@ pub(crate) fn lstm_step_backward(
         Tensor::from_cpu_on(da, &[n, 4 * hidden], Device::Cpu),
         Tensor::from_cpu_on(dcp, &[n, hidden], Device::Cpu),
     ))
+}
+
+/// The gradients of an LSTM direction as a graph (`create_graph`), from the gradients
+/// reaching `y` `[T, N, H]`, `h_n` and `c_n`, in the node's input order.
+pub(crate) type GraphBackward =
+    Box<dyn Fn(&Tensor, &Tensor, &Tensor) -> Vec<Option<Tensor>> + Send + Sync>;
+
+/// Runs `f` on the host elements of a contiguous host tensor of dtype `T`.
+fn host<T: Element, R>(t: &Tensor, f: impl FnOnce(&[T]) -> R) -> R {
+    t.with_cpu("lstm", |s, _| {
+        f(&T::slice(s).expect("checked: one float dtype")[range(t)])
+    })
+}
+
+/// One direction of an LSTM layer without projection or padding masks, whole: `x`
+/// `[T, N, in]`, `h0`, `c0` `[N, H]`, weights `w` as `Recurrent::direction_weights`
+/// (weight_ih, weight_hh, bias_ih, bias_hh, weight_hr), `inputs` the node's inputs
+/// (`x`, `h0`, `c0` and the present weights). The forward and the back-propagation
+/// through time each run in one kernel call
+/// ([`lstm_sequence_forward`](ferrograd_kernels::fused::lstm_cell::lstm_sequence_forward)),
+/// with the input, weight and bias gradients as three products and a sum over the
+/// pre-activation gradient; `graph` serves a backward that is itself recorded. Returns
+/// `(y, h_n, c_n)`, or `None` where the kernels do not apply (devices, dtypes, shapes).
+pub(crate) fn lstm_sequence(
+    x: &Tensor,
+    (h0, c0): (&Tensor, &Tensor),
+    w: &[Option<Tensor>],
+    reverse: bool,
+    inputs: &[Tensor],
+    graph: GraphBackward,
+) -> Option<(Tensor, Tensor, Tensor)> {
+    let (w_ih, w_hh) = (w[0].as_ref()?, w[1].as_ref()?);
+    let mut all = vec![x, h0, c0, w_ih, w_hh];
+    all.extend(w[2..4].iter().flatten());
+    if w[4].is_some() || !applies(&all) || x.dim() != 3 || w_hh.dim() != 2 {
+        return None;
+    }
+    let (t_len, n, hs) = (x.size(0), x.size(1), w_hh.size(1));
+    if t_len == 0
+        || n == 0
+        || hs == 0
+        || w_hh.shape() != [4 * hs, hs]
+        || w_ih.shape() != [4 * hs, x.size(2)]
+        || h0.shape() != [n, hs]
+        || c0.shape() != [n, hs]
+        || w[2..4].iter().flatten().any(|b| b.shape() != [4 * hs])
+    {
+        return None;
+    }
+    let dims = LstmDims {
+        steps: t_len,
+        batch: n,
+        hidden: hs,
+        reverse,
+    };
+    let d = |t: &Tensor| t.detach().contiguous();
+    let xf = d(&x.reshape(&[t_len * n, x.size(2)]));
+    let (h0d, c0d, w_ihd, w_hhd) = (d(h0), d(c0), d(w_ih), d(w_hh));
+    let bias = crate::autograd::no_grad(|| match (&w[2], &w[3]) {
+        (Some(a), Some(b)) => Some(a.detach().add(&b.detach()).contiguous()),
+        (a, b) => a.as_ref().or(b.as_ref()).map(d),
+    });
+    let (yn, hn) = (t_len * n * hs, n * hs);
+    let present = (w[2].is_some(), w[3].is_some());
+    with_wide_float_dtype!(x.dtype(), T => {
+        // Every step's input projection in one product, the biases left to the cell.
+        let pre = host::<T, _>(&xf, |xs| host::<T, _>(&w_ihd, |wi| {
+            let (rows, cols) = (t_len * n, x.size(2));
+            ferrograd_kernels::cpu::matmul(
+                xs,
+                &Layout::contiguous(&[1, rows, cols]),
+                wi,
+                &Layout::contiguous(&[1, 4 * hs, cols]).transpose(1, 2),
+            )
+        }));
+        // y, h_n and c_n side by side: the node's one output.
+        let mut packed = HostBuffer::<T>::zeroed(yn + 2 * hn);
+        let seq = host::<T, _>(&w_hhd, |wh| host::<T, _>(&h0d, |h0s| host::<T, _>(&c0d, |c0s| {
+            let run = |b: Option<&[T]>| {
+                let (y, tail) = packed.split_at_mut(yn);
+                let seq = lstm_sequence_forward(pre, b, wh, h0s, c0s, y, dims);
+                let last = dims.time(t_len - 1);
+                tail[..hn].copy_from_slice(&y[last * hn..(last + 1) * hn]);
+                tail[hn..].copy_from_slice(&seq.c[last * hn..(last + 1) * hn]);
+                seq
+            };
+            match &bias {
+                Some(b) => host::<T, _>(b, |bs| run(Some(bs))),
+                None => run(None),
+            }
+        })));
+        let out = Tensor::from_cpu_on(T::into_storage(packed), &[yn + 2 * hn], Device::Cpu);
+        let y_kept = out.narrow(0, 0, yn).reshape(&[t_len * n, hs]);
+        let input_refs: Vec<&Tensor> = inputs.iter().collect();
+        let x_shape = x.shape().to_vec();
+        let out = record(out, "recurrent layer", &input_refs, move || {
+            move |ctx, g: &Tensor| {
+                let dy = g.narrow(0, 0, yn);
+                let dh = g.narrow(0, yn, hn).reshape(&[n, hs]);
+                let dc = g.narrow(0, yn + hn, hn).reshape(&[n, hs]);
+                if is_grad_enabled() {
+                    return graph(&dy.reshape(&[t_len, n, hs]), &dh, &dc);
+                }
+                let (dy, mut dh0, mut dc0) = (
+                    dy.contiguous(),
+                    HostBuffer::<T>::from_slice(&dh.contiguous().to_vec::<T>()),
+                    HostBuffer::<T>::from_slice(&dc.contiguous().to_vec::<T>()),
+                );
+                let da = host::<T, _>(&dy, |dys| host::<T, _>(&w_hhd, |wh| host::<T, _>(&c0d, |c0s| {
+                    lstm_sequence_backward(&seq, wh, c0s, dys, &mut dh0, &mut dc0, dims)
+                })));
+                let da = Tensor::from_cpu_on(T::into_storage(da), &[t_len * n, 4 * hs], Device::Cpu);
+                let state = |b: HostBuffer<T>| Tensor::from_cpu_on(T::into_storage(b), &[n, hs], Device::Cpu);
+                let dx = ctx.needs(0).then(|| da.matmul(&w_ihd).reshape(&x_shape));
+                let d_w_ih = ctx.needs(3).then(|| da.t().matmul(&xf));
+                // Step s's h_prev is y at the step before it (h0 for the first step run).
+                let d_w_hh = ctx.needs(4).then(|| {
+                    let rest = (t_len - 1) * n;
+                    let (da_rest, y_prev, da_first) = if reverse {
+                        (da.narrow(0, 0, rest), y_kept.narrow(0, n, rest), da.narrow(0, rest, n))
+                    } else {
+                        (da.narrow(0, n, rest), y_kept.narrow(0, 0, rest), da.narrow(0, 0, n))
+                    };
+                    let first = da_first.t().matmul(&h0d);
+                    if rest == 0 {
+                        first
+                    } else {
+                        da_rest.t().matmul(&y_prev).add(&first)
+                    }
+                });
+                let db = (present.0 || present.1).then(|| da.sum(&[0], false));
+                let mut grads = vec![dx, Some(state(dh0)), Some(state(dc0)), d_w_ih, d_w_hh];
+                if present.0 {
+                    grads.push(db.clone());
+                }
+                if present.1 {
+                    grads.push(db);
+                }
+                grads
+            }
+        });
+        let y = out.narrow(0, 0, yn).reshape(&[t_len, n, hs]);
+        let h = out.narrow(0, yn, hn).reshape(&[n, hs]);
+        let c = out.narrow(0, yn + hn, hn).reshape(&[n, hs]);
+        Some((y, h, c))
+    }, else None)
 }

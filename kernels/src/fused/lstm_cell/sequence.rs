@@ -1,0 +1,526 @@
+//! A whole LSTM direction in one call: every step's recurrent product accumulates into
+//! that step's slice of the input projection, and the cell's elementwise half then turns
+//! it into the activated gates in place, writing `c`, `tanh(c)` and `h` straight into
+//! per-sequence buffers. No step allocates, copies or stacks anything; the backward runs
+//! the same way into one `[T, N, 4H]` gradient that the caller turns into the weight and
+//! input gradients with three large products.
+
+use crate::Real;
+use crate::cpu::HostBuffer;
+use crate::cpu::reduce::for_each_outer;
+use crate::cpu::simd::{FmaKernel, with_simd};
+use crate::cpu::{Parallelism, num_threads};
+
+/// The sizes of one direction: `steps` time steps of `batch` rows, hidden size `hidden`;
+/// `reverse` runs the steps from the last to the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LstmDims {
+    /// `T`.
+    pub steps: usize,
+    /// `N`.
+    pub batch: usize,
+    /// `H`.
+    pub hidden: usize,
+    /// Whether the steps run from `T - 1` down to 0.
+    pub reverse: bool,
+}
+
+impl LstmDims {
+    /// The time index of the `s`-th step run.
+    ///
+    /// ```
+    /// use ferrograd_kernels::fused::lstm_cell::LstmDims;
+    /// let dims = LstmDims { steps: 5, batch: 1, hidden: 1, reverse: true };
+    /// assert_eq!((dims.time(0), dims.time(4)), (4, 0));
+    /// ```
+    pub fn time(&self, s: usize) -> usize {
+        if self.reverse { self.steps - 1 - s } else { s }
+    }
+}
+
+/// What [`lstm_sequence_forward`] keeps for [`lstm_sequence_backward`], indexed by time.
+pub struct LstmSequence<T> {
+    /// `[T, N, 4H]`: `sigmoid(i), sigmoid(f), tanh(g), sigmoid(o)` of every step.
+    pub gates: HostBuffer<T>,
+    /// `[T, N, H]`: the cell state each step leaves.
+    pub c: HostBuffer<T>,
+    /// `[T, N, H]`: its tanh.
+    pub tanh_c: HostBuffer<T>,
+}
+
+/// Below this many multiply-adds a step's product runs on the calling thread.
+const STEP_PARALLEL_FLOPS: usize = 48 * 48 * 48;
+
+/// `dst (+)= a @ b` with `dst` row-major `m x n`, `a` `m x k` and `b` `k x n` read
+/// through (row, column) strides.
+#[allow(clippy::too_many_arguments)]
+fn product<T: Real + Send + Sync + 'static>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    (a_rs, a_cs): (usize, usize),
+    b: &[T],
+    (b_rs, b_cs): (usize, usize),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.iter_mut().for_each(|v| *v = T::zero());
+        }
+        return;
+    }
+    assert!(
+        dst.len() == m * n
+            && (m - 1) * a_rs + (k - 1) * a_cs < a.len()
+            && (k - 1) * b_rs + (n - 1) * b_cs < b.len(),
+        "lstm sequence: product operands out of range"
+    );
+    let parallelism = if m * n * k >= STEP_PARALLEL_FLOPS {
+        Parallelism::Threads(num_threads())
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: `dst` holds exactly m*n elements written row-major (row stride n, column
+    // stride 1); the last elements of `a` and `b` read are in bounds (checked above);
+    // `dst` is a distinct mutable borrow, so it overlaps neither operand.
+    unsafe {
+        crate::cpu::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            T::one(),
+            T::one(),
+            parallelism,
+        );
+    }
+}
+
+/// Step `t`'s block of a `[T, N, width]` buffer, and (when `prev` is given) step
+/// `prev`'s block read-only beside it.
+fn block_and_prev<T>(
+    buf: &mut [T],
+    width: usize,
+    t: usize,
+    prev: Option<usize>,
+) -> (&mut [T], Option<&[T]>) {
+    let Some(p) = prev else {
+        return (&mut buf[t * width..(t + 1) * width], None);
+    };
+    if p < t {
+        let (lo, hi) = buf.split_at_mut(t * width);
+        (&mut hi[..width], Some(&lo[p * width..(p + 1) * width]))
+    } else {
+        let (lo, hi) = buf.split_at_mut(p * width);
+        (&mut lo[t * width..(t + 1) * width], Some(&hi[..width]))
+    }
+}
+
+/// One row of the forward, in place: `pre` (`4H` pre-activations without the bias)
+/// becomes the activated gates.
+struct ForwardRow<'a, T> {
+    pre: &'a mut [T],
+    bias: Option<&'a [T]>,
+    c_prev: &'a [T],
+    c: &'a mut [T],
+    tanh_c: &'a mut [T],
+    h: &'a mut [T],
+}
+
+impl<T: Real> FmaKernel for ForwardRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        let hs = self.c_prev.len();
+        if let Some(b) = self.bias {
+            for (p, b) in self.pre.iter_mut().zip(b) {
+                *p = *p + *b;
+            }
+        }
+        // Short loops over few slices each, so that every one vectorises.
+        for (q, gate) in self.pre.chunks_exact_mut(hs).enumerate() {
+            if q == 2 {
+                gate.iter_mut().for_each(|v| *v = v.tanh_vec());
+            } else {
+                gate.iter_mut().for_each(|v| *v = v.sigmoid_vec());
+            }
+        }
+        let (i, rest) = self.pre.split_at(hs);
+        let (f, rest) = rest.split_at(hs);
+        let (g, o) = rest.split_at(hs);
+        for ((c, cp), ((f, i), g)) in self
+            .c
+            .iter_mut()
+            .zip(self.c_prev)
+            .zip(f.iter().zip(i).zip(g))
+        {
+            *c = *f * *cp + *i * *g;
+        }
+        for (t, c) in self.tanh_c.iter_mut().zip(self.c.iter()) {
+            *t = c.tanh_vec();
+        }
+        for ((h, o), t) in self.h.iter_mut().zip(o).zip(self.tanh_c.iter()) {
+            *h = *o * *t;
+        }
+    }
+}
+
+/// The forward of one LSTM direction. `pre` `[T, N, 4H]` holds every step's input
+/// projection `x W_ih^T` (without the biases) and becomes the kept gates; `bias` `[4H]`
+/// is `b_ih + b_hh`; `w_hh` `[4H, H]` row-major; `h0`, `c0` `[N, H]`. Writes every step's
+/// `h` into `y` `[T, N, H]` (by time index); the final state is `y` and `c` at the last
+/// step run.
+///
+/// ```
+/// use ferrograd_kernels::cpu::HostBuffer;
+/// use ferrograd_kernels::fused::lstm_cell::{LstmDims, lstm_cell_forward, lstm_sequence_forward};
+/// // One step, one row, hidden 1, zero recurrent weight: the cell alone.
+/// let dims = LstmDims { steps: 1, batch: 1, hidden: 1, reverse: false };
+/// let mut y = [0.0f64];
+/// let seq = lstm_sequence_forward(HostBuffer::from_slice(&[0.5, -1.0, 2.0, 0.25]), None, &[0.0; 4], &[0.0], &[1.0], &mut y, dims);
+/// let cell = lstm_cell_forward(&[0.5, -1.0, 2.0, 0.25], &[0.0; 4], &[1.0], 1);
+/// assert_eq!(y[0], cell.h[0]);
+/// assert_eq!(seq.c[0], cell.c[0]);
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
+    mut pre: HostBuffer<T>,
+    bias: Option<&[T]>,
+    w_hh: &[T],
+    h0: &[T],
+    c0: &[T],
+    y: &mut [T],
+    dims: LstmDims,
+) -> LstmSequence<T> {
+    let LstmDims {
+        steps,
+        batch: n,
+        hidden: hs,
+        ..
+    } = dims;
+    let (row, gate_row) = (n * hs, 4 * n * hs);
+    assert!(
+        pre.len() == steps * gate_row
+            && w_hh.len() == 4 * hs * hs
+            && h0.len() == row
+            && c0.len() == row
+            && y.len() == steps * row
+            && bias.is_none_or(|b| b.len() == 4 * hs),
+        "lstm_sequence_forward: buffers do not match {steps} steps of {n} x {hs}"
+    );
+    let mut c = HostBuffer::<T>::zeroed(steps * row);
+    let mut tanh_c = HostBuffer::<T>::zeroed(steps * row);
+    if hs == 0 || n == 0 {
+        return LstmSequence {
+            gates: pre,
+            c,
+            tanh_c,
+        };
+    }
+    for s in 0..steps {
+        let t = dims.time(s);
+        let prev = (s > 0).then(|| dims.time(s - 1));
+        let (h_t, h_prev) = block_and_prev(y, row, t, prev);
+        let h_prev = h_prev.unwrap_or(h0);
+        let gates = &mut pre[t * gate_row..(t + 1) * gate_row];
+        // gates += h_prev @ W_hh^T: W_hh^T[k, j] = w_hh[j * H + k].
+        product(gates, (n, 4 * hs, hs), h_prev, (hs, 1), w_hh, (1, hs), true);
+        let (c_t, c_prev) = block_and_prev(&mut c, row, t, prev);
+        let c_prev = c_prev.unwrap_or(c0);
+        let tanh_t = &mut tanh_c[t * row..(t + 1) * row];
+        let mut rows: Vec<_> = gates
+            .chunks_mut(4 * hs)
+            .zip(c_t.chunks_mut(hs))
+            .zip(tanh_t.chunks_mut(hs))
+            .zip(h_t.chunks_mut(hs))
+            .collect();
+        for_each_outer(&mut rows, n, 16 * hs, |r, one| {
+            let (((pre, c), tanh_c), h) = &mut one[0];
+            with_simd(ForwardRow {
+                pre,
+                bias,
+                c_prev: &c_prev[r * hs..(r + 1) * hs],
+                c,
+                tanh_c,
+                h,
+            });
+        });
+    }
+    LstmSequence {
+        gates: pre,
+        c,
+        tanh_c,
+    }
+}
+
+/// One row of the backward: `dh + dy` reaches `h'`, `dc` reaches `c'` and becomes the
+/// gradient reaching `c` (in place).
+struct BackwardRow<'a, T> {
+    dh: &'a [T],
+    dy: &'a [T],
+    dc: &'a mut [T],
+    gates: &'a [T],
+    tanh_c: &'a [T],
+    c_prev: &'a [T],
+    da: &'a mut [T],
+}
+
+impl<T: Real> FmaKernel for BackwardRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        let hs = self.dh.len();
+        let one = T::one();
+        let (i, rest) = self.gates.split_at(hs);
+        let (f, rest) = rest.split_at(hs);
+        let (g, o) = rest.split_at(hs);
+        let (di, rest) = self.da.split_at_mut(hs);
+        let (df, rest) = rest.split_at_mut(hs);
+        let (dg, d_o) = rest.split_at_mut(hs);
+        let (dh, dy, tc, cp) = (self.dh, self.dy, self.tanh_c, self.c_prev);
+        // dm = dh + dy reaches h' = o tanh(c'); short loops over few slices each, so that
+        // every one vectorises. d_o = dm tanh(c') first, times o (1 - o) below.
+        for ((d, dh), (dy, t)) in d_o.iter_mut().zip(dh).zip(dy.iter().zip(tc)) {
+            *d = (*dh + *dy) * *t;
+        }
+        // The gradient reaching c' (in `dc`, scaled by f at the end).
+        let dct = self.dc;
+        for (((d, dh), dy), (o, t)) in dct.iter_mut().zip(dh).zip(dy).zip(o.iter().zip(tc)) {
+            *d = *d + (*dh + *dy) * *o * (one - *t * *t);
+        }
+        for (d, o) in d_o.iter_mut().zip(o) {
+            *d = *d * *o * (one - *o);
+        }
+        for (((d, dct), g), i) in di.iter_mut().zip(dct.iter()).zip(g).zip(i) {
+            *d = *dct * *g * *i * (one - *i);
+        }
+        for (((d, dct), cp), f) in df.iter_mut().zip(dct.iter()).zip(cp).zip(f) {
+            *d = *dct * *cp * *f * (one - *f);
+        }
+        for (((d, dct), i), g) in dg.iter_mut().zip(dct.iter()).zip(i).zip(g) {
+            *d = *dct * *i * (one - *g * *g);
+        }
+        for (d, f) in dct.iter_mut().zip(f) {
+            *d = *d * *f;
+        }
+    }
+}
+
+/// The backward of [`lstm_sequence_forward`]: from `dy` `[T, N, H]` (the gradient
+/// reaching every step's output) and `dh`, `dc` `[N, H]` (reaching the final state; on
+/// return, the gradients of `h0` and `c0`), the pre-activation gradient `[T, N, 4H]` of
+/// every step by time index. The weight, bias and input gradients are products over it
+/// (`da^T x`, `da^T h_prev`, its column sums, `da W_ih`), left to the caller.
+///
+/// ```
+/// use ferrograd_kernels::cpu::HostBuffer;
+/// use ferrograd_kernels::fused::lstm_cell::*;
+/// let dims = LstmDims { steps: 1, batch: 1, hidden: 1, reverse: false };
+/// let mut y = [0.0f64];
+/// let pre = vec![0.5, -1.0, 2.0, 0.25];
+/// let seq = lstm_sequence_forward(HostBuffer::from_slice(&pre), None, &[0.0; 4], &[0.0], &[1.0], &mut y, dims);
+/// let (mut dh, mut dc) = ([0.0], [1.0]);
+/// let da = lstm_sequence_backward(&seq, &[0.0; 4], &[1.0], &[0.5], &mut dh, &mut dc, dims);
+/// let cell = lstm_cell_forward(&pre, &[0.0; 4], &[1.0], 1);
+/// let (da1, dc1) = lstm_cell_backward(&[0.5], &[1.0], &cell.gates, &cell.tanh_c, &[1.0], 1);
+/// assert_eq!((da.to_vec(), dc[0]), (da1.to_vec(), dc1[0]));
+/// ```
+pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
+    seq: &LstmSequence<T>,
+    w_hh: &[T],
+    c0: &[T],
+    dy: &[T],
+    dh: &mut [T],
+    dc: &mut [T],
+    dims: LstmDims,
+) -> HostBuffer<T> {
+    let LstmDims {
+        steps,
+        batch: n,
+        hidden: hs,
+        ..
+    } = dims;
+    let (row, gate_row) = (n * hs, 4 * n * hs);
+    assert!(
+        seq.gates.len() == steps * gate_row
+            && seq.c.len() == steps * row
+            && w_hh.len() == 4 * hs * hs
+            && c0.len() == row
+            && dy.len() == steps * row
+            && dh.len() == row
+            && dc.len() == row,
+        "lstm_sequence_backward: buffers do not match {steps} steps of {n} x {hs}"
+    );
+    let mut da = HostBuffer::<T>::zeroed(steps * gate_row);
+    if hs == 0 || n == 0 {
+        return da;
+    }
+    for s in (0..steps).rev() {
+        let t = dims.time(s);
+        let c_prev = match s {
+            0 => c0,
+            _ => {
+                let p = dims.time(s - 1);
+                &seq.c[p * row..(p + 1) * row]
+            }
+        };
+        let da_t = &mut da[t * gate_row..(t + 1) * gate_row];
+        let (gates, tanh_c, dy_t) = (
+            &seq.gates[t * gate_row..(t + 1) * gate_row],
+            &seq.tanh_c[t * row..(t + 1) * row],
+            &dy[t * row..(t + 1) * row],
+        );
+        {
+            let dh_in: &[T] = dh;
+            let mut rows: Vec<_> = da_t.chunks_mut(4 * hs).zip(dc.chunks_mut(hs)).collect();
+            for_each_outer(&mut rows, n, 12 * hs, |r, one| {
+                let (da, dc) = &mut one[0];
+                let rr = r * hs..(r + 1) * hs;
+                with_simd(BackwardRow {
+                    dh: &dh_in[rr.clone()],
+                    dy: &dy_t[rr.clone()],
+                    dc,
+                    gates: &gates[r * 4 * hs..(r + 1) * 4 * hs],
+                    tanh_c: &tanh_c[rr.clone()],
+                    c_prev: &c_prev[rr],
+                    da,
+                });
+            });
+        }
+        // dh = da_t @ W_hh.
+        product(dh, (n, hs, 4 * hs), da_t, (4 * hs, 1), w_hh, (hs, 1), false);
+    }
+    da
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fused::lstm_cell::{lstm_cell_backward, lstm_cell_forward};
+
+    fn data(len: usize, seed: u64) -> Vec<f64> {
+        (0..len)
+            .map(|i| ((((i as u64 * 2_654_435_761 + seed) % 1000) as f64) / 500.0) - 1.0)
+            .collect()
+    }
+
+    /// `a @ b^T` for row-major `a` `[m, k]`, `b` `[n, k]`.
+    fn mm_t(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+        (0..m * n)
+            .map(|ij| (0..k).map(|q| a[ij / n * k + q] * b[ij % n * k + q]).sum())
+            .collect()
+    }
+
+    /// The step-by-step loop over the single-step kernels, as the reference.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn reference(
+        pre: &[f64],
+        bias: &[f64],
+        w: &[f64],
+        h0: &[f64],
+        c0: &[f64],
+        dy: &[f64],
+        (dh_n, dc_n): (&[f64], &[f64]),
+        dims: LstmDims,
+    ) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+        let (n, hs) = (dims.batch, dims.hidden);
+        let (row, gr) = (n * hs, 4 * n * hs);
+        let mut y = vec![0.0; dims.steps * row];
+        let (mut h, mut c) = (h0.to_vec(), c0.to_vec());
+        let mut kept = Vec::new();
+        for s in 0..dims.steps {
+            let t = dims.time(s);
+            let xt: Vec<f64> = (0..gr)
+                .map(|j| pre[t * gr + j] + bias[j % (4 * hs)])
+                .collect();
+            let hw = mm_t(&h, w, n, 4 * hs, hs);
+            let out = lstm_cell_forward(&xt, &hw, &c, hs);
+            kept.push((
+                t,
+                c.clone(),
+                h.clone(),
+                out.gates.to_vec(),
+                out.tanh_c.to_vec(),
+            ));
+            y[t * row..(t + 1) * row].copy_from_slice(&out.h);
+            h = out.h.to_vec();
+            c = out.c.to_vec();
+        }
+        let (mut dh, mut dc) = (dh_n.to_vec(), dc_n.to_vec());
+        let mut da_all = vec![0.0; dims.steps * gr];
+        for (t, c_prev, _h_prev, gates, tanh_c) in kept.iter().rev() {
+            let dm: Vec<f64> = (0..row).map(|j| dh[j] + dy[t * row + j]).collect();
+            let (da, dcp) = lstm_cell_backward(&dm, &dc, gates, tanh_c, c_prev, hs);
+            da_all[t * gr..(t + 1) * gr].copy_from_slice(&da);
+            // dh = da @ W_hh.
+            dh = (0..row)
+                .map(|ij| {
+                    (0..4 * hs)
+                        .map(|q| da[ij / hs * 4 * hs + q] * w[q * hs + ij % hs])
+                        .sum()
+                })
+                .collect();
+            dc = dcp.to_vec();
+        }
+        (y, h, c, da_all, [dh, dc].concat())
+    }
+
+    #[test]
+    fn the_sequence_equals_the_step_by_step_loop_both_ways() {
+        // Small, and large enough that the products and rows run on the team.
+        for (steps, n, hs) in [(3, 2, 3), (5, 40, 24)] {
+            for reverse in [false, true] {
+                let dims = LstmDims {
+                    steps,
+                    batch: n,
+                    hidden: hs,
+                    reverse,
+                };
+                let (row, gr) = (n * hs, 4 * n * hs);
+                let pre = data(steps * gr, 1);
+                let bias = data(4 * hs, 2);
+                let w: Vec<f64> = data(4 * hs * hs, 3).iter().map(|v| v * 0.3).collect();
+                let (h0, c0, dy) = (data(row, 4), data(row, 5), data(steps * row, 6));
+                let (dh_n, dc_n) = (data(row, 7), data(row, 8));
+                let (ry, rh, rc, rda, rd0) =
+                    reference(&pre, &bias, &w, &h0, &c0, &dy, (&dh_n, &dc_n), dims);
+                let mut y = vec![0.0; steps * row];
+                let seq = lstm_sequence_forward(
+                    HostBuffer::from_slice(&pre),
+                    Some(&bias),
+                    &w,
+                    &h0,
+                    &c0,
+                    &mut y,
+                    dims,
+                );
+                let last = dims.time(steps - 1);
+                let close = |a: &[f64], b: &[f64], what: &str| {
+                    assert_eq!(a.len(), b.len(), "{what}");
+                    for (j, (x, y)) in a.iter().zip(b).enumerate() {
+                        assert!((x - y).abs() < 1e-12, "{what}[{j}]: {x} vs {y}");
+                    }
+                };
+                close(&y, &ry, "y");
+                close(&y[last * row..(last + 1) * row], &rh, "h_n");
+                close(&seq.c[last * row..(last + 1) * row], &rc, "c_n");
+                let (mut dh, mut dc) = (dh_n.clone(), dc_n.clone());
+                let da = lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
+                close(&da, &rda, "da");
+                close(&[dh, dc].concat(), &rd0, "dh0, dc0");
+            }
+        }
+    }
+}
