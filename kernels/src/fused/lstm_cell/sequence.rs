@@ -321,8 +321,9 @@ impl<T: Real> FmaKernel for BackwardRow<'_, T> {
 /// The backward of [`lstm_sequence_forward`]: from `dy` `[T, N, H]` (the gradient
 /// reaching every step's output) and `dh`, `dc` `[N, H]` (reaching the final state; on
 /// return, the gradients of `h0` and `c0`), the pre-activation gradient `[T, N, 4H]` of
-/// every step by time index. The weight, bias and input gradients are products over it
-/// (`da^T x`, `da^T h_prev`, its column sums, `da W_ih`), left to the caller.
+/// every step by time index, and its column sums `[4H]` (the biases' gradient), summed
+/// step by step while each step's block is in cache. The weight and input gradients are
+/// products over it (`da^T x`, `da^T h_prev`, `da W_ih`), left to the caller.
 ///
 /// ```
 /// use ferrograd_kernels::cpu::HostBuffer;
@@ -332,10 +333,11 @@ impl<T: Real> FmaKernel for BackwardRow<'_, T> {
 /// let pre = vec![0.5, -1.0, 2.0, 0.25];
 /// let seq = lstm_sequence_forward(HostBuffer::from_slice(&pre), None, &[0.0; 4], &[0.0], &[1.0], &mut y, dims);
 /// let (mut dh, mut dc) = ([0.0], [1.0]);
-/// let da = lstm_sequence_backward(&seq, &[0.0; 4], &[1.0], &[0.5], &mut dh, &mut dc, dims);
+/// let (da, db) = lstm_sequence_backward(&seq, &[0.0; 4], &[1.0], &[0.5], &mut dh, &mut dc, dims);
 /// let cell = lstm_cell_forward(&pre, &[0.0; 4], &[1.0], 1);
 /// let (da1, dc1) = lstm_cell_backward(&[0.5], &[1.0], &cell.gates, &cell.tanh_c, &[1.0], 1);
 /// assert_eq!((da.to_vec(), dc[0]), (da1.to_vec(), dc1[0]));
+/// assert_eq!(db.to_vec(), da1.to_vec()); // one step of one row
 /// ```
 pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
     seq: &LstmSequence<T>,
@@ -345,7 +347,7 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
     dh: &mut [T],
     dc: &mut [T],
     dims: LstmDims,
-) -> HostBuffer<T> {
+) -> (HostBuffer<T>, HostBuffer<T>) {
     let LstmDims {
         steps,
         batch: n,
@@ -364,8 +366,9 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
         "lstm_sequence_backward: buffers do not match {steps} steps of {n} x {hs}"
     );
     let mut da = HostBuffer::<T>::zeroed(steps * gate_row);
+    let mut db = HostBuffer::<T>::zeroed(4 * hs);
     if hs == 0 || n == 0 {
-        return da;
+        return (da, db);
     }
     for s in (0..steps).rev() {
         let t = dims.time(s);
@@ -401,8 +404,13 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
         }
         // dh = da_t @ W_hh.
         product(dh, (n, hs, 4 * hs), da_t, (4 * hs, 1), w_hh, (hs, 1), false);
+        for r in da_t.chunks_exact(4 * hs) {
+            for (b, d) in db.iter_mut().zip(r) {
+                *b = *b + *d;
+            }
+        }
     }
-    da
+    (da, db)
 }
 
 #[cfg(test)]
@@ -479,8 +487,8 @@ mod tests {
 
     #[test]
     fn the_sequence_equals_the_step_by_step_loop_both_ways() {
-        // Small, and large enough that the products and rows run on the team.
-        for (steps, n, hs) in [(3, 2, 3), (5, 40, 24)] {
+        // Small, and large enough that the products run on the team.
+        for (steps, n, hs) in [(3, 2, 3), (4, 20, 40)] {
             for reverse in [false, true] {
                 let dims = LstmDims {
                     steps,
@@ -517,8 +525,12 @@ mod tests {
                 close(&y[last * row..(last + 1) * row], &rh, "h_n");
                 close(&seq.c[last * row..(last + 1) * row], &rc, "c_n");
                 let (mut dh, mut dc) = (dh_n.clone(), dc_n.clone());
-                let da = lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
+                let (da, db) = lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
                 close(&da, &rda, "da");
+                let rdb: Vec<f64> = (0..4 * hs)
+                    .map(|j| rda.chunks(4 * hs).map(|r| r[j]).sum())
+                    .collect();
+                close(&db, &rdb, "db");
                 close(&[dh, dc].concat(), &rd0, "dh0, dc0");
             }
         }

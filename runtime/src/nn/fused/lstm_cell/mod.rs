@@ -216,7 +216,7 @@ pub(crate) fn lstm_sequence(
                     HostBuffer::<T>::from_slice(&dh.contiguous().to_vec::<T>()),
                     HostBuffer::<T>::from_slice(&dc.contiguous().to_vec::<T>()),
                 );
-                let da = host::<T, _>(&dy, |dys| host::<T, _>(&w_hhd, |wh| host::<T, _>(&c0d, |c0s| {
+                let (da, db) = host::<T, _>(&dy, |dys| host::<T, _>(&w_hhd, |wh| host::<T, _>(&c0d, |c0s| {
                     lstm_sequence_backward(&seq, wh, c0s, dys, &mut dh0, &mut dc0, dims)
                 })));
                 let da = Tensor::from_cpu_on(T::into_storage(da), &[t_len * n, 4 * hs], Device::Cpu);
@@ -238,7 +238,8 @@ pub(crate) fn lstm_sequence(
                         da_rest.t().matmul(&y_prev).add(&first)
                     }
                 });
-                let db = (present.0 || present.1).then(|| da.sum(&[0], false));
+                let db = (present.0 || present.1)
+                    .then(|| Tensor::from_cpu_on(T::into_storage(db), &[4 * hs], Device::Cpu));
                 let mut grads = vec![dx, Some(state(dh0)), Some(state(dc0)), d_w_ih, d_w_hh];
                 if present.0 {
                     grads.push(db.clone());
