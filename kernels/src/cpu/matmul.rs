@@ -19,7 +19,7 @@ pub struct MatmulShape {
 }
 
 /// Below this many multiply-adds per matrix, a product runs on one thread.
-const GEMM_PARALLEL_FLOPS: usize = 48 * 48 * 48;
+pub(crate) const GEMM_PARALLEL_FLOPS: usize = 48 * 48 * 48;
 
 /// How many threads one GEMM of [`gemm`] uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +213,61 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
         }
     });
     drop(scratch);
+}
+
+/// `dst[m, n] (+)= a[m, k] @ b[k, n]` for row-major `dst` (row stride `n`), `a` and `b`
+/// read through (row, column) strides, on `parallelism`'s threads: the safe face of
+/// [`gemm`] for the fused kernels' products into buffers of their own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_into<T: NumElement + Send + Sync + 'static>(
+    parallelism: Parallelism,
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    (a_rs, a_cs): (usize, usize),
+    b: &[T],
+    (b_rs, b_cs): (usize, usize),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(dst.len() >= m * n, "gemm_into: destination too small");
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].iter_mut().for_each(|v| *v = T::ZERO);
+        }
+        return;
+    }
+    let a_last = (m - 1) * a_rs + (k - 1) * a_cs;
+    let b_last = (k - 1) * b_rs + (n - 1) * b_cs;
+    assert!(
+        a_last < a.len() && b_last < b.len(),
+        "gemm_into: operand out of range"
+    );
+    // SAFETY: `dst` holds at least m*n elements written row-major (row stride n, column
+    // stride 1); every element of `a` and `b` read is at most `a_last`/`b_last`, checked
+    // above to be in bounds; `dst` is a distinct mutable borrow, so nothing overlaps.
+    unsafe {
+        gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            T::ONE,
+            T::ONE,
+            parallelism,
+        );
+    }
 }
 
 /// From this contracted length on, [`scratch_orientation`] may turn a product around.

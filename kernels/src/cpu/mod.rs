@@ -19,7 +19,7 @@ pub use map::{
     binary_inplace, binary_map, bytes_to_unit, cast, fill_strided, ternary_map, unary_inplace,
     unary_map,
 };
-pub(crate) use matmul::gemm;
+pub(crate) use matmul::{GEMM_PARALLEL_FLOPS, gemm, gemm_into};
 pub use matmul::{MatmulShape, Parallelism, matmul};
 #[cfg(test)]
 pub(crate) use par::thread_count_lock;

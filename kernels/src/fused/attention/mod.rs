@@ -13,7 +13,7 @@
 use crate::Layout;
 use crate::cpu::HostBuffer;
 use crate::cpu::simd::{FmaKernel, with_simd};
-use crate::cpu::{num_threads, philox4x32_10, run_tasks};
+use crate::cpu::{Parallelism, gemm_into, num_threads, philox4x32_10, run_tasks};
 use crate::cuda::KernelModule;
 use num_traits::Float;
 use std::sync::Mutex;
@@ -186,59 +186,6 @@ impl AttnDropout {
 pub trait AttnFloat: crate::NumElement + Float + crate::Real + Send + Sync + 'static {}
 impl AttnFloat for f32 {}
 impl AttnFloat for f64 {}
-
-/// `dst[m, n] (+)= a[m, k] @ b[k, n]` for row-major `dst` (row stride `n`), `a` and `b`
-/// read through (row, column) strides.
-#[allow(clippy::too_many_arguments)]
-fn gemm_into<T: AttnFloat>(
-    dst: &mut [T],
-    (m, n, k): (usize, usize, usize),
-    a: &[T],
-    (a_rs, a_cs): (usize, usize),
-    b: &[T],
-    (b_rs, b_cs): (usize, usize),
-    accumulate: bool,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(dst.len() >= m * n, "attention: gemm destination too small");
-    if k == 0 {
-        if !accumulate {
-            dst[..m * n].iter_mut().for_each(|v| *v = T::ZERO);
-        }
-        return;
-    }
-    let a_last = (m - 1) * a_rs + (k - 1) * a_cs;
-    let b_last = (k - 1) * b_rs + (n - 1) * b_cs;
-    assert!(
-        a_last < a.len() && b_last < b.len(),
-        "attention: gemm operand out of range"
-    );
-    // SAFETY: `dst` holds at least m*n elements written row-major (row stride n, column
-    // stride 1); every element of `a` and `b` read is at most `a_last`/`b_last`, checked
-    // above to be in bounds; `dst` is a distinct mutable borrow, so nothing overlaps.
-    unsafe {
-        crate::cpu::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            T::ONE,
-            T::ONE,
-            crate::cpu::Parallelism::None,
-        );
-    }
-}
 
 /// Runs `f` on every piece, in parallel across the pool.
 fn par_pieces<P: Send>(pieces: Vec<P>, f: impl Fn(P) + Sync) {
@@ -437,6 +384,7 @@ pub fn attention_forward_strided<T: AttnFloat>(
         let mut s = vec![T::ZERO; rows * width];
         let (qs, ks) = ((q.row_stride, q.col_stride), (k.col_stride, k.row_stride));
         gemm_into(
+            Parallelism::None,
             &mut s,
             (rows, width, d),
             q.from(b, q0),
@@ -458,6 +406,7 @@ pub fn attention_forward_strided<T: AttnFloat>(
         }
         let vs = (v.row_stride, v.col_stride);
         gemm_into(
+            Parallelism::None,
             o,
             (rows, dv, width),
             &s,
@@ -523,6 +472,7 @@ pub fn attention_backward<T: AttnFloat>(
             // P (recomputed), then the dropped-out P that multiplied V.
             let mut p = vec![T::ZERO; rows * width];
             gemm_into(
+                Parallelism::None,
                 &mut p,
                 (rows, width, d),
                 &qb[q0 * d..],
@@ -555,6 +505,7 @@ pub fn attention_backward<T: AttnFloat>(
             // dV += Pd^T @ dO
             let pd = dropped.as_deref().unwrap_or(&p);
             gemm_into(
+                Parallelism::None,
                 dv_b,
                 (width, dv, rows),
                 pd,
@@ -566,6 +517,7 @@ pub fn attention_backward<T: AttnFloat>(
             // dP = (dO @ V^T) * keep / (1 - p)
             let mut dp = vec![T::ZERO; rows * width];
             gemm_into(
+                Parallelism::None,
                 &mut dp,
                 (rows, width, dv),
                 &gb[q0 * dv..],
@@ -594,6 +546,7 @@ pub fn attention_backward<T: AttnFloat>(
             }
             // dQ = dS @ K; dK += dS^T @ Q
             gemm_into(
+                Parallelism::None,
                 &mut dq_b[q0 * d..],
                 (rows, d, width),
                 &dp,
@@ -603,6 +556,7 @@ pub fn attention_backward<T: AttnFloat>(
                 false,
             );
             gemm_into(
+                Parallelism::None,
                 dk_b,
                 (width, d, rows),
                 &dp,

@@ -10,7 +10,7 @@ pub use sequence::{LstmDims, LstmSequence, lstm_sequence_backward, lstm_sequence
 use crate::Real;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;
-use crate::cpu::simd::{FmaKernel, with_simd};
+use crate::cpu::simd::with_simd;
 
 /// What one forward step produces: the activated gates (kept for the backward), the new
 /// cell state, its tanh (kept too) and the new hidden state.
@@ -23,58 +23,6 @@ pub struct LstmCellOutput<T> {
     pub tanh_c: HostBuffer<T>,
     /// `[N, H]`: `h' = o tanh(c')`.
     pub h: HostBuffer<T>,
-}
-
-/// One row of the forward: `xt` and `hw` hold `4H` pre-activation parts each.
-struct ForwardRow<'a, T> {
-    xt: &'a [T],
-    hw: &'a [T],
-    c_prev: &'a [T],
-    gates: &'a mut [T],
-    c: &'a mut [T],
-    tanh_c: &'a mut [T],
-    h: &'a mut [T],
-}
-
-impl<T: Real> FmaKernel for ForwardRow<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn body<const FMA: bool>(self) {
-        let hs = self.c_prev.len();
-        // Short loops over few slices each, so that every one vectorises (one loop over
-        // all eight operands would need more runtime alias checks than LLVM emits, and
-        // would stay scalar). A row is a few KiB: it stays in L1.
-        for (q, gate) in self.gates.chunks_exact_mut(hs).enumerate() {
-            let (x, w) = (&self.xt[q * hs..][..hs], &self.hw[q * hs..][..hs]);
-            if q == 2 {
-                for ((o, x), w) in gate.iter_mut().zip(x).zip(w) {
-                    *o = (*x + *w).tanh_vec();
-                }
-            } else {
-                for ((o, x), w) in gate.iter_mut().zip(x).zip(w) {
-                    *o = (*x + *w).sigmoid_vec();
-                }
-            }
-        }
-        let (i, rest) = self.gates.split_at(hs);
-        let (f, rest) = rest.split_at(hs);
-        let (g, o) = rest.split_at(hs);
-        for (((c, cp), (f, i)), g) in self
-            .c
-            .iter_mut()
-            .zip(self.c_prev)
-            .zip(f.iter().zip(i))
-            .zip(g)
-        {
-            *c = *f * *cp + *i * *g;
-        }
-        for (t, c) in self.tanh_c.iter_mut().zip(self.c.iter()) {
-            *t = c.tanh_vec();
-        }
-        for ((h, o), t) in self.h.iter_mut().zip(o).zip(self.tanh_c.iter()) {
-            *h = *o * *t;
-        }
-    }
 }
 
 /// One LSTM step's elementwise part over `n` rows: pre-activations `xt + hw` (both
@@ -102,7 +50,8 @@ pub fn lstm_cell_forward<T: Real>(
         hw.len()
     );
     let hs = hidden.max(1);
-    let mut gates = HostBuffer::<T>::zeroed(4 * n * hidden);
+    // The gates start as `hw`; each row adds `xt` and activates them in place.
+    let mut gates = HostBuffer::<T>::from_slice(hw);
     let mut c = HostBuffer::<T>::zeroed(n * hidden);
     let mut tanh_c = HostBuffer::<T>::zeroed(n * hidden);
     let mut h = HostBuffer::<T>::zeroed(n * hidden);
@@ -116,11 +65,10 @@ pub fn lstm_cell_forward<T: Real>(
     if hidden > 0 {
         for_each_outer(&mut rows, n, 16 * hidden, |r, row| {
             let (((gates, c), tanh_c), h) = &mut row[0];
-            with_simd(ForwardRow {
-                xt: &xt[r * 4 * hs..(r + 1) * 4 * hs],
-                hw: &hw[r * 4 * hs..(r + 1) * 4 * hs],
+            with_simd(sequence::ForwardRow {
+                pre: gates,
+                add: Some(&xt[r * 4 * hs..(r + 1) * 4 * hs]),
                 c_prev: &c_prev[r * hs..(r + 1) * hs],
-                gates,
                 c,
                 tanh_c,
                 h,
@@ -133,54 +81,6 @@ pub fn lstm_cell_forward<T: Real>(
         c,
         tanh_c,
         h,
-    }
-}
-
-/// One row of the backward.
-struct BackwardRow<'a, T> {
-    dh: &'a [T],
-    dc: &'a [T],
-    gates: &'a [T],
-    tanh_c: &'a [T],
-    c_prev: &'a [T],
-    da: &'a mut [T],
-    dc_prev: &'a mut [T],
-}
-
-impl<T: Real> FmaKernel for BackwardRow<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn body<const FMA: bool>(self) {
-        let hs = self.dh.len();
-        let one = T::one();
-        let (i, rest) = self.gates.split_at(hs);
-        let (f, rest) = rest.split_at(hs);
-        let (g, o) = rest.split_at(hs);
-        let (di, rest) = self.da.split_at_mut(hs);
-        let (df, rest) = rest.split_at_mut(hs);
-        let (dg, d_o) = rest.split_at_mut(hs);
-        let (dh, dc, tc, cp) = (self.dh, self.dc, self.tanh_c, self.c_prev);
-        // The gradient reaching c' (kept in dc_prev, scaled by f at the end); short loops
-        // as in the forward, so each vectorises.
-        let dct = self.dc_prev;
-        for (((d, dc), dh), (o, t)) in dct.iter_mut().zip(dc).zip(dh).zip(o.iter().zip(tc)) {
-            *d = *dc + *dh * *o * (one - *t * *t);
-        }
-        for (((d, dct), g), i) in di.iter_mut().zip(dct.iter()).zip(g).zip(i) {
-            *d = *dct * *g * *i * (one - *i);
-        }
-        for (((d, dct), cp), f) in df.iter_mut().zip(dct.iter()).zip(cp).zip(f) {
-            *d = *dct * *cp * *f * (one - *f);
-        }
-        for (((d, dct), i), g) in dg.iter_mut().zip(dct.iter()).zip(i).zip(g) {
-            *d = *dct * *i * (one - *g * *g);
-        }
-        for (((d, dh), t), o) in d_o.iter_mut().zip(dh).zip(tc).zip(o) {
-            *d = *dh * *t * *o * (one - *o);
-        }
-        for (d, f) in dct.iter_mut().zip(f) {
-            *d = *d * *f;
-        }
     }
 }
 
@@ -215,20 +115,21 @@ pub fn lstm_cell_backward<T: Real>(
     );
     let hs = hidden.max(1);
     let mut da = HostBuffer::<T>::zeroed(4 * n * hidden);
-    let mut dc_prev = HostBuffer::<T>::zeroed(n * hidden);
+    // dc becomes dc_prev in place.
+    let mut dc_prev = HostBuffer::<T>::from_slice(dc);
     let mut rows: Vec<_> = da.chunks_mut(4 * hs).zip(dc_prev.chunks_mut(hs)).collect();
     if hidden > 0 {
         for_each_outer(&mut rows, n, 8 * hidden, |r, row| {
-            let (da, dc_prev) = &mut row[0];
+            let (da, dc) = &mut row[0];
             let rr = r * hs..(r + 1) * hs;
-            with_simd(BackwardRow {
+            with_simd(sequence::BackwardRow {
                 dh: &dh[rr.clone()],
-                dc: &dc[rr.clone()],
+                dy: None,
+                dc,
                 gates: &gates[r * 4 * hs..(r + 1) * 4 * hs],
                 tanh_c: &tanh_c[rr.clone()],
                 c_prev: &c_prev[rr],
                 da,
-                dc_prev,
             });
         });
     }

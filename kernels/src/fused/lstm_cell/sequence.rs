@@ -9,7 +9,7 @@ use crate::Real;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{FmaKernel, with_simd};
-use crate::cpu::{Parallelism, num_threads};
+use crate::cpu::{GEMM_PARALLEL_FLOPS, Parallelism, gemm_into, num_threads};
 
 /// The sizes of one direction: `steps` time steps of `batch` rows, hidden size `hidden`;
 /// `reverse` runs the steps from the last to the first.
@@ -48,64 +48,21 @@ pub struct LstmSequence<T> {
     pub tanh_c: HostBuffer<T>,
 }
 
-/// Below this many multiply-adds a step's product runs on the calling thread.
-const STEP_PARALLEL_FLOPS: usize = 48 * 48 * 48;
-
-/// `dst (+)= a @ b` with `dst` row-major `m x n`, `a` `m x k` and `b` `k x n` read
-/// through (row, column) strides.
-#[allow(clippy::too_many_arguments)]
+/// `dst (+)= a @ b` (row-major `dst`, operands through (row, column) strides) for one
+/// step: on the team when the product is large enough to share.
 fn product<T: Real + Send + Sync + 'static>(
     dst: &mut [T],
-    (m, n, k): (usize, usize, usize),
-    a: &[T],
-    (a_rs, a_cs): (usize, usize),
-    b: &[T],
-    (b_rs, b_cs): (usize, usize),
+    shape: (usize, usize, usize),
+    a: (&[T], (usize, usize)),
+    b: (&[T], (usize, usize)),
     accumulate: bool,
 ) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            dst.iter_mut().for_each(|v| *v = T::zero());
-        }
-        return;
-    }
-    assert!(
-        dst.len() == m * n
-            && (m - 1) * a_rs + (k - 1) * a_cs < a.len()
-            && (k - 1) * b_rs + (n - 1) * b_cs < b.len(),
-        "lstm sequence: product operands out of range"
-    );
-    let parallelism = if m * n * k >= STEP_PARALLEL_FLOPS {
+    let parallelism = if shape.0 * shape.1 * shape.2 >= GEMM_PARALLEL_FLOPS {
         Parallelism::Threads(num_threads())
     } else {
         Parallelism::None
     };
-    // SAFETY: `dst` holds exactly m*n elements written row-major (row stride n, column
-    // stride 1); the last elements of `a` and `b` read are in bounds (checked above);
-    // `dst` is a distinct mutable borrow, so it overlaps neither operand.
-    unsafe {
-        crate::cpu::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            T::one(),
-            T::one(),
-            parallelism,
-        );
-    }
+    gemm_into(parallelism, dst, shape, a.0, a.1, b.0, b.1, accumulate);
 }
 
 /// Step `t`'s block of a `[T, N, width]` buffer, and (when `prev` is given) step
@@ -128,15 +85,18 @@ fn block_and_prev<T>(
     }
 }
 
-/// One row of the forward, in place: `pre` (`4H` pre-activations without the bias)
-/// becomes the activated gates.
-struct ForwardRow<'a, T> {
-    pre: &'a mut [T],
-    bias: Option<&'a [T]>,
-    c_prev: &'a [T],
-    c: &'a mut [T],
-    tanh_c: &'a mut [T],
-    h: &'a mut [T],
+/// One row of the forward (of a sequence's step, and of [`lstm_cell_forward`]'s one
+/// step), in place: `pre` (`4H` pre-activations, to which `add` is added first: the
+/// biases, or the input projection) becomes the activated gates.
+///
+/// [`lstm_cell_forward`]: super::lstm_cell_forward
+pub(super) struct ForwardRow<'a, T> {
+    pub(super) pre: &'a mut [T],
+    pub(super) add: Option<&'a [T]>,
+    pub(super) c_prev: &'a [T],
+    pub(super) c: &'a mut [T],
+    pub(super) tanh_c: &'a mut [T],
+    pub(super) h: &'a mut [T],
 }
 
 impl<T: Real> FmaKernel for ForwardRow<'_, T> {
@@ -144,7 +104,7 @@ impl<T: Real> FmaKernel for ForwardRow<'_, T> {
     #[inline(always)]
     fn body<const FMA: bool>(self) {
         let hs = self.c_prev.len();
-        if let Some(b) = self.bias {
+        if let Some(b) = self.add {
             for (p, b) in self.pre.iter_mut().zip(b) {
                 *p = *p + *b;
             }
@@ -236,7 +196,13 @@ pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
         let h_prev = h_prev.unwrap_or(h0);
         let gates = &mut pre[t * gate_row..(t + 1) * gate_row];
         // gates += h_prev @ W_hh^T: W_hh^T[k, j] = w_hh[j * H + k].
-        product(gates, (n, 4 * hs, hs), h_prev, (hs, 1), w_hh, (1, hs), true);
+        product(
+            gates,
+            (n, 4 * hs, hs),
+            (h_prev, (hs, 1)),
+            (w_hh, (1, hs)),
+            true,
+        );
         let (c_t, c_prev) = block_and_prev(&mut c, row, t, prev);
         let c_prev = c_prev.unwrap_or(c0);
         let tanh_t = &mut tanh_c[t * row..(t + 1) * row];
@@ -250,7 +216,7 @@ pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
             let (((pre, c), tanh_c), h) = &mut one[0];
             with_simd(ForwardRow {
                 pre,
-                bias,
+                add: bias,
                 c_prev: &c_prev[r * hs..(r + 1) * hs],
                 c,
                 tanh_c,
@@ -265,16 +231,19 @@ pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
     }
 }
 
-/// One row of the backward: `dh + dy` reaches `h'`, `dc` reaches `c'` and becomes the
-/// gradient reaching `c` (in place).
-struct BackwardRow<'a, T> {
-    dh: &'a [T],
-    dy: &'a [T],
-    dc: &'a mut [T],
-    gates: &'a [T],
-    tanh_c: &'a [T],
-    c_prev: &'a [T],
-    da: &'a mut [T],
+/// One row of the backward (of a sequence's step, and of [`lstm_cell_backward`]'s one
+/// step): `dh + dy` reaches `h'` (`dh` alone without `dy`), `dc` reaches `c'` and becomes
+/// the gradient reaching `c` (in place); writes the pre-activation gradient `da` (`4H`).
+///
+/// [`lstm_cell_backward`]: super::lstm_cell_backward
+pub(super) struct BackwardRow<'a, T> {
+    pub(super) dh: &'a [T],
+    pub(super) dy: Option<&'a [T]>,
+    pub(super) dc: &'a mut [T],
+    pub(super) gates: &'a [T],
+    pub(super) tanh_c: &'a [T],
+    pub(super) c_prev: &'a [T],
+    pub(super) da: &'a mut [T],
 }
 
 impl<T: Real> FmaKernel for BackwardRow<'_, T> {
@@ -292,13 +261,26 @@ impl<T: Real> FmaKernel for BackwardRow<'_, T> {
         let (dh, dy, tc, cp) = (self.dh, self.dy, self.tanh_c, self.c_prev);
         // dm = dh + dy reaches h' = o tanh(c'); short loops over few slices each, so that
         // every one vectorises. d_o = dm tanh(c') first, times o (1 - o) below.
-        for ((d, dh), (dy, t)) in d_o.iter_mut().zip(dh).zip(dy.iter().zip(tc)) {
-            *d = (*dh + *dy) * *t;
-        }
         // The gradient reaching c' (in `dc`, scaled by f at the end).
         let dct = self.dc;
-        for (((d, dh), dy), (o, t)) in dct.iter_mut().zip(dh).zip(dy).zip(o.iter().zip(tc)) {
-            *d = *d + (*dh + *dy) * *o * (one - *t * *t);
+        match dy {
+            Some(dy) => {
+                for ((d, dh), (dy, t)) in d_o.iter_mut().zip(dh).zip(dy.iter().zip(tc)) {
+                    *d = (*dh + *dy) * *t;
+                }
+                for (((d, dh), dy), (o, t)) in dct.iter_mut().zip(dh).zip(dy).zip(o.iter().zip(tc))
+                {
+                    *d = *d + (*dh + *dy) * *o * (one - *t * *t);
+                }
+            }
+            None => {
+                for ((d, dh), t) in d_o.iter_mut().zip(dh).zip(tc) {
+                    *d = *dh * *t;
+                }
+                for ((d, dh), (o, t)) in dct.iter_mut().zip(dh).zip(o.iter().zip(tc)) {
+                    *d = *d + *dh * *o * (one - *t * *t);
+                }
+            }
         }
         for (d, o) in d_o.iter_mut().zip(o) {
             *d = *d * *o * (one - *o);
@@ -393,7 +375,7 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
                 let rr = r * hs..(r + 1) * hs;
                 with_simd(BackwardRow {
                     dh: &dh_in[rr.clone()],
-                    dy: &dy_t[rr.clone()],
+                    dy: Some(&dy_t[rr.clone()]),
                     dc,
                     gates: &gates[r * 4 * hs..(r + 1) * 4 * hs],
                     tanh_c: &tanh_c[rr.clone()],
@@ -403,7 +385,13 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
             });
         }
         // dh = da_t @ W_hh.
-        product(dh, (n, hs, 4 * hs), da_t, (4 * hs, 1), w_hh, (hs, 1), false);
+        product(
+            dh,
+            (n, hs, 4 * hs),
+            (da_t, (4 * hs, 1)),
+            (w_hh, (hs, 1)),
+            false,
+        );
         for r in da_t.chunks_exact(4 * hs) {
             for (b, d) in db.iter_mut().zip(r) {
                 *b = *b + *d;
