@@ -259,31 +259,23 @@ impl<T: Real> FmaKernel for BackwardRow<'_, T> {
         let (df, rest) = rest.split_at_mut(hs);
         let (dg, d_o) = rest.split_at_mut(hs);
         let (dh, dy, tc, cp) = (self.dh, self.dy, self.tanh_c, self.c_prev);
-        // dm = dh + dy reaches h' = o tanh(c'); short loops over few slices each, so that
-        // every one vectorises. d_o = dm tanh(c') first, times o (1 - o) below.
-        // The gradient reaching c' (in `dc`, scaled by f at the end).
-        let dct = self.dc;
+        // dm = dh + dy reaches h' = o tanh(c'), kept in d_o for now; short loops over few
+        // slices each, so that every one vectorises.
         match dy {
             Some(dy) => {
-                for ((d, dh), (dy, t)) in d_o.iter_mut().zip(dh).zip(dy.iter().zip(tc)) {
-                    *d = (*dh + *dy) * *t;
-                }
-                for (((d, dh), dy), (o, t)) in dct.iter_mut().zip(dh).zip(dy).zip(o.iter().zip(tc))
-                {
-                    *d = *d + (*dh + *dy) * *o * (one - *t * *t);
+                for (d, (dh, dy)) in d_o.iter_mut().zip(dh.iter().zip(dy)) {
+                    *d = *dh + *dy;
                 }
             }
-            None => {
-                for ((d, dh), t) in d_o.iter_mut().zip(dh).zip(tc) {
-                    *d = *dh * *t;
-                }
-                for ((d, dh), (o, t)) in dct.iter_mut().zip(dh).zip(o.iter().zip(tc)) {
-                    *d = *d + *dh * *o * (one - *t * *t);
-                }
-            }
+            None => d_o.copy_from_slice(dh),
         }
-        for (d, o) in d_o.iter_mut().zip(o) {
-            *d = *d * *o * (one - *o);
+        // The gradient reaching c' (in `dc`, scaled by f at the end).
+        let dct = self.dc;
+        for ((d, dm), (o, t)) in dct.iter_mut().zip(d_o.iter()).zip(o.iter().zip(tc)) {
+            *d = *d + *dm * *o * (one - *t * *t);
+        }
+        for ((d, t), o) in d_o.iter_mut().zip(tc).zip(o) {
+            *d = *d * *t * *o * (one - *o);
         }
         for (((d, dct), g), i) in di.iter_mut().zip(dct.iter()).zip(g).zip(i) {
             *d = *dct * *g * *i * (one - *i);

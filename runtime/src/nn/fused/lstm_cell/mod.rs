@@ -211,11 +211,9 @@ pub(crate) fn lstm_sequence(
                 if is_grad_enabled() {
                     return graph(&dy.reshape(&[t_len, n, hs]), &dh, &dc);
                 }
-                let (dy, mut dh0, mut dc0) = (
-                    dy.contiguous(),
-                    HostBuffer::<T>::from_slice(&dh.contiguous().to_vec::<T>()),
-                    HostBuffer::<T>::from_slice(&dc.contiguous().to_vec::<T>()),
-                );
+                // The final state's gradients, copied once: they become h0's and c0's.
+                let own = |t: &Tensor| host::<T, _>(&t.contiguous(), HostBuffer::<T>::from_slice);
+                let (dy, mut dh0, mut dc0) = (dy.contiguous(), own(&dh), own(&dc));
                 let (da, db) = host::<T, _>(&dy, |dys| host::<T, _>(&w_hhd, |wh| host::<T, _>(&c0d, |c0s| {
                     lstm_sequence_backward(&seq, wh, c0s, dys, &mut dh0, &mut dc0, dims)
                 })));
