@@ -8,8 +8,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Compiled images by (module name, architecture).
-type ImageCache = HashMap<(&'static str, String), Arc<Vec<u8>>>;
+/// Compiled images by (module name, architecture); a slot is empty until its first compile
+/// succeeds, and is locked while that compile runs.
+type ImageCache = HashMap<(&'static str, String), Arc<Mutex<Option<Arc<Vec<u8>>>>>>;
 
 /// Why NVRTC could not compile a kernel module.
 #[derive(Debug, Clone)]
@@ -76,26 +77,26 @@ impl KernelModule {
 
     /// [`KernelModule::compile`], once per module and architecture for the process, and
     /// kept on disk between runs (see [`kernel_cache_dir`]), so only the first run on a
-    /// machine waits for NVRTC.
+    /// machine waits for NVRTC. Threads asking for a module another thread is compiling
+    /// wait for that compile instead of running NVRTC on it again; different modules
+    /// compile concurrently.
     pub fn compile_cached(&self, arch: &str) -> Result<Arc<Vec<u8>>, CompileError> {
         static CACHE: Mutex<Option<ImageCache>> = Mutex::new(None);
-        let key = (self.name, arch.to_string());
-        if let Some(image) = CACHE
+        let slot = CACHE
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get_or_insert_with(HashMap::new)
-            .get(&key)
-        {
+            .entry((self.name, arch.to_string()))
+            .or_default()
+            .clone();
+        // The global lock is released: only this module's slot is held while NVRTC runs.
+        let mut image = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(image) = image.as_ref() {
             return Ok(image.clone());
         }
-        // Compile outside the lock: NVRTC takes a while and other modules may be wanted.
-        let image = Arc::new(self.compile_or_load(arch, kernel_cache_dir().as_deref())?);
-        CACHE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(key, image.clone());
-        Ok(image)
+        let compiled = Arc::new(self.compile_or_load(arch, kernel_cache_dir().as_deref())?);
+        *image = Some(compiled.clone());
+        Ok(compiled)
     }
 }
 
@@ -209,8 +210,25 @@ mod tests {
         if !nvrtc_required("every_launched_kernel_is_exported_by_its_compiled_module") {
             return;
         }
+        // The modules compile on every core (NVRTC is thread-safe), then are checked in
+        // order.
+        let modules = super::super::MODULES;
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        std::thread::scope(|s| {
+            for _ in 0..threads.min(modules.len()) {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(module) = modules.get(i) else { break };
+                        // Errors are reported below, in order, by the same call.
+                        let _ = module.compile_cached("sm_90");
+                    }
+                });
+            }
+        });
         let mut checked = 0;
-        for module in super::super::MODULES {
+        for module in modules {
             let image = module
                 .compile_cached("sm_90")
                 .unwrap_or_else(|e| panic!("{e}"));
