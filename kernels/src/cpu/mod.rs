@@ -6,6 +6,7 @@ mod gemv;
 mod index;
 mod map;
 mod matmul;
+mod packed;
 mod par;
 mod pool;
 mod random;
@@ -21,6 +22,8 @@ pub use map::{
 };
 pub(crate) use matmul::{GEMM_PARALLEL_FLOPS, gemm, gemm_into};
 pub use matmul::{MatmulShape, Parallelism, matmul};
+pub use packed::PackedRhs;
+pub(crate) use packed::{as_f32, as_f32_mut};
 #[cfg(test)]
 pub(crate) use par::thread_count_lock;
 pub use par::{

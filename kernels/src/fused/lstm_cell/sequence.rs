@@ -9,7 +9,9 @@ use crate::Real;
 use crate::cpu::HostBuffer;
 use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{FmaKernel, with_simd};
-use crate::cpu::{GEMM_PARALLEL_FLOPS, Parallelism, gemm_into, num_threads};
+use crate::cpu::{
+    GEMM_PARALLEL_FLOPS, PackedRhs, Parallelism, as_f32, as_f32_mut, gemm_into, num_threads,
+};
 
 /// The sizes of one direction: `steps` time steps of `batch` rows, hidden size `hidden`;
 /// `reverse` runs the steps from the last to the first.
@@ -48,21 +50,53 @@ pub struct LstmSequence<T> {
     pub tanh_c: HostBuffer<T>,
 }
 
-/// `dst (+)= a @ b` (row-major `dst`, operands through (row, column) strides) for one
-/// step: on the team when the product is large enough to share.
-fn product<T: Real + Send + Sync + 'static>(
-    dst: &mut [T],
-    shape: (usize, usize, usize),
-    a: (&[T], (usize, usize)),
-    b: (&[T], (usize, usize)),
-    accumulate: bool,
-) {
-    let parallelism = if shape.0 * shape.1 * shape.2 >= GEMM_PARALLEL_FLOPS {
-        Parallelism::Threads(num_threads())
-    } else {
-        Parallelism::None
-    };
-    gemm_into(parallelism, dst, shape, a.0, a.1, b.0, b.1, accumulate);
+/// The recurrent weight as every step multiplies it: `[k, n]` through (row, column)
+/// strides, and in f32 packed once for the sequence ([`PackedRhs`]), so no step packs it
+/// again.
+struct StepWeight<'a, T> {
+    w: &'a [T],
+    shape: (usize, usize),
+    strides: (usize, usize),
+    packed: Option<PackedRhs>,
+}
+
+impl<'a, T: Real + Send + Sync + 'static> StepWeight<'a, T> {
+    fn new(w: &'a [T], shape: (usize, usize), strides: (usize, usize)) -> Self {
+        let packed = as_f32(w).and_then(|w| PackedRhs::pack(w, shape, strides));
+        StepWeight {
+            w,
+            shape,
+            strides,
+            packed,
+        }
+    }
+
+    /// `dst (+)= a @ w` for row-major `dst` `[m, n]` and `a` `[m, k]`: on the team when
+    /// the product is large enough to share.
+    fn product(&self, dst: &mut [T], m: usize, a: &[T], accumulate: bool) {
+        let (k, n) = self.shape;
+        let shared = m * n * k >= GEMM_PARALLEL_FLOPS;
+        if let (Some(p), Some(d), Some(a)) = (&self.packed, as_f32_mut(dst), as_f32(a)) {
+            let threads = if shared { num_threads() } else { 1 };
+            p.matmul_into(d, m, a, k, accumulate, threads);
+            return;
+        }
+        let parallelism = if shared {
+            Parallelism::Threads(num_threads())
+        } else {
+            Parallelism::None
+        };
+        gemm_into(
+            parallelism,
+            dst,
+            (m, n, k),
+            a,
+            (k, 1),
+            self.w,
+            self.strides,
+            accumulate,
+        );
+    }
 }
 
 /// Step `t`'s block of a `[T, N, width]` buffer, and (when `prev` is given) step
@@ -189,20 +223,16 @@ pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
             tanh_c,
         };
     }
+    // W_hh^T [H, 4H]: W_hh^T[k, j] = w_hh[j * H + k].
+    let w_t = StepWeight::new(w_hh, (hs, 4 * hs), (1, hs));
     for s in 0..steps {
         let t = dims.time(s);
         let prev = (s > 0).then(|| dims.time(s - 1));
         let (h_t, h_prev) = block_and_prev(y, row, t, prev);
         let h_prev = h_prev.unwrap_or(h0);
         let gates = &mut pre[t * gate_row..(t + 1) * gate_row];
-        // gates += h_prev @ W_hh^T: W_hh^T[k, j] = w_hh[j * H + k].
-        product(
-            gates,
-            (n, 4 * hs, hs),
-            (h_prev, (hs, 1)),
-            (w_hh, (1, hs)),
-            true,
-        );
+        // gates += h_prev @ W_hh^T.
+        w_t.product(gates, n, h_prev, true);
         let (c_t, c_prev) = block_and_prev(&mut c, row, t, prev);
         let c_prev = c_prev.unwrap_or(c0);
         let tanh_t = &mut tanh_c[t * row..(t + 1) * row];
@@ -344,6 +374,7 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
     if hs == 0 || n == 0 {
         return (da, db);
     }
+    let w = StepWeight::new(w_hh, (4 * hs, hs), (hs, 1));
     for s in (0..steps).rev() {
         let t = dims.time(s);
         let c_prev = match s {
@@ -377,13 +408,7 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
             });
         }
         // dh = da_t @ W_hh.
-        product(
-            dh,
-            (n, hs, 4 * hs),
-            (da_t, (4 * hs, 1)),
-            (w_hh, (hs, 1)),
-            false,
-        );
+        w.product(dh, n, da_t, false);
         for r in da_t.chunks_exact(4 * hs) {
             for (b, d) in db.iter_mut().zip(r) {
                 *b = *b + *d;
@@ -512,6 +537,76 @@ mod tests {
                     .collect();
                 close(&db, &rdb, "db");
                 close(&[dh, dc].concat(), &rd0, "dh0, dc0");
+            }
+        }
+    }
+
+    /// In f32 the recurrent products run on the packed microkernel (with AVX2 or
+    /// AVX-512): 20 rows (register blocks of 8, 8 and 4, or 6 x 3 and 2), gate and hidden
+    /// widths that end in partial panels, threaded and not.
+    #[test]
+    fn f32_sequences_on_the_packed_weight_match_f64() {
+        for (steps, n, hs) in [(5, 20, 40), (3, 3, 7)] {
+            for reverse in [false, true] {
+                let dims = LstmDims {
+                    steps,
+                    batch: n,
+                    hidden: hs,
+                    reverse,
+                };
+                let (row, gr) = (n * hs, 4 * n * hs);
+                let pre = data(steps * gr, 1);
+                let bias = data(4 * hs, 2);
+                let w: Vec<f64> = data(4 * hs * hs, 3).iter().map(|v| v * 0.3).collect();
+                let (h0, c0, dy) = (data(row, 4), data(row, 5), data(steps * row, 6));
+                let (dh_n, dc_n) = (data(row, 7), data(row, 8));
+                let f = |v: &[f64]| v.iter().map(|x| *x as f32).collect::<Vec<f32>>();
+                let run64 = {
+                    let mut y = vec![0.0; steps * row];
+                    let seq = lstm_sequence_forward(
+                        HostBuffer::from_slice(&pre),
+                        Some(&bias),
+                        &w,
+                        &h0,
+                        &c0,
+                        &mut y,
+                        dims,
+                    );
+                    let (mut dh, mut dc) = (dh_n.clone(), dc_n.clone());
+                    let (da, db) =
+                        lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
+                    [y, da.to_vec(), db.to_vec(), dh, dc]
+                };
+                let run32 = {
+                    let mut y = vec![0.0f32; steps * row];
+                    let (w, c0) = (f(&w), f(&c0));
+                    let seq = lstm_sequence_forward(
+                        HostBuffer::from_slice(&f(&pre)),
+                        Some(&f(&bias)),
+                        &w,
+                        &f(&h0),
+                        &c0,
+                        &mut y,
+                        dims,
+                    );
+                    let (mut dh, mut dc) = (f(&dh_n), f(&dc_n));
+                    let (da, db) =
+                        lstm_sequence_backward(&seq, &w, &c0, &f(&dy), &mut dh, &mut dc, dims);
+                    [y, da.to_vec(), db.to_vec(), dh, dc]
+                };
+                for (what, (a, b)) in ["y", "da", "db", "dh0", "dc0"]
+                    .iter()
+                    .zip(run64.iter().zip(&run32))
+                {
+                    assert_eq!(a.len(), b.len(), "{what}");
+                    for (j, (x, y)) in a.iter().zip(b).enumerate() {
+                        let tol = 1e-4 * (1.0 + x.abs());
+                        assert!(
+                            (x - *y as f64).abs() < tol,
+                            "{what}[{j}] ({steps}, {n}, {hs}, reverse {reverse}): {x} vs {y}"
+                        );
+                    }
+                }
             }
         }
     }

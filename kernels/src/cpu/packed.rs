@@ -1,0 +1,504 @@
+//! f32 products against a right operand packed once and used many times: an RNN's
+//! recurrent weight, multiplied by every step's few rows of state. The `gemm` crate packs
+//! its operands again on every call, and at a step's shape (`[32, 256] @ [256, 1024]`)
+//! that packing and its blocking cost as much as the multiply-adds; here the weight is
+//! laid out once per sequence in column panels as wide as the microkernel, each thread
+//! keeps its own panels in its L2 across the steps, and the left operand's rows are
+//! broadcast straight from where they lie.
+//!
+//! The microkernel holds an `MR x NR` block of the destination in vector registers
+//! (AVX-512: 8 rows by 32 columns in 16 `zmm`; AVX2+FMA: 6 by 16 in 12 `ymm`) and runs
+//! the whole contracted length with one vector load per 16 (8) columns and one broadcast
+//! per row, so it is bound by the FMA ports, not by loads.
+
+use super::pool::HostBuffer;
+use super::run_tasks;
+
+/// The instruction sets with a microkernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    /// AVX-512F: `8 x 32` register blocks.
+    Avx512,
+    /// AVX2 with FMA: `6 x 16` register blocks.
+    Avx2,
+}
+
+impl Isa {
+    /// The best microkernel this CPU runs, if any.
+    fn detect() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(Isa::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Some(Isa::Avx2);
+            }
+        }
+        None
+    }
+
+    /// Columns per panel.
+    fn nr(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 => 16,
+        }
+    }
+
+    /// Rows per register block.
+    fn mr(self) -> usize {
+        match self {
+            Isa::Avx512 => 8,
+            Isa::Avx2 => 6,
+        }
+    }
+}
+
+/// A `[k, n]` f32 matrix laid out for [`PackedRhs::matmul_into`]: column panels of the
+/// microkernel's width, each `[k, NR]` row-major, the last one zero-padded.
+///
+/// ```
+/// use ferrograd_kernels::cpu::PackedRhs;
+/// // b = [[1, 2], [3, 4]] (k = 2, n = 2), row-major.
+/// if let Some(b) = PackedRhs::pack(&[1.0, 2.0, 3.0, 4.0], (2, 2), (2, 1)) {
+///     let mut dst = [0.0f32; 2];
+///     b.matmul_into(&mut dst, 1, &[1.0, 1.0], 2, false, 1);
+///     assert_eq!(dst, [4.0, 6.0]);
+/// }
+/// ```
+pub struct PackedRhs {
+    isa: Isa,
+    k: usize,
+    n: usize,
+    panels: HostBuffer<f32>,
+}
+
+impl std::fmt::Debug for PackedRhs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedRhs")
+            .field("isa", &self.isa)
+            .field("k", &self.k)
+            .field("n", &self.n)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PackedRhs {
+    /// Packs the `[k, n]` matrix whose element `(r, c)` is `b[r * rs + c * cs]` (any
+    /// layout: a transposed weight is `(1, k)`). `None` on a CPU without AVX2+FMA or
+    /// AVX-512, where the caller multiplies some other way.
+    ///
+    /// # Panics
+    /// When an element lies outside `b`.
+    pub fn pack(b: &[f32], shape: (usize, usize), strides: (usize, usize)) -> Option<Self> {
+        Some(Self::pack_for(Isa::detect()?, b, shape, strides))
+    }
+
+    /// [`PackedRhs::pack`] for the microkernel of `isa`.
+    fn pack_for(isa: Isa, b: &[f32], (k, n): (usize, usize), (rs, cs): (usize, usize)) -> Self {
+        if k > 0 && n > 0 {
+            assert!(
+                (k - 1) * rs + (n - 1) * cs < b.len(),
+                "PackedRhs::pack: a [{k}, {n}] matrix with strides ({rs}, {cs}) reaches past {} elements",
+                b.len()
+            );
+        }
+        let nr = isa.nr();
+        let count = n.div_ceil(nr);
+        let mut panels = HostBuffer::<f32>::new_uninit(count * k * nr);
+        let panel_len = k * nr;
+        if panel_len > 0 {
+            super::for_each_chunk_mut(&mut panels, panel_len, |p, panel| {
+                let cols = nr.min(n - p * nr);
+                if cs == 1 {
+                    for (r, row) in panel.chunks_exact_mut(nr).enumerate() {
+                        let src = &b[r * rs + p * nr..][..cols];
+                        let (head, tail) = row.split_at_mut(cols);
+                        for (d, s) in head.iter_mut().zip(src) {
+                            d.write(*s);
+                        }
+                        for d in tail {
+                            d.write(0.0);
+                        }
+                    }
+                } else {
+                    // Column by column: reads along `b`'s rows when it is transposed.
+                    for j in 0..nr {
+                        let base = (p * nr + j) * cs;
+                        for r in 0..k {
+                            let v = if j < cols { b[base + r * rs] } else { 0.0 };
+                            panel[r * nr + j].write(v);
+                        }
+                    }
+                }
+            });
+        }
+        // SAFETY: every panel's `k * nr` slots were written above (zeros past column
+        // `n`), and the panels cover the buffer.
+        let panels = unsafe { panels.assume_init() };
+        PackedRhs { isa, k, n, panels }
+    }
+
+    /// `(k, n)`: the packed matrix's shape.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// `dst (+)= a @ self` for row-major `dst` `[m, n]` and `a` `[m, k]` with row stride
+    /// `a_rs` (columns contiguous); adds to `dst` when `accumulate`. Runs on up to
+    /// `threads` threads of the kernels' team, each over its own column panels.
+    ///
+    /// # Panics
+    /// When `dst` or `a` is too short for the shapes.
+    pub fn matmul_into(
+        &self,
+        dst: &mut [f32],
+        m: usize,
+        a: &[f32],
+        a_rs: usize,
+        accumulate: bool,
+        threads: usize,
+    ) {
+        let (k, n) = (self.k, self.n);
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(
+            dst.len() >= m * n && (k == 0 || (m - 1) * a_rs + k <= a.len()),
+            "PackedRhs::matmul_into: [{m}, {k}] @ [{k}, {n}] needs {} destination and {} operand elements, got {} and {}",
+            m * n,
+            (m - 1) * a_rs + k,
+            dst.len(),
+            a.len()
+        );
+        if k == 0 {
+            if !accumulate {
+                dst[..m * n].iter_mut().for_each(|v| *v = 0.0);
+            }
+            return;
+        }
+        let nr = self.isa.nr();
+        let count = n.div_ceil(nr);
+        let blocks = threads.clamp(1, count);
+        let per = count.div_ceil(blocks);
+        let blocks = count.div_ceil(per);
+        let out = SendPtr(dst.as_mut_ptr());
+        run_tasks(blocks, |t| {
+            let panels = t * per..((t + 1) * per).min(count);
+            for p in panels {
+                let cols = nr.min(n - p * nr);
+                let panel = &self.panels[p * k * nr..(p + 1) * k * nr];
+                let mut i = 0;
+                while i < m {
+                    let rows = self.isa.mr().min(m - i);
+                    let a_rows = &a[i * a_rs..(i + rows - 1) * a_rs + k];
+                    // SAFETY: task `t` writes only columns `p * nr .. p * nr + cols` of
+                    // its own panels `p`, rows `i .. i + rows`, all inside `dst`'s
+                    // `m * n` elements (checked above); no other task writes them and
+                    // nothing reads `dst` meanwhile.
+                    unsafe {
+                        let c = out.get().add(i * n + p * nr);
+                        block(
+                            self.isa, rows, k, a_rows, a_rs, panel, c, n, cols, accumulate,
+                        );
+                    }
+                    i += rows;
+                }
+            }
+        });
+    }
+}
+
+/// `s` as f32 elements when `T` is `f32` (generic kernels take the packed path with it).
+pub(crate) fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| {
+        // SAFETY: `T` is `f32` (same type id), so this is the same slice.
+        unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) }
+    })
+}
+
+/// [`as_f32`] for a mutable slice.
+pub(crate) fn as_f32_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| {
+        // SAFETY: `T` is `f32` (same type id), so this is the same slice, still borrowed
+        // mutably once.
+        unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) }
+    })
+}
+
+/// The destination shared by the tasks of [`PackedRhs::matmul_into`].
+struct SendPtr(*mut f32);
+// SAFETY: the tasks write disjoint column ranges of the destination (see the call).
+unsafe impl Sync for SendPtr {}
+impl SendPtr {
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// One register block: rows `0..rows` of `a` (row stride `a_rs`, `k` contiguous columns)
+/// times one panel, into `c` (row stride `ldc`, `cols` valid columns).
+///
+/// # Safety
+/// `c` must point at `rows` rows of `cols` writable elements `ldc` apart, and the CPU
+/// must support `isa`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    isa: Isa,
+    rows: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    panel: &[f32],
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    macro_rules! by_rows {
+        ($f:ident, $($r:literal)*) => {
+            match rows {
+                $($r => $f::<$r>(k, a, a_rs, panel, c, ldc, cols, accumulate),)*
+                _ => unreachable!("more rows than the register block"),
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `isa` was detected on this CPU (`Isa::detect`); the pointers as the caller
+    // promised.
+    unsafe {
+        match isa {
+            Isa::Avx512 => by_rows!(kernel_avx512, 1 2 3 4 5 6 7 8),
+            Isa::Avx2 => by_rows!(kernel_avx2, 1 2 3 4 5 6),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, rows, k, a, a_rs, panel, c, ldc, cols, accumulate);
+        unreachable!("no microkernel off x86-64");
+    }
+}
+
+/// Writes (or adds) a finished block: `tile` holds `R` rows of `nr` columns.
+///
+/// # Safety
+/// As [`block`].
+#[inline(always)]
+unsafe fn store_partial<const R: usize>(
+    tile: &[f32],
+    nr: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    for r in 0..R {
+        for j in 0..cols {
+            // SAFETY: row `r < R`, column `j < cols` of the caller's block.
+            unsafe {
+                let d = c.add(r * ldc + j);
+                *d = if accumulate {
+                    *d + tile[r * nr + j]
+                } else {
+                    tile[r * nr + j]
+                };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel_avx512<const R: usize>(
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    panel: &[f32],
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(panel.len() >= k * 32 && a.len() > (R - 1) * a_rs + k - 1);
+    let mut lo = [_mm512_setzero_ps(); R];
+    let mut hi = [_mm512_setzero_ps(); R];
+    let ap = a.as_ptr();
+    let bp = panel.as_ptr();
+    for kk in 0..k {
+        // SAFETY: `kk < k` and the panel holds `k` rows of 32; row `r < R` of `a` holds
+        // `k` elements from `r * a_rs` (checked by the caller's slicing).
+        unsafe {
+            let b0 = _mm512_loadu_ps(bp.add(kk * 32));
+            let b1 = _mm512_loadu_ps(bp.add(kk * 32 + 16));
+            for r in 0..R {
+                let av = _mm512_set1_ps(*ap.add(r * a_rs + kk));
+                lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
+                hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+            }
+        }
+    }
+    if cols == 32 {
+        for r in 0..R {
+            // SAFETY: row `r` of the block has 32 writable columns.
+            unsafe {
+                let d = c.add(r * ldc);
+                let (mut x, mut y) = (lo[r], hi[r]);
+                if accumulate {
+                    x = _mm512_add_ps(x, _mm512_loadu_ps(d));
+                    y = _mm512_add_ps(y, _mm512_loadu_ps(d.add(16)));
+                }
+                _mm512_storeu_ps(d, x);
+                _mm512_storeu_ps(d.add(16), y);
+            }
+        }
+    } else {
+        let mut tile = [0.0f32; 8 * 32];
+        for r in 0..R {
+            // SAFETY: `tile` holds 8 rows of 32.
+            unsafe {
+                _mm512_storeu_ps(tile.as_mut_ptr().add(r * 32), lo[r]);
+                _mm512_storeu_ps(tile.as_mut_ptr().add(r * 32 + 16), hi[r]);
+            }
+        }
+        // SAFETY: as the caller promised.
+        unsafe { store_partial::<R>(&tile, 32, c, ldc, cols, accumulate) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel_avx2<const R: usize>(
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    panel: &[f32],
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(panel.len() >= k * 16 && a.len() > (R - 1) * a_rs + k - 1);
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    let ap = a.as_ptr();
+    let bp = panel.as_ptr();
+    for kk in 0..k {
+        // SAFETY: as in `kernel_avx512`, with panels of 16 columns.
+        unsafe {
+            let b0 = _mm256_loadu_ps(bp.add(kk * 16));
+            let b1 = _mm256_loadu_ps(bp.add(kk * 16 + 8));
+            for r in 0..R {
+                let av = _mm256_set1_ps(*ap.add(r * a_rs + kk));
+                lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
+                hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
+            }
+        }
+    }
+    if cols == 16 {
+        for r in 0..R {
+            // SAFETY: row `r` of the block has 16 writable columns.
+            unsafe {
+                let d = c.add(r * ldc);
+                let (mut x, mut y) = (lo[r], hi[r]);
+                if accumulate {
+                    x = _mm256_add_ps(x, _mm256_loadu_ps(d));
+                    y = _mm256_add_ps(y, _mm256_loadu_ps(d.add(8)));
+                }
+                _mm256_storeu_ps(d, x);
+                _mm256_storeu_ps(d.add(8), y);
+            }
+        }
+    } else {
+        let mut tile = [0.0f32; 6 * 16];
+        for r in 0..R {
+            // SAFETY: `tile` holds 6 rows of 16.
+            unsafe {
+                _mm256_storeu_ps(tile.as_mut_ptr().add(r * 16), lo[r]);
+                _mm256_storeu_ps(tile.as_mut_ptr().add(r * 16 + 8), hi[r]);
+            }
+        }
+        // SAFETY: as the caller promised.
+        unsafe { store_partial::<R>(&tile, 16, c, ldc, cols, accumulate) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(len: usize, seed: u64) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((((i as u64 * 2_654_435_761 + seed) % 1000) as f32) / 500.0) - 1.0)
+            .collect()
+    }
+
+    #[test]
+    fn every_isa_and_edge_matches_a_plain_loop() {
+        let Some(best) = Isa::detect() else {
+            eprintln!("skipped: this CPU has neither AVX2+FMA nor AVX-512");
+            return;
+        };
+        let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .filter(|i| best == Isa::Avx512 || *i == Isa::Avx2)
+            .collect();
+        for isa in isas {
+            for (m, k, n) in [
+                (1, 1, 1),
+                (3, 5, 7),
+                (8, 16, 32),
+                (13, 33, 70),
+                (32, 64, 100),
+            ] {
+                for transposed in [false, true] {
+                    for accumulate in [false, true] {
+                        for threads in [1, 3] {
+                            let b = data(k * n, 1);
+                            let (rs, cs) = if transposed { (1, k) } else { (n, 1) };
+                            let packed = PackedRhs::pack_for(isa, &b, (k, n), (rs, cs));
+                            let a_rs = k + 2;
+                            let a = data(m * a_rs, 2);
+                            let init = data(m * n, 3);
+                            let mut dst = init.clone();
+                            packed.matmul_into(&mut dst, m, &a, a_rs, accumulate, threads);
+                            for i in 0..m {
+                                for j in 0..n {
+                                    let mut want: f64 = (0..k)
+                                        .map(|q| a[i * a_rs + q] as f64 * b[q * rs + j * cs] as f64)
+                                        .sum();
+                                    if accumulate {
+                                        want += init[i * n + j] as f64;
+                                    }
+                                    let got = dst[i * n + j] as f64;
+                                    assert!(
+                                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                        "{isa:?} [{m},{k}]@[{k},{n}] t={transposed} acc={accumulate} ({i},{j}): {got} vs {want}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_contraction_zeroes_or_keeps() {
+        let Some(p) = PackedRhs::pack(&[], (0, 3), (3, 1)) else {
+            return;
+        };
+        let mut dst = [1.0f32; 6];
+        p.matmul_into(&mut dst, 2, &[], 0, true, 2);
+        assert_eq!(dst, [1.0; 6]);
+        p.matmul_into(&mut dst, 2, &[], 0, false, 2);
+        assert_eq!(dst, [0.0; 6]);
+    }
+}
