@@ -327,7 +327,9 @@ unsafe fn kernel_avx512<const R: usize>(
     debug_assert!(panel.len() >= k * 32 && a.len() > (R - 1) * a_rs + k - 1);
     let mut lo = [_mm512_setzero_ps(); R];
     let mut hi = [_mm512_setzero_ps(); R];
-    let ap = a.as_ptr();
+    // One pointer per row, so each broadcast is one load at `row + kk` (no address
+    // arithmetic in the loop).
+    let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
     let bp = panel.as_ptr();
     for kk in 0..k {
         // SAFETY: `kk < k` and the panel holds `k` rows of 32; row `r < R` of `a` holds
@@ -336,7 +338,7 @@ unsafe fn kernel_avx512<const R: usize>(
             let b0 = _mm512_loadu_ps(bp.add(kk * 32));
             let b1 = _mm512_loadu_ps(bp.add(kk * 32 + 16));
             for r in 0..R {
-                let av = _mm512_set1_ps(*ap.add(r * a_rs + kk));
+                let av = _mm512_set1_ps(*rows[r].add(kk));
                 lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
                 hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
             }
@@ -387,7 +389,9 @@ unsafe fn kernel_avx2<const R: usize>(
     debug_assert!(panel.len() >= k * 16 && a.len() > (R - 1) * a_rs + k - 1);
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
-    let ap = a.as_ptr();
+    // One pointer per row, so each broadcast is one load at `row + kk` (no address
+    // arithmetic in the loop).
+    let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
     let bp = panel.as_ptr();
     for kk in 0..k {
         // SAFETY: as in `kernel_avx512`, with panels of 16 columns.
@@ -395,7 +399,7 @@ unsafe fn kernel_avx2<const R: usize>(
             let b0 = _mm256_loadu_ps(bp.add(kk * 16));
             let b1 = _mm256_loadu_ps(bp.add(kk * 16 + 8));
             for r in 0..R {
-                let av = _mm256_set1_ps(*ap.add(r * a_rs + kk));
+                let av = _mm256_set1_ps(*rows[r].add(kk));
                 lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
                 hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
             }
