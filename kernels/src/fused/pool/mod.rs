@@ -15,6 +15,7 @@ use crate::cpu::unfold::valid_columns;
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut};
 use crate::cuda::KernelModule;
 use crate::{Element, FloatElement, NumElement};
+use std::mem::MaybeUninit;
 
 /// What average pooling divides each window's sum by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,13 +201,11 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (HostBuffer<T>
     let [oh, ow] = pg.output;
     assert_eq!(x.len(), g.n * g.c * h * w, "max_pool2d: input length");
     let plane_out = oh * ow;
-    let mut indices = HostBuffer::<i64>::zeroed(g.n * g.c * plane_out);
-    let work = indices.len() * g.kernel[0] * g.kernel[1];
+    let work = g.n * g.c * plane_out * g.kernel[0] * g.kernel[1];
     if is_2x2(pg) {
-        let mut out = HostBuffer::<T>::zeroed(indices.len());
-        max_pool_2x2(x, pg, &mut out, &mut indices);
-        return (out, indices);
+        return max_pool_2x2(x, pg);
     }
+    let mut indices = HostBuffer::<i64>::zeroed(g.n * g.c * plane_out);
     if g.dilation == [1, 1] && g.input[0] * g.input[1] < i32::MAX as usize {
         let mut out = HostBuffer::<T>::zeroed(indices.len());
         max_pool_separable(x, pg, &mut out, &mut indices);
@@ -381,12 +380,12 @@ fn max_pool_scan<T: FloatElement>(
 
 /// Runs `f(plane, values, indices)` for every output plane of max pooling (`plane_len`
 /// outputs each), serially below the parallel threshold, else whole planes per task.
-fn for_plane_pairs<T: Send>(
+fn for_plane_pairs<T: Send, I: Send>(
     out: &mut [T],
-    indices: &mut [i64],
+    indices: &mut [I],
     plane_len: usize,
     work: usize,
-    f: impl Fn(usize, &mut [T], &mut [i64]) + Sync,
+    f: impl Fn(usize, &mut [T], &mut [I]) + Sync,
 ) {
     let planes = out.len() / plane_len.max(1);
     if planes == 0 || plane_len == 0 {
@@ -397,7 +396,7 @@ fn for_plane_pairs<T: Send>(
     } else {
         (PARALLEL_THRESHOLD / (work / planes).max(1)).clamp(1, planes)
     };
-    let tasks: Vec<PlaneJob<'_, T>> = out
+    let tasks: Vec<PlaneJob<'_, T, I>> = out
         .chunks_mut(per_task * plane_len)
         .zip(indices.chunks_mut(per_task * plane_len))
         .map(|pair| std::sync::Mutex::new(Some(pair)))
@@ -432,11 +431,15 @@ fn is_2x2(pg: &PoolGeometry) -> bool {
 
 /// [`max_pool2d`] for [`is_2x2`] windows: value and index of each output in one pass, the
 /// four candidates compared in window order with selects.
-fn max_pool_2x2<T: FloatElement>(x: &[T], pg: &PoolGeometry, out: &mut [T], indices: &mut [i64]) {
+fn max_pool_2x2<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (HostBuffer<T>, HostBuffer<i64>) {
     let g = &pg.window;
     let [h, w] = g.input;
     let plane_out = pg.output[0] * pg.output[1];
-    for_plane_pairs(out, indices, plane_out, out.len() * 4, |p, o, i| {
+    let len = g.n * g.c * plane_out;
+    // Every output is written once below: no zero fill first.
+    let mut out = HostBuffer::<T>::new_uninit(len);
+    let mut indices = HostBuffer::<i64>::new_uninit(len);
+    for_plane_pairs(&mut out, &mut indices, plane_out, len * 4, |p, o, i| {
         with_simd(Max2x2Plane {
             src: &x[p * h * w..(p + 1) * h * w],
             out: o,
@@ -445,16 +448,20 @@ fn max_pool_2x2<T: FloatElement>(x: &[T], pg: &PoolGeometry, out: &mut [T], indi
             ow: pg.output[1],
         });
     });
+    // SAFETY: `for_plane_pairs` hands every plane of both buffers (their whole length, a
+    // multiple of `plane_out`) to one `Max2x2Plane`, which writes each of its `oh` rows of
+    // `ow` values and indices.
+    unsafe { (out.assume_init(), indices.assume_init()) }
 }
 
 /// One task's planes of values and indices, taken once by the task that runs them.
-type PlaneJob<'a, T> = std::sync::Mutex<Option<(&'a mut [T], &'a mut [i64])>>;
+type PlaneJob<'a, T, I> = std::sync::Mutex<Option<(&'a mut [T], &'a mut [I])>>;
 
 /// One plane of [`max_pool_2x2`].
 struct Max2x2Plane<'a, T> {
     src: &'a [T],
-    out: &'a mut [T],
-    idx: &'a mut [i64],
+    out: &'a mut [MaybeUninit<T>],
+    idx: &'a mut [MaybeUninit<i64>],
     w: usize,
     ow: usize,
 }
@@ -489,8 +496,8 @@ impl<T: FloatElement> SimdKernel for Max2x2Plane<'_, T> {
                     m = if better { v } else { m };
                     at = if better { pos } else { at };
                 }
-                *o = m;
-                *i = at;
+                o.write(m);
+                i.write(at);
             }
         }
     }
@@ -553,6 +560,9 @@ pub fn max_pool2d_backward<T: FloatElement>(
         grad.len() == g.n * g.c * plane_out && indices.len() == grad.len(),
         "max_pool2d_backward: gradient and index lengths"
     );
+    if is_2x2(pg) {
+        return max_pool_2x2_backward(grad, indices, pg);
+    }
     let mut dx = HostBuffer::<T>::zeroed(g.n * g.c * h * w);
     for_planes(&mut dx, h * w, grad.len(), |first, chunk| {
         for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
@@ -563,6 +573,58 @@ pub fn max_pool2d_backward<T: FloatElement>(
         }
     });
     dx
+}
+
+/// [`max_pool2d_backward`] for [`is_2x2`] windows, which never overlap: each window's four
+/// inputs are written once (its gradient at the argmax, zero elsewhere; `0 + g`, as the
+/// zero-filled gradient plus `g` would be), and the rows and columns no window covers are
+/// zeroed, so the gradient is one pass with no zero fill first.
+fn max_pool_2x2_backward<T: FloatElement>(
+    grad: &[T],
+    indices: &[i64],
+    pg: &PoolGeometry,
+) -> HostBuffer<T> {
+    let g = &pg.window;
+    let [h, w] = g.input;
+    let [oh, ow] = pg.output;
+    let plane_out = oh * ow;
+    let mut dx = HostBuffer::<T>::new_uninit(g.n * g.c * h * w);
+    for_planes(&mut dx, h * w, grad.len() * 4, |first, chunk| {
+        let zero = T::zero();
+        for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
+            let at = (first + p) * plane_out;
+            for y in 0..h {
+                let row = &mut plane[y * w..(y + 1) * w];
+                let oy = y / 2;
+                if oy >= oh {
+                    row.iter_mut().for_each(|v| {
+                        v.write(zero);
+                    });
+                    continue;
+                }
+                let (gr, ir) = (
+                    &grad[at + oy * ow..at + (oy + 1) * ow],
+                    &indices[at + oy * ow..at + (oy + 1) * ow],
+                );
+                let base = (y * w) as i64;
+                let (covered, rest) = row.split_at_mut(2 * ow);
+                for (x, v) in covered.iter_mut().enumerate() {
+                    let (gv, i) = (gr[x / 2], ir[x / 2]);
+                    v.write(if i == base + x as i64 {
+                        zero + gv
+                    } else {
+                        zero
+                    });
+                }
+                rest.iter_mut().for_each(|v| {
+                    v.write(zero);
+                });
+            }
+        }
+    });
+    // SAFETY: `for_planes` hands every plane of `dx` (its whole length, a multiple of
+    // `h * w`) to the loop above, which writes each of its `h` rows of `w` elements.
+    unsafe { dx.assume_init() }
 }
 
 /// Average pooling: each output is the window's sum over its divisor
@@ -840,6 +902,20 @@ mod tests {
         for (a, b) in out.iter().zip(want.iter()) {
             assert!(a == b || (a.is_nan() && b.is_nan()), "{a} vs {b}");
         }
+        // The one-pass backward equals zeros plus each gradient at its argmax, bit for bit
+        // (-0.0 gradients and the uncovered last row and column included).
+        let grad: Vec<f32> = (0..len)
+            .map(|i| if i % 4 == 1 { -0.0 } else { i as f32 - 7.5 })
+            .collect();
+        let dx = max_pool2d_backward(&grad, &idx, &pg);
+        let plane_out = pg.output[0] * pg.output[1];
+        let mut want = vec![0.0f32; n * c * h * w];
+        for (o, (&gv, &i)) in grad.iter().zip(idx.iter()).enumerate() {
+            let at = o / plane_out * h * w + i as usize;
+            want[at] += gv;
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&dx), bits(&want));
     }
 
     #[test]
