@@ -399,8 +399,11 @@ unsafe fn combine(
     }
 }
 
-/// Batched matmul of strided 3-D views `lhs: [batch, m, k]` and `rhs: [batch, k, n]`
-/// (a batch stride of 0 broadcasts); the result is contiguous `[batch, m, n]`.
+/// Batched matmul of strided views `lhs: [..batch, m, k]` and `rhs: [..batch, k, n]`
+/// with the same batch dims (one or more; a batch stride of 0 broadcasts), which need not
+/// merge into one stride: a `[B, H, T, D]` view transposed from `[B, T, H, D]` (attention's
+/// heads) is multiplied where it lies, not copied first. The result is contiguous
+/// `[batch, m, n]`, `batch` the product of the batch dims.
 ///
 /// ```
 /// use ferrograd_kernels::{cpu::matmul, Layout};
@@ -408,6 +411,9 @@ unsafe fn combine(
 /// let l = Layout::contiguous(&[1, 2, 2]);
 /// assert_eq!(matmul(&a, &l, &a, &l.transpose(1, 2)), vec![5.0, 11.0, 11.0, 25.0]);
 /// ```
+///
+/// # Panics
+/// When a layout has fewer than three dims or the batch dims differ.
 pub fn matmul<T: NumElement>(
     lhs: &[T],
     lhs_layout: &Layout,
@@ -415,11 +421,16 @@ pub fn matmul<T: NumElement>(
     rhs_layout: &Layout,
 ) -> HostBuffer<T> {
     let (ls, rs) = (lhs_layout.shape(), rhs_layout.shape());
+    assert!(
+        ls.len() >= 3 && ls.len() == rs.len() && ls[..ls.len() - 2] == rs[..rs.len() - 2],
+        "matmul: batched operands of shapes {ls:?} and {rs:?} need the same batch dims"
+    );
+    let r = ls.len();
     let shape = MatmulShape {
-        batch: ls[0],
-        m: ls[1],
-        k: ls[2],
-        n: rs[2],
+        batch: ls[..r - 2].iter().product(),
+        m: ls[r - 2],
+        k: ls[r - 1],
+        n: rs[r - 1],
     };
     let len = shape.batch * shape.m * shape.n;
     if len == 0 || shape.k == 0 {
@@ -464,6 +475,21 @@ fn as_uninit<T>(x: &mut [T]) -> &mut [std::mem::MaybeUninit<T>] {
     unsafe { &mut *(x as *mut [T] as *mut [std::mem::MaybeUninit<T>]) }
 }
 
+/// A batched view's matrices: the storage offset of each (its batch dims, all but the
+/// last two, unravelled row-major) and the (row, column) strides they share.
+fn batch_offsets(layout: &Layout) -> (Vec<usize>, [usize; 2]) {
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let r = shape.len();
+    let mut offs = vec![layout.offset()];
+    for d in 0..r - 2 {
+        offs = offs
+            .iter()
+            .flat_map(|&o| (0..shape[d]).map(move |i| o + i * strides[d]))
+            .collect();
+    }
+    (offs, [strides[r - 2], strides[r - 1]])
+}
+
 fn gemm_batched<T: NumElement>(
     out: &mut [std::mem::MaybeUninit<T>],
     lhs: &[T],
@@ -472,18 +498,17 @@ fn gemm_batched<T: NumElement>(
     rhs_layout: &Layout,
     s: MatmulShape,
 ) {
-    let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
-    if gemv_batched(out, lhs, lhs_layout, rhs, rhs_layout, s) {
+    let ((l_offs, lst), (r_offs, rst)) = (batch_offsets(lhs_layout), batch_offsets(rhs_layout));
+    if gemv_batched(out, (lhs, &l_offs, lst), (rhs, &r_offs, rst), s) {
         return;
     }
     let flops = s.m * s.n * s.k;
     let one_product = |b: usize, dst: &mut [std::mem::MaybeUninit<T>], parallelism: Parallelism| {
-        let lhs_off = lhs_layout.offset() + b * lst[0];
-        let rhs_off = rhs_layout.offset() + b * rst[0];
+        let (lhs_off, rhs_off) = (l_offs[b], r_offs[b]);
         // Bounds: the views were built from these buffers by the runtime; check the last
         // element each one touches so the raw pointers below stay inside the slices.
-        let lhs_last = lhs_off + (s.m.max(1) - 1) * lst[1] + (s.k.max(1) - 1) * lst[2];
-        let rhs_last = rhs_off + (s.k.max(1) - 1) * rst[1] + (s.n.max(1) - 1) * rst[2];
+        let lhs_last = lhs_off + (s.m.max(1) - 1) * lst[0] + (s.k.max(1) - 1) * lst[1];
+        let rhs_last = rhs_off + (s.k.max(1) - 1) * rst[0] + (s.n.max(1) - 1) * rst[1];
         assert!(
             s.k == 0 || (lhs_last < lhs.len() && rhs_last < rhs.len()),
             "matmul: view outside storage"
@@ -504,11 +529,11 @@ fn gemm_batched<T: NumElement>(
                 s.n as isize,
                 false,
                 lhs.as_ptr().add(lhs_off),
-                lst[2] as isize,
                 lst[1] as isize,
+                lst[0] as isize,
                 rhs.as_ptr().add(rhs_off),
-                rst[2] as isize,
                 rst[1] as isize,
+                rst[0] as isize,
                 T::ZERO,
                 T::ONE,
                 parallelism,
@@ -535,15 +560,12 @@ fn gemm_batched<T: NumElement>(
 /// returns whether it did (else `out` is untouched).
 fn gemv_batched<T: NumElement>(
     out: &mut [std::mem::MaybeUninit<T>],
-    lhs: &[T],
-    lhs_layout: &Layout,
-    rhs: &[T],
-    rhs_layout: &Layout,
+    (lhs, l_offs, lst): (&[T], &[usize], [usize; 2]),
+    (rhs, r_offs, rst): (&[T], &[usize], [usize; 2]),
     s: MatmulShape,
 ) -> bool {
-    let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
-    let rows = rst[1] == 1 && lst[2] == 1;
-    let cols = rst[2] == 1;
+    let rows = rst[0] == 1 && lst[1] == 1;
+    let cols = rst[1] == 1;
     if T::DTYPE != DType::F32 || s.m != 1 || !(rows || cols) {
         return false;
     }
@@ -562,12 +584,11 @@ fn gemv_batched<T: NumElement>(
         )
     };
     for (b, dst) in out.chunks_mut(s.n).enumerate().take(s.batch) {
-        let lo = lhs_layout.offset() + b * lst[0];
-        let ro = rhs_layout.offset() + b * rst[0];
+        let (lo, ro) = (l_offs[b], r_offs[b]);
         if rows {
-            super::gemv::gemv_rows(&lhs[lo..lo + s.k], &rhs[ro..], rst[2], dst);
+            super::gemv::gemv_rows(&lhs[lo..lo + s.k], &rhs[ro..], rst[1], dst);
         } else {
-            super::gemv::gemv_cols(&lhs[lo..], lst[2], s.k, &rhs[ro..], rst[1], dst);
+            super::gemv::gemv_cols(&lhs[lo..], lst[1], s.k, &rhs[ro..], rst[0], dst);
         }
     }
     true
@@ -581,16 +602,15 @@ fn naive_batched<T: NumElement>(
     rhs_layout: &Layout,
     s: MatmulShape,
 ) {
-    let (lst, rst) = (lhs_layout.strides(), rhs_layout.strides());
+    let ((l_offs, lst), (r_offs, rst)) = (batch_offsets(lhs_layout), batch_offsets(rhs_layout));
     for b in 0..s.batch {
-        let lo = lhs_layout.offset() + b * lst[0];
-        let ro = rhs_layout.offset() + b * rst[0];
+        let (lo, ro) = (l_offs[b], r_offs[b]);
         for i in 0..s.m {
             for j in 0..s.n {
                 let mut acc = T::ZERO;
                 for p in 0..s.k {
                     acc =
-                        acc + lhs[lo + i * lst[1] + p * lst[2]] * rhs[ro + p * rst[1] + j * rst[2]];
+                        acc + lhs[lo + i * lst[0] + p * lst[1]] * rhs[ro + p * rst[0] + j * rst[1]];
                 }
                 out[(b * s.m + i) * s.n + j] = acc;
             }
@@ -601,6 +621,60 @@ fn naive_batched<T: NumElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Element `idx` of a strided view.
+    fn at<T: Copy>(data: &[T], l: &Layout, idx: &[usize]) -> T {
+        data[l.offset()
+            + idx
+                .iter()
+                .zip(l.strides())
+                .map(|(i, s)| i * s)
+                .sum::<usize>()]
+    }
+
+    /// Batch dims that do not merge into one stride (attention's heads split from
+    /// `[B, T, H, D]`, and a broadcast dim of stride 0) are multiplied in place, equal to
+    /// a plain loop over the views, in every dtype path (gemm, matrix-vector, bf16,
+    /// integers).
+    #[test]
+    fn unmergeable_batch_dims_multiply_in_place() {
+        fn check<T: NumElement + std::fmt::Debug>(m: usize) {
+            let (b, t, h, d) = (2, m, 3, 5);
+            let q: Vec<T> = (0..b * t * h * d)
+                .map(|i| T::from_f64(((i * 7) % 13) as f64 - 6.0))
+                .collect();
+            let k: Vec<T> = (0..b * 4 * h * d)
+                .map(|i| T::from_f64(((i * 5) % 11) as f64 - 5.0))
+                .collect();
+            // q: [B, H, T, D] from [B, T, H, D]; k^T: [B, H, D, 4] from [B, 4, H, D].
+            let lq = Layout::contiguous(&[b, t, h, d]).transpose(1, 2);
+            let lk = Layout::contiguous(&[b, 4, h, d]).permute(&[0, 2, 3, 1]);
+            // And a broadcast batch dim: one [H, 4, D] key set for every batch row.
+            let lk1 = Layout::contiguous(&[1, 4, h, d])
+                .permute(&[0, 2, 3, 1])
+                .broadcast_to(&[b, h, d, 4]);
+            for lk in [lk, lk1] {
+                let out = matmul(&q, &lq, &k, &lk);
+                assert_eq!(out.len(), b * h * t * 4);
+                for (o, v) in out.iter().enumerate() {
+                    let (bi, hi, ti, j) = (o / (h * t * 4), o / (t * 4) % h, o / 4 % t, o % 4);
+                    let want: f64 = (0..d)
+                        .map(|p| {
+                            at(&q, &lq, &[bi, hi, ti, p]).to_f64()
+                                * at(&k, &lk, &[bi, hi, p, j]).to_f64()
+                        })
+                        .sum();
+                    assert_eq!(v.to_f64(), want, "{:?} at {o}", T::DTYPE);
+                }
+            }
+        }
+        for m in [1, 6] {
+            check::<f32>(m);
+            check::<f64>(m);
+            check::<bf16>(m);
+            check::<i64>(m);
+        }
+    }
 
     /// `dst = alpha * dst + beta * A @ B` through [`gemm`] for every shape, in every
     /// operand layout (`A`, `B` as laid out or transposed) and both destination layouts,

@@ -143,8 +143,28 @@ impl Tensor {
         })
     }
 
-    /// The raw product of equally batched operands, without autograd.
+    /// The raw product of equally batched operands, without autograd. Each operand is
+    /// viewed `[batch, rows, cols]`; one whose batch dims do not merge into one stride (a
+    /// head-split `[B, H, T, D]` transposed from `[B, T, H, D]`) is copied first on a
+    /// device, while the CPU kernels take both operands' batch dims as they are.
     fn mm_raw(a: &Tensor, b: &Tensor, out_shape: &[usize]) -> Tensor {
+        let merges = |t: &Tensor| {
+            let s = t.shape();
+            let batch: usize = s[..s.len() - 2].iter().product();
+            t.layout()
+                .reshape(&[batch, s[s.len() - 2], s[s.len() - 1]])
+                .is_some()
+        };
+        if !a.device().is_cuda()
+            && !b.device().is_cuda()
+            && a.dtype() != ferrograd_kernels::DType::Bool
+            && !(merges(a) && merges(b))
+        {
+            let out = a
+                .read_storage()
+                .matmul(a.layout(), &b.read_storage(), b.layout());
+            return Tensor::from_backend("matmul", out_shape, out);
+        }
         let as3 = |t: &Tensor| -> Tensor {
             let s = t.shape();
             let batch: usize = s[..s.len() - 2].iter().product();
