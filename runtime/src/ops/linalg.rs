@@ -155,11 +155,9 @@ impl Tensor {
                 .reshape(&[batch, s[s.len() - 2], s[s.len() - 1]])
                 .is_some()
         };
-        if !a.device().is_cuda()
-            && !b.device().is_cuda()
-            && a.dtype() != ferrograd_kernels::DType::Bool
-            && !(merges(a) && merges(b))
-        {
+        let on_cpu = !a.device().is_cuda() && !b.device().is_cuda();
+        let both_merge = merges(a) && merges(b);
+        if on_cpu && a.dtype() != ferrograd_kernels::DType::Bool && !both_merge {
             let out = a
                 .read_storage()
                 .matmul(a.layout(), &b.read_storage(), b.layout());
