@@ -560,9 +560,6 @@ pub fn max_pool2d_backward<T: FloatElement>(
         grad.len() == g.n * g.c * plane_out && indices.len() == grad.len(),
         "max_pool2d_backward: gradient and index lengths"
     );
-    if is_2x2(pg) {
-        return max_pool_2x2_backward(grad, indices, pg);
-    }
     let mut dx = HostBuffer::<T>::zeroed(g.n * g.c * h * w);
     for_planes(&mut dx, h * w, grad.len(), |first, chunk| {
         for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
@@ -573,58 +570,6 @@ pub fn max_pool2d_backward<T: FloatElement>(
         }
     });
     dx
-}
-
-/// [`max_pool2d_backward`] for [`is_2x2`] windows, which never overlap: each window's four
-/// inputs are written once (its gradient at the argmax, zero elsewhere; `0 + g`, as the
-/// zero-filled gradient plus `g` would be), and the rows and columns no window covers are
-/// zeroed, so the gradient is one pass with no zero fill first.
-fn max_pool_2x2_backward<T: FloatElement>(
-    grad: &[T],
-    indices: &[i64],
-    pg: &PoolGeometry,
-) -> HostBuffer<T> {
-    let g = &pg.window;
-    let [h, w] = g.input;
-    let [oh, ow] = pg.output;
-    let plane_out = oh * ow;
-    let mut dx = HostBuffer::<T>::new_uninit(g.n * g.c * h * w);
-    for_planes(&mut dx, h * w, grad.len() * 4, |first, chunk| {
-        let zero = T::zero();
-        for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
-            let at = (first + p) * plane_out;
-            for y in 0..h {
-                let row = &mut plane[y * w..(y + 1) * w];
-                let oy = y / 2;
-                if oy >= oh {
-                    row.iter_mut().for_each(|v| {
-                        v.write(zero);
-                    });
-                    continue;
-                }
-                let (gr, ir) = (
-                    &grad[at + oy * ow..at + (oy + 1) * ow],
-                    &indices[at + oy * ow..at + (oy + 1) * ow],
-                );
-                let base = (y * w) as i64;
-                let (covered, rest) = row.split_at_mut(2 * ow);
-                for (x, v) in covered.iter_mut().enumerate() {
-                    let (gv, i) = (gr[x / 2], ir[x / 2]);
-                    v.write(if i == base + x as i64 {
-                        zero + gv
-                    } else {
-                        zero
-                    });
-                }
-                rest.iter_mut().for_each(|v| {
-                    v.write(zero);
-                });
-            }
-        }
-    });
-    // SAFETY: `for_planes` hands every plane of `dx` (its whole length, a multiple of
-    // `h * w`) to the loop above, which writes each of its `h` rows of `w` elements.
-    unsafe { dx.assume_init() }
 }
 
 /// Average pooling: each output is the window's sum over its divisor
@@ -902,8 +847,8 @@ mod tests {
         for (a, b) in out.iter().zip(want.iter()) {
             assert!(a == b || (a.is_nan() && b.is_nan()), "{a} vs {b}");
         }
-        // The one-pass backward equals zeros plus each gradient at its argmax, bit for bit
-        // (-0.0 gradients and the uncovered last row and column included).
+        // The backward is zeros plus each gradient at its argmax, bit for bit (-0.0
+        // gradients and the uncovered last row and column included).
         let grad: Vec<f32> = (0..len)
             .map(|i| if i % 4 == 1 { -0.0 } else { i as f32 - 7.5 })
             .collect();
