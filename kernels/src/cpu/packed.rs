@@ -310,128 +310,102 @@ unsafe fn store_partial<const R: usize>(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kernel_avx512<const R: usize>(
-    k: usize,
-    a: &[f32],
-    a_rs: usize,
-    panel: &[f32],
-    c: *mut f32,
-    ldc: usize,
-    cols: usize,
-    accumulate: bool,
-) {
-    use std::arch::x86_64::*;
-    debug_assert!(panel.len() >= k * 32 && a.len() > (R - 1) * a_rs + k - 1);
-    let mut lo = [_mm512_setzero_ps(); R];
-    let mut hi = [_mm512_setzero_ps(); R];
-    // One pointer per row, so each broadcast is one load at `row + kk` (no address
-    // arithmetic in the loop).
-    let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
-    let bp = panel.as_ptr();
-    for kk in 0..k {
-        // SAFETY: `kk < k` and the panel holds `k` rows of 32; row `r < R` of `a` holds
-        // `k` elements from `r * a_rs` (checked by the caller's slicing).
-        unsafe {
-            let b0 = _mm512_loadu_ps(bp.add(kk * 32));
-            let b1 = _mm512_loadu_ps(bp.add(kk * 32 + 16));
-            for r in 0..R {
-                let av = _mm512_set1_ps(*rows[r].add(kk));
-                lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
-                hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
-            }
-        }
-    }
-    if cols == 32 {
-        for r in 0..R {
-            // SAFETY: row `r` of the block has 32 writable columns.
-            unsafe {
-                let d = c.add(r * ldc);
-                let (mut x, mut y) = (lo[r], hi[r]);
-                if accumulate {
-                    x = _mm512_add_ps(x, _mm512_loadu_ps(d));
-                    y = _mm512_add_ps(y, _mm512_loadu_ps(d.add(16)));
+/// Defines one ISA's microkernel `$name::<R>`: `R` rows of `a` times a panel of `$nr`
+/// columns (two vectors of `$half` lanes), kept in `2 R` vector registers over the whole
+/// contracted length, then written or added into `c`.
+macro_rules! microkernel {
+    ($name:ident, $feature:literal, $nr:literal, $half:literal, $mr:literal,
+     $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feature)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name<const R: usize>(
+            k: usize,
+            a: &[f32],
+            a_rs: usize,
+            panel: &[f32],
+            c: *mut f32,
+            ldc: usize,
+            cols: usize,
+            accumulate: bool,
+        ) {
+            use std::arch::x86_64::*;
+            debug_assert!(panel.len() >= k * $nr && a.len() > (R - 1) * a_rs + k - 1);
+            let mut lo = [$zero(); R];
+            let mut hi = [$zero(); R];
+            // One pointer per row, so each broadcast is one load at `row + kk` (no
+            // address arithmetic in the loop).
+            let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
+            let bp = panel.as_ptr();
+            for kk in 0..k {
+                // SAFETY: `kk < k` and the panel holds `k` rows of `$nr`; row `r < R` of
+                // `a` holds `k` elements from `r * a_rs` (checked by the caller's slicing).
+                unsafe {
+                    let b0 = $load(bp.add(kk * $nr));
+                    let b1 = $load(bp.add(kk * $nr + $half));
+                    for r in 0..R {
+                        let av = $set1(*rows[r].add(kk));
+                        lo[r] = $fma(av, b0, lo[r]);
+                        hi[r] = $fma(av, b1, hi[r]);
+                    }
                 }
-                _mm512_storeu_ps(d, x);
-                _mm512_storeu_ps(d.add(16), y);
+            }
+            if cols == $nr {
+                for r in 0..R {
+                    // SAFETY: row `r` of the block has `$nr` writable columns.
+                    unsafe {
+                        let d = c.add(r * ldc);
+                        let (mut x, mut y) = (lo[r], hi[r]);
+                        if accumulate {
+                            x = $add(x, $load(d));
+                            y = $add(y, $load(d.add($half)));
+                        }
+                        $store(d, x);
+                        $store(d.add($half), y);
+                    }
+                }
+            } else {
+                let mut tile = [0.0f32; $mr * $nr];
+                for r in 0..R {
+                    // SAFETY: `tile` holds `$mr >= R` rows of `$nr`.
+                    unsafe {
+                        $store(tile.as_mut_ptr().add(r * $nr), lo[r]);
+                        $store(tile.as_mut_ptr().add(r * $nr + $half), hi[r]);
+                    }
+                }
+                // SAFETY: as the caller promised.
+                unsafe { store_partial::<R>(&tile, $nr, c, ldc, cols, accumulate) };
             }
         }
-    } else {
-        let mut tile = [0.0f32; 8 * 32];
-        for r in 0..R {
-            // SAFETY: `tile` holds 8 rows of 32.
-            unsafe {
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * 32), lo[r]);
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * 32 + 16), hi[r]);
-            }
-        }
-        // SAFETY: as the caller promised.
-        unsafe { store_partial::<R>(&tile, 32, c, ldc, cols, accumulate) };
-    }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kernel_avx2<const R: usize>(
-    k: usize,
-    a: &[f32],
-    a_rs: usize,
-    panel: &[f32],
-    c: *mut f32,
-    ldc: usize,
-    cols: usize,
-    accumulate: bool,
-) {
-    use std::arch::x86_64::*;
-    debug_assert!(panel.len() >= k * 16 && a.len() > (R - 1) * a_rs + k - 1);
-    let mut lo = [_mm256_setzero_ps(); R];
-    let mut hi = [_mm256_setzero_ps(); R];
-    // One pointer per row, so each broadcast is one load at `row + kk` (no address
-    // arithmetic in the loop).
-    let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
-    let bp = panel.as_ptr();
-    for kk in 0..k {
-        // SAFETY: as in `kernel_avx512`, with panels of 16 columns.
-        unsafe {
-            let b0 = _mm256_loadu_ps(bp.add(kk * 16));
-            let b1 = _mm256_loadu_ps(bp.add(kk * 16 + 8));
-            for r in 0..R {
-                let av = _mm256_set1_ps(*rows[r].add(kk));
-                lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
-                hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
-            }
-        }
-    }
-    if cols == 16 {
-        for r in 0..R {
-            // SAFETY: row `r` of the block has 16 writable columns.
-            unsafe {
-                let d = c.add(r * ldc);
-                let (mut x, mut y) = (lo[r], hi[r]);
-                if accumulate {
-                    x = _mm256_add_ps(x, _mm256_loadu_ps(d));
-                    y = _mm256_add_ps(y, _mm256_loadu_ps(d.add(8)));
-                }
-                _mm256_storeu_ps(d, x);
-                _mm256_storeu_ps(d.add(8), y);
-            }
-        }
-    } else {
-        let mut tile = [0.0f32; 6 * 16];
-        for r in 0..R {
-            // SAFETY: `tile` holds 6 rows of 16.
-            unsafe {
-                _mm256_storeu_ps(tile.as_mut_ptr().add(r * 16), lo[r]);
-                _mm256_storeu_ps(tile.as_mut_ptr().add(r * 16 + 8), hi[r]);
-            }
-        }
-        // SAFETY: as the caller promised.
-        unsafe { store_partial::<R>(&tile, 16, c, ldc, cols, accumulate) };
-    }
-}
+microkernel!(
+    kernel_avx512,
+    "avx512f",
+    32,
+    16,
+    8,
+    _mm512_setzero_ps,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_set1_ps,
+    _mm512_fmadd_ps,
+    _mm512_add_ps
+);
+microkernel!(
+    kernel_avx2,
+    "avx2,fma",
+    16,
+    8,
+    6,
+    _mm256_setzero_ps,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_fmadd_ps,
+    _mm256_add_ps
+);
 
 #[cfg(test)]
 mod tests {

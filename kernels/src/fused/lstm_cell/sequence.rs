@@ -490,25 +490,119 @@ mod tests {
         (y, h, c, da_all, [dh, dc].concat())
     }
 
-    #[test]
-    fn the_sequence_equals_the_step_by_step_loop_both_ways() {
-        // Small, and large enough that the products run on the team.
-        for (steps, n, hs) in [(3, 2, 3), (4, 20, 40)] {
+    /// One test sequence's inputs: projections, biases, recurrent weight, initial state,
+    /// output gradients and the final state's gradients.
+    struct Inputs {
+        pre: Vec<f64>,
+        bias: Vec<f64>,
+        w: Vec<f64>,
+        h0: Vec<f64>,
+        c0: Vec<f64>,
+        dy: Vec<f64>,
+        dh_n: Vec<f64>,
+        dc_n: Vec<f64>,
+    }
+
+    /// Runs `f` on every `(steps, batch, hidden)` of `shapes`, both directions, with its
+    /// inputs.
+    fn for_each_case(shapes: &[(usize, usize, usize)], f: impl Fn(LstmDims, Inputs)) {
+        for &(steps, batch, hidden) in shapes {
             for reverse in [false, true] {
                 let dims = LstmDims {
                     steps,
-                    batch: n,
-                    hidden: hs,
+                    batch,
+                    hidden,
                     reverse,
                 };
-                let (row, gr) = (n * hs, 4 * n * hs);
-                let pre = data(steps * gr, 1);
-                let bias = data(4 * hs, 2);
-                let w: Vec<f64> = data(4 * hs * hs, 3).iter().map(|v| v * 0.3).collect();
-                let (h0, c0, dy) = (data(row, 4), data(row, 5), data(steps * row, 6));
-                let (dh_n, dc_n) = (data(row, 7), data(row, 8));
-                let (ry, rh, rc, rda, rd0) =
-                    reference(&pre, &bias, &w, &h0, &c0, &dy, (&dh_n, &dc_n), dims);
+                f(dims, inputs(dims));
+            }
+        }
+    }
+
+    fn inputs(dims: LstmDims) -> Inputs {
+        let (n, hs) = (dims.batch, dims.hidden);
+        let row = n * hs;
+        Inputs {
+            pre: data(dims.steps * 4 * row, 1),
+            bias: data(4 * hs, 2),
+            w: data(4 * hs * hs, 3).iter().map(|v| v * 0.3).collect(),
+            h0: data(row, 4),
+            c0: data(row, 5),
+            dy: data(dims.steps * row, 6),
+            dh_n: data(row, 7),
+            dc_n: data(row, 8),
+        }
+    }
+
+    #[test]
+    fn the_sequence_equals_the_step_by_step_loop_both_ways() {
+        // Small, and large enough that the products run on the team.
+        for_each_case(&[(3, 2, 3), (4, 20, 40)], |dims, inputs| {
+            let (steps, n, hs) = (dims.steps, dims.batch, dims.hidden);
+            let row = n * hs;
+            let Inputs {
+                pre,
+                bias,
+                w,
+                h0,
+                c0,
+                dy,
+                dh_n,
+                dc_n,
+            } = inputs;
+            let (ry, rh, rc, rda, rd0) =
+                reference(&pre, &bias, &w, &h0, &c0, &dy, (&dh_n, &dc_n), dims);
+            let mut y = vec![0.0; steps * row];
+            let seq = lstm_sequence_forward(
+                HostBuffer::from_slice(&pre),
+                Some(&bias),
+                &w,
+                &h0,
+                &c0,
+                &mut y,
+                dims,
+            );
+            let last = dims.time(steps - 1);
+            let close = |a: &[f64], b: &[f64], what: &str| {
+                assert_eq!(a.len(), b.len(), "{what}");
+                for (j, (x, y)) in a.iter().zip(b).enumerate() {
+                    assert!((x - y).abs() < 1e-12, "{what}[{j}]: {x} vs {y}");
+                }
+            };
+            close(&y, &ry, "y");
+            close(&y[last * row..(last + 1) * row], &rh, "h_n");
+            close(&seq.c[last * row..(last + 1) * row], &rc, "c_n");
+            let (mut dh, mut dc) = (dh_n.clone(), dc_n.clone());
+            let (da, db) = lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
+            close(&da, &rda, "da");
+            let rdb: Vec<f64> = (0..4 * hs)
+                .map(|j| rda.chunks(4 * hs).map(|r| r[j]).sum())
+                .collect();
+            close(&db, &rdb, "db");
+            close(&[dh, dc].concat(), &rd0, "dh0, dc0");
+        });
+    }
+
+    /// In f32 the recurrent products run on the packed microkernel (with AVX2 or
+    /// AVX-512): 20 rows (register blocks of 8, 8 and 4, or 6 x 3 and 2), gate and hidden
+    /// widths that end in partial panels, threaded and not.
+    #[test]
+    fn f32_sequences_on_the_packed_weight_match_f64() {
+        for_each_case(&[(5, 20, 40), (3, 3, 7)], |dims, inputs| {
+            let (steps, n, hs, reverse) = (dims.steps, dims.batch, dims.hidden, dims.reverse);
+            let row = n * hs;
+            let Inputs {
+                pre,
+                bias,
+                w,
+                h0,
+                c0,
+                dy,
+                dh_n,
+                dc_n,
+            } = inputs;
+            let f = |v: &[f64]| v.iter().map(|x| *x as f32).collect::<Vec<f32>>();
+            let run64 = {
                 let mut y = vec![0.0; steps * row];
                 let seq = lstm_sequence_forward(
                     HostBuffer::from_slice(&pre),
@@ -519,95 +613,40 @@ mod tests {
                     &mut y,
                     dims,
                 );
-                let last = dims.time(steps - 1);
-                let close = |a: &[f64], b: &[f64], what: &str| {
-                    assert_eq!(a.len(), b.len(), "{what}");
-                    for (j, (x, y)) in a.iter().zip(b).enumerate() {
-                        assert!((x - y).abs() < 1e-12, "{what}[{j}]: {x} vs {y}");
-                    }
-                };
-                close(&y, &ry, "y");
-                close(&y[last * row..(last + 1) * row], &rh, "h_n");
-                close(&seq.c[last * row..(last + 1) * row], &rc, "c_n");
                 let (mut dh, mut dc) = (dh_n.clone(), dc_n.clone());
                 let (da, db) = lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
-                close(&da, &rda, "da");
-                let rdb: Vec<f64> = (0..4 * hs)
-                    .map(|j| rda.chunks(4 * hs).map(|r| r[j]).sum())
-                    .collect();
-                close(&db, &rdb, "db");
-                close(&[dh, dc].concat(), &rd0, "dh0, dc0");
-            }
-        }
-    }
-
-    /// In f32 the recurrent products run on the packed microkernel (with AVX2 or
-    /// AVX-512): 20 rows (register blocks of 8, 8 and 4, or 6 x 3 and 2), gate and hidden
-    /// widths that end in partial panels, threaded and not.
-    #[test]
-    fn f32_sequences_on_the_packed_weight_match_f64() {
-        for (steps, n, hs) in [(5, 20, 40), (3, 3, 7)] {
-            for reverse in [false, true] {
-                let dims = LstmDims {
-                    steps,
-                    batch: n,
-                    hidden: hs,
-                    reverse,
-                };
-                let (row, gr) = (n * hs, 4 * n * hs);
-                let pre = data(steps * gr, 1);
-                let bias = data(4 * hs, 2);
-                let w: Vec<f64> = data(4 * hs * hs, 3).iter().map(|v| v * 0.3).collect();
-                let (h0, c0, dy) = (data(row, 4), data(row, 5), data(steps * row, 6));
-                let (dh_n, dc_n) = (data(row, 7), data(row, 8));
-                let f = |v: &[f64]| v.iter().map(|x| *x as f32).collect::<Vec<f32>>();
-                let run64 = {
-                    let mut y = vec![0.0; steps * row];
-                    let seq = lstm_sequence_forward(
-                        HostBuffer::from_slice(&pre),
-                        Some(&bias),
-                        &w,
-                        &h0,
-                        &c0,
-                        &mut y,
-                        dims,
+                [y, da.to_vec(), db.to_vec(), dh, dc]
+            };
+            let run32 = {
+                let mut y = vec![0.0f32; steps * row];
+                let (w, c0) = (f(&w), f(&c0));
+                let seq = lstm_sequence_forward(
+                    HostBuffer::from_slice(&f(&pre)),
+                    Some(&f(&bias)),
+                    &w,
+                    &f(&h0),
+                    &c0,
+                    &mut y,
+                    dims,
+                );
+                let (mut dh, mut dc) = (f(&dh_n), f(&dc_n));
+                let (da, db) =
+                    lstm_sequence_backward(&seq, &w, &c0, &f(&dy), &mut dh, &mut dc, dims);
+                [y, da.to_vec(), db.to_vec(), dh, dc]
+            };
+            for (what, (a, b)) in ["y", "da", "db", "dh0", "dc0"]
+                .iter()
+                .zip(run64.iter().zip(&run32))
+            {
+                assert_eq!(a.len(), b.len(), "{what}");
+                for (j, (x, y)) in a.iter().zip(b).enumerate() {
+                    let tol = 1e-4 * (1.0 + x.abs());
+                    assert!(
+                        (x - *y as f64).abs() < tol,
+                        "{what}[{j}] ({steps}, {n}, {hs}, reverse {reverse}): {x} vs {y}"
                     );
-                    let (mut dh, mut dc) = (dh_n.clone(), dc_n.clone());
-                    let (da, db) =
-                        lstm_sequence_backward(&seq, &w, &c0, &dy, &mut dh, &mut dc, dims);
-                    [y, da.to_vec(), db.to_vec(), dh, dc]
-                };
-                let run32 = {
-                    let mut y = vec![0.0f32; steps * row];
-                    let (w, c0) = (f(&w), f(&c0));
-                    let seq = lstm_sequence_forward(
-                        HostBuffer::from_slice(&f(&pre)),
-                        Some(&f(&bias)),
-                        &w,
-                        &f(&h0),
-                        &c0,
-                        &mut y,
-                        dims,
-                    );
-                    let (mut dh, mut dc) = (f(&dh_n), f(&dc_n));
-                    let (da, db) =
-                        lstm_sequence_backward(&seq, &w, &c0, &f(&dy), &mut dh, &mut dc, dims);
-                    [y, da.to_vec(), db.to_vec(), dh, dc]
-                };
-                for (what, (a, b)) in ["y", "da", "db", "dh0", "dc0"]
-                    .iter()
-                    .zip(run64.iter().zip(&run32))
-                {
-                    assert_eq!(a.len(), b.len(), "{what}");
-                    for (j, (x, y)) in a.iter().zip(b).enumerate() {
-                        let tol = 1e-4 * (1.0 + x.abs());
-                        assert!(
-                            (x - *y as f64).abs() < tol,
-                            "{what}[{j}] ({steps}, {n}, {hs}, reverse {reverse}): {x} vs {y}"
-                        );
-                    }
                 }
             }
-        }
+        });
     }
 }
