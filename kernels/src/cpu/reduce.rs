@@ -80,7 +80,9 @@ pub fn reduce_dim<T: Element, A: Copy + Send + Sync, U: Element>(
 /// loop vectorises and the rounding error grows more slowly than a serial sum.
 #[inline(always)]
 pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
-    const LANES: usize = 8;
+    // 16 lanes: one AVX-512 or two AVX2 accumulators; the tail goes into the first
+    // lanes too, so short rows do not end in a serial loop.
+    const LANES: usize = 16;
     let mut lanes = [T::Acc::ZERO; LANES];
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
@@ -89,12 +91,12 @@ pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
             *l = *l + v.to_acc();
         }
     }
+    for (l, &v) in lanes.iter_mut().zip(tail) {
+        *l = *l + v.to_acc();
+    }
     let mut total = T::Acc::ZERO;
     for l in lanes {
         total = total + l;
-    }
-    for &v in tail {
-        total = total + v.to_acc();
     }
     total
 }
@@ -110,7 +112,28 @@ pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
 pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> HostBuffer<T> {
     let mut out = HostBuffer::<T>::zeroed(outer * inner);
     for_each_outer(&mut out, outer, r * inner, |o, dst| {
-        let block = &src[o * r * inner..(o + 1) * r * inner];
+        with_simd(SumBlock {
+            block: &src[o * r * inner..(o + 1) * r * inner],
+            dst,
+            inner,
+        })
+    });
+    out
+}
+
+/// One outer index of [`sum_dim`]: `dst[i] = sum_j block[j * inner + i]`, compiled per
+/// SIMD level (the same lanes at every level, so the rounding does not depend on the CPU).
+struct SumBlock<'a, T> {
+    block: &'a [T],
+    dst: &'a mut [T],
+    inner: usize,
+}
+
+impl<T: NumElement> super::simd::SimdKernel for SumBlock<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let Self { block, dst, inner } = self;
         if inner == 1 {
             dst[0] = T::from_acc(sum_slice(block));
         } else {
@@ -124,8 +147,7 @@ pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -
                 *d = T::from_acc(a);
             }
         }
-    });
-    out
+    }
 }
 
 /// Max/min-style reduction with indices along the middle dim: `better(candidate, best)`

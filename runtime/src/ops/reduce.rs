@@ -52,14 +52,25 @@ impl Tensor {
 
     /// Sums or multiplies along `d`, giving the keepdim-shaped result.
     fn reduce_one(&self, reduce: ReduceOp, d: usize) -> Tensor {
+        self.reduce_run(reduce, d, d + 1)
+    }
+
+    /// Sums or multiplies along the adjacent dims `start..end` in one pass (they are one
+    /// dim of the contiguous buffer), giving the keepdim-shaped result.
+    fn reduce_run(&self, reduce: ReduceOp, start: usize, end: usize) -> Tensor {
         let x = self.contiguous();
-        let (outer, r, inner) = split_at_dim(x.shape(), d);
-        let mut shape = Dims::from_slice(x.shape());
-        shape[d] = 1;
+        let shape = x.shape();
+        let (outer, r, inner) = (
+            shape[..start].iter().product(),
+            shape[start..end].iter().product(),
+            shape[end..].iter().product(),
+        );
+        let mut kept = Dims::from_slice(shape);
+        kept[start..end].fill(1);
         let out = x
             .read_storage()
             .reduce(x.layout(), reduce, [outer, r, inner]);
-        Tensor::from_backend(reduce.name(), &shape, out)
+        Tensor::from_backend(reduce.name(), &kept, out)
     }
 
     fn sum_raw(&self, dims: &[usize]) -> Tensor {
@@ -67,8 +78,25 @@ impl Tensor {
             DType::Bool | DType::U8 => self.detach().to_dtype(DType::I64),
             _ => self.detach(),
         };
-        for &d in dims.iter().rev() {
-            x = x.reduce_one(ReduceOp::Sum, d);
+        // Runs of adjacent dims are reduced in one pass (a conv bias gradient sums
+        // [N, C, H, W] over H and W as rows of H * W, not W then H), from the last run.
+        // A run with nothing before it stays dim by dim, so a full sum is still split
+        // across threads and accumulates in stages.
+        let mut end = dims.len();
+        while end > 0 {
+            let mut start = end - 1;
+            while start > 0 && dims[start - 1] + 1 == dims[start] {
+                start -= 1;
+            }
+            let (first, last) = (dims[start], dims[end - 1]);
+            if first > 0 && last > first {
+                x = x.reduce_run(ReduceOp::Sum, first, last + 1);
+            } else {
+                for &d in dims[start..end].iter().rev() {
+                    x = x.reduce_one(ReduceOp::Sum, d);
+                }
+            }
+            end = start;
         }
         x
     }

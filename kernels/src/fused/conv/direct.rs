@@ -600,13 +600,20 @@ pub fn conv2d_direct_backward_weight<T: Float>(
         let mut gyt = HostBuffer::<f32>::zeroed(wide * opad);
         for n in (task * g.n / tasks)..((task + 1) * g.n / tasks) {
             pad_sample(&x[n * g.c * h * wd..(n + 1) * g.c * h * wd], g, &mut xs);
-            // The gradient as [wide pixel, channel]; columns past `ow` stay zero.
-            for (oc, gplane) in gy[n * o * plane..(n + 1) * o * plane]
-                .chunks_exact(plane)
-                .enumerate()
-            {
-                for (q, &v) in gplane.iter().enumerate() {
-                    gyt[(q / ow * wp + q % ow) * opad + oc] = v;
+            // The gradient as [wide pixel, channel]; columns past `ow` stay zero. Each
+            // pixel's channels are written as one contiguous row, read from `o`
+            // sequential streams (a per-channel scatter strides every store by `opad`).
+            let gs = &gy[n * o * plane..(n + 1) * o * plane];
+            for r in 0..oh {
+                for (c, row) in gyt[r * wp * opad..]
+                    .chunks_exact_mut(opad)
+                    .take(ow)
+                    .enumerate()
+                {
+                    let q = r * ow + c;
+                    for (oc, d) in row[..o].iter_mut().enumerate() {
+                        *d = gs[oc * plane + q];
+                    }
                 }
             }
             #[cfg(target_arch = "x86_64")]
