@@ -151,6 +151,54 @@ fn reductions_keep_or_drop_dims() {
     );
 }
 
+/// Sums over several dims, adjacent ones reduced as one run, against the sum written out
+/// element by element (a permuted view and an integer tensor too).
+#[test]
+fn sums_over_dim_runs_match_the_definition() {
+    let shape = [3usize, 4, 5, 6];
+    let t = range(360, &shape);
+    let value = |i: [usize; 4]| (((i[0] * 4 + i[1]) * 5 + i[2]) * 6 + i[3]) as f64;
+    for dims in [
+        vec![0usize, 2, 3],
+        vec![1, 2],
+        vec![1, 2, 3],
+        vec![0, 1, 3],
+        vec![0, 1, 2, 3],
+        vec![2, 3],
+    ] {
+        let idims: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+        let out = t.sum(&idims, true);
+        let kept: Vec<usize> = (0..4)
+            .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
+            .collect();
+        assert_eq!(out.shape(), &kept[..], "dims {dims:?}");
+        let mut want = vec![0.0f64; kept.iter().product()];
+        for a in 0..3 {
+            for b in 0..4 {
+                for c in 0..5 {
+                    for d in 0..6 {
+                        let i = [a, b, c, d];
+                        let o = (0..4).fold(0, |acc, k| {
+                            acc * kept[k] + if dims.contains(&k) { 0 } else { i[k] }
+                        });
+                        want[o] += value(i);
+                    }
+                }
+            }
+        }
+        let got = out.to_vec::<f32>();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((*g as f64 - w).abs() <= 1e-6 * w.abs(), "dims {dims:?}: {g} vs {w}");
+        }
+        let ints = t.to_dtype(DType::I64).sum(&idims, false).to_vec::<i64>();
+        assert_eq!(ints, want.iter().map(|&w| w as i64).collect::<Vec<_>>());
+    }
+    // A permuted (non-contiguous) input: [6, 5, 4, 3] summed over its last two dims.
+    let p = t.permute(&[3, 2, 1, 0]).sum(&[2, 3], false);
+    let q = t.sum(&[0, 1], false).transpose(0, 1);
+    assert_eq!(p.to_vec::<f32>(), q.contiguous().to_vec::<f32>());
+}
+
 #[test]
 fn max_propagates_nan_and_softmax_rows_sum_to_one() {
     let t = Tensor::from_vec(vec![1.0f32, f32::NAN, 3.0], &[3]);
