@@ -137,10 +137,14 @@ try:
     x20 = torch.randn(20, 3, 224, 224)
     with torch.no_grad():
         results["cnn/mobilenet_v2_fwd_b20"] = median_time(lambda: mobilenet(x20), min_time=5.0)
+    x1 = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        results["cnn/mobilenet_v2_fwd_b1"] = median_time(lambda: mobilenet(x1), min_time=3.0)
     resnet = torchvision.models.resnet18().eval()
     x8 = torch.randn(8, 3, 224, 224)
     with torch.no_grad():
         results["cnn/resnet18_fwd_b8"] = median_time(lambda: resnet(x8), min_time=5.0)
+        results["cnn/resnet18_fwd_b1"] = median_time(lambda: resnet(x1), min_time=3.0)
     resnet.train()
 
     def resnet_step():

@@ -185,7 +185,8 @@ fn chain10(c: &mut Criterion) {
 }
 
 /// Whole torchvision-architecture CNNs (random weights): MobileNetV2 forward at batch 20
-/// and ResNet-18 forward and forward + backward at batch 8, 224².
+/// and ResNet-18 forward and forward + backward at batch 8, 224²; both forwards at batch 1
+/// too (the serving case: latency of one image).
 fn cnn_models(c: &mut Criterion) {
     let mut group = c.benchmark_group("cnn");
     group.sample_size(10);
@@ -197,12 +198,21 @@ fn cnn_models(c: &mut Criterion) {
         let _guard = NoGradGuard::new();
         bench.iter(|| black_box(mobilenet.forward(&x20)))
     });
+    let x1 = Tensor::randn(&[1, 3, 224, 224], DType::F32, cpu);
+    group.bench_function("mobilenet_v2_fwd_b1", |bench| {
+        let _guard = NoGradGuard::new();
+        bench.iter(|| black_box(mobilenet.forward(&x1)))
+    });
     let mut resnet = resnet::resnet18(1000, cpu);
     let x8 = Tensor::randn(&[8, 3, 224, 224], DType::F32, cpu);
     resnet.eval();
     group.bench_function("resnet18_fwd_b8", |bench| {
         let _guard = NoGradGuard::new();
         bench.iter(|| black_box(resnet.forward(&x8)))
+    });
+    group.bench_function("resnet18_fwd_b1", |bench| {
+        let _guard = NoGradGuard::new();
+        bench.iter(|| black_box(resnet.forward(&x1)))
     });
     resnet.train();
     group.bench_function("resnet18_fwd_bwd_b8", |bench| {
