@@ -482,15 +482,11 @@ pub fn attention_backward<T: AttnFloat>(
                 false,
             );
             scale_and_mask(&mut p, rows, width, b, q0, scale, mask);
-            for r in 0..rows {
-                let l = lse[b * tq + q0 + r];
-                let row = &mut p[r * width..(r + 1) * width];
-                if l == T::neg_infinity() {
-                    row.iter_mut().for_each(|x| *x = T::ZERO);
-                } else {
-                    row.iter_mut().for_each(|x| *x = (*x - l).exp());
-                }
-            }
+            with_simd(Probabilities {
+                p: &mut p,
+                lse: &lse[b * tq + q0..b * tq + q0 + rows],
+                width,
+            });
             // The tile's dropout factors (0 or 1 / (1 - p)), drawn once for P and dP.
             let factors = dropout.map(|drop| {
                 let mut f = vec![T::ONE; rows * width];
@@ -530,20 +526,14 @@ pub fn attention_backward<T: AttnFloat>(
                 dp.iter_mut().zip(f).for_each(|(x, &k)| *x = *x * k);
             }
             // dS = P * (dP - rowsum(dO * O)) * scale (the scale folded in here)
-            for r in 0..rows {
-                let (o_row, g_row) = (
-                    &ob[(q0 + r) * dv..(q0 + r + 1) * dv],
-                    &gb[(q0 + r) * dv..(q0 + r + 1) * dv],
-                );
-                let di = o_row
-                    .iter()
-                    .zip(g_row)
-                    .fold(T::ZERO, |acc, (&o, &g)| acc + o * g);
-                for j in 0..width {
-                    let idx = r * width + j;
-                    dp[idx] = p[idx] * (dp[idx] - di) * scale;
-                }
-            }
+            with_simd(ScoreGrad {
+                p: &p,
+                dp: &mut dp,
+                out: &ob[q0 * dv..(q0 + rows) * dv],
+                dout: &gb[q0 * dv..(q0 + rows) * dv],
+                width,
+                scale,
+            });
             // dQ = dS @ K; dK += dS^T @ Q
             gemm_into(
                 Parallelism::None,
@@ -568,6 +558,64 @@ pub fn attention_backward<T: AttnFloat>(
         }
     });
     (dq, dk, dvv)
+}
+
+/// The backward's probabilities recomputed in place from the scores of `lse.len()` rows
+/// of `width`: `e^(s - lse)` (zero rows where every key was masked), vectorised.
+struct Probabilities<'a, T> {
+    p: &'a mut [T],
+    lse: &'a [T],
+    width: usize,
+}
+
+impl<T: AttnFloat> FmaKernel for Probabilities<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        for (row, &l) in self.p.chunks_exact_mut(self.width).zip(self.lse) {
+            if l == T::neg_infinity() {
+                row.iter_mut().for_each(|x| *x = T::ZERO);
+            } else {
+                // `s - lse <= 0` up to rounding, where `exp_nonpos` is still exact.
+                row.iter_mut().for_each(|x| *x = (*x - l).exp_nonpos::<FMA>());
+            }
+        }
+    }
+}
+
+/// `dS = P * (dP - rowsum(dO * O)) * scale` in place of `dp`, rows of `width` scores and
+/// `out.len() / rows` output features, compiled per SIMD level.
+struct ScoreGrad<'a, T> {
+    p: &'a [T],
+    dp: &'a mut [T],
+    out: &'a [T],
+    dout: &'a [T],
+    width: usize,
+    scale: T,
+}
+
+impl<T: AttnFloat> FmaKernel for ScoreGrad<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        let rows = self.dp.len() / self.width;
+        let dv = self.out.len() / rows.max(1);
+        for (((p_row, dp_row), o_row), g_row) in self
+            .p
+            .chunks_exact(self.width)
+            .zip(self.dp.chunks_exact_mut(self.width))
+            .zip(self.out.chunks_exact(dv))
+            .zip(self.dout.chunks_exact(dv))
+        {
+            let di = o_row
+                .iter()
+                .zip(g_row)
+                .fold(T::ZERO, |acc, (&o, &g)| acc + o * g);
+            for (x, &pv) in dp_row.iter_mut().zip(p_row) {
+                *x = pv * (*x - di) * self.scale;
+            }
+        }
+    }
 }
 
 /// The dropout keep mask of problem `b` as 0/`1/(1-p)` factors `[tq, tk]`, for the
