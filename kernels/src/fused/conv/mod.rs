@@ -587,15 +587,90 @@ fn tiled_conv2d<T: Float>(
     let k = cg * kh * kw;
     let len = g.n * out_channels * plane;
     let pointwise = kh == 1 && kw == 1 && g.stride == [1, 1] && g.padding == [0, 0];
-    let rows_per_tile = if pointwise {
+    let threads = num_threads();
+    let parallel_samples = g.n >= threads && g.n * out_channels * k * plane >= PARALLEL_THRESHOLD;
+    let parallel_gemm = og * k * plane >= 48 * 48 * 48;
+    let mut rows_per_tile = if pointwise {
         oh
     } else {
         (TILE_ELEMS / k / ow)
             .max(MIN_TILE_COLS.div_ceil(ow))
             .clamp(1, oh)
     };
+    // Fewer samples than threads (batch 1, the serving case): when the im2col tiles are at
+    // least as many as the threads, the threads take whole tiles (their own gather and a
+    // one-thread GEMM, the tile count rounded to a multiple of the threads) rather than
+    // gathering on one thread and splitting each GEMM's rows, which leaves narrow row
+    // blocks (32 of 64 channels) to the GEMM's microkernel and the other thread idle.
+    let parallel_tiles = !pointwise
+        && threads > 1
+        && !parallel_samples
+        && parallel_gemm
+        && oh.div_ceil(rows_per_tile) >= threads;
+    if parallel_tiles {
+        let tiles = oh.div_ceil(rows_per_tile).div_ceil(threads) * threads;
+        rows_per_tile = oh.div_ceil(tiles);
+    }
+    let tiles = oh.div_ceil(rows_per_tile);
+    // One tile: gather rows `oys` of the group's image into `cols` (unless pointwise) and
+    // multiply, into the group's output block at `dst` (`og` rows of `plane`).
+    let tile = |img: &[T],
+                wg: &[T],
+                dst: *mut MaybeUninit<T>,
+                oys: Range<usize>,
+                cols: Option<&mut [MaybeUninit<T>]>,
+                parallelism: Parallelism| {
+        let oy0 = oys.start;
+        let cols_n = oys.len() * ow;
+        let (rhs, rhs_rs): (*const T, usize) = match cols {
+            None => (img[oy0 * ow..].as_ptr(), in_plane),
+            Some(cols) => {
+                for (r, row) in cols.chunks_exact_mut(cols_n).take(k).enumerate() {
+                    let (ci, tap) = (r / (kh * kw), r % (kh * kw));
+                    gather_tap(
+                        &img[ci * in_plane..(ci + 1) * in_plane],
+                        g,
+                        [oh, ow],
+                        oys.clone(),
+                        (tap / kw, tap % kw),
+                        row,
+                    );
+                }
+                (cols.as_ptr() as *const T, cols_n)
+            }
+        };
+        // SAFETY: dst: rows `o < og` of this group's output block, columns `oy0 * ow ..
+        // oy0 * ow + cols_n` (row stride `plane`), inside the block the caller points at
+        // and written by no other tile; with a bias they were written first (read_dst),
+        // else gemm only writes them. lhs: `wg`, `og x k` row-major. rhs: `k x cols_n`
+        // with row stride `rhs_rs` — the tile's columns, every element written by
+        // `gather_tap` above (each of the first `k` rows of `cols_n` slots), or for a
+        // pointwise conv the input channels' planes from column `oy0 * ow` (here `oy0` is
+        // 0 and `cols_n` the plane). Nothing overlaps `dst`.
+        unsafe {
+            crate::cpu::gemm(
+                og,
+                cols_n,
+                k,
+                dst.add(oy0 * ow) as *mut T,
+                1,
+                plane as isize,
+                bias.is_some(),
+                wg.as_ptr(),
+                1,
+                k as isize,
+                rhs,
+                1,
+                rhs_rs as isize,
+                T::ONE,
+                T::ONE,
+                parallelism,
+            );
+        }
+    };
     let sample = |n: usize, dst: &mut [MaybeUninit<T>], parallelism: Parallelism| {
-        let mut cols = (!pointwise).then(|| HostBuffer::<T>::new_uninit(k * rows_per_tile * ow));
+        let mut cols = (!pointwise && !parallel_tiles)
+            .then(|| HostBuffer::<T>::new_uninit(k * rows_per_tile * ow));
         for gi in 0..groups {
             let first = n * g.c + gi * cg;
             let img = &x[first * in_plane..(first + cg) * in_plane];
@@ -606,51 +681,22 @@ fn tiled_conv2d<T: Float>(
                     row.iter_mut().for_each(|d| _ = d.write(b[gi * og + o]));
                 }
             }
-            for oy0 in (0..oh).step_by(rows_per_tile) {
-                let oys = oy0..(oy0 + rows_per_tile).min(oh);
-                let cols_n = oys.len() * ow;
-                let (rhs, rhs_rs): (*const T, usize) = match cols.as_mut() {
-                    None => (img[oy0 * ow..].as_ptr(), in_plane),
-                    Some(cols) => {
-                        for (r, row) in cols.chunks_exact_mut(cols_n).take(k).enumerate() {
-                            let (ci, tap) = (r / (kh * kw), r % (kh * kw));
-                            gather_tap(
-                                &img[ci * in_plane..(ci + 1) * in_plane],
-                                g,
-                                [oh, ow],
-                                oys.clone(),
-                                (tap / kw, tap % kw),
-                                row,
-                            );
-                        }
-                        (cols.as_ptr() as *const T, cols_n)
-                    }
-                };
-                // SAFETY: dst: rows `o < og` of this group's output block, columns
-                // `oy0 * ow .. oy0 * ow + cols_n` (row stride `plane`), inside `dst`; with a
-                // bias they were written above (read_dst), else gemm only writes them.
-                // lhs: `wg`, `og x k` row-major. rhs: `k x cols_n` with row stride
-                // `rhs_rs` — the tile's columns, every element written by `gather_tap`
-                // (each of the first `k` rows of `cols_n` slots), or for a pointwise conv
-                // the input channels' planes from column `oy0 * ow` (here `oy0` is 0 and
-                // `cols_n` the plane). Nothing overlaps `dst`.
-                unsafe {
-                    crate::cpu::gemm(
-                        og,
-                        cols_n,
-                        k,
-                        dst.as_mut_ptr().add(oy0 * ow) as *mut T,
-                        1,
-                        plane as isize,
-                        bias.is_some(),
-                        wg.as_ptr(),
-                        1,
-                        k as isize,
-                        rhs,
-                        1,
-                        rhs_rs as isize,
-                        T::ONE,
-                        T::ONE,
+            if parallel_tiles {
+                let out = TileDst(dst.as_mut_ptr());
+                crate::cpu::run_tasks(tiles, |t| {
+                    let oys = t * rows_per_tile..((t + 1) * rows_per_tile).min(oh);
+                    let mut cols = HostBuffer::<T>::new_uninit(k * oys.len() * ow);
+                    tile(img, wg, out.get(), oys, Some(&mut cols), Parallelism::None);
+                });
+            } else {
+                for oy0 in (0..oh).step_by(rows_per_tile) {
+                    let oys = oy0..(oy0 + rows_per_tile).min(oh);
+                    tile(
+                        img,
+                        wg,
+                        dst.as_mut_ptr(),
+                        oys,
+                        cols.as_deref_mut(),
                         parallelism,
                     );
                 }
@@ -658,19 +704,26 @@ fn tiled_conv2d<T: Float>(
         }
     };
     let mut out = HostBuffer::<T>::new_uninit(len);
-    let threads = num_threads();
-    let parallel_samples = g.n >= threads && g.n * out_channels * k * plane >= PARALLEL_THRESHOLD;
-    let parallel_gemm = og * k * plane >= 48 * 48 * 48;
     for_each_block(
         &mut out,
         out_channels * plane,
-        [parallel_samples, parallel_gemm],
+        [parallel_samples, parallel_gemm && !parallel_tiles],
         sample,
     );
     // SAFETY: each sample's block is `groups` blocks of `og` rows of `plane` elements; the
     // row tiles cover `0..oh` and every GEMM writes its `og x cols_n` tile, so every
     // element of `out` was written.
     unsafe { out.assume_init() }
+}
+
+/// A group's output block shared by the tile tasks of [`tiled_conv2d`].
+struct TileDst<T>(*mut MaybeUninit<T>);
+// SAFETY: each task writes only its own tile's columns of the block (disjoint ranges).
+unsafe impl<T: Send> Sync for TileDst<T> {}
+impl<T> TileDst<T> {
+    fn get(&self) -> *mut MaybeUninit<T> {
+        self.0
+    }
 }
 
 #[cfg(test)]
@@ -807,6 +860,11 @@ mod tests {
             (1, 2, 2, 1, [5, 5], [1, 1], [2, 2], [1, 1], [1, 1]),
             // 64 channels x 3x3 = K 576: tiles of a few rows over 40 output rows.
             (2, 64, 8, 1, [40, 40], [3, 3], [1, 1], [1, 1], [1, 1]),
+            // Batch 1: the threads take whole tiles (4 of 10 rows; 4 of 12, 12, 12 and 9
+            // rows per group, strided).
+            (1, 64, 8, 1, [40, 40], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (1, 128, 4, 2, [45, 31], [3, 3], [1, 1], [1, 1], [1, 1]),
+            (1, 64, 8, 1, [81, 61], [3, 3], [2, 2], [1, 1], [1, 1]),
         ];
         for (n, c, o, groups, input, kernel, stride, padding, dilation) in cases {
             let g = Conv2dGeometry {
