@@ -188,7 +188,10 @@ fn sums_over_dim_runs_match_the_definition() {
         }
         let got = out.to_vec::<f32>();
         for (g, w) in got.iter().zip(&want) {
-            assert!((*g as f64 - w).abs() <= 1e-6 * w.abs(), "dims {dims:?}: {g} vs {w}");
+            assert!(
+                (*g as f64 - w).abs() <= 1e-6 * w.abs(),
+                "dims {dims:?}: {g} vs {w}"
+            );
         }
         let ints = t.to_dtype(DType::I64).sum(&idims, false).to_vec::<i64>();
         assert_eq!(ints, want.iter().map(|&w| w as i64).collect::<Vec<_>>());

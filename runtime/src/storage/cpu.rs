@@ -18,13 +18,16 @@ use ferrograd_kernels::{
 
 /// `op(x)` over the view `layout` of float storage `src`.
 pub(crate) fn unary<K: UnaryOp>(src: &CpuStorage, layout: &Layout, op: &K) -> CpuStorage {
+    // The op by value in the closure: read through a reference, its parameters would be
+    // reloaded per element (the output might alias them), and the loop stay scalar.
+    let op = *op;
     if K::FMA && simd_has_fma() {
         return with_float_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout,
-            #[inline(always)] |x: T| T::from_acc(op.apply_fma::<_, true>(x.to_acc())))),
+            #[inline(always)] move |x: T| T::from_acc(op.apply_fma::<_, true>(x.to_acc())))),
             else unreachable!("unary ops take float storage, got {:?}", src.dtype()));
     }
     with_float_dtype!(src.dtype(), T => T::into_storage(unary_map(src.typed::<T>(), layout,
-        #[inline(always)] |x: T| T::from_acc(op.apply(x.to_acc())))),
+        #[inline(always)] move |x: T| T::from_acc(op.apply(x.to_acc())))),
         else unreachable!("unary ops take float storage, got {:?}", src.dtype()))
 }
 
@@ -40,8 +43,9 @@ pub(crate) fn int_map_inplace(dst: &mut CpuStorage, layout: &Layout, op: IntMap)
 
 /// `x = op(x)` through the view `layout` of float storage `dst`.
 pub(crate) fn unary_inplace<K: UnaryOp>(dst: &mut CpuStorage, layout: &Layout, op: &K) {
+    let op = *op;
     with_float_dtype!(dst.dtype(), T => unary_inplace_map(dst.typed_mut::<T>(), layout,
-        |x: T| T::from_acc(op.apply(x.to_acc()))),
+        move |x: T| T::from_acc(op.apply(x.to_acc()))),
         else unreachable!("unary ops take float storage, got {:?}", dst.dtype()))
 }
 

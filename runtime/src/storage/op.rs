@@ -11,7 +11,7 @@ use ferrograd_kernels::cuda::{self as kernels, CudaKernel};
 use ferrograd_kernels::{NumElement, Real};
 
 /// A float function of one element, computed in the accumulator type (f32 for f16/bf16).
-pub(crate) trait UnaryOp: Sync {
+pub(crate) trait UnaryOp: Sync + Copy {
     /// The CUDA kernels computing the same function, out of place and in place (`None`:
     /// CUDA tensors take the host fallback).
     const CUDA: Option<[&'static CudaKernel; 2]>;

@@ -577,7 +577,8 @@ impl<T: AttnFloat> FmaKernel for Probabilities<'_, T> {
                 row.iter_mut().for_each(|x| *x = T::ZERO);
             } else {
                 // `s - lse <= 0` up to rounding, where `exp_nonpos` is still exact.
-                row.iter_mut().for_each(|x| *x = (*x - l).exp_nonpos::<FMA>());
+                row.iter_mut()
+                    .for_each(|x| *x = (*x - l).exp_nonpos::<FMA>());
             }
         }
     }

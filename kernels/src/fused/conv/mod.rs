@@ -602,6 +602,8 @@ fn tiled_conv2d<T: Float>(
     // one-thread GEMM, the tile count rounded to a multiple of the threads) rather than
     // gathering on one thread and splitting each GEMM's rows, which leaves narrow row
     // blocks (32 of 64 channels) to the GEMM's microkernel and the other thread idle.
+    // (A pointwise conv stays one GEMM over the plane, split by the GEMM: one tile per
+    // thread measured no faster on MobileNetV2 at batch 1.)
     let parallel_tiles = !pointwise
         && threads > 1
         && !parallel_samples
@@ -645,8 +647,8 @@ fn tiled_conv2d<T: Float>(
         // else gemm only writes them. lhs: `wg`, `og x k` row-major. rhs: `k x cols_n`
         // with row stride `rhs_rs` — the tile's columns, every element written by
         // `gather_tap` above (each of the first `k` rows of `cols_n` slots), or for a
-        // pointwise conv the input channels' planes from column `oy0 * ow` (here `oy0` is
-        // 0 and `cols_n` the plane). Nothing overlaps `dst`.
+        // pointwise conv the input channels' planes from column `oy0 * ow` (`cols_n` of
+        // them: `oys` ends at `oh` at most). Nothing overlaps `dst`.
         unsafe {
             crate::cpu::gemm(
                 og,
@@ -685,8 +687,16 @@ fn tiled_conv2d<T: Float>(
                 let out = TileDst(dst.as_mut_ptr());
                 crate::cpu::run_tasks(tiles, |t| {
                     let oys = t * rows_per_tile..((t + 1) * rows_per_tile).min(oh);
-                    let mut cols = HostBuffer::<T>::new_uninit(k * oys.len() * ow);
-                    tile(img, wg, out.get(), oys, Some(&mut cols), Parallelism::None);
+                    let mut cols =
+                        (!pointwise).then(|| HostBuffer::<T>::new_uninit(k * oys.len() * ow));
+                    tile(
+                        img,
+                        wg,
+                        out.get(),
+                        oys,
+                        cols.as_deref_mut(),
+                        Parallelism::None,
+                    );
                 });
             } else {
                 for oy0 in (0..oh).step_by(rows_per_tile) {
@@ -865,6 +875,8 @@ mod tests {
             (1, 64, 8, 1, [40, 40], [3, 3], [1, 1], [1, 1], [1, 1]),
             (1, 128, 4, 2, [45, 31], [3, 3], [1, 1], [1, 1], [1, 1]),
             (1, 64, 8, 1, [81, 61], [3, 3], [2, 2], [1, 1], [1, 1]),
+            // Batch-1 pointwise: one tile per thread.
+            (1, 96, 24, 1, [31, 29], [1, 1], [1, 1], [0, 0], [1, 1]),
         ];
         for (n, c, o, groups, input, kernel, stride, padding, dilation) in cases {
             let g = Conv2dGeometry {

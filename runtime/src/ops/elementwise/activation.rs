@@ -29,6 +29,7 @@ unary_kernel!(
 );
 /// `min(max(x, lo), hi)` as two selects, no branch, so the loop vectorises; NaN
 /// propagates as in PyTorch (both comparisons are false for it).
+#[derive(Clone, Copy)]
 pub(crate) struct ClampK(pub(crate) f64, pub(crate) f64);
 impl UnaryOp for ClampK {
     const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::CLAMP, &kernels::CLAMP_INPLACE]);
@@ -44,6 +45,7 @@ impl UnaryOp for ClampK {
 }
 
 /// `x > 0 ? x : slope * x`, a select (no branch).
+#[derive(Clone, Copy)]
 struct LeakyReluK(f64);
 impl UnaryOp for LeakyReluK {
     const CUDA: Option<[&'static CudaKernel; 2]> =
@@ -58,6 +60,7 @@ impl UnaryOp for LeakyReluK {
 }
 
 /// `x > 0 ? x : alpha * (e^x - 1)`, with `expm1` as PyTorch.
+#[derive(Clone, Copy)]
 struct EluK(f64);
 impl UnaryOp for EluK {
     const CUDA: Option<[&'static CudaKernel; 2]> = Some([&kernels::ELU, &kernels::ELU_INPLACE]);
@@ -75,6 +78,7 @@ impl UnaryOp for EluK {
 }
 
 /// `ln(1 + e^(beta x)) / beta`, and `x` itself where `beta x > threshold` (PyTorch's).
+#[derive(Clone, Copy)]
 struct SoftplusK {
     beta: f64,
     threshold: f64,

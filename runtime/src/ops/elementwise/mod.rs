@@ -27,6 +27,7 @@ fn c<A: Real>(v: f64) -> A {
 macro_rules! unary_kernel {
     ($(#[$m:meta])* $name:ident, $cuda:ident, $cuda_inplace:ident, |$x:ident, $fma:ident| $body:expr) => {
         $(#[$m])*
+        #[derive(Clone, Copy)]
         pub(crate) struct $name;
         impl UnaryOp for $name {
             const CUDA: Option<[&'static CudaKernel; 2]> =
@@ -43,6 +44,7 @@ macro_rules! unary_kernel {
         }
     };
     ($name:ident, $cuda:ident, $cuda_inplace:ident, |$x:ident| $body:expr) => {
+        #[derive(Clone, Copy)]
         pub(crate) struct $name;
         impl UnaryOp for $name {
             const CUDA: Option<[&'static CudaKernel; 2]> =

@@ -30,6 +30,7 @@ unary_kernel!(SignK, SIGN, SIGN_INPLACE, |x| if x > A::zero() {
     A::zero()
 });
 
+#[derive(Clone, Copy)]
 struct PowScalarK(f64);
 impl UnaryOp for PowScalarK {
     const CUDA: Option<[&'static CudaKernel; 2]> =
@@ -50,6 +51,7 @@ impl UnaryOp for PowScalarK {
 /// `x * mul + add` with the constants in the accumulation type: for f16/bf16 tensors a
 /// scalar operand is not rounded to the tensor's dtype first (PyTorch's opmath rule), so
 /// `x * 1e-8` does not become `x * 0`.
+#[derive(Clone, Copy)]
 pub(crate) struct AffineK {
     pub(crate) mul: f64,
     pub(crate) add: f64,
@@ -67,6 +69,7 @@ impl UnaryOp for AffineK {
 }
 
 /// `x / divisor` in the accumulation type (see [`AffineK`]).
+#[derive(Clone, Copy)]
 struct DivScalarK(f64);
 impl UnaryOp for DivScalarK {
     const CUDA: Option<[&'static CudaKernel; 2]> =
