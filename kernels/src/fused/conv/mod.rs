@@ -73,6 +73,9 @@ impl<T: Float> SimdKernel for ForwardPlane<'_, T> {
     #[inline(always)]
     fn run(self) {
         let (g, ow) = (self.g, self.ow);
+        if g.stride[1] <= 2 {
+            return self.padded();
+        }
         let [kh, kw] = g.kernel;
         let (w_in, s1) = (g.input[1], g.stride[1]);
         let spans: Vec<_> = (0..kw).map(|kj| tap_columns(g, ow, kj)).collect();
@@ -94,6 +97,98 @@ impl<T: Float> SimdKernel for ForwardPlane<'_, T> {
                         for (i, d) in dst.iter_mut().enumerate() {
                             *d = src[x0 + i * s1].mul_add(wv, *d);
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<T: Float> ForwardPlane<'_, T> {
+    /// Column strides 1 and 2 through a zero-padded copy of the plane, so that every tap
+    /// is one contiguous multiply-add loop: for stride 1 in both dims over the whole
+    /// plane at once, as rows `wp` wide (the columns past `ow` are dropped at the end;
+    /// MobileNet's 7- and 14-wide rows no longer end in scalar tails); for column stride
+    /// 2 per output row, over the padded plane's even or odd columns. The same terms in
+    /// the same order as the plain loop (padding adds `0 * w`).
+    #[inline(always)]
+    fn padded(self) {
+        let (g, ow) = (self.g, self.ow);
+        let [kh, kw] = g.kernel;
+        let [h, w_in] = g.input;
+        let [p0, p1] = g.padding;
+        let [d0, d1] = g.dilation;
+        let (hp, wp) = (h + 2 * p0, w_in + 2 * p1);
+        let oh = self.out.len() / ow;
+        let mut xp = vec![T::ZERO; hp * wp];
+        for (src, dst) in self
+            .x
+            .chunks_exact(w_in)
+            .zip(xp[p0 * wp..].chunks_exact_mut(wp))
+        {
+            dst[p1..p1 + w_in].copy_from_slice(src);
+        }
+        if g.stride == [1, 1] {
+            let wide = (oh - 1) * wp + ow;
+            let mut acc = vec![self.bias; wide];
+            for ki in 0..kh {
+                for kj in 0..kw {
+                    let (wv, off) = (self.w[ki * kw + kj], ki * d0 * wp + kj * d1);
+                    for (d, &v) in acc.iter_mut().zip(&xp[off..off + wide]) {
+                        *d = v.mul_add(wv, *d);
+                    }
+                }
+            }
+            for (row, src) in self.out.chunks_exact_mut(ow).zip(acc.chunks(wp)) {
+                row.copy_from_slice(&src[..ow]);
+            }
+            return;
+        }
+        // Row by row; for column stride 2 from the padded plane's even columns and its
+        // odd ones (each tap reads one of them contiguously).
+        let [s0, s1] = g.stride;
+        let (we, wo) = if s1 == 2 {
+            (wp.div_ceil(2), wp / 2)
+        } else {
+            (wp, 0)
+        };
+        let halves = if s1 == 2 {
+            let mut halves = vec![T::ZERO; hp * (we + wo)];
+            let (even, odd) = halves.split_at_mut(hp * we);
+            for ((src, e), o) in xp
+                .chunks_exact(wp)
+                .zip(even.chunks_exact_mut(we))
+                .zip(odd.chunks_exact_mut(wo.max(1)))
+            {
+                for (i, &v) in src.iter().enumerate() {
+                    if i % 2 == 0 {
+                        e[i / 2] = v;
+                    } else {
+                        o[i / 2] = v;
+                    }
+                }
+            }
+            halves
+        } else {
+            xp
+        };
+        let (even, odd) = halves.split_at(hp * we);
+        for (oy, row) in self.out.chunks_exact_mut(ow).enumerate() {
+            row.fill(self.bias);
+            for ki in 0..kh {
+                let r = oy * s0 + ki * d0;
+                for kj in 0..kw {
+                    let c = kj * d1;
+                    let wv = self.w[ki * kw + kj];
+                    let src = if s1 == 1 {
+                        &even[r * we + c..][..ow]
+                    } else if c % 2 == 0 {
+                        &even[r * we + c / 2..][..ow]
+                    } else {
+                        &odd[r * wo + c / 2..][..ow]
+                    };
+                    for (d, &v) in row.iter_mut().zip(src) {
+                        *d = v.mul_add(wv, *d);
                     }
                 }
             }
@@ -796,6 +891,10 @@ mod tests {
             ([5, 11], [5, 5], [1, 3], [2, 2], [1, 1], 3),
             ([6, 6], [3, 3], [1, 1], [2, 2], [2, 2], 1),
             ([3, 3], [1, 1], [1, 1], [0, 0], [1, 1], 2),
+            // Column stride 2 with a dilated kernel (even taps only), and with a padded
+            // odd-width plane and a dilated row.
+            ([7, 10], [3, 3], [1, 2], [1, 0], [1, 2], 1),
+            ([6, 9], [2, 3], [2, 2], [0, 1], [2, 1], 2),
         ];
         for (input, kernel, stride, padding, dilation, m) in cases {
             let g = Conv2dGeometry {
