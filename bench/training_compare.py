@@ -16,7 +16,12 @@ collation per sample) is printed second, against ferrograd through its DataLoade
   and a GRU character language model (embedding 128, hidden 256, T 64, batch 32, 65
   symbols, cross-entropy, AdamW), one step each.
 
-    python3 bench/training_compare.py --python /path/to/torch/venv/bin/python [--skip-cargo]
+Each workload runs in ferrograd (criterion) and right after in PyTorch, the whole list
+`--rounds` times (default 2), and every round prints its own ratios: on a shared machine
+whose load moves within minutes, a ratio compares times taken in the same minutes.
+
+    python3 bench/training_compare.py --python /path/to/torch/venv/bin/python \
+        [--rounds N] [--only lenet_10k_b64_sgd,blocks,...] [--skip-cargo]
 """
 import argparse
 import json
@@ -101,6 +106,10 @@ def optimizers(make_opt):
     return out
 
 res = {"train_epoch": {}, "train_step": {}}
+# BENCH_ONLY: the comma-separated units to run (all when empty), so that the driver can
+# take each workload's PyTorch time right after ferrograd's.
+only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+want = lambda unit: not only or unit in only
 torch.manual_seed(0)
 adamw = lambda m, **kw: torch.optim.AdamW(m.parameters(), lr=1e-3, **kw)
 epochs = [
@@ -111,6 +120,8 @@ epochs = [
     ("lenet_10k_b64", lenet, 10000, adamw),
 ]
 for name, make, n, optim in epochs:
+    if not want(name):
+        continue
     xs, ys = x[:n], y[:n]
     model = make()
     variants = {}
@@ -137,9 +148,10 @@ blocks = {
     "nn.TransformerEncoderLayer": nn.TransformerEncoderLayer(
         128, 4, 512, dropout=0.0, batch_first=True, norm_first=True),
 }
-block_times = {k: steps(fwd_bwd(m, x)) for k, m in blocks.items()}
-for name in ("transformer_block_explicit", "transformer_block_sdpa", "transformer_encoder_layer"):
-    res["train_step"][name] = block_times
+if want("blocks"):
+    block_times = {k: steps(fwd_bwd(m, x)) for k, m in blocks.items()}
+    for name in ("transformer_block_explicit", "transformer_block_sdpa", "transformer_encoder_layer"):
+        res["train_step"][name] = block_times
 
 class CharLm(nn.Module):
     def __init__(self, rnn):
@@ -151,6 +163,8 @@ class CharLm(nn.Module):
 tokens = torch.randint(0, 65, (65, 32))
 inputs, targets = tokens[:64], tokens[1:].reshape(-1)
 for name, rnn in (("lstm_lm", nn.LSTM), ("gru_lm", nn.GRU)):
+    if not want(name):
+        continue
     lm = CharLm(rnn)
     variants = {}
     for impl, kw in optimizers(lambda **kw: adamw(lm, **kw)):
@@ -166,46 +180,110 @@ print(json.dumps({"torch": torch.__version__, "threads": threads, "results": res
 '''
 
 
-def ours(group, name):
-    est = root / "target/criterion" / group / name / "new/estimates.json"
+# Each unit of the PyTorch side and the criterion benchmarks it is compared with.
+UNITS = {
+    "mlp_60k_b64_sgd": ["train_epoch/mlp_60k_b64_sgd_slices"],
+    "mlp_60k_b64": ["train_epoch/mlp_60k_b64_slices", "train_epoch/mlp_60k_b64"],
+    "lenet_10k_b64_sgd": ["train_epoch/lenet_10k_b64_sgd_slices", "train_epoch/lenet_10k_b64_sgd"],
+    "lenet_10k_b64": ["train_epoch/lenet_10k_b64_slices", "train_epoch/lenet_10k_b64"],
+    "blocks": ["train_step/transformer_block_explicit", "train_step/transformer_block_sdpa",
+               "train_step/transformer_encoder_layer"],
+    "lstm_lm": ["train_step/lstm_lm"],
+    "gru_lm": ["train_step/gru_lm"],
+}
+
+
+def criterion_median(bench):
+    """The median of the last criterion run of `group/name`, in seconds (None if absent)."""
+    est = root / "target/criterion" / bench / "new/estimates.json"
+    if not est.exists():
+        return None
     return json.loads(est.read_text())["median"]["point_estimate"] / 1e9
+
+
+def torch_side(units, env):
+    out = subprocess.run([args.python, "-c", TORCH_SIDE, str(root)],
+                         env=dict(env, BENCH_ONLY=",".join(units)), check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def merge(into, part):
+    for group, entries in part.items():
+        into.setdefault(group, {}).update(entries)
+
+
+def report(results, mine):
+    """Prints the three tables of one round: `results` PyTorch's times, `mine` ours."""
+    print("\nOne epoch, batches sliced from a shuffled tensor; PyTorch's fastest optimizer implementation")
+    print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}  {'(optimizer)':<12}{'ratio':>6}")
+    for name, t in results.get("train_epoch", {}).items():
+        ours_t = mine.get(f"train_epoch/{name}_slices")
+        if ours_t is None:
+            continue
+        impl, best = min(t["slices"].items(), key=lambda kv: kv[1])
+        print(f"{name:<20}{ours_t * 1e3:9.0f}ms{best * 1e3:9.0f}ms  {impl:<12}{best / ours_t:6.2f}")
+
+    print("\nOne epoch through each framework's DataLoader (shuffled, batch 64)")
+    print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}{'ratio':>8}")
+    for name, t in results.get("train_epoch", {}).items():
+        ours_t = mine.get(f"train_epoch/{name}")
+        if ours_t is None:
+            continue
+        print(f"{name:<20}{ours_t * 1e3:9.0f}ms{t['loader'] * 1e3:9.0f}ms{t['loader'] / ours_t:8.2f}")
+
+    print("\nOne training step (the transformer block: forward + backward)")
+    print(f"{'workload':<28}{'ferrograd':>11}  {'PyTorch variant':<32}{'PyTorch':>10}{'ratio':>7}")
+    for name, variants in results.get("train_step", {}).items():
+        ours_t = mine.get(f"train_step/{name}")
+        if ours_t is None:
+            continue
+        for variant, t in sorted(variants.items(), key=lambda kv: kv[1]):
+            print(f"{name:<28}{ours_t * 1e3:9.2f}ms  {variant:<32}{t * 1e3:8.2f}ms{t / ours_t:7.2f}")
 
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--python", default=os.environ.get("TORCH_PYTHON", sys.executable))
-parser.add_argument("--skip-cargo", action="store_true", help="reuse the last criterion results")
+parser.add_argument("--skip-cargo", action="store_true",
+                    help="reuse the last criterion results (one round, PyTorch's side only)")
+parser.add_argument("--rounds", type=int, default=2,
+                    help="rounds of every workload, each framework in turn (default 2)")
+parser.add_argument("--only", default="", help="comma-separated units: " + ", ".join(UNITS))
 args = parser.parse_args()
 
+units = [u for u in args.only.split(",") if u] or list(UNITS)
+unknown = [u for u in units if u not in UNITS]
+if unknown:
+    sys.exit(f"unknown units {unknown}; known: {', '.join(UNITS)}")
 threads = os.cpu_count()
 env = dict(os.environ, RAYON_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
 if not args.skip_cargo:
-    subprocess.run(["cargo", "bench", "--bench", "training", "--", "--noplot"], cwd=root, env=env, check=True)
-torch_out = subprocess.run([args.python, "-c", TORCH_SIDE, str(root)], env=env, check=True,
-                           capture_output=True, text=True).stdout
-torch_results = json.loads(torch_out)
-results = torch_results["results"]
-print(f"\nferrograd vs PyTorch {torch_results['torch']} on {cpu_model()} ({isa()}), {threads} threads "
+    subprocess.run(["cargo", "bench", "--bench", "training", "--no-run"], cwd=root, env=env, check=True)
+
+# On a shared machine the load moves within minutes: each workload runs in ferrograd and
+# then at once in PyTorch, so that each ratio compares times taken in the same minutes, and
+# the whole list again in the next round.
+rounds = []
+version = None
+for r in range(1 if args.skip_cargo else args.rounds):
+    results, mine = {}, {}
+    for unit in units:
+        if not args.skip_cargo:
+            pattern = "^(" + "|".join(UNITS[unit]) + ")$"
+            subprocess.run(["cargo", "bench", "-q", "--bench", "training", "--", "--noplot", pattern],
+                           cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
+        for bench in UNITS[unit]:
+            t = criterion_median(bench)
+            if t is not None:
+                mine[bench] = t
+        part = torch_side([unit], env)
+        version = part["torch"]
+        merge(results, part["results"])
+    rounds.append((results, mine))
+
+print(f"\nferrograd vs PyTorch {version} on {cpu_model()} ({isa()}), {threads} threads "
       "(ratio = PyTorch time / ferrograd time; > 1: ferrograd is faster)")
-
-print("\nOne epoch, batches sliced from a shuffled tensor; PyTorch's fastest optimizer implementation")
-print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}  {'(optimizer)':<12}{'ratio':>6}")
-for name, t in results["train_epoch"].items():
-    mine = ours("train_epoch", name + "_slices")
-    impl, best = min(t["slices"].items(), key=lambda kv: kv[1])
-    print(f"{name:<20}{mine * 1e3:9.0f}ms{best * 1e3:9.0f}ms  {impl:<12}{best / mine:6.2f}")
-
-print("\nOne epoch through each framework's DataLoader (shuffled, batch 64)")
-print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}{'ratio':>8}")
-for name, t in results["train_epoch"].items():
-    try:
-        mine = ours("train_epoch", name)
-    except FileNotFoundError:
-        continue
-    print(f"{name:<20}{mine * 1e3:9.0f}ms{t['loader'] * 1e3:9.0f}ms{t['loader'] / mine:8.2f}")
-
-print("\nOne training step (the transformer block: forward + backward)")
-print(f"{'workload':<28}{'ferrograd':>11}  {'PyTorch variant':<32}{'PyTorch':>10}{'ratio':>7}")
-for name, variants in results["train_step"].items():
-    mine = ours("train_step", name)
-    for variant, t in sorted(variants.items(), key=lambda kv: kv[1]):
-        print(f"{name:<28}{mine * 1e3:9.2f}ms  {variant:<32}{t * 1e3:8.2f}ms{t / mine:7.2f}")
+for r, (results, mine) in enumerate(rounds):
+    if len(rounds) > 1:
+        print(f"\n=== round {r + 1} of {len(rounds)} (each workload: ferrograd, then PyTorch at once)")
+    report(results, mine)
