@@ -482,25 +482,18 @@ impl<T: FloatElement> SimdKernel for Max2x2Plane<'_, T> {
             let r1 = &self.src[y0 + w..y0 + w + 2 * ow];
             let (orow, irow) = (&mut orow[..ow], &mut irow[..ow]);
             let (row_at, wi) = (y0 as i64, w as i64);
-            // Index arithmetic on plain counters (no select chain on i64s), so the loop
-            // vectorises: `at` is the window's first tap plus the winner's offset.
+            // The index: the window's first tap plus the winner's offset in the plane.
             for ox in 0..ow {
                 let (a0, a1, c0, c1) = (r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]);
                 // PyTorch's rule, as in `MaxPlane`: the first maximum, or the last NaN.
-                let (mut m, mut right, mut down) = (a0, 0i64, 0i64);
-                let better = (a1 > m) | a1.is_nan();
-                m = if better { a1 } else { m };
-                right = if better { 1 } else { right };
-                let better = (c0 > m) | c0.is_nan();
-                m = if better { c0 } else { m };
-                right = if better { 0 } else { right };
-                down = if better { 1 } else { down };
-                let better = (c1 > m) | c1.is_nan();
-                m = if better { c1 } else { m };
-                right = if better { 1 } else { right };
-                down = if better { 1 } else { down };
+                let (mut m, mut off) = (a0, 0i64);
+                for (v, o) in [(a1, 1), (c0, wi), (c1, wi + 1)] {
+                    let better = (v > m) | v.is_nan();
+                    m = if better { v } else { m };
+                    off = if better { o } else { off };
+                }
                 orow[ox].write(m);
-                irow[ox].write(row_at + 2 * ox as i64 + right + down * wi);
+                irow[ox].write(row_at + 2 * ox as i64 + off);
             }
         }
     }
