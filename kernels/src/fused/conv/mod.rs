@@ -155,16 +155,13 @@ impl<T: Float> ForwardPlane<'_, T> {
         let halves = if s1 == 2 {
             let mut halves = vec![T::ZERO; hp * (we + wo)];
             let (even, odd) = halves.split_at_mut(hp * we);
-            for ((src, e), o) in xp
-                .chunks_exact(wp)
-                .zip(even.chunks_exact_mut(we))
-                .zip(odd.chunks_exact_mut(wo.max(1)))
-            {
+            // By index: a one-column plane has no odd half to zip with.
+            for (r, src) in xp.chunks_exact(wp).enumerate() {
                 for (i, &v) in src.iter().enumerate() {
                     if i % 2 == 0 {
-                        e[i / 2] = v;
+                        even[r * we + i / 2] = v;
                     } else {
-                        o[i / 2] = v;
+                        odd[r * wo + i / 2] = v;
                     }
                 }
             }
@@ -895,6 +892,8 @@ mod tests {
             // odd-width plane and a dilated row.
             ([7, 10], [3, 3], [1, 2], [1, 0], [1, 2], 1),
             ([6, 9], [2, 3], [2, 2], [0, 1], [2, 1], 2),
+            // A one-column plane at column stride 2: no odd columns at all.
+            ([5, 1], [3, 1], [1, 2], [1, 0], [1, 1], 1),
         ];
         for (input, kernel, stride, padding, dilation, m) in cases {
             let g = Conv2dGeometry {
