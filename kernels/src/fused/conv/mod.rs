@@ -38,6 +38,8 @@ use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
 use crate::cpu::unfold::{gather_tap, valid_columns};
 use crate::cpu::{PARALLEL_THRESHOLD, for_each_chunk_mut, num_threads};
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::{as_f32, as_f32_mut};
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -108,86 +110,332 @@ impl<T: Float> ForwardPlane<'_, T> {
     /// Column strides 1 and 2 through a zero-padded copy of the plane, so that every tap
     /// is one contiguous multiply-add loop: for stride 1 in both dims over the whole
     /// plane at once, as rows `wp` wide (the columns past `ow` are dropped at the end;
-    /// MobileNet's 7- and 14-wide rows no longer end in scalar tails); for column stride
-    /// 2 per output row, over the padded plane's even or odd columns. The same terms in
+    /// MobileNet's 7- and 14-wide rows no longer end in scalar tails), a chunk of rows at
+    /// a time; otherwise per output row, for column stride 2 over the padded plane's even
+    /// or odd columns, split from the input without a padded copy. The same terms in
     /// the same order as the plain loop (padding adds `0 * w`).
     #[inline(always)]
     fn padded(self) {
         let (g, ow) = (self.g, self.ow);
-        let [kh, kw] = g.kernel;
         let [h, w_in] = g.input;
         let [p0, p1] = g.padding;
-        let [d0, d1] = g.dilation;
         let (hp, wp) = (h + 2 * p0, w_in + 2 * p1);
         let oh = self.out.len() / ow;
-        let mut xp = vec![T::ZERO; hp * wp];
-        for (src, dst) in self
-            .x
-            .chunks_exact(w_in)
-            .zip(xp[p0 * wp..].chunks_exact_mut(wp))
-        {
-            dst[p1..p1 + w_in].copy_from_slice(src);
+        let [s0, s1] = g.stride;
+        if s1 == 1 {
+            let mut xp = vec![T::ZERO; hp * wp];
+            for (src, dst) in self
+                .x
+                .chunks_exact(w_in)
+                .zip(xp[p0 * wp..].chunks_exact_mut(wp))
+            {
+                dst[p1..p1 + w_in].copy_from_slice(src);
+            }
+            if s0 == 1 {
+                return self.stride_one(&xp, wp, oh);
+            }
+            return self.padded_rows(&xp, hp, wp, 0, oh);
         }
-        if g.stride == [1, 1] {
-            let wide = (oh - 1) * wp + ow;
-            let mut acc = vec![self.bias; wide];
+        // Column stride 2: the padded plane's even columns and its odd ones, each row
+        // split straight from the input (each tap then reads one half contiguously).
+        let (we, wo) = (wp.div_ceil(2), wp / 2);
+        let mut halves = vec![T::ZERO; hp * (we + wo)];
+        let (even, odd) = halves.split_at_mut(hp * we);
+        // Padded column `p1 + j` holds input column `j`: the even padded columns start at
+        // input column `p1 % 2`, the odd ones at `1 - p1 % 2`.
+        let (e0, o0) = (p1 % 2, 1 - p1 % 2);
+        for (r, src) in self.x.chunks_exact(w_in).enumerate() {
+            let r = r + p0;
+            let e = &mut even[r * we + (p1 + e0) / 2..(r + 1) * we];
+            let o: &mut [T] = if wo > 0 {
+                &mut odd[r * wo + (p1 + o0) / 2..(r + 1) * wo]
+            } else {
+                &mut []
+            };
+            // Input columns 0, 2, .. land in the even half when `p1` is even.
+            let (first, second) = if e0 == 0 { (e, o) } else { (o, e) };
+            split_parity(src, first, second);
+        }
+        self.padded_rows(&halves, hp, we, wo, oh)
+    }
+
+    /// Stride 1 in both dims: the whole padded plane `xp` (rows `wp` wide) as one run
+    /// per tap, the columns past `ow` dropped at the end, in chunks of rows (a chunk's
+    /// sums are written once, then copied out row by row).
+    #[inline(always)]
+    fn stride_one(self, xp: &[T], wp: usize, oh: usize) {
+        let (g, ow) = (self.g, self.ow);
+        let [kh, kw] = g.kernel;
+        let [d0, d1] = g.dilation;
+        let rows_per = (2048 / wp).clamp(1, oh);
+        let mut acc = vec![T::ZERO; (rows_per - 1) * wp + ow];
+        let (mut stack, mut heap) = ([0; TAPS], Vec::new());
+        let offs = tap_slots(&mut stack, &mut heap, kh * kw);
+        for r0 in (0..oh).step_by(rows_per) {
+            let r1 = (r0 + rows_per).min(oh);
+            let a = &mut acc[..(r1 - 1 - r0) * wp + ow];
             for ki in 0..kh {
                 for kj in 0..kw {
-                    let (wv, off) = (self.w[ki * kw + kj], ki * d0 * wp + kj * d1);
-                    for (d, &v) in acc.iter_mut().zip(&xp[off..off + wide]) {
-                        *d = v.mul_add(wv, *d);
-                    }
+                    offs[ki * kw + kj] = (r0 + ki * d0) * wp + kj * d1;
                 }
             }
-            for (row, src) in self.out.chunks_exact_mut(ow).zip(acc.chunks(wp)) {
+            tap_sums(a, self.bias, self.w, xp, offs);
+            for (row, src) in self.out[r0 * ow..r1 * ow]
+                .chunks_exact_mut(ow)
+                .zip(a.chunks(wp))
+            {
                 row.copy_from_slice(&src[..ow]);
             }
-            return;
         }
-        // Row by row; for column stride 2 from the padded plane's even columns and its
-        // odd ones (each tap reads one of them contiguously).
+    }
+
+    /// Row by row from the padded plane (`halves[..]`, rows `we` wide, when the column
+    /// stride is 1), or from its even columns (the first `hp * we` elements of `halves`,
+    /// rows `we` wide) and its odd ones (the rest, rows `wo` wide) for column stride 2.
+    #[inline(always)]
+    fn padded_rows(self, halves: &[T], hp: usize, we: usize, wo: usize, oh: usize) {
+        let (g, ow) = (self.g, self.ow);
+        let [kh, kw] = g.kernel;
+        let [d0, d1] = g.dilation;
         let [s0, s1] = g.stride;
-        let (we, wo) = if s1 == 2 {
-            (wp.div_ceil(2), wp / 2)
-        } else {
-            (wp, 0)
-        };
-        let halves = if s1 == 2 {
-            let mut halves = vec![T::ZERO; hp * (we + wo)];
-            let (even, odd) = halves.split_at_mut(hp * we);
-            // By index: a one-column plane has no odd half to zip with.
-            for (r, src) in xp.chunks_exact(wp).enumerate() {
-                for (i, &v) in src.iter().enumerate() {
-                    if i % 2 == 0 {
-                        even[r * we + i / 2] = v;
-                    } else {
-                        odd[r * wo + i / 2] = v;
-                    }
-                }
-            }
-            halves
-        } else {
-            xp
-        };
-        let (even, odd) = halves.split_at(hp * we);
+        debug_assert_eq!(self.out.len(), oh * ow);
+        let (mut stack, mut heap) = ([0; TAPS], Vec::new());
+        let offs = tap_slots(&mut stack, &mut heap, kh * kw);
         for (oy, row) in self.out.chunks_exact_mut(ow).enumerate() {
-            row.fill(self.bias);
             for ki in 0..kh {
                 let r = oy * s0 + ki * d0;
                 for kj in 0..kw {
                     let c = kj * d1;
-                    let wv = self.w[ki * kw + kj];
-                    let src = if s1 == 1 {
-                        &even[r * we + c..][..ow]
+                    offs[ki * kw + kj] = if s1 == 1 {
+                        r * we + c
                     } else if c % 2 == 0 {
-                        &even[r * we + c / 2..][..ow]
+                        r * we + c / 2
                     } else {
-                        &odd[r * wo + c / 2..][..ow]
+                        hp * we + r * wo + c / 2
                     };
-                    for (d, &v) in row.iter_mut().zip(src) {
-                        *d = v.mul_add(wv, *d);
-                    }
                 }
+            }
+            tap_sums(row, self.bias, self.w, halves, offs);
+        }
+    }
+}
+
+/// `first[k] = src[2k]` and `second[k] = src[2k + 1]`, as many of each as both sides
+/// hold.
+#[inline(always)]
+fn split_parity<T: Float>(src: &[T], first: &mut [T], second: &mut [T]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if lanes::level() == Some(lanes::Level::Avx512)
+        && let (Some(s), Some(f), Some(g)) = (as_f32(src), as_f32_mut(first), as_f32_mut(second))
+    {
+        // SAFETY: AVX-512F is present (checked above).
+        done = unsafe { split_parity_avx512(s, f, g) };
+    }
+    for (d, &v) in first[done..]
+        .iter_mut()
+        .zip(src[2 * done..].iter().step_by(2))
+    {
+        *d = v;
+    }
+    if src.len() > 2 * done + 1 {
+        for (d, &v) in second[done..]
+            .iter_mut()
+            .zip(src[2 * done + 1..].iter().step_by(2))
+        {
+            *d = v;
+        }
+    }
+}
+
+/// [`split_parity`]'s whole blocks of 32 source floats (one shuffle per side per block);
+/// returns how many of each side it wrote (a multiple of 16).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn split_parity_avx512(src: &[f32], first: &mut [f32], second: &mut [f32]) -> usize {
+    use std::arch::x86_64::*;
+    let blocks = (src.len() / 32)
+        .min(first.len() / 16)
+        .min(second.len() / 16);
+    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for b in 0..blocks {
+        // SAFETY: block `b` reads `src[32b .. 32b + 32]` and writes `[16b .. 16b + 16]` of
+        // each side, all in bounds by the choice of `blocks`.
+        unsafe {
+            let lo = _mm512_loadu_ps(src.as_ptr().add(32 * b));
+            let hi = _mm512_loadu_ps(src.as_ptr().add(32 * b + 16));
+            _mm512_storeu_ps(
+                first.as_mut_ptr().add(16 * b),
+                _mm512_permutex2var_ps(lo, evens, hi),
+            );
+            _mm512_storeu_ps(
+                second.as_mut_ptr().add(16 * b),
+                _mm512_permutex2var_ps(lo, odds, hi),
+            );
+        }
+    }
+    16 * blocks
+}
+
+/// Kernels with up to this many taps keep their tap offsets on the stack.
+const TAPS: usize = 32;
+
+/// `taps` offset slots: in `stack` when they fit, else in `heap` (a plane's kernel loop
+/// then allocates nothing of its own besides its padded copy).
+fn tap_slots<'a>(
+    stack: &'a mut [usize; TAPS],
+    heap: &'a mut Vec<usize>,
+    taps: usize,
+) -> &'a mut [usize] {
+    if taps <= TAPS {
+        &mut stack[..taps]
+    } else {
+        heap.resize(taps, 0);
+        heap
+    }
+}
+
+/// `dst[i] = bias + Σ_t w[t] * plane[offs[t] + i]`, the taps in order (the same terms in
+/// the same order as one multiply-add pass per tap), a block of `dst` at a time held in
+/// registers across all the taps: one store per output instead of one per tap.
+#[inline(always)]
+fn tap_sums<T: Float>(dst: &mut [T], bias: T, w: &[T], plane: &[T], offs: &[usize]) {
+    #[cfg(target_arch = "x86_64")]
+    if lanes::level() == Some(lanes::Level::Avx512)
+        && let (Some(d), Some(w), Some(p), Some(b)) = (
+            as_f32_mut(dst),
+            as_f32(w),
+            as_f32(plane),
+            as_f32(std::slice::from_ref(&bias)),
+        )
+    {
+        assert!(
+            w.len() >= offs.len() && offs.iter().all(|&o| o + d.len() <= p.len()),
+            "depthwise tap_sums: a tap reads past the plane"
+        );
+        // SAFETY: AVX-512F is present (checked above); every tap's run of `d.len()`
+        // elements from its offset lies inside `p` (asserted above), and `w` holds a
+        // weight per tap.
+        unsafe { tap_sums_avx512(d, b[0], w, p, offs) };
+        return;
+    }
+    // Blocks of `B` sums (LLVM keeps them on the stack: one load and store per tap, but
+    // in L1).
+    const B: usize = 64;
+    let mut start = 0;
+    let mut blocks = dst.chunks_exact_mut(B);
+    for d in &mut blocks {
+        let mut a = [bias; B];
+        for (&wv, &o) in w.iter().zip(offs) {
+            let src: &[T; B] = plane[o + start..o + start + B]
+                .try_into()
+                .expect("a block of B elements");
+            for (s, &v) in a.iter_mut().zip(src) {
+                *s = v.mul_add(wv, *s);
+            }
+        }
+        d.copy_from_slice(&a);
+        start += B;
+    }
+    let rest = blocks.into_remainder();
+    if !rest.is_empty() {
+        rest.fill(bias);
+        let n = rest.len();
+        for (&wv, &o) in w.iter().zip(offs) {
+            for (d, &v) in rest.iter_mut().zip(&plane[o + start..o + start + n]) {
+                *d = v.mul_add(wv, *d);
+            }
+        }
+    }
+}
+
+/// [`tap_sums`] in f32 on AVX-512: blocks of eight registers of sums (128 outputs) held
+/// across all the taps, then one block of up to eight for the rest, its last register
+/// masked.
+///
+/// # Safety
+/// The CPU has AVX-512F; `offs[t] + dst.len() <= plane.len()` for every tap `t`, and
+/// `w.len() >= offs.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tap_sums_avx512(dst: &mut [f32], bias: f32, w: &[f32], plane: &[f32], offs: &[usize]) {
+    const V: usize = 16;
+    let n = dst.len();
+    let (d, p) = (dst.as_mut_ptr(), plane.as_ptr());
+    let mut i = 0;
+    // SAFETY (each block): its `NV * V` outputs from `i` (the last register masked to
+    // `n`) are inside `dst`, and each tap reads the same span from its offset, inside
+    // `plane` (the caller's promise).
+    while i + 8 * V <= n {
+        unsafe { tap_block_avx512::<8>(d.add(i), p.add(i), bias, w, offs, u16::MAX) };
+        i += 8 * V;
+    }
+    let rest = n - i;
+    if rest > 0 {
+        let tail = rest % V;
+        let mask = if tail == 0 {
+            u16::MAX
+        } else {
+            (1u16 << tail) - 1
+        };
+        let (d, p) = unsafe { (d.add(i), p.add(i)) };
+        macro_rules! by_count {
+            ($($nv:literal)*) => {
+                match rest.div_ceil(V) {
+                    $($nv => unsafe { tap_block_avx512::<$nv>(d, p, bias, w, offs, mask) },)*
+                    _ => unreachable!("fewer than eight registers are left"),
+                }
+            };
+        }
+        by_count!(1 2 3 4 5 6 7 8);
+    }
+}
+
+/// `NV` registers of sums at `d`, over all the taps (tap `t` reads from `p + offs[t]`);
+/// the last register is loaded and stored under `mask`.
+///
+/// # Safety
+/// As [`tap_sums_avx512`], for the `NV` registers from `d` and `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn tap_block_avx512<const NV: usize>(
+    d: *mut f32,
+    p: *const f32,
+    bias: f32,
+    w: &[f32],
+    offs: &[usize],
+    mask: u16,
+) {
+    use std::arch::x86_64::*;
+    const V: usize = 16;
+    let mut acc = [_mm512_set1_ps(bias); NV];
+    for (&o, &wv) in offs.iter().zip(w) {
+        let wv = _mm512_set1_ps(wv);
+        // SAFETY: as the caller promised.
+        unsafe {
+            let src = p.add(o);
+            for (j, a) in acc.iter_mut().enumerate() {
+                let v = if j + 1 < NV {
+                    _mm512_loadu_ps(src.add(j * V))
+                } else {
+                    _mm512_maskz_loadu_ps(mask, src.add(j * V))
+                };
+                *a = _mm512_fmadd_ps(v, wv, *a);
+            }
+        }
+    }
+    for (j, a) in acc.iter().enumerate() {
+        // SAFETY: as the caller promised.
+        unsafe {
+            if j + 1 < NV {
+                _mm512_storeu_ps(d.add(j * V), *a);
+            } else {
+                _mm512_mask_storeu_ps(d.add(j * V), mask, *a);
             }
         }
     }
@@ -949,6 +1197,45 @@ mod tests {
                     (dw[i] - want).abs() < 1e-9,
                     "{g:?}: dw[{i}] {} vs {want}",
                     dw[i]
+                );
+            }
+        }
+    }
+
+    /// Planes wide enough that the stride-1 forward runs in several chunks of rows (the
+    /// last one short), and column stride 2 from each parity of padding, against the
+    /// definition (f64) within f32 rounding.
+    #[test]
+    fn wide_planes_run_in_row_chunks() {
+        for (input, stride, padding, dilation) in [
+            ([23, 300], [1, 1], [1, 1], [1, 1]),
+            ([19, 500], [1, 1], [2, 3], [2, 1]),
+            ([9, 2100], [1, 1], [1, 1], [1, 1]),
+            ([17, 301], [2, 2], [1, 1], [1, 1]),
+            ([16, 302], [1, 2], [0, 2], [1, 2]),
+        ] {
+            let g = Conv2dGeometry {
+                n: 1,
+                c: 2,
+                input,
+                kernel: [3, 3],
+                stride,
+                padding,
+                dilation,
+            };
+            let x = values(g.c * input[0] * input[1], 1);
+            let w = values(g.c * 9, 2);
+            let (xf, wf): (Vec<f32>, Vec<f32>) = (
+                x.iter().map(|&v| v as f32).collect(),
+                w.iter().map(|&v| v as f32).collect(),
+            );
+            let y = depthwise_conv2d(&xf, &wf, None, &g, g.c);
+            let want = reference(&x, &w, &g, g.c);
+            assert_eq!(y.len(), want.len());
+            for (i, (&a, &r)) in y.iter().zip(&want).enumerate() {
+                assert!(
+                    (a as f64 - r).abs() < 1e-5 * (1.0 + r.abs()),
+                    "{g:?}: y[{i}] {a} vs {r}"
                 );
             }
         }
