@@ -254,12 +254,17 @@ mod blocks {
                 }
                 // SAFETY: the caller runs with `L`'s features.
                 let acc = unsafe { spill(acc) };
-                for (p, a) in acc.iter().enumerate() {
-                    let (y, xo) = ((q0c + p) / wp, (q0c + p) % wp);
+                // Pixel `q0c + p` of the wide layout, tracked without a division each.
+                let (mut y, mut xo) = (q0c / wp, q0c % wp);
+                for a in acc.iter() {
                     if xo < ow {
                         for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
                             out[(ob * OB + j) * plane + y * ow + xo] = v;
                         }
+                    }
+                    xo += 1;
+                    if xo == wp {
+                        (y, xo) = (y + 1, 0);
                     }
                 }
             }

@@ -191,13 +191,18 @@ mod blocks {
                                 // SAFETY: `s` holds `OB` floats.
                                 unsafe { a.store(s.as_mut_ptr()) };
                             }
-                            for (p, s) in sums.iter().enumerate() {
-                                let (y, xo) = ((q0 + p) / wp, (q0 + p) % wp);
+                            // Pixel `q0 + p`, tracked without a division each.
+                            let (mut y, mut xo) = (q0 / wp, q0 % wp);
+                            for s in sums.iter() {
                                 if xo < ow {
                                     let at = (r0 + y) * ow + xo;
                                     for (j, &v) in s.iter().enumerate() {
                                         out[(ob * OB + j) * plane + at].write(v);
                                     }
+                                }
+                                xo += 1;
+                                if xo == wp {
+                                    (y, xo) = (y + 1, 0);
                                 }
                             }
                         } else {
