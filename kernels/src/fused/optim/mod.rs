@@ -186,7 +186,10 @@ fn run_chunked<P: Send>(n: usize, pieces: Vec<P>, f: impl Fn(P) + Sync) {
 }
 
 /// One Adam/AdamW step in place: `param`, `exp_avg`, `exp_avg_sq` (and `max_exp_avg_sq`
-/// with AMSGrad) are updated from `grad`; all slices have the same length.
+/// with AMSGrad) are updated from `grad`; all slices have the same length. With `eps > 0`
+/// a moment that falls below the smallest normal value is stored as zero (arithmetic on
+/// subnormals is ~10x slower on x86): PyTorch keeps the subnormal, which no parameter can
+/// tell at f32 precision.
 ///
 /// ```
 /// use ferrograd_kernels::fused::optim::{adam_step, AdamStep};
@@ -365,7 +368,8 @@ fn adam_chunk<T: FloatElement, const L2: bool>(
 }
 
 /// One SGD step in place: `param` (and the momentum buffer `buf`, when momentum is not 0)
-/// from `grad`.
+/// from `grad`. A momentum that decays below the smallest normal value is stored as zero
+/// (arithmetic on subnormals is ~10x slower on x86).
 ///
 /// ```
 /// use ferrograd_kernels::fused::optim::{sgd_step, SgdStep};
