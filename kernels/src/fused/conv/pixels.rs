@@ -120,30 +120,24 @@ mod levels {
                         }
                     }
                 } else {
-                    // The block spans rows of the wide layout: its runs of real columns
-                    // (`(lane, output offset, length)`, the padding columns between rows
-                    // skipped), found once for all the channels.
-                    let mut runs = [(0usize, 0usize, 0usize); 64];
-                    let mut nruns = 0;
-                    let (mut p, mut yy, mut xx) = (0, y, x0);
-                    while p < px {
-                        let span = (wp - xx).min(px - p);
-                        if xx < ow {
-                            runs[nruns] = (p, yy * ow + xx, span.min(ow - xx));
-                            nruns += 1;
-                        }
-                        p += span;
-                        (yy, xx) = (yy + 1, 0);
-                    }
                     let mut buf = [0.0f32; 64];
                     for (j, row) in acc.iter().enumerate().take(nch) {
                         for (v, a) in row.iter().enumerate() {
                             // SAFETY: `buf` holds 64 >= V·LANES floats.
                             unsafe { a.store(buf.as_mut_ptr().add(v * L::LANES)) };
                         }
+                        // The block spans rows of the wide layout: copy its runs of
+                        // real columns, skipping the padding columns between rows.
                         let base = (cb * OCB + j) * plane;
-                        for &(from, at, len) in &runs[..nruns] {
-                            out[base + at..base + at + len].copy_from_slice(&buf[from..from + len]);
+                        let (mut p, mut yy, mut xx) = (0, y, x0);
+                        while p < px {
+                            let span = (wp - xx).min(px - p);
+                            if xx < ow {
+                                let (at, len) = (base + yy * ow + xx, span.min(ow - xx));
+                                out[at..at + len].copy_from_slice(&buf[p..p + len]);
+                            }
+                            p += span;
+                            (yy, xx) = (yy + 1, 0);
                         }
                     }
                 }
