@@ -234,18 +234,24 @@ pub fn adam_step<T: FloatElement>(
         },
     };
     let update = |p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], vmax: Option<&mut [T]>| {
-        let chunk = AdamChunk {
-            p,
-            g,
-            m,
-            v,
-            vmax,
-            k: &k,
-        };
         if l2 {
-            with_simd(AdamChunkL2::<_, true>(chunk))
+            with_simd(AdamChunk::<_, true> {
+                p,
+                g,
+                m,
+                v,
+                vmax,
+                k: &k,
+            })
         } else {
-            with_simd(AdamChunkL2::<_, false>(chunk))
+            with_simd(AdamChunk::<_, false> {
+                p,
+                g,
+                m,
+                v,
+                vmax,
+                k: &k,
+            })
         }
     };
     let chunks = n.div_ceil(CHUNK);
@@ -298,8 +304,9 @@ fn flush<A: crate::dtype::Real>(x: A, tiny: A) -> A {
     if Float::abs(x) < tiny { A::zero() } else { x }
 }
 
-/// One chunk of an Adam update, as a [`SimdKernel`] (compiled for AVX-512 / AVX2 too).
-struct AdamChunk<'a, T: FloatElement> {
+/// One chunk of an Adam update, with Adam's L2 term (`L2`) or without, as a
+/// [`SimdKernel`] (compiled for AVX-512 / AVX2 too).
+struct AdamChunk<'a, T: FloatElement, const L2: bool> {
     p: &'a mut [T],
     g: &'a [T],
     m: &'a mut [T],
@@ -308,15 +315,11 @@ struct AdamChunk<'a, T: FloatElement> {
     k: &'a AdamConsts<T::Acc>,
 }
 
-/// [`AdamChunk`] with Adam's L2 term (`true`) or without.
-struct AdamChunkL2<'a, T: FloatElement, const L2: bool>(AdamChunk<'a, T>);
-
-impl<T: FloatElement, const L2: bool> SimdKernel for AdamChunkL2<'_, T, L2> {
+impl<T: FloatElement, const L2: bool> SimdKernel for AdamChunk<'_, T, L2> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let c = self.0;
-        adam_chunk::<T, L2>(c.p, c.g, c.m, c.v, c.vmax, c.k)
+        adam_chunk::<T, L2>(self.p, self.g, self.m, self.v, self.vmax, self.k)
     }
 }
 
@@ -386,17 +389,11 @@ pub fn sgd_step<T: FloatElement>(param: &mut [T], grad: &[T], buf: Option<&mut [
         "sgd_step: parameter and gradient lengths differ"
     );
     let acc = |v: f64| <T::Acc as crate::Element>::from_f64(v);
-    let (lr, mom, damp, wd) = (
-        acc(h.lr),
-        acc(h.momentum),
-        acc(1.0 - h.dampening),
-        acc(h.weight_decay),
-    );
     let k = SgdConsts {
-        lr,
-        mom,
-        damp,
-        wd,
+        lr: acc(h.lr),
+        mom: acc(h.momentum),
+        damp: acc(1.0 - h.dampening),
+        wd: acc(h.weight_decay),
         h,
         tiny: <T::Acc as Float>::min_positive_value(),
     };
