@@ -213,33 +213,42 @@ def merge(into, part):
         into.setdefault(group, {}).update(entries)
 
 
+def section(title, header, rows):
+    """Prints one table: its title and header, then `rows`; nothing when it has none
+    (a run with `--only` that left the section's workloads out)."""
+    if rows:
+        print(f"\n{title}\n{header}")
+        print("\n".join(rows))
+
+
 def report(results, mine):
     """Prints the three tables of one round: `results` PyTorch's times, `mine` ours."""
-    print("\nOne epoch, batches sliced from a shuffled tensor; PyTorch's fastest optimizer implementation")
-    print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}  {'(optimizer)':<12}{'ratio':>6}")
-    for name, t in results.get("train_epoch", {}).items():
+    epochs = results.get("train_epoch", {})
+    rows = []
+    for name, t in epochs.items():
         ours_t = mine.get(f"train_epoch/{name}_slices")
-        if ours_t is None:
-            continue
-        impl, best = min(t["slices"].items(), key=lambda kv: kv[1])
-        print(f"{name:<20}{ours_t * 1e3:9.0f}ms{best * 1e3:9.0f}ms  {impl:<12}{best / ours_t:6.2f}")
+        if ours_t is not None:
+            impl, best = min(t["slices"].items(), key=lambda kv: kv[1])
+            rows.append(f"{name:<20}{ours_t * 1e3:9.0f}ms{best * 1e3:9.0f}ms  {impl:<12}{best / ours_t:6.2f}")
+    section("One epoch, batches sliced from a shuffled tensor; PyTorch's fastest optimizer implementation",
+            f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}  {'(optimizer)':<12}{'ratio':>6}", rows)
 
-    print("\nOne epoch through each framework's DataLoader (shuffled, batch 64)")
-    print(f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}{'ratio':>8}")
-    for name, t in results.get("train_epoch", {}).items():
+    rows = []
+    for name, t in epochs.items():
         ours_t = mine.get(f"train_epoch/{name}")
-        if ours_t is None:
-            continue
-        print(f"{name:<20}{ours_t * 1e3:9.0f}ms{t['loader'] * 1e3:9.0f}ms{t['loader'] / ours_t:8.2f}")
+        if ours_t is not None:
+            rows.append(f"{name:<20}{ours_t * 1e3:9.0f}ms{t['loader'] * 1e3:9.0f}ms{t['loader'] / ours_t:8.2f}")
+    section("One epoch through each framework's DataLoader (shuffled, batch 64)",
+            f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}{'ratio':>8}", rows)
 
-    print("\nOne training step (the transformer block: forward + backward)")
-    print(f"{'workload':<28}{'ferrograd':>11}  {'PyTorch variant':<32}{'PyTorch':>10}{'ratio':>7}")
+    rows = []
     for name, variants in results.get("train_step", {}).items():
         ours_t = mine.get(f"train_step/{name}")
-        if ours_t is None:
-            continue
-        for variant, t in sorted(variants.items(), key=lambda kv: kv[1]):
-            print(f"{name:<28}{ours_t * 1e3:9.2f}ms  {variant:<32}{t * 1e3:8.2f}ms{t / ours_t:7.2f}")
+        if ours_t is not None:
+            for variant, t in sorted(variants.items(), key=lambda kv: kv[1]):
+                rows.append(f"{name:<28}{ours_t * 1e3:9.2f}ms  {variant:<32}{t * 1e3:8.2f}ms{t / ours_t:7.2f}")
+    section("One training step (forward + backward)",
+            f"{'workload':<28}{'ferrograd':>11}  {'PyTorch variant':<32}{'PyTorch':>10}{'ratio':>7}", rows)
 
 
 parser = argparse.ArgumentParser()
