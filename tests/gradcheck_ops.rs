@@ -540,6 +540,18 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::linear(&x[0], &x[1], Some(&x[2])),
             vec![input(&[2, 3], 1), input(&[4, 3], 2), input(&[4], 3)],
         ),
+        // The fused linear node: batched rows from a transposed view, a transposed
+        // weight, and no bias.
+        case(
+            "linear_3d_views",
+            |x| F::linear(&x[0].transpose(0, 1), &x[1].t(), Some(&x[2])),
+            vec![input(&[3, 2, 5], 1), input(&[5, 4], 2), input(&[4], 3)],
+        ),
+        case(
+            "linear_no_bias",
+            |x| F::linear(&x[0], &x[1], None),
+            vec![input(&[2, 2, 3], 1), input(&[4, 3], 2)],
+        ),
         // order statistics, selection, products
         case("sort", |x| x[0].sort(1, true).0, vec![input(&[3, 5], 1)]),
         case("topk", |x| x[0].topk(2, 0, true).0, vec![input(&[4, 3], 1)]),

@@ -282,3 +282,51 @@ fn sequential_lines_up_with_pytorch_indices_for_new_modules() {
     let y = net.forward(&Tensor::randn(&[2, 3, 5, 5], DType::F32, cpu));
     assert_eq!(y.shape(), &[2, 4 * 12 * 12]);
 }
+
+/// The linear layer's fused node (one product with the bias added in place, one backward
+/// of three products) gives the values and gradients of the product-and-add it replaces,
+/// on a batch large enough that the bias pass runs on the pool; a shape mistake still
+/// names the product.
+#[test]
+fn fused_linear_equals_matmul_plus_bias() {
+    let mut rng = Generator::new(7);
+    let x =
+        Tensor::randn_with(&[6, 50, 96], DType::F32, &Device::Cpu, &mut rng).requires_grad(true);
+    let w = Tensor::randn_with(&[80, 96], DType::F32, &Device::Cpu, &mut rng).requires_grad(true);
+    let b = Tensor::randn_with(&[80], DType::F32, &Device::Cpu, &mut rng).requires_grad(true);
+    let fused = F::linear(&x, &w, Some(&b));
+    let plain = x.matmul(&w.t()).add(&b);
+    assert_eq!(fused.shape(), &[6, 50, 80]);
+    let close = |a: &Tensor, b: &Tensor, what: &str| {
+        let (a, b) = (a.to_vec::<f32>(), b.to_vec::<f32>());
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-4 * (1.0 + q.abs()),
+                "{what}[{i}]: {p} vs {q}"
+            );
+        }
+    };
+    close(&fused, &plain, "y");
+    let g = Tensor::randn_with(&[6, 50, 80], DType::F32, &Device::Cpu, &mut rng);
+    let grads = |y: &Tensor| {
+        let got =
+            ferrograd::autograd::grad(&[y], &[&x, &w, &b], Some(std::slice::from_ref(&g)), false);
+        got.into_iter()
+            .map(|t| t.expect("a gradient"))
+            .collect::<Vec<_>>()
+    };
+    for (what, (p, q)) in ["dx", "dw", "db"]
+        .iter()
+        .zip(grads(&fused).iter().zip(&grads(&plain)))
+    {
+        close(p, q, what);
+    }
+    let err = std::panic::catch_unwind(|| F::linear(&x, &w.narrow(1, 0, 95), None))
+        .expect_err("a contracted-dim mismatch panics");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("matmul") && msg.contains("50x96 and 95x80"),
+        "{msg}"
+    );
+}

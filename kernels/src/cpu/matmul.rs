@@ -468,6 +468,56 @@ pub fn matmul<T: NumElement>(
     out
 }
 
+/// `x @ w^T + bias` (a linear layer's forward) for `x` `[m, k]` and `w` `[n, k]` viewed
+/// through their layouts (any strides), `bias` `[n]` contiguous: the product of [`matmul`]
+/// with the bias added to each row in place while the row is in cache, so the output is
+/// written once and no broadcast add follows.
+///
+/// ```
+/// use ferrograd_kernels::{cpu::linear, Layout};
+/// let x = [1.0f32, 2.0]; // [[1, 2]]
+/// let w = [1.0f32, 1.0, 0.0, 1.0]; // [[1, 1], [0, 1]]
+/// let y = linear(&x, &Layout::contiguous(&[1, 2]), &w, &Layout::contiguous(&[2, 2]), Some(&[0.5, -1.0]));
+/// assert_eq!(y.to_vec(), vec![3.5, 1.0]);
+/// ```
+///
+/// # Panics
+/// When a layout is not 2-D, the contracted dims differ or the bias is not `[n]`.
+pub fn linear<T: NumElement>(
+    x: &[T],
+    x_layout: &Layout,
+    w: &[T],
+    w_layout: &Layout,
+    bias: Option<&[T]>,
+) -> HostBuffer<T> {
+    let (xs, ws) = (x_layout.shape(), w_layout.shape());
+    assert!(
+        xs.len() == 2 && ws.len() == 2 && xs[1] == ws[1] && bias.is_none_or(|b| b.len() == ws[0]),
+        "linear: expected x [m, k], weight [n, k] and bias [n], got {xs:?}, {ws:?} and {:?}",
+        bias.map(<[T]>::len)
+    );
+    let (m, n) = (xs[0], ws[0]);
+    let (xl, wl) = (x_layout.unsqueeze(0), w_layout.transpose(0, 1).unsqueeze(0));
+    let mut y = matmul(x, &xl, w, &wl);
+    if let Some(b) = bias
+        && n > 0
+    {
+        let rows_per_task = if m * n < super::PARALLEL_THRESHOLD {
+            m.max(1)
+        } else {
+            m.div_ceil(4 * super::num_threads()).max(1)
+        };
+        super::for_each_chunk_mut(&mut y, rows_per_task * n, |_, rows| {
+            for row in rows.chunks_exact_mut(n) {
+                for (v, b) in row.iter_mut().zip(b) {
+                    *v = *v + *b;
+                }
+            }
+        });
+    }
+    y
+}
+
 /// Views initialised memory as possibly-uninitialised (always sound).
 fn as_uninit<T>(x: &mut [T]) -> &mut [std::mem::MaybeUninit<T>] {
     // SAFETY: MaybeUninit<T> has T's layout, and writing initialised values through it

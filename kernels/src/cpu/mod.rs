@@ -21,7 +21,7 @@ pub use map::{
     unary_map,
 };
 pub(crate) use matmul::{GEMM_PARALLEL_FLOPS, gemm, gemm_into};
-pub use matmul::{MatmulShape, Parallelism, matmul};
+pub use matmul::{MatmulShape, Parallelism, linear, matmul};
 pub use packed::PackedRhs;
 pub(crate) use packed::{as_f32, as_f32_mut};
 #[cfg(test)]

@@ -273,6 +273,9 @@ fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Te
     if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
         return linear(&x, &w, b.as_ref());
     }
+    if let Some(y) = crate::nn::fused::linear(input, weight, bias) {
+        return y;
+    }
     let y = input.matmul(&weight.t());
     match bias {
         Some(b) => y.add(b),

@@ -13,6 +13,7 @@ mod cross_entropy;
 pub(crate) mod device;
 mod dropout;
 mod layer_norm;
+mod linear;
 mod lstm_cell;
 mod pool;
 
@@ -22,6 +23,7 @@ pub(crate) use conv::{applies as conv2d_applies, conv_transpose2d, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
 pub(crate) use layer_norm::layer_norm;
+pub(crate) use linear::linear;
 pub(crate) use lstm_cell::{GraphBackward, LstmStep, lstm_sequence, lstm_step, lstm_step_backward};
 pub(crate) use pool::pool2d;
 
