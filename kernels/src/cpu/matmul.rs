@@ -496,22 +496,12 @@ pub fn linear<T: NumElement>(
         "linear: expected x [m, k], weight [n, k] and bias [n], got {xs:?}, {ws:?} and {:?}",
         bias.map(<[T]>::len)
     );
-    let (m, n) = (xs[0], ws[0]);
     let (xl, wl) = (x_layout.unsqueeze(0), w_layout.transpose(0, 1).unsqueeze(0));
     let mut y = matmul(x, &xl, w, &wl);
-    if let Some(b) = bias
-        && n > 0
-    {
-        let rows_per_task = if m * n < super::PARALLEL_THRESHOLD {
-            m.max(1)
-        } else {
-            m.div_ceil(4 * super::num_threads()).max(1)
-        };
-        super::for_each_chunk_mut(&mut y, rows_per_task * n, |_, rows| {
-            for row in rows.chunks_exact_mut(n) {
-                for (v, b) in row.iter_mut().zip(b) {
-                    *v = *v + *b;
-                }
+    if let Some(b) = bias {
+        super::reduce::for_each_outer(&mut y, xs[0], ws[0], |_, row| {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v = *v + *b;
             }
         });
     }

@@ -9,7 +9,7 @@
 use crate::Tensor;
 use crate::autograd::{SavedTensor, record};
 use ferrograd_kernels::cpu::CpuStorage;
-use ferrograd_kernels::{Dims, Element, with_float_dtype};
+use ferrograd_kernels::{Dims, Element, Layout, with_float_dtype};
 
 /// `input @ weight^T + bias` for `input` `[*, k]`, `weight` `[n, k]` and `bias` `[n]`, all
 /// float tensors of one dtype on the host; `None` (having done nothing) for anything else,
@@ -35,14 +35,11 @@ pub(crate) fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> 
     if k == 0 || m == 0 || n == 0 {
         return None;
     }
-    let x = match input.layout().reshape(&[m, k]) {
-        Some(_) => input.detach(),
-        None => input.detach().contiguous(),
+    // Rows as they lie when the leading dims merge into one stride, else a copy.
+    let (x, x_layout) = match input.layout().reshape(&[m, k]) {
+        Some(l) => (input.detach(), l),
+        None => (input.detach().contiguous(), Layout::contiguous(&[m, k])),
     };
-    let x_layout = x
-        .layout()
-        .reshape(&[m, k])
-        .expect("contiguous rows reshape");
     let b = bias.map(|b| b.detach().contiguous());
     let op = "linear";
     let y = x.with_cpu(op, |xs, _| {
