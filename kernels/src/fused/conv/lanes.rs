@@ -43,21 +43,24 @@ pub(super) fn level() -> Option<Level> {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::{Lanes, Vector, Ymm, Ymm2, Zmm};
+pub(super) use x86::{Lanes, Vector, Ymm, Ymm2, Zmm, Zmm2};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
 
-    /// The operations the kernels need on `direct::OB` (16) floats. Every method is
-    /// `#[inline(always)]`, so it compiles into the `#[target_feature]` entry point that
-    /// calls it (where the intrinsics' features are enabled).
+    /// The operations the kernels need on `WIDTH` floats (`direct::OB`, 16, except the
+    /// wide kernel's [`Zmm2`]). Every method is `#[inline(always)]`, so it compiles into
+    /// the `#[target_feature]` entry point that calls it (where the intrinsics' features
+    /// are enabled).
     pub(in crate::fused::conv) trait Lanes: Copy {
         /// Pixels (or reduction rows) per register block: as many accumulators as leave
         /// registers for the weights and a broadcast.
         const PX: usize;
+        /// Floats per value: the output channels of a register block.
+        const WIDTH: usize = 16;
         /// # Safety
-        /// `p` points to 16 readable floats; the CPU has the type's features.
+        /// `p` points to `WIDTH` readable floats; the CPU has the type's features.
         unsafe fn load(p: *const f32) -> Self;
         /// # Safety
         /// The CPU has the type's features.
@@ -67,8 +70,45 @@ mod x86 {
         /// The CPU has the type's features.
         unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
         /// # Safety
-        /// `p` points to 16 writable floats; the CPU has the type's features.
+        /// `p` points to `WIDTH` writable floats; the CPU has the type's features.
         unsafe fn store(self, p: *mut f32);
+    }
+
+    /// AVX-512F, 32 output channels by twelve pixels (24 accumulators of 32 registers):
+    /// each broadcast input feeds two FMAs, so a block issues half a load per FMA where
+    /// [`Zmm`]'s sixteen channels need one (the load ports, not the two FMA ports, bound
+    /// it).
+    #[derive(Clone, Copy)]
+    pub(in crate::fused::conv) struct Zmm2(__m512, __m512);
+
+    impl Lanes for Zmm2 {
+        const PX: usize = 12;
+        const WIDTH: usize = 32;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            unsafe { Zmm2(_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            let v = unsafe { _mm512_set1_ps(v) };
+            Zmm2(v, v)
+        }
+        #[inline(always)]
+        unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+            unsafe {
+                Zmm2(
+                    _mm512_fmadd_ps(a.0, b.0, c.0),
+                    _mm512_fmadd_ps(a.1, b.1, c.1),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe {
+                _mm512_storeu_ps(p, self.0);
+                _mm512_storeu_ps(p.add(16), self.1);
+            }
+        }
     }
 
     /// AVX-512F: eight pixels per block (8 accumulators of 32 registers).

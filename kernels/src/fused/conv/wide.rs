@@ -23,8 +23,11 @@ use crate::cpu::{Conv2dGeometry, HostBuffer, for_each_chunk_mut, num_threads};
 use crate::{DType, Element};
 use std::mem::MaybeUninit;
 
-/// Output channels per register block (one AVX-512 vector of f32, two AVX2 vectors).
+/// Output channels per register block (one AVX-512 vector of f32, two AVX2 vectors); the
+/// AVX-512 kernel takes two blocks at once ([`WIDE_OB`]) where the channels allow.
 const OB: usize = 16;
+/// Output channels per AVX-512 register block when they are a multiple of it.
+const WIDE_OB: usize = 32;
 /// Input channels per cache block: their `CB · kh · kw` weight vectors (9 KiB for 3×3)
 /// stay in L1 across a tile's pixel blocks.
 const CB: usize = 16;
@@ -64,6 +67,8 @@ struct Plan<'a> {
     rows: usize,
     /// Each tap's offset within a padded tile channel.
     taps: Vec<usize>,
+    /// Output channels per register block: the weights are packed in blocks this wide.
+    ob: usize,
     wpk: &'a [f32],
     bias: Option<&'a [f32]>,
 }
@@ -89,15 +94,15 @@ impl Plan<'_> {
 #[cfg(target_arch = "x86_64")]
 mod blocks {
     use super::super::lanes::Lanes;
-    use super::{CB, OB, Plan};
+    use super::{CB, Plan, WIDE_OB};
     use std::mem::MaybeUninit;
 
     /// One input channel's taps added to `acc`: `x` the channel from the block's first
     /// pixel, `w` its `taps.len()` packed weight vectors.
     ///
     /// # Safety
-    /// The CPU has `L`'s features; `w` holds `taps.len() · OB` floats and `x` at least
-    /// `tap + PX` from each tap offset.
+    /// The CPU has `L`'s features; `w` holds `taps.len() · L::WIDTH` floats and `x` at
+    /// least `tap + PX` from each tap offset.
     #[inline(always)]
     unsafe fn channel<L: Lanes, const PX: usize, Taps: AsRef<[usize]> + ?Sized>(
         acc: &mut [L; PX],
@@ -108,7 +113,7 @@ mod blocks {
         for (t, &tap) in taps.as_ref().iter().enumerate() {
             // SAFETY: the caller's contract.
             unsafe {
-                let wv = L::load(w.add(t * OB));
+                let wv = L::load(w.add(t * L::WIDTH));
                 let src = x.add(tap);
                 for (i, a) in acc.iter_mut().enumerate() {
                     *a = L::fma(wv, L::splat(*src.add(i)), *a);
@@ -121,7 +126,8 @@ mod blocks {
     /// element of which is written (the pixel blocks cover every output pixel).
     ///
     /// # Safety
-    /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry.
+    /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry;
+    /// `plan.ob == L::WIDTH`.
     #[inline(always)]
     pub(super) unsafe fn sample<L: Lanes, const PX: usize>(
         plan: &Plan,
@@ -129,6 +135,12 @@ mod blocks {
         out: &mut [MaybeUninit<f32>],
     ) {
         let g = plan.g;
+        let ob_w = L::WIDTH;
+        assert!(
+            plan.ob == ob_w && ob_w <= WIDE_OB,
+            "wide conv2d: weights packed in blocks of {} for a kernel of {ob_w} channels",
+            plan.ob
+        );
         let (oh, ow, wp) = (plan.oh, plan.ow, plan.wp);
         let plane = oh * ow;
         let ntaps = plan.taps.len();
@@ -136,7 +148,7 @@ mod blocks {
         let th_max = plan.tile_in_rows(plan.rows);
         let mut tile = crate::cpu::HostBuffer::<f32>::zeroed(g.c * th_max * wp);
         let starts_max = super::block_starts(plan.rows, ow, wp, PX).len();
-        let mut slots = crate::cpu::HostBuffer::<f32>::zeroed(starts_max * PX * OB);
+        let mut slots = crate::cpu::HostBuffer::<f32>::zeroed(starts_max * PX * ob_w);
         // 3×3 kernels get the tap loop unrolled (their offsets in registers).
         let taps9: Option<[usize; 9]> = plan.taps.as_slice().try_into().ok();
         for r0 in (0..oh).step_by(plan.rows) {
@@ -149,15 +161,16 @@ mod blocks {
             assert!(
                 plan.taps.last().copied().unwrap_or(0) + last_q < chan
                     && tile.len() >= g.c * chan
-                    && slots.len() >= starts.len() * PX * OB,
+                    && slots.len() >= starts.len() * PX * ob_w,
                 "wide conv2d: a window leaves the tile ({g:?})"
             );
-            for ob in 0..plan.o / OB {
-                let wob = &plan.wpk[ob * k * OB..(ob + 1) * k * OB];
-                // SAFETY: the caller runs with `L`'s features; `OB` floats from `ob * OB`.
+            for ob in 0..plan.o / ob_w {
+                let wob = &plan.wpk[ob * k * ob_w..(ob + 1) * k * ob_w];
+                // SAFETY: the caller runs with `L`'s features; `ob_w` floats from
+                // `ob * ob_w`.
                 let init = unsafe {
                     match plan.bias {
-                        Some(b) => L::load(b[ob * OB..ob * OB + OB].as_ptr()),
+                        Some(b) => L::load(b[ob * ob_w..(ob + 1) * ob_w].as_ptr()),
                         None => L::splat(0.0),
                     }
                 };
@@ -165,18 +178,18 @@ mod blocks {
                     let c1 = (c0 + CB).min(g.c);
                     let (first, last) = (c0 == 0, c1 == g.c);
                     for (b, &q0) in starts.iter().enumerate() {
-                        let slot = &mut slots[b * PX * OB..(b + 1) * PX * OB];
+                        let slot = &mut slots[b * PX * ob_w..(b + 1) * PX * ob_w];
                         let mut acc = [init; PX];
                         if !first {
                             for (p, a) in acc.iter_mut().enumerate() {
-                                // SAFETY: slot `b` holds `PX · OB` floats.
-                                *a = unsafe { L::load(slot.as_ptr().add(p * OB)) };
+                                // SAFETY: slot `b` holds `PX · ob_w` floats.
+                                *a = unsafe { L::load(slot.as_ptr().add(p * ob_w)) };
                             }
                         }
                         for c in c0..c1 {
                             let xc = tile[c * chan..(c + 1) * chan].as_ptr();
-                            let wc = wob[c * ntaps * OB..(c + 1) * ntaps * OB].as_ptr();
-                            // SAFETY: `wc` holds `ntaps · OB` floats; `tap + q0 + PX - 1 <=
+                            let wc = wob[c * ntaps * ob_w..(c + 1) * ntaps * ob_w].as_ptr();
+                            // SAFETY: `wc` holds `ntaps · ob_w` floats; `tap + q0 + PX - 1 <=
                             // tap + last_q < chan` (asserted), inside channel `c`.
                             unsafe {
                                 match taps9 {
@@ -186,9 +199,9 @@ mod blocks {
                             }
                         }
                         if last {
-                            let mut sums = [[0.0f32; OB]; PX];
+                            let mut sums = [[0.0f32; WIDE_OB]; PX];
                             for (s, a) in sums.iter_mut().zip(acc) {
-                                // SAFETY: `s` holds `OB` floats.
+                                // SAFETY: `s` holds `WIDE_OB >= ob_w` floats.
                                 unsafe { a.store(s.as_mut_ptr()) };
                             }
                             // Pixel `q0 + p`, tracked without a division each.
@@ -196,8 +209,8 @@ mod blocks {
                             for s in sums.iter() {
                                 if xo < ow {
                                     let at = (r0 + y) * ow + xo;
-                                    for (j, &v) in s.iter().enumerate() {
-                                        out[(ob * OB + j) * plane + at].write(v);
+                                    for (j, &v) in s[..ob_w].iter().enumerate() {
+                                        out[(ob * ob_w + j) * plane + at].write(v);
                                     }
                                 }
                                 xo += 1;
@@ -207,8 +220,8 @@ mod blocks {
                             }
                         } else {
                             for (p, a) in acc.iter().enumerate() {
-                                // SAFETY: slot `b` holds `PX · OB` floats.
-                                unsafe { a.store(slot.as_mut_ptr().add(p * OB)) };
+                                // SAFETY: slot `b` holds `PX · ob_w` floats.
+                                unsafe { a.store(slot.as_mut_ptr().add(p * ob_w)) };
                             }
                         }
                     }
@@ -220,14 +233,21 @@ mod blocks {
 
 #[cfg(target_arch = "x86_64")]
 mod levels {
-    use super::super::lanes::{Lanes, Ymm2, Zmm};
-    use super::{Level, Plan, blocks};
+    use super::super::lanes::{Lanes, Ymm2, Zmm, Zmm2};
+    use super::{Level, Plan, WIDE_OB, blocks};
     use std::mem::MaybeUninit;
 
     #[target_feature(enable = "avx512f")]
     unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>]) {
-        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
-        unsafe { blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out) }
+        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract (the
+        // weights' block width picks the kernel).
+        unsafe {
+            if plan.ob == WIDE_OB {
+                blocks::sample::<Zmm2, { Zmm2::PX }>(plan, x, out)
+            } else {
+                blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out)
+            }
+        }
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -274,7 +294,13 @@ pub fn conv2d_wide<T: Float>(
     let k = g.c * g.kernel[0] * g.kernel[1];
     let wp = g.input[1] + 2 * g.padding[1];
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
-    let wpk = pack_weight_blocks(w, out_channels, k, OB);
+    // AVX-512 takes 32 channels per block where they come in 32s.
+    let ob = if level == Level::Avx512 && out_channels.is_multiple_of(WIDE_OB) {
+        WIDE_OB
+    } else {
+        OB
+    };
+    let wpk = pack_weight_blocks(w, out_channels, k, ob);
     let plan = Plan {
         g,
         o: out_channels,
@@ -283,6 +309,7 @@ pub fn conv2d_wide<T: Float>(
         wp,
         rows: (TILE_PX / ow).clamp(1, oh),
         taps: tap_offsets(g, wp),
+        ob,
         wpk: &wpk,
         bias,
     };
