@@ -140,6 +140,14 @@ fn lane_dot_sums<T: Float>(g: &[T], x: &[T]) -> (f64, f64) {
         // SAFETY: AVX-512F was detected just above; the planes have the same length.
         return unsafe { dot_sums_avx512(g32, x32) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(g32), Some(x32)) = (crate::cpu::as_f32(g), crate::cpu::as_f32(x))
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        // SAFETY: AVX2 and FMA were detected just above; the planes have the same length.
+        return unsafe { dot_sums_avx2(g32, x32) };
+    }
     let (mut sa, mut sb) = ([0.0f64; LANES], [0.0f64; LANES]);
     let ((gc, gt), (xc, xt)) = (g.as_chunks::<LANES>(), x.as_chunks::<LANES>());
     for (gv, xv) in gc.iter().zip(xc) {
@@ -159,7 +167,7 @@ fn lane_dot_sums<T: Float>(g: &[T], x: &[T]) -> (f64, f64) {
 }
 
 /// [`lane_dot_sums`] of f32 planes with AVX-512: 16 floats a step widened to two vectors
-/// of f64, four f64 accumulators.
+/// of f64, four f64 accumulators (and [`dot_sums_avx2`] 8 floats a step).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `x` is at least as long as `g`.
@@ -201,6 +209,56 @@ unsafe fn dot_sums_avx512(g: &[f32], x: &[f32]) -> (f64, f64) {
         _mm512_reduce_add_pd(_mm512_add_pd(a0, a1)),
         _mm512_reduce_add_pd(_mm512_add_pd(b0, b1)),
     );
+    for (&gv, &xv) in g[n..].iter().zip(&x[n..]) {
+        sa += gv as f64;
+        sb += gv as f64 * xv as f64;
+    }
+    (sa, sb)
+}
+
+/// [`dot_sums_avx512`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `x` is at least as long as `g`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_sums_avx2(g: &[f32], x: &[f32]) -> (f64, f64) {
+    use std::arch::x86_64::*;
+    let n = g.len() / 8 * 8;
+    let (mut a0, mut a1, mut b0, mut b1) = (
+        _mm256_setzero_pd(),
+        _mm256_setzero_pd(),
+        _mm256_setzero_pd(),
+        _mm256_setzero_pd(),
+    );
+    for i in (0..n).step_by(8) {
+        // SAFETY: `i + 8 <= n <= g.len() <= x.len()`.
+        unsafe {
+            let (gv, xv) = (
+                _mm256_loadu_ps(g.as_ptr().add(i)),
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+            );
+            let (glo, ghi) = (
+                _mm256_cvtps_pd(_mm256_castps256_ps128(gv)),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(gv)),
+            );
+            let (xlo, xhi) = (
+                _mm256_cvtps_pd(_mm256_castps256_ps128(xv)),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(xv)),
+            );
+            a0 = _mm256_add_pd(a0, glo);
+            a1 = _mm256_add_pd(a1, ghi);
+            b0 = _mm256_fmadd_pd(glo, xlo, b0);
+            b1 = _mm256_fmadd_pd(ghi, xhi, b1);
+        }
+    }
+    let mut lanes = [[0.0f64; 4]; 2];
+    // SAFETY: each row holds 4 doubles.
+    unsafe {
+        _mm256_storeu_pd(lanes[0].as_mut_ptr(), _mm256_add_pd(a0, a1));
+        _mm256_storeu_pd(lanes[1].as_mut_ptr(), _mm256_add_pd(b0, b1));
+    }
+    let (mut sa, mut sb) = (lanes[0].iter().sum::<f64>(), lanes[1].iter().sum::<f64>());
     for (&gv, &xv) in g[n..].iter().zip(&x[n..]) {
         sa += gv as f64;
         sb += gv as f64 * xv as f64;
@@ -463,6 +521,46 @@ mod tests {
         let v = x.iter().map(|&a| (a as f64 - m).powi(2)).sum::<f64>() / x.len() as f64;
         assert!((mean[0] - m).abs() < 1e-9 * m, "mean {} vs {m}", mean[0]);
         assert!((var[0] - v).abs() < 1e-9 * v, "var {} vs {v}", var[0]);
+    }
+
+    /// Every vector path this CPU has, against the definition, over tails of every length.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn each_isa_dot_sums_match_the_definition() {
+        let g: Vec<f32> = (0..1037).map(|i| ((i as f32) * 0.377).cos()).collect();
+        let x: Vec<f32> = (0..1037)
+            .map(|i| 3.0 + ((i as f32) * 0.618).sin())
+            .collect();
+        for len in (0..40).chain([1000, 1037]) {
+            let (g, x) = (&g[..len], &x[..len]);
+            let want_g: f64 = g.iter().map(|&v| v as f64).sum();
+            let want_gx: f64 = g.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let mut got = vec![];
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: detected; same lengths.
+                got.push(("avx512", unsafe { dot_sums_avx512(g, x) }));
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: detected; same lengths.
+                got.push(("avx2", unsafe { dot_sums_avx2(g, x) }));
+            }
+            if got.is_empty() {
+                eprintln!("skipped: no AVX2 or AVX-512 on this CPU");
+                return;
+            }
+            for (isa, (sg, sgx)) in got {
+                assert!(
+                    (sg - want_g).abs() <= 1e-12 * (1.0 + want_g.abs()),
+                    "{isa} len {len}: {sg} vs {want_g}"
+                );
+                assert!(
+                    (sgx - want_gx).abs() <= 1e-12 * (1.0 + want_gx.abs()),
+                    "{isa} len {len}: {sgx} vs {want_gx}"
+                );
+            }
+        }
     }
 
     #[test]
