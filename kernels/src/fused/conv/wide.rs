@@ -40,8 +40,8 @@ const MIN_PLANE: usize = 24 * 24;
 
 /// Whether the wide direct kernel serves a convolution: f32 on a CPU with AVX-512 or
 /// AVX2 + FMA, one group, unit strides, a multiple of 16 output channels (at least 32),
-/// at least 16 input channels, output planes of at least 24×24, and at least one sample
-/// per thread (samples are its only parallelism).
+/// at least 16 input channels, output planes of at least 24×24, and a task for every
+/// thread ([`tasks`]: samples, split by output-channel blocks below one per thread).
 pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     let plane = g.output().map_or(0, |[oh, ow]| oh * ow);
     T::DTYPE == DType::F32
@@ -52,8 +52,28 @@ pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, group
         && g.c >= CB
         && plane >= MIN_PLANE
         && g.output().is_some_and(|[_, ow]| ow >= 8)
-        && g.n >= num_threads()
-        && level().is_some()
+        && level().is_some_and(|l| {
+            g.n * tasks(g.n, out_channels / block_width(l, out_channels)) >= num_threads()
+        })
+}
+
+/// Output channels per register block on `level` for `out_channels` channels.
+fn block_width(level: Level, out_channels: usize) -> usize {
+    if level == Level::Avx512 && out_channels.is_multiple_of(WIDE_OB) {
+        WIDE_OB
+    } else {
+        OB
+    }
+}
+
+/// Tasks per sample: one, or with fewer samples than threads (serving at batch 1) as many
+/// as give every thread one, each a share of the output-channel blocks (`blocks` of them)
+/// that divides them evenly. Each task copies the sample's input tile for itself.
+fn tasks(n: usize, blocks: usize) -> usize {
+    let want = num_threads().div_ceil(n.max(1));
+    (want..=blocks)
+        .find(|t| blocks.is_multiple_of(*t))
+        .unwrap_or(1)
 }
 
 /// What every tile of every sample shares.
@@ -122,17 +142,19 @@ mod blocks {
         }
     }
 
-    /// One sample: `x` its input `[C, h, w]`, `out` its output `[O, oh, ow]`, every
-    /// element of which is written (the pixel blocks cover every output pixel).
+    /// One sample's output-channel blocks `obs`: `x` its input `[C, h, w]`, `out` those
+    /// channels of its output (`[obs.len() · L::WIDTH, oh, ow]`), every element of which
+    /// is written (the pixel blocks cover every output pixel).
     ///
     /// # Safety
-    /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry;
-    /// `plan.ob == L::WIDTH`.
+    /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry
+    /// (`out` the channels of `obs`); `plan.ob == L::WIDTH`.
     #[inline(always)]
     pub(super) unsafe fn sample<L: Lanes, const PX: usize>(
         plan: &Plan,
         x: &[f32],
         out: &mut [MaybeUninit<f32>],
+        obs: std::ops::Range<usize>,
     ) {
         let g = plan.g;
         let ob_w = L::WIDTH;
@@ -164,7 +186,12 @@ mod blocks {
                     && slots.len() >= starts.len() * PX * ob_w,
                 "wide conv2d: a window leaves the tile ({g:?})"
             );
-            for ob in 0..plan.o / ob_w {
+            assert!(
+                obs.end <= plan.o / ob_w && out.len() >= obs.len() * ob_w * plane,
+                "wide conv2d: output blocks {obs:?} of {} channels",
+                plan.o
+            );
+            for ob in obs.clone() {
                 let wob = &plan.wpk[ob * k * ob_w..(ob + 1) * k * ob_w];
                 // SAFETY: the caller runs with `L`'s features; `ob_w` floats from
                 // `ob * ob_w`.
@@ -209,8 +236,9 @@ mod blocks {
                             for s in sums.iter() {
                                 if xo < ow {
                                     let at = (r0 + y) * ow + xo;
+                                    let first = (ob - obs.start) * ob_w;
                                     for (j, &v) in s[..ob_w].iter().enumerate() {
-                                        out[(ob * ob_w + j) * plane + at].write(v);
+                                        out[(first + j) * plane + at].write(v);
                                     }
                                 }
                                 xo += 1;
@@ -237,23 +265,25 @@ mod levels {
     use super::{Level, Plan, WIDE_OB, blocks};
     use std::mem::MaybeUninit;
 
+    type Obs = std::ops::Range<usize>;
+
     #[target_feature(enable = "avx512f")]
-    unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>]) {
+    unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>], obs: Obs) {
         // SAFETY: AVX-512F is enabled here; the rest is the caller's contract (the
         // weights' block width picks the kernel).
         unsafe {
             if plan.ob == WIDE_OB {
-                blocks::sample::<Zmm2, { Zmm2::PX }>(plan, x, out)
+                blocks::sample::<Zmm2, { Zmm2::PX }>(plan, x, out, obs)
             } else {
-                blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out)
+                blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out, obs)
             }
         }
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn sample_avx2(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>]) {
+    unsafe fn sample_avx2(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>], obs: Obs) {
         // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
-        unsafe { blocks::sample::<Ymm2, { Ymm2::PX }>(plan, x, out) }
+        unsafe { blocks::sample::<Ymm2, { Ymm2::PX }>(plan, x, out, obs) }
     }
 
     /// # Safety
@@ -263,12 +293,13 @@ mod levels {
         plan: &Plan,
         x: &[f32],
         out: &mut [MaybeUninit<f32>],
+        obs: Obs,
     ) {
         // SAFETY: the caller checked the level's features.
         unsafe {
             match level {
-                Level::Avx512 => sample_avx512(plan, x, out),
-                Level::Avx2 => sample_avx2(plan, x, out),
+                Level::Avx512 => sample_avx512(plan, x, out, obs),
+                Level::Avx2 => sample_avx2(plan, x, out, obs),
             }
         }
     }
@@ -295,11 +326,7 @@ pub fn conv2d_wide<T: Float>(
     let wp = g.input[1] + 2 * g.padding[1];
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
     // AVX-512 takes 32 channels per block where they come in 32s.
-    let ob = if level == Level::Avx512 && out_channels.is_multiple_of(WIDE_OB) {
-        WIDE_OB
-    } else {
-        OB
-    };
+    let ob = block_width(level, out_channels);
     let wpk = pack_weight_blocks(w, out_channels, k, ob);
     let plan = Plan {
         g,
@@ -315,25 +342,39 @@ pub fn conv2d_wide<T: Float>(
     };
     let plane = oh * ow;
     let in_len = g.c * g.input[0] * g.input[1];
+    let blocks = out_channels / ob;
+    let per_sample = tasks(g.n, blocks);
+    let task_blocks = blocks / per_sample;
     let mut out = HostBuffer::<T>::new_uninit(g.n * out_channels * plane);
-    let sample = |n: usize, dst: &mut [MaybeUninit<T>]| {
+    // Task `t`: sample `t / per_sample`, its output-channel blocks `task_blocks` at a time
+    // (a contiguous run of its output, since a sample is laid out channel by channel).
+    let task = |t: usize, dst: &mut [MaybeUninit<T>]| {
+        let (n, first) = (t / per_sample, t % per_sample * task_blocks);
         // SAFETY: `T::DTYPE == F32` (checked by `applies`) means `T` is `f32`.
         let dst = unsafe {
             std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut MaybeUninit<f32>, dst.len())
         };
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `level` is this CPU's; `x`'s sample and `dst` have the plan's geometry.
+        // SAFETY: `level` is this CPU's; `x`'s sample has the plan's geometry and `dst`
+        // holds the output of its blocks `first..first + task_blocks`.
         unsafe {
-            levels::sample(level, &plan, &x[n * in_len..(n + 1) * in_len], dst)
+            levels::sample(
+                level,
+                &plan,
+                &x[n * in_len..(n + 1) * in_len],
+                dst,
+                first..first + task_blocks,
+            )
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (dst, &plan, level, n, in_len);
+        let _ = (dst, &plan, level, n, first, in_len);
     };
+    let chunk = task_blocks * ob * plane;
     if num_threads() > 1 {
-        for_each_chunk_mut(&mut out, out_channels * plane, sample);
+        for_each_chunk_mut(&mut out, chunk, task);
     } else {
-        for (n, dst) in out.chunks_mut(out_channels * plane).enumerate() {
-            sample(n, dst);
+        for (t, dst) in out.chunks_mut(chunk).enumerate() {
+            task(t, dst);
         }
     }
     // SAFETY: `blocks::sample` wrote every element of each sample's output.
@@ -417,7 +458,6 @@ mod tests {
             eprintln!("skipped: no AVX-512 or AVX2 + FMA on this CPU");
             return;
         }
-        let n = num_threads().max(2);
         let cases = [
             // (c, o, input, kernel, padding, dilation)
             (16, 32, [24, 24], [3, 3], [1, 1], [1, 1]),
@@ -426,7 +466,13 @@ mod tests {
             (17, 32, [26, 40], [5, 3], [2, 1], [1, 1]),
             (32, 64, [60, 30], [1, 1], [0, 0], [1, 1]),
         ];
-        for (c, o, input, kernel, padding, dilation) in cases {
+        // A batch of one sample per thread, and one sample (serving), whose output
+        // channel blocks the threads share where they divide.
+        let mut served_one = false;
+        for (n, (c, o, input, kernel, padding, dilation)) in [1, num_threads().max(2)]
+            .into_iter()
+            .flat_map(|n| cases.map(|case| (n, case)))
+        {
             let g = Conv2dGeometry {
                 n,
                 c,
@@ -436,6 +482,10 @@ mod tests {
                 padding,
                 dilation,
             };
+            if n == 1 && !applies::<f32>(&g, o, 1) {
+                continue;
+            }
+            served_one |= n == 1;
             assert!(
                 applies::<f32>(&g, o, 1),
                 "{g:?} should take the wide kernel"
@@ -467,6 +517,7 @@ mod tests {
                 }
             }
         }
+        assert!(served_one, "no one-sample case took the wide kernel");
     }
 
     fn got_len(g: &Conv2dGeometry, o: usize) -> usize {
