@@ -1,7 +1,7 @@
 //! The backward pass: a topological walk over the recorded graph, iterative so that a
 //! chain of a million ops needs no deep stack.
 
-use super::{AutogradMeta, BackwardCtx, Edge, LeafSlot, Node, set_grad_enabled};
+use super::{AutogradMeta, BackwardCtx, Edge, LeafSlot, Node, SliceGrad, set_grad_enabled};
 use crate::Tensor;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -30,15 +30,55 @@ fn add_grad(slot: &mut Option<Tensor>, g: Tensor) {
     });
 }
 
+/// Adds a slice's gradient to the gradient gathered so far: into the slice of the old
+/// one where [`add_grad`] could add in place (on the CPU, whose in-place kernels take any
+/// strides), else as a full-size tensor.
+fn add_slice_grad(slot: &mut Option<Tensor>, g: SliceGrad) {
+    match slot.take() {
+        Some(old)
+            if old.device() == crate::Device::Cpu
+                && writable(&old, &g.grad)
+                && old.shape() == &g.input_shape[..] =>
+        {
+            g.add_into(&old, false);
+            *slot = Some(old);
+        }
+        other => {
+            *slot = other;
+            add_grad(slot, g.materialize());
+        }
+    }
+}
+
 fn accumulates_in_place(old: &Tensor, g: &Tensor) -> bool {
+    writable(old, g) && old.shape() == g.shape()
+}
+
+/// Whether a gradient gathered so far may take `g` (or a slice of it) in place: no graph
+/// is being recorded, nothing else sees its buffer, and the dtypes and devices match.
+fn writable(old: &Tensor, g: &Tensor) -> bool {
     !super::is_grad_enabled()
         && Arc::strong_count(&old.0) == 1
         && !old.requires_grad_flag()
         && old.owns_storage_exclusively()
         && !old.shares_storage(g)
-        && old.shape() == g.shape()
         && old.dtype() == g.dtype()
         && old.device() == g.device()
+}
+
+/// A gradient a backward closure hands one input: whole, or as a slice of it.
+enum Grad {
+    Full(Tensor),
+    Slice(SliceGrad),
+}
+
+impl Grad {
+    fn full(self) -> Tensor {
+        match self {
+            Grad::Full(g) => g,
+            Grad::Slice(g) => g.materialize(),
+        }
+    }
 }
 
 /// Runs backward from each `(output, grad_output)` pair. With `capture` non-empty, returns
@@ -202,9 +242,10 @@ fn run_backward_inner(
                         node.name
                     );
                 };
+                let ctx = BackwardCtx::new(&node);
                 let grads = crate::profiler::record_named(
                     || format!("{}_backward", node.name),
-                    || backward(&BackwardCtx { node: &node }, g),
+                    || backward(&ctx, g),
                 );
                 drop(guard);
                 debug_assert_eq!(
@@ -213,6 +254,11 @@ fn run_backward_inner(
                     "{} returned the wrong number of gradients",
                     node.name
                 );
+                let mut grads: Vec<Option<Grad>> =
+                    grads.into_iter().map(|g| g.map(Grad::Full)).collect();
+                for (i, region) in ctx.regions.into_inner() {
+                    grads[i] = Some(Grad::Slice(region));
+                }
                 grads
             }
             None => Vec::new(),
@@ -233,7 +279,7 @@ fn run_backward_inner(
                 Edge::Leaf(slot) => {
                     let got = g.is_some();
                     if let Some(g) = g {
-                        deliver_leaf(slot, g, &mut captured);
+                        deliver_leaf(slot, g.full(), &mut captured);
                     }
                     arrive(slot, got);
                 }
@@ -241,7 +287,10 @@ fn run_backward_inner(
                     let child_key = Arc::as_ptr(child) as usize;
                     if let Some(g) = g {
                         let mut slot = pending.remove(&child_key);
-                        add_grad(&mut slot, g);
+                        match g {
+                            Grad::Full(g) => add_grad(&mut slot, g),
+                            Grad::Slice(g) => add_slice_grad(&mut slot, g),
+                        }
                         pending.insert(child_key, slot.expect("just added"));
                     }
                     let d = deps.get_mut(&child_key).expect("counted above");

@@ -165,9 +165,58 @@ impl AutogradMeta {
 /// Passed to backward closures.
 pub(crate) struct BackwardCtx<'a> {
     pub(crate) node: &'a Arc<Node>,
+    /// Gradients for a slice of an input ([`BackwardCtx::slice_grad`]), by input index.
+    pub(crate) regions: std::cell::RefCell<Vec<(usize, SliceGrad)>>,
+}
+
+/// The gradient of a slice: `grad` belongs at `start::step` of dim `dim` of an input of
+/// `input_shape`, zero elsewhere. The engine adds it into that input's gradient where it
+/// already has one it may write (no zero-filled full-size tensor per slice, then summed:
+/// attention's `q`, `k` and `v` cut from one projection).
+pub(crate) struct SliceGrad {
+    pub(crate) input_shape: ferrograd_kernels::Dims,
+    pub(crate) dim: usize,
+    pub(crate) start: usize,
+    pub(crate) step: usize,
+    pub(crate) grad: Tensor,
+}
+
+impl SliceGrad {
+    /// The full-size gradient: zeros with `grad` written into the slice.
+    pub(crate) fn materialize(&self) -> Tensor {
+        let out = Tensor::zeros(&self.input_shape, self.grad.dtype(), &self.grad.device());
+        self.add_into(&out, true);
+        out
+    }
+
+    /// Writes (`overwrite`) or adds `grad` into the slice of `full`, a tensor of
+    /// `input_shape` whose storage nothing else sees.
+    pub(crate) fn add_into(&self, full: &Tensor, overwrite: bool) {
+        let len = self.grad.shape()[self.dim];
+        let region = full.layout().slice(self.dim, self.start, len, self.step);
+        if overwrite {
+            full.write_region(&region, &self.grad);
+        } else {
+            full.view_with_layout(region).add_(&self.grad);
+        }
+    }
 }
 
 impl BackwardCtx<'_> {
+    pub(crate) fn new(node: &Arc<Node>) -> BackwardCtx<'_> {
+        BackwardCtx {
+            node,
+            regions: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Hands the engine the gradient of input `i` as a slice of it (the closure returns
+    /// `None` for that input). Only without `create_graph`: the sum would not be recorded.
+    pub(crate) fn slice_grad(&self, i: usize, grad: SliceGrad) {
+        debug_assert!(!is_grad_enabled(), "slice gradients are not differentiable");
+        self.regions.borrow_mut().push((i, grad));
+    }
+
     /// Whether input `i` needs a gradient; closures skip the work for the others.
     pub(crate) fn needs(&self, i: usize) -> bool {
         self.node.next.get(i).is_some_and(|e| e.is_some())

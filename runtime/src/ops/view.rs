@@ -493,7 +493,24 @@ impl Tensor {
         let out = self.view_with_layout(self.layout().slice(d, start, len, step));
         let input_shape: Dims = Dims::from_slice(self.shape());
         record(out, "slice", &[self], || {
-            move |_, g: &Tensor| vec![Some(g.slice_backward(&input_shape, d, start, step))]
+            move |ctx, g: &Tensor| {
+                if crate::autograd::is_grad_enabled() {
+                    return vec![Some(g.slice_backward(&input_shape, d, start, step))];
+                }
+                // Without a graph to record, the engine adds the slice into the input's
+                // gradient (see `SliceGrad`).
+                ctx.slice_grad(
+                    0,
+                    crate::autograd::SliceGrad {
+                        input_shape: input_shape.clone(),
+                        dim: d,
+                        start,
+                        step,
+                        grad: g.clone(),
+                    },
+                );
+                vec![None]
+            }
         })
     }
 
