@@ -97,6 +97,49 @@ impl FmaKernel for AxpyRows<'_> {
     }
 }
 
+/// `acc[j] += sum_p x[p * x_stride] * b[p * row_stride + j]` over rows `p < k`, row by
+/// row (four at a time): each thread streams a contiguous block of `b`'s rows, where
+/// splitting by columns had every thread read a few cache lines of every row (17 GB/s
+/// on two Xeon cores for a `[32768, 4096]` weight, against 31 for PyTorch's).
+struct AxpyStream<'a> {
+    x: &'a [f32],
+    x_stride: usize,
+    k: usize,
+    b: &'a [f32],
+    row_stride: usize,
+    acc: &'a mut [f32],
+}
+
+impl FmaKernel for AxpyStream<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn body<const FMA: bool>(self) {
+        let n = self.acc.len();
+        let row = |p: usize| &self.b[p * self.row_stride..p * self.row_stride + n];
+        let fma = |a: f32, b: f32, c: f32| if FMA { a.mul_add(b, c) } else { c + a * b };
+        let mut p = 0;
+        while p + 4 <= self.k {
+            let xs: [f32; 4] = std::array::from_fn(|i| self.x[(p + i) * self.x_stride]);
+            let (r0, r1, r2, r3) = (row(p), row(p + 1), row(p + 2), row(p + 3));
+            for ((((a, &v0), &v1), &v2), &v3) in self.acc.iter_mut().zip(r0).zip(r1).zip(r2).zip(r3)
+            {
+                *a = fma(
+                    xs[3],
+                    v3,
+                    fma(xs[2], v2, fma(xs[1], v1, fma(xs[0], v0, *a))),
+                );
+            }
+            p += 4;
+        }
+        for p in p..self.k {
+            let xp = self.x[p * self.x_stride];
+            for (a, &v) in self.acc.iter_mut().zip(row(p)) {
+                *a = fma(xp, v, *a);
+            }
+        }
+    }
+}
+
 /// Output columns per task: enough tasks for every thread to stay busy, in multiples of
 /// 64 (whole cache lines of the output and of `b`'s rows).
 fn columns_per_task(n: usize) -> usize {
@@ -163,17 +206,33 @@ pub(crate) fn gemv_cols(
             out,
         });
     }
-    let per = columns_per_task(n);
-    super::for_each_chunk_mut(out, per, |t, o| {
-        with_simd(AxpyRows {
-            x,
+    // Each thread sums a contiguous block of rows into its own partial output (in L1 or
+    // L2: `n` floats), then the partials are added.
+    let threads = super::num_threads().clamp(1, k.div_ceil(4));
+    let rows = k.div_ceil(threads);
+    let mut partial = vec![0f32; threads * n];
+    super::for_each_chunk_mut(&mut partial, n, |t, acc| {
+        let p0 = t * rows;
+        if p0 >= k {
+            return;
+        }
+        let count = rows.min(k - p0);
+        with_simd(AxpyStream {
+            x: &x[p0 * x_stride..],
             x_stride,
-            k,
-            b: &b[t * per..],
+            k: count,
+            b: &b[p0 * row_stride..],
             row_stride,
-            out: o,
+            acc,
         })
     });
+    let (first, rest) = partial.split_at(n);
+    out.copy_from_slice(first);
+    for part in rest.chunks_exact(n) {
+        for (o, &v) in out.iter_mut().zip(part) {
+            *o += v;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +259,9 @@ mod tests {
             (100, 770),
             (1000, 300),
             (2305, 97),
+            // Few rows against many columns: the row blocks of the threads' partial sums.
+            (20000, 5),
+            (70000, 1),
         ] {
             let x = data(k * 2, 1);
             let w = data(n * (k + 3), 2); // rows k + 3 apart
