@@ -45,60 +45,9 @@ impl FmaKernel for DotRows<'_> {
     }
 }
 
-/// `out[j] = sum_p x[p * x_stride] * b[p * row_stride + j]` for `j < out.len()`: rows of
-/// `b` (`[k, n]` with unit column stride, GPT-2's `Conv1D` weight) scaled and summed.
-struct AxpyRows<'a> {
-    x: &'a [f32],
-    x_stride: usize,
-    k: usize,
-    b: &'a [f32],
-    row_stride: usize,
-    out: &'a mut [f32],
-}
-
-impl FmaKernel for AxpyRows<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn body<const FMA: bool>(self) {
-        // Blocks of L columns summed in registers over every row, then stored.
-        const L: usize = 64;
-        let w = self.out.len();
-        for (c, out) in self.out.chunks_mut(L).enumerate() {
-            let c0 = c * L;
-            let mut acc = [0f32; L];
-            if out.len() == L {
-                for p in 0..self.k {
-                    let xp = self.x[p * self.x_stride];
-                    let start = p * self.row_stride + c0;
-                    let row: &[f32; L] = self.b[start..start + L].try_into().expect("L wide");
-                    for l in 0..L {
-                        acc[l] = if FMA {
-                            xp.mul_add(row[l], acc[l])
-                        } else {
-                            acc[l] + xp * row[l]
-                        };
-                    }
-                }
-            } else {
-                for p in 0..self.k {
-                    let xp = self.x[p * self.x_stride];
-                    let start = p * self.row_stride + c0;
-                    for (a, &bv) in acc.iter_mut().zip(&self.b[start..start + (w - c0)]) {
-                        *a = if FMA {
-                            xp.mul_add(bv, *a)
-                        } else {
-                            *a + xp * bv
-                        };
-                    }
-                }
-            }
-            out.copy_from_slice(&acc[..out.len()]);
-        }
-    }
-}
-
-/// `acc[j] += sum_p x[p * x_stride] * b[p * row_stride + j]` over rows `p < k`, row by
-/// row (four at a time): each thread streams a contiguous block of `b`'s rows, where
+/// `acc[j] += sum_p x[p * x_stride] * b[p * row_stride + j]` over rows `p < k` of `b`
+/// (`[k, n]` with unit column stride, GPT-2's `Conv1D` weight), row by row (four at a
+/// time): each thread streams a contiguous block of `b`'s rows, where
 /// splitting by columns had every thread read a few cache lines of every row (17 GB/s
 /// on two Xeon cores for a `[32768, 4096]` weight, against 31 for PyTorch's).
 struct AxpyStream<'a> {
@@ -197,13 +146,14 @@ pub(crate) fn gemv_cols(
         "gemv: operand view outside its storage"
     );
     if n * k < PARALLEL_MACS {
-        return with_simd(AxpyRows {
+        out.fill(0.0);
+        return with_simd(AxpyStream {
             x,
             x_stride,
             k,
             b,
             row_stride,
-            out,
+            acc: out,
         });
     }
     // Each thread sums a contiguous block of rows into its own partial output (in L1 or
