@@ -160,7 +160,7 @@ pub(crate) fn gemv_cols(
     // L2: `n` floats), then the partials are added.
     let threads = super::num_threads().clamp(1, k.div_ceil(4));
     let rows = k.div_ceil(threads);
-    let mut partial = vec![0f32; threads * n];
+    let mut partial = super::HostBuffer::<f32>::zeroed(threads * n);
     super::for_each_chunk_mut(&mut partial, n, |t, acc| {
         let p0 = t * rows;
         if p0 >= k {

@@ -231,7 +231,8 @@ fn run_backward_inner(
         {
             add_grad(&mut captured[i], g.clone());
         }
-        let input_grads = match &grad {
+        // The closure's gradients, and those it handed over as slices (rarely any).
+        let (input_grads, mut slices) = match &grad {
             Some(g) => {
                 let guard = node.backward.lock().unwrap_or_else(|e| e.into_inner());
                 let Some(backward) = guard.as_ref() else {
@@ -254,14 +255,9 @@ fn run_backward_inner(
                     "{} returned the wrong number of gradients",
                     node.name
                 );
-                let mut grads: Vec<Option<Grad>> =
-                    grads.into_iter().map(|g| g.map(Grad::Full)).collect();
-                for (i, region) in ctx.regions.into_inner() {
-                    grads[i] = Some(Grad::Slice(region));
-                }
-                grads
+                (grads, ctx.regions.into_inner())
             }
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
         };
         if !retain_graph {
             let freed = node
@@ -272,8 +268,14 @@ fn run_backward_inner(
             drop(freed);
         }
         let mut input_grads = input_grads.into_iter();
-        for edge in node.next.iter() {
-            let g = input_grads.next().flatten();
+        for (i, edge) in node.next.iter().enumerate() {
+            let g = match input_grads.next().flatten() {
+                Some(g) => Some(Grad::Full(g)),
+                None => slices
+                    .iter()
+                    .position(|(at, _)| *at == i)
+                    .map(|p| Grad::Slice(slices.swap_remove(p).1)),
+            };
             let Some(edge) = edge else { continue };
             match edge {
                 Edge::Leaf(slot) => {
