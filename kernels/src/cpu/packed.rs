@@ -337,6 +337,18 @@ macro_rules! microkernel {
             // address arithmetic in the loop).
             let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
             let bp = panel.as_ptr();
+            if accumulate {
+                // The block is read back at the end: start bringing it in now, hidden
+                // behind the contraction (an RNN step's block is a cold row of a
+                // sequence-long buffer).
+                for r in 0..R {
+                    for off in (0..cols).step_by(16) {
+                        // SAFETY: a prefetch never faults; the address is inside the
+                        // caller's block anyway.
+                        unsafe { _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc + off).cast::<i8>()) };
+                    }
+                }
+            }
             for kk in 0..k {
                 // SAFETY: `kk < k` and the panel holds `k` rows of `$nr`; row `r < R` of
                 // `a` holds `k` elements from `r * a_rs` (checked by the caller's slicing).
