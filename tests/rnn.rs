@@ -273,3 +273,48 @@ fn second_derivatives_through_an_lstm() {
     )
     .unwrap();
 }
+
+/// The LSTM's two weight gradients come from one product when both are wanted and from
+/// one each when a weight is frozen: all three ways agree, forwards and in reverse.
+#[test]
+fn lstm_weight_gradients_alone_equal_both_together() {
+    manual_seed(9);
+    let config = RnnConfig::new(5, 7).bidirectional(true);
+    let x = Tensor::randn(&[6, 3, 5], DType::F32, &Device::Cpu).requires_grad(true);
+    let grads = |frozen: Option<&str>| {
+        manual_seed(10);
+        let mut lstm = Recurrent::new(RnnMode::Lstm, config, &Device::Cpu);
+        lstm.visit_mut("", &mut |name, t, _| {
+            let train = frozen.is_none_or(|f| !name.starts_with(f));
+            *t = t.detach().requires_grad(train);
+        });
+        x.zero_grad();
+        let (y, s) = lstm.forward(&x, None);
+        y.pow_scalar(2.0)
+            .sum_all()
+            .add(&s.c.unwrap().sum_all())
+            .backward();
+        let mut g: HashMap<String, Vec<f32>> = lstm
+            .named_parameters()
+            .into_iter()
+            .filter_map(|(k, p)| Some((k, p.grad()?.to_vec::<f32>())))
+            .collect();
+        g.insert("x".into(), x.grad().unwrap().to_vec::<f32>());
+        g
+    };
+    let both = grads(None);
+    assert_eq!(both.len(), 9, "8 parameters and the input");
+    for frozen in ["weight_ih", "weight_hh"] {
+        let alone = grads(Some(frozen));
+        assert_eq!(alone.len(), 7, "{frozen} frozen");
+        for (k, g) in &alone {
+            assert!(!k.starts_with(frozen), "{k} has a gradient though frozen");
+            for (j, (a, b)) in g.iter().zip(&both[k]).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{k}[{j}] with {frozen} frozen: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
