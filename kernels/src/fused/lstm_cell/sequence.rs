@@ -146,9 +146,9 @@ impl<T: Real> FmaKernel for ForwardRow<'_, T> {
         // Short loops over few slices each, so that every one vectorises.
         for (q, gate) in self.pre.chunks_exact_mut(hs).enumerate() {
             if q == 2 {
-                gate.iter_mut().for_each(|v| *v = v.tanh_vec());
+                gate.iter_mut().for_each(|v| *v = v.tanh_fma::<FMA>());
             } else {
-                gate.iter_mut().for_each(|v| *v = v.sigmoid_vec());
+                gate.iter_mut().for_each(|v| *v = v.sigmoid_fma::<FMA>());
             }
         }
         let (i, rest) = self.pre.split_at(hs);
@@ -163,7 +163,7 @@ impl<T: Real> FmaKernel for ForwardRow<'_, T> {
             *c = *f * *cp + *i * *g;
         }
         for (t, c) in self.tanh_c.iter_mut().zip(self.c.iter()) {
-            *t = c.tanh_vec();
+            *t = c.tanh_fma::<FMA>();
         }
         for ((h, o), t) in self.h.iter_mut().zip(o).zip(self.tanh_c.iter()) {
             *h = *o * *t;
