@@ -879,7 +879,8 @@ fn fused_softmax_backwards_match_their_formulas() {
 }
 
 /// `index_add` of whole rows (the CPU fast path) equals `scatter_add` with the index
-/// spread over the source, along every dim, repeated indices summing, in f32 and f64; an
+/// spread over the source, along every dim, repeated indices summing, in f32 and f64,
+/// contiguous and strided; an
 /// index out of range is still the general path's error.
 #[test]
 fn index_add_by_rows_equals_the_scatter() {
@@ -899,6 +900,15 @@ fn index_add_by_rows_equals_the_scatter() {
             let got = base.index_add(d as isize, &idx, &src);
             let f64s = |t: &Tensor| t.to_dtype(DType::F64).to_vec::<f64>();
             assert_eq!(f64s(&got), f64s(&want), "{dtype:?} dim {d}");
+            // Strided operands (permuted views) are read as their elements, not their
+            // storage order.
+            let [a, b, c] = src_shape;
+            let src_t = range(n, &[c, b, a]).to_dtype(dtype).permute(&[2, 1, 0]);
+            let base_t = range(60, &[3, 5, 4]).to_dtype(dtype).permute(&[2, 1, 0]);
+            assert!(!src_t.is_contiguous() && !base_t.is_contiguous());
+            let want = base_t.scatter_add(d as isize, &spread, &src_t);
+            let got = base_t.index_add(d as isize, &idx, &src_t);
+            assert_eq!(f64s(&got), f64s(&want), "{dtype:?} dim {d}, strided");
         }
     }
     let bad = std::panic::catch_unwind(|| {

@@ -111,24 +111,37 @@ impl Tensor {
     /// source's shape. `None` (nothing done) for anything else, including an index out of
     /// range, which the general path reports.
     fn index_add_rows(&self, d: usize, index: &Tensor, src: &Tensor) -> Option<Tensor> {
-        /// `x` with `src`'s rows added at `idx` (over `[outer, r, inner]`), as a new tensor.
+        /// `x` with `src`'s rows added at `idx` (over `[outer, r, inner]`), as a new tensor:
+        /// one copy of `x`, then `src` read where it lies (no copy of it).
         fn add_rows<T: ferrograd_kernels::FloatElement>(
             x: &Tensor,
             src: &Tensor,
             idx: &[usize],
             [outer, r, inner]: [usize; 3],
         ) -> Tensor {
-            let mut out = x.detach().to_vec::<T>();
-            let src = src.detach().to_vec::<T>();
-            let n = idx.len();
-            for o in 0..outer {
-                for (i, &row) in idx.iter().enumerate() {
-                    let dst = &mut out[(o * r + row) * inner..][..inner];
-                    let add = &src[(o * n + i) * inner..][..inner];
-                    dst.iter_mut().zip(add).for_each(|(a, &b)| *a = *a + b);
-                }
+            let (x, src) = (x.detach().contiguous(), src.detach().contiguous());
+            fn on_host<'a, T: ferrograd_kernels::FloatElement>(
+                t: &Tensor,
+                s: &'a ferrograd_kernels::cpu::CpuStorage,
+            ) -> &'a [T] {
+                let range = t.layout().contiguous_range().expect("made contiguous");
+                &T::slice(s).expect("checked: one float dtype")[range]
             }
-            Tensor::from_vec(out, x.shape())
+            let mut out = x.with_cpu("index_add", |s, _| {
+                ferrograd_kernels::cpu::HostBuffer::from_slice(on_host::<T>(&x, s))
+            });
+            let n = idx.len();
+            src.with_cpu("index_add", |s, _| {
+                let src = on_host::<T>(&src, s);
+                for o in 0..outer {
+                    for (i, &row) in idx.iter().enumerate() {
+                        let dst = &mut out[(o * r + row) * inner..][..inner];
+                        let add = &src[(o * n + i) * inner..][..inner];
+                        dst.iter_mut().zip(add).for_each(|(a, &b)| *a = *a + b);
+                    }
+                }
+            });
+            Tensor::from_cpu_on(T::into_storage(out), x.shape(), crate::Device::Cpu)
         }
         let same_outside = (0..self.dim()).all(|j| j == d || self.shape()[j] == src.shape()[j]);
         if self.device() != crate::Device::Cpu
