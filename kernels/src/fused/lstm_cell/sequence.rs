@@ -323,7 +323,6 @@ pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
     } else {
         run_tasks(blocks, run);
     }
-    drop(bufs);
     LstmSequence {
         gates: pre,
         c,
@@ -516,7 +515,6 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
     } else {
         run_tasks(blocks, run);
     }
-    drop(bufs);
     for block in sums.chunks_exact(4 * hs) {
         for (b, p) in db.iter_mut().zip(block) {
             *b = *b + *p;
