@@ -40,7 +40,7 @@ fn add_slice_grad(slot: &mut Option<Tensor>, g: SliceGrad) {
                 && writable(&old, &g.grad)
                 && old.shape() == &g.input_shape[..] =>
         {
-            g.add_into(&old, false);
+            g.add_into(&old);
             *slot = Some(old);
         }
         other => {

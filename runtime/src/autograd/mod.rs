@@ -182,23 +182,19 @@ pub(crate) struct SliceGrad {
 }
 
 impl SliceGrad {
-    /// The full-size gradient: zeros with `grad` written into the slice.
+    /// The full-size gradient: zeros with `grad` written into the slice (the slice op's
+    /// own backward).
     pub(crate) fn materialize(&self) -> Tensor {
-        let out = Tensor::zeros(&self.input_shape, self.grad.dtype(), &self.grad.device());
-        self.add_into(&out, true);
-        out
+        self.grad
+            .slice_backward(&self.input_shape, self.dim, self.start, self.step)
     }
 
-    /// Writes (`overwrite`) or adds `grad` into the slice of `full`, a tensor of
-    /// `input_shape` whose storage nothing else sees.
-    pub(crate) fn add_into(&self, full: &Tensor, overwrite: bool) {
+    /// Adds `grad` into the slice of `full`, a tensor of `input_shape` whose storage
+    /// nothing else sees.
+    pub(crate) fn add_into(&self, full: &Tensor) {
         let len = self.grad.shape()[self.dim];
         let region = full.layout().slice(self.dim, self.start, len, self.step);
-        if overwrite {
-            full.write_region(&region, &self.grad);
-        } else {
-            full.view_with_layout(region).add_(&self.grad);
-        }
+        full.view_with_layout(region).add_(&self.grad);
     }
 }
 

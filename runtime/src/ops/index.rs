@@ -120,19 +120,14 @@ impl Tensor {
             [outer, r, inner]: [usize; 3],
         ) -> Tensor {
             let (x, src) = (x.detach().contiguous(), src.detach().contiguous());
-            fn on_host<'a, T: ferrograd_kernels::FloatElement>(
-                t: &Tensor,
-                s: &'a ferrograd_kernels::cpu::CpuStorage,
-            ) -> &'a [T] {
-                let range = t.layout().contiguous_range().expect("made contiguous");
-                &T::slice(s).expect("checked: one float dtype")[range]
-            }
-            let mut out = x.with_cpu("index_add", |s, _| {
-                ferrograd_kernels::cpu::HostBuffer::from_slice(on_host::<T>(&x, s))
+            let range =
+                |l: &ferrograd_kernels::Layout| l.contiguous_range().expect("made contiguous");
+            let mut out = x.with_cpu("index_add", |s, l| {
+                ferrograd_kernels::cpu::HostBuffer::from_slice(&s.typed::<T>()[range(l)])
             });
             let n = idx.len();
-            src.with_cpu("index_add", |s, _| {
-                let src = on_host::<T>(&src, s);
+            src.with_cpu("index_add", |s, l| {
+                let src = &s.typed::<T>()[range(l)];
                 for o in 0..outer {
                     for (i, &row) in idx.iter().enumerate() {
                         let dst = &mut out[(o * r + row) * inner..][..inner];

@@ -516,7 +516,13 @@ impl Tensor {
 
     /// Zeros of `input_shape` with `self` written into the slice `start::step` of `dim`: the
     /// adjoint of slicing, itself differentiable (its backward is the slice).
-    fn slice_backward(&self, input_shape: &[usize], d: usize, start: usize, step: usize) -> Tensor {
+    pub(crate) fn slice_backward(
+        &self,
+        input_shape: &[usize],
+        d: usize,
+        start: usize,
+        step: usize,
+    ) -> Tensor {
         let out = Tensor::zeros(input_shape, self.dtype(), &self.device());
         let region = out.layout().slice(d, start, self.shape()[d], step);
         out.write_region(&region, self);

@@ -318,11 +318,8 @@ pub fn lstm_sequence_forward<T: Real + Send + Sync + 'static>(
             });
         }
     };
-    if blocks == 1 {
-        run(0);
-    } else {
-        run_tasks(blocks, run);
-    }
+    // One block runs on the caller, its products and cells on the team.
+    run_tasks(blocks, run);
     LstmSequence {
         gates: pre,
         c,
@@ -510,11 +507,7 @@ pub fn lstm_sequence_backward<T: Real + Send + Sync + 'static>(
             }
         }
     };
-    if blocks == 1 {
-        run(0);
-    } else {
-        run_tasks(blocks, run);
-    }
+    run_tasks(blocks, run);
     for block in sums.chunks_exact(4 * hs) {
         for (b, p) in db.iter_mut().zip(block) {
             *b = *b + *p;
