@@ -125,10 +125,35 @@ impl PackedRhs {
                         }
                     }
                 } else {
-                    // Column by column: reads along `b`'s rows when it is transposed.
+                    // A transposed matrix (`rs == 1`: each column of the panel lies
+                    // contiguous in `b`): 8 x 8 blocks turned in registers.
+                    let (rows8, cols8) = if cfg!(target_arch = "x86_64") && rs == 1 {
+                        (k / 8 * 8, cols / 8 * 8)
+                    } else {
+                        (0, 0)
+                    };
+                    #[cfg(target_arch = "x86_64")]
+                    for r0 in (0..rows8).step_by(8) {
+                        for j0 in (0..cols8).step_by(8) {
+                            // SAFETY: the block reads `b[(p * nr + j0 + j) * cs + r0 + r]`
+                            // for `j, r < 8`, inside `b` (checked above: `r0 + 8 <= k`,
+                            // `p * nr + j0 + 8 <= n`), and writes panel rows `r0..r0 + 8`,
+                            // columns `j0..j0 + 8 <= nr`; AVX comes with either ISA.
+                            unsafe {
+                                transpose8(
+                                    b.as_ptr().add((p * nr + j0) * cs + r0),
+                                    cs,
+                                    panel.as_mut_ptr().add(r0 * nr + j0).cast::<f32>(),
+                                    nr,
+                                );
+                            }
+                        }
+                    }
+                    // The rest column by column: reads along `b`'s rows.
                     for j in 0..nr {
                         let base = (p * nr + j) * cs;
-                        for r in 0..k {
+                        let from = if j < cols8 { rows8 } else { 0 };
+                        for r in from..k {
                             let v = if j < cols { b[base + r * rs] } else { 0.0 };
                             panel[r * nr + j].write(v);
                         }
@@ -209,6 +234,50 @@ impl PackedRhs {
                 }
             }
         });
+    }
+}
+
+/// Writes the transpose of the 8 x 8 block whose column `j` is the 8 contiguous floats
+/// at `src + j * src_stride` into 8 rows of 8 at `dst`, `dst_stride` apart.
+///
+/// # Safety
+/// Every address named must be valid (reads, writes), and the CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: as the caller promised.
+    unsafe {
+        let c: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(src.add(j * src_stride)));
+        let t0 = _mm256_unpacklo_ps(c[0], c[1]);
+        let t1 = _mm256_unpackhi_ps(c[0], c[1]);
+        let t2 = _mm256_unpacklo_ps(c[2], c[3]);
+        let t3 = _mm256_unpackhi_ps(c[2], c[3]);
+        let t4 = _mm256_unpacklo_ps(c[4], c[5]);
+        let t5 = _mm256_unpackhi_ps(c[4], c[5]);
+        let t6 = _mm256_unpacklo_ps(c[6], c[7]);
+        let t7 = _mm256_unpackhi_ps(c[6], c[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let rows = [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ];
+        for (r, v) in rows.into_iter().enumerate() {
+            _mm256_storeu_ps(dst.add(r * dst_stride), v);
+        }
     }
 }
 
@@ -450,8 +519,10 @@ mod tests {
                 for transposed in [false, true] {
                     for accumulate in [false, true] {
                         for threads in [1, 3] {
-                            let b = data(k * n, 1);
-                            let (rs, cs) = if transposed { (1, k) } else { (n, 1) };
+                            // Transposed with columns further apart than their length,
+                            // as the heads of a `[len, heads, d]` projection lie.
+                            let (rs, cs) = if transposed { (1, k + 3) } else { (n, 1) };
+                            let b = data((k - 1) * rs + (n - 1) * cs + 1, 1);
                             let packed = PackedRhs::pack_for(isa, &b, (k, n), (rs, cs));
                             let a_rs = k + 2;
                             let a = data(m * a_rs, 2);

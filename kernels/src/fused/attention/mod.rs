@@ -13,17 +13,36 @@
 use crate::Layout;
 use crate::cpu::HostBuffer;
 use crate::cpu::simd::{FmaKernel, with_simd};
-use crate::cpu::{Parallelism, gemm_into, num_threads, philox4x32_10, run_tasks};
+use crate::cpu::{
+    PackedRhs, Parallelism, as_f32, as_f32_mut, gemm_into, num_threads, philox4x32_10, run_tasks,
+};
 use crate::cuda::KernelModule;
 use num_traits::Float;
 use std::sync::Mutex;
 
-/// One row of scores turned into probabilities in place: `e^(s - max) / sum`, the
-/// exponentials vectorised ([`crate::Real::exp_nonpos`]) and the max and sum taken in
-/// lanes; returns the row's log-sum-exp (`-inf`, and a zero row, when every score is
-/// `-inf`).
+/// One row of scores turned into probabilities in place: `e^(scale * (s - max)) / sum`
+/// (`scale` positive, so the scaled row's max is `scale * max`), the exponentials
+/// vectorised ([`crate::Real::exp_nonpos`]) and summed in the same pass, the max and sum
+/// taken in lanes; returns the log-sum-exp of the scaled row (`-inf`, and a zero row,
+/// when every score is `-inf`).
 struct SoftmaxRow<'a, T> {
     row: &'a mut [T],
+    scale: T,
+    /// A boolean mask row (true takes part), applied in the max pass.
+    keep: Option<&'a [bool]>,
+}
+
+/// `f` folded over 16 lanes as a tree (vector shuffles, not a serial chain).
+#[inline(always)]
+fn fold16<T: Copy>(mut v: [T; 16], f: impl Fn(T, T) -> T) -> T {
+    let mut w = 8;
+    while w > 0 {
+        for i in 0..w {
+            v[i] = f(v[i], v[i + w]);
+        }
+        w /= 2;
+    }
+    v[0]
 }
 
 impl<T: AttnFloat> FmaKernel for SoftmaxRow<'_, T> {
@@ -31,39 +50,62 @@ impl<T: AttnFloat> FmaKernel for SoftmaxRow<'_, T> {
     #[inline(always)]
     fn body<const FMA: bool>(self) -> T {
         const L: usize = 16;
-        let row = self.row;
-        let mut lanes = [T::neg_infinity(); L];
-        let chunks = row.chunks_exact(L);
-        let tail = chunks.remainder();
-        for c in chunks {
-            for l in 0..L {
-                lanes[l] = if c[l] > lanes[l] { c[l] } else { lanes[l] };
+        let (row, scale) = (self.row, self.scale);
+        let neg_inf = T::neg_infinity();
+        let max_of = |m: T, v: T| if v > m { v } else { m };
+        let mut lanes = [neg_inf; L];
+        let mut max = neg_inf;
+        match self.keep {
+            Some(keep) => {
+                let mut chunks = row.chunks_exact_mut(L);
+                let mut keeps = keep.chunks_exact(L);
+                for (c, k) in (&mut chunks).zip(&mut keeps) {
+                    for l in 0..L {
+                        let v = if k[l] { c[l] } else { neg_inf };
+                        c[l] = v;
+                        lanes[l] = max_of(lanes[l], v);
+                    }
+                }
+                for (v, &k) in chunks.into_remainder().iter_mut().zip(keeps.remainder()) {
+                    if !k {
+                        *v = neg_inf;
+                    }
+                    max = max_of(max, *v);
+                }
+            }
+            None => {
+                let chunks = row.chunks_exact(L);
+                max = chunks.remainder().iter().copied().fold(max, max_of);
+                for c in chunks {
+                    for l in 0..L {
+                        lanes[l] = max_of(lanes[l], c[l]);
+                    }
+                }
             }
         }
-        let max = tail
-            .iter()
-            .chain(lanes.iter())
-            .copied()
-            .fold(T::neg_infinity(), |m, v| if v > m { v } else { m });
-        if max == T::neg_infinity() {
+        let max = max_of(max, fold16(lanes, max_of));
+        if max == neg_inf {
             row.iter_mut().for_each(|v| *v = T::ZERO);
             return max;
         }
-        for v in row.iter_mut() {
-            *v = (*v - max).exp_nonpos::<FMA>();
-        }
         let mut sums = [T::ZERO; L];
-        let chunks = row.chunks_exact(L);
-        let tail = chunks.remainder();
-        for c in chunks {
+        let mut chunks = row.chunks_exact_mut(L);
+        for c in &mut chunks {
             for l in 0..L {
-                sums[l] = sums[l] + c[l];
+                let e = ((c[l] - max) * scale).exp_nonpos::<FMA>();
+                c[l] = e;
+                sums[l] = sums[l] + e;
             }
         }
-        let sum = tail.iter().chain(sums.iter()).fold(T::ZERO, |a, &v| a + v);
+        let mut sum = T::ZERO;
+        for v in chunks.into_remainder() {
+            *v = ((*v - max) * scale).exp_nonpos::<FMA>();
+            sum = sum + *v;
+        }
+        let sum = sum + fold16(sums, |a, b| a + b);
         let inv = T::ONE / sum;
         row.iter_mut().for_each(|v| *v = *v * inv);
-        max + sum.ln()
+        max * scale + sum.ln()
     }
 }
 
@@ -248,6 +290,43 @@ fn scale_and_mask<T: AttnFloat>(
     }
 }
 
+/// The forward's masking of the unscaled scores `s` (as [`scale_and_mask`]), leaving a
+/// positive `scale` to the softmax ([`SoftmaxRow`] folds it into the exponent: one pass
+/// fewer over the scores) and a boolean mask contiguous along the keys to its max pass.
+/// Returns the scale left to apply (1 when applied here: an additive mask, or a scale
+/// that is not positive) and the boolean mask left.
+#[allow(clippy::too_many_arguments)]
+fn mask_for_softmax<'m, T: AttnFloat>(
+    s: &mut [T],
+    rows: usize,
+    width: usize,
+    b: usize,
+    q0: usize,
+    scale: T,
+    mask: &Mask<'m, T>,
+) -> (T, Option<MaskView<'m, bool>>) {
+    if scale.partial_cmp(&T::ZERO) != Some(std::cmp::Ordering::Greater)
+        || matches!(mask, Mask::Float(_))
+    {
+        scale_and_mask(s, rows, width, b, q0, scale, mask);
+        return (T::ONE, None);
+    }
+    match mask {
+        Mask::Causal => {
+            let neg_inf = T::neg_infinity();
+            for (r, row) in s.chunks_exact_mut(width.max(1)).take(rows).enumerate() {
+                row.iter_mut().skip(q0 + r + 1).for_each(|v| *v = neg_inf);
+            }
+        }
+        Mask::Bool(m) if m.strides[1] == 1 => return (scale, Some(*m)),
+        Mask::Bool(_) => {
+            scale_and_mask(s, rows, width, b, q0, T::ONE, mask);
+        }
+        Mask::None | Mask::Float(_) => {}
+    }
+    (scale, None)
+}
+
 /// The forward of attention over contiguous `q: [bh, tq, d]`, `k: [bh, tk, d]`,
 /// `v: [bh, tk, dv]`: returns the output `[bh, tq, dv]` and each row's log-sum-exp of the
 /// (scaled, masked) scores `[bh, tq]` (`-inf` for a row with no visible key).
@@ -331,6 +410,68 @@ impl<'a, T> Operand<'a, T> {
     }
 }
 
+/// One problem's keys (as `K^T`, `[d, width]`) and values (`[width, dv]`) packed for the
+/// f32 microkernel ([`PackedRhs`]), multiplied by each query tile's rows: at attention's
+/// shapes (head width 32 to 128, a few hundred keys) the `gemm` crate repacks both
+/// operands for every tile and runs well below the FMA peak. Empty for other dtypes, a
+/// CPU without the microkernel, or a problem with no keys; the callers then use `gemm`.
+struct PackedKv {
+    kt: Option<PackedRhs>,
+    v: Option<PackedRhs>,
+}
+
+impl PackedKv {
+    fn new<T: AttnFloat>(
+        k: &Operand<'_, T>,
+        v: &Operand<'_, T>,
+        b: usize,
+        width: usize,
+        d: usize,
+        dv: usize,
+    ) -> Self {
+        let pack = |o: &Operand<'_, T>, shape, strides| {
+            if width == 0 {
+                return None;
+            }
+            PackedRhs::pack(as_f32(o.from(b, 0))?, shape, strides)
+        };
+        PackedKv {
+            kt: pack(k, (d, width), (k.col_stride, k.row_stride)),
+            v: pack(v, (width, dv), (v.row_stride, v.col_stride)),
+        }
+    }
+
+    /// `s = q[q0..q0 + rows] @ K^T` (`[rows, width]`); `false`, having done nothing, when
+    /// not packed or the queries' features are not contiguous.
+    fn scores<T: AttnFloat>(
+        &self,
+        s: &mut [T],
+        rows: usize,
+        q: &Operand<'_, T>,
+        b: usize,
+        q0: usize,
+    ) -> bool {
+        let (Some(kt), Some(s), Some(qf)) = (&self.kt, as_f32_mut(s), as_f32(q.from(b, q0))) else {
+            return false;
+        };
+        if q.col_stride != 1 && kt.shape().0 > 1 {
+            return false;
+        }
+        kt.matmul_into(s, rows, qf, q.row_stride, false, 1);
+        true
+    }
+
+    /// `o = p @ V` for probabilities `p` `[rows, width]` (row-major); `false`, having
+    /// done nothing, when not packed.
+    fn values<T: AttnFloat>(&self, o: &mut [T], rows: usize, p: &[T]) -> bool {
+        let (Some(v), Some(o), Some(p)) = (&self.v, as_f32_mut(o), as_f32(p)) else {
+            return false;
+        };
+        v.matmul_into(o, rows, p, v.shape().0, false, 1);
+        true
+    }
+}
+
 /// [`attention_forward`] over operands in any layout (see [`Operand`]); the output and
 /// log-sum-exp are contiguous `[bh, tq, dv]` and `[bh, tq]`.
 ///
@@ -363,6 +504,14 @@ pub fn attention_forward_strided<T: AttnFloat>(
     );
     let mut out = HostBuffer::<T>::zeroed(bh * tq * dv);
     let mut lse = HostBuffer::full(bh * tq, T::neg_infinity());
+    // A problem's query tiles share one piece (its keys and values packed once) when
+    // there are enough problems to keep the threads busy; causal tiles see different
+    // keys, so they stay apart.
+    let group = if bh >= 4 * num_threads() && !matches!(mask, Mask::Causal) {
+        tq.div_ceil(TILE).max(1)
+    } else {
+        1
+    };
     let mut pieces = Vec::new();
     for (b, (o_b, l_b)) in out
         .chunks_mut((tq * dv).max(1))
@@ -371,50 +520,68 @@ pub fn attention_forward_strided<T: AttnFloat>(
         .take(bh)
     {
         for (t, (o, l)) in o_b
-            .chunks_mut((TILE * dv).max(1))
-            .zip(l_b.chunks_mut(TILE))
+            .chunks_mut((group * TILE * dv).max(1))
+            .zip(l_b.chunks_mut(group * TILE))
             .enumerate()
         {
-            pieces.push((b, t * TILE, o, l));
+            pieces.push((b, t * group * TILE, o, l));
         }
     }
     par_pieces(pieces, |(b, q0, o, l)| {
-        let rows = l.len();
-        let width = visible(mask, q0 + rows - 1, tk);
-        let mut s = vec![T::ZERO; rows * width];
-        let (qs, ks) = ((q.row_stride, q.col_stride), (k.col_stride, k.row_stride));
-        gemm_into(
-            Parallelism::None,
-            &mut s,
-            (rows, width, d),
-            q.from(b, q0),
-            qs,
-            k.from(b, 0),
-            ks,
-            false,
-        );
-        scale_and_mask(&mut s, rows, width, b, q0, scale, mask);
-        for r in 0..rows {
-            let row = &mut s[r * width..(r + 1) * width];
-            l[r] = with_simd(SoftmaxRow { row: &mut *row });
-            if l[r] == T::neg_infinity() {
-                continue;
+        let width = visible(mask, q0 + l.len() - 1, tk);
+        let packed = PackedKv::new(&k, &v, b, width, d, dv);
+        let mut s = vec![T::ZERO; l.len().min(TILE) * width];
+        for (t, (o, l)) in o
+            .chunks_mut((TILE * dv).max(1))
+            .zip(l.chunks_mut(TILE))
+            .enumerate()
+        {
+            let (q0, rows) = (q0 + t * TILE, l.len());
+            let s = &mut s[..rows * width];
+            if !packed.scores(s, rows, &q, b, q0) {
+                let (qs, ks) = ((q.row_stride, q.col_stride), (k.col_stride, k.row_stride));
+                gemm_into(
+                    Parallelism::None,
+                    s,
+                    (rows, width, d),
+                    q.from(b, q0),
+                    qs,
+                    k.from(b, 0),
+                    ks,
+                    false,
+                );
             }
-            if let Some(drop) = dropout {
-                drop.apply_row(b, q0 + r, row);
+            let (scale, keep) = mask_for_softmax(s, rows, width, b, q0, scale, mask);
+            for r in 0..rows {
+                let row = &mut s[r * width..(r + 1) * width];
+                let keep =
+                    keep.map(|m| &m.data[m.batch_offsets[b] + (q0 + r) * m.strides[0]..][..width]);
+                l[r] = with_simd(SoftmaxRow {
+                    row: &mut *row,
+                    scale,
+                    keep,
+                });
+                if l[r] == T::neg_infinity() {
+                    continue;
+                }
+                if let Some(drop) = dropout {
+                    drop.apply_row(b, q0 + r, row);
+                }
+            }
+            if !packed.values(o, rows, s) {
+                let vs = (v.row_stride, v.col_stride);
+                gemm_into(
+                    Parallelism::None,
+                    o,
+                    (rows, dv, width),
+                    s,
+                    (width, 1),
+                    v.from(b, 0),
+                    vs,
+                    false,
+                );
             }
         }
-        let vs = (v.row_stride, v.col_stride);
-        gemm_into(
-            Parallelism::None,
-            o,
-            (rows, dv, width),
-            &s,
-            (width, 1),
-            v.from(b, 0),
-            vs,
-            false,
-        );
     });
     (out, lse)
 }
@@ -730,6 +897,141 @@ mod tests {
             let expected = reference(&q, &k, &v, s, causal, 0.3);
             for (a, b) in out.iter().zip(&expected) {
                 assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+            }
+        }
+    }
+
+    /// The f32 path (keys and values packed for the microkernel where the CPU has one,
+    /// a problem's query tiles sharing a piece when there are many problems) against
+    /// the formula in f64: heads read in place from `[batch, len, heads, d]`, widths
+    /// off the microkernel's, several tiles per problem, every mask kind (a key-padding
+    /// mask through strides, a full boolean mask read along its rows, an additive one,
+    /// causal), rows with no key, and scales of either sign.
+    #[test]
+    fn f32_problems_match_the_formula_in_f64() {
+        let (batch, heads, tq, tk, d, dv) = (3, 4, 140, 75, 20, 13);
+        let bh = batch * heads;
+        let make = |n: usize, seed: f64| {
+            (0..n)
+                .map(|i| ((i as f64 + seed) * 0.37).sin() as f32)
+                .collect::<Vec<f32>>()
+        };
+        // [batch, len, heads, width] storage: problem (n, h) starts at n * len * heads *
+        // width + h * width, rows are heads * width apart.
+        let (q, k, v) = (
+            make(batch * tq * heads * d, 1.0),
+            make(batch * tk * heads * d, 2.0),
+            make(batch * tk * heads * dv, 3.0),
+        );
+        let offsets = |len: usize, w: usize| {
+            (0..bh)
+                .map(|p| (p / heads) * len * heads * w + (p % heads) * w)
+                .collect::<Vec<usize>>()
+        };
+        let (qo, ko, vo) = (offsets(tq, d), offsets(tk, d), offsets(tk, dv));
+        // Key padding `[batch, 1, 1, tk]`: batch 1 keeps its first 40 keys, batch 2 none.
+        let padding: Vec<bool> = (0..batch * tk)
+            .map(|i| match i / tk {
+                0 => true,
+                1 => i % tk < 40,
+                _ => false,
+            })
+            .collect();
+        let pad_offsets: Vec<usize> = (0..bh).map(|p| (p / heads) * tk).collect();
+        // A full `[tk, tq]` boolean mask read transposed (keys 1 apart along its columns).
+        let full: Vec<bool> = (0..tk * tq).map(|i| (i * 7 + i / tq) % 5 != 0).collect();
+        let additive: Vec<f32> = (0..tq * tk)
+            .map(|i| ((i % 11) as f32 - 5.0) * 0.3)
+            .collect();
+        let zeros = vec![0usize; bh];
+        let masks: [(&str, Mask<'_, f32>); 5] = [
+            ("none", Mask::None),
+            ("causal", Mask::Causal),
+            (
+                "padding",
+                Mask::Bool(MaskView {
+                    data: &padding,
+                    batch_offsets: &pad_offsets,
+                    strides: [0, 1],
+                }),
+            ),
+            (
+                "full, transposed",
+                Mask::Bool(MaskView {
+                    data: &full,
+                    batch_offsets: &zeros,
+                    strides: [1, tq],
+                }),
+            ),
+            (
+                "additive",
+                Mask::Float(MaskView {
+                    data: &additive,
+                    batch_offsets: &zeros,
+                    strides: [tk, 1],
+                }),
+            ),
+        ];
+        let shape = AttentionShape { bh, tq, tk, d, dv };
+        for (name, mask) in &masks {
+            for scale in [0.45f32, -0.3] {
+                let (out, lse) = attention_forward_strided(
+                    Operand::new(&q, &qo, heads * d, 1),
+                    Operand::new(&k, &ko, heads * d, 1),
+                    Operand::new(&v, &vo, heads * dv, 1),
+                    shape,
+                    mask,
+                    scale,
+                    None,
+                );
+                for p in 0..bh {
+                    for i in 0..tq {
+                        let scores: Vec<f64> = (0..tk)
+                            .map(|j| {
+                                let dot: f64 = (0..d)
+                                    .map(|c| {
+                                        q[qo[p] + i * heads * d + c] as f64
+                                            * k[ko[p] + j * heads * d + c] as f64
+                                    })
+                                    .sum();
+                                let s = dot * scale as f64;
+                                match mask {
+                                    Mask::None => s,
+                                    Mask::Causal if j > i => f64::NEG_INFINITY,
+                                    Mask::Causal => s,
+                                    Mask::Bool(m) if !m.at(p, i, j) => f64::NEG_INFINITY,
+                                    Mask::Bool(_) => s,
+                                    Mask::Float(m) => s + m.at(p, i, j) as f64,
+                                }
+                            })
+                            .collect();
+                        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let row = &out[(p * tq + i) * dv..][..dv];
+                        if max == f64::NEG_INFINITY {
+                            assert!(row.iter().all(|&x| x == 0.0), "{name}: empty row {p} {i}");
+                            assert_eq!(lse[p * tq + i], f32::NEG_INFINITY);
+                            continue;
+                        }
+                        let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                        let z: f64 = e.iter().sum();
+                        let want_lse = max + z.ln();
+                        assert!(
+                            (lse[p * tq + i] as f64 - want_lse).abs()
+                                < 1e-4 * (1.0 + want_lse.abs()),
+                            "{name}, scale {scale}: lse ({p}, {i}) {} vs {want_lse}",
+                            lse[p * tq + i]
+                        );
+                        for (c, &got) in row.iter().enumerate() {
+                            let want: f64 = (0..tk)
+                                .map(|j| e[j] / z * v[vo[p] + j * heads * dv + c] as f64)
+                                .sum();
+                            assert!(
+                                (got as f64 - want).abs() < 1e-5,
+                                "{name}, scale {scale}: ({p}, {i}, {c}) {got} vs {want}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }
