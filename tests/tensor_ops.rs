@@ -640,7 +640,8 @@ fn f32_matches_f64(
 /// ResNet-shaped f32 convolutions run the wide direct kernel (unit stride, 32+ channels,
 /// planes of 24×24 and up, on AVX-512 or AVX2 CPUs with at least one sample per thread:
 /// forward, the input gradient as a forward of the flipped weights, and the
-/// pixel-vectorised weight gradient) or, for small
+/// pixel-vectorised weight gradient), Winograd F(2×2, 3×3) (3×3 unit-stride layers
+/// of 128+ channels over 128+ output tiles), or, for small
 /// planes, several samples per GEMM (and, with large weights, gradients by blocks of
 /// input channels): output and every gradient equal the f64 convolution's (which
 /// gradcheck checks).
@@ -657,6 +658,11 @@ fn resnet_shaped_f32_conv2d_matches_f64() {
         (128, 256, [7, 7], 3, 1, 1, 1),
         // a stem (7×7 / 2): the weight gradient over phase planes
         (3, 64, [52, 52], 7, 2, 3, 1),
+        // 3×3, unit stride, 128+ channels and 128+ tiles of 2×2 in the batch:
+        // Winograd F(2×2, 3×3), forward and input gradient, every padding it takes
+        (128, 160, [14, 13], 3, 1, 1, 1),
+        (144, 128, [12, 12], 3, 1, 2, 1),
+        (128, 128, [18, 17], 3, 1, 0, 1),
     ] {
         let rng = &mut Generator::new(17);
         let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);

@@ -13,7 +13,9 @@
 //!
 //! [`conv2d`] picks among the folder's other kernels by shape: `direct` (9–32 output
 //! channels, short reductions), `pixels` (1–8 output channels), `wide` (unit stride, 32+
-//! channels, planes of 24×24 and up; also their input gradient), else im2col tiles and
+//! channels, planes of 24×24 and up; also their input gradient), `winograd` (3×3, unit
+//! stride, 128+ channels and 128+ output tiles of 2×2 in the batch; also their input
+//! gradient), else im2col tiles and
 //! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
 //! [`conv2d_backward`] (`backward`) runs the tiled gradients, or for the `wide` layers
 //! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient.
@@ -24,6 +26,7 @@ mod lanes;
 mod pixels;
 mod weight_grad;
 mod wide;
+mod winograd;
 
 pub use backward::conv2d_backward;
 
@@ -761,6 +764,9 @@ pub fn conv2d<T: Float>(
     }
     if wide::applies::<T>(g, out_channels, groups) {
         return wide::conv2d_wide(x, w, bias, g, out_channels);
+    }
+    if winograd::applies::<T>(g, out_channels, groups) {
+        return winograd::conv2d_winograd(x, w, bias, g, out_channels);
     }
     let samples_per_gemm = plane_group(g, k);
     if samples_per_gemm > 1 {
