@@ -659,10 +659,12 @@ fn resnet_shaped_f32_conv2d_matches_f64() {
         // a stem (7×7 / 2): the weight gradient over phase planes
         (3, 64, [52, 52], 7, 2, 3, 1),
         // 3×3, unit stride, 128+ channels and 128+ tiles of 2×2 in the batch:
-        // Winograd F(2×2, 3×3), forward and input gradient, every padding it takes
+        // Winograd F(2×2, 3×3), forward and input gradient (and, over 256+ tiles, the
+        // weight gradient), every padding it takes
         (128, 160, [14, 13], 3, 1, 1, 1),
         (144, 128, [12, 12], 3, 1, 2, 1),
         (128, 128, [18, 17], 3, 1, 0, 1),
+        (128, 136, [22, 21], 3, 1, 1, 1),
     ] {
         let rng = &mut Generator::new(17);
         let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);

@@ -302,7 +302,12 @@ pub fn conv2d_backward<T: Float>(
     let winograd_x =
         want_x && !wide_x && super::winograd::input_grad_applies::<T>(g, out_channels, groups);
     let wide_w = want_w && super::weight_grad::weight_grad_applies::<T>(g, out_channels, groups);
-    let tiled = [want_x && !wide_x && !winograd_x, want_w && !wide_w];
+    let winograd_w =
+        want_w && !wide_w && super::winograd::weight_grad_applies::<T>(g, out_channels, groups);
+    let tiled = [
+        want_x && !wide_x && !winograd_x,
+        want_w && !wide_w && !winograd_w,
+    ];
     let (dx, dw) = if tiled[0] || tiled[1] {
         tiled_backward(gout, x, w, g, out_channels, groups, tiled)
     } else {
@@ -314,9 +319,14 @@ pub fn conv2d_backward<T: Float>(
             winograd_x
                 .then(|| super::winograd::conv2d_winograd_input_grad(gout, w, g, out_channels))
         });
-    let dw = dw.or_else(|| {
-        wide_w.then(|| super::weight_grad::conv2d_wide_weight_grad(gout, x, g, out_channels))
-    });
+    let dw = dw
+        .or_else(|| {
+            wide_w.then(|| super::weight_grad::conv2d_wide_weight_grad(gout, x, g, out_channels))
+        })
+        .or_else(|| {
+            winograd_w
+                .then(|| super::winograd::conv2d_winograd_weight_grad(gout, x, g, out_channels))
+        });
     (dx, dw)
 }
 

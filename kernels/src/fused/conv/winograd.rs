@@ -69,6 +69,25 @@ pub(crate) fn input_grad_applies<T: Element>(
     applies::<T>(g, out_channels, groups) && g.padding[0] <= 2 && g.padding[1] <= 2
 }
 
+/// Fewest output tiles for the weight gradient: its filter-side steps (the 16 gradients
+/// of the transformed filters, then their transform back, both `O(in · out)` and bound
+/// by memory) weigh more against the products than the forward's. On a 2-core AVX-512
+/// Xeon (ms, im2col + GEMM / Winograd): 256 channels at 14², batch 8 (392 tiles), 6.6 /
+/// 4.8; 512 channels at 7², batch 8 (128 tiles), 6.3 / 6.2.
+const MIN_WEIGHT_GRAD_TILES: usize = 256;
+
+/// Whether [`conv2d_winograd_weight_grad`] serves a convolution's weight gradient: as
+/// [`applies`], over at least [`MIN_WEIGHT_GRAD_TILES`] tiles.
+pub(crate) fn weight_grad_applies<T: Element>(
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> bool {
+    applies::<T>(g, out_channels, groups)
+        && g.output()
+            .is_some_and(|[oh, ow]| g.n * oh.div_ceil(2) * ow.div_ceil(2) >= MIN_WEIGHT_GRAD_TILES)
+}
+
 /// `G ⊗ G` as `[9, 16]`: entry `(a·3 + b, i·4 + j)` is `G[i][a] · G[j][b]`, with
 /// `G = [[1, 0, 0], [½, ½, ½], [½, -½, ½], [0, 0, 1]]`.
 fn filter_matrix() -> [f32; 144] {
@@ -144,7 +163,7 @@ fn winograd<T: Float>(
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
     let (ic, oc) = (g.c, out_channels);
     let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
-    let ([h, wd], [ph, pw]) = (g.input, g.padding);
+    let [h, wd] = g.input;
     let (Some(x), Some(w)) = (as_f32(x), as_f32(w)) else {
         panic!("conv2d_winograd: f32 only");
     };
@@ -208,61 +227,8 @@ fn winograd<T: Float>(
     // SAFETY: the GEMM wrote all `16 * oc * ic` elements.
     let u = unsafe { u.assume_init() };
 
-    // 2. The input, zero-padded and channels last: `[n, hp, wp, ic]`, where tile (ty,
-    // tx)'s patch is rows 2ty..2ty + 4 and columns 2tx..2tx + 4.
-    let (hp, wp) = (2 * th + 2, 2 * tw + 2);
-    let mut xp = HostBuffer::<f32>::new_uninit(g.n * hp * wp * ic);
-    for_each_chunk_mut(&mut xp, wp * ic, |row, dst| {
-        let (s, yp) = (row / hp, row % hp);
-        let y = yp as isize - ph as isize;
-        if y < 0 || y >= h as isize {
-            dst.iter_mut().for_each(|v| {
-                v.write(0.0);
-            });
-            return;
-        }
-        let y = y as usize;
-        for (xq, px) in dst.chunks_exact_mut(ic).enumerate() {
-            let xw = xq as isize - pw as isize;
-            if xw < 0 || xw >= wd as isize {
-                px.iter_mut().for_each(|v| {
-                    v.write(0.0);
-                });
-                continue;
-            }
-            let at = (s * ic * h + y) * wd + xw as usize;
-            for (c, v) in px.iter_mut().enumerate() {
-                v.write(x[at + c * h * wd]);
-            }
-        }
-    });
-    // SAFETY: every row of `wp * ic` elements was written above.
-    let xp = unsafe { xp.assume_init() };
-
-    // 3. V[ξ][t][i] (channels contiguous), a chunk of tiles per task.
-    let mut v = HostBuffer::<f32>::new_uninit(16 * n * ic);
-    let vp = Shared(v.as_mut_ptr().cast::<f32>());
-    let chunk = n.div_ceil(4 * num_threads()).max(1);
-    run_tasks(n.div_ceil(chunk), |task| {
-        for t in task * chunk..((task + 1) * chunk).min(n) {
-            let (s, r) = (t / (th * tw), t % (th * tw));
-            let (ty, tx) = (r / tw, r % tw);
-            let row = |i: usize| &xp[((s * hp + 2 * ty + i) * wp + 2 * tx) * ic..][..4 * ic];
-            // SAFETY: tile t's 16 rows of `ic` elements (one per ξ) are written by this
-            // task alone, inside V.
-            let out = std::array::from_fn(|xi| unsafe {
-                std::slice::from_raw_parts_mut(vp.get().add((xi * n + t) * ic), ic)
-            });
-            with_simd(InputTile {
-                rows: [row(0), row(1), row(2), row(3)],
-                out,
-                ic,
-            });
-        }
-    });
-    // SAFETY: the tasks wrote every tile's 16 rows.
-    let v = unsafe { v.assume_init() };
-    drop(xp);
+    // 2, 3. V[ξ][t][i].
+    let v = transform_input(x, g, th, tw);
 
     // 4. M[ξ] = U[ξ] V[ξ]ᵀ: [oc, ic] by [ic, n], stored tile-major (`[n, oc]`).
     let mut m = HostBuffer::<f32>::new_uninit(16 * oc * n);
@@ -296,6 +262,7 @@ fn winograd<T: Float>(
     drop(v);
 
     // 5. Y = Aᵀ M A + bias, a chunk of tiles per task, scattered into NCHW.
+    let chunk = tile_chunk(n);
     let out_f = as_f32_mut(&mut out).expect("f32");
     let op = Shared(out_f.as_mut_ptr());
     let zeros;
@@ -333,6 +300,73 @@ fn winograd<T: Float>(
     out
 }
 
+/// Tiles per task of the transforms: four tasks per thread.
+fn tile_chunk(tiles: usize) -> usize {
+    tiles.div_ceil(4 * num_threads()).max(1)
+}
+
+/// Steps 2 and 3: `V[ξ][t][i] = (Bᵀ d B)[ξ]` for the 4×4 input patch `d` of every
+/// 2×2 output tile `t` (`th × tw` per sample, sample-major) and channel `i` of `x`
+/// `[n, c, h, w]` under `g`'s padding.
+fn transform_input(x: &[f32], g: &Conv2dGeometry, th: usize, tw: usize) -> HostBuffer<f32> {
+    let ([h, wd], [ph, pw], ic) = (g.input, g.padding, g.c);
+    let n = g.n * th * tw;
+    // 2. The input, zero-padded and channels last: `[n, hp, wp, ic]`, where tile (ty,
+    // tx)'s patch is rows 2ty..2ty + 4 and columns 2tx..2tx + 4.
+    let (hp, wp) = (2 * th + 2, 2 * tw + 2);
+    let mut xp = HostBuffer::<f32>::new_uninit(g.n * hp * wp * ic);
+    for_each_chunk_mut(&mut xp, wp * ic, |row, dst| {
+        let (s, yp) = (row / hp, row % hp);
+        let y = yp as isize - ph as isize;
+        if y < 0 || y >= h as isize {
+            dst.iter_mut().for_each(|v| {
+                v.write(0.0);
+            });
+            return;
+        }
+        let y = y as usize;
+        for (xq, px) in dst.chunks_exact_mut(ic).enumerate() {
+            let xw = xq as isize - pw as isize;
+            if xw < 0 || xw >= wd as isize {
+                px.iter_mut().for_each(|v| {
+                    v.write(0.0);
+                });
+                continue;
+            }
+            let at = (s * ic * h + y) * wd + xw as usize;
+            for (c, v) in px.iter_mut().enumerate() {
+                v.write(x[at + c * h * wd]);
+            }
+        }
+    });
+    // SAFETY: every row of `wp * ic` elements was written above.
+    let xp = unsafe { xp.assume_init() };
+
+    // 3. V[ξ][t][i] (channels contiguous), a chunk of tiles per task.
+    let mut v = HostBuffer::<f32>::new_uninit(16 * n * ic);
+    let vp = Shared(v.as_mut_ptr().cast::<f32>());
+    let chunk = tile_chunk(n);
+    run_tasks(n.div_ceil(chunk), |task| {
+        for t in task * chunk..((task + 1) * chunk).min(n) {
+            let (s, r) = (t / (th * tw), t % (th * tw));
+            let (ty, tx) = (r / tw, r % tw);
+            let row = |i: usize| &xp[((s * hp + 2 * ty + i) * wp + 2 * tx) * ic..][..4 * ic];
+            // SAFETY: tile t's 16 rows of `ic` elements (one per ξ) are written by this
+            // task alone, inside V.
+            let out = std::array::from_fn(|xi| unsafe {
+                std::slice::from_raw_parts_mut(vp.get().add((xi * n + t) * ic), ic)
+            });
+            with_simd(InputTile {
+                rows: [row(0), row(1), row(2), row(3)],
+                out,
+                ic,
+            });
+        }
+    });
+    // SAFETY: the tasks wrote every tile's 16 rows.
+    unsafe { v.assume_init() }
+}
+
 /// The input gradient of a convolution [`input_grad_applies`] serves: the convolution
 /// of `gout` `[n, out_channels, oh, ow]` by the filters flipped in space with input and
 /// output channels swapped, padded by `2 - padding`: `[n, c, h, w]`.
@@ -354,6 +388,199 @@ pub(crate) fn conv2d_winograd_input_grad<T: Float>(
     };
     debug_assert_eq!(gg.output(), Some(g.input));
     winograd(gout, w, None, &gg, g.c, true)
+}
+
+/// The weight gradient of a convolution [`applies`] serves, `[out_channels, c, 3, 3]`:
+/// with `M = U ⊙ V` per tile and `y = Aᵀ M A`, the gradient of `U` is
+/// `Σ_t (A gy_t Aᵀ) ⊙ V_t` (16 GEMMs of `[o, tiles]` by `[tiles, i]`) and that of the
+/// filters `Gᵀ dU G` (one GEMM by `T = G ⊗ G`) — the exact gradient of the transformed
+/// forward, which equals the convolution's.
+pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
+    gout: &[T],
+    x: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+) -> HostBuffer<T> {
+    assert!(
+        g.kernel == [3, 3] && g.stride == [1, 1] && g.dilation == [1, 1],
+        "conv2d_winograd_weight_grad: a 3x3 kernel with unit stride and dilation, got {g:?}"
+    );
+    let [oh, ow] = g.output().expect("conv geometry checked by the caller");
+    let (ic, oc) = (g.c, out_channels);
+    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
+    let (Some(x), Some(gy)) = (as_f32(x), as_f32(gout)) else {
+        panic!("conv2d_winograd_weight_grad: f32 only");
+    };
+    assert!(
+        x.len() == g.n * ic * g.input[0] * g.input[1] && gy.len() == g.n * oc * oh * ow,
+        "conv2d_winograd_weight_grad: slices do not match {g:?} with {oc} outputs"
+    );
+    let mut dw = HostBuffer::<T>::zeroed(oc * ic * 9);
+    let n = g.n * th * tw;
+    if n == 0 || oc * ic == 0 {
+        return dw;
+    }
+    let threads = Parallelism::Threads(num_threads());
+    let v = transform_input(x, g, th, tw);
+
+    // The output gradient, channels last, padded to whole tiles: `[n, 2 th, 2 tw, oc]`.
+    let (hp, wp) = (2 * th, 2 * tw);
+    let mut gp = HostBuffer::<f32>::new_uninit(g.n * hp * wp * oc);
+    for_each_chunk_mut(&mut gp, wp * oc, |row, dst| {
+        let (s, y) = (row / hp, row % hp);
+        for (xq, px) in dst.chunks_exact_mut(oc).enumerate() {
+            if y >= oh || xq >= ow {
+                px.iter_mut().for_each(|v| {
+                    v.write(0.0);
+                });
+                continue;
+            }
+            let at = (s * oc * oh + y) * ow + xq;
+            for (o, v) in px.iter_mut().enumerate() {
+                v.write(gy[at + o * oh * ow]);
+            }
+        }
+    });
+    // SAFETY: every row of `wp * oc` elements was written above.
+    let gp = unsafe { gp.assume_init() };
+    // Z[ξ][t][o] = (A gy_t Aᵀ)[ξ].
+    let mut z = HostBuffer::<f32>::new_uninit(16 * n * oc);
+    let zp = Shared(z.as_mut_ptr().cast::<f32>());
+    let chunk = tile_chunk(n);
+    run_tasks(n.div_ceil(chunk), |task| {
+        for t in task * chunk..((task + 1) * chunk).min(n) {
+            let (s, r) = (t / (th * tw), t % (th * tw));
+            let (ty, tx) = (r / tw, r % tw);
+            let row = |i: usize| &gp[((s * hp + 2 * ty + i) * wp + 2 * tx) * oc..][..2 * oc];
+            // SAFETY: tile t's 16 rows of `oc` elements (one per ξ) are written by this
+            // task alone, inside Z.
+            let out = std::array::from_fn(|xi| unsafe {
+                std::slice::from_raw_parts_mut(zp.get().add((xi * n + t) * oc), oc)
+            });
+            with_simd(GradTile {
+                rows: [row(0), row(1)],
+                out,
+                oc,
+            });
+        }
+    });
+    // SAFETY: the tasks wrote every tile's 16 rows.
+    let z = unsafe { z.assume_init() };
+    drop(gp);
+
+    // dU[ξ] = Z[ξ]ᵀ V[ξ]: [oc, n] by [n, ic].
+    let mut du = HostBuffer::<f32>::new_uninit(16 * oc * ic);
+    for xi in 0..16 {
+        // SAFETY: destination `(o, i)` at `o * ic + i` inside `du` (block ξ), every
+        // element written (`read_dst` false); `Z[ξ]` `(o, t)` at `t * oc + o` and `V[ξ]`
+        // `(t, i)` at `t * ic + i` inside `z` and `v`; nothing overlaps.
+        unsafe {
+            gemm(
+                oc,
+                ic,
+                n,
+                du.as_mut_ptr().cast::<f32>().add(xi * oc * ic),
+                1,
+                ic as isize,
+                false,
+                z.as_ptr().add(xi * n * oc),
+                oc as isize,
+                1,
+                v.as_ptr().add(xi * n * ic),
+                1,
+                ic as isize,
+                1.0,
+                1.0,
+                threads,
+            );
+        }
+    }
+    // SAFETY: the 16 GEMMs wrote every element.
+    let du = unsafe { du.assume_init() };
+    drop((z, v));
+    // dW[(o, i)][k] = Σ_ξ dU[ξ][(o, i)] T[k][ξ].
+    let t = filter_matrix();
+    let dwf = as_f32_mut(&mut dw).expect("f32");
+    // SAFETY: destination `[oc * ic, 9]` row-major (`dw`, every element written);
+    // `dU` `(r, ξ)` at `ξ * oc * ic + r`, `T` `(ξ, k)` at `k * 16 + ξ`; nothing overlaps.
+    unsafe {
+        gemm(
+            oc * ic,
+            9,
+            16,
+            dwf.as_mut_ptr(),
+            1,
+            9,
+            false,
+            du.as_ptr(),
+            (oc * ic) as isize,
+            1,
+            t.as_ptr(),
+            16,
+            1,
+            1.0,
+            1.0,
+            threads,
+        );
+    }
+    dw
+}
+
+/// `Z[ξ] = (A gy Aᵀ)[ξ]` of one tile for every output channel, with
+/// `A = [[1, 0], [1, 1], [1, -1], [0, -1]]`; `rows[a]` holds the tile's output-gradient
+/// row `a`, 2 pixels of `oc` channels.
+struct GradTile<'a> {
+    rows: [&'a [f32]; 2],
+    out: [&'a mut [f32]; 16],
+    oc: usize,
+}
+
+impl SimdKernel for GradTile<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let oc = self.oc;
+        let rows = self.rows;
+        let mut out = self.out;
+        let step = |o: usize, width: usize, out: &mut [&mut [f32]; 16]| {
+            let p = |a: usize, b: usize| -> [f32; L] {
+                if width == L {
+                    lanes(rows[a], b * oc + o)
+                } else {
+                    std::array::from_fn(|l| {
+                        if l < width {
+                            rows[a][b * oc + o + l]
+                        } else {
+                            0.0
+                        }
+                    })
+                }
+            };
+            let (p00, p01, p10, p11) = (p(0, 0), p(0, 1), p(1, 0), p(1, 1));
+            let neg = |a: [f32; L]| a.map(|v| -v);
+            // Along y: rows (g0, g0 + g1, g0 - g1, -g1); along x the same per row.
+            let r = [
+                (p00, p01),
+                (zip(p00, p10, |a, b| a + b), zip(p01, p11, |a, b| a + b)),
+                (zip(p00, p10, |a, b| a - b), zip(p01, p11, |a, b| a - b)),
+                (neg(p10), neg(p11)),
+            ];
+            for (i, (a, b)) in r.into_iter().enumerate() {
+                let zr = [a, zip(a, b, |a, b| a + b), zip(a, b, |a, b| a - b), neg(b)];
+                for (j, zv) in zr.iter().enumerate() {
+                    out[i * 4 + j][o..o + width].copy_from_slice(&zv[..width]);
+                }
+            }
+        };
+        let mut o = 0;
+        while o + L <= oc {
+            step(o, L, &mut out);
+            o += L;
+        }
+        if o < oc {
+            step(o, oc - o, &mut out);
+        }
+    }
 }
 
 /// Step 3 for one tile: `V[ξ] = (Bᵀ d B)[ξ]` for every channel, with
@@ -559,6 +786,16 @@ mod tests {
                 }
                 if p <= 2 {
                     let gout = data(n * oc * oh * ow, 4);
+                    let got = conv2d_winograd_weight_grad(&gout, &x, &g, oc);
+                    let (_, want) = tiled_backward(&gout, &x, &wt, &g, oc, 1, [false, true]);
+                    let want = want.expect("asked for");
+                    let tiles = (n * oh * ow) as f32;
+                    for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
+                        assert!(
+                            (a - e).abs() <= 2e-5 * (1.0 + e.abs()) * tiles.sqrt(),
+                            "weight grad {g:?} {oc}: {i}: {a} vs {e}"
+                        );
+                    }
                     let got = conv2d_winograd_input_grad(&gout, &wt, &g, oc);
                     let (want, _) = tiled_backward(&gout, &x, &wt, &g, oc, 1, [true, false]);
                     let want = want.expect("asked for");
