@@ -4,6 +4,9 @@ then prints ferrograd's speed relative to PyTorch (>1 means ferrograd is faster)
 
     python3 bench/compare_pytorch.py [--python /path/to/venv/bin/python] [--skip-cargo]
 
+(`--skip-cargo` reuses the last criterion results; rows never run print "not run", so
+`cargo bench --bench core_ops -- --noplot cnn/` then `--skip-cargo` compares one group.)
+
 The PyTorch side needs a Python with torch; the default is this interpreter."""
 import argparse
 import json
@@ -30,6 +33,10 @@ print(f"\nferrograd vs PyTorch {torch_results['torch']} on {threads} threads (ra
 print(f"{'benchmark':<22}{'ferrograd':>14}{'pytorch':>14}{'ratio':>8}")
 for name, torch_s in torch_results["results"].items():
     est = root / "target/criterion" / name / "new/estimates.json"
+    if not est.exists():
+        # `--skip-cargo` after running a subset (`cargo bench --bench core_ops -- cnn/`).
+        print(f"{name:<22}{'not run':>14}")
+        continue
     ours = json.loads(est.read_text())["median"]["point_estimate"] / 1e9
     fmt = lambda s: f"{s * 1e6:10.2f} us" if s < 1e-3 else f"{s * 1e3:10.3f} ms"
     extra = ""
