@@ -630,24 +630,43 @@ pub fn attention_backward<T: AttnFloat>(
     par_pieces(pieces, |(b, dq_b, dk_b, dv_b)| {
         let (qb, kb, vb) = (&q[b * tq * d..], &k[b * tk * d..], &v[b * tk * dv..]);
         let (ob, gb) = (&out[b * tq * dv..], &dout[b * tq * dv..]);
+        // The products whose right operand is the same for every tile, packed once for
+        // the f32 microkernel: `K^T` (the scores), `V^T` (dP) and `K` (dQ). A causal
+        // tile that sees fewer keys multiplies through `gemm`.
+        let packed = |src: &[T], shape: (usize, usize), strides| {
+            as_f32(src).and_then(|s| PackedRhs::pack(s, shape, strides))
+        };
+        let (kt, vt, kk) = if tk > 0 && tq > 0 {
+            (
+                packed(kb, (d, tk), (1, d)),
+                packed(vb, (dv, tk), (1, dv)),
+                packed(kb, (tk, d), (d, 1)),
+            )
+        } else {
+            (None, None, None)
+        };
         for q0 in (0..tq).step_by(TILE) {
             let rows = TILE.min(tq - q0);
             let width = visible(mask, q0 + rows - 1, tk);
             if width == 0 {
                 continue;
             }
+            // Whether the packed operands (all `tk` keys) serve this tile.
+            let whole = width == tk;
             // P (recomputed), then the dropped-out P that multiplied V.
             let mut p = vec![T::ZERO; rows * width];
-            gemm_into(
-                Parallelism::None,
-                &mut p,
-                (rows, width, d),
-                &qb[q0 * d..],
-                (d, 1),
-                kb,
-                (1, d),
-                false,
-            );
+            if !(whole && packed_product(&kt, &mut p, rows, &qb[q0 * d..], d)) {
+                gemm_into(
+                    Parallelism::None,
+                    &mut p,
+                    (rows, width, d),
+                    &qb[q0 * d..],
+                    (d, 1),
+                    kb,
+                    (1, d),
+                    false,
+                );
+            }
             scale_and_mask(&mut p, rows, width, b, q0, scale, mask);
             with_simd(Probabilities {
                 p: &mut p,
@@ -679,16 +698,18 @@ pub fn attention_backward<T: AttnFloat>(
             );
             // dP = (dO @ V^T) * keep / (1 - p)
             let mut dp = vec![T::ZERO; rows * width];
-            gemm_into(
-                Parallelism::None,
-                &mut dp,
-                (rows, width, dv),
-                &gb[q0 * dv..],
-                (dv, 1),
-                vb,
-                (1, dv),
-                false,
-            );
+            if !(whole && packed_product(&vt, &mut dp, rows, &gb[q0 * dv..], dv)) {
+                gemm_into(
+                    Parallelism::None,
+                    &mut dp,
+                    (rows, width, dv),
+                    &gb[q0 * dv..],
+                    (dv, 1),
+                    vb,
+                    (1, dv),
+                    false,
+                );
+            }
             if let Some(f) = &factors {
                 dp.iter_mut().zip(f).for_each(|(x, &k)| *x = *x * k);
             }
@@ -702,16 +723,18 @@ pub fn attention_backward<T: AttnFloat>(
                 scale,
             });
             // dQ = dS @ K; dK += dS^T @ Q
-            gemm_into(
-                Parallelism::None,
-                &mut dq_b[q0 * d..],
-                (rows, d, width),
-                &dp,
-                (width, 1),
-                kb,
-                (d, 1),
-                false,
-            );
+            if !(whole && packed_product(&kk, &mut dq_b[q0 * d..], rows, &dp, width)) {
+                gemm_into(
+                    Parallelism::None,
+                    &mut dq_b[q0 * d..],
+                    (rows, d, width),
+                    &dp,
+                    (width, 1),
+                    kb,
+                    (d, 1),
+                    false,
+                );
+            }
             gemm_into(
                 Parallelism::None,
                 dk_b,
@@ -725,6 +748,22 @@ pub fn attention_backward<T: AttnFloat>(
         }
     });
     (dq, dk, dvv)
+}
+
+/// `dst = a @ packed` for `rows` rows of `a` (row stride `a_rs`) when `packed` holds the
+/// right operand and `T` is f32; `false`, having done nothing, otherwise.
+fn packed_product<T: AttnFloat>(
+    packed: &Option<PackedRhs>,
+    dst: &mut [T],
+    rows: usize,
+    a: &[T],
+    a_rs: usize,
+) -> bool {
+    let (Some(packed), Some(dst), Some(a)) = (packed, as_f32_mut(dst), as_f32(a)) else {
+        return false;
+    };
+    packed.matmul_into(dst, rows, a, a_rs, false, 1);
+    true
 }
 
 /// The backward's probabilities recomputed in place from the scores of `lse.len()` rows
@@ -1031,6 +1070,81 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The f32 backward (the scores, dP and dQ products through the packed microkernel
+    /// where a tile sees every key) against the same backward in f64 (`gemm` only):
+    /// several tiles, a causal mask (whose early tiles see fewer keys), a boolean mask
+    /// and dropout.
+    #[test]
+    fn f32_backward_matches_f64() {
+        let shape = AttentionShape {
+            bh: 3,
+            tq: 150,
+            tk: 70,
+            d: 20,
+            dv: 13,
+        };
+        let AttentionShape { bh, tq, tk, d, dv } = shape;
+        let make = |n: usize, seed: f64| {
+            (0..n)
+                .map(|i| ((i as f64 + seed) * 0.37).sin())
+                .collect::<Vec<f64>>()
+        };
+        let (q, k, v, g) = (
+            make(bh * tq * d, 1.0),
+            make(bh * tk * d, 2.0),
+            make(bh * tk * dv, 3.0),
+            make(bh * tq * dv, 4.0),
+        );
+        let keep: Vec<bool> = (0..tq * tk).map(|i| i % 7 != 3).collect();
+        let zeros = vec![0usize; bh];
+        let narrow = |x: &[f64]| x.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        let (qf, kf, vf, gf) = (narrow(&q), narrow(&k), narrow(&v), narrow(&g));
+        for (name, causal, boolean, dropout) in [
+            ("none", false, false, None),
+            ("causal", true, false, None),
+            ("bool", false, true, None),
+            (
+                "dropout",
+                false,
+                false,
+                Some(AttnDropout { p: 0.2, seed: 9 }),
+            ),
+        ] {
+            let m64 = if causal {
+                Mask::Causal
+            } else if boolean {
+                Mask::Bool(MaskView {
+                    data: &keep,
+                    batch_offsets: &zeros,
+                    strides: [tk, 1],
+                })
+            } else {
+                Mask::None
+            };
+            let m32 = match m64 {
+                Mask::Causal => Mask::Causal,
+                Mask::Bool(view) => Mask::Bool(view),
+                _ => Mask::None,
+            };
+            let (o64, l64) = attention_forward(&q, &k, &v, shape, &m64, 0.3, dropout);
+            let want = attention_backward(&q, &k, &v, &o64, &l64, &g, shape, &m64, 0.3, dropout);
+            let (o32, l32) = attention_forward(&qf, &kf, &vf, shape, &m32, 0.3, dropout);
+            let got = attention_backward(&qf, &kf, &vf, &o32, &l32, &gf, shape, &m32, 0.3, dropout);
+            for (which, a, e) in [
+                ("dq", &got.0, &want.0),
+                ("dk", &got.1, &want.1),
+                ("dv", &got.2, &want.2),
+            ] {
+                for (i, (&x, &y)) in a.iter().zip(e.iter()).enumerate() {
+                    assert!(
+                        (x as f64 - y).abs() < 1e-4 * (1.0 + y.abs()),
+                        "{name}: {which}[{i}] {x} vs {y}"
+                    );
                 }
             }
         }
