@@ -29,6 +29,7 @@ use crate::cpu::{
     num_threads, run_tasks,
 };
 use crate::{DType, Element};
+use std::mem::MaybeUninit;
 
 /// Fewest input and output channels served: the transforms cost `O(channels · tiles)`
 /// against the products' `O(in · out · tiles)`, so narrow layers gain little.
@@ -309,62 +310,96 @@ fn tile_chunk(tiles: usize) -> usize {
 /// 2×2 output tile `t` (`th × tw` per sample, sample-major) and channel `i` of `x`
 /// `[n, c, h, w]` under `g`'s padding.
 fn transform_input(x: &[f32], g: &Conv2dGeometry, th: usize, tw: usize) -> HostBuffer<f32> {
-    let ([h, wd], [ph, pw], ic) = (g.input, g.padding, g.c);
-    let n = g.n * th * tw;
+    let ic = g.c;
     // 2. The input, zero-padded and channels last: `[n, hp, wp, ic]`, where tile (ty,
     // tx)'s patch is rows 2ty..2ty + 4 and columns 2tx..2tx + 4.
     let (hp, wp) = (2 * th + 2, 2 * tw + 2);
-    let mut xp = HostBuffer::<f32>::new_uninit(g.n * hp * wp * ic);
-    for_each_chunk_mut(&mut xp, wp * ic, |row, dst| {
+    let xp = channels_last(x, g.n, ic, g.input, [hp, wp], g.padding);
+    // 3. V[ξ][t][i] (channels contiguous).
+    per_tile(g.n, [th, tw], ic, |s, ty, tx, out| {
+        let row = |i: usize| &xp[((s * hp + 2 * ty + i) * wp + 2 * tx) * ic..][..4 * ic];
+        with_simd(InputTile {
+            rows: [row(0), row(1), row(2), row(3)],
+            out,
+            ic,
+        });
+    })
+}
+
+/// `src` `[n, c, h, w]` zero-padded to `[n, hp, wp, c]` (channels last), input pixel
+/// `(y, x)` at `(y + pad[0], x + pad[1])`.
+fn channels_last(
+    src: &[f32],
+    n: usize,
+    c: usize,
+    [h, w]: [usize; 2],
+    [hp, wp]: [usize; 2],
+    [ph, pw]: [usize; 2],
+) -> HostBuffer<f32> {
+    let mut dst = HostBuffer::<f32>::new_uninit(n * hp * wp * c);
+    let zero = |px: &mut [MaybeUninit<f32>]| {
+        px.iter_mut().for_each(|v| {
+            v.write(0.0);
+        })
+    };
+    for_each_chunk_mut(&mut dst, wp * c, |row, out| {
         let (s, yp) = (row / hp, row % hp);
-        let y = yp as isize - ph as isize;
-        if y < 0 || y >= h as isize {
-            dst.iter_mut().for_each(|v| {
-                v.write(0.0);
-            });
-            return;
-        }
-        let y = y as usize;
-        for (xq, px) in dst.chunks_exact_mut(ic).enumerate() {
-            let xw = xq as isize - pw as isize;
-            if xw < 0 || xw >= wd as isize {
-                px.iter_mut().for_each(|v| {
-                    v.write(0.0);
-                });
+        let Some(y) = yp.checked_sub(ph).filter(|&y| y < h) else {
+            return zero(out);
+        };
+        for (xq, px) in out.chunks_exact_mut(c).enumerate() {
+            let Some(x) = xq.checked_sub(pw).filter(|&x| x < w) else {
+                zero(px);
                 continue;
-            }
-            let at = (s * ic * h + y) * wd + xw as usize;
-            for (c, v) in px.iter_mut().enumerate() {
-                v.write(x[at + c * h * wd]);
+            };
+            let at = (s * c * h + y) * w + x;
+            for (ch, v) in px.iter_mut().enumerate() {
+                v.write(src[at + ch * h * w]);
             }
         }
     });
-    // SAFETY: every row of `wp * ic` elements was written above.
-    let xp = unsafe { xp.assume_init() };
+    // SAFETY: every row of `wp * c` elements was written above.
+    unsafe { dst.assume_init() }
+}
 
-    // 3. V[ξ][t][i] (channels contiguous), a chunk of tiles per task.
-    let mut v = HostBuffer::<f32>::new_uninit(16 * n * ic);
-    let vp = Shared(v.as_mut_ptr().cast::<f32>());
+/// `[16, n·th·tw, width]`: for every tile (sample `s`, tile row `ty`, column `tx`),
+/// `fill` writes its 16 rows of `width` (one per ξ), a chunk of tiles per task.
+fn per_tile(
+    samples: usize,
+    [th, tw]: [usize; 2],
+    width: usize,
+    fill: impl Fn(usize, usize, usize, [&mut [f32]; 16]) + Sync,
+) -> HostBuffer<f32> {
+    let n = samples * th * tw;
+    let mut buf = HostBuffer::<f32>::new_uninit(16 * n * width);
+    let bp = Shared(buf.as_mut_ptr().cast::<f32>());
     let chunk = tile_chunk(n);
     run_tasks(n.div_ceil(chunk), |task| {
         for t in task * chunk..((task + 1) * chunk).min(n) {
             let (s, r) = (t / (th * tw), t % (th * tw));
-            let (ty, tx) = (r / tw, r % tw);
-            let row = |i: usize| &xp[((s * hp + 2 * ty + i) * wp + 2 * tx) * ic..][..4 * ic];
-            // SAFETY: tile t's 16 rows of `ic` elements (one per ξ) are written by this
-            // task alone, inside V.
+            // SAFETY: tile t's 16 rows of `width` elements (one per ξ, `(ξ * n + t) *
+            // width` on) are inside the buffer and written by this task alone.
             let out = std::array::from_fn(|xi| unsafe {
-                std::slice::from_raw_parts_mut(vp.get().add((xi * n + t) * ic), ic)
+                std::slice::from_raw_parts_mut(bp.get().add((xi * n + t) * width), width)
             });
-            with_simd(InputTile {
-                rows: [row(0), row(1), row(2), row(3)],
-                out,
-                ic,
-            });
+            fill(s, r / tw, r % tw, out);
         }
     });
-    // SAFETY: the tasks wrote every tile's 16 rows.
-    unsafe { v.assume_init() }
+    // SAFETY: `fill` wrote every tile's 16 rows.
+    unsafe { buf.assume_init() }
+}
+
+/// Runs `step(start, width)` over `0..len` in steps of [`L`] lanes, the last one short.
+#[inline(always)]
+fn by_lanes(len: usize, mut step: impl FnMut(usize, usize)) {
+    let mut at = 0;
+    while at + L <= len {
+        step(at, L);
+        at += L;
+    }
+    if at < len {
+        step(at, len - at);
+    }
 }
 
 /// The input gradient of a convolution [`input_grad_applies`] serves: the convolution
@@ -425,47 +460,16 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
 
     // The output gradient, channels last, padded to whole tiles: `[n, 2 th, 2 tw, oc]`.
     let (hp, wp) = (2 * th, 2 * tw);
-    let mut gp = HostBuffer::<f32>::new_uninit(g.n * hp * wp * oc);
-    for_each_chunk_mut(&mut gp, wp * oc, |row, dst| {
-        let (s, y) = (row / hp, row % hp);
-        for (xq, px) in dst.chunks_exact_mut(oc).enumerate() {
-            if y >= oh || xq >= ow {
-                px.iter_mut().for_each(|v| {
-                    v.write(0.0);
-                });
-                continue;
-            }
-            let at = (s * oc * oh + y) * ow + xq;
-            for (o, v) in px.iter_mut().enumerate() {
-                v.write(gy[at + o * oh * ow]);
-            }
-        }
-    });
-    // SAFETY: every row of `wp * oc` elements was written above.
-    let gp = unsafe { gp.assume_init() };
+    let gp = channels_last(gy, g.n, oc, [oh, ow], [hp, wp], [0, 0]);
     // Z[ξ][t][o] = (A gy_t Aᵀ)[ξ].
-    let mut z = HostBuffer::<f32>::new_uninit(16 * n * oc);
-    let zp = Shared(z.as_mut_ptr().cast::<f32>());
-    let chunk = tile_chunk(n);
-    run_tasks(n.div_ceil(chunk), |task| {
-        for t in task * chunk..((task + 1) * chunk).min(n) {
-            let (s, r) = (t / (th * tw), t % (th * tw));
-            let (ty, tx) = (r / tw, r % tw);
-            let row = |i: usize| &gp[((s * hp + 2 * ty + i) * wp + 2 * tx) * oc..][..2 * oc];
-            // SAFETY: tile t's 16 rows of `oc` elements (one per ξ) are written by this
-            // task alone, inside Z.
-            let out = std::array::from_fn(|xi| unsafe {
-                std::slice::from_raw_parts_mut(zp.get().add((xi * n + t) * oc), oc)
-            });
-            with_simd(GradTile {
-                rows: [row(0), row(1)],
-                out,
-                oc,
-            });
-        }
+    let z = per_tile(g.n, [th, tw], oc, |s, ty, tx, out| {
+        let row = |i: usize| &gp[((s * hp + 2 * ty + i) * wp + 2 * tx) * oc..][..2 * oc];
+        with_simd(GradTile {
+            rows: [row(0), row(1)],
+            out,
+            oc,
+        });
     });
-    // SAFETY: the tasks wrote every tile's 16 rows.
-    let z = unsafe { z.assume_init() };
     drop(gp);
 
     // dU[ξ] = Z[ξ]ᵀ V[ξ]: [oc, n] by [n, ic].
@@ -572,14 +576,7 @@ impl SimdKernel for GradTile<'_> {
                 }
             }
         };
-        let mut o = 0;
-        while o + L <= oc {
-            step(o, L, &mut out);
-            o += L;
-        }
-        if o < oc {
-            step(o, oc - o, &mut out);
-        }
+        by_lanes(oc, |o, width| step(o, width, &mut out));
     }
 }
 
@@ -654,14 +651,7 @@ impl SimdKernel for InputTile<'_> {
                 }
             }
         };
-        let mut c = 0;
-        while c + L <= ic {
-            step(c, L, &mut out);
-            c += L;
-        }
-        if c < ic {
-            step(c, ic - c, &mut out);
-        }
+        by_lanes(ic, |c, width| step(c, width, &mut out));
     }
 }
 
@@ -723,14 +713,7 @@ impl SimdKernel for OutputTile<'_> {
                 y[k * oc + o..k * oc + o + width].copy_from_slice(&p[..width]);
             }
         };
-        let mut o = 0;
-        while o + L <= oc {
-            step(o, L, y);
-            o += L;
-        }
-        if o < oc {
-            step(o, oc - o, y);
-        }
+        by_lanes(oc, |o, width| step(o, width, y));
     }
 }
 
