@@ -410,68 +410,6 @@ impl<'a, T> Operand<'a, T> {
     }
 }
 
-/// One problem's keys (as `K^T`, `[d, width]`) and values (`[width, dv]`) packed for the
-/// f32 microkernel ([`PackedRhs`]), multiplied by each query tile's rows: at attention's
-/// shapes (head width 32 to 128, a few hundred keys) the `gemm` crate repacks both
-/// operands for every tile and runs well below the FMA peak. Empty for other dtypes, a
-/// CPU without the microkernel, or a problem with no keys; the callers then use `gemm`.
-struct PackedKv {
-    kt: Option<PackedRhs>,
-    v: Option<PackedRhs>,
-}
-
-impl PackedKv {
-    fn new<T: AttnFloat>(
-        k: &Operand<'_, T>,
-        v: &Operand<'_, T>,
-        b: usize,
-        width: usize,
-        d: usize,
-        dv: usize,
-    ) -> Self {
-        let pack = |o: &Operand<'_, T>, shape, strides| {
-            if width == 0 {
-                return None;
-            }
-            PackedRhs::pack(as_f32(o.from(b, 0))?, shape, strides)
-        };
-        PackedKv {
-            kt: pack(k, (d, width), (k.col_stride, k.row_stride)),
-            v: pack(v, (width, dv), (v.row_stride, v.col_stride)),
-        }
-    }
-
-    /// `s = q[q0..q0 + rows] @ K^T` (`[rows, width]`); `false`, having done nothing, when
-    /// not packed or the queries' features are not contiguous.
-    fn scores<T: AttnFloat>(
-        &self,
-        s: &mut [T],
-        rows: usize,
-        q: &Operand<'_, T>,
-        b: usize,
-        q0: usize,
-    ) -> bool {
-        let (Some(kt), Some(s), Some(qf)) = (&self.kt, as_f32_mut(s), as_f32(q.from(b, q0))) else {
-            return false;
-        };
-        if q.col_stride != 1 && kt.shape().0 > 1 {
-            return false;
-        }
-        kt.matmul_into(s, rows, qf, q.row_stride, false, 1);
-        true
-    }
-
-    /// `o = p @ V` for probabilities `p` `[rows, width]` (row-major); `false`, having
-    /// done nothing, when not packed.
-    fn values<T: AttnFloat>(&self, o: &mut [T], rows: usize, p: &[T]) -> bool {
-        let (Some(v), Some(o), Some(p)) = (&self.v, as_f32_mut(o), as_f32(p)) else {
-            return false;
-        };
-        v.matmul_into(o, rows, p, v.shape().0, false, 1);
-        true
-    }
-}
-
 /// [`attention_forward`] over operands in any layout (see [`Operand`]); the output and
 /// log-sum-exp are contiguous `[bh, tq, dv]` and `[bh, tq]`.
 ///
@@ -529,7 +467,10 @@ pub fn attention_forward_strided<T: AttnFloat>(
     }
     par_pieces(pieces, |(b, q0, o, l)| {
         let width = visible(mask, q0 + l.len() - 1, tk);
-        let packed = PackedKv::new(&k, &v, b, width, d, dv);
+        // The problem's keys (as `K^T`) and values, packed once for its tiles: at
+        // attention's shapes the `gemm` crate would repack both for every tile.
+        let kt = pack_f32(k.from(b, 0), (d, width), (k.col_stride, k.row_stride));
+        let vp = pack_f32(v.from(b, 0), (width, dv), (v.row_stride, v.col_stride));
         let mut s = vec![T::ZERO; l.len().min(TILE) * width];
         for (t, (o, l)) in o
             .chunks_mut((TILE * dv).max(1))
@@ -538,7 +479,9 @@ pub fn attention_forward_strided<T: AttnFloat>(
         {
             let (q0, rows) = (q0 + t * TILE, l.len());
             let s = &mut s[..rows * width];
-            if !packed.scores(s, rows, &q, b, q0) {
+            // The microkernel reads the queries' features contiguous.
+            let q_rows = q.col_stride == 1 || d == 1;
+            if !(q_rows && packed_product(&kt, s, rows, q.from(b, q0), q.row_stride)) {
                 let (qs, ks) = ((q.row_stride, q.col_stride), (k.col_stride, k.row_stride));
                 gemm_into(
                     Parallelism::None,
@@ -568,7 +511,7 @@ pub fn attention_forward_strided<T: AttnFloat>(
                     drop.apply_row(b, q0 + r, row);
                 }
             }
-            if !packed.values(o, rows, s) {
+            if !packed_product(&vp, o, rows, s, width) {
                 let vs = (v.row_stride, v.col_stride);
                 gemm_into(
                     Parallelism::None,
@@ -633,18 +576,9 @@ pub fn attention_backward<T: AttnFloat>(
         // The products whose right operand is the same for every tile, packed once for
         // the f32 microkernel: `K^T` (the scores), `V^T` (dP) and `K` (dQ). A causal
         // tile that sees fewer keys multiplies through `gemm`.
-        let packed = |src: &[T], shape: (usize, usize), strides| {
-            as_f32(src).and_then(|s| PackedRhs::pack(s, shape, strides))
-        };
-        let (kt, vt, kk) = if tk > 0 && tq > 0 {
-            (
-                packed(kb, (d, tk), (1, d)),
-                packed(vb, (dv, tk), (1, dv)),
-                packed(kb, (tk, d), (d, 1)),
-            )
-        } else {
-            (None, None, None)
-        };
+        let kt = pack_f32(kb, (d, tk), (1, d));
+        let vt = pack_f32(vb, (dv, tk), (1, dv));
+        let kk = pack_f32(kb, (tk, d), (d, 1));
         for q0 in (0..tq).step_by(TILE) {
             let rows = TILE.min(tq - q0);
             let width = visible(mask, q0 + rows - 1, tk);
@@ -748,6 +682,20 @@ pub fn attention_backward<T: AttnFloat>(
         }
     });
     (dq, dk, dvv)
+}
+
+/// The `[rows, cols]` matrix of `src` under `strides` packed for the f32 microkernel;
+/// `None` for other dtypes, a CPU without the microkernel, or an empty matrix (the
+/// callers then multiply through `gemm`).
+fn pack_f32<T: AttnFloat>(
+    src: &[T],
+    shape: (usize, usize),
+    strides: (usize, usize),
+) -> Option<PackedRhs> {
+    if shape.0 == 0 || shape.1 == 0 {
+        return None;
+    }
+    PackedRhs::pack(as_f32(src)?, shape, strides)
 }
 
 /// `dst = a @ packed` for `rows` rows of `a` (row stride `a_rs`) when `packed` holds the

@@ -18,7 +18,8 @@
 //! gradient), else im2col tiles and
 //! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
 //! [`conv2d_backward`] (`backward`) runs the tiled gradients, or for the `wide` layers
-//! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient.
+//! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient, and for
+//! the `winograd` layers its input gradient and (over 256+ tiles) weight gradient.
 
 mod backward;
 mod direct;

@@ -56,8 +56,13 @@ pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, group
         && g.dilation == [1, 1]
         && g.c >= MIN_CHANNELS
         && out_channels >= MIN_CHANNELS
-        && g.output()
-            .is_some_and(|[oh, ow]| g.n * oh.div_ceil(2) * ow.div_ceil(2) >= MIN_TILES)
+        && tiles(g) >= MIN_TILES
+}
+
+/// The 2×2 output tiles of a convolution's batch (0 when the window does not fit).
+fn tiles(g: &Conv2dGeometry) -> usize {
+    g.output()
+        .map_or(0, |[oh, ow]| g.n * oh.div_ceil(2) * ow.div_ceil(2))
 }
 
 /// Whether [`conv2d_winograd_input_grad`] serves a convolution's input gradient: as
@@ -84,9 +89,7 @@ pub(crate) fn weight_grad_applies<T: Element>(
     out_channels: usize,
     groups: usize,
 ) -> bool {
-    applies::<T>(g, out_channels, groups)
-        && g.output()
-            .is_some_and(|[oh, ow]| g.n * oh.div_ceil(2) * ow.div_ceil(2) >= MIN_WEIGHT_GRAD_TILES)
+    applies::<T>(g, out_channels, groups) && tiles(g) >= MIN_WEIGHT_GRAD_TILES
 }
 
 /// `G ⊗ G` as `[9, 16]`: entry `(a·3 + b, i·4 + j)` is `G[i][a] · G[j][b]`, with
@@ -263,7 +266,6 @@ fn winograd<T: Float>(
     drop(v);
 
     // 5. Y = Aᵀ M A + bias, a chunk of tiles per task, scattered into NCHW.
-    let chunk = tile_chunk(n);
     let out_f = as_f32_mut(&mut out).expect("f32");
     let op = Shared(out_f.as_mut_ptr());
     let zeros;
@@ -274,11 +276,10 @@ fn winograd<T: Float>(
             &zeros
         }
     };
-    run_tasks(n.div_ceil(chunk), |task| {
+    for_tile_chunks(n, |chunk| {
         let mut y = vec![0.0f32; 4 * oc];
-        for t in task * chunk..((task + 1) * chunk).min(n) {
-            let (s, r) = (t / (th * tw), t % (th * tw));
-            let (ty, tx) = (r / tw, r % tw);
+        for t in chunk {
+            let [s, ty, tx] = tile_at(t, [th, tw]);
             with_simd(OutputTile {
                 m: std::array::from_fn(|xi| &m[(xi * n + t) * oc..][..oc]),
                 bias,
@@ -301,9 +302,18 @@ fn winograd<T: Float>(
     out
 }
 
-/// Tiles per task of the transforms: four tasks per thread.
-fn tile_chunk(tiles: usize) -> usize {
-    tiles.div_ceil(4 * num_threads()).max(1)
+/// Runs `f` on chunks of `0..tiles` in parallel, four chunks per thread.
+fn for_tile_chunks(tiles: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
+    let chunk = tiles.div_ceil(4 * num_threads()).max(1);
+    run_tasks(tiles.div_ceil(chunk), |task| {
+        f(task * chunk..((task + 1) * chunk).min(tiles))
+    });
+}
+
+/// Tile `t`'s sample, tile row and tile column (`th × tw` tiles per sample).
+fn tile_at(t: usize, [th, tw]: [usize; 2]) -> [usize; 3] {
+    let r = t % (th * tw);
+    [t / (th * tw), r / tw, r % tw]
 }
 
 /// Steps 2 and 3: `V[ξ][t][i] = (Bᵀ d B)[ξ]` for the 4×4 input patch `d` of every
@@ -373,16 +383,15 @@ fn per_tile(
     let n = samples * th * tw;
     let mut buf = HostBuffer::<f32>::new_uninit(16 * n * width);
     let bp = Shared(buf.as_mut_ptr().cast::<f32>());
-    let chunk = tile_chunk(n);
-    run_tasks(n.div_ceil(chunk), |task| {
-        for t in task * chunk..((task + 1) * chunk).min(n) {
-            let (s, r) = (t / (th * tw), t % (th * tw));
+    for_tile_chunks(n, |chunk| {
+        for t in chunk {
+            let [s, ty, tx] = tile_at(t, [th, tw]);
             // SAFETY: tile t's 16 rows of `width` elements (one per ξ, `(ξ * n + t) *
             // width` on) are inside the buffer and written by this task alone.
             let out = std::array::from_fn(|xi| unsafe {
                 std::slice::from_raw_parts_mut(bp.get().add((xi * n + t) * width), width)
             });
-            fill(s, r / tw, r % tw, out);
+            fill(s, ty, tx, out);
         }
     });
     // SAFETY: `fill` wrote every tile's 16 rows.
