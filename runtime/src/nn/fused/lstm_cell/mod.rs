@@ -168,7 +168,8 @@ fn inputs_beside_states<T: Element>(
 /// ([`lstm_sequence_forward`](ferrograd_kernels::fused::lstm_cell::lstm_sequence_forward)),
 /// with the input gradient and both weight gradients as two products (one for both
 /// weights) and the biases' as a sum over the pre-activation gradient; `graph` serves a
-/// backward that is itself recorded. Returns `(y, h_n, c_n)`, or `None` where the kernels do not apply (devices, dtypes, shapes).
+/// backward that is itself recorded. Returns `(y, h_n, c_n)`, or `None` where the
+/// kernels do not apply (devices, dtypes, shapes).
 pub(crate) fn lstm_sequence(
     x: &Tensor,
     (h0, c0): (&Tensor, &Tensor),
