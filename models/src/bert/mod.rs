@@ -396,8 +396,19 @@ impl BertModel {
             .add(&e.position_embeddings.forward(&positions))
             .add(&e.token_type_embeddings.forward(&types));
         let mut h = e.dropout.forward(&e.layer_norm.forward(&h));
-        // Keys that take part: [batch, 1, 1, len] of bool, broadcast over heads and queries.
-        let mask = attention_mask.map(|m| m.ne_scalar(0.0).reshape(&[b, 1, 1, t]));
+        // Keys that take part: [batch, 1, 1, len] of bool, broadcast over heads and queries;
+        // none when every token takes part (as `transformers` skips an all-ones mask), so
+        // that attention runs unmasked.
+        let mask = attention_mask
+            .map(|m| m.ne_scalar(0.0))
+            .filter(|keep| {
+                !keep
+                    .to_dtype(DType::I64)
+                    .to_vec::<i64>()
+                    .iter()
+                    .all(|&v| v != 0)
+            })
+            .map(|keep| keep.reshape(&[b, 1, 1, t]));
         for layer in &self.encoder.layer {
             h = layer.forward(&h, mask.as_ref());
         }

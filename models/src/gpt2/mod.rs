@@ -363,16 +363,52 @@ impl CausalLM for Gpt2LMHeadModel {
     }
 }
 
-/// `[batch, 1, len, cached + len]` bool: query `i` (at `cached + i`) sees key `j` when
-/// `j <= cached + i`, key `j` is no pad and, with a sliding `window`, `cached + i - j <
-/// window`. A query that sees nothing (a left pad) sees every key instead, as
-/// `transformers` does, so its (unused) output stays finite.
+/// Which keys each query attends to, as [`scaled_dot_product_attention`] takes it: a
+/// `[batch, 1, len, cached + len]` bool `mask` (query `i`, at `cached + i`, sees key `j`
+/// when `j <= cached + i`, key `j` is no pad and, with a sliding `window`, `cached + i - j <
+/// window`; a query that sees nothing, a left pad, sees every key instead, as
+/// `transformers` does, so its unused output stays finite), or, when no key is a pad and
+/// no window cuts in, none at all: plain causal attention (`causal`) for a prompt with
+/// nothing cached, every key for one new token. `transformers` skips the mask in the same
+/// cases, and attention without a mask skips the masked half of the scores.
+pub(crate) struct AttentionAllowed {
+    /// The bool mask, when the attention needs one.
+    pub(crate) mask: Option<Tensor>,
+    /// Whether query `i` sees keys `0..=i` (the mask is `None` then).
+    pub(crate) causal: bool,
+}
+
+/// [`AttentionAllowed`] for `mask` `[batch, cached + len]` (1 token, 0 pad) over `t` new
+/// tokens after `past` cached ones, with an optional sliding `window`.
 pub(crate) fn attention_allowed(
     mask: &Tensor,
     past: usize,
     t: usize,
     window: Option<usize>,
-) -> Tensor {
+) -> AttentionAllowed {
+    let total = past + t;
+    let no_pad = || {
+        mask.ne_scalar(0.0)
+            .to_dtype(DType::I64)
+            .to_vec::<i64>()
+            .iter()
+            .all(|&v| v != 0)
+    };
+    if (t == 1 || past == 0) && window.is_none_or(|w| w >= total) && no_pad() {
+        return AttentionAllowed {
+            mask: None,
+            causal: t > 1,
+        };
+    }
+    AttentionAllowed {
+        mask: Some(bool_mask(mask, past, t, window)),
+        causal: false,
+    }
+}
+
+/// The `[batch, 1, len, cached + len]` bool mask of [`AttentionAllowed`], built whatever
+/// the padding.
+fn bool_mask(mask: &Tensor, past: usize, t: usize, window: Option<usize>) -> Tensor {
     let b = mask.shape()[0];
     let total = past + t;
     let device = mask.device();
@@ -394,7 +430,12 @@ pub(crate) fn attention_allowed(
 }
 
 impl Gpt2Attention {
-    fn forward(&self, x: &Tensor, allowed: &Tensor, slot: &mut Option<(Tensor, Tensor)>) -> Tensor {
+    fn forward(
+        &self,
+        x: &Tensor,
+        allowed: &AttentionAllowed,
+        slot: &mut Option<(Tensor, Tensor)>,
+    ) -> Tensor {
         let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let heads = self.heads;
         let qkv = self.c_attn.forward(x);
@@ -406,9 +447,17 @@ impl Gpt2Attention {
         let q = split(0);
         let (k, v) = crate::generation::append_kv(slot, split(1), split(2));
         let p = if self.training { self.attn_p } else { 0.0 };
-        let y = scaled_dot_product_attention(&q, &k, &v, Some(allowed), p, false, None)
-            .transpose(1, 2)
-            .reshape(&[b, t, d]);
+        let y = scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            allowed.mask.as_ref(),
+            p,
+            allowed.causal,
+            None,
+        )
+        .transpose(1, 2)
+        .reshape(&[b, t, d]);
         self.resid_dropout.forward(&self.c_proj.forward(&y))
     }
 }
@@ -417,5 +466,53 @@ impl Gpt2Mlp {
     fn forward(&self, x: &Tensor) -> Tensor {
         let h = self.act.apply(&self.c_fc.forward(x));
         self.dropout.forward(&self.c_proj.forward(&h))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without pads, a prompt runs plain causal attention and one new token attends to
+    /// every key, with no mask; both equal attention under the full bool mask. With a pad,
+    /// cached keys before a longer prompt, or a sliding window that cuts in, the mask is
+    /// built.
+    #[test]
+    fn attention_without_a_mask_where_none_is_needed_equals_the_masked_one() {
+        ferrograd::manual_seed(3);
+        let (b, heads, hd) = (2, 3, 8);
+        let ones = |n: usize| Tensor::ones(&[b, n], DType::I64, &Device::Cpu);
+        let mut padded = vec![1i64; b * 6];
+        padded[6] = 0;
+        let padded = Tensor::from_vec(padded, &[b, 6]);
+        let cases: [(&Tensor, usize, usize, Option<usize>, bool); 6] = [
+            (&ones(5), 0, 5, None, true),
+            (&ones(4), 3, 1, None, true),
+            (&ones(5), 0, 5, Some(5), true),
+            (&ones(7), 3, 4, None, false),
+            (&padded, 0, 6, None, false),
+            (&ones(5), 0, 5, Some(3), false),
+        ];
+        for (mask, past, t, window, unmasked) in cases {
+            let allowed = attention_allowed(mask, past, t, window);
+            assert_eq!(allowed.mask.is_none(), unmasked, "{past} + {t}, {window:?}");
+            let total = past + t;
+            let q = Tensor::randn(&[b, heads, t, hd], DType::F32, &Device::Cpu);
+            let k = Tensor::randn(&[b, heads, total, hd], DType::F32, &Device::Cpu);
+            let v = Tensor::randn(&[b, heads, total, hd], DType::F32, &Device::Cpu);
+            let got = scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                allowed.mask.as_ref(),
+                0.0,
+                allowed.causal,
+                None,
+            );
+            let full = bool_mask(mask, past, t, window);
+            let want = scaled_dot_product_attention(&q, &k, &v, Some(&full), 0.0, false, None);
+            let diff = got.sub(&want).abs().max_all().item::<f32>();
+            assert!(diff < 1e-6, "{past} + {t}, {window:?}: differs by {diff}");
+        }
     }
 }

@@ -525,7 +525,7 @@ impl LlamaAttention {
         x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        allowed: &Tensor,
+        allowed: &crate::gpt2::AttentionAllowed,
         slot: &mut Option<(Tensor, Tensor)>,
     ) -> Tensor {
         let (b, t) = (x.shape()[0], x.shape()[1]);
@@ -566,9 +566,17 @@ impl LlamaAttention {
             };
             (grow(&k), grow(&v))
         };
-        let y = scaled_dot_product_attention(&q, &k, &v, Some(allowed), 0.0, false, None)
-            .transpose(1, 2)
-            .reshape(&[b, t, h * hd]);
+        let y = scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            allowed.mask.as_ref(),
+            0.0,
+            allowed.causal,
+            None,
+        )
+        .transpose(1, 2)
+        .reshape(&[b, t, h * hd]);
         self.o_proj.forward(&y)
     }
 }
