@@ -248,6 +248,30 @@ fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
+/// `e^x` for `x <= 0` or NaN, as [`Real::exp_nonpos`] but 0 below `ln 2^-126` (no
+/// subnormal results): one power-of-two scale instead of two. For `e^(-x²)` in erf and
+/// the normal density, whose subnormal values never reach a result.
+#[inline(always)]
+fn exp_normal_range<const FMA: bool>(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0;
+    const LO: f32 = -87.336_54;
+    let c = if x < LO { LO } else { x };
+    let n = madd::<FMA>(c, LOG2E, ROUND) - ROUND;
+    let r = madd::<FMA>(n, -LN2_LO, madd::<FMA>(n, -LN2_HI, c));
+    let mut p = 1.987_569_1e-4f32;
+    p = madd::<FMA>(p, r, 1.398_199_9e-3);
+    p = madd::<FMA>(p, r, 8.333_452e-3);
+    p = madd::<FMA>(p, r, 4.166_579_6e-2);
+    p = madd::<FMA>(p, r, 1.666_666_5e-1);
+    p = madd::<FMA>(p, r, 0.5);
+    let y = madd::<FMA>(p, r * r, r) + 1.0;
+    let v = y * f32::from_bits((n + (127.0 + 8_388_608.0)).to_bits() << 23);
+    if x < LO { 0.0 } else { v }
+}
+
 /// Abramowitz and Stegun 7.1.26: `erf(x)` given `e = e^(-x²)` (absolute error below
 /// 1e-6); NaN passes through.
 #[inline(always)]
@@ -279,7 +303,7 @@ impl Real for f32 {
     fn normal_cdf_pdf<const FMA: bool>(self) -> (f32, f32) {
         let z = self * std::f32::consts::FRAC_1_SQRT_2;
         // e^(-z²) = e^(-x²/2): erf(z)'s exponential and, scaled, the density.
-        let e = (-z * z).exp_nonpos::<FMA>();
+        let e = exp_normal_range::<FMA>(-z * z);
         let cdf = madd::<FMA>(0.5, erf_given_exp::<FMA>(z, e), 0.5);
         (cdf, e * 0.398_942_3)
     }

@@ -65,6 +65,8 @@ pub const ALIGN: usize = 64;
 const MAP_MIN: usize = 256 << 10;
 /// Blocks this large are aligned to it and offered transparent huge pages.
 const HUGE_PAGE: usize = 2 << 20;
+/// Reused blocks this large are zeroed by the thread team together ([`HostBuffer::zeroed`]).
+const PARALLEL_ZERO_BYTES: usize = 1 << 20;
 /// Requests above this size go to the segment allocator.
 const LARGE: usize = 1 << 20;
 /// The number of shards of the cache.
@@ -713,9 +715,19 @@ impl<T: Element> HostBuffer<T> {
     pub fn zeroed_in(pool: &'static HostPool, len: usize) -> Self {
         let (mut out, fresh) = Self::raw_in(pool, len);
         if !fresh {
-            // SAFETY: the slots are `len` elements of writable memory; zero bytes are a
-            // valid value of every element type (0, 0.0, false).
-            unsafe { std::ptr::write_bytes(out.as_mut_ptr(), 0, len) };
+            // A large block is zeroed on the thread team, a piece per thread (one thread
+            // fills memory at a fraction of what the cores together do, while the
+            // others wait for the kernel that needs the zeros).
+            let chunk = if len * std::mem::size_of::<T>() >= PARALLEL_ZERO_BYTES {
+                len.div_ceil(super::num_threads())
+            } else {
+                len
+            };
+            super::for_each_chunk_mut(&mut out[..], chunk, |_, piece| {
+                // SAFETY: the piece is writable memory of `piece.len()` elements; zero
+                // bytes are a valid value of every element type (0, 0.0, false).
+                unsafe { std::ptr::write_bytes(piece.as_mut_ptr(), 0, piece.len()) };
+            });
         }
         // SAFETY: every byte is zero, a valid `T`.
         unsafe { out.assume_init() }
