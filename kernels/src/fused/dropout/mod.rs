@@ -36,25 +36,29 @@ pub fn dropout<T: FloatElement>(
     } else {
         1 << 14
     };
-    let mut mask = HostBuffer::<T>::zeroed(n);
+    // Both buffers are written whole, chunk by chunk (no zero fill first).
+    let mut mask = HostBuffer::<T>::new_uninit(n);
     for_each_chunk_mut(&mut mask, chunk, |i, dst| {
         for (b, quad) in dst.chunks_mut(4).enumerate() {
             let block = (i * chunk / 4 + b) as u64;
             let bits = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], key);
             for (m, word) in quad.iter_mut().zip(bits) {
                 let u = (word >> 8) as f64 * (1.0 / 16_777_216.0);
-                *m = if u >= p { kept } else { T::ZERO };
+                m.write(if u >= p { kept } else { T::ZERO });
             }
         }
     });
-    let mut y = HostBuffer::<T>::zeroed(n);
+    // SAFETY: the chunks tile the mask and every slot of each was written.
+    let mask = unsafe { mask.assume_init() };
+    let mut y = HostBuffer::<T>::new_uninit(n);
     for_each_chunk_mut(&mut y, chunk, |i, dst| {
         let start = i * chunk;
         for ((d, &v), &m) in dst.iter_mut().zip(&x[start..]).zip(&mask[start..]) {
-            *d = T::from_acc(v.to_acc() * m.to_acc());
+            d.write(T::from_acc(v.to_acc() * m.to_acc()));
         }
     });
-    (y, mask)
+    // SAFETY: as the mask: the chunks tile `y`, every slot written (`x` is as long).
+    (unsafe { y.assume_init() }, mask)
 }
 
 #[cfg(test)]

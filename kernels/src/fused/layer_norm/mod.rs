@@ -117,7 +117,8 @@ pub fn layer_norm_backward_rows<T: FloatElement>(
     want_weight: bool,
     want_bias: bool,
 ) -> (HostBuffer<T>, Option<HostBuffer<T>>, Option<HostBuffer<T>>) {
-    let mut dx = HostBuffer::<T>::zeroed(rows * len);
+    // Every element is written below (no zero fill first).
+    let mut dx = HostBuffer::<T>::new_uninit(rows * len);
     let n = <T::Acc as Element>::from_f64(len as f64);
     // Rows per task: about PARALLEL_THRESHOLD elements each, one task when small.
     let per_task = if rows * len < PARALLEL_THRESHOLD {
@@ -130,7 +131,7 @@ pub fn layer_norm_backward_rows<T: FloatElement>(
     let partials: Vec<Partial<T::Acc>> = (0..if params { tasks } else { 0 })
         .map(|_| Mutex::new((vec![T::Acc::ZERO; len], vec![T::Acc::ZERO; len])))
         .collect();
-    let pieces: Vec<Mutex<&mut [T]>> = dx
+    let pieces: Vec<Mutex<&mut [MaybeUninit<T>]>> = dx
         .chunks_mut((per_task * len).max(1))
         .map(Mutex::new)
         .collect();
@@ -158,6 +159,9 @@ pub fn layer_norm_backward_rows<T: FloatElement>(
         run_tasks(tasks, task);
     }
     drop(pieces);
+    // SAFETY: the tasks' pieces tile `dx` and `NormGradRow` writes every element of its
+    // row (`len` is 0 only when `dx` is empty).
+    let dx = unsafe { dx.assume_init() };
     let (dw, db) = if params {
         let mut dw = vec![T::Acc::ZERO; len];
         let mut db = vec![T::Acc::ZERO; len];
@@ -258,7 +262,7 @@ impl<T: FloatElement> SimdKernel for NormRow<'_, T> {
 struct NormGradRow<'a, T: NumElement> {
     row: &'a [T],
     g: &'a [T],
-    dx: &'a mut [T],
+    dx: &'a mut [MaybeUninit<T>],
     stats: Stats<T::Acc>,
     weight: Option<&'a [T]>,
     partial: Option<PartialRows<'a, T::Acc>>,
@@ -290,7 +294,7 @@ impl<T: FloatElement> SimdKernel for NormGradRow<'_, T> {
         let mean_g = laned_sum(gw, gw, |a, _| a) / self.n;
         let mean_gx = laned_sum(gw, row, |a, v| a * xhat(v)) / self.n;
         for ((d, &a), &v) in self.dx.iter_mut().zip(gw).zip(row) {
-            *d = T::from_acc(rs * (a - mean_g - xhat(v) * mean_gx));
+            d.write(T::from_acc(rs * (a - mean_g - xhat(v) * mean_gx)));
         }
         if let Some((pw, pb)) = self.partial {
             for (((w, b), &gj), &v) in pw.iter_mut().zip(pb.iter_mut()).zip(g).zip(row) {
