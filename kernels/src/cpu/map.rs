@@ -139,12 +139,12 @@ pub fn unary_map<T: Element, U: Element>(
             |row, [o]| {
                 let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
                 match inner_stride {
-                    // Unit stride: a slice zip the compiler turns into a vector copy/map.
-                    1 => {
-                        for (d, &x) in dst.iter_mut().zip(&src[o..o + inner]) {
-                            d.write(f(x));
-                        }
-                    }
+                    // Unit stride: a slice map the compiler vectorises, at the CPU's width.
+                    1 => with_simd(MapSlice {
+                        src: &src[o..o + inner],
+                        dst,
+                        f: &f,
+                    }),
                     // A broadcast (an expanded scalar or row): one value, a vector fill.
                     0 => {
                         let v = f(src[o]);
@@ -196,6 +196,29 @@ pub fn binary_map<T: Element, U: Element>(
             })
         });
     }
+    // A contiguous view against one value broadcast (a scalar operand: `x * 0.5`), as a
+    // vectorised map in parallel chunks; coalesced, it would be one row on one thread.
+    let single = |l: &Layout| l.strides().iter().all(|&s| s == 0);
+    if n > 0 {
+        if let (Some(lr), true) = (lhs_layout.contiguous_range(), single(rhs_layout)) {
+            let (l, b, f) = (&lhs[lr], rhs[rhs_layout.offset()], &f);
+            // `move`: the value held in the closure, not read through a reference on
+            // every element (which keeps the loop scalar).
+            let g = move |a: T| f(a, b);
+            return build_vec(n, |start, dst| {
+                let src = &l[start..start + dst.len()];
+                with_simd(MapSlice { src, dst, f: &g })
+            });
+        }
+        if let (true, Some(rr)) = (single(lhs_layout), rhs_layout.contiguous_range()) {
+            let (a, r, f) = (lhs[lhs_layout.offset()], &rhs[rr], &f);
+            let g = move |b: T| f(a, b);
+            return build_vec(n, |start, dst| {
+                let src = &r[start..start + dst.len()];
+                with_simd(MapSlice { src, dst, f: &g })
+            });
+        }
+    }
     let (shape, strides) = coalesce(
         lhs_layout.shape(),
         [lhs_layout.strides(), rhs_layout.strides()],
@@ -221,27 +244,31 @@ pub fn binary_map<T: Element, U: Element>(
             |row, [lo, ro]| {
                 let dst = &mut chunk[(row - first) * inner..(row - first + 1) * inner];
                 match (ls, rs) {
-                    // The common broadcast patterns get loops the compiler can vectorise.
-                    (1, 1) => {
-                        for ((d, &a), &b) in dst
-                            .iter_mut()
-                            .zip(&lhs[lo..lo + inner])
-                            .zip(&rhs[ro..ro + inner])
-                        {
-                            d.write(f(a, b));
-                        }
-                    }
+                    // The common broadcast patterns get loops the compiler vectorises, at
+                    // the CPU's vector width.
+                    (1, 1) => with_simd(ZipSlices {
+                        a: &lhs[lo..lo + inner],
+                        b: &rhs[ro..ro + inner],
+                        dst,
+                        f: &f,
+                    }),
                     (1, 0) => {
-                        let b = rhs[ro];
-                        for (d, &a) in dst.iter_mut().zip(&lhs[lo..lo + inner]) {
-                            d.write(f(a, b));
-                        }
+                        let (b, f) = (rhs[ro], &f);
+                        let g = move |a: T| f(a, b);
+                        with_simd(MapSlice {
+                            src: &lhs[lo..lo + inner],
+                            dst,
+                            f: &g,
+                        })
                     }
                     (0, 1) => {
-                        let a = lhs[lo];
-                        for (d, &b) in dst.iter_mut().zip(&rhs[ro..ro + inner]) {
-                            d.write(f(a, b));
-                        }
+                        let (a, f) = (lhs[lo], &f);
+                        let g = move |b: T| f(a, b);
+                        with_simd(MapSlice {
+                            src: &rhs[ro..ro + inner],
+                            dst,
+                            f: &g,
+                        })
                     }
                     _ => {
                         for (j, d) in dst.iter_mut().enumerate() {
@@ -501,6 +528,25 @@ mod tests {
                 summed,
                 "{layout:?}"
             );
+        }
+    }
+
+    /// One value broadcast against a contiguous view, on either side, from an offset
+    /// into its buffer; past the parallel threshold (chunks on the team) and below it.
+    #[test]
+    fn a_broadcast_value_meets_every_element() {
+        for n in [7, PARALLEL_THRESHOLD * 3 + 5] {
+            let src: Vec<f32> = (0..n + 3).map(|i| (i % 97) as f32 - 40.0).collect();
+            let dense = Layout::contiguous(&[n + 3]).slice(0, 3, n, 1);
+            let values = [0.5f32, -2.0, 7.0];
+            let one = Layout::contiguous(&[3])
+                .select(0, 2)
+                .unsqueeze(0)
+                .broadcast_to(&[n]);
+            let want: Vec<f32> = src[3..].iter().map(|&x| x - 7.0).collect();
+            assert_eq!(binary_map(&src, &dense, &values, &one, |a, b| a - b), want);
+            let want: Vec<f32> = src[3..].iter().map(|&x| 7.0 - x).collect();
+            assert_eq!(binary_map(&values, &one, &src, &dense, |a, b| a - b), want);
         }
     }
 }
