@@ -111,6 +111,36 @@ pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
 /// ```
 pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> HostBuffer<T> {
     let mut out = HostBuffer::<T>::zeroed(outer * inner);
+    let threads = crate::cpu::num_threads();
+    if outer < threads && inner >= 2 * COLUMN_BLOCK && outer * r * inner >= PARALLEL_THRESHOLD {
+        // Few outer indices (a bias gradient's column sums, `outer` 1): columns split
+        // across the threads instead, each column still summed row by row in the same
+        // order (the same result as one task).
+        let per = inner
+            .div_ceil(threads.div_ceil(outer))
+            .next_multiple_of(COLUMN_BLOCK);
+        let pieces: Vec<std::sync::Mutex<(usize, usize, &mut [T])>> = out
+            .chunks_mut(inner)
+            .enumerate()
+            .flat_map(|(o, row)| {
+                row.chunks_mut(per)
+                    .enumerate()
+                    .map(move |(p, dst)| std::sync::Mutex::new((o, p * per, dst)))
+            })
+            .collect();
+        crate::cpu::run_tasks(pieces.len(), |t| {
+            let mut piece = pieces[t].lock().unwrap_or_else(|e| e.into_inner());
+            let (o, first, ref mut dst) = *piece;
+            with_simd(SumColumns {
+                block: &src[o * r * inner..(o + 1) * r * inner],
+                dst,
+                inner,
+                first,
+            })
+        });
+        drop(pieces);
+        return out;
+    }
     for_each_outer(&mut out, outer, r * inner, |o, dst| {
         with_simd(SumBlock {
             block: &src[o * r * inner..(o + 1) * r * inner],
@@ -119,6 +149,41 @@ pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -
         })
     });
     out
+}
+
+/// Columns per piece when [`sum_dim`] splits columns across threads (whole vectors).
+const COLUMN_BLOCK: usize = 64;
+
+/// Columns `first..first + dst.len()` of one outer index of [`sum_dim`], summed row by
+/// row as [`SumBlock`] sums them.
+struct SumColumns<'a, T> {
+    block: &'a [T],
+    dst: &'a mut [T],
+    inner: usize,
+    first: usize,
+}
+
+impl<T: NumElement> super::simd::SimdKernel for SumColumns<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let Self {
+            block,
+            dst,
+            inner,
+            first,
+        } = self;
+        let width = dst.len();
+        let mut acc = vec![T::Acc::ZERO; width];
+        for row in block.chunks_exact(inner) {
+            for (a, &v) in acc.iter_mut().zip(&row[first..first + width]) {
+                *a = *a + v.to_acc();
+            }
+        }
+        for (d, a) in dst.iter_mut().zip(acc) {
+            *d = T::from_acc(a);
+        }
+    }
 }
 
 /// One outer index of [`sum_dim`]: `dst[i] = sum_j block[j * inner + i]`, compiled per
@@ -500,6 +565,35 @@ pub fn softmax_backward_rows<T: FloatElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Column sums split across 2 and 3 threads (few outer indices, uneven pieces) equal
+    /// one thread's bit for bit, and the plain loop.
+    #[test]
+    fn column_split_sums_equal_one_threads() {
+        let _lock = crate::cpu::par::thread_count_lock();
+        for (outer, r, inner) in [(1, 1000, 384), (2, 700, 200), (1, 300, 130), (3, 90, 1000)] {
+            let src: Vec<f32> = (0..outer * r * inner)
+                .map(|i| ((i * 37) % 101) as f32 * 0.013 - 0.6)
+                .collect();
+            crate::cpu::set_num_threads(1);
+            let one = sum_dim(&src, outer, r, inner);
+            for threads in [2, 3] {
+                crate::cpu::set_num_threads(threads);
+                assert_eq!(
+                    sum_dim(&src, outer, r, inner),
+                    one,
+                    "{outer} x {r} x {inner}"
+                );
+            }
+            for o in 0..outer {
+                for i in 0..inner {
+                    let want: f64 = (0..r).map(|j| src[(o * r + j) * inner + i] as f64).sum();
+                    assert!((one[o * inner + i] as f64 - want).abs() < 1e-3);
+                }
+            }
+        }
+        crate::cpu::set_num_threads(0);
+    }
 
     /// `(x - max) - ln Σ`: inputs near 1e4 in f32 give log-probabilities to f32 precision
     /// of the values themselves (the old `x - (max + ln Σ)` was off by ~1e-4 here).
