@@ -248,27 +248,40 @@ fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA { a.mul_add(b, c) } else { a * b + c }
 }
 
-/// `e^x` for `x <= 0` or NaN, as [`Real::exp_nonpos`] but 0 below `ln 2^-126` (no
-/// subnormal results): one power-of-two scale instead of two. For `e^(-x²)` in erf and
-/// the normal density, whose subnormal values never reach a result.
+/// `e^x` as `(2^-n e^x, n)` for `x` at most 0 (or NaN), `n` integral: `x = n ln 2 + r`
+/// with `|r| <= ln 2 / 2` (`ln 2` in two parts), `e^r` by its degree-7 polynomial; the
+/// shared core of [`Real::exp_nonpos`] and [`exp_normal_range`], which scale it by `2^n`.
 #[inline(always)]
-fn exp_normal_range<const FMA: bool>(x: f32) -> f32 {
+fn exp_reduced<const FMA: bool>(x: f32) -> (f32, f32) {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0;
-    const LO: f32 = -87.336_54;
-    let c = if x < LO { LO } else { x };
-    let n = madd::<FMA>(c, LOG2E, ROUND) - ROUND;
-    let r = madd::<FMA>(n, -LN2_LO, madd::<FMA>(n, -LN2_HI, c));
+    let n = madd::<FMA>(x, LOG2E, ROUND) - ROUND;
+    let r = madd::<FMA>(n, -LN2_LO, madd::<FMA>(n, -LN2_HI, x));
     let mut p = 1.987_569_1e-4f32;
     p = madd::<FMA>(p, r, 1.398_199_9e-3);
     p = madd::<FMA>(p, r, 8.333_452e-3);
     p = madd::<FMA>(p, r, 4.166_579_6e-2);
     p = madd::<FMA>(p, r, 1.666_666_5e-1);
     p = madd::<FMA>(p, r, 0.5);
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
-    let v = y * f32::from_bits((n + (127.0 + 8_388_608.0)).to_bits() << 23);
+    (madd::<FMA>(p, r * r, r) + 1.0, n)
+}
+
+/// `2^k` for integral `k` in the normal exponent range, from exponent bits.
+#[inline(always)]
+fn pow2(k: f32) -> f32 {
+    f32::from_bits((k + (127.0 + 8_388_608.0)).to_bits() << 23)
+}
+
+/// `e^x` for `x <= 0` or NaN, as [`Real::exp_nonpos`] but 0 below `ln 2^-126` (no
+/// subnormal results): one power-of-two scale instead of two. For `e^(-x²)` in erf and
+/// the normal density, whose subnormal values never reach a result.
+#[inline(always)]
+fn exp_normal_range<const FMA: bool>(x: f32) -> f32 {
+    const LO: f32 = -87.336_54;
+    let (y, n) = exp_reduced::<FMA>(if x < LO { LO } else { x });
+    let v = y * pow2(n);
     if x < LO { 0.0 } else { v }
 }
 
@@ -313,25 +326,12 @@ impl Real for f32 {
     /// FMA (tested).
     #[inline(always)]
     fn exp_nonpos<const FMA: bool>(self) -> f32 {
-        const LOG2E: f32 = std::f32::consts::LOG2_E;
-        const LN2_HI: f32 = 0.693_359_4;
-        const LN2_LO: f32 = -2.121_944_4e-4;
         const ROUND: f32 = 12_582_912.0;
         const LO: f32 = -103.972_08;
-        let x = if self < LO { LO } else { self };
-        let n = madd::<FMA>(x, LOG2E, ROUND) - ROUND;
-        let r = madd::<FMA>(n, -LN2_LO, madd::<FMA>(n, -LN2_HI, x));
-        let mut p = 1.987_569_1e-4f32;
-        p = madd::<FMA>(p, r, 1.398_199_9e-3);
-        p = madd::<FMA>(p, r, 8.333_452e-3);
-        p = madd::<FMA>(p, r, 4.166_579_6e-2);
-        p = madd::<FMA>(p, r, 1.666_666_5e-1);
-        p = madd::<FMA>(p, r, 0.5);
-        let y = madd::<FMA>(p, r * r, r) + 1.0;
+        let (y, n) = exp_reduced::<FMA>(if self < LO { LO } else { self });
         // 2^n as 2^h * 2^(n-h) (n down to -150), from exponent bits as in `exp_vec`.
         let h = madd::<FMA>(n, 0.5, ROUND) - ROUND;
-        let scale = |k: f32| f32::from_bits((k + (127.0 + 8_388_608.0)).to_bits() << 23);
-        let v = y * scale(h) * scale(n - h);
+        let v = y * pow2(h) * pow2(n - h);
         if self < LO { 0.0 } else { v }
     }
 

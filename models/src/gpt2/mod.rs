@@ -378,6 +378,14 @@ pub(crate) struct AttentionAllowed {
     pub(crate) causal: bool,
 }
 
+impl AttentionAllowed {
+    /// Scaled dot-product attention of `q` over `k`, `v` (`[batch, heads, len, dim]`)
+    /// with these keys, attention dropout `p`.
+    pub(crate) fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, p: f64) -> Tensor {
+        scaled_dot_product_attention(q, k, v, self.mask.as_ref(), p, self.causal, None)
+    }
+}
+
 /// [`AttentionAllowed`] for `mask` `[batch, cached + len]` (1 token, 0 pad) over `t` new
 /// tokens after `past` cached ones, with an optional sliding `window`.
 pub(crate) fn attention_allowed(
@@ -447,17 +455,10 @@ impl Gpt2Attention {
         let q = split(0);
         let (k, v) = crate::generation::append_kv(slot, split(1), split(2));
         let p = if self.training { self.attn_p } else { 0.0 };
-        let y = scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            allowed.mask.as_ref(),
-            p,
-            allowed.causal,
-            None,
-        )
-        .transpose(1, 2)
-        .reshape(&[b, t, d]);
+        let y = allowed
+            .attend(&q, &k, &v, p)
+            .transpose(1, 2)
+            .reshape(&[b, t, d]);
         self.resid_dropout.forward(&self.c_proj.forward(&y))
     }
 }
@@ -500,15 +501,7 @@ mod tests {
             let q = Tensor::randn(&[b, heads, t, hd], DType::F32, &Device::Cpu);
             let k = Tensor::randn(&[b, heads, total, hd], DType::F32, &Device::Cpu);
             let v = Tensor::randn(&[b, heads, total, hd], DType::F32, &Device::Cpu);
-            let got = scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                allowed.mask.as_ref(),
-                0.0,
-                allowed.causal,
-                None,
-            );
+            let got = allowed.attend(&q, &k, &v, 0.0);
             let full = bool_mask(mask, past, t, window);
             let want = scaled_dot_product_attention(&q, &k, &v, Some(&full), 0.0, false, None);
             let diff = got.sub(&want).abs().max_all().item::<f32>();

@@ -6,7 +6,6 @@
 use crate::ModelError;
 use crate::generation::{CausalLM, KvCache};
 use crate::hub::{self, LoadDType, LoadOptions, Loaded};
-use ferrograd::nn::functional::scaled_dot_product_attention;
 use ferrograd::nn::{Embedding, Linear, Module, RMSNorm};
 use ferrograd::{DType, Device, Tensor};
 use serde::Deserialize;
@@ -566,17 +565,10 @@ impl LlamaAttention {
             };
             (grow(&k), grow(&v))
         };
-        let y = scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            allowed.mask.as_ref(),
-            0.0,
-            allowed.causal,
-            None,
-        )
-        .transpose(1, 2)
-        .reshape(&[b, t, h * hd]);
+        let y = allowed
+            .attend(&q, &k, &v, 0.0)
+            .transpose(1, 2)
+            .reshape(&[b, t, h * hd]);
         self.o_proj.forward(&y)
     }
 }
