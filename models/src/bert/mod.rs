@@ -398,15 +398,17 @@ impl BertModel {
         let mut h = e.dropout.forward(&e.layer_norm.forward(&h));
         // Keys that take part: [batch, 1, 1, len] of bool, broadcast over heads and queries;
         // none when every token takes part (as `transformers` skips an all-ones mask), so
-        // that attention runs unmasked.
+        // that attention runs unmasked, except while tracing for export (the graph would
+        // drop the mask for every input).
         let mask = attention_mask
             .map(|m| m.ne_scalar(0.0))
             .filter(|keep| {
-                !keep
-                    .to_dtype(DType::I64)
-                    .to_vec::<i64>()
-                    .iter()
-                    .all(|&v| v != 0)
+                ferrograd::onnx::is_tracing()
+                    || !keep
+                        .to_dtype(DType::I64)
+                        .to_vec::<i64>()
+                        .iter()
+                        .all(|&v| v != 0)
             })
             .map(|keep| keep.reshape(&[b, 1, 1, t]));
         for layer in &self.encoder.layer {

@@ -370,7 +370,8 @@ impl CausalLM for Gpt2LMHeadModel {
 /// `transformers` does, so its unused output stays finite), or, when no key is a pad and
 /// no window cuts in, none at all: plain causal attention (`causal`) for a prompt with
 /// nothing cached, every key for one new token. `transformers` skips the mask in the same
-/// cases, and attention without a mask skips the masked half of the scores.
+/// cases (and, as it does, not while tracing for export), and attention without a mask
+/// skips the masked half of the scores.
 pub(crate) struct AttentionAllowed {
     /// The bool mask, when the attention needs one.
     pub(crate) mask: Option<Tensor>,
@@ -402,7 +403,12 @@ pub(crate) fn attention_allowed(
             .iter()
             .all(|&v| v != 0)
     };
-    if (t == 1 || past == 0) && window.is_none_or(|w| w >= total) && no_pad() {
+    // Not while tracing for export: the graph would drop the mask for every input.
+    if (t == 1 || past == 0)
+        && window.is_none_or(|w| w >= total)
+        && !ferrograd::onnx::is_tracing()
+        && no_pad()
+    {
         return AttentionAllowed {
             mask: None,
             causal: t > 1,

@@ -50,6 +50,17 @@ pub use import::{InputSpec, OnnxModel, SUPPORTED_OPS, load};
 
 use std::path::PathBuf;
 
+/// Whether this thread is tracing a forward for export (`torch.onnx.is_in_onnx_export()`):
+/// code that takes a shortcut from its input's values (a mask that turns out all ones)
+/// must not take it then, or the exported graph keeps the shortcut for every input.
+///
+/// ```
+/// assert!(!ferrograd_runtime::onnx::is_tracing());
+/// ```
+pub fn is_tracing() -> bool {
+    trace::is_tracing()
+}
+
 /// What can go wrong exporting or loading an ONNX model.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
