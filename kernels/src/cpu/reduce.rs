@@ -154,8 +154,8 @@ pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -
 /// Columns per piece when [`sum_dim`] splits columns across threads (whole vectors).
 const COLUMN_BLOCK: usize = 64;
 
-/// Columns `first..first + dst.len()` of one outer index of [`sum_dim`], summed row by
-/// row as [`SumBlock`] sums them.
+/// Columns `first..first + dst.len()` of one outer index of [`sum_dim`], each summed row
+/// by row (all of them: [`SumBlock`]'s rows wider than one).
 struct SumColumns<'a, T> {
     block: &'a [T],
     dst: &'a mut [T],
@@ -202,15 +202,14 @@ impl<T: NumElement> super::simd::SimdKernel for SumBlock<'_, T> {
         if inner == 1 {
             dst[0] = T::from_acc(sum_slice(block));
         } else {
-            let mut acc = vec![T::Acc::ZERO; inner];
-            for row in block.chunks_exact(inner) {
-                for (a, &v) in acc.iter_mut().zip(row) {
-                    *a = *a + v.to_acc();
-                }
+            // Inlined into this SIMD level's copy.
+            SumColumns {
+                block,
+                dst,
+                inner,
+                first: 0,
             }
-            for (d, a) in dst.iter_mut().zip(acc) {
-                *d = T::from_acc(a);
-            }
+            .run();
         }
     }
 }

@@ -479,21 +479,15 @@ pub fn attention_forward_strided<T: AttnFloat>(
         {
             let (q0, rows) = (q0 + t * TILE, l.len());
             let s = &mut s[..rows * width];
-            // The microkernel reads the queries' features contiguous.
-            let q_rows = q.col_stride == 1 || d == 1;
-            if !(q_rows && packed_product(&kt, s, rows, q.from(b, q0), q.row_stride)) {
-                let (qs, ks) = ((q.row_stride, q.col_stride), (k.col_stride, k.row_stride));
-                gemm_into(
-                    Parallelism::None,
-                    s,
-                    (rows, width, d),
-                    q.from(b, q0),
-                    qs,
-                    k.from(b, 0),
-                    ks,
-                    false,
-                );
-            }
+            tile_product(
+                kt.as_ref(),
+                s,
+                (rows, width, d),
+                q.from(b, q0),
+                (q.row_stride, q.col_stride),
+                k.from(b, 0),
+                (k.col_stride, k.row_stride),
+            );
             let (scale, keep) = mask_for_softmax(s, rows, width, b, q0, scale, mask);
             for r in 0..rows {
                 let row = &mut s[r * width..(r + 1) * width];
@@ -511,19 +505,15 @@ pub fn attention_forward_strided<T: AttnFloat>(
                     drop.apply_row(b, q0 + r, row);
                 }
             }
-            if !packed_product(&vp, o, rows, s, width) {
-                let vs = (v.row_stride, v.col_stride);
-                gemm_into(
-                    Parallelism::None,
-                    o,
-                    (rows, dv, width),
-                    s,
-                    (width, 1),
-                    v.from(b, 0),
-                    vs,
-                    false,
-                );
-            }
+            tile_product(
+                vp.as_ref(),
+                o,
+                (rows, dv, width),
+                s,
+                (width, 1),
+                v.from(b, 0),
+                (v.row_stride, v.col_stride),
+            );
         }
     });
     (out, lse)
@@ -585,22 +575,19 @@ pub fn attention_backward<T: AttnFloat>(
             if width == 0 {
                 continue;
             }
-            // Whether the packed operands (all `tk` keys) serve this tile.
+            // The packed operands (all `tk` keys) serve a tile that sees every key.
             let whole = width == tk;
             // P (recomputed), then the dropped-out P that multiplied V.
             let mut p = vec![T::ZERO; rows * width];
-            if !(whole && packed_product(&kt, &mut p, rows, &qb[q0 * d..], d)) {
-                gemm_into(
-                    Parallelism::None,
-                    &mut p,
-                    (rows, width, d),
-                    &qb[q0 * d..],
-                    (d, 1),
-                    kb,
-                    (1, d),
-                    false,
-                );
-            }
+            tile_product(
+                kt.as_ref().filter(|_| whole),
+                &mut p,
+                (rows, width, d),
+                &qb[q0 * d..],
+                (d, 1),
+                kb,
+                (1, d),
+            );
             scale_and_mask(&mut p, rows, width, b, q0, scale, mask);
             with_simd(Probabilities {
                 p: &mut p,
@@ -632,18 +619,15 @@ pub fn attention_backward<T: AttnFloat>(
             );
             // dP = (dO @ V^T) * keep / (1 - p)
             let mut dp = vec![T::ZERO; rows * width];
-            if !(whole && packed_product(&vt, &mut dp, rows, &gb[q0 * dv..], dv)) {
-                gemm_into(
-                    Parallelism::None,
-                    &mut dp,
-                    (rows, width, dv),
-                    &gb[q0 * dv..],
-                    (dv, 1),
-                    vb,
-                    (1, dv),
-                    false,
-                );
-            }
+            tile_product(
+                vt.as_ref().filter(|_| whole),
+                &mut dp,
+                (rows, width, dv),
+                &gb[q0 * dv..],
+                (dv, 1),
+                vb,
+                (1, dv),
+            );
             if let Some(f) = &factors {
                 dp.iter_mut().zip(f).for_each(|(x, &k)| *x = *x * k);
             }
@@ -657,18 +641,15 @@ pub fn attention_backward<T: AttnFloat>(
                 scale,
             });
             // dQ = dS @ K; dK += dS^T @ Q
-            if !(whole && packed_product(&kk, &mut dq_b[q0 * d..], rows, &dp, width)) {
-                gemm_into(
-                    Parallelism::None,
-                    &mut dq_b[q0 * d..],
-                    (rows, d, width),
-                    &dp,
-                    (width, 1),
-                    kb,
-                    (d, 1),
-                    false,
-                );
-            }
+            tile_product(
+                kk.as_ref().filter(|_| whole),
+                &mut dq_b[q0 * d..],
+                (rows, d, width),
+                &dp,
+                (width, 1),
+                kb,
+                (d, 1),
+            );
             gemm_into(
                 Parallelism::None,
                 dk_b,
@@ -698,20 +679,34 @@ fn pack_f32<T: AttnFloat>(
     PackedRhs::pack(as_f32(src)?, shape, strides)
 }
 
-/// `dst = a @ packed` for `rows` rows of `a` (row stride `a_rs`) when `packed` holds the
-/// right operand and `T` is f32; `false`, having done nothing, otherwise.
-fn packed_product<T: AttnFloat>(
-    packed: &Option<PackedRhs>,
+/// A tile's `dst = a @ b` (`[m, k] @ [k, n]` into row-major `dst`, operands through
+/// (row, column) strides): by the f32 microkernel where `packed` holds `b` and `a`'s
+/// features are contiguous (it reads whole rows of `a`), else by `gemm` on this thread.
+fn tile_product<T: AttnFloat>(
+    packed: Option<&PackedRhs>,
     dst: &mut [T],
-    rows: usize,
+    (m, n, k): (usize, usize, usize),
     a: &[T],
-    a_rs: usize,
-) -> bool {
-    let (Some(packed), Some(dst), Some(a)) = (packed, as_f32_mut(dst), as_f32(a)) else {
-        return false;
-    };
-    packed.matmul_into(dst, rows, a, a_rs, false, 1);
-    true
+    (a_rs, a_cs): (usize, usize),
+    b: &[T],
+    b_strides: (usize, usize),
+) {
+    if (a_cs == 1 || k == 1)
+        && let (Some(packed), Some(d), Some(af)) = (packed, as_f32_mut(dst), as_f32(a))
+    {
+        packed.matmul_into(d, m, af, a_rs, false, 1);
+        return;
+    }
+    gemm_into(
+        Parallelism::None,
+        dst,
+        (m, n, k),
+        a,
+        (a_rs, a_cs),
+        b,
+        b_strides,
+        false,
+    );
 }
 
 /// The backward's probabilities recomputed in place from the scores of `lse.len()` rows
