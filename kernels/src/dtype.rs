@@ -194,6 +194,14 @@ pub trait Real: num_traits::Float + NumElement + std::iter::Sum {
         self.exp_vec()
     }
 
+    /// [`Real::exp_nonpos`] that may flush results below the smallest normal number to
+    /// 0 (f32: under `e^-87.3`, one power-of-two scale instead of two), for sums such as
+    /// softmax's, where such terms never reach a rounded result.
+    #[inline(always)]
+    fn exp_nonpos_normal<const FMA: bool>(self) -> Self {
+        self.exp_nonpos::<FMA>()
+    }
+
     /// The standard normal distribution's CDF `Φ(x) = ½(1 + erf(x/√2))` and density
     /// `φ(x) = e^(-x²/2)/√(2π)` (GELU's forward and backward), written so that loops over
     /// them vectorise. f32: one exponential serves both (the Abramowitz and Stegun erf of
@@ -319,6 +327,11 @@ impl Real for f32 {
         let e = exp_normal_range::<FMA>(-z * z);
         let cdf = madd::<FMA>(0.5, erf_given_exp::<FMA>(z, e), 0.5);
         (cdf, e * 0.398_942_3)
+    }
+
+    #[inline(always)]
+    fn exp_nonpos_normal<const FMA: bool>(self) -> f32 {
+        exp_normal_range::<FMA>(self)
     }
 
     /// The scheme of [`Real::exp_vec`] for `x <= 0`: below `ln 2^-150` the result is 0;
@@ -518,6 +531,36 @@ mod tests {
         check::<false>();
         check::<true>();
         assert_eq!((-1.5f64).exp_nonpos::<true>(), (-1.5f64).exp());
+    }
+
+    /// `exp_nonpos_normal` (softmax's exponential in attention): within 2 ulp of `std`
+    /// down to the smallest normal result, 0 below it (never a subnormal), exact at 0
+    /// and -inf, NaN through; f64 as `exp_nonpos`.
+    #[test]
+    fn exp_nonpos_normal_is_within_two_ulp_and_flushes_below_normal() {
+        fn check<const FMA: bool>() {
+            let mut x = -110.0f32;
+            while x <= 0.0 {
+                let (got, want) = (x.exp_nonpos_normal::<FMA>(), x.exp());
+                let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
+                assert!(
+                    ulp <= 2 || (want < 1.2e-38 && got == 0.0),
+                    "exp({x}) = {got}, want {want} (fma {FMA})"
+                );
+                assert!(
+                    got == 0.0 || got >= f32::MIN_POSITIVE,
+                    "subnormal exp({x}) = {got}"
+                );
+                x += 0.00731;
+            }
+            assert_eq!(0.0f32.exp_nonpos_normal::<FMA>(), 1.0);
+            assert_eq!(f32::NEG_INFINITY.exp_nonpos_normal::<FMA>(), 0.0);
+            assert_eq!((-100.0f32).exp_nonpos_normal::<FMA>(), 0.0);
+            assert!(f32::NAN.exp_nonpos_normal::<FMA>().is_nan());
+        }
+        check::<false>();
+        check::<true>();
+        assert_eq!((-1.5f64).exp_nonpos_normal::<true>(), (-1.5f64).exp());
     }
 
     /// GELU's normal CDF and density in f32, with and without FMA, against f64 libm

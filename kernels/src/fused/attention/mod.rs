@@ -20,16 +20,26 @@ use crate::cuda::KernelModule;
 use num_traits::Float;
 use std::sync::Mutex;
 
-/// One row of scores turned into probabilities in place: `e^(scale * (s - max)) / sum`
-/// (`scale` positive, so the scaled row's max is `scale * max`), the exponentials
-/// vectorised ([`crate::Real::exp_nonpos`]) and summed in the same pass, the max and sum
-/// taken in lanes; returns the log-sum-exp of the scaled row (`-inf`, and a zero row,
-/// when every score is `-inf`).
-struct SoftmaxRow<'a, T> {
-    row: &'a mut [T],
+/// A tile of score rows (`lse.len()` rows of `width`) turned into unnormalised
+/// probabilities in place, `e^(scale * (s - max))` (`scale` positive, so the scaled row's
+/// max is `scale * max`); each row's log-sum-exp of the scaled scores goes to `lse` and
+/// the reciprocal of its sum to `inv` (`-inf` and 0, and a zero row, when every score is
+/// `-inf`). The caller scales the tile's output rows by `inv` instead of the rows of
+/// probabilities (`dv` multiplies a row instead of `width`). By phases over the whole
+/// tile (every row's max, then every row's exponentials and sum, then the logarithms and
+/// reciprocals), so consecutive rows' dependency chains (a max or sum folded across
+/// lanes, a division, a logarithm) are independent work for the core to overlap; the
+/// exponentials are vectorised ([`crate::Real::exp_nonpos_normal`]: a probability below
+/// the smallest normal f32 is 0) and summed in the same pass.
+struct SoftmaxTile<'a, T> {
+    s: &'a mut [T],
+    width: usize,
     scale: T,
-    /// A boolean mask row (true takes part), applied in the max pass.
-    keep: Option<&'a [bool]>,
+    /// A boolean mask (true takes part) applied in the max pass: row `r`'s is
+    /// `keep[r * keep_stride..][..width]` (a stride of 0 broadcasts one row).
+    keep: Option<(&'a [bool], usize)>,
+    lse: &'a mut [T],
+    inv: &'a mut [T],
 }
 
 /// `f` folded over 16 lanes as a tree (vector shuffles, not a serial chain).
@@ -45,67 +55,84 @@ fn fold16<T: Copy>(mut v: [T; 16], f: impl Fn(T, T) -> T) -> T {
     v[0]
 }
 
-impl<T: AttnFloat> FmaKernel for SoftmaxRow<'_, T> {
-    type Output = T;
+impl<T: AttnFloat> FmaKernel for SoftmaxTile<'_, T> {
+    type Output = ();
     #[inline(always)]
-    fn body<const FMA: bool>(self) -> T {
+    fn body<const FMA: bool>(self) {
         const L: usize = 16;
-        let (row, scale) = (self.row, self.scale);
+        let (width, scale) = (self.width, self.scale);
         let neg_inf = T::neg_infinity();
         let max_of = |m: T, v: T| if v > m { v } else { m };
-        let mut lanes = [neg_inf; L];
-        let mut max = neg_inf;
-        match self.keep {
-            Some(keep) => {
-                let mut chunks = row.chunks_exact_mut(L);
-                let mut keeps = keep.chunks_exact(L);
-                for (c, k) in (&mut chunks).zip(&mut keeps) {
-                    for l in 0..L {
-                        let v = if k[l] { c[l] } else { neg_inf };
-                        c[l] = v;
-                        lanes[l] = max_of(lanes[l], v);
+        let rows = self
+            .s
+            .chunks_exact_mut(width.max(1))
+            .zip(self.lse.iter_mut());
+        // Each row's max (masked scores set to -inf), kept in `lse` for now.
+        for (r, (row, max_out)) in rows.enumerate() {
+            let mut lanes = [neg_inf; L];
+            let mut max = neg_inf;
+            match self.keep {
+                Some((keep, stride)) => {
+                    let keep = &keep[r * stride..][..width];
+                    let mut chunks = row.chunks_exact_mut(L);
+                    let mut keeps = keep.chunks_exact(L);
+                    for (c, k) in (&mut chunks).zip(&mut keeps) {
+                        for l in 0..L {
+                            let v = if k[l] { c[l] } else { neg_inf };
+                            c[l] = v;
+                            lanes[l] = max_of(lanes[l], v);
+                        }
+                    }
+                    for (v, &k) in chunks.into_remainder().iter_mut().zip(keeps.remainder()) {
+                        if !k {
+                            *v = neg_inf;
+                        }
+                        max = max_of(max, *v);
                     }
                 }
-                for (v, &k) in chunks.into_remainder().iter_mut().zip(keeps.remainder()) {
-                    if !k {
-                        *v = neg_inf;
-                    }
-                    max = max_of(max, *v);
-                }
-            }
-            None => {
-                let chunks = row.chunks_exact(L);
-                max = chunks.remainder().iter().copied().fold(max, max_of);
-                for c in chunks {
-                    for l in 0..L {
-                        lanes[l] = max_of(lanes[l], c[l]);
+                None => {
+                    let chunks = row.chunks_exact(L);
+                    max = chunks.remainder().iter().copied().fold(max, max_of);
+                    for c in chunks {
+                        for l in 0..L {
+                            lanes[l] = max_of(lanes[l], c[l]);
+                        }
                     }
                 }
             }
+            *max_out = max_of(max, fold16(lanes, max_of));
         }
-        let max = max_of(max, fold16(lanes, max_of));
-        if max == neg_inf {
-            row.iter_mut().for_each(|v| *v = T::ZERO);
-            return max;
+        // The exponentials and each row's sum, kept in `inv` for now.
+        let rows = self.s.chunks_exact_mut(width.max(1)).zip(self.lse.iter());
+        for ((row, &max), sum_out) in rows.zip(self.inv.iter_mut()) {
+            if max == neg_inf {
+                row.iter_mut().for_each(|v| *v = T::ZERO);
+                *sum_out = T::ZERO;
+                continue;
+            }
+            let mut sums = [T::ZERO; L];
+            let mut chunks = row.chunks_exact_mut(L);
+            for c in &mut chunks {
+                for l in 0..L {
+                    let e = ((c[l] - max) * scale).exp_nonpos_normal::<FMA>();
+                    c[l] = e;
+                    sums[l] = sums[l] + e;
+                }
+            }
+            let mut sum = T::ZERO;
+            for v in chunks.into_remainder() {
+                *v = ((*v - max) * scale).exp_nonpos_normal::<FMA>();
+                sum = sum + *v;
+            }
+            *sum_out = sum + fold16(sums, |a, b| a + b);
         }
-        let mut sums = [T::ZERO; L];
-        let mut chunks = row.chunks_exact_mut(L);
-        for c in &mut chunks {
-            for l in 0..L {
-                let e = ((c[l] - max) * scale).exp_nonpos::<FMA>();
-                c[l] = e;
-                sums[l] = sums[l] + e;
+        for (lse, inv) in self.lse.iter_mut().zip(self.inv.iter_mut()) {
+            if *lse != neg_inf {
+                let sum = *inv;
+                *lse = *lse * scale + sum.ln();
+                *inv = T::ONE / sum;
             }
         }
-        let mut sum = T::ZERO;
-        for v in chunks.into_remainder() {
-            *v = ((*v - max) * scale).exp_nonpos::<FMA>();
-            sum = sum + *v;
-        }
-        let sum = sum + fold16(sums, |a, b| a + b);
-        let inv = T::ONE / sum;
-        row.iter_mut().for_each(|v| *v = *v * inv);
-        max * scale + sum.ln()
     }
 }
 
@@ -291,7 +318,7 @@ fn scale_and_mask<T: AttnFloat>(
 }
 
 /// The forward's masking of the unscaled scores `s` (as [`scale_and_mask`]), leaving a
-/// positive `scale` to the softmax ([`SoftmaxRow`] folds it into the exponent: one pass
+/// positive `scale` to the softmax ([`SoftmaxTile`] folds it into the exponent: one pass
 /// fewer over the scores) and a boolean mask contiguous along the keys to its max pass.
 /// Returns the scale left to apply (1 when applied here: an additive mask, or a scale
 /// that is not positive) and the boolean mask left.
@@ -472,6 +499,7 @@ pub fn attention_forward_strided<T: AttnFloat>(
         let kt = pack_f32(k.from(b, 0), (d, width), (k.col_stride, k.row_stride));
         let vp = pack_f32(v.from(b, 0), (width, dv), (v.row_stride, v.col_stride));
         let mut s = vec![T::ZERO; l.len().min(TILE) * width];
+        let mut inv = [T::ZERO; TILE];
         for (t, (o, l)) in o
             .chunks_mut((TILE * dv).max(1))
             .zip(l.chunks_mut(TILE))
@@ -489,20 +517,26 @@ pub fn attention_forward_strided<T: AttnFloat>(
                 (k.col_stride, k.row_stride),
             );
             let (scale, keep) = mask_for_softmax(s, rows, width, b, q0, scale, mask);
-            for r in 0..rows {
-                let row = &mut s[r * width..(r + 1) * width];
-                let keep =
-                    keep.map(|m| &m.data[m.batch_offsets[b] + (q0 + r) * m.strides[0]..][..width]);
-                l[r] = with_simd(SoftmaxRow {
-                    row: &mut *row,
-                    scale,
-                    keep,
-                });
-                if l[r] == T::neg_infinity() {
-                    continue;
-                }
-                if let Some(drop) = dropout {
-                    drop.apply_row(b, q0 + r, row);
+            let keep = keep.map(|m| {
+                let at = m.batch_offsets[b] + q0 * m.strides[0];
+                (&m.data[at..], m.strides[0])
+            });
+            let inv = &mut inv[..rows];
+            with_simd(SoftmaxTile {
+                s: &mut *s,
+                width,
+                scale,
+                keep,
+                lse: &mut *l,
+                inv: &mut *inv,
+            });
+            if let Some(drop) = dropout {
+                // The row's scale (1 / its sum) is applied to the output instead: the
+                // same product, as dropout multiplies each probability by 0 or a constant.
+                for (r, row) in s.chunks_exact_mut(width.max(1)).enumerate() {
+                    if l[r] != T::neg_infinity() {
+                        drop.apply_row(b, q0 + r, row);
+                    }
                 }
             }
             tile_product(
@@ -514,6 +548,9 @@ pub fn attention_forward_strided<T: AttnFloat>(
                 v.from(b, 0),
                 (v.row_stride, v.col_stride),
             );
+            for (o, &inv) in o.chunks_exact_mut(dv.max(1)).zip(inv.iter()) {
+                o.iter_mut().for_each(|v| *v = *v * inv);
+            }
         }
     });
     (out, lse)
