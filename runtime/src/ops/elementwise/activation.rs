@@ -16,8 +16,8 @@ unary_kernel!(ReluK, RELU, RELU_INPLACE, |x| if x > A::zero() {
     A::zero()
 });
 unary_kernel!(
-    /// `x Φ(x)`, the normal CDF from `Real::normal_cdf_pdf`.
-    GeluErfK, GELU, GELU_INPLACE, |x, FMA| x * x.normal_cdf_pdf::<FMA>().0
+    /// `x Φ(x)`, the normal CDF from `Real::normal_cdf`.
+    GeluErfK, GELU, GELU_INPLACE, |x, FMA| x * x.normal_cdf::<FMA>()
 );
 unary_kernel!(GeluTanhK, GELU_TANH, GELU_TANH_INPLACE, |x| {
     let inner = c::<A>((2.0 / std::f64::consts::PI).sqrt()) * (x + c::<A>(0.044715) * x * x * x);
