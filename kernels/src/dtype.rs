@@ -332,13 +332,14 @@ impl Real for f32 {
 
     /// `erf(z) ≈ z P(z²) / Q(z²)` for `|z| <= 3.92` (beyond, erf rounds to ±1 in f32),
     /// `P` and `Q` of degree 5 fitted for the least largest absolute error
-    /// (`tools/fit_erf.py`: 1.9e-8 in exact arithmetic, 3.5e-7 evaluated in f32),
+    /// (`tools/fit_erf.py`: 1.9e-8 in exact arithmetic, 3.5e-7 evaluated in f32; the
+    /// leading coefficient is 2/√π, the exact slope at 0, to which the fit rounds),
     /// clamped to [-1, 1]. NaN passes through every select.
     #[inline(always)]
     fn normal_cdf<const FMA: bool>(self) -> f32 {
         const C: f32 = 3.92;
         const P: [f32; 6] = [
-            1.128_379,
+            std::f32::consts::FRAC_2_SQRT_PI,
             0.193_018_97,
             0.053_094_488,
             0.003_879_891_2,
