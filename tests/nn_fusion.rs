@@ -1,6 +1,7 @@
 //! `nn::fusion`: an eval-mode batch norm folded into the convolution or linear layer
 //! before it gives the same outputs as the two layers (f64, every geometry option), and
-//! refuses a norm in training mode or without running statistics.
+//! refuses a norm in training mode or without running statistics. The inference fusions
+//! `F::add_layer_norm` and `F::bias_gelu` give exactly their composite ops' results.
 
 use ferrograd::nn::{
     BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvOptions, Linear, Module, fusion,
@@ -118,4 +119,89 @@ fn a_channel_mismatch_is_refused() {
     let mut bn = BatchNorm2d::new(4, &Device::Cpu);
     bn.eval();
     fusion::fuse_conv_bn_eval(&conv, &bn);
+}
+
+/// `F::add_layer_norm` and `F::bias_gelu` for inference (one fused pass each) give exactly
+/// what their composite ops give (f32 and f64; with and without shift, weight and bias;
+/// rows shorter than, equal to and longer than a SIMD vector), and with gradients wanted
+/// they run as those ops: the same values and the same gradients for every operand.
+#[test]
+fn inference_fusions_equal_their_composite_ops() {
+    manual_seed(5);
+    let exact = |a: &Tensor, b: &Tensor| {
+        assert_eq!(a.shape(), b.shape());
+        max_diff(&a.to_dtype(DType::F64), &b.to_dtype(DType::F64))
+    };
+    for dtype in [DType::F32, DType::F64] {
+        for (rows, len) in [(3usize, 5usize), (70, 384), (4, 16), (2, 33)] {
+            let t = |shape: &[usize]| Tensor::randn(shape, dtype, &Device::Cpu);
+            let (x, r) = (t(&[rows, len]), t(&[rows, len]));
+            let (s, w, b) = (t(&[len]), t(&[len]), t(&[len]));
+            let options = [
+                (Some(&s), Some(&w), Some(&b)),
+                (None, None, None),
+                (Some(&s), None, Some(&b)),
+                (None, Some(&w), None),
+            ];
+            for (shift, weight, bias) in options {
+                let composite = no_grad(|| {
+                    let y = shift.map_or_else(|| x.clone(), |s| x.add(s));
+                    F::layer_norm(&y.add(&r), &[len], weight, bias, 1e-5)
+                });
+                let fused =
+                    no_grad(|| F::add_layer_norm(&x, &r, shift, &[len], weight, bias, 1e-5));
+                assert_eq!(exact(&fused, &composite), 0.0, "{dtype:?} [{rows}, {len}]");
+            }
+            let fused = no_grad(|| F::bias_gelu(&x, &s));
+            assert_eq!(exact(&fused, &no_grad(|| x.add(&s).gelu())), 0.0);
+        }
+    }
+    // Gradients wanted: the composite ops, differentiable in every operand.
+    let leaf = |shape: &[usize]| Tensor::randn(shape, DType::F64, &Device::Cpu).requires_grad(true);
+    let (x, r, s, w, b) = (
+        leaf(&[4, 8]),
+        leaf(&[4, 8]),
+        leaf(&[8]),
+        leaf(&[8]),
+        leaf(&[8]),
+    );
+    let probe = Tensor::randn(&[4, 8], DType::F64, &Device::Cpu);
+    let grads = |y: Tensor| {
+        y.mul(&probe).sum_all().backward();
+        let all = [&x, &r, &s, &w, &b].map(|t| t.grad().expect("a gradient"));
+        for t in [&x, &r, &s, &w, &b] {
+            t.zero_grad();
+        }
+        all
+    };
+    let fused = grads(F::add_layer_norm(
+        &x,
+        &r,
+        Some(&s),
+        &[8],
+        Some(&w),
+        Some(&b),
+        1e-5,
+    ));
+    let composite = grads(F::layer_norm(
+        &x.add(&s).add(&r),
+        &[8],
+        Some(&w),
+        Some(&b),
+        1e-5,
+    ));
+    for (f, c) in fused.iter().zip(&composite) {
+        assert_eq!(exact(f, c), 0.0);
+    }
+    let gelu = |y: Tensor| {
+        y.mul(&probe).sum_all().backward();
+        let all = [&x, &s].map(|t| t.grad().expect("a gradient"));
+        x.zero_grad();
+        s.zero_grad();
+        all
+    };
+    let (fused, composite) = (gelu(F::bias_gelu(&x, &s)), gelu(x.add(&s).gelu()));
+    for (f, c) in fused.iter().zip(&composite) {
+        assert_eq!(exact(f, c), 0.0);
+    }
 }

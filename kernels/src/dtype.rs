@@ -333,7 +333,7 @@ impl Real for f32 {
     /// `erf(z) ≈ z P(z²) / Q(z²)` for `|z| <= 3.92` (beyond, erf rounds to ±1 in f32),
     /// `P` and `Q` of degree 5 fitted for the least largest absolute error
     /// (`tools/fit_erf.py`: 1.9e-8 in exact arithmetic, 3.5e-7 evaluated in f32; the
-    /// leading coefficient is 2/√π, the exact slope at 0, to which the fit rounds),
+    /// leading coefficient is 2/√π, the exact slope at 0, one f32 step from the fit's),
     /// clamped to [-1, 1]. NaN passes through every select.
     #[inline(always)]
     fn normal_cdf<const FMA: bool>(self) -> f32 {

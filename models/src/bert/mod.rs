@@ -11,7 +11,7 @@ pub use sentence::{Pooling, SentenceEncoder};
 
 use crate::ModelError;
 use crate::hub::{self, LoadDType, LoadOptions, Loaded};
-use ferrograd::nn::functional::scaled_dot_product_attention;
+use ferrograd::nn::functional::{self as F, scaled_dot_product_attention};
 use ferrograd::nn::{Dropout, Embedding, LayerNorm, Linear, Module};
 use ferrograd::{DType, Device, Tensor};
 use serde::Deserialize;
@@ -430,14 +430,42 @@ impl BertLayer {
     pub fn forward(&self, h: &Tensor, mask: Option<&Tensor>) -> Tensor {
         let a = self.attention.self_attention.forward(h, mask);
         let o = &self.attention.output;
-        let h = o
-            .layer_norm
-            .forward(&o.dropout.forward(&o.dense.forward(&a)).add(h));
-        let f = self.act.apply(&self.intermediate.dense.forward(&h));
+        let h = dense_add_norm(&o.dense, &o.dropout, &a, h, &o.layer_norm);
+        let dense = &self.intermediate.dense;
+        let f = match (self.act, &dense.bias) {
+            // Inference: the bias in the activation's pass (one pass fewer).
+            (Activation::Gelu, Some(b)) if !ferrograd::autograd::is_grad_enabled() => {
+                F::bias_gelu(&F::linear(&h, &dense.weight, None), b)
+            }
+            _ => self.act.apply(&dense.forward(&h)),
+        };
         let out = &self.output;
-        out.layer_norm
-            .forward(&out.dropout.forward(&out.dense.forward(&f)).add(&h))
+        dense_add_norm(&out.dense, &out.dropout, &f, &h, &out.layer_norm)
     }
+}
+
+/// `norm(dropout(dense(x)) + residual)`, a sublayer's ending; with the dropout inactive
+/// (eval mode) and nothing to differentiate, as `F::add_layer_norm` with the dense
+/// layer's bias as its shift: one pass for the bias, the residual and the norm.
+fn dense_add_norm(
+    dense: &Linear,
+    dropout: &Dropout,
+    x: &Tensor,
+    residual: &Tensor,
+    norm: &LayerNorm,
+) -> Tensor {
+    if (dropout.training && dropout.p > 0.0) || ferrograd::autograd::is_grad_enabled() {
+        return norm.forward(&dropout.forward(&dense.forward(x)).add(residual));
+    }
+    F::add_layer_norm(
+        &F::linear(x, &dense.weight, None),
+        residual,
+        dense.bias.as_ref(),
+        &norm.normalized_shape,
+        norm.weight.as_ref(),
+        norm.bias.as_ref(),
+        norm.eps,
+    )
 }
 
 impl BertSelfAttention {

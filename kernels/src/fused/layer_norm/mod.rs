@@ -94,6 +94,64 @@ pub fn layer_norm_rows<T: FloatElement>(
     LayerNormOutput { y, mean, rstd }
 }
 
+/// Layer norm of the sums `x + shift + residual` (`shift` `[len]` broadcast over the
+/// rows, added first, as a linear layer's bias before its residual connection) of `rows`
+/// contiguous rows of `len`, without their statistics (inference: nothing is kept for a
+/// backward). Each row's sum is written into its output row and normalised there while
+/// it is in L1, so the pass reads `x` and `residual` once and writes the output once,
+/// where an add, a broadcast add and a layer norm make three passes. Every sum rounds to
+/// `T` as the separate adds would.
+///
+/// ```
+/// use ferrograd_kernels::fused::layer_norm::add_layer_norm_rows;
+/// // (0 + 1) + 0 and (1 + 1) + 1: [1, 3], normalised to [-1, 1].
+/// let y = add_layer_norm_rows(&[0.0f64, 1.0], &[0.0, 1.0], Some(&[1.0, 1.0]), 1, 2, None, None, 0.0);
+/// assert_eq!(y.to_vec(), vec![-1.0, 1.0]);
+/// ```
+///
+/// # Panics
+/// When `x` or `residual` is not `rows * len` long or `shift` not `len`.
+#[allow(clippy::too_many_arguments)]
+pub fn add_layer_norm_rows<T: FloatElement>(
+    x: &[T],
+    residual: &[T],
+    shift: Option<&[T]>,
+    rows: usize,
+    len: usize,
+    weight: Option<&[T]>,
+    bias: Option<&[T]>,
+    eps: f64,
+) -> HostBuffer<T> {
+    assert!(
+        x.len() == rows * len && residual.len() == x.len() && shift.is_none_or(|s| s.len() == len),
+        "add_layer_norm_rows: {} and {} elements are not {rows} rows of {len} (shift {:?})",
+        x.len(),
+        residual.len(),
+        shift.map(<[T]>::len)
+    );
+    let mut y = HostBuffer::<T>::new_uninit(rows * len);
+    let eps = <T::Acc as Element>::from_f64(eps);
+    let n = <T::Acc as Element>::from_f64(len as f64);
+    if len > 0 {
+        for_each_outer(&mut y, rows, len * 4, |r, dst| {
+            let at = r * len..(r + 1) * len;
+            with_simd(AddNormRow {
+                x: &x[at.clone()],
+                residual: &residual[at],
+                shift,
+                dst,
+                weight,
+                bias,
+                n,
+                eps,
+            });
+        });
+    }
+    // SAFETY: the rows tile `y` and `AddNormRow` writes every element of its row (`len`
+    // is 0 only when `y` is empty).
+    unsafe { y.assume_init() }
+}
+
 /// Gradients of [`layer_norm_rows`]: `(dx, dweight, dbias)`, the last two only when asked
 /// for (`want_weight`, `want_bias`). `weight` is the forward's (or `None`).
 ///
@@ -255,6 +313,68 @@ impl<T: FloatElement> SimdKernel for NormRow<'_, T> {
             }
         }
         (mean, rstd)
+    }
+}
+
+/// One row of [`add_layer_norm_rows`]: the sums into `dst`, their statistics by laned
+/// sums, then the output over the sums in place.
+struct AddNormRow<'a, T: NumElement> {
+    x: &'a [T],
+    residual: &'a [T],
+    shift: Option<&'a [T]>,
+    dst: &'a mut [MaybeUninit<T>],
+    weight: Option<&'a [T]>,
+    bias: Option<&'a [T]>,
+    n: T::Acc,
+    eps: T::Acc,
+}
+
+impl<T: FloatElement> SimdKernel for AddNormRow<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let add = |a: T, b: T| T::from_acc(a.to_acc() + b.to_acc());
+        let sums = self.dst.iter_mut().zip(self.x.iter().zip(self.residual));
+        match self.shift {
+            Some(s) => {
+                for ((d, (&a, &r)), &c) in sums.zip(s) {
+                    d.write(add(add(a, c), r));
+                }
+            }
+            None => {
+                for (d, (&a, &r)) in sums {
+                    d.write(add(a, r));
+                }
+            }
+        }
+        // SAFETY: every element of `dst` was written just above (`x` is as long);
+        // `MaybeUninit<T>` has `T`'s layout.
+        let row = unsafe { &mut *(self.dst as *mut [MaybeUninit<T>] as *mut [T]) };
+        let mean = sum_slice(row) / self.n;
+        let var = laned_sum(row, row, |v, _| {
+            let d = v.to_acc() - mean;
+            d * d
+        }) / self.n;
+        let rstd = T::Acc::ONE / Float::sqrt(var + self.eps);
+        let xhat = |v: T| (v.to_acc() - mean) * rstd;
+        match (self.weight, self.bias) {
+            (Some(w), Some(b)) => {
+                for (v, (&wj, &bj)) in row.iter_mut().zip(w.iter().zip(b)) {
+                    *v = T::from_acc(xhat(*v) * wj.to_acc() + bj.to_acc());
+                }
+            }
+            (Some(w), None) => {
+                for (v, &wj) in row.iter_mut().zip(w) {
+                    *v = T::from_acc(xhat(*v) * wj.to_acc());
+                }
+            }
+            (None, Some(b)) => {
+                for (v, &bj) in row.iter_mut().zip(b) {
+                    *v = T::from_acc(xhat(*v) + bj.to_acc());
+                }
+            }
+            (None, None) => row.iter_mut().for_each(|v| *v = T::from_acc(xhat(*v))),
+        }
     }
 }
 

@@ -283,6 +283,39 @@ fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Te
     }
 }
 
+/// `gelu(input + bias)` (`F.gelu(input + bias)`, the exact erf form): a feed-forward
+/// layer's activation with the bias of the linear layer before it (`bias` `[n]`, broadcast
+/// over `input`'s last dim), so the model runs that layer without its bias. For inference
+/// on the host (f32 or f64, nothing to differentiate, not while tracing for export) it is
+/// one pass over `input`, where the broadcast add and the GELU make two; everywhere else
+/// it runs as those two ops, with the same results and gradients.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![0.5f64, -1.0], &[1, 2]);
+/// let b = Tensor::from_vec(vec![0.5f64, 1.0], &[2]);
+/// let y = no_grad(|| F::bias_gelu(&x, &b)).to_vec::<f64>();
+/// assert!((y[0] - 0.8413447460685429).abs() < 1e-12 && y[1] == 0.0);
+/// ```
+#[track_caller]
+pub fn bias_gelu(input: &Tensor, bias: &Tensor) -> Tensor {
+    let dtype = input.dtype();
+    let fused = matches!(dtype, crate::DType::F32 | crate::DType::F64)
+        && bias.dtype() == dtype
+        && input.device() == crate::Device::Cpu
+        && bias.device() == crate::Device::Cpu
+        && !crate::onnx::is_tracing()
+        && !(crate::autograd::is_grad_enabled()
+            && (input.requires_grad_flag() || bias.requires_grad_flag()))
+        && input.dim() >= 1
+        && bias.shape() == [input.shape()[input.dim() - 1]];
+    if fused {
+        input.bias_gelu_pass(bias)
+    } else {
+        input.add(bias).gelu()
+    }
+}
+
 /// `y[.., k] = x1[..] · weight[k] · x2[..] + bias[k]` (`F.bilinear`): `x1 [*, in1]`,
 /// `x2 [*, in2]` with the same leading dims, weight `[out, in1, in2]`.
 ///

@@ -80,6 +80,57 @@ fn layer_norm_untraced(
     crate::nn::fused::layer_norm(input, weight.as_ref(), bias.as_ref(), len, eps)
 }
 
+/// Layer norm of `input + shift + residual` (`F.layer_norm(input + shift + residual,
+/// ...)`): a residual block's ending, with `shift` the bias of the linear layer that made
+/// `input` (added first, broadcast over the last dim), so the model runs that layer
+/// without its bias. For inference on the host (f32 or f64, nothing to differentiate,
+/// not while tracing for export) it is one pass that reads `input` and `residual` and
+/// writes the output (`ferrograd_kernels::fused::layer_norm::add_layer_norm_rows`), where
+/// the adds and the norm make three; everywhere else it runs as those ops, with the same
+/// results and gradients.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let (x, r) = (Tensor::from_vec(vec![0.0f64, 1.0], &[1, 2]), Tensor::from_vec(vec![0.0f64, 1.0], &[1, 2]));
+/// let shift = Tensor::from_vec(vec![1.0f64, 1.0], &[2]);
+/// // [1, 3], normalised.
+/// let y = no_grad(|| F::add_layer_norm(&x, &r, Some(&shift), &[2], None, None, 0.0));
+/// assert_eq!(y.to_vec::<f64>(), vec![-1.0, 1.0]);
+/// ```
+#[track_caller]
+pub fn add_layer_norm(
+    input: &Tensor,
+    residual: &Tensor,
+    shift: Option<&Tensor>,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Tensor {
+    let dtype = input.dtype();
+    let host = |t: &Tensor| t.device() == crate::Device::Cpu && t.dtype() == dtype;
+    let tracked = |t: &Tensor| t.requires_grad_flag();
+    let all = [Some(input), Some(residual), shift, weight, bias];
+    let len = normalized_shape.last().copied().unwrap_or(0);
+    let fused = matches!(dtype, crate::DType::F32 | crate::DType::F64)
+        && !crate::onnx::is_tracing()
+        && autocast::full_precision(input).is_none()
+        && all.iter().flatten().all(|t| host(t))
+        && !(crate::autograd::is_grad_enabled() && all.iter().flatten().any(|t| tracked(t)))
+        && normalized_shape.len() == 1
+        && input.dim() >= 1
+        && input.shape() == residual.shape()
+        && input.shape()[input.dim() - 1] == len
+        && shift.is_none_or(|s| s.shape() == [len])
+        && weight.is_none_or(|w| w.shape() == [len])
+        && bias.is_none_or(|b| b.shape() == [len]);
+    if !fused {
+        let x = shift.map_or_else(|| input.clone(), |s| input.add(s));
+        return layer_norm(&x.add(residual), normalized_shape, weight, bias, eps);
+    }
+    crate::nn::fused::add_layer_norm(input, residual, shift, len, weight, bias, eps)
+}
+
 /// Panics unless every given per-channel tensor has shape `[C]` for `input` `[N, C, ...]`.
 #[track_caller]
 fn check_per_channel(op: &str, input: &Tensor, tensors: &[(&str, Option<&Tensor>)]) {

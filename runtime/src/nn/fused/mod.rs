@@ -1,5 +1,6 @@
 //! Fused ops, one folder each: layer norm, cross-entropy, dropout, pooling, attention, the
-//! CPU convolution (direct depthwise, tiled im2col + GEMM) and eval-mode batch norm's per-channel affine pass. A folder
+//! CPU convolution (direct depthwise, tiled im2col + GEMM), eval-mode batch norm's per-channel affine pass and
+//! inference's add + layer norm. A folder
 //! holds the op's entry point (called by `nn::functional`), its autograd node (one per
 //! op: backward runs the fused gradient kernel, or, when a graph of the backward itself is
 //! wanted (`create_graph`), the same formula as tensor ops so that higher derivatives
@@ -22,7 +23,7 @@ pub(crate) use batch_norm::{batch_norm_train, channel_affine};
 pub(crate) use conv::{applies as conv2d_applies, conv_transpose2d, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;
-pub(crate) use layer_norm::layer_norm;
+pub(crate) use layer_norm::{add_layer_norm, layer_norm};
 pub(crate) use linear::linear;
 pub(crate) use lstm_cell::{GraphBackward, LstmStep, lstm_sequence, lstm_step, lstm_step_backward};
 pub(crate) use pool::pool2d;

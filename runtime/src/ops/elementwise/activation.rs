@@ -187,6 +187,32 @@ backward_kernel!(
     }
 );
 
+/// `gelu(a + b)`, the sum rounded to the element type first as a separate add would
+/// round it: a linear layer's bias and the GELU after it in one pass (inference only: no
+/// backward, and no CUDA kernel, so the caller takes this on the host alone).
+struct BiasGeluK;
+impl BinaryFloatOp for BiasGeluK {
+    const CUDA: Option<[&'static CudaKernel; 2]> = None;
+    const FMA: bool = true;
+    #[inline(always)]
+    fn apply<A: Real>(&self, a: A, b: A) -> A {
+        self.apply_fma::<A, false>(a, b)
+    }
+    #[inline(always)]
+    fn apply_fma<A: Real, const FMA: bool>(&self, a: A, b: A) -> A {
+        let z = a + b;
+        z * z.normal_cdf::<FMA>()
+    }
+}
+
+impl Tensor {
+    /// `gelu(self + bias)` in one pass over `self`'s shape (`bias` broadcast to it; an
+    /// f32 or f64 host tensor, untracked: the caller checked all of that).
+    pub(crate) fn bias_gelu_pass(&self, bias: &Tensor) -> Tensor {
+        Tensor::binary_float_raw(self, bias, self.shape(), "bias_gelu", &BiasGeluK)
+    }
+}
+
 impl Tensor {
     /// `g * f'(x)` through a fused backward kernel; under `create_graph` (grad mode on
     /// in the backward) the differentiable `composite` instead.

@@ -7,7 +7,9 @@ use super::{range, with_optional};
 use crate::Tensor;
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
 use ferrograd_kernels::cpu::CpuStorage;
-use ferrograd_kernels::fused::layer_norm::{layer_norm_backward_rows, layer_norm_rows};
+use ferrograd_kernels::fused::layer_norm::{
+    add_layer_norm_rows, layer_norm_backward_rows, layer_norm_rows,
+};
 use ferrograd_kernels::{Element, NumElement, with_float_dtype};
 
 /// Layer norm over the last `len` elements of contiguous rows: the output, and each row's
@@ -47,6 +49,54 @@ fn layer_norm_forward(
         Tensor::from_cpu_on(mean, &[rows], device),
         Tensor::from_cpu_on(rstd, &[rows], device),
     )
+}
+
+/// Layer norm of `input + shift + residual` over the trailing `len` elements, in one pass
+/// on the host, untracked (inference: `F::add_layer_norm` checked the operands: one float
+/// dtype, host, same shapes, `[len]` vectors, nothing to differentiate).
+pub(crate) fn add_layer_norm(
+    input: &Tensor,
+    residual: &Tensor,
+    shift: Option<&Tensor>,
+    len: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Tensor {
+    let rows = input.numel() / len.max(1);
+    let (x, r) = (input.contiguous(), residual.contiguous());
+    let (shift, weight, bias) = (
+        shift.map(Tensor::contiguous),
+        weight.map(Tensor::contiguous),
+        bias.map(Tensor::contiguous),
+    );
+    fn part<'a, T: Element>(s: &'a CpuStorage, t: &Tensor) -> &'a [T] {
+        &s.typed::<T>()[range(t)]
+    }
+    let op = "add_layer_norm";
+    let y = x.with_cpu(op, |xs, _| {
+        r.with_cpu(op, |rs, _| {
+            with_optional(op, shift.as_ref(), |ss| {
+                with_optional(op, weight.as_ref(), |ws| {
+                    with_optional(op, bias.as_ref(), |bs| {
+                        with_float_dtype!(x.dtype(), T => {
+                            T::into_storage(add_layer_norm_rows(
+                                part::<T>(xs, &x),
+                                part::<T>(rs, &r),
+                                ss.zip(shift.as_ref()).map(|(s, t)| part::<T>(s, t)),
+                                rows,
+                                len,
+                                ws.zip(weight.as_ref()).map(|(s, t)| part::<T>(s, t)),
+                                bs.zip(bias.as_ref()).map(|(s, t)| part::<T>(s, t)),
+                                eps,
+                            ))
+                        }, else unreachable!("add_layer_norm takes floats"))
+                    })
+                })
+            })
+        })
+    });
+    Tensor::from_cpu(y, input.shape())
 }
 
 /// Fused layer norm of `input` over its trailing `len` elements (shapes checked by the
