@@ -5,10 +5,17 @@
 //! DistributedDataParallel bucket) then progresses on that thread, inside the engine's
 //! blocking call, while the compute thread goes on: OpenMPI only moves a non-blocking
 //! collective forward inside MPI calls, so a request left alone would not overlap anything.
-//! It also makes `MPI_THREAD_FUNNELED` enough: only the thread that initialised MPI calls it.
+//!
+//! A blocking collective issued while nothing is queued (`all_reduce`, `barrier`) runs on
+//! the calling thread instead ([`CommThread::run_inline`]), where the engine allows calls
+//! from any thread one at a time (`MPI_THREAD_SERIALIZED`): handing a 4 KB all-reduce to
+//! another thread and waking the caller afterwards cost more than the reduction. An engine
+//! lock keeps the calls one at a time, and the communication thread, idle meanwhile,
+//! watches the inline call's deadline as [`Work::wait`] watches a queued one's.
 
 use super::DistError;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,7 +29,52 @@ pub(crate) struct CommThread {
     handle: Mutex<Option<JoinHandle<()>>>,
     /// Signalled when the thread has finalised the engine.
     finished: Mutex<Option<Receiver<()>>>,
+    shared: Arc<Shared>,
 }
+
+/// What the communication thread and inline callers share.
+#[derive(Default)]
+struct Shared {
+    /// Held around every engine call (a queued job, or an inline collective).
+    engine: Mutex<()>,
+    /// Jobs queued and not yet finished: an inline collective must not overtake them.
+    pending: AtomicUsize,
+    /// Whether collectives may run inline (the engine allows calls from any thread).
+    inline: AtomicBool,
+    /// The inline collective in progress: its deadline and the message that ends the job
+    /// past it.
+    watch: Mutex<Option<(Instant, String)>>,
+}
+
+impl Shared {
+    /// Ends the job when an inline collective has run past its deadline.
+    fn check_watch(&self) {
+        let watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((deadline, message)) = watch.as_ref()
+            && Instant::now() >= *deadline
+        {
+            super::abort_job(message);
+        }
+    }
+
+    /// The engine lock, for a queued job: while an inline collective holds it, its
+    /// deadline is watched.
+    fn engine_for_job(&self) -> std::sync::MutexGuard<'_, ()> {
+        loop {
+            match self.engine.try_lock() {
+                Ok(guard) => return guard,
+                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    self.check_watch();
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+}
+
+/// How often the idle communication thread looks at an inline collective's deadline.
+const WATCH_PERIOD: Duration = Duration::from_millis(50);
 
 impl CommThread {
     /// Starts the thread: `init` runs first on it (initialising the engine) and its result
@@ -35,6 +87,8 @@ impl CommThread {
         let (tx, rx): (Sender<Job>, Receiver<Job>) = channel();
         let (ready_tx, ready_rx) = channel();
         let (done_tx, done_rx) = channel();
+        let shared = Arc::new(Shared::default());
+        let on_thread = shared.clone();
         let handle = std::thread::Builder::new()
             .name("ferrograd-comm".into())
             .spawn(move || {
@@ -47,8 +101,17 @@ impl CommThread {
                         return;
                     }
                 }
-                while let Ok(job) = rx.recv() {
-                    job();
+                loop {
+                    match rx.recv_timeout(WATCH_PERIOD) {
+                        Ok(job) => {
+                            let engine = on_thread.engine_for_job();
+                            job();
+                            drop(engine);
+                            on_thread.pending.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        Err(RecvTimeoutError::Timeout) => on_thread.check_watch(),
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
                 }
                 fini();
                 let _ = done_tx.send(());
@@ -64,18 +127,61 @@ impl CommThread {
                 tx: Mutex::new(Some(tx)),
                 handle: Mutex::new(Some(handle)),
                 finished: Mutex::new(Some(done_rx)),
+                shared,
             },
             value,
         ))
+    }
+
+    /// Lets blocking collectives run on their callers' threads from now on (the engine
+    /// allows calls from any thread, one at a time).
+    pub(crate) fn allow_inline(&self) {
+        self.shared.inline.store(true, Ordering::Release);
     }
 
     /// Queues `job`; `Err` once the group was destroyed.
     pub(crate) fn submit(&self, job: Job) -> Result<(), DistError> {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         match tx.as_ref() {
-            Some(tx) => tx.send(job).map_err(|_| DistError::NotInitialized),
+            Some(tx) => {
+                self.shared.pending.fetch_add(1, Ordering::AcqRel);
+                tx.send(job).map_err(|_| {
+                    self.shared.pending.fetch_sub(1, Ordering::AcqRel);
+                    DistError::NotInitialized
+                })
+            }
             None => Err(DistError::NotInitialized),
         }
+    }
+
+    /// Runs `f` (a blocking collective) on this thread when inline calls are allowed, the
+    /// group is alive and nothing is queued (which it must not overtake); else gives `f`
+    /// back for the queue. Past `timeout` the communication thread ends the job with
+    /// `message`, as [`Work::wait`] would.
+    pub(crate) fn run_inline<R, F: FnOnce() -> R>(
+        &self,
+        f: F,
+        timeout: Duration,
+        message: impl FnOnce() -> String,
+    ) -> Result<R, F> {
+        if !self.shared.inline.load(Ordering::Acquire)
+            || self.shared.pending.load(Ordering::Acquire) != 0
+        {
+            return Err(f);
+        }
+        let engine = self.shared.engine.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the lock no queued job runs; one queued since the check above must run
+        // first, and a destroyed group has no engine left.
+        let alive = self.tx.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        if !alive || self.shared.pending.load(Ordering::Acquire) != 0 {
+            return Err(f);
+        }
+        *self.shared.watch.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now() + timeout, message()));
+        let result = f();
+        *self.shared.watch.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        drop(engine);
+        Ok(result)
     }
 
     /// Lets queued jobs finish, then stops the thread (which finalises the engine). A

@@ -268,6 +268,9 @@ pub fn init_process_group_with(
         }
         Err(e) => return Err(e),
     };
+    if world_comm.is_some() && mpi::serialized() {
+        thread.allow_inline();
+    }
     let global = Arc::new(Global {
         backend,
         thread,
@@ -438,6 +441,17 @@ fn host_ptr(storage: &Storage, t: &Tensor) -> *mut c_void {
     };
     // SAFETY: the layout's offset lies inside the storage.
     unsafe { base.add(t.layout().offset() * t.dtype().size_in_bytes()) as *mut c_void }
+}
+
+/// `ReduceOp::Avg` divides: it needs a floating-point tensor.
+fn avg_needs_float(t: &Tensor, op: ReduceOp) -> Result<(), DistError> {
+    let dtype = t.dtype();
+    if op == ReduceOp::Avg && !dtype.is_float() {
+        return Err(DistError::Mismatch(format!(
+            "all_reduce: ReduceOp::Avg needs a floating-point tensor, got {dtype}"
+        )));
+    }
+    Ok(())
 }
 
 fn communicable(op: &str, t: &Tensor) -> Result<(), DistError> {
@@ -691,6 +705,27 @@ impl ProcessGroup {
             })
     }
 
+    /// `job` preceded, in debug mode, by the check that every rank issues the same
+    /// collective (`fingerprint_parts` describe it).
+    fn checked(
+        &self,
+        what: &str,
+        fingerprint_parts: &[&dyn std::fmt::Debug],
+        job: impl FnOnce() -> Result<(), DistError> + Send + 'static,
+    ) -> impl FnOnce() -> Result<(), DistError> + Send + 'static {
+        let check = self.inner.global.debug.then(|| {
+            (
+                fingerprint(what, fingerprint_parts),
+                self.inner.clone(),
+                what.to_string(),
+            )
+        });
+        move || match check {
+            Some((fp, inner, what)) => consistent(&inner, fp, &what).and_then(|()| job()),
+            None => job(),
+        }
+    }
+
     /// Queues `job` on the communication thread (after the consistency check in debug
     /// mode) and returns its handle.
     fn submit_job(
@@ -700,21 +735,21 @@ impl ProcessGroup {
         job: impl FnOnce() -> Result<(), DistError> + Send + 'static,
     ) -> Result<Work, DistError> {
         self.member(what)?;
+        let run = self.checked(what, fingerprint_parts, job);
+        self.queue(what, run)
+    }
+
+    /// Queues a prepared job and returns its handle.
+    fn queue(
+        &self,
+        what: &str,
+        run: impl FnOnce() -> Result<(), DistError> + Send + 'static,
+    ) -> Result<Work, DistError> {
         let state = Arc::new(WorkState::default());
         let s = state.clone();
-        let check = self.inner.global.debug.then(|| {
-            (
-                fingerprint(what, fingerprint_parts),
-                self.inner.clone(),
-                what.to_string(),
-            )
-        });
         self.inner.global.thread.submit(Box::new(move || {
             let start = std::time::Instant::now();
-            let result = match check {
-                Some((fp, inner, what)) => consistent(&inner, fp, &what).and_then(|()| job()),
-                None => job(),
-            };
+            let result = run();
             s.complete(result, start.elapsed());
         }))?;
         Ok(Work {
@@ -724,6 +759,31 @@ impl ProcessGroup {
             timeout: self.inner.global.timeout,
             finish: None,
         })
+    }
+
+    /// Runs a blocking collective: on this thread when the communication thread has
+    /// nothing queued (see `CommThread::run_inline`), else queued and waited for; bounded
+    /// by the group's timeout either way.
+    fn run_blocking(
+        &self,
+        what: &str,
+        fingerprint_parts: &[&dyn std::fmt::Debug],
+        job: impl FnOnce() -> Result<(), DistError> + Send + 'static,
+    ) -> Result<(), DistError> {
+        self.member(what)?;
+        let run = self.checked(what, fingerprint_parts, job);
+        let g = &self.inner.global;
+        let message = || {
+            format!(
+                "rank {}: `{what}` did not complete within {:?} (another rank may have died, or \
+                 stopped calling collectives in the same order)",
+                g.rank, g.timeout
+            )
+        };
+        match g.thread.run_inline(run, g.timeout, message) {
+            Ok(result) => result,
+            Err(run) => self.queue(what, run)?.wait(),
+        }
     }
 
     /// Waits for every rank of the group (`barrier`).
@@ -743,10 +803,9 @@ impl ProcessGroup {
                 .map_err(|e| DistError::Engine(format!("barrier: {e}")));
         }
         let inner = self.inner.clone();
-        self.submit_job("barrier", &[], move || {
+        self.run_blocking("barrier", &[], move || {
             mpi::barrier(inner.comm.as_ref().expect("member"))
-        })?
-        .wait()
+        })
     }
 
     /// Reduces `tensor` across the group in place (`all_reduce`): afterwards every rank
@@ -763,7 +822,16 @@ impl ProcessGroup {
     /// world.all_reduce(&t, ReduceOp::Max).unwrap(); // world.size() - 1 everywhere
     /// ```
     pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<(), DistError> {
-        self.all_reduce_async(tensor, op)?.wait()
+        if self.nccl()?.is_some() {
+            return self.all_reduce_async(tensor, op)?.wait();
+        }
+        let (job, finish) = self.all_reduce_job(tensor, op, false)?;
+        let parts: [&dyn std::fmt::Debug; 3] = [&tensor.dtype(), &tensor.shape(), &op];
+        self.run_blocking("all_reduce", &parts, job)?;
+        if let Some(finish) = finish {
+            finish();
+        }
+        Ok(())
     }
 
     /// [`ProcessGroup::all_reduce`] without waiting: the tensor holds the result after
@@ -780,46 +848,64 @@ impl ProcessGroup {
         op: ReduceOp,
         polite: bool,
     ) -> Result<Work, DistError> {
-        communicable("all_reduce", tensor)?;
-        let dtype = tensor.dtype();
-        if op == ReduceOp::Avg && !dtype.is_float() {
-            return Err(DistError::Mismatch(format!(
-                "all_reduce: ReduceOp::Avg needs a floating-point tensor, got {dtype}"
-            )));
-        }
         if let Some(nc) = self.nccl()? {
+            communicable("all_reduce", tensor)?;
+            avg_needs_float(tensor, op)?;
             let (buf, copied) = stage_on(tensor, &Device::Cuda(nc.ordinal()))?;
             nc.all_reduce(&buf, op)?;
             return Ok(self.queued("all_reduce", write_back(tensor, buf, copied)));
         }
+        let (job, finish) = self.all_reduce_job(tensor, op, polite)?;
+        let parts: [&dyn std::fmt::Debug; 3] = [&tensor.dtype(), &tensor.shape(), &op];
+        let mut work = self.submit_job("all_reduce", &parts, job)?;
+        work.finish = finish;
+        Ok(work)
+    }
+
+    /// The engine's part of an MPI all-reduce of `tensor` (through a contiguous host
+    /// copy when it is not one), and what copies the result back afterwards.
+    #[allow(clippy::type_complexity)]
+    fn all_reduce_job(
+        &self,
+        tensor: &Tensor,
+        op: ReduceOp,
+        polite: bool,
+    ) -> Result<
+        (
+            impl FnOnce() -> Result<(), DistError> + Send + 'static,
+            Option<Box<dyn FnOnce() + Send>>,
+        ),
+        DistError,
+    > {
+        communicable("all_reduce", tensor)?;
+        avg_needs_float(tensor, op)?;
+        let dtype = tensor.dtype();
         let engine_op = op.engine();
         let (buf, copied) = stage(tensor);
         let (n, size) = (buf.numel(), self.size());
         let inner = self.inner.clone();
         let b = buf.clone();
-        let mut work =
-            self.submit_job("all_reduce", &[&dtype, &tensor.shape(), &op], move || {
-                let cell = b.storage_cell().clone();
-                let guard = cell.write();
-                let p = host_ptr(&guard, &b);
-                // SAFETY: `p` addresses the `n` elements of `b`, write-locked until we return.
-                unsafe {
-                    mpi::all_reduce(
-                        inner.comm.as_ref().expect("member"),
-                        p,
-                        n,
-                        dtype,
-                        engine_op,
-                        polite,
-                    )?;
-                    if op == ReduceOp::Avg {
-                        divide(p, n, dtype, size);
-                    }
+        let job = move || {
+            let cell = b.storage_cell().clone();
+            let guard = cell.write();
+            let p = host_ptr(&guard, &b);
+            // SAFETY: `p` addresses the `n` elements of `b`, write-locked until we return.
+            unsafe {
+                mpi::all_reduce(
+                    inner.comm.as_ref().expect("member"),
+                    p,
+                    n,
+                    dtype,
+                    engine_op,
+                    polite,
+                )?;
+                if op == ReduceOp::Avg {
+                    divide(p, n, dtype, size);
                 }
-                Ok(())
-            })?;
-        work.finish = write_back(tensor, buf, copied);
-        Ok(work)
+            }
+            Ok(())
+        };
+        Ok((job, write_back(tensor, buf, copied)))
     }
 
     /// Copies `tensor` from global rank `src` to every rank of the group (`broadcast`).

@@ -1,5 +1,7 @@
 //! The MPI engine: thin calls into the system MPI (OpenMPI) through rsmpi's bindings,
-//! on raw buffers, from the communication thread only (`MPI_THREAD_FUNNELED`).
+//! on raw buffers, one call at a time (`MPI_THREAD_SERIALIZED`): from the communication
+//! thread, or from a caller running a blocking collective inline while that thread is
+//! idle (see `comm::CommThread::run_inline`, which serialises them).
 
 use super::{DistError, EngineOp};
 use ferrograd_kernels::DType;
@@ -13,11 +15,21 @@ unsafe extern "C" {
     fn ferrograd_mpi_in_place() -> *mut c_void;
 }
 
+/// Whether MPI provides `MPI_THREAD_SERIALIZED` (calls from any thread, one at a time):
+/// else every call stays on the communication thread (`MPI_THREAD_FUNNELED`).
+static SERIALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether engine calls may come from threads other than the one that initialised MPI,
+/// one at a time (known after [`init`]).
+pub(crate) fn serialized() -> bool {
+    SERIALIZED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// An MPI communicator handle.
 pub(crate) struct Comm(ffi::MPI_Comm);
 
 // SAFETY: a communicator handle is an opaque pointer that this module only passes to MPI,
-// and only from the communication thread (the one that initialised MPI).
+// one call at a time (the communication thread's engine lock serialises them).
 unsafe impl Send for Comm {}
 // SAFETY: as above; shared references only read the handle value.
 unsafe impl Sync for Comm {}
@@ -87,22 +99,28 @@ fn check(code: c_int, what: &str) -> Result<(), DistError> {
 /// aborting, and creates the 16-bit reduction ops. Returns the rank and size in
 /// COMM_WORLD, and COMM_WORLD.
 pub(crate) fn init() -> Result<(usize, usize, Comm), DistError> {
-    // SAFETY: plain MPI calls on the thread that will make every later one.
+    // SAFETY: plain MPI calls, before any other thread makes one.
     unsafe {
         let mut initialized: c_int = 0;
         check(ffi::MPI_Initialized(&mut initialized), "MPI_Initialized")?;
+        let mut provided: c_int = 0;
         if initialized == 0 {
-            let mut provided: c_int = 0;
             check(
                 ffi::MPI_Init_thread(
                     std::ptr::null_mut(),
                     std::ptr::null_mut(),
-                    ffi::RSMPI_THREAD_FUNNELED,
+                    ffi::RSMPI_THREAD_SERIALIZED,
                     &mut provided,
                 ),
                 "MPI_Init_thread",
             )?;
+        } else {
+            check(ffi::MPI_Query_thread(&mut provided), "MPI_Query_thread")?;
         }
+        SERIALIZED.store(
+            provided >= ffi::RSMPI_THREAD_SERIALIZED,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         check(
             ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN),
             "MPI_Comm_set_errhandler",

@@ -21,6 +21,10 @@ pub(crate) fn init() -> Result<(usize, usize, Comm), DistError> {
 
 pub(crate) fn finalize() {}
 
+pub(crate) fn serialized() -> bool {
+    false
+}
+
 pub(crate) fn abort(_code: i32) {}
 
 pub(crate) fn split(c: &Comm, _: Option<usize>, _: usize) -> Result<Option<Comm>, DistError> {
