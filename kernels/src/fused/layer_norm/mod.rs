@@ -266,6 +266,18 @@ fn laned_sum<A: NumElement, X: Copy, Y: Copy>(a: &[X], b: &[Y], f: impl Fn(X, Y)
 /// Lanes of the row sums.
 const LANES: usize = 16;
 
+/// A row's mean and reciprocal standard deviation (biased variance, `eps` added) by
+/// laned sums; `n` is the row's length.
+#[inline(always)]
+fn row_stats<T: FloatElement>(row: &[T], n: T::Acc, eps: T::Acc) -> Stats<T::Acc> {
+    let mean = sum_slice(row) / n;
+    let var = laned_sum(row, row, |v, _| {
+        let d = v.to_acc() - mean;
+        d * d
+    }) / n;
+    (mean, T::Acc::ONE / Float::sqrt(var + eps))
+}
+
 /// One row of the forward pass: statistics by laned sums, then the output as one
 /// branch-free map per weight/bias combination. Returns (mean, rstd).
 struct NormRow<'a, T: NumElement> {
@@ -282,12 +294,7 @@ impl<T: FloatElement> SimdKernel for NormRow<'_, T> {
     #[inline(always)]
     fn run(self) -> Stats<T::Acc> {
         let row = self.row;
-        let mean = sum_slice(row) / self.n;
-        let var = laned_sum(row, row, |v, _| {
-            let d = v.to_acc() - mean;
-            d * d
-        }) / self.n;
-        let rstd = T::Acc::ONE / Float::sqrt(var + self.eps);
+        let (mean, rstd) = row_stats(row, self.n, self.eps);
         let xhat = |v: T| (v.to_acc() - mean) * rstd;
         let out = self.dst.iter_mut().zip(row);
         match (self.weight, self.bias) {
@@ -350,12 +357,7 @@ impl<T: FloatElement> SimdKernel for AddNormRow<'_, T> {
         // SAFETY: every element of `dst` was written just above (`x` is as long);
         // `MaybeUninit<T>` has `T`'s layout.
         let row = unsafe { &mut *(self.dst as *mut [MaybeUninit<T>] as *mut [T]) };
-        let mean = sum_slice(row) / self.n;
-        let var = laned_sum(row, row, |v, _| {
-            let d = v.to_acc() - mean;
-            d * d
-        }) / self.n;
-        let rstd = T::Acc::ONE / Float::sqrt(var + self.eps);
+        let (mean, rstd) = row_stats(row, self.n, self.eps);
         let xhat = |v: T| (v.to_acc() - mean) * rstd;
         match (self.weight, self.bias) {
             (Some(w), Some(b)) => {
