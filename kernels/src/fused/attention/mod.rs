@@ -762,9 +762,11 @@ impl<T: AttnFloat> FmaKernel for Probabilities<'_, T> {
             if l == T::neg_infinity() {
                 row.iter_mut().for_each(|x| *x = T::ZERO);
             } else {
-                // `s - lse <= 0` up to rounding, where `exp_nonpos` is still exact.
+                // `s - lse <= 0` up to rounding, where the exponential is still exact;
+                // the forward's (`exp_nonpos_normal`), so the backward recomputes the
+                // probabilities the forward used, flushed below the smallest normal alike.
                 row.iter_mut()
-                    .for_each(|x| *x = (*x - l).exp_nonpos::<FMA>());
+                    .for_each(|x| *x = (*x - l).exp_nonpos_normal::<FMA>());
             }
         }
     }
