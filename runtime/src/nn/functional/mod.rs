@@ -299,14 +299,7 @@ fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Te
 /// ```
 #[track_caller]
 pub fn bias_gelu(input: &Tensor, bias: &Tensor) -> Tensor {
-    let dtype = input.dtype();
-    let fused = matches!(dtype, crate::DType::F32 | crate::DType::F64)
-        && bias.dtype() == dtype
-        && input.device() == crate::Device::Cpu
-        && bias.device() == crate::Device::Cpu
-        && !crate::onnx::is_tracing()
-        && !(crate::autograd::is_grad_enabled()
-            && (input.requires_grad_flag() || bias.requires_grad_flag()))
+    let fused = crate::nn::fused::inference_fusable(&[Some(input), Some(bias)])
         && input.dim() >= 1
         && bias.shape() == [input.shape()[input.dim() - 1]];
     if fused {

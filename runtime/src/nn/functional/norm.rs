@@ -107,23 +107,17 @@ pub fn add_layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    let dtype = input.dtype();
-    let host = |t: &Tensor| t.device() == crate::Device::Cpu && t.dtype() == dtype;
-    let tracked = |t: &Tensor| t.requires_grad_flag();
-    let all = [Some(input), Some(residual), shift, weight, bias];
     let len = normalized_shape.last().copied().unwrap_or(0);
-    let fused = matches!(dtype, crate::DType::F32 | crate::DType::F64)
-        && !crate::onnx::is_tracing()
-        && autocast::full_precision(input).is_none()
-        && all.iter().flatten().all(|t| host(t))
-        && !(crate::autograd::is_grad_enabled() && all.iter().flatten().any(|t| tracked(t)))
-        && normalized_shape.len() == 1
-        && input.dim() >= 1
-        && input.shape() == residual.shape()
-        && input.shape()[input.dim() - 1] == len
-        && shift.is_none_or(|s| s.shape() == [len])
-        && weight.is_none_or(|w| w.shape() == [len])
-        && bias.is_none_or(|b| b.shape() == [len]);
+    let fused =
+        crate::nn::fused::inference_fusable(&[Some(input), Some(residual), shift, weight, bias])
+            && autocast::full_precision(input).is_none()
+            && normalized_shape.len() == 1
+            && input.dim() >= 1
+            && input.shape() == residual.shape()
+            && input.shape()[input.dim() - 1] == len
+            && shift.is_none_or(|s| s.shape() == [len])
+            && weight.is_none_or(|w| w.shape() == [len])
+            && bias.is_none_or(|b| b.shape() == [len]);
     if !fused {
         let x = shift.map_or_else(|| input.clone(), |s| input.add(s));
         return layer_norm(&x.add(residual), normalized_shape, weight, bias, eps);

@@ -32,6 +32,23 @@ use crate::Tensor;
 use ferrograd_kernels::cpu::CpuStorage;
 use std::ops::Range;
 
+/// Whether an inference fusion (`F::add_layer_norm`, `F::bias_gelu`) may run as its one
+/// pass on these operands (the absent ones skipped): host tensors of one dtype, f32 or
+/// f64, none to differentiate (grad mode off, or none tracked), and no export being
+/// traced (the tracer records the composite ops).
+pub(crate) fn inference_fusable(operands: &[Option<&Tensor>]) -> bool {
+    let mut present = operands.iter().flatten();
+    let Some(dtype) = present.clone().next().map(|t| t.dtype()) else {
+        return false;
+    };
+    matches!(dtype, crate::DType::F32 | crate::DType::F64)
+        && !crate::onnx::is_tracing()
+        && present
+            .clone()
+            .all(|t| t.device() == crate::Device::Cpu && t.dtype() == dtype)
+        && !(crate::autograd::is_grad_enabled() && present.any(|t| t.requires_grad_flag()))
+}
+
 /// The element range of a contiguous operand.
 fn range(t: &Tensor) -> Range<usize> {
     t.layout()
