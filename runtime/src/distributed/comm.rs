@@ -41,19 +41,35 @@ struct Shared {
     pending: AtomicUsize,
     /// Whether collectives may run inline (the engine allows calls from any thread).
     inline: AtomicBool,
-    /// The inline collective in progress: its deadline and the message that ends the job
-    /// past it.
-    watch: Mutex<Option<(Instant, String)>>,
+    /// The inline collective in progress, whose deadline the thread watches.
+    watch: Mutex<Option<Watch>>,
+}
+
+/// An inline collective's deadline and what names it when it is missed.
+struct Watch {
+    deadline: Instant,
+    what: &'static str,
+    rank: usize,
+    timeout: Duration,
+}
+
+/// What ends the job when collective `what` of `rank` missed its `timeout`, queued or
+/// inline.
+fn timeout_message(rank: usize, what: &str, timeout: Duration) -> String {
+    format!(
+        "rank {rank}: `{what}` did not complete within {timeout:?} (another rank may have died, \
+         or stopped calling collectives in the same order)"
+    )
 }
 
 impl Shared {
     /// Ends the job when an inline collective has run past its deadline.
     fn check_watch(&self) {
         let watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((deadline, message)) = watch.as_ref()
-            && Instant::now() >= *deadline
+        if let Some(w) = watch.as_ref()
+            && Instant::now() >= w.deadline
         {
-            super::abort_job(message);
+            super::abort_job(&timeout_message(w.rank, w.what, w.timeout));
         }
     }
 
@@ -156,13 +172,14 @@ impl CommThread {
 
     /// Runs `f` (a blocking collective) on this thread when inline calls are allowed, the
     /// group is alive and nothing is queued (which it must not overtake); else gives `f`
-    /// back for the queue. Past `timeout` the communication thread ends the job with
-    /// `message`, as [`Work::wait`] would.
+    /// back for the queue. Past `timeout` the communication thread ends the job naming
+    /// `what` and `rank`, as [`Work::wait`] would.
     pub(crate) fn run_inline<R, F: FnOnce() -> R>(
         &self,
         f: F,
+        what: &'static str,
+        rank: usize,
         timeout: Duration,
-        message: impl FnOnce() -> String,
     ) -> Result<R, F> {
         if !self.shared.inline.load(Ordering::Acquire)
             || self.shared.pending.load(Ordering::Acquire) != 0
@@ -176,8 +193,12 @@ impl CommThread {
         if !alive || self.shared.pending.load(Ordering::Acquire) != 0 {
             return Err(f);
         }
-        *self.shared.watch.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((Instant::now() + timeout, message()));
+        *self.shared.watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(Watch {
+            deadline: Instant::now() + timeout,
+            what,
+            rank,
+            timeout,
+        });
         let result = f();
         *self.shared.watch.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(engine);
@@ -267,11 +288,7 @@ impl Work {
             let now = Instant::now();
             if now >= deadline {
                 drop(guard);
-                super::abort_job(&format!(
-                    "rank {}: `{}` did not complete within {:?} (another rank may have died, or \
-                     stopped calling collectives in the same order)",
-                    self.rank, self.what, self.timeout
-                ));
+                super::abort_job(&timeout_message(self.rank, &self.what, self.timeout));
             }
             guard = self
                 .state

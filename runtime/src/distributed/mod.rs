@@ -766,21 +766,14 @@ impl ProcessGroup {
     /// by the group's timeout either way.
     fn run_blocking(
         &self,
-        what: &str,
+        what: &'static str,
         fingerprint_parts: &[&dyn std::fmt::Debug],
         job: impl FnOnce() -> Result<(), DistError> + Send + 'static,
     ) -> Result<(), DistError> {
         self.member(what)?;
         let run = self.checked(what, fingerprint_parts, job);
         let g = &self.inner.global;
-        let message = || {
-            format!(
-                "rank {}: `{what}` did not complete within {:?} (another rank may have died, or \
-                 stopped calling collectives in the same order)",
-                g.rank, g.timeout
-            )
-        };
-        match g.thread.run_inline(run, g.timeout, message) {
+        match g.thread.run_inline(run, what, g.rank, g.timeout) {
             Ok(result) => result,
             Err(run) => self.queue(what, run)?.wait(),
         }
