@@ -205,34 +205,39 @@ pub fn max_pool2d<T: FloatElement>(x: &[T], pg: &PoolGeometry) -> (HostBuffer<T>
     if is_2x2(pg) {
         return max_pool_2x2(x, pg);
     }
-    let mut indices = HostBuffer::<i64>::zeroed(g.n * g.c * plane_out);
+    let len = g.n * g.c * plane_out;
     if g.dilation == [1, 1] && g.input[0] * g.input[1] < i32::MAX as usize {
-        let mut out = HostBuffer::<T>::zeroed(indices.len());
+        let mut out = HostBuffer::<T>::new_uninit(len);
+        let mut indices = HostBuffer::<i64>::new_uninit(len);
         max_pool_separable(x, pg, &mut out, &mut indices);
-        return (out, indices);
+        // SAFETY: `max_pool_separable` hands every plane of both buffers to one
+        // `MaxSeparable`, which writes each of its `oh` rows of `ow` values and indices.
+        return unsafe { (out.assume_init(), indices.assume_init()) };
     }
-    max_pool_scan(x, pg, indices, work)
+    max_pool_scan(x, pg, HostBuffer::<i64>::zeroed(len), work)
 }
 
-/// [`max_pool2d`] for undilated windows, separably and at unit stride: each input row's
-/// window maxima at every window start (contiguous, vectorised loops over the row per
-/// kernel column), then per output row the maxima of its window rows, then every
-/// `stride`-th column. Rows first keeps PyTorch's pick: the first maximum in row-major
-/// window order is the first row's first maximum among the rows holding the window's
-/// maximum, and the last NaN is the last NaN of the last row holding one.
+/// [`max_pool2d`] for undilated windows, separably, columns first: per output row, the
+/// maxima of its window rows for every input column (contiguous, vectorised selects),
+/// split by column phase modulo the stride so that each window column is a contiguous
+/// run across the outputs, then each output's maximum over its window columns (again
+/// vectorised). Both steps keep PyTorch's pick — the last NaN in row-major window order
+/// if there is one, else the first maximum — which is the best candidate under one total
+/// order (NaNs by larger flat index, then values by size, ties by smaller flat index):
+/// the column step meets a column's rows in index order, the row step compares the
+/// columns' winners by that order.
 fn max_pool_separable<T: FloatElement>(
     x: &[T],
     pg: &PoolGeometry,
-    out: &mut [T],
-    indices: &mut [i64],
+    out: &mut [MaybeUninit<T>],
+    indices: &mut [MaybeUninit<i64>],
 ) {
     let g = &pg.window;
     let [h, w] = g.input;
     let [oh, ow] = pg.output;
     let plane_out = oh * ow;
     let work = out.len() * g.kernel[0] * g.kernel[1];
-    // Window starts along a row at unit stride (the output columns are every stride-th).
-    let starts = (ow - 1) * g.stride[1] + 1;
+    let phase_len = w.div_ceil(g.stride[1]);
     // Scratch rows, reused by whichever task runs next.
     let scratch = std::sync::Mutex::new(Vec::new());
     for_plane_pairs(out, indices, plane_out, work, |p, values, idx| {
@@ -240,46 +245,49 @@ fn max_pool_separable<T: FloatElement>(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop()
-            .unwrap_or_else(|| {
-                (
-                    vec![T::neg_infinity(); h * starts],
-                    vec![-1i32; h * starts],
-                    vec![T::neg_infinity(); starts],
-                    vec![-1i32; starts],
-                )
+            .unwrap_or_else(|| Scratch {
+                vv: vec![T::neg_infinity(); w],
+                vi: vec![-1; w],
+                pv: vec![T::neg_infinity(); phase_len * g.stride[1]],
+                pi: vec![-1; phase_len * g.stride[1]],
+                rv: vec![T::neg_infinity(); ow],
+                ri: vec![-1; ow],
             });
-        let (hv, hi, vv, vi) = &mut mine;
         with_simd(MaxSeparable {
             src: &x[p * h * w..(p + 1) * h * w],
             values,
             indices: idx,
             g,
             out: [oh, ow],
-            starts,
-            hv,
-            hi,
-            vv,
-            vi,
+            s: &mut mine,
         });
         scratch.lock().unwrap_or_else(|e| e.into_inner()).push(mine);
     });
 }
 
-/// One plane of [`max_pool_separable`], with its scratch rows.
+/// One task's scratch rows for [`MaxSeparable`].
+struct Scratch<T> {
+    /// One output row's maxima over its window rows per input column, and their flat
+    /// indices.
+    vv: Vec<T>,
+    vi: Vec<i32>,
+    /// The same by column phase: phase `r` (columns `r, r + stride, ...`) at
+    /// `r * ceil(w / stride)`.
+    pv: Vec<T>,
+    pi: Vec<i32>,
+    /// One output row's running maxima and indices (-1: none yet).
+    rv: Vec<T>,
+    ri: Vec<i32>,
+}
+
+/// One plane of [`max_pool_separable`].
 struct MaxSeparable<'a, T> {
     src: &'a [T],
-    values: &'a mut [T],
-    indices: &'a mut [i64],
+    values: &'a mut [MaybeUninit<T>],
+    indices: &'a mut [MaybeUninit<i64>],
     g: &'a Conv2dGeometry,
     out: [usize; 2],
-    /// Window starts per row (`(ow - 1) * stride + 1`).
-    starts: usize,
-    /// Each input row's window maxima and their columns, `[h, starts]`.
-    hv: &'a mut [T],
-    hi: &'a mut [i32],
-    /// One output row's running maxima over window rows and their flat indices.
-    vv: &'a mut [T],
-    vi: &'a mut [i32],
+    s: &'a mut Scratch<T>,
 }
 
 impl<T: FloatElement> SimdKernel for MaxSeparable<'_, T> {
@@ -292,57 +300,95 @@ impl<T: FloatElement> SimdKernel for MaxSeparable<'_, T> {
         let [k0, k1] = g.kernel;
         let [s0, s1] = g.stride;
         let [p0, p1] = g.padding;
-        let n = self.starts;
-        for y in 0..h {
-            let row = &self.src[y * w..(y + 1) * w];
-            let (bv, bi) = (
-                &mut self.hv[y * n..(y + 1) * n],
-                &mut self.hi[y * n..(y + 1) * n],
-            );
-            bv.fill(T::neg_infinity());
-            bi.fill(-1);
-            for kj in 0..k1 {
-                // Window starts `j` whose tap `kj` reads input column `j + kj - p1` in 0..w.
-                let lo = p1.saturating_sub(kj).min(n);
-                let hi = (w + p1).saturating_sub(kj).clamp(lo, n);
-                let first = lo + kj - p1;
-                let src = &row[first..first + (hi - lo)];
-                for (t, ((b, a), &v)) in bv[lo..hi]
-                    .iter_mut()
-                    .zip(&mut bi[lo..hi])
-                    .zip(src)
-                    .enumerate()
-                {
-                    // PyTorch's rule: the first maximum, or the last NaN.
-                    let better = (*a < 0) | (v > *b) | v.is_nan();
-                    *b = if better { v } else { *b };
-                    *a = if better { (first + t) as i32 } else { *a };
-                }
-            }
-        }
+        let Scratch {
+            vv,
+            vi,
+            pv,
+            pi,
+            rv,
+            ri,
+        } = self.s;
+        let phase_len = w.div_ceil(s1);
         for oy in 0..oh {
-            self.vv.fill(T::neg_infinity());
-            self.vi.fill(-1);
-            for ki in 0..k0 {
-                let Some(y) = (oy * s0 + ki).checked_sub(p0).filter(|&y| y < h) else {
-                    continue;
-                };
-                let (rv, ri) = (&self.hv[y * n..(y + 1) * n], &self.hi[y * n..(y + 1) * n]);
-                let base = (y * w) as i32;
-                for (((b, a), &v), &c) in self.vv.iter_mut().zip(self.vi.iter_mut()).zip(rv).zip(ri)
-                {
-                    let better = (c >= 0) & ((*a < 0) | (v > *b) | v.is_nan());
-                    *b = if better { v } else { *b };
-                    *a = if better { base + c } else { *a };
-                }
-            }
+            let rows = (oy * s0).saturating_sub(p0)..(oy * s0 + k0).saturating_sub(p0).min(h);
             let (ov, oi) = (
                 &mut self.values[oy * ow..(oy + 1) * ow],
                 &mut self.indices[oy * ow..(oy + 1) * ow],
             );
-            for (ox, (d, i)) in ov.iter_mut().zip(oi.iter_mut()).enumerate() {
-                *d = self.vv[ox * s1];
-                *i = self.vi[ox * s1] as i64;
+            if rows.is_empty() {
+                ov.iter_mut().for_each(|d| _ = d.write(T::neg_infinity()));
+                oi.iter_mut().for_each(|d| _ = d.write(-1));
+                continue;
+            }
+            let top = rows.start;
+            let base = (top * w) as i32;
+            vv.copy_from_slice(&self.src[top * w..(top + 1) * w]);
+            for (x, a) in vi.iter_mut().enumerate() {
+                *a = base + x as i32;
+            }
+            for y in rows.start + 1..rows.end {
+                let base = (y * w) as i32;
+                let row = &self.src[y * w..(y + 1) * w];
+                for (x, ((b, a), &v)) in vv.iter_mut().zip(vi.iter_mut()).zip(row).enumerate() {
+                    // Later rows hold larger indices: a NaN or a strictly larger value wins.
+                    let better = (v > *b) | v.is_nan();
+                    *b = if better { v } else { *b };
+                    *a = if better { base + x as i32 } else { *a };
+                }
+            }
+            // Column phases (only with a stride: else phase 0 is the row itself).
+            let (cv, ci) = if s1 == 1 {
+                (&vv[..], &vi[..])
+            } else {
+                for r in 0..s1 {
+                    let (dv, di) = (
+                        &mut pv[r * phase_len..(r + 1) * phase_len],
+                        &mut pi[r * phase_len..(r + 1) * phase_len],
+                    );
+                    let (sv, si) = (vv[r..].iter().step_by(s1), vi[r..].iter().step_by(s1));
+                    for ((d, e), (&v, &c)) in dv.iter_mut().zip(di.iter_mut()).zip(sv.zip(si)) {
+                        (*d, *e) = (v, c);
+                    }
+                }
+                (&pv[..], &pi[..])
+            };
+            rv.fill(T::neg_infinity());
+            ri.fill(-1);
+            for kj in 0..k1 {
+                // Output `ox` reads column `ox * s1 + kj - p1` = `(ox + q) * s1 + r`.
+                let shift = kj as isize - p1 as isize;
+                let (q, r) = (shift.div_euclid(s1 as isize), shift.rem_euclid(s1 as isize));
+                let r = r as usize;
+                // Outputs whose column lies in `0..w`: `0 <= (ox + q) * s1 + r < w`.
+                let lo = (-q).max(0) as usize;
+                let hi = ((w.saturating_sub(r)).div_ceil(s1) as isize - q).clamp(0, ow as isize)
+                    as usize;
+                if lo >= hi {
+                    continue;
+                }
+                let from = r * phase_len + (lo as isize + q) as usize;
+                let (sv, si) = (&cv[from..from + (hi - lo)], &ci[from..from + (hi - lo)]);
+                for (((b, a), &v), &c) in rv[lo..hi]
+                    .iter_mut()
+                    .zip(ri[lo..hi].iter_mut())
+                    .zip(sv)
+                    .zip(si)
+                {
+                    let nan = v.is_nan();
+                    let better = (*a < 0)
+                        | (nan & (!b.is_nan() | (c > *a)))
+                        | (!nan & ((v > *b) | ((v == *b) & (c < *a))));
+                    *b = if better { v } else { *b };
+                    *a = if better { c } else { *a };
+                }
+            }
+            for ((d, i), (&v, &c)) in ov
+                .iter_mut()
+                .zip(oi.iter_mut())
+                .zip(rv.iter().zip(ri.iter()))
+            {
+                d.write(v);
+                i.write(c as i64);
             }
         }
     }
@@ -556,16 +602,23 @@ pub fn max_pool2d_backward<T: FloatElement>(
         grad.len() == g.n * g.c * plane_out && indices.len() == grad.len(),
         "max_pool2d_backward: gradient and index lengths"
     );
-    let mut dx = HostBuffer::<T>::zeroed(g.n * g.c * h * w);
-    for_planes(&mut dx, h * w, grad.len(), |first, chunk| {
+    // Each plane is zeroed by the task that scatters into it, while it is in cache.
+    let mut dx = HostBuffer::<T>::new_uninit(g.n * g.c * h * w);
+    let work = grad.len() + dx.len();
+    for_planes(&mut dx, h * w, work, |first, chunk| {
         for (p, plane) in chunk.chunks_exact_mut(h * w).enumerate() {
+            plane.fill(MaybeUninit::new(T::ZERO));
+            // SAFETY: every element of `plane` was written just above.
+            let plane = unsafe { &mut *(plane as *mut [MaybeUninit<T>] as *mut [T]) };
             let range = (first + p) * plane_out..(first + p + 1) * plane_out;
             for (&gv, &i) in grad[range.clone()].iter().zip(&indices[range]) {
                 plane[i as usize] = plane[i as usize] + gv;
             }
         }
     });
-    dx
+    // SAFETY: `for_planes` hands every plane of `dx` (its whole length, a multiple of
+    // `h * w`) to the closure, which fills it.
+    unsafe { dx.assume_init() }
 }
 
 /// Average pooling: each output is the window's sum over its divisor
@@ -891,8 +944,11 @@ mod tests {
             };
             let pg = PoolGeometry::new(window, ceil, AvgDivisor::Padded).unwrap();
             let len = n * c * pg.output[0] * pg.output[1];
-            let (mut out, mut idx) = (vec![0.0; len], vec![0i64; len]);
+            let (mut out, mut idx) = (HostBuffer::new_uninit(len), HostBuffer::new_uninit(len));
             max_pool_separable(&x, &pg, &mut out, &mut idx);
+            // SAFETY: every plane of both was written (as in `max_pool2d`).
+            let (out, idx) = unsafe { (out.assume_init(), idx.assume_init()) };
+            let idx = idx.to_vec();
             let (want, want_idx) = max_pool_scan(&x, &pg, HostBuffer::zeroed(len), 0);
             assert_eq!(idx, want_idx.to_vec(), "{window:?}");
             for (a, b) in out.iter().zip(want.iter()) {
