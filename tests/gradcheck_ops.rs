@@ -462,6 +462,30 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             |x| F::batch_norm(&x[0], None, None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5),
             vec![input(&[4, 3, 2], 1), input(&[3], 2), input(&[3], 3)],
         ),
+        // The fused norm + ReLU: the mask recomputed from the input in the backward.
+        case(
+            "batch_norm_relu_train",
+            |x| F::batch_norm_relu(&x[0], None, None, Some(&x[1]), Some(&x[2]), true, 0.1, 1e-5),
+            vec![input(&[4, 3, 2], 1), input(&[3], 2), input(&[3], 3)],
+        ),
+        case(
+            "batch_norm_relu_eval",
+            |x| {
+                let rm = Tensor::from_vec(vec![0.5f64, -1.0, 2.0], &[3]);
+                let rv = Tensor::from_vec(vec![1.5f64, 0.25, 4.0], &[3]);
+                F::batch_norm_relu(
+                    &x[0],
+                    Some(&rm),
+                    Some(&rv),
+                    Some(&x[1]),
+                    Some(&x[2]),
+                    false,
+                    0.1,
+                    1e-5,
+                )
+            },
+            vec![input(&[4, 3, 2], 1), input(&[3], 2), input(&[3], 3)],
+        ),
         // One element per plane ([N, C], BatchNorm1d): the composed ops.
         case(
             "batch_norm_train_1d",
@@ -1053,6 +1077,14 @@ fn second_order_gradients_pass_gradcheck() {
             let (w, bias) = (b.sum(&[0], false), b.sum(&[1], false));
             let x = a.reshape(&[1, 3, 3]);
             let y = F::batch_norm(&x, None, None, Some(&w), Some(&bias), true, 0.1, 1e-5);
+            (y.pow_scalar(2.0) * b.reshape(&[1, 3, 3])).sum_all() + y.sum_all()
+        }),
+        ("batch_norm_relu_train", |a, b| {
+            // As batch_norm_train, with the ReLU fused: its mask is a constant under
+            // create_graph.
+            let (w, bias) = (b.sum(&[0], false), b.sum(&[1], false));
+            let x = a.reshape(&[1, 3, 3]);
+            let y = F::batch_norm_relu(&x, None, None, Some(&w), Some(&bias), true, 0.1, 1e-5);
             (y.pow_scalar(2.0) * b.reshape(&[1, 3, 3])).sum_all() + y.sum_all()
         }),
         ("batch_norm_train_1d", |a, b| {

@@ -1,7 +1,9 @@
 //! `nn::fusion`: an eval-mode batch norm folded into the convolution or linear layer
 //! before it gives the same outputs as the two layers (f64, every geometry option), and
 //! refuses a norm in training mode or without running statistics. The inference fusions
-//! `F::add_layer_norm` and `F::bias_gelu` give exactly their composite ops' results.
+//! `F::add_layer_norm` and `F::bias_gelu` give exactly their composite ops' results, and
+//! `F::batch_norm_relu` (`BatchNorm2d::forward_relu`) gives exactly batch norm then ReLU:
+//! outputs, running statistics and gradients, in training and in eval.
 
 use ferrograd::nn::{
     BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvOptions, Linear, Module, fusion,
@@ -204,4 +206,99 @@ fn inference_fusions_equal_their_composite_ops() {
     for (f, c) in fused.iter().zip(&composite) {
         assert_eq!(exact(f, c), 0.0);
     }
+}
+
+/// The values of a tensor as f64 bits (exact comparison, NaN-safe).
+fn bits(t: &Tensor) -> Vec<u64> {
+    t.to_dtype(DType::F64)
+        .to_vec::<f64>()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+#[test]
+fn batch_norm_relu_equals_batch_norm_then_relu() {
+    manual_seed(11);
+    let mut checked = 0;
+    for dtype in [DType::F32, DType::F64] {
+        // Planes of many elements (the fused kernels, vector loops and tails), of two,
+        // and [N, C] (one per plane: the composed ops).
+        for shape in [vec![4usize, 5, 9, 7], vec![3, 2, 2], vec![6, 3]] {
+            for affine in [true, false] {
+                let c = shape[1];
+                let make = || {
+                    let mut bn =
+                        BatchNorm2d::with_options(c, 1e-5, Some(0.1), affine, true, &Device::Cpu);
+                    bn.to_dtype(dtype);
+                    if affine {
+                        let w = Tensor::randn(&[c], dtype, &Device::Cpu).requires_grad(true);
+                        let b = Tensor::randn(&[c], dtype, &Device::Cpu).requires_grad(true);
+                        (bn.weight, bn.bias) = (Some(w), Some(b));
+                    }
+                    bn
+                };
+                let (fused_bn, plain_bn) = (make(), make());
+                if affine {
+                    for (a, b) in [
+                        (&fused_bn.weight, &plain_bn.weight),
+                        (&fused_bn.bias, &plain_bn.bias),
+                    ] {
+                        no_grad(|| b.as_ref().unwrap().copy_(a.as_ref().unwrap()));
+                    }
+                }
+                // Exact zeros in the input: pre-activations at the kink after the shift.
+                let x = Tensor::randn(&shape, dtype, &Device::Cpu)
+                    .relu()
+                    .requires_grad(true);
+                let probe = Tensor::randn(&shape, dtype, &Device::Cpu);
+                let run = |bn: &BatchNorm2d, fused: bool| {
+                    let y = if fused {
+                        bn.forward_relu(&x)
+                    } else {
+                        bn.forward(&x).relu()
+                    };
+                    y.mul(&probe).sum_all().backward();
+                    let mut grads = vec![x.grad().expect("input gradient")];
+                    x.zero_grad();
+                    for p in [&bn.weight, &bn.bias].into_iter().flatten() {
+                        grads.push(p.grad().expect("parameter gradient"));
+                    }
+                    (y, grads)
+                };
+                let (y_f, g_f) = run(&fused_bn, true);
+                let (y_p, g_p) = run(&plain_bn, false);
+                let what = format!("{dtype:?} {shape:?} affine {affine}");
+                assert_eq!(bits(&y_f), bits(&y_p), "output, {what}");
+                assert_eq!(g_f.len(), g_p.len());
+                for (a, b) in g_f.iter().zip(&g_p) {
+                    assert_eq!(bits(a), bits(b), "gradient, {what}");
+                }
+                for (a, b) in [
+                    (&fused_bn.running_mean, &plain_bn.running_mean),
+                    (&fused_bn.running_var, &plain_bn.running_var),
+                ] {
+                    assert_eq!(
+                        bits(a.as_ref().unwrap()),
+                        bits(b.as_ref().unwrap()),
+                        "{what}"
+                    );
+                }
+                // Eval: one pass without gradients, the composite ops with them.
+                let (mut fused_bn, mut plain_bn) = (fused_bn, plain_bn);
+                fused_bn.eval();
+                plain_bn.eval();
+                let (a, b) = no_grad(|| (fused_bn.forward_relu(&x), plain_bn.forward(&x).relu()));
+                assert_eq!(bits(&a), bits(&b), "eval, {what}");
+                let (y_f, g_f) = run(&fused_bn, true);
+                let (y_p, g_p) = run(&plain_bn, false);
+                assert_eq!(bits(&y_f), bits(&y_p), "eval with gradients, {what}");
+                for (a, b) in g_f.iter().zip(&g_p) {
+                    assert_eq!(bits(a), bits(b), "eval gradient, {what}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 12);
 }

@@ -58,7 +58,7 @@ impl BasicBlock {
 impl<'a> Forward<&'a Tensor> for BasicBlock {
     type Output = Tensor;
     fn forward(&self, x: &'a Tensor) -> Tensor {
-        let out = self.bn1.forward(&self.conv1.forward(x)).relu();
+        let out = self.bn1.forward_relu(&self.conv1.forward(x));
         let out = self.bn2.forward(&self.conv2.forward(&out));
         let identity = match &self.downsample {
             Some(d) => d.forward(x),
@@ -110,8 +110,8 @@ impl Bottleneck {
 impl<'a> Forward<&'a Tensor> for Bottleneck {
     type Output = Tensor;
     fn forward(&self, x: &'a Tensor) -> Tensor {
-        let out = self.bn1.forward(&self.conv1.forward(x)).relu();
-        let out = self.bn2.forward(&self.conv2.forward(&out)).relu();
+        let out = self.bn1.forward_relu(&self.conv1.forward(x));
+        let out = self.bn2.forward_relu(&self.conv2.forward(&out));
         let out = self.bn3.forward(&self.conv3.forward(&out));
         let identity = match &self.downsample {
             Some(d) => d.forward(x),
@@ -267,7 +267,7 @@ impl ResNet {
 
     /// The pooled features `[N, 8 * width * expansion]` fed to `fc` (for a new head).
     pub fn features(&self, x: &Tensor) -> Tensor {
-        let x = self.bn1.forward(&self.conv1.forward(x)).relu();
+        let x = self.bn1.forward_relu(&self.conv1.forward(x));
         let x = F::max_pool2d_with(&x, &Pool2dArgs::new(3).stride(2).padding(1));
         let x = self.layer1.forward(&x);
         let x = self.layer2.forward(&x);

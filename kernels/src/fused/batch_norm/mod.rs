@@ -15,8 +15,9 @@ use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
 use std::mem::MaybeUninit;
 
-/// One plane (a sample's channel): `dst = (src - center) * scale + shift`.
-struct AffinePlane<'a, T> {
+/// One plane (a sample's channel): `dst = (src - center) * scale + shift`, then with
+/// `RELU` `max(dst, 0)` as the runtime's `relu` computes it (`y > 0 ? y : 0`).
+struct AffinePlane<'a, T, const RELU: bool> {
     src: &'a [T],
     dst: &'a mut [MaybeUninit<T>],
     center: T,
@@ -24,13 +25,64 @@ struct AffinePlane<'a, T> {
     shift: T,
 }
 
-impl<T: Float> SimdKernel for AffinePlane<'_, T> {
+impl<T: Float, const RELU: bool> SimdKernel for AffinePlane<'_, T, RELU> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
         for (d, &v) in self.dst.iter_mut().zip(self.src) {
-            d.write((v - self.center).mul_add(self.scale, self.shift));
+            let y = (v - self.center).mul_add(self.scale, self.shift);
+            d.write(if !RELU || y > T::ZERO { y } else { T::ZERO });
         }
+    }
+}
+
+/// The ReLU that followed a batch norm's affine pass, for its backward: the gradient
+/// passes where the pre-activation `(x - center[c]) * scale[c] + shift[c]`, recomputed
+/// from the input exactly as the forward computed it, is not `<= 0` (the runtime's
+/// `relu` backward: a NaN passes its gradient). The operands are the forward's own.
+#[derive(Clone, Copy, Debug)]
+pub struct ReluAfter<'a, T> {
+    /// Per-channel center (the batch mean; zeros for [`channel_affine`]).
+    pub center: &'a [T],
+    /// Per-channel scale.
+    pub scale: &'a [T],
+    /// Per-channel shift.
+    pub shift: &'a [T],
+}
+
+/// One channel's mask operands from a [`ReluAfter`].
+#[derive(Clone, Copy)]
+struct Mask<T> {
+    center: T,
+    scale: T,
+    shift: T,
+}
+
+impl<T: Float> Mask<T> {
+    /// `g` where the pre-activation of `x` is not `<= 0`, else zero.
+    #[inline(always)]
+    fn apply(self, g: T, x: T) -> T {
+        let y = (x - self.center).mul_add(self.scale, self.shift);
+        if y <= T::ZERO { T::ZERO } else { g }
+    }
+}
+
+impl<T: Float> ReluAfter<'_, T> {
+    fn channel(&self, c: usize) -> Mask<T> {
+        Mask {
+            center: self.center[c],
+            scale: self.scale[c],
+            shift: self.shift[c],
+        }
+    }
+
+    fn check(&self, channels: usize) {
+        assert!(
+            self.center.len() == channels
+                && self.scale.len() == channels
+                && self.shift.len() == channels,
+            "batch_norm backward: the ReLU's operands are not {channels} channels long"
+        );
     }
 }
 
@@ -44,7 +96,24 @@ impl<T: Float> SimdKernel for AffinePlane<'_, T> {
 /// assert_eq!(y, vec![2.0, 4.0, 13.0, 14.0]);
 /// ```
 pub fn channel_affine<T: Float>(x: &[T], scale: &[T], shift: &[T], inner: usize) -> HostBuffer<T> {
-    affine_planes(x, None, scale, shift, inner)
+    affine_planes::<T, false>(x, None, scale, shift, inner)
+}
+
+/// [`channel_affine`] followed by a ReLU in the same pass (`y > 0 ? y : 0`): an eval-mode
+/// batch norm and the activation after it.
+///
+/// ```
+/// use ferrograd_kernels::fused::batch_norm::channel_affine_relu;
+/// let y = channel_affine_relu(&[1.0f32, -2.0, 3.0, 4.0], &[2.0, 1.0], &[0.0, -13.5], 2);
+/// assert_eq!(y, vec![2.0, 0.0, 0.0, 0.0]);
+/// ```
+pub fn channel_affine_relu<T: Float>(
+    x: &[T],
+    scale: &[T],
+    shift: &[T],
+    inner: usize,
+) -> HostBuffer<T> {
+    affine_planes::<T, true>(x, None, scale, shift, inner)
 }
 
 /// `y[n, c, i] = (x[n, c, i] - center[c]) * scale[c] + shift[c]` over contiguous `x`
@@ -64,11 +133,31 @@ pub fn channel_normalize<T: Float>(
     shift: &[T],
     inner: usize,
 ) -> HostBuffer<T> {
-    affine_planes(x, Some(center), scale, shift, inner)
+    affine_planes::<T, false>(x, Some(center), scale, shift, inner)
 }
 
-/// The pass of [`channel_affine`] and [`channel_normalize`] (no center: zero).
-fn affine_planes<T: Float>(
+/// [`channel_normalize`] followed by a ReLU in the same pass (`y > 0 ? y : 0`): a
+/// training-mode batch norm and the activation after it. Its backward passes a
+/// [`ReluAfter`] of the same operands to [`channel_grad_sums`] and [`channel_grad_input`].
+///
+/// ```
+/// use ferrograd_kernels::fused::batch_norm::channel_normalize_relu;
+/// let y = channel_normalize_relu(&[1.0f32, 3.0, 10.0, 30.0], &[2.0, 20.0], &[1.0, 0.1], &[0.0, 5.0], 2);
+/// assert_eq!(y, vec![0.0, 1.0, 4.0, 6.0]);
+/// ```
+pub fn channel_normalize_relu<T: Float>(
+    x: &[T],
+    center: &[T],
+    scale: &[T],
+    shift: &[T],
+    inner: usize,
+) -> HostBuffer<T> {
+    affine_planes::<T, true>(x, Some(center), scale, shift, inner)
+}
+
+/// The pass of [`channel_affine`] and [`channel_normalize`] (no center: zero), with or
+/// without the ReLU.
+fn affine_planes<T: Float, const RELU: bool>(
     x: &[T],
     center: Option<&[T]>,
     scale: &[T],
@@ -91,7 +180,7 @@ fn affine_planes<T: Float>(
     let mut out = HostBuffer::<T>::new_uninit(x.len());
     for_each_outer(&mut out, planes, inner, |p, dst| {
         let c = p % channels;
-        with_simd(AffinePlane {
+        with_simd(AffinePlane::<T, RELU> {
             src: &x[p * inner..(p + 1) * inner],
             dst,
             center: center.map_or(T::ZERO, |m| m[c]),
@@ -131,30 +220,44 @@ fn lane_sum<T: Float>(a: &[T], f: impl Fn(T) -> f64) -> f64 {
 /// and FMA run [`dot_sums_avx2`]: the generic loop over two planes stays scalar (the
 /// backward's sums over a `[8, 64, 112, 112]` f32 input took 3.3 ms on two Xeon cores,
 /// 1.0 ms now).
+///
+/// With a `mask`, each `g[i]` first passes through [`Mask::apply`] (the ReLU after the
+/// batch norm).
 #[inline(always)]
-fn lane_dot_sums<T: Float>(g: &[T], x: &[T]) -> (f64, f64) {
+fn lane_dot_sums<T: Float>(g: &[T], x: &[T], mask: Option<Mask<T>>) -> (f64, f64) {
     let x = &x[..g.len()];
     #[cfg(target_arch = "x86_64")]
     if let (Some(g32), Some(x32)) = (crate::cpu::as_f32(g), crate::cpu::as_f32(x))
         && std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
     {
+        let mask = mask.map(|m| {
+            let f = |v: T| crate::cpu::as_f32(std::slice::from_ref(&v)).map_or(0.0, |s| s[0]);
+            [f(m.center), f(m.scale), f(m.shift)]
+        });
         // SAFETY: AVX2 and FMA were detected just above; the planes have the same length.
-        return unsafe { dot_sums_avx2(g32, x32) };
+        return unsafe {
+            match mask {
+                Some(m) => dot_sums_avx2::<true>(g32, x32, m),
+                None => dot_sums_avx2::<false>(g32, x32, [0.0; 3]),
+            }
+        };
     }
+    let gate = |gv: T, xv: T| mask.map_or(gv, |m| m.apply(gv, xv));
     let (mut sa, mut sb) = ([0.0f64; LANES], [0.0f64; LANES]);
     let ((gc, gt), (xc, xt)) = (g.as_chunks::<LANES>(), x.as_chunks::<LANES>());
     for (gv, xv) in gc.iter().zip(xc) {
         for l in 0..LANES {
-            let gl = gv[l].to_f64();
+            let gl = gate(gv[l], xv[l]).to_f64();
             sa[l] += gl;
             sb[l] += gl * xv[l].to_f64();
         }
     }
     let (mut ta, mut tb) = (0.0, 0.0);
     for (&gv, &xv) in gt.iter().zip(xt) {
-        ta += gv.to_f64();
-        tb += gv.to_f64() * xv.to_f64();
+        let gl = gate(gv, xv).to_f64();
+        ta += gl;
+        tb += gl * xv.to_f64();
     }
     let total = |lanes: [f64; LANES], tail: f64| lanes.iter().fold(tail, |s, &l| s + l);
     (total(sa, ta), total(sb, tb))
@@ -164,13 +267,21 @@ fn lane_dot_sums<T: Float>(g: &[T], x: &[T]) -> (f64, f64) {
 /// vectors of f64, four f64 accumulators. (An AVX-512 twin of 16 floats a step measured
 /// the same on an AVX-512 Xeon: the pass is bound by memory, not by the vector width.)
 ///
+/// With `MASK`, each `g[i]` passes only where `(x[i] - m[0]) * m[1] + m[2]` (one fused
+/// multiply-add, as the forward computed it) is not `<= 0` ([`Mask::apply`]).
+///
 /// # Safety
 /// The CPU has AVX2 and FMA; `x` is at least as long as `g`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_sums_avx2(g: &[f32], x: &[f32]) -> (f64, f64) {
+unsafe fn dot_sums_avx2<const MASK: bool>(g: &[f32], x: &[f32], m: [f32; 3]) -> (f64, f64) {
     use std::arch::x86_64::*;
     let n = g.len() / 8 * 8;
+    let (mc, ms, mt) = (
+        _mm256_set1_ps(m[0]),
+        _mm256_set1_ps(m[1]),
+        _mm256_set1_ps(m[2]),
+    );
     let (mut a0, mut a1, mut b0, mut b1) = (
         _mm256_setzero_pd(),
         _mm256_setzero_pd(),
@@ -180,10 +291,15 @@ unsafe fn dot_sums_avx2(g: &[f32], x: &[f32]) -> (f64, f64) {
     for i in (0..n).step_by(8) {
         // SAFETY: `i + 8 <= n <= g.len() <= x.len()`.
         unsafe {
-            let (gv, xv) = (
+            let (mut gv, xv) = (
                 _mm256_loadu_ps(g.as_ptr().add(i)),
                 _mm256_loadu_ps(x.as_ptr().add(i)),
             );
+            if MASK {
+                let y = _mm256_fmadd_ps(_mm256_sub_ps(xv, mc), ms, mt);
+                // Zero where y <= 0 (ordered: a NaN pre-activation keeps its gradient).
+                gv = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(y, _mm256_setzero_ps()), gv);
+            }
             let (glo, ghi) = (
                 _mm256_cvtps_pd(_mm256_castps256_ps128(gv)),
                 _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(gv)),
@@ -206,6 +322,8 @@ unsafe fn dot_sums_avx2(g: &[f32], x: &[f32]) -> (f64, f64) {
     }
     let (mut sa, mut sb) = (lanes[0].iter().sum::<f64>(), lanes[1].iter().sum::<f64>());
     for (&gv, &xv) in g[n..].iter().zip(&x[n..]) {
+        let y = (xv - m[0]).mul_add(m[1], m[2]);
+        let gv = if MASK && y <= 0.0 { 0.0 } else { gv };
         sa += gv as f64;
         sb += gv as f64 * xv as f64;
     }
@@ -271,10 +389,12 @@ pub fn channel_moments<T: Float>(x: &[T], channels: usize, inner: usize) -> (Vec
     out.into_iter().unzip()
 }
 
-/// One channel's `Σ gy` and `Σ gy * (x - mean)`.
+/// One channel's `Σ gy` and `Σ gy * (x - mean)` (`gy` masked by the ReLU after the norm,
+/// if any).
 struct GradSums<'a, T> {
     gy: &'a [T],
     x: &'a [T],
+    mask: Option<Mask<T>>,
     mean: f64,
     n: usize,
     stride: usize,
@@ -290,7 +410,7 @@ impl<T: Float> SimdKernel for GradSums<'_, T> {
             let at = i * self.stride;
             let g = &self.gy[at..at + self.inner];
             let x = &self.x[at..at + self.inner];
-            let (a, b) = lane_dot_sums(g, x);
+            let (a, b) = lane_dot_sums(g, x, self.mask);
             sg += a;
             sgx += b;
         }
@@ -301,10 +421,11 @@ impl<T: Float> SimdKernel for GradSums<'_, T> {
 /// The per-channel sums a training-mode batch norm's backward needs, over contiguous
 /// `gy` and `x` viewed as `[n, channels, inner]`: `Σ gy` (the bias gradient) and
 /// `Σ gy * (x - mean)` (times `invstd`, the weight gradient). Channels run in parallel.
+/// With `relu`, `gy` is the gradient of the ReLU after the norm, masked here on the fly.
 ///
 /// ```
 /// use ferrograd_kernels::fused::batch_norm::channel_grad_sums;
-/// let (sg, sgx) = channel_grad_sums(&[1.0f32, -1.0, 2.0, 0.5], &[1.0, 2.0, 3.0, 4.0], &[2.5], 2);
+/// let (sg, sgx) = channel_grad_sums(&[1.0f32, -1.0, 2.0, 0.5], &[1.0, 2.0, 3.0, 4.0], &[2.5], 2, None);
 /// assert_eq!((sg, sgx), (vec![2.5], vec![1.0 * -1.5 + -1.0 * -0.5 + 2.0 * 0.5 + 0.5 * 1.5]));
 /// ```
 pub fn channel_grad_sums<T: Float>(
@@ -312,8 +433,12 @@ pub fn channel_grad_sums<T: Float>(
     x: &[T],
     mean: &[f64],
     inner: usize,
+    relu: Option<ReluAfter<'_, T>>,
 ) -> (Vec<f64>, Vec<f64>) {
     let channels = mean.len();
+    if let Some(r) = &relu {
+        r.check(channels);
+    }
     assert!(
         channels > 0
             && inner > 0
@@ -329,6 +454,7 @@ pub fn channel_grad_sums<T: Float>(
         slot[0] = with_simd(GradSums {
             gy: &gy[c * inner..],
             x: &x[c * inner..],
+            mask: relu.map(|r| r.channel(c)),
             mean: mean[c],
             n,
             stride: channels * inner,
@@ -338,12 +464,14 @@ pub fn channel_grad_sums<T: Float>(
     out.into_iter().unzip()
 }
 
-/// One plane of the input gradient: `dx = a * gy + b * x + c`.
+/// One plane of the input gradient: `dx = a * gy + b * x + c` (`gy` masked by the ReLU
+/// after the norm, if any).
 struct GradInputPlane<'a, T> {
     gy: &'a [T],
     x: &'a [T],
     dx: &'a mut [MaybeUninit<T>],
     coef: [T; 3],
+    mask: Option<Mask<T>>,
 }
 
 impl<T: Float> SimdKernel for GradInputPlane<'_, T> {
@@ -351,8 +479,18 @@ impl<T: Float> SimdKernel for GradInputPlane<'_, T> {
     #[inline(always)]
     fn run(self) {
         let [a, b, c] = self.coef;
-        for ((d, &g), &x) in self.dx.iter_mut().zip(self.gy).zip(self.x) {
-            d.write(g.mul_add(a, x.mul_add(b, c)));
+        let pairs = self.dx.iter_mut().zip(self.gy).zip(self.x);
+        match self.mask {
+            None => {
+                for ((d, &g), &x) in pairs {
+                    d.write(g.mul_add(a, x.mul_add(b, c)));
+                }
+            }
+            Some(m) => {
+                for ((d, &g), &x) in pairs {
+                    d.write(m.apply(g, x).mul_add(a, x.mul_add(b, c)));
+                }
+            }
         }
     }
 }
@@ -361,12 +499,13 @@ impl<T: Float> SimdKernel for GradInputPlane<'_, T> {
 /// per channel the statistics and the sums of [`channel_grad_sums`]: with `M` elements per
 /// channel, `k = weight * invstd`,
 /// `dx = k * (gy - Σgy / M - (x - mean) * invstd² * Σgy(x - mean) / M)`,
-/// which is affine in `gy` and `x` per channel, so one pass (planes in parallel).
+/// which is affine in `gy` and `x` per channel, so one pass (planes in parallel). With
+/// `relu`, `gy` is masked as in [`channel_grad_sums`] (which must have had the same).
 ///
 /// ```
 /// use ferrograd_kernels::fused::batch_norm::channel_grad_input;
 /// // a constant gradient has no effect through the normalisation
-/// let dx = channel_grad_input(&[1.0f32; 4], &[1.0, 2.0, 3.0, 4.0], &[2.5], &[1.0], None, &[4.0], &[0.0], 2);
+/// let dx = channel_grad_input(&[1.0f32; 4], &[1.0, 2.0, 3.0, 4.0], &[2.5], &[1.0], None, &[4.0], &[0.0], 2, None);
 /// assert!(dx.iter().all(|v| v.abs() < 1e-6));
 /// ```
 #[allow(clippy::too_many_arguments)]
@@ -379,8 +518,12 @@ pub fn channel_grad_input<T: Float>(
     sum_gy: &[f64],
     sum_gyx: &[f64],
     inner: usize,
+    relu: Option<ReluAfter<'_, T>>,
 ) -> HostBuffer<T> {
     let channels = mean.len();
+    if let Some(r) = &relu {
+        r.check(channels);
+    }
     let planes = x.len() / (channels * inner).max(1) * channels;
     let m = (x.len() / channels.max(1)) as f64;
     let coef: Vec<[T; 3]> = (0..channels)
@@ -398,6 +541,7 @@ pub fn channel_grad_input<T: Float>(
             x: &x[p * inner..(p + 1) * inner],
             dx: dst,
             coef: coef[p % channels],
+            mask: relu.map(|r| r.channel(p % channels)),
         })
     });
     // SAFETY: `for_each_outer` hands each of the `planes` rows of `out` (all of it) to one
@@ -432,9 +576,9 @@ mod tests {
         let w: Vec<f64> = (0..c).map(|i| 0.5 + i as f64).collect();
         let eps = 1e-5;
         let (mean, var) = channel_moments(&x, c, inner);
-        let (sg, sgx) = channel_grad_sums(&gy, &x, &mean, inner);
+        let (sg, sgx) = channel_grad_sums(&gy, &x, &mean, inner, None);
         let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
-        let dx = channel_grad_input(&gy, &x, &mean, &invstd, Some(&w), &sg, &sgx, inner);
+        let dx = channel_grad_input(&gy, &x, &mean, &invstd, Some(&w), &sg, &sgx, inner, None);
         let m = (n * inner) as f64;
         let at = |i: usize, ch: usize, j: usize| (i * c + ch) * inner + j;
         for ch in 0..c {
@@ -469,34 +613,57 @@ mod tests {
         assert!((var[0] - v).abs() < 1e-9 * v, "var {} vs {v}", var[0]);
     }
 
-    /// The vector loop against the definition, over tails of every length.
+    /// The vector loop against the definition, over tails of every length, with and
+    /// without the ReLU's mask (pre-activation `(x - 3) * 1.5 - 0.25`: about half masked,
+    /// and a NaN input whose gradient passes).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn vector_dot_sums_match_the_definition() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            eprintln!("skipped: no AVX2 + FMA on this CPU");
+            return;
+        }
         let g: Vec<f32> = (0..1037).map(|i| ((i as f32) * 0.377).cos()).collect();
         let x: Vec<f32> = (0..1037)
             .map(|i| 3.0 + ((i as f32) * 0.618).sin())
             .collect();
-        for len in (0..40).chain([1000, 1037]) {
-            let (g, x) = (&g[..len], &x[..len]);
-            let want_g: f64 = g.iter().map(|&v| v as f64).sum();
-            let want_gx: f64 = g.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
-            if !(std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma"))
-            {
-                eprintln!("skipped: no AVX2 + FMA on this CPU");
-                return;
+        let mut with_nan = x.clone();
+        with_nan[5] = f32::NAN;
+        let m = [3.0f32, 1.5, -0.25];
+        for (masked, nan) in [(false, false), (true, false), (true, true)] {
+            let x = if nan { &with_nan } else { &x };
+            for len in (0..40).chain([1000, 1037]) {
+                let (g, x) = (&g[..len], &x[..len]);
+                let gate = |a: f32, b: f32| {
+                    let y = (b - m[0]).mul_add(m[1], m[2]);
+                    if masked && y <= 0.0 { 0.0 } else { a as f64 }
+                };
+                let want_g: f64 = g.iter().zip(x).map(|(&a, &b)| gate(a, b)).sum();
+                let want_gx: f64 = g.iter().zip(x).map(|(&a, &b)| gate(a, b) * b as f64).sum();
+                // SAFETY: detected just above; same lengths.
+                let (sg, sgx) = unsafe {
+                    if masked {
+                        dot_sums_avx2::<true>(g, x, m)
+                    } else {
+                        dot_sums_avx2::<false>(g, x, [0.0; 3])
+                    }
+                };
+                assert!(
+                    (sg - want_g).abs() <= 1e-12 * (1.0 + want_g.abs()),
+                    "len {len}, masked {masked}: {sg} vs {want_g}"
+                );
+                if nan && len > 5 {
+                    // The NaN passes its gradient (counted in `Σ g`) and makes `Σ g x` NaN.
+                    assert!(sgx.is_nan(), "len {len}: {sgx}");
+                } else {
+                    assert!(
+                        (sgx - want_gx).abs() <= 1e-12 * (1.0 + want_gx.abs()),
+                        "len {len}, masked {masked}: {sgx} vs {want_gx}"
+                    );
+                }
             }
-            // SAFETY: detected just above; same lengths.
-            let (sg, sgx) = unsafe { dot_sums_avx2(g, x) };
-            assert!(
-                (sg - want_g).abs() <= 1e-12 * (1.0 + want_g.abs()),
-                "len {len}: {sg} vs {want_g}"
-            );
-            assert!(
-                (sgx - want_gx).abs() <= 1e-12 * (1.0 + want_gx.abs()),
-                "len {len}: {sgx} vs {want_gx}"
-            );
         }
     }
 
@@ -510,7 +677,7 @@ mod tests {
         let x: Vec<f32> = (0..len).map(|i| 1e4 + ((i as f32) * 0.618).sin()).collect();
         let gy: Vec<f32> = (0..len).map(|i| ((i as f32) * 0.377).cos()).collect();
         let (mean, _) = channel_moments(&x, channels, inner);
-        let (sg, sgx) = channel_grad_sums(&gy, &x, &mean, inner);
+        let (sg, sgx) = channel_grad_sums(&gy, &x, &mean, inner, None);
         for c in 0..channels {
             let idx = (0..n).flat_map(|s| (0..inner).map(move |i| (s * channels + c) * inner + i));
             let want_g: f64 = idx.clone().map(|i| gy[i] as f64).sum();

@@ -189,6 +189,7 @@ pub fn batch_norm(
         training,
         momentum,
         eps,
+        false,
     );
     crate::onnx::trace::finish_opt(
         entered,
@@ -204,6 +205,58 @@ pub fn batch_norm(
     )
 }
 
+/// `relu(batch_norm(...))` (`F.relu(F.batch_norm(...))`), the pair at the start of
+/// every ResNet block: the same arguments, results and gradients as [`batch_norm`]
+/// followed by [`Tensor::relu`], in fewer passes. On the host (f32 or f64) the ReLU is
+/// applied in the norm's output pass; in training its backward is folded into the
+/// norm's, which recomputes the mask from the saved input (no ReLU pass, node or saved
+/// output); in eval mode without gradients it is one pass. While tracing for export, on
+/// CUDA and for other dtypes it runs as the two ops.
+///
+/// ```
+/// # use ferrograd_runtime::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f64, 3.0, -2.0, 2.0], &[2, 2]);
+/// let y = F::batch_norm_relu(&x, None, None, None, None, true, 0.1, 0.0);
+/// assert_eq!(y.to_vec::<f64>(), vec![0.0, 0.0, 1.0, 1.0]);
+/// ```
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub fn batch_norm_relu(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Tensor {
+    if crate::onnx::is_tracing() {
+        return batch_norm(
+            input,
+            running_mean,
+            running_var,
+            weight,
+            bias,
+            training,
+            momentum,
+            eps,
+        )
+        .relu();
+    }
+    batch_norm_untraced(
+        input,
+        running_mean,
+        running_var,
+        weight,
+        bias,
+        training,
+        momentum,
+        eps,
+        true,
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
 #[track_caller]
 fn batch_norm_untraced(
@@ -215,6 +268,7 @@ fn batch_norm_untraced(
     training: bool,
     momentum: f64,
     eps: f64,
+    relu: bool,
 ) -> Tensor {
     assert!(
         input.dim() >= 2,
@@ -242,7 +296,7 @@ fn batch_norm_untraced(
             "batch_norm: expected more than 1 value per channel when training, got input size {:?}",
             input.shape()
         );
-        let fused = crate::nn::fused::batch_norm_train(input, weight, bias, eps);
+        let fused = crate::nn::fused::batch_norm_train(input, weight, bias, eps, relu);
         let (out, mean, var) = match fused {
             Some((out, mean, var)) => (Some(out), mean, var),
             None => {
@@ -280,13 +334,17 @@ fn batch_norm_untraced(
         if let Some(b) = bias {
             shift = shift.add(b);
         }
+        if relu {
+            return crate::nn::fused::channel_affine_relu(input, &scale, &shift);
+        }
         return crate::nn::fused::channel_affine(input, &scale, &shift);
     };
-    per_channel_affine(
+    let out = per_channel_affine(
         input.sub(&mean).mul(&var.add_scalar(eps).rsqrt()),
         weight,
         bias,
-    )
+    );
+    if relu { out.relu() } else { out }
 }
 
 /// Group normalisation (`F.group_norm`): the channels of `[N, C, ...]` are split into

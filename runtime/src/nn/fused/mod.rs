@@ -19,7 +19,7 @@ mod lstm_cell;
 mod pool;
 
 pub(crate) use attention::{AttnMask, attention};
-pub(crate) use batch_norm::{batch_norm_train, channel_affine};
+pub(crate) use batch_norm::{batch_norm_train, channel_affine, channel_affine_relu};
 pub(crate) use conv::{applies as conv2d_applies, conv_transpose2d, conv2d};
 pub(crate) use cross_entropy::{CrossEntropyOpts, cross_entropy};
 pub(crate) use dropout::dropout;

@@ -7,11 +7,12 @@
 //! half-precision tensors take broadcast ops.
 
 use super::{range, with_optional};
-use crate::autograd::{SavedTensor, is_grad_enabled, record};
+use crate::autograd::{SavedTensor, is_grad_enabled, no_grad, record};
 use crate::{DType, Device, Tensor};
 use ferrograd_kernels::fused::batch_norm::{
-    channel_affine as affine_kernel, channel_grad_input, channel_grad_sums, channel_moments,
-    channel_normalize,
+    ReluAfter, channel_affine as affine_kernel, channel_affine_relu as affine_relu_kernel,
+    channel_grad_input, channel_grad_sums, channel_moments, channel_normalize,
+    channel_normalize_relu,
 };
 use ferrograd_kernels::{Element, with_wide_float_dtype};
 
@@ -19,6 +20,22 @@ use ferrograd_kernels::{Element, with_wide_float_dtype};
 /// input's device (checked by the caller). Differentiable in all three. Operands of
 /// different dtypes take the broadcast ops, which promote as PyTorch does.
 pub(crate) fn channel_affine(input: &Tensor, scale: &Tensor, shift: &Tensor) -> Tensor {
+    channel_affine_maybe_relu(input, scale, shift, false)
+}
+
+/// `relu(input * scale[c] + shift[c])` as [`channel_affine`] then `relu`: one pass for
+/// inference (see [`super::inference_fusable`]), else those two ops.
+pub(crate) fn channel_affine_relu(input: &Tensor, scale: &Tensor, shift: &Tensor) -> Tensor {
+    if super::inference_fusable(&[Some(input), Some(scale), Some(shift)]) {
+        channel_affine_maybe_relu(input, scale, shift, true)
+    } else {
+        channel_affine(input, scale, shift).relu()
+    }
+}
+
+/// [`channel_affine`], with the ReLU in the same pass when `relu` (only for callers that
+/// need no gradient: the node recorded is the affine map's).
+fn channel_affine_maybe_relu(input: &Tensor, scale: &Tensor, shift: &Tensor, relu: bool) -> Tensor {
     let c = input.shape()[1];
     let mut stat_shape = vec![1usize; input.dim()];
     stat_shape[1] = c;
@@ -39,16 +56,22 @@ pub(crate) fn channel_affine(input: &Tensor, scale: &Tensor, shift: &Tensor) -> 
     let out = x.with_cpu(op, |xs, _| {
         s.with_cpu(op, |ss, _| {
             t.with_cpu(op, |ts, _| {
-                with_wide_float_dtype!(x.dtype(), T => T::into_storage(affine_kernel::<T>(
-                    &xs.typed::<T>()[range(&x)],
-                    &ss.typed::<T>()[range(&s)],
-                    &ts.typed::<T>()[range(&t)],
-                    inner,
-                )), else unreachable!("channel_affine takes f32 or f64"))
+                with_wide_float_dtype!(x.dtype(), T => {
+                    let kernel = if relu { affine_relu_kernel::<T> } else { affine_kernel::<T> };
+                    T::into_storage(kernel(
+                        &xs.typed::<T>()[range(&x)],
+                        &ss.typed::<T>()[range(&s)],
+                        &ts.typed::<T>()[range(&t)],
+                        inner,
+                    ))
+                }, else unreachable!("channel_affine takes f32 or f64"))
             })
         })
     });
     let out = Tensor::from_cpu(out, input.shape());
+    if relu {
+        return out;
+    }
     record(out, "batch_norm", &[input, scale, shift], || {
         let (sx, ss) = (SavedTensor::new(input), SavedTensor::new(scale));
         let dims: Vec<isize> = (0..input.dim() as isize).filter(|&d| d != 1).collect();
@@ -82,12 +105,16 @@ fn train_applies(input: &Tensor, params: &[Option<&Tensor>]) -> bool {
 /// Training-mode batch norm of `input` `[N, C, ...]` with optional `weight` and `bias` `[C]`
 /// (checked by the caller): the output and the batch's per-channel mean and biased variance
 /// (`[C]`, the input's dtype, for the running statistics), or `None` where the fused kernels
-/// do not apply (see [`train_applies`] and [`MIN_INNER`]). One autograd node.
+/// do not apply (see [`train_applies`] and [`MIN_INNER`]). One autograd node. With `relu`,
+/// the output is `relu` of the norm's, in the same pass, and the backward masks the
+/// gradient by the pre-activation, recomputed from the input bit for bit as the forward
+/// computed it (nothing more is saved, and the ReLU's own pass and node disappear).
 pub(crate) fn batch_norm_train(
     input: &Tensor,
     weight: Option<&Tensor>,
     bias: Option<&Tensor>,
     eps: f64,
+    relu: bool,
 ) -> Option<(Tensor, Tensor, Tensor)> {
     if !train_applies(input, &[weight, bias]) {
         return None;
@@ -115,12 +142,12 @@ pub(crate) fn batch_norm_train(
     let per_channel = move |v: &[f64]| Tensor::from_vec(v.to_vec(), &[c]).to_dtype(dtype);
     let out = x.with_cpu(op, |xs, _| {
         with_wide_float_dtype!(dtype, T => {
-            let cast = |v: &[f64]| v.iter().map(|&a| T::from_f64(a)).collect::<Vec<T>>();
-            T::into_storage(channel_normalize::<T>(
+            let kernel = if relu { channel_normalize_relu::<T> } else { channel_normalize::<T> };
+            T::into_storage(kernel(
                 &xs.typed::<T>()[range(&x)],
-                &cast(&mean),
-                &cast(&scale),
-                &cast(&shift),
+                &cast::<T>(&mean),
+                &cast::<T>(&scale),
+                &cast::<T>(&shift),
                 inner,
             ))
         }, else unreachable!("batch_norm_train takes f32 or f64"))
@@ -140,7 +167,14 @@ pub(crate) fn batch_norm_train(
             let want_w = has_w && ctx.needs(1);
             let want_b = has_b && ctx.needs(1 + has_w as usize);
             let (dx, dw, db) = if is_grad_enabled() {
-                train_backward_graph(g, &x, w.as_ref(), eps)
+                let g = if relu {
+                    // The ReLU's gradient as a constant mask (its second derivative is 0).
+                    let pre = no_grad(|| pre_activation(&x, &mean, &scale, &shift));
+                    g.mul(&pre.le_scalar(0.0).logical_not().to_dtype(g.dtype()))
+                } else {
+                    g.clone()
+                };
+                train_backward_graph(&g, &x, w.as_ref(), eps)
             } else {
                 let (gy, x) = (g.contiguous(), x.detach().contiguous());
                 let w = w.map(|w| w.detach().contiguous());
@@ -150,7 +184,9 @@ pub(crate) fn batch_norm_train(
                         with_optional(op, w.as_ref(), |ws| {
                             with_wide_float_dtype!(x.dtype(), T => {
                                 let (gy_h, x_h) = (&gs.typed::<T>()[range(&gy)], &xs.typed::<T>()[range(&x)]);
-                                let (sg, sgx) = channel_grad_sums(gy_h, x_h, &mean, inner);
+                                let operands = relu.then(|| [cast::<T>(&mean), cast::<T>(&scale), cast::<T>(&shift)]);
+                                let mask = operands.as_ref().map(|[center, scale, shift]| ReluAfter { center, scale, shift });
+                                let (sg, sgx) = channel_grad_sums(gy_h, x_h, &mean, inner, mask);
                                 let dx = ctx.needs(0).then(|| T::into_storage(channel_grad_input(
                                     gy_h,
                                     x_h,
@@ -160,6 +196,7 @@ pub(crate) fn batch_norm_train(
                                     &sg,
                                     &sgx,
                                     inner,
+                                    mask,
                                 )));
                                 (sg, sgx, dx)
                             }, else unreachable!("batch_norm_train takes f32 or f64"))
@@ -187,6 +224,29 @@ pub(crate) fn batch_norm_train(
 }
 
 type BatchNormGrads = (Option<Tensor>, Option<Tensor>, Option<Tensor>);
+
+/// The per-channel operands in the element type, rounded as the kernels take them.
+fn cast<T: Element>(v: &[f64]) -> Vec<T> {
+    v.iter().map(|&a| T::from_f64(a)).collect()
+}
+
+/// The pre-activation `(x - mean[c]) * scale[c] + shift[c]` of a fused batch norm + ReLU,
+/// by the forward's own kernel (so bit for bit its values).
+fn pre_activation(x: &Tensor, mean: &[f64], scale: &[f64], shift: &[f64]) -> Tensor {
+    let x = x.detach().contiguous();
+    let c = x.shape()[1];
+    let inner = x.numel() / (x.shape()[0] * c);
+    let out = x.with_cpu("batch_norm backward", |xs, _| {
+        with_wide_float_dtype!(x.dtype(), T => T::into_storage(channel_normalize::<T>(
+            &xs.typed::<T>()[range(&x)],
+            &cast::<T>(mean),
+            &cast::<T>(scale),
+            &cast::<T>(shift),
+            inner,
+        )), else unreachable!("batch_norm_train takes f32 or f64"))
+    });
+    Tensor::from_cpu(out, x.shape())
+}
 
 /// Training-mode batch norm's gradients as tensor ops (differentiable again, for
 /// `create_graph`): the statistics are recomputed from `x`, so second derivatives flow
