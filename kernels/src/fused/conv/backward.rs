@@ -285,9 +285,9 @@ impl<T: Float> Plan<'_, T> {
 ///
 /// Wide f32 layers take their input gradient from the wide forward kernel (unit
 /// strides: a forward convolution of `gout` with the flipped, transposed weights) and
-/// their weight gradient from
-/// [`conv2d_wide_weight_grad`](super::conv2d_wide_weight_grad) (unit strides, and
-/// stems); the tiles compute the rest.
+/// their weight gradient from Winograd where it serves (3×3, at least 128 channels each
+/// way), else from [`conv2d_wide_weight_grad`](super::conv2d_wide_weight_grad) (unit
+/// strides, and stems); the tiles compute the rest.
 #[allow(clippy::type_complexity)]
 pub fn conv2d_backward<T: Float>(
     gout: &[T],
@@ -301,9 +301,12 @@ pub fn conv2d_backward<T: Float>(
     let wide_x = want_x && super::wide::input_grad_applies::<T>(g, out_channels, groups);
     let winograd_x =
         want_x && !wide_x && super::winograd::input_grad_applies::<T>(g, out_channels, groups);
-    let wide_w = want_w && super::weight_grad::weight_grad_applies::<T>(g, out_channels, groups);
-    let winograd_w =
-        want_w && !wide_w && super::winograd::weight_grad_applies::<T>(g, out_channels, groups);
+    // Winograd first where both serve (ResNet-18's 128-channel 28² layers at batch 8,
+    // two Xeon cores: 8.6–9.1 ms wide, 7.5–7.6 Winograd, alternated four times).
+    let winograd_w = want_w && super::winograd::weight_grad_applies::<T>(g, out_channels, groups);
+    let wide_w = want_w
+        && !winograd_w
+        && super::weight_grad::weight_grad_applies::<T>(g, out_channels, groups);
     let tiled = [
         want_x && !wide_x && !winograd_x,
         want_w && !wide_w && !winograd_w,

@@ -1,11 +1,11 @@
-//! The weight gradient of wide layers (ResNet's 3×3 convolutions at 56² and 28², its
-//! 7×7 stride-2 stem) without im2col columns or GEMM packing: `dW[o, r] = Σ_q gy[o, q] ·
-//! x_r[q]`, where reduction row `r` is an input channel and a tap, and `x_r` the
-//! channel's padded plane shifted by the tap. Vectorised along the pixels `q`: a register
-//! block holds [`MO`] output channels × [`MT`] reduction rows of vector partial sums, and
-//! each pixel vector costs `MO` gradient loads, `MT` input loads and `MO · MT` FMAs, read
-//! straight from NCHW rows — nothing is transposed. The partial sums are reduced across
-//! lanes once per sweep of a tile's pixels.
+//! The weight gradient of wide layers (ResNet's 3×3 convolutions at 56², its 28² ones where
+//! Winograd does not serve them, its 7×7 stride-2 stem) without im2col columns or GEMM
+//! packing: `dW[o, r] = Σ_q gy[o, q] · x_r[q]`, where reduction row `r` is an input channel
+//! and a tap, and `x_r` the channel's padded plane shifted by the tap. Vectorised along the
+//! pixels `q`: a register block holds [`MO`] output channels × [`MT`] reduction rows of
+//! vector partial sums, and each pixel vector costs `MO` gradient loads, `MT` input loads
+//! and `MO · MT` FMAs, read straight from NCHW rows — nothing is transposed. The partial
+//! sums are reduced across lanes once per sweep of a tile's pixels.
 //!
 //! A sample is taken a tile of output rows at a time (the whole sample unless it is
 //! large): the gradient's rows in the "wide" layout (`wq` columns per row, zero past
