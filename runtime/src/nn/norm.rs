@@ -105,7 +105,7 @@ pub(crate) fn batch_norm_layer_forward(
 /// `BatchNorm*d` (affine and tracking by default) and `InstanceNorm*d` (neither).
 macro_rules! running_norm {
     (
-        $name:ident, $stats:expr, defaults($affine:expr, $track:expr),
+        $name:ident, $stats:expr, defaults($affine:expr, $track:expr), example_shape: $shape:literal,
         doc: $doc:literal, new: $new_doc:literal, options: $options_doc:literal, forward: $forward_doc:literal
     ) => {
         #[doc = $doc]
@@ -191,7 +191,7 @@ macro_rules! running_norm {
             /// use ferrograd_runtime::prelude::*;
             #[doc = concat!("use ferrograd_runtime::nn::", stringify!($name), ";")]
             #[doc = concat!("let layer = ", stringify!($name), "::new(2, &Device::Cpu);")]
-            /// let x = Tensor::randn(&[4, 2, 3], DType::F64, &Device::Cpu);
+            #[doc = concat!("let x = Tensor::randn(&", $shape, ", DType::F64, &Device::Cpu);")]
             /// let y = layer.forward_relu(&x);
             /// assert!(y.min_all().item::<f64>() >= 0.0);
             /// ```
@@ -237,28 +237,28 @@ macro_rules! running_norm {
 }
 
 running_norm!(
-    BatchNorm1d, Stats::Batch, defaults(true, true),
+    BatchNorm1d, Stats::Batch, defaults(true, true), example_shape: "[4, 2, 3]",
     doc: "Batch normalisation of `[N, C]` or `[N, C, L]` (`nn.BatchNorm1d`).\n\nLearnable `weight`/`bias` (ones/zeros), `running_mean`/`running_var` buffers (zeros/ones) and `num_batches_tracked` (an int64 count, so a PyTorch state dict loads strictly), with `momentum = Some(0.1)` and `eps = 1e-5` as in PyTorch; `momentum = None` keeps a cumulative average. Without `affine` there is no weight or bias; without `track_running_stats` no buffers, and batch statistics are used in eval too.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm1d, Module};\nlet mut bn = BatchNorm1d::new(3, &Device::Cpu);\nlet y = bn.forward(&Tensor::randn(&[8, 3], DType::F32, &Device::Cpu));\nassert_eq!(y.shape(), &[8, 3]);\nbn.eval();\nassert!(!bn.training);\n```",
     new: "A layer over `channels` channels with PyTorch's defaults (`eps=1e-5, momentum=0.1, affine=True, track_running_stats=True`), in training mode.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(8, &Device::Cpu);\nassert_eq!((bn.eps, bn.momentum, bn.num_parameters()), (1e-5, Some(0.1), 16));\n```",
     options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm1d, Module};\nlet bn = BatchNorm1d::with_options(8, 1e-3, None, false, true, &Device::Cpu);\nassert_eq!((bn.num_parameters(), bn.named_buffers().len()), (0, 3));\n```",
     forward: "Normalises over the batch (and spatial) dims.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::BatchNorm1d;\nlet bn = BatchNorm1d::new(3, &Device::Cpu);\nlet y = bn.forward(&Tensor::randn(&[16, 3], DType::F64, &Device::Cpu));\nassert!(y.mean(&[0], false).abs().max_all().item::<f64>() < 1e-9);\n```"
 );
 running_norm!(
-    BatchNorm2d, Stats::Batch, defaults(true, true),
+    BatchNorm2d, Stats::Batch, defaults(true, true), example_shape: "[4, 2, 3, 3]",
     doc: "Batch normalisation of `[N, C, H, W]` (`nn.BatchNorm2d`), as [`BatchNorm1d`].\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nlet bn = BatchNorm2d::new(3, &Device::Cpu);\nlet names: Vec<String> = bn.named_buffers().into_iter().map(|(n, _)| n).collect();\nassert_eq!(names, [\"running_mean\", \"running_var\", \"num_batches_tracked\"]);\n```",
     new: "A layer over `channels` channels with PyTorch's defaults, in training mode.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nassert_eq!(BatchNorm2d::new(8, &Device::Cpu).num_parameters(), 16);\n```",
     options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{BatchNorm2d, Module};\nassert_eq!(BatchNorm2d::with_options(8, 1e-5, Some(0.1), true, false, &Device::Cpu).named_buffers().len(), 0);\n```",
     forward: "Normalises over the batch and spatial dims.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::BatchNorm2d;\nlet y = BatchNorm2d::new(2, &Device::Cpu).forward(&Tensor::randn(&[4, 2, 3, 3], DType::F64, &Device::Cpu));\nassert!(y.mean(&[0, 2, 3], false).abs().max_all().item::<f64>() < 1e-9);\n```"
 );
 running_norm!(
-    InstanceNorm1d, Stats::Instance(3), defaults(false, false),
+    InstanceNorm1d, Stats::Instance(3), defaults(false, false), example_shape: "[4, 2, 3]",
     doc: "Instance normalisation of `[N, C, L]` (`nn.InstanceNorm1d`): PyTorch's defaults are no affine parameters and no running statistics, `eps = 1e-5`, `momentum = 0.1`.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nlet norm = InstanceNorm1d::new(3, &Device::Cpu);\nassert_eq!(norm.num_parameters(), 0);\nlet y = norm.forward(&Tensor::randn(&[2, 3, 8], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2], false).abs().max_all().item::<f64>() < 1e-12);\n```",
     new: "A layer with PyTorch's defaults (no parameters, no buffers).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nassert_eq!(InstanceNorm1d::new(3, &Device::Cpu).state_dict().len(), 0);\n```",
     options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm1d, Module};\nassert_eq!(InstanceNorm1d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu).num_parameters(), 6);\n```",
     forward: "Normalises each channel of each sample over its positions.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::InstanceNorm1d;\nlet y = InstanceNorm1d::new(2, &Device::Cpu).forward(&Tensor::randn(&[1, 2, 6], DType::F64, &Device::Cpu));\nassert!(y.mean(&[2], false).abs().max_all().item::<f64>() < 1e-9);\n```"
 );
 running_norm!(
-    InstanceNorm2d, Stats::Instance(4), defaults(false, false),
+    InstanceNorm2d, Stats::Instance(4), defaults(false, false), example_shape: "[4, 2, 3, 3]",
     doc: "Instance normalisation of `[N, C, H, W]` (`nn.InstanceNorm2d`), as [`InstanceNorm1d`].\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nlet norm = InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, true, &Device::Cpu);\nassert_eq!(norm.state_dict().len(), 5);\nassert_eq!(norm.forward(&Tensor::randn(&[2, 3, 4, 4], DType::F32, &Device::Cpu)).shape(), &[2, 3, 4, 4]);\n```",
     new: "A layer with PyTorch's defaults (no parameters, no buffers).\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nassert_eq!(InstanceNorm2d::new(3, &Device::Cpu).state_dict().len(), 0);\n```",
     options: "A layer with every constructor argument of PyTorch's.\n\n```\nuse ferrograd_runtime::prelude::*;\nuse ferrograd_runtime::nn::{InstanceNorm2d, Module};\nassert_eq!(InstanceNorm2d::with_options(3, 1e-5, Some(0.1), true, false, &Device::Cpu).num_parameters(), 6);\n```",

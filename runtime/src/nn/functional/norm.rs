@@ -215,9 +215,10 @@ pub fn batch_norm(
 ///
 /// ```
 /// # use ferrograd_runtime::prelude::*;
+/// // Two samples of two channels: each channel normalised to ±1, then the ReLU.
 /// let x = Tensor::from_vec(vec![1.0f64, 3.0, -2.0, 2.0], &[2, 2]);
 /// let y = F::batch_norm_relu(&x, None, None, None, None, true, 0.1, 0.0);
-/// assert_eq!(y.to_vec::<f64>(), vec![0.0, 0.0, 1.0, 1.0]);
+/// assert_eq!(y.to_vec::<f64>(), vec![1.0, 1.0, 0.0, 0.0]);
 /// ```
 #[allow(clippy::too_many_arguments)]
 #[track_caller]
