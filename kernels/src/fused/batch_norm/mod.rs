@@ -15,6 +15,13 @@ use crate::cpu::reduce::for_each_outer;
 use crate::cpu::simd::{SimdKernel, with_simd};
 use std::mem::MaybeUninit;
 
+/// `(v - center) * scale + shift` with one rounding for the product and sum: the affine
+/// pass's value, and the pre-activation the ReLU's backward recomputes from it.
+#[inline(always)]
+fn affine<T: Float>(v: T, center: T, scale: T, shift: T) -> T {
+    (v - center).mul_add(scale, shift)
+}
+
 /// One plane (a sample's channel): `dst = (src - center) * scale + shift`, then with
 /// `RELU` `max(dst, 0)` as the runtime's `relu` computes it (`y > 0 ? y : 0`).
 struct AffinePlane<'a, T, const RELU: bool> {
@@ -30,7 +37,7 @@ impl<T: Float, const RELU: bool> SimdKernel for AffinePlane<'_, T, RELU> {
     #[inline(always)]
     fn run(self) {
         for (d, &v) in self.dst.iter_mut().zip(self.src) {
-            let y = (v - self.center).mul_add(self.scale, self.shift);
+            let y = affine(v, self.center, self.scale, self.shift);
             d.write(if !RELU || y > T::ZERO { y } else { T::ZERO });
         }
     }
@@ -62,7 +69,7 @@ impl<T: Float> Mask<T> {
     /// `g` where the pre-activation of `x` is not `<= 0`, else zero.
     #[inline(always)]
     fn apply(self, g: T, x: T) -> T {
-        let y = (x - self.center).mul_add(self.scale, self.shift);
+        let y = affine(x, self.center, self.scale, self.shift);
         if y <= T::ZERO { T::ZERO } else { g }
     }
 }
@@ -232,7 +239,8 @@ fn lane_dot_sums<T: Float>(g: &[T], x: &[T], mask: Option<Mask<T>>) -> (f64, f64
         && std::arch::is_x86_feature_detected!("fma")
     {
         let mask = mask.map(|m| {
-            let f = |v: T| crate::cpu::as_f32(std::slice::from_ref(&v)).map_or(0.0, |s| s[0]);
+            // T is f32 here: through f64 and back is exact.
+            let f = |v: T| v.to_f64() as f32;
             [f(m.center), f(m.scale), f(m.shift)]
         });
         // SAFETY: AVX2 and FMA were detected just above; the planes have the same length.

@@ -237,7 +237,11 @@ fn max_pool_separable<T: FloatElement>(
     let [oh, ow] = pg.output;
     let plane_out = oh * ow;
     let work = out.len() * g.kernel[0] * g.kernel[1];
-    let phase_len = w.div_ceil(g.stride[1]);
+    let phases = if g.stride[1] > 1 {
+        w.div_ceil(g.stride[1]) * g.stride[1]
+    } else {
+        0
+    };
     // Scratch rows, reused by whichever task runs next.
     let scratch = std::sync::Mutex::new(Vec::new());
     for_plane_pairs(out, indices, plane_out, work, |p, values, idx| {
@@ -248,8 +252,9 @@ fn max_pool_separable<T: FloatElement>(
             .unwrap_or_else(|| Scratch {
                 vv: vec![T::neg_infinity(); w],
                 vi: vec![-1; w],
-                pv: vec![T::neg_infinity(); phase_len * g.stride[1]],
-                pi: vec![-1; phase_len * g.stride[1]],
+                // Unit strides read the row itself (no phases).
+                pv: vec![T::neg_infinity(); phases],
+                pi: vec![-1; phases],
                 rv: vec![T::neg_infinity(); ow],
                 ri: vec![-1; ow],
             });
@@ -272,7 +277,7 @@ struct Scratch<T> {
     vv: Vec<T>,
     vi: Vec<i32>,
     /// The same by column phase: phase `r` (columns `r, r + stride, ...`) at
-    /// `r * ceil(w / stride)`.
+    /// `r * ceil(w / stride)` (empty at unit stride).
     pv: Vec<T>,
     pi: Vec<i32>,
     /// One output row's running maxima and indices (-1: none yet).

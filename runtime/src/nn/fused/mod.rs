@@ -32,8 +32,8 @@ use crate::Tensor;
 use ferrograd_kernels::cpu::CpuStorage;
 use std::ops::Range;
 
-/// Whether an inference fusion (`F::add_layer_norm`, `F::bias_gelu`) may run as its one
-/// pass on these operands (the absent ones skipped): host tensors of one dtype, f32 or
+/// Whether an inference fusion (`F::add_layer_norm`, `F::bias_gelu`, eval-mode
+/// `F::batch_norm_relu`) may run as its one pass on these operands (the absent ones skipped): host tensors of one dtype, f32 or
 /// f64, none to differentiate (grad mode off, or none tracked), and no export being
 /// traced (the tracer records the composite ops).
 pub(crate) fn inference_fusable(operands: &[Option<&Tensor>]) -> bool {
