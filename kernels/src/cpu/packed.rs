@@ -112,53 +112,7 @@ impl PackedRhs {
         let panel_len = k * nr;
         if panel_len > 0 {
             super::for_each_chunk_mut(&mut panels, panel_len, |p, panel| {
-                let cols = nr.min(n - p * nr);
-                if cs == 1 {
-                    for (r, row) in panel.chunks_exact_mut(nr).enumerate() {
-                        let src = &b[r * rs + p * nr..][..cols];
-                        let (head, tail) = row.split_at_mut(cols);
-                        for (d, s) in head.iter_mut().zip(src) {
-                            d.write(*s);
-                        }
-                        for d in tail {
-                            d.write(0.0);
-                        }
-                    }
-                } else {
-                    // A transposed matrix (`rs == 1`: each column of the panel lies
-                    // contiguous in `b`): 8 x 8 blocks turned in registers.
-                    let (rows8, cols8) = if cfg!(target_arch = "x86_64") && rs == 1 {
-                        (k / 8 * 8, cols / 8 * 8)
-                    } else {
-                        (0, 0)
-                    };
-                    #[cfg(target_arch = "x86_64")]
-                    for r0 in (0..rows8).step_by(8) {
-                        for j0 in (0..cols8).step_by(8) {
-                            // SAFETY: the block reads `b[(p * nr + j0 + j) * cs + r0 + r]`
-                            // for `j, r < 8`, inside `b` (checked above: `r0 + 8 <= k`,
-                            // `p * nr + j0 + 8 <= n`), and writes panel rows `r0..r0 + 8`,
-                            // columns `j0..j0 + 8 <= nr`; AVX comes with either ISA.
-                            unsafe {
-                                transpose8(
-                                    b.as_ptr().add((p * nr + j0) * cs + r0),
-                                    cs,
-                                    panel.as_mut_ptr().add(r0 * nr + j0).cast::<f32>(),
-                                    nr,
-                                );
-                            }
-                        }
-                    }
-                    // The rest column by column: reads along `b`'s rows.
-                    for j in 0..nr {
-                        let base = (p * nr + j) * cs;
-                        let from = if j < cols8 { rows8 } else { 0 };
-                        for r in from..k {
-                            let v = if j < cols { b[base + r * rs] } else { 0.0 };
-                            panel[r * nr + j].write(v);
-                        }
-                    }
-                }
+                pack_panel(b, (k, n), (rs, cs), nr, p, panel)
             });
         }
         // SAFETY: every panel's `k * nr` slots were written above (zeros past column
@@ -227,13 +181,91 @@ impl PackedRhs {
                     unsafe {
                         let c = out.get().add(i * n + p * nr);
                         block(
-                            self.isa, rows, k, a_rows, a_rs, panel, c, n, cols, accumulate,
+                            self.isa,
+                            rows,
+                            k,
+                            a_rows,
+                            (a_rs, 1),
+                            panel,
+                            c,
+                            n,
+                            cols,
+                            accumulate,
                         );
                     }
                     i += rows;
                 }
             }
         });
+    }
+}
+
+/// Writes column panel `p` (`nr` wide, zero-padded past column `n`) of the `[k, n]`
+/// matrix whose element `(r, c)` is `b[r * rs + c * cs]` into `panel` (`k * nr` slots,
+/// row-major).
+///
+/// # Panics
+/// When an element lies outside `b` or `panel` is shorter than `k * nr`.
+fn pack_panel(
+    b: &[f32],
+    (k, n): (usize, usize),
+    (rs, cs): (usize, usize),
+    nr: usize,
+    p: usize,
+    panel: &mut [std::mem::MaybeUninit<f32>],
+) {
+    let cols = nr.min(n - p * nr);
+    if cs == 1 {
+        for (r, row) in panel[..k * nr].chunks_exact_mut(nr).enumerate() {
+            let src = &b[r * rs + p * nr..][..cols];
+            let (head, tail) = row.split_at_mut(cols);
+            for (d, s) in head.iter_mut().zip(src) {
+                d.write(*s);
+            }
+            for d in tail {
+                d.write(0.0);
+            }
+        }
+        return;
+    }
+    // A transposed matrix (`rs == 1`: each column of the panel lies contiguous in `b`):
+    // 8 x 8 blocks turned in registers.
+    let (rows8, cols8) = if cfg!(target_arch = "x86_64") && rs == 1 {
+        (k / 8 * 8, cols / 8 * 8)
+    } else {
+        (0, 0)
+    };
+    if rows8 > 0 && cols8 > 0 {
+        assert!(
+            (p * nr + cols8 - 1) * cs + rows8 - 1 < b.len() && panel.len() >= k * nr,
+            "pack_panel: the blocks reach outside the matrix or the panel"
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    for r0 in (0..rows8).step_by(8) {
+        for j0 in (0..cols8).step_by(8) {
+            // SAFETY: the block reads `b[(p * nr + j0 + j) * cs + r0 + r]` for `j, r < 8`,
+            // inside `b` (checked above: `r0 + 8 <= rows8`, `j0 + 8 <= cols8`), and writes
+            // panel rows `r0..r0 + 8`, columns `j0..j0 + 8 <= nr`, inside `panel`; AVX
+            // comes with either ISA.
+            unsafe {
+                transpose8(
+                    b.as_ptr().add((p * nr + j0) * cs + r0),
+                    cs,
+                    panel.as_mut_ptr().add(r0 * nr + j0).cast::<f32>(),
+                    nr,
+                );
+            }
+        }
+    }
+    // The rest column by column: reads along `b`'s rows.
+    for j in 0..nr {
+        let base = (p * nr + j) * cs;
+        let from = if j < cols8 { rows8 } else { 0 };
+        for r in from..k {
+            let v = if j < cols { b[base + r * rs] } else { 0.0 };
+            panel[r * nr + j].write(v);
+        }
     }
 }
 
@@ -298,6 +330,110 @@ pub(crate) fn as_f32_mut<T: 'static>(s: &mut [T]) -> Option<&mut [f32]> {
     })
 }
 
+/// [`as_f32`] for a mutable slice of possibly-uninitialised values.
+pub(crate) fn as_f32_uninit<T: 'static>(
+    s: &mut [std::mem::MaybeUninit<T>],
+) -> Option<&mut [std::mem::MaybeUninit<f32>]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| {
+        // SAFETY: `T` is `f32` (same type id), so `MaybeUninit<T>` is `MaybeUninit<f32>`
+        // and this is the same slice, still borrowed mutably once.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                s.as_mut_ptr().cast::<std::mem::MaybeUninit<f32>>(),
+                s.len(),
+            )
+        }
+    })
+}
+
+thread_local! {
+    /// One column panel of a small product's right operand, per thread
+    /// ([`small_products`]): packed, used, and overwritten by the next.
+    static PANEL: std::cell::RefCell<Vec<std::mem::MaybeUninit<f32>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A batch of small f32 products, `out[b] = lhs[b] @ rhs[b]` (`[m, k] @ [k, n]`, each
+/// result row-major `[m, n]` in turn in `out`), the batch spread over the kernels' team
+/// and each product on one thread through the microkernel: attention's per-head
+/// products (`[T, d] @ [d, T]` and back, for every batch and head), where the `gemm`
+/// crate's packing and blocking per call cost as much as the multiply-adds. The left
+/// operands are read where they lie, through their strides, so one of the two must be 1
+/// (a transposed left operand is read down its columns); each right operand is packed a
+/// panel at a time into a per-thread buffer that stays in L1. Matrix `b` of an operand
+/// starts at its `offs[b]`. Returns `false`, having written nothing, when this CPU has no
+/// microkernel or the left operand has no unit stride.
+///
+/// # Panics
+/// When a matrix reaches outside its operand, or `out` is shorter than the batch.
+#[allow(clippy::type_complexity)]
+pub(crate) fn small_products(
+    out: &mut [std::mem::MaybeUninit<f32>],
+    lhs: (&[f32], &[usize], (usize, usize)),
+    rhs: (&[f32], &[usize], (usize, usize)),
+    (m, k, n): (usize, usize, usize),
+) -> bool {
+    match Isa::detect() {
+        Some(isa) => small_products_on(isa, out, lhs, rhs, (m, k, n)),
+        None => false,
+    }
+}
+
+/// [`small_products`] through the microkernel of `isa`.
+#[allow(clippy::type_complexity)]
+fn small_products_on(
+    isa: Isa,
+    out: &mut [std::mem::MaybeUninit<f32>],
+    (lhs, l_offs, (l_rs, l_cs)): (&[f32], &[usize], (usize, usize)),
+    (rhs, r_offs, (r_rs, r_cs)): (&[f32], &[usize], (usize, usize)),
+    (m, k, n): (usize, usize, usize),
+) -> bool {
+    if !(l_cs == 1 || l_rs == 1) || m == 0 || n == 0 || k == 0 {
+        return false;
+    }
+    assert!(
+        l_offs.len() == r_offs.len() && out.len() >= l_offs.len() * m * n,
+        "small_products: {} and {} matrices into {} elements of [{m}, {n}]",
+        l_offs.len(),
+        r_offs.len(),
+        out.len()
+    );
+    let (nr, mr) = (isa.nr(), isa.mr());
+    let panels = n.div_ceil(nr);
+    super::for_each_chunk_mut(&mut out[..l_offs.len() * m * n], m * n, |bi, dst| {
+        let (a, b) = (&lhs[l_offs[bi]..], &rhs[r_offs[bi]..]);
+        assert!(
+            (m - 1) * l_rs + (k - 1) * l_cs < a.len() && (k - 1) * r_rs + (n - 1) * r_cs < b.len(),
+            "small_products: matrix {bi} reaches outside its operand"
+        );
+        PANEL.with_borrow_mut(|buf| {
+            if buf.len() < k * nr {
+                buf.resize(k * nr, std::mem::MaybeUninit::uninit());
+            }
+            for p in 0..panels {
+                pack_panel(b, (k, n), (r_rs, r_cs), nr, p, &mut buf[..k * nr]);
+                // SAFETY: `pack_panel` wrote all `k * nr` slots.
+                let panel =
+                    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<f32>(), k * nr) };
+                let cols = nr.min(n - p * nr);
+                let mut i = 0;
+                while i < m {
+                    let rows = mr.min(m - i);
+                    let a_rows = &a[i * l_rs..=(i + rows - 1) * l_rs + (k - 1) * l_cs];
+                    // SAFETY: rows `i .. i + rows`, columns `p * nr .. p * nr + cols` of
+                    // this task's own `[m, n]` block `dst`; `isa` was detected on this CPU.
+                    unsafe {
+                        let c = dst.as_mut_ptr().add(i * n + p * nr).cast::<f32>();
+                        block(isa, rows, k, a_rows, (l_rs, l_cs), panel, c, n, cols, false);
+                    }
+                    i += rows;
+                }
+            }
+        });
+    });
+    true
+}
+
 /// The destination shared by the tasks of [`PackedRhs::matmul_into`].
 struct SendPtr(*mut f32);
 // SAFETY: the tasks write disjoint column ranges of the destination (see the call).
@@ -308,8 +444,9 @@ impl SendPtr {
     }
 }
 
-/// One register block: rows `0..rows` of `a` (row stride `a_rs`, `k` contiguous columns)
-/// times one panel, into `c` (row stride `ldc`, `cols` valid columns).
+/// One register block: rows `0..rows` of `a` (`k` columns; element `(r, q)` at
+/// `r * a_rs + q * a_cs`) times one panel, into `c` (row stride `ldc`, `cols` valid
+/// columns).
 ///
 /// # Safety
 /// `c` must point at `rows` rows of `cols` writable elements `ldc` apart, and the CPU
@@ -320,7 +457,7 @@ unsafe fn block(
     rows: usize,
     k: usize,
     a: &[f32],
-    a_rs: usize,
+    (a_rs, a_cs): (usize, usize),
     panel: &[f32],
     c: *mut f32,
     ldc: usize,
@@ -330,7 +467,7 @@ unsafe fn block(
     macro_rules! by_rows {
         ($f:ident, $($r:literal)*) => {
             match rows {
-                $($r => $f::<$r>(k, a, a_rs, panel, c, ldc, cols, accumulate),)*
+                $($r => $f::<$r>(k, a, (a_rs, a_cs), panel, c, ldc, cols, accumulate),)*
                 _ => unreachable!("more rows than the register block"),
             }
         };
@@ -346,7 +483,7 @@ unsafe fn block(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (isa, rows, k, a, a_rs, panel, c, ldc, cols, accumulate);
+        let _ = (isa, rows, k, a, a_rs, a_cs, panel, c, ldc, cols, accumulate);
         unreachable!("no microkernel off x86-64");
     }
 }
@@ -391,7 +528,7 @@ macro_rules! microkernel {
         unsafe fn $name<const R: usize>(
             k: usize,
             a: &[f32],
-            a_rs: usize,
+            (a_rs, a_cs): (usize, usize),
             panel: &[f32],
             c: *mut f32,
             ldc: usize,
@@ -399,10 +536,13 @@ macro_rules! microkernel {
             accumulate: bool,
         ) {
             use std::arch::x86_64::*;
-            debug_assert!(panel.len() >= k * $nr && a.len() > (R - 1) * a_rs + k - 1);
+            assert!(
+                k > 0 && panel.len() >= k * $nr && a.len() > (R - 1) * a_rs + (k - 1) * a_cs,
+                "microkernel: the operands are shorter than the block"
+            );
             let mut lo = [$zero(); R];
             let mut hi = [$zero(); R];
-            // One pointer per row, so each broadcast is one load at `row + kk` (no
+            // One pointer per row, so each broadcast is one load at `row + off` (no
             // address arithmetic in the loop).
             let rows: [*const f32; R] = std::array::from_fn(|r| a[r * a_rs..].as_ptr());
             let bp = panel.as_ptr();
@@ -418,18 +558,20 @@ macro_rules! microkernel {
                     }
                 }
             }
+            let mut off = 0;
             for kk in 0..k {
                 // SAFETY: `kk < k` and the panel holds `k` rows of `$nr`; row `r < R` of
-                // `a` holds `k` elements from `r * a_rs` (checked by the caller's slicing).
+                // `a` holds element `kk` at `r * a_rs + kk * a_cs` (checked above).
                 unsafe {
                     let b0 = $load(bp.add(kk * $nr));
                     let b1 = $load(bp.add(kk * $nr + $half));
                     for r in 0..R {
-                        let av = $set1(*rows[r].add(kk));
+                        let av = $set1(*rows[r].add(off));
                         lo[r] = $fma(av, b0, lo[r]);
                         hi[r] = $fma(av, b1, hi[r]);
                     }
                 }
+                off += a_cs;
             }
             if cols == $nr {
                 for r in 0..R {
@@ -549,6 +691,76 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn small_products_match_a_plain_loop_for_every_layout() {
+        let Some(best) = Isa::detect() else {
+            eprintln!("skipped: this CPU has neither AVX2+FMA nor AVX-512");
+            return;
+        };
+        let isas = [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .filter(|i| best == Isa::Avx512 || *i == Isa::Avx2);
+        for (isa, (m, k, n)) in isas.flat_map(|isa| {
+            [
+                (1, 1, 1),
+                (3, 5, 7),
+                (8, 16, 32),
+                (13, 33, 70),
+                (64, 32, 64),
+            ]
+            .map(|s| (isa, s))
+        }) {
+            for (a_t, b_t) in [(false, false), (true, false), (false, true), (true, true)] {
+                let batch = 3;
+                // Transposed operands with their major stride wider than the matrix, and
+                // matrices spaced apart, as heads of a `[B, T, 3, H, d]` projection lie.
+                let (l_rs, l_cs) = if a_t { (1, m + 2) } else { (k + 3, 1) };
+                let (r_rs, r_cs) = if b_t { (1, k + 1) } else { (n + 5, 1) };
+                let l_span = (m - 1) * l_rs + (k - 1) * l_cs + 1;
+                let r_span = (k - 1) * r_rs + (n - 1) * r_cs + 1;
+                let l_offs: Vec<usize> = (0..batch).map(|b| b * (l_span + 4)).collect();
+                let r_offs: Vec<usize> = (0..batch).map(|b| 7 + b * (r_span + 1)).collect();
+                let lhs = data(batch * (l_span + 4), 5);
+                let rhs = data(7 + batch * (r_span + 1), 6);
+                let mut out = vec![std::mem::MaybeUninit::<f32>::uninit(); batch * m * n];
+                assert!(small_products_on(
+                    isa,
+                    &mut out,
+                    (&lhs, &l_offs, (l_rs, l_cs)),
+                    (&rhs, &r_offs, (r_rs, r_cs)),
+                    (m, k, n),
+                ));
+                for b in 0..batch {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let want: f64 = (0..k)
+                                .map(|q| {
+                                    lhs[l_offs[b] + i * l_rs + q * l_cs] as f64
+                                        * rhs[r_offs[b] + q * r_rs + j * r_cs] as f64
+                                })
+                                .sum();
+                            // SAFETY: `small_products` wrote every element.
+                            let got = unsafe { out[(b * m + i) * n + j].assume_init() } as f64;
+                            assert!(
+                                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                                "{isa:?} [{m},{k}]@[{k},{n}] a_t={a_t} b_t={b_t} batch {b} ({i},{j}): {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // A left operand with no unit stride is declined, untouched.
+        let mut out = [std::mem::MaybeUninit::<f32>::uninit(); 4];
+        let x = data(16, 1);
+        assert!(!small_products(
+            &mut out,
+            (&x, &[0], (2, 3)),
+            (&x, &[0], (2, 1)),
+            (2, 2, 2)
+        ));
     }
 
     #[test]
