@@ -95,6 +95,65 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
     beta: T,
     parallelism: Parallelism,
 ) {
+    // SAFETY: the caller's contract, passed on whole.
+    unsafe {
+        gemm_then(
+            m,
+            n,
+            k,
+            dst,
+            dst_cs,
+            dst_rs,
+            read_dst,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            alpha,
+            beta,
+            parallelism,
+            &|_| {},
+        )
+    }
+}
+
+/// The rows and columns of a block of a GEMM's destination that [`gemm_then`] has
+/// finished.
+#[derive(Clone, Debug)]
+pub(crate) struct Finished {
+    pub(crate) rows: std::ops::Range<usize>,
+    pub(crate) cols: std::ops::Range<usize>,
+}
+
+/// [`gemm`], then `after` on each finished block of the destination, on the thread that
+/// computed it while the block is still in its cache (a linear layer's bias). The blocks
+/// cover the destination once; a product whose contraction is split across the threads
+/// has one block, the whole destination, finished on the caller.
+///
+/// # Safety
+/// As [`gemm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_then<T: 'static + Copy + Send + Sync>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_cs: isize,
+    dst_rs: isize,
+    read_dst: bool,
+    lhs: *const T,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const T,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    alpha: T,
+    beta: T,
+    parallelism: Parallelism,
+    after: &(dyn Fn(Finished) + Sync),
+) {
     let threads = match parallelism {
         Parallelism::Threads(t) => t,
         Parallelism::None => 1,
@@ -116,6 +175,10 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
                 threads,
             )
         };
+        after(Finished {
+            rows: 0..m,
+            cols: 0..n,
+        });
         return;
     }
     // `gemm` runs a row-major destination as its transpose, so its microkernel's long
@@ -239,6 +302,12 @@ pub(crate) unsafe fn gemm<T: 'static + Copy + Send + Sync>(
                 );
             }
         }
+        let (rows, cols) = if by_rows {
+            (start..start + len, 0..n)
+        } else {
+            (0..m, start..start + len)
+        };
+        after(Finished { rows, cols });
     });
     drop(scratch);
 }
@@ -656,6 +725,11 @@ pub fn linear<T: NumElement>(
         "linear: expected x [m, k], weight [n, k] and bias [n], got {xs:?}, {ws:?} and {:?}",
         bias.map(<[T]>::len)
     );
+    if let Some(b) = bias
+        && let Some(y) = linear_with_bias(x, x_layout, w, w_layout, b)
+    {
+        return y;
+    }
     let (xl, wl) = (x_layout.unsqueeze(0), w_layout.transpose(0, 1).unsqueeze(0));
     let mut y = matmul(x, &xl, w, &wl);
     if let Some(b) = bias {
@@ -666,6 +740,89 @@ pub fn linear<T: NumElement>(
         });
     }
     y
+}
+
+/// [`linear`] with a bias, in f32 and f64 over more than one row: one GEMM whose blocks
+/// each add the bias to the rows they have just written, on their own thread, before the
+/// next op reads them (no second pass over the output on the team). `None` for other
+/// dtypes and for one row (the matrix-vector kernels' case).
+fn linear_with_bias<T: NumElement>(
+    x: &[T],
+    x_layout: &Layout,
+    w: &[T],
+    w_layout: &Layout,
+    bias: &[T],
+) -> Option<HostBuffer<T>> {
+    let (m, k, n) = (
+        x_layout.shape()[0],
+        x_layout.shape()[1],
+        w_layout.shape()[0],
+    );
+    if !(T::DTYPE == DType::F32 || T::DTYPE == DType::F64) || m < 2 || n == 0 || k == 0 {
+        return None;
+    }
+    let (xs, ws) = (x_layout.strides(), w_layout.strides());
+    let x_last = x_layout.offset() + (m - 1) * xs[0] + (k - 1) * xs[1];
+    let w_last = w_layout.offset() + (n - 1) * ws[0] + (k - 1) * ws[1];
+    assert!(
+        x_last < x.len() && w_last < w.len(),
+        "linear: view outside storage"
+    );
+    let mut out = HostBuffer::<T>::new_uninit(m * n);
+    let parallelism = if m * n * k >= GEMM_PARALLEL_FLOPS {
+        Parallelism::Threads(crate::cpu::num_threads())
+    } else {
+        Parallelism::None
+    };
+    let dst = SharedDst(out.as_mut_ptr() as *mut T);
+    let add_bias = |f: Finished| {
+        for r in f.rows {
+            // SAFETY: row `r`, columns `f.cols` of the `[m, n]` output: a block this
+            // thread's GEMM has just written and no other thread touches.
+            let row = unsafe {
+                std::slice::from_raw_parts_mut(dst.get().add(r * n + f.cols.start), f.cols.len())
+            };
+            for (v, b) in row.iter_mut().zip(&bias[f.cols.clone()]) {
+                *v = *v + *b;
+            }
+        }
+    };
+    // SAFETY: `out` holds `m x n` elements written row-major (row stride n, column stride
+    // 1); every index of `x` and `w` reached is at most `x_last` / `w_last`, checked above;
+    // `out` is freshly allocated, so it overlaps neither operand. The GEMM writes every
+    // element (beta = 0, read_dst = false) before `add_bias` reads its block.
+    unsafe {
+        gemm_then(
+            m,
+            n,
+            k,
+            dst.get(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr().add(x_layout.offset()),
+            xs[1] as isize,
+            xs[0] as isize,
+            w.as_ptr().add(w_layout.offset()),
+            ws[0] as isize,
+            ws[1] as isize,
+            T::ZERO,
+            T::ONE,
+            parallelism,
+            &add_bias,
+        );
+        Some(out.assume_init())
+    }
+}
+
+/// A GEMM destination whose finished blocks the threads each update.
+struct SharedDst<T>(*mut T);
+// SAFETY: each thread writes only the block it finished (see `linear_with_bias`).
+unsafe impl<T: Send> Sync for SharedDst<T> {}
+impl<T> SharedDst<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
 }
 
 /// Views initialised memory as possibly-uninitialised (always sound).
@@ -833,6 +990,62 @@ fn naive_batched<T: NumElement>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linear_adds_the_bias_in_every_block() {
+        // Threaded by rows (tall), by columns, with a split contraction, on one thread;
+        // contiguous and transposed inputs and weights; f32 and f64.
+        for (m, k, n) in [
+            (2, 3, 5),
+            (600, 40, 70),
+            (64, 96, 300),
+            (8, 1024, 16),
+            (9, 7, 1),
+        ] {
+            for (x_t, w_t) in [(false, false), (true, true)] {
+                let xl = if x_t {
+                    Layout::contiguous(&[k, m]).transpose(0, 1)
+                } else {
+                    Layout::contiguous(&[m, k])
+                };
+                let wl = if w_t {
+                    Layout::contiguous(&[k, n]).transpose(0, 1)
+                } else {
+                    Layout::contiguous(&[n, k])
+                };
+                let x: Vec<f64> = (0..m * k)
+                    .map(|i| ((i * 37 % 101) as f64 - 50.0) / 64.0)
+                    .collect();
+                let w: Vec<f64> = (0..n * k)
+                    .map(|i| ((i * 53 % 97) as f64 - 48.0) / 64.0)
+                    .collect();
+                let b: Vec<f64> = (0..n).map(|j| j as f64 * 0.25 - 3.0).collect();
+                let want: Vec<f64> = (0..m * n)
+                    .map(|i| {
+                        let (r, c) = (i / n, i % n);
+                        b[c] + (0..k)
+                            .map(|q| at(&x, &xl, &[r, q]) * at(&w, &wl, &[c, q]))
+                            .sum::<f64>()
+                    })
+                    .collect();
+                let got = linear(&x, &xl, &w, &wl, Some(&b));
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - e).abs() <= 1e-9 * (1.0 + e.abs()),
+                        "f64 [{m},{k},{n}] {i}: {g} vs {e}"
+                    );
+                }
+                let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+                let got = linear(&f(&x), &xl, &f(&w), &wl, Some(&f(&b)));
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*g as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                        "f32 [{m},{k},{n}] {i}: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Element `idx` of a strided view.
     fn at<T: Copy>(data: &[T], l: &Layout, idx: &[usize]) -> T {
