@@ -5,7 +5,7 @@ use super::PARALLEL_THRESHOLD;
 use super::par::for_each_chunk_mut;
 use super::pool::HostBuffer;
 use super::simd::{FmaKernel, with_simd};
-use crate::{Element, FloatElement, NumElement, Real};
+use crate::{DType, Element, FloatElement, NumElement, Real};
 use num_traits::Float;
 use std::mem::MaybeUninit;
 
@@ -112,6 +112,41 @@ pub(crate) fn sum_slice<T: NumElement>(x: &[T]) -> T::Acc {
 pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -> HostBuffer<T> {
     let mut out = HostBuffer::<T>::zeroed(outer * inner);
     let threads = crate::cpu::num_threads();
+    if outer == 1
+        && inner >= 16
+        && r >= 2 * ROW_BLOCK
+        && r * inner >= PARALLEL_THRESHOLD
+        && (T::DTYPE == DType::F32 || T::DTYPE == DType::F64)
+    {
+        // Column sums of many rows (a bias gradient): rows in fixed blocks, each block's
+        // column sums on the thread that takes it, then the blocks' sums added in order.
+        // Each thread reads rows that the step's previous op (cut by rows) has just left
+        // in its cache, where a cut by columns reads half of them from the other core's:
+        // in a transformer block's step a [1024, 512] gradient's sums took 36-38 instead
+        // of 90-96 us (2-core Xeon, fam 6 model 167). The blocks depend only on the
+        // shape, so the result does not depend on the thread count.
+        let rows = ROW_BLOCK.max(r.div_ceil(MAX_ROW_BLOCKS));
+        let blocks = r.div_ceil(rows);
+        let per = blocks.div_ceil(threads);
+        let mut partial = HostBuffer::<T>::zeroed(blocks * inner);
+        crate::cpu::for_each_chunk_mut(&mut partial, per * inner, |t, sums| {
+            for (j, dst) in sums.chunks_exact_mut(inner).enumerate() {
+                let b = t * per + j;
+                let span = b * rows..((b + 1) * rows).min(r);
+                with_simd(SumBlock {
+                    block: &src[span.start * inner..span.end * inner],
+                    dst,
+                    inner,
+                });
+            }
+        });
+        for sums in partial.chunks_exact(inner) {
+            for (d, v) in out.iter_mut().zip(sums) {
+                *d = *d + *v;
+            }
+        }
+        return out;
+    }
     if outer < threads && inner >= 2 * COLUMN_BLOCK && outer * r * inner >= PARALLEL_THRESHOLD {
         // Few outer indices (a bias gradient's column sums, `outer` 1): columns split
         // across the threads instead, each column still summed row by row in the same
@@ -153,6 +188,12 @@ pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -
 
 /// Columns per piece when [`sum_dim`] splits columns across threads (whole vectors).
 const COLUMN_BLOCK: usize = 64;
+
+/// The fewest rows per block of [`sum_dim`]'s column sums by row blocks.
+const ROW_BLOCK: usize = 128;
+
+/// The most row blocks of [`sum_dim`]'s column sums (longer blocks beyond).
+const MAX_ROW_BLOCKS: usize = 64;
 
 /// Columns `first..first + dst.len()` of one outer index of [`sum_dim`], each summed row
 /// by row (all of them: [`SumBlock`]'s rows wider than one).
@@ -565,12 +606,20 @@ pub fn softmax_backward_rows<T: FloatElement>(
 mod tests {
     use super::*;
 
-    /// Column sums split across 2 and 3 threads (few outer indices, uneven pieces) equal
-    /// one thread's bit for bit, and the plain loop.
+    /// Column sums split across 2 and 3 threads (few outer indices, uneven pieces; row
+    /// blocks, with more blocks than the cap) equal one thread's bit for bit, and the
+    /// plain loop.
     #[test]
     fn column_split_sums_equal_one_threads() {
         let _lock = crate::cpu::par::thread_count_lock();
-        for (outer, r, inner) in [(1, 1000, 384), (2, 700, 200), (1, 300, 130), (3, 90, 1000)] {
+        for (outer, r, inner) in [
+            (1, 1000, 384),
+            (2, 700, 200),
+            (1, 300, 130),
+            (3, 90, 1000),
+            (1, 2048, 65),
+            (1, 9000, 16),
+        ] {
             let src: Vec<f32> = (0..outer * r * inner)
                 .map(|i| ((i * 37) % 101) as f32 * 0.013 - 0.6)
                 .collect();
