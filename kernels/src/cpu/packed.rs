@@ -400,7 +400,7 @@ fn small_products_on(
     );
     let (nr, mr) = (isa.nr(), isa.mr());
     let panels = n.div_ceil(nr);
-    super::for_each_chunk_mut(&mut out[..l_offs.len() * m * n], m * n, |bi, dst| {
+    let product = |bi: usize, dst: &mut [std::mem::MaybeUninit<f32>]| {
         let (a, b) = (&lhs[l_offs[bi]..], &rhs[r_offs[bi]..]);
         assert!(
             (m - 1) * l_rs + (k - 1) * l_cs < a.len() && (k - 1) * r_rs + (n - 1) * r_cs < b.len(),
@@ -421,7 +421,8 @@ fn small_products_on(
                     let rows = mr.min(m - i);
                     let a_rows = &a[i * l_rs..=(i + rows - 1) * l_rs + (k - 1) * l_cs];
                     // SAFETY: rows `i .. i + rows`, columns `p * nr .. p * nr + cols` of
-                    // this task's own `[m, n]` block `dst`; `isa` was detected on this CPU.
+                    // this product's own `[m, n]` block `dst`; `isa` was detected on this
+                    // CPU.
                     unsafe {
                         let c = dst.as_mut_ptr().add(i * n + p * nr).cast::<f32>();
                         block(isa, rows, k, a_rows, (l_rs, l_cs), panel, c, n, cols, false);
@@ -430,6 +431,16 @@ fn small_products_on(
                 }
             }
         });
+    };
+    // Each thread a contiguous run of the products, so it reads and writes the rows of
+    // the batch that the step's ops cut by rows leave in its cache (and the next ones
+    // read there).
+    let batch = l_offs.len();
+    let per = batch.div_ceil(super::num_threads().max(1));
+    super::for_each_chunk_mut(&mut out[..batch * m * n], per * m * n, |t, run| {
+        for (j, dst) in run.chunks_exact_mut(m * n).enumerate() {
+            product(t * per + j, dst);
+        }
     });
     true
 }
