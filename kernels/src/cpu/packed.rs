@@ -141,15 +141,36 @@ impl PackedRhs {
         accumulate: bool,
         threads: usize,
     ) {
+        self.matmul_into_strided(dst, m, a, (a_rs, 1), accumulate, threads);
+    }
+
+    /// [`PackedRhs::matmul_into`] with `a`'s element `(r, q)` at `r * a_rs + q * a_cs`
+    /// (a transposed `a` is `(1, m)`-like: read down its columns, never copied).
+    ///
+    /// # Panics
+    /// When `dst` or `a` is too short for the shapes.
+    pub(crate) fn matmul_into_strided(
+        &self,
+        dst: &mut [f32],
+        m: usize,
+        a: &[f32],
+        (a_rs, a_cs): (usize, usize),
+        accumulate: bool,
+        threads: usize,
+    ) {
         let (k, n) = (self.k, self.n);
         if m == 0 || n == 0 {
             return;
         }
+        let a_len = if k == 0 {
+            0
+        } else {
+            (m - 1) * a_rs + (k - 1) * a_cs + 1
+        };
         assert!(
-            dst.len() >= m * n && (k == 0 || (m - 1) * a_rs + k <= a.len()),
-            "PackedRhs::matmul_into: [{m}, {k}] @ [{k}, {n}] needs {} destination and {} operand elements, got {} and {}",
+            dst.len() >= m * n && a_len <= a.len(),
+            "PackedRhs::matmul_into: [{m}, {k}] @ [{k}, {n}] needs {} destination and {a_len} operand elements, got {} and {}",
             m * n,
-            (m - 1) * a_rs + k,
             dst.len(),
             a.len()
         );
@@ -173,7 +194,7 @@ impl PackedRhs {
                 let mut i = 0;
                 while i < m {
                     let rows = self.isa.mr().min(m - i);
-                    let a_rows = &a[i * a_rs..(i + rows - 1) * a_rs + k];
+                    let a_rows = &a[i * a_rs..=(i + rows - 1) * a_rs + (k - 1) * a_cs];
                     // SAFETY: task `t` writes only columns `p * nr .. p * nr + cols` of
                     // its own panels `p`, rows `i .. i + rows`, all inside `dst`'s
                     // `m * n` elements (checked above); no other task writes them and
@@ -185,7 +206,7 @@ impl PackedRhs {
                             rows,
                             k,
                             a_rows,
-                            (a_rs, 1),
+                            (a_rs, a_cs),
                             panel,
                             c,
                             n,
@@ -677,15 +698,26 @@ mod tests {
                             let (rs, cs) = if transposed { (1, k + 3) } else { (n, 1) };
                             let b = data((k - 1) * rs + (n - 1) * cs + 1, 1);
                             let packed = PackedRhs::pack_for(isa, &b, (k, n), (rs, cs));
-                            let a_rs = k + 2;
-                            let a = data(m * a_rs, 2);
+                            // `a` row-major, or transposed (read down its columns).
+                            let (a_rs, a_cs) = if threads == 3 { (1, m + 1) } else { (k + 2, 1) };
+                            let a = data((m - 1) * a_rs + (k - 1) * a_cs + 1, 2);
                             let init = data(m * n, 3);
                             let mut dst = init.clone();
-                            packed.matmul_into(&mut dst, m, &a, a_rs, accumulate, threads);
+                            packed.matmul_into_strided(
+                                &mut dst,
+                                m,
+                                &a,
+                                (a_rs, a_cs),
+                                accumulate,
+                                threads,
+                            );
                             for i in 0..m {
                                 for j in 0..n {
                                     let mut want: f64 = (0..k)
-                                        .map(|q| a[i * a_rs + q] as f64 * b[q * rs + j * cs] as f64)
+                                        .map(|q| {
+                                            a[i * a_rs + q * a_cs] as f64
+                                                * b[q * rs + j * cs] as f64
+                                        })
                                         .sum();
                                     if accumulate {
                                         want += init[i * n + j] as f64;

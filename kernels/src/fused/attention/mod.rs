@@ -606,6 +606,10 @@ pub fn attention_backward<T: AttnFloat>(
         let kt = pack_f32(kb, (d, tk), (1, d));
         let vt = pack_f32(vb, (dv, tk), (1, dv));
         let kk = pack_f32(kb, (tk, d), (d, 1));
+        // One tile's P and dP, reused by every tile of the problem (each product writes
+        // its tile whole before anything reads it).
+        let tile_len = TILE.min(tq) * tk;
+        let (mut p_buf, mut dp_buf) = (vec![T::ZERO; tile_len], vec![T::ZERO; tile_len]);
         for q0 in (0..tq).step_by(TILE) {
             let rows = TILE.min(tq - q0);
             let width = visible(mask, q0 + rows - 1, tk);
@@ -615,19 +619,19 @@ pub fn attention_backward<T: AttnFloat>(
             // The packed operands (all `tk` keys) serve a tile that sees every key.
             let whole = width == tk;
             // P (recomputed), then the dropped-out P that multiplied V.
-            let mut p = vec![T::ZERO; rows * width];
+            let p = &mut p_buf[..rows * width];
             tile_product(
                 kt.as_ref().filter(|_| whole),
-                &mut p,
+                p,
                 (rows, width, d),
                 &qb[q0 * d..],
                 (d, 1),
                 kb,
                 (1, d),
             );
-            scale_and_mask(&mut p, rows, width, b, q0, scale, mask);
+            scale_and_mask(p, rows, width, b, q0, scale, mask);
             with_simd(Probabilities {
-                p: &mut p,
+                p,
                 lse: &lse[b * tq + q0..b * tq + q0 + rows],
                 width,
             });
@@ -643,22 +647,13 @@ pub fn attention_backward<T: AttnFloat>(
                 .as_ref()
                 .map(|f| p.iter().zip(f).map(|(&x, &k)| x * k).collect::<Vec<T>>());
             // dV += Pd^T @ dO
-            let pd = dropped.as_deref().unwrap_or(&p);
-            gemm_into(
-                Parallelism::None,
-                dv_b,
-                (width, dv, rows),
-                pd,
-                (1, width),
-                &gb[q0 * dv..],
-                (dv, 1),
-                true,
-            );
+            let pd = dropped.as_deref().unwrap_or(p);
+            transposed_product_acc(dv_b, (width, dv, rows), pd, &gb[q0 * dv..]);
             // dP = (dO @ V^T) * keep / (1 - p)
-            let mut dp = vec![T::ZERO; rows * width];
+            let dp = &mut dp_buf[..rows * width];
             tile_product(
                 vt.as_ref().filter(|_| whole),
-                &mut dp,
+                dp,
                 (rows, width, dv),
                 &gb[q0 * dv..],
                 (dv, 1),
@@ -670,8 +665,8 @@ pub fn attention_backward<T: AttnFloat>(
             }
             // dS = P * (dP - rowsum(dO * O)) * scale (the scale folded in here)
             with_simd(ScoreGrad {
-                p: &p,
-                dp: &mut dp,
+                p,
+                dp,
                 out: &ob[q0 * dv..(q0 + rows) * dv],
                 dout: &gb[q0 * dv..(q0 + rows) * dv],
                 width,
@@ -682,21 +677,12 @@ pub fn attention_backward<T: AttnFloat>(
                 kk.as_ref().filter(|_| whole),
                 &mut dq_b[q0 * d..],
                 (rows, d, width),
-                &dp,
+                dp,
                 (width, 1),
                 kb,
                 (d, 1),
             );
-            gemm_into(
-                Parallelism::None,
-                dk_b,
-                (width, d, rows),
-                &dp,
-                (1, width),
-                &qb[q0 * d..],
-                (d, 1),
-                true,
-            );
+            transposed_product_acc(dk_b, (width, d, rows), dp, &qb[q0 * d..]);
         }
     });
     (dq, dk, dvv)
@@ -743,6 +729,34 @@ fn tile_product<T: AttnFloat>(
         b,
         b_strides,
         false,
+    );
+}
+
+/// A tile's `dst += a^T @ b` for `a` `[k, m]` and `b` `[k, n]` row-major (`dV += P^T dO`,
+/// `dK += dS^T Q`, contracted over the tile's queries): by the f32 microkernel, reading
+/// `a` down its columns and packing the tile's `b` (a few KiB), else by `gemm`.
+fn transposed_product_acc<T: AttnFloat>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    b: &[T],
+) {
+    if k > 0
+        && let (Some(d), Some(af), Some(bf)) = (as_f32_mut(dst), as_f32(a), as_f32(b))
+        && let Some(packed) = PackedRhs::pack(&bf[..k * n], (k, n), (n, 1))
+    {
+        packed.matmul_into_strided(d, m, af, (1, m), true, 1);
+        return;
+    }
+    gemm_into(
+        Parallelism::None,
+        dst,
+        (m, n, k),
+        a,
+        (1, m),
+        b,
+        (n, 1),
+        true,
     );
 }
 
