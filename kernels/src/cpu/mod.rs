@@ -23,7 +23,7 @@ pub use map::{
 pub(crate) use matmul::{GEMM_PARALLEL_FLOPS, gemm, gemm_into};
 pub use matmul::{MatmulShape, Parallelism, linear, matmul};
 pub use packed::PackedRhs;
-pub(crate) use packed::{as_f32, as_f32_mut};
+pub(crate) use packed::{as_f32, as_f32_mut, small_product};
 #[cfg(test)]
 pub(crate) use par::thread_count_lock;
 pub use par::{

@@ -400,6 +400,92 @@ pub(crate) fn small_products(
     }
 }
 
+/// One small f32 product `dst (+)= a @ b` (`[m, k] @ [k, n]`, row-major `dst`; adds when
+/// `accumulate`) on this thread through the microkernel: `a` read through its (row,
+/// column) strides, one of which must be 1; `b` packed a panel at a time into this
+/// thread's buffer. `None` when this CPU has no microkernel or `a` has no unit stride
+/// (nothing written).
+///
+/// # Panics
+/// When a matrix reaches outside its slice.
+pub(crate) fn small_product(
+    dst: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    a: (&[f32], (usize, usize)),
+    b: (&[f32], (usize, usize)),
+    accumulate: bool,
+) -> Option<()> {
+    let isa = Isa::detect()?;
+    let (a_rs, a_cs) = a.1;
+    if !(a_cs == 1 || a_rs == 1) {
+        return None;
+    }
+    // SAFETY: `isa` was detected on this CPU.
+    unsafe { one_product(isa, dst, (m, k, n), a, b, accumulate) };
+    Some(())
+}
+
+/// [`small_product`] through the microkernel of `isa`, `a` with a unit stride.
+///
+/// # Safety
+/// The CPU must support `isa`; `dst` may be uninitialised only when not `accumulate`.
+unsafe fn one_product(
+    isa: Isa,
+    dst: &mut [f32],
+    (m, k, n): (usize, usize, usize),
+    (a, (a_rs, a_cs)): (&[f32], (usize, usize)),
+    (b, (b_rs, b_cs)): (&[f32], (usize, usize)),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        if !accumulate {
+            dst[..m * n].iter_mut().for_each(|v| *v = 0.0);
+        }
+        return;
+    }
+    assert!(
+        dst.len() >= m * n
+            && (m - 1) * a_rs + (k - 1) * a_cs < a.len()
+            && (k - 1) * b_rs + (n - 1) * b_cs < b.len(),
+        "small product: [{m}, {k}] @ [{k}, {n}] reaches outside its operands"
+    );
+    let (nr, mr) = (isa.nr(), isa.mr());
+    PANEL.with_borrow_mut(|buf| {
+        if buf.len() < k * nr {
+            buf.resize(k * nr, std::mem::MaybeUninit::uninit());
+        }
+        for p in 0..n.div_ceil(nr) {
+            pack_panel(b, (k, n), (b_rs, b_cs), nr, p, &mut buf[..k * nr]);
+            // SAFETY: `pack_panel` wrote all `k * nr` slots.
+            let panel = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<f32>(), k * nr) };
+            let cols = nr.min(n - p * nr);
+            let mut i = 0;
+            while i < m {
+                let rows = mr.min(m - i);
+                let a_rows = &a[i * a_rs..=(i + rows - 1) * a_rs + (k - 1) * a_cs];
+                // SAFETY: rows `i .. i + rows`, columns `p * nr .. p * nr + cols` of
+                // `dst`'s `[m, n]` (checked above); the CPU supports `isa` (caller).
+                unsafe {
+                    let c = dst.as_mut_ptr().add(i * n + p * nr);
+                    block(
+                        isa,
+                        rows,
+                        k,
+                        a_rows,
+                        (a_rs, a_cs),
+                        panel,
+                        c,
+                        n,
+                        cols,
+                        accumulate,
+                    );
+                }
+                i += rows;
+            }
+        }
+    });
+}
+
 /// [`small_products`] through the microkernel of `isa`.
 #[allow(clippy::type_complexity)]
 fn small_products_on(
@@ -419,39 +505,22 @@ fn small_products_on(
         r_offs.len(),
         out.len()
     );
-    let (nr, mr) = (isa.nr(), isa.mr());
-    let panels = n.div_ceil(nr);
     let product = |bi: usize, dst: &mut [std::mem::MaybeUninit<f32>]| {
-        let (a, b) = (&lhs[l_offs[bi]..], &rhs[r_offs[bi]..]);
-        assert!(
-            (m - 1) * l_rs + (k - 1) * l_cs < a.len() && (k - 1) * r_rs + (n - 1) * r_cs < b.len(),
-            "small_products: matrix {bi} reaches outside its operand"
-        );
-        PANEL.with_borrow_mut(|buf| {
-            if buf.len() < k * nr {
-                buf.resize(k * nr, std::mem::MaybeUninit::uninit());
-            }
-            for p in 0..panels {
-                pack_panel(b, (k, n), (r_rs, r_cs), nr, p, &mut buf[..k * nr]);
-                // SAFETY: `pack_panel` wrote all `k * nr` slots.
-                let panel =
-                    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<f32>(), k * nr) };
-                let cols = nr.min(n - p * nr);
-                let mut i = 0;
-                while i < m {
-                    let rows = mr.min(m - i);
-                    let a_rows = &a[i * l_rs..=(i + rows - 1) * l_rs + (k - 1) * l_cs];
-                    // SAFETY: rows `i .. i + rows`, columns `p * nr .. p * nr + cols` of
-                    // this product's own `[m, n]` block `dst`; `isa` was detected on this
-                    // CPU.
-                    unsafe {
-                        let c = dst.as_mut_ptr().add(i * n + p * nr).cast::<f32>();
-                        block(isa, rows, k, a_rows, (l_rs, l_cs), panel, c, n, cols, false);
-                    }
-                    i += rows;
-                }
-            }
-        });
+        // SAFETY: a `MaybeUninit<f32>` slice written through as `f32` (no read before the
+        // write: not accumulating); `isa` was detected on this CPU.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()) };
+        // SAFETY: `isa` was detected on this CPU (`small_products`, or the test's ISAs).
+        unsafe {
+            one_product(
+                isa,
+                dst,
+                (m, k, n),
+                (&lhs[l_offs[bi]..], (l_rs, l_cs)),
+                (&rhs[r_offs[bi]..], (r_rs, r_cs)),
+                false,
+            )
+        };
     };
     // Each thread a contiguous run of the products, so it reads and writes the rows of
     // the batch that the step's ops cut by rows leave in its cache (and the next ones

@@ -148,7 +148,7 @@ pub fn sum_dim<T: NumElement>(src: &[T], outer: usize, r: usize, inner: usize) -
         return out;
     }
     if outer < threads && inner >= 2 * COLUMN_BLOCK && outer * r * inner >= PARALLEL_THRESHOLD {
-        // Few outer indices (a bias gradient's column sums, `outer` 1): columns split
+        // Few outer indices (half-precision column sums, or a few outer blocks): columns split
         // across the threads instead, each column still summed row by row in the same
         // order (the same result as one task).
         let per = inner

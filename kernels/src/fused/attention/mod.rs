@@ -15,6 +15,7 @@ use crate::cpu::HostBuffer;
 use crate::cpu::simd::{FmaKernel, with_simd};
 use crate::cpu::{
     PackedRhs, Parallelism, as_f32, as_f32_mut, gemm_into, num_threads, philox4x32_10, run_tasks,
+    small_product,
 };
 use crate::cuda::KernelModule;
 use num_traits::Float;
@@ -734,18 +735,16 @@ fn tile_product<T: AttnFloat>(
 
 /// A tile's `dst += a^T @ b` for `a` `[k, m]` and `b` `[k, n]` row-major (`dV += P^T dO`,
 /// `dK += dS^T Q`, contracted over the tile's queries): by the f32 microkernel, reading
-/// `a` down its columns and packing the tile's `b` (a few KiB), else by `gemm`.
+/// `a` down its columns and packing the tile's `b` a panel at a time, else by `gemm`.
 fn transposed_product_acc<T: AttnFloat>(
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     a: &[T],
     b: &[T],
 ) {
-    if k > 0
-        && let (Some(d), Some(af), Some(bf)) = (as_f32_mut(dst), as_f32(a), as_f32(b))
-        && let Some(packed) = PackedRhs::pack(&bf[..k * n], (k, n), (n, 1))
+    if let (Some(d), Some(af), Some(bf)) = (as_f32_mut(dst), as_f32(a), as_f32(b))
+        && small_product(d, (m, k, n), (af, (1, m)), (bf, (n, 1)), true).is_some()
     {
-        packed.matmul_into_strided(d, m, af, (1, m), true, 1);
         return;
     }
     gemm_into(
