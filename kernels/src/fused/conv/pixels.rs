@@ -52,7 +52,7 @@ struct Plan<'a> {
     taps: Vec<usize>,
     /// The weights per channel block as `[block][C·kh·kw][OCB]`, zero past the last
     /// channel.
-    wb: Vec<f32>,
+    wb: HostBuffer<f32>,
     bias: Option<&'a [f32]>,
     o: usize,
 }
