@@ -34,31 +34,47 @@ const CB: usize = 16;
 /// Output pixels per row tile (its padded input rows stay in L2 across the output
 /// channel blocks).
 const TILE_PX: usize = 512;
+/// Narrowest output rows served with stride 2: every register block lies within a row
+/// (at least [`Zmm2::PX`](super::lanes::Lanes::PX) pixels).
+const MIN_STRIDED_WIDTH: usize = 16;
 /// Smallest output plane served: smaller planes waste too much of each pixel block at
 /// row ends and gain little over the GEMM's packing.
 const MIN_PLANE: usize = 24 * 24;
 
 /// Whether the wide direct kernel serves a convolution: f32 on a CPU with AVX-512 or
-/// AVX2 + FMA, one group, unit strides, a multiple of 16 output channels (at least 32),
-/// at least 16 input channels, output planes of at least 24×24, and a task for every
-/// thread ([`tasks`]: samples, split by output-channel blocks below one per thread for
-/// kernels larger than 1×1: MobileNetV2's pointwise layers at batch 1 ran faster as
-/// im2col + GEMM, 9.4–9.9 against 10.8–11.0 ms for the model).
+/// AVX2 + FMA, one group, a multiple of 16 output channels (at least 32), output planes
+/// of at least 24×24, and a task for every thread ([`tasks`]: samples, split by
+/// output-channel blocks below one per thread for kernels larger than 1×1: MobileNetV2's
+/// pointwise layers at batch 1 ran faster as im2col + GEMM, 9.4–9.9 against 10.8–11.0 ms
+/// for the model); then either unit strides and at least 16 input channels, or (serving,
+/// fewer samples than threads) stride 2, no dilation, a kernel larger than 1×1 and output
+/// rows of at least 16. At batch 1 the stride-2 kernel took ResNet-18's stem from
+/// 1.18–1.26 to 1.02–1.08 ms and its 56² -> 28² 3×3 layer from 0.96–1.01 to 0.56–0.63
+/// (alone, alternated); at batch 8 the im2col GEMM, which packs the weights once for
+/// all samples, stays ahead (4.1–4.3 against 4.6–4.8 ms for the latter).
 pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
-    let plane = g.output().map_or(0, |[oh, ow]| oh * ow);
+    let Some([oh, ow]) = g.output() else {
+        return false;
+    };
+    let threads = num_threads();
+    let shape = match g.stride {
+        [1, 1] => g.c >= CB,
+        [2, 2] => {
+            g.n < threads && g.kernel != [1, 1] && g.dilation == [1, 1] && ow >= MIN_STRIDED_WIDTH
+        }
+        _ => false,
+    };
     T::DTYPE == DType::F32
         && groups == 1
-        && g.stride == [1, 1]
+        && shape
         && out_channels >= 2 * OB
         && out_channels.is_multiple_of(OB)
-        && g.c >= CB
-        && plane >= MIN_PLANE
-        && g.output().is_some_and(|[_, ow]| ow >= 8)
+        && oh * ow >= MIN_PLANE
+        && ow >= 8
         && level().is_some_and(|l| {
-            g.n >= num_threads()
+            g.n >= threads
                 || (g.kernel != [1, 1]
-                    && g.n * tasks(g.n, out_channels / block_width(l, out_channels))
-                        >= num_threads())
+                    && g.n * tasks(g.n, out_channels / block_width(l, out_channels)) >= threads)
         })
 }
 
@@ -85,11 +101,14 @@ fn tasks(n: usize, blocks: usize) -> usize {
 struct Plan<'a> {
     g: &'a Conv2dGeometry,
     o: usize,
-    /// Output size, padded input width, and the rows per tile.
+    /// Output size, padded input width, the rows per tile, and the stride (pixel `q =
+    /// y·wp + x` of the "wide" output plane reads its window from offset `stride · q` of
+    /// each padded tile channel).
     oh: usize,
     ow: usize,
     wp: usize,
     rows: usize,
+    stride: usize,
     /// Each tap's offset within a padded tile channel.
     taps: Vec<usize>,
     /// Output channels per register block: the weights are packed in blocks this wide.
@@ -101,17 +120,29 @@ struct Plan<'a> {
 impl Plan<'_> {
     /// Padded input rows a tile of `rows` output rows reads.
     fn tile_in_rows(&self, rows: usize) -> usize {
-        rows + (self.g.kernel[0] - 1) * self.g.dilation[0]
+        (rows - 1) * self.stride + (self.g.kernel[0] - 1) * self.g.dilation[0] + 1
     }
 
     /// Copies the input rows that output rows `r0..r0 + rows` read from sample `x`
     /// `[C, h, w]` into `dst` `[C, tile_in_rows, wp]`, zero outside the input.
     fn fill_tile(&self, x: &[f32], r0: usize, rows: usize, dst: &mut [f32]) {
-        let g = self.g;
+        // Every padded row and column from the tile's first: the stride is in the
+        // kernel's reads.
+        let g = &Conv2dGeometry {
+            stride: [1, 1],
+            ..*self.g
+        };
         let in_plane = g.input[0] * g.input[1];
         let th = self.tile_in_rows(rows);
         for (c, chan) in dst.chunks_exact_mut(th * self.wp).take(g.c).enumerate() {
-            pad_rows(&x[c * in_plane..][..in_plane], g, r0, 0, self.wp, chan);
+            pad_rows(
+                &x[c * in_plane..][..in_plane],
+                g,
+                r0 * self.stride,
+                0,
+                self.wp,
+                chan,
+            );
         }
     }
 }
@@ -123,13 +154,14 @@ mod blocks {
     use std::mem::MaybeUninit;
 
     /// One input channel's taps added to `acc`: `x` the channel from the block's first
-    /// pixel, `w` its `taps.len()` packed weight vectors.
+    /// pixel's window, `w` its `taps.len()` packed weight vectors; pixel `i` reads from
+    /// `S · i` (the stride).
     ///
     /// # Safety
     /// The CPU has `L`'s features; `w` holds `taps.len() · L::WIDTH` floats and `x` at
-    /// least `tap + PX` from each tap offset.
+    /// least `tap + S · (PX - 1) + 1` from each tap offset.
     #[inline(always)]
-    unsafe fn channel<L: Lanes, const PX: usize, Taps: AsRef<[usize]> + ?Sized>(
+    unsafe fn channel<L: Lanes, const PX: usize, const S: usize, Taps: AsRef<[usize]> + ?Sized>(
         acc: &mut [L; PX],
         x: *const f32,
         w: *const f32,
@@ -141,9 +173,27 @@ mod blocks {
                 let wv = L::load(w.add(t * L::WIDTH));
                 let src = x.add(tap);
                 for (i, a) in acc.iter_mut().enumerate() {
-                    *a = L::fma(wv, L::splat(*src.add(i)), *a);
+                    *a = L::fma(wv, L::splat(*src.add(S * i)), *a);
                 }
             }
+        }
+    }
+
+    /// The first pixels `q = y·wp + x` of the register blocks of `rows` output rows: with
+    /// unit stride [`block_starts`](super::super::direct::block_starts)'s (blocks may run
+    /// across the padded columns into the next row), else blocks within each row (the
+    /// wide plane's columns from `ow` to `wp` would read past the tile's rows).
+    fn starts<const S: usize>(rows: usize, ow: usize, wp: usize, px: usize) -> Vec<usize> {
+        if S == 1 {
+            super::block_starts(rows, ow, wp, px)
+        } else {
+            assert!(
+                ow >= px,
+                "wide conv2d: {ow} output columns for blocks of {px}"
+            );
+            (0..rows)
+                .flat_map(|y| (0..ow.div_ceil(px)).map(move |b| y * wp + (b * px).min(ow - px)))
+                .collect()
         }
     }
 
@@ -155,7 +205,7 @@ mod blocks {
     /// The CPU has `L`'s features; `x` and `out` hold one sample of `plan`'s geometry
     /// (`out` the channels of `obs`); `plan.ob == L::WIDTH`.
     #[inline(always)]
-    pub(super) unsafe fn sample<L: Lanes, const PX: usize>(
+    pub(super) unsafe fn sample<L: Lanes, const PX: usize, const S: usize>(
         plan: &Plan,
         x: &[f32],
         out: &mut [MaybeUninit<f32>],
@@ -169,12 +219,17 @@ mod blocks {
             plan.ob
         );
         let (oh, ow, wp) = (plan.oh, plan.ow, plan.wp);
+        assert_eq!(
+            plan.stride, S,
+            "wide conv2d: a stride-{S} kernel for stride {}",
+            plan.stride
+        );
         let plane = oh * ow;
         let ntaps = plan.taps.len();
         let k = g.c * ntaps;
         let th_max = plan.tile_in_rows(plan.rows);
         let mut tile = crate::cpu::HostBuffer::<f32>::zeroed(g.c * th_max * wp);
-        let starts_max = super::block_starts(plan.rows, ow, wp, PX).len();
+        let starts_max = starts::<S>(plan.rows, ow, wp, PX).len();
         let mut slots = crate::cpu::HostBuffer::<f32>::zeroed(starts_max * PX * ob_w);
         // 3×3 kernels get the tap loop unrolled (their offsets in registers).
         let taps9: Option<[usize; 9]> = plan.taps.as_slice().try_into().ok();
@@ -183,10 +238,10 @@ mod blocks {
             let th = plan.tile_in_rows(rows);
             let chan = th * wp;
             plan.fill_tile(x, r0, rows, &mut tile);
-            let starts = super::block_starts(rows, ow, wp, PX);
+            let starts = starts::<S>(rows, ow, wp, PX);
             let last_q = starts.iter().max().copied().unwrap_or(0) + PX - 1;
             assert!(
-                plan.taps.last().copied().unwrap_or(0) + last_q < chan
+                plan.taps.last().copied().unwrap_or(0) + S * last_q < chan
                     && tile.len() >= g.c * chan
                     && slots.len() >= starts.len() * PX * ob_w,
                 "wide conv2d: a window leaves the tile ({g:?})"
@@ -221,12 +276,13 @@ mod blocks {
                         for c in c0..c1 {
                             let xc = tile[c * chan..(c + 1) * chan].as_ptr();
                             let wc = wob[c * ntaps * ob_w..(c + 1) * ntaps * ob_w].as_ptr();
-                            // SAFETY: `wc` holds `ntaps · ob_w` floats; `tap + q0 + PX - 1 <=
-                            // tap + last_q < chan` (asserted), inside channel `c`.
+                            // SAFETY: `wc` holds `ntaps · ob_w` floats; `tap + S · (q0 + PX -
+                            // 1) <= tap + S · last_q < chan` (asserted), inside channel `c`.
                             unsafe {
+                                let xq = xc.add(S * q0);
                                 match taps9 {
-                                    Some(t9) => channel(&mut acc, xc.add(q0), wc, &t9),
-                                    None => channel(&mut acc, xc.add(q0), wc, &plan.taps),
+                                    Some(t9) => channel::<L, PX, S, _>(&mut acc, xq, wc, &t9),
+                                    None => channel::<L, PX, S, _>(&mut acc, xq, wc, &plan.taps),
                                 }
                             }
                         }
@@ -275,12 +331,13 @@ mod levels {
     #[target_feature(enable = "avx512f")]
     unsafe fn sample_avx512(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>], obs: Obs) {
         // SAFETY: AVX-512F is enabled here; the rest is the caller's contract (the
-        // weights' block width picks the kernel).
+        // weights' block width and the stride pick the kernel).
         unsafe {
-            if plan.ob == WIDE_OB {
-                blocks::sample::<Zmm2, { Zmm2::PX }>(plan, x, out, obs)
-            } else {
-                blocks::sample::<Zmm, { Zmm::PX }>(plan, x, out, obs)
+            match (plan.ob == WIDE_OB, plan.stride == 1) {
+                (true, true) => blocks::sample::<Zmm2, { Zmm2::PX }, 1>(plan, x, out, obs),
+                (true, false) => blocks::sample::<Zmm2, { Zmm2::PX }, 2>(plan, x, out, obs),
+                (false, true) => blocks::sample::<Zmm, { Zmm::PX }, 1>(plan, x, out, obs),
+                (false, false) => blocks::sample::<Zmm, { Zmm::PX }, 2>(plan, x, out, obs),
             }
         }
     }
@@ -288,7 +345,13 @@ mod levels {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn sample_avx2(plan: &Plan, x: &[f32], out: &mut [MaybeUninit<f32>], obs: Obs) {
         // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
-        unsafe { blocks::sample::<Ymm2, { Ymm2::PX }>(plan, x, out, obs) }
+        unsafe {
+            if plan.stride == 1 {
+                blocks::sample::<Ymm2, { Ymm2::PX }, 1>(plan, x, out, obs)
+            } else {
+                blocks::sample::<Ymm2, { Ymm2::PX }, 2>(plan, x, out, obs)
+            }
+        }
     }
 
     /// # Safety
@@ -328,6 +391,7 @@ pub fn conv2d_wide<T: Float>(
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
     check_sizes(x.len(), w.len(), g, out_channels);
     let k = g.c * g.kernel[0] * g.kernel[1];
+    let stride = g.stride[0];
     let wp = g.input[1] + 2 * g.padding[1];
     let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
     // AVX-512 takes 32 channels per block where they come in 32s.
@@ -340,6 +404,7 @@ pub fn conv2d_wide<T: Float>(
         ow,
         wp,
         rows: (TILE_PX / ow).clamp(1, oh),
+        stride,
         taps: tap_offsets(g, wp),
         ob,
         wpk: &wpk,
@@ -464,17 +529,23 @@ mod tests {
             return;
         }
         let cases = [
-            // (c, o, input, kernel, padding, dilation)
-            (16, 32, [24, 24], [3, 3], [1, 1], [1, 1]),
-            (40, 48, [30, 26], [3, 3], [1, 1], [1, 1]),
-            (32, 32, [28, 31], [3, 3], [0, 2], [1, 2]),
-            (17, 32, [26, 40], [5, 3], [2, 1], [1, 1]),
-            (32, 64, [60, 30], [1, 1], [0, 0], [1, 1]),
+            // (c, o, input, kernel, stride, padding, dilation)
+            (16, 32, [24, 24], [3, 3], 1, [1, 1], [1, 1]),
+            (40, 48, [30, 26], [3, 3], 1, [1, 1], [1, 1]),
+            (32, 32, [28, 31], [3, 3], 1, [0, 2], [1, 2]),
+            (17, 32, [26, 40], [5, 3], 1, [2, 1], [1, 1]),
+            (32, 64, [60, 30], [1, 1], 1, [0, 0], [1, 1]),
+            // Stride 2 (served at batch 1 only): a ResNet stem (3 channels, 7×7, odd
+            // and even sizes, blocks of 32 and of 16 channels) and a 3×3 downsampling
+            // layer.
+            (3, 64, [50, 51], [7, 7], 2, [3, 3], [1, 1]),
+            (3, 48, [56, 48], [7, 5], 2, [3, 2], [1, 1]),
+            (40, 64, [53, 54], [3, 3], 2, [1, 1], [1, 1]),
         ];
         // A batch of one sample per thread, and one sample (serving), whose output
         // channel blocks the threads share where they divide.
-        let mut served_one = false;
-        for (n, (c, o, input, kernel, padding, dilation)) in [1, num_threads().max(2)]
+        let (mut served_one, mut strided) = (false, 0);
+        for (n, (c, o, input, kernel, stride, padding, dilation)) in [1, num_threads().max(2)]
             .into_iter()
             .flat_map(|n| cases.map(|case| (n, case)))
         {
@@ -483,14 +554,15 @@ mod tests {
                 c,
                 input,
                 kernel,
-                stride: [1, 1],
+                stride: [stride; 2],
                 padding,
                 dilation,
             };
-            if n == 1 && !applies::<f32>(&g, o, 1) {
+            if (n == 1 || stride != 1) && !applies::<f32>(&g, o, 1) {
                 continue;
             }
             served_one |= n == 1;
+            strided += usize::from(stride != 1);
             assert!(
                 applies::<f32>(&g, o, 1),
                 "{g:?} should take the wide kernel"
@@ -523,6 +595,9 @@ mod tests {
             }
         }
         assert!(served_one, "no one-sample case took the wide kernel");
+        if num_threads() > 1 {
+            assert_eq!(strided, 3, "a stride-2 case did not take the wide kernel");
+        }
     }
 
     fn got_len(g: &Conv2dGeometry, o: usize) -> usize {
