@@ -175,6 +175,59 @@ fn batch_norm_without_running_stats_normalises_with_the_batch_in_eval() {
 }
 
 #[test]
+fn batch_norm_eval_is_the_same_with_and_without_autograd() {
+    // Under `no_grad` the per-channel scale and shift are folded on the host; with
+    // autograd they are tensor ops (so gradients reach the weight and bias). Same
+    // operations in the same precision: the outputs agree bit for bit, for f32 and f64,
+    // with and without the affine parameters, with and without the fused ReLU.
+    for dtype in [DType::F32, DType::F64] {
+        for affine in [true, false] {
+            let cpu = &Device::Cpu;
+            let mut bn = BatchNorm2d::with_options(3, 1e-3, Some(0.3), affine, true, cpu);
+            bn.to_dtype(dtype);
+            bn.train();
+            // Running statistics away from 0 and 1, and weights away from 1 and 0.
+            for _ in 0..3 {
+                let x = Tensor::randn(&[4, 3, 5, 5], dtype, cpu)
+                    .mul_scalar(3.0)
+                    .add_scalar(1.5);
+                no_grad(|| bn.forward(&x));
+            }
+            if affine {
+                no_grad(|| {
+                    for (_, p) in bn.named_parameters() {
+                        p.copy_(&Tensor::randn(p.shape(), dtype, cpu));
+                    }
+                });
+            }
+            bn.eval();
+            let x = Tensor::randn(&[2, 3, 4, 4], dtype, cpu);
+            for relu in [false, true] {
+                let run = |x: &Tensor| {
+                    if relu {
+                        bn.forward_relu(x)
+                    } else {
+                        bn.forward(x)
+                    }
+                };
+                let recorded = run(&x);
+                assert_eq!(
+                    recorded.requires_grad_flag(),
+                    affine,
+                    "{dtype:?} affine {affine}"
+                );
+                let folded = no_grad(|| run(&x));
+                let (a, b) = (
+                    recorded.to_dtype(DType::F64).to_vec::<f64>(),
+                    folded.to_dtype(DType::F64).to_vec::<f64>(),
+                );
+                assert_eq!(a, b, "{dtype:?} affine {affine} relu {relu}");
+            }
+        }
+    }
+}
+
+#[test]
 fn instance_norm_tracks_the_batch_average_of_instance_statistics() {
     let norm = InstanceNorm1d::with_options(1, 0.0, Some(1.0), false, true, &Device::Cpu);
     let x = Tensor::from_vec(vec![1.0f32, 3.0, 10.0, 30.0], &[2, 1, 2]);

@@ -1,5 +1,6 @@
 //! Direct convolution for wide unit-stride layers (ResNet's 3×3 convolutions at 56² and
-//! 28²): the register blocks of the narrow kernel ([`direct`](super::direct): 16 output
+//! 28²), and at batch 1 for wide stride-2 ones (ResNet's 7×7 stem and its 56² -> 28²
+//! downsampling): the register blocks of the narrow kernel ([`direct`](super::direct): 16 output
 //! channels × a few output pixels, one weight vector and a broadcast input per FMA row),
 //! cache-blocked the way a GEMM blocks its operands, with no im2col columns and no GEMM
 //! packing.
@@ -14,7 +15,9 @@
 //!
 //! Stride 1 makes pixel `q = y·wp + x` of the tile's "wide" plane (`wp` the padded width)
 //! read its window at offset `q` of each padded channel, so a block of pixels reads
-//! consecutive floats at fixed per-tap displacements.
+//! consecutive floats at fixed per-tap displacements; with stride `s` the window lies at
+//! offset `s·q` (every `s`-th float), and blocks stay within a row (the wide plane's
+//! columns past `ow` would read beyond the tile).
 
 use super::direct::{block_starts, check_sizes, f32s, pack_weight_blocks, pad_rows, tap_offsets};
 use super::lanes::{Level, level};
@@ -373,8 +376,8 @@ mod levels {
     }
 }
 
-/// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group, unit stride) and
-/// optional `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where
+/// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group, stride 1, or 2
+/// with fewer samples than threads) and optional `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where
 /// [`applies`] says so.
 pub fn conv2d_wide<T: Float>(
     x: &[T],

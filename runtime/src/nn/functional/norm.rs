@@ -1,8 +1,8 @@
 //! Normalisation: `layer_norm` (fused) and `batch_norm`.
 
-use crate::Tensor;
 use crate::autograd::no_grad;
 use crate::ops::autocast;
+use crate::{DType, Device, Tensor};
 
 /// Layer normalisation over the trailing `normalized_shape` dims (`F.layer_norm`).
 ///
@@ -326,15 +326,23 @@ fn batch_norm_untraced(
         let rm = running_mean.expect("batch_norm: running_mean is required in eval mode");
         let rv = running_var.expect("batch_norm: running_var is required in eval mode");
         // One pass over the input: the statistics, weight and bias folded into a
-        // per-channel scale and shift first (on [C], as PyTorch's CPU kernel does).
-        let mut scale = rv.add_scalar(eps).rsqrt();
-        if let Some(w) = weight {
-            scale = scale.mul(w);
-        }
-        let mut shift = rm.mul(&scale).neg();
-        if let Some(b) = bias {
-            shift = shift.add(b);
-        }
+        // per-channel scale and shift first (on [C], as PyTorch's CPU kernel does): in
+        // one host loop when no gradient can flow (inference: five tensor ops per norm
+        // cost ResNet-18 about 0.2 ms of an 18 ms batch-1 forward), else as ops.
+        let (scale, shift) = match eval_scale_shift_host(rm, rv, weight, bias, eps) {
+            Some(folded) => folded,
+            None => {
+                let mut scale = rv.add_scalar(eps).rsqrt();
+                if let Some(w) = weight {
+                    scale = scale.mul(w);
+                }
+                let mut shift = rm.mul(&scale).neg();
+                if let Some(b) = bias {
+                    shift = shift.add(b);
+                }
+                (scale, shift)
+            }
+        };
         if relu {
             return crate::nn::fused::channel_affine_relu(input, &scale, &shift);
         }
@@ -346,6 +354,71 @@ fn batch_norm_untraced(
         bias,
     );
     if relu { out.relu() } else { out }
+}
+
+/// Eval-mode batch norm's per-channel `scale = w / sqrt(var + eps)` and `shift = b -
+/// mean · scale` computed in one host loop, in the tensors' own precision and order of
+/// operations, when the running statistics, weight and bias are CPU tensors of one float
+/// dtype (f32 or f64) and no gradient can reach the weight or bias; `None` otherwise
+/// (the caller composes tensor ops, which autograd records).
+fn eval_scale_shift_host(
+    rm: &Tensor,
+    rv: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Option<(Tensor, Tensor)> {
+    let present = [Some(rm), Some(rv), weight, bias];
+    let plain = present
+        .iter()
+        .flatten()
+        .all(|t| t.device() == Device::Cpu && t.dtype() == rm.dtype() && t.shape() == rm.shape());
+    let grad = crate::autograd::is_grad_enabled()
+        && present.iter().flatten().any(|t| t.requires_grad_flag());
+    if !plain || grad || rm.dim() != 1 {
+        return None;
+    }
+    fn fold<T: crate::Element + num_traits::Float>(
+        [rm, rv]: [&Tensor; 2],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> (Tensor, Tensor) {
+        let eps = T::from(eps).expect("a float");
+        let (w, b) = (
+            weight.map(|t| t.to_vec::<T>()),
+            bias.map(|t| t.to_vec::<T>()),
+        );
+        let scale: Vec<T> = rv
+            .to_vec::<T>()
+            .into_iter()
+            .enumerate()
+            .map(|(c, v)| {
+                let r = (v + eps).sqrt().recip();
+                w.as_ref().map_or(r, |w| r * w[c])
+            })
+            .collect();
+        let shift: Vec<T> = rm
+            .to_vec::<T>()
+            .into_iter()
+            .zip(&scale)
+            .enumerate()
+            .map(|(c, (m, &s))| {
+                let ms = -(m * s);
+                b.as_ref().map_or(ms, |b| ms + b[c])
+            })
+            .collect();
+        let shape = rm.shape();
+        (
+            Tensor::from_vec(scale, shape),
+            Tensor::from_vec(shift, shape),
+        )
+    }
+    match rm.dtype() {
+        DType::F32 => Some(fold::<f32>([rm, rv], weight, bias, eps)),
+        DType::F64 => Some(fold::<f64>([rm, rv], weight, bias, eps)),
+        _ => None,
+    }
 }
 
 /// Group normalisation (`F.group_norm`): the channels of `[N, C, ...]` are split into
