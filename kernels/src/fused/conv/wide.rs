@@ -269,6 +269,35 @@ mod blocks {
                     let (first, last) = (c0 == 0, c1 == g.c);
                     for (b, &q0) in starts.iter().enumerate() {
                         let slot = &mut slots[b * PX * ob_w..(b + 1) * PX * ob_w];
+                        if last {
+                            // The output lines this block scatters into once its sums
+                            // are done, fetched while it computes them: in a training
+                            // step the output buffer is cold, and the scatter's 32
+                            // channel rows per pixel each wait on their line otherwise
+                            // (ResNet-18's 56² and 28² layers at batch 8 with cold
+                            // caches 6.25-6.90 -> 6.01-6.78 ms, hot 1-2 % faster).
+                            let (y, xo) = (q0 / wp, q0 % wp);
+                            if xo < ow {
+                                let at = (r0 + y) * ow + xo;
+                                let first = (ob - obs.start) * ob_w;
+                                for j in 0..ob_w {
+                                    let row = (first + j) * plane;
+                                    for px in [at, (at + PX - 1).min(plane - 1)] {
+                                        if let Some(v) = out.get(row + px) {
+                                            // SAFETY: a prefetch reads nothing; `v` is
+                                            // in `out`. SSE comes with x86_64.
+                                            unsafe {
+                                                std::arch::x86_64::_mm_prefetch::<
+                                                    { std::arch::x86_64::_MM_HINT_T0 },
+                                                >(
+                                                    v.as_ptr().cast()
+                                                );
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
                         let mut acc = [init; PX];
                         if !first {
                             for (p, a) in acc.iter_mut().enumerate() {
