@@ -189,32 +189,20 @@ impl PackedRhs {
         run_tasks(blocks, |t| {
             let panels = t * per..((t + 1) * per).min(count);
             for p in panels {
-                let cols = nr.min(n - p * nr);
                 let panel = &self.panels[p * k * nr..(p + 1) * k * nr];
-                let mut i = 0;
-                while i < m {
-                    let rows = self.isa.mr().min(m - i);
-                    let a_rows = &a[i * a_rs..=(i + rows - 1) * a_rs + (k - 1) * a_cs];
-                    // SAFETY: task `t` writes only columns `p * nr .. p * nr + cols` of
-                    // its own panels `p`, rows `i .. i + rows`, all inside `dst`'s
-                    // `m * n` elements (checked above); no other task writes them and
-                    // nothing reads `dst` meanwhile.
-                    unsafe {
-                        let c = out.get().add(i * n + p * nr);
-                        block(
-                            self.isa,
-                            rows,
-                            k,
-                            a_rows,
-                            (a_rs, a_cs),
-                            panel,
-                            c,
-                            n,
-                            cols,
-                            accumulate,
-                        );
-                    }
-                    i += rows;
+                // SAFETY: task `t` writes only columns `p * nr .. p * nr + cols` of its
+                // own panels `p`, every row, all inside `dst`'s `m * n` elements (checked
+                // above); no other task writes them and nothing reads `dst` meanwhile.
+                // `self.isa` was detected on this CPU.
+                unsafe {
+                    panel_rows(
+                        self.isa,
+                        (m, k, n, nr.min(n - p * nr)),
+                        (a, (a_rs, a_cs)),
+                        panel,
+                        out.get().add(p * nr),
+                        accumulate,
+                    );
                 }
             }
         });
@@ -449,7 +437,7 @@ unsafe fn one_product(
             && (k - 1) * b_rs + (n - 1) * b_cs < b.len(),
         "small product: [{m}, {k}] @ [{k}, {n}] reaches outside its operands"
     );
-    let (nr, mr) = (isa.nr(), isa.mr());
+    let nr = isa.nr();
     PANEL.with_borrow_mut(|buf| {
         if buf.len() < k * nr {
             buf.resize(k * nr, std::mem::MaybeUninit::uninit());
@@ -458,29 +446,17 @@ unsafe fn one_product(
             pack_panel(b, (k, n), (b_rs, b_cs), nr, p, &mut buf[..k * nr]);
             // SAFETY: `pack_panel` wrote all `k * nr` slots.
             let panel = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<f32>(), k * nr) };
-            let cols = nr.min(n - p * nr);
-            let mut i = 0;
-            while i < m {
-                let rows = mr.min(m - i);
-                let a_rows = &a[i * a_rs..=(i + rows - 1) * a_rs + (k - 1) * a_cs];
-                // SAFETY: rows `i .. i + rows`, columns `p * nr .. p * nr + cols` of
-                // `dst`'s `[m, n]` (checked above); the CPU supports `isa` (caller).
-                unsafe {
-                    let c = dst.as_mut_ptr().add(i * n + p * nr);
-                    block(
-                        isa,
-                        rows,
-                        k,
-                        a_rows,
-                        (a_rs, a_cs),
-                        panel,
-                        c,
-                        n,
-                        cols,
-                        accumulate,
-                    );
-                }
-                i += rows;
+            // SAFETY: columns `p * nr ..` of `dst`'s `[m, n]` (checked above); the CPU
+            // supports `isa` (caller).
+            unsafe {
+                panel_rows(
+                    isa,
+                    (m, k, n, nr.min(n - p * nr)),
+                    (a, (a_rs, a_cs)),
+                    panel,
+                    dst.as_mut_ptr().add(p * nr),
+                    accumulate,
+                );
             }
         }
     });
@@ -542,6 +518,44 @@ unsafe impl Sync for SendPtr {}
 impl SendPtr {
     fn get(&self) -> *mut f32 {
         self.0
+    }
+}
+
+/// Every row of `a` (`[m, k]`, element `(r, q)` at `r * a_rs + q * a_cs`) times one
+/// packed panel, `MR` rows at a time, into `c`: the first of the panel's `cols` columns
+/// in row 0 of a row-major `[m, n]` destination.
+///
+/// # Safety
+/// `c` must point at `m` rows of `cols` writable elements `n` apart that nothing else
+/// touches meanwhile, and the CPU must support `isa`.
+unsafe fn panel_rows(
+    isa: Isa,
+    (m, k, n, cols): (usize, usize, usize, usize),
+    (a, (a_rs, a_cs)): (&[f32], (usize, usize)),
+    panel: &[f32],
+    c: *mut f32,
+    accumulate: bool,
+) {
+    let mut i = 0;
+    while i < m {
+        let rows = isa.mr().min(m - i);
+        let a_rows = &a[i * a_rs..=(i + rows - 1) * a_rs + (k - 1) * a_cs];
+        // SAFETY: rows `i .. i + rows` of the caller's destination block.
+        unsafe {
+            block(
+                isa,
+                rows,
+                k,
+                a_rows,
+                (a_rs, a_cs),
+                panel,
+                c.add(i * n),
+                n,
+                cols,
+                accumulate,
+            )
+        };
+        i += rows;
     }
 }
 
