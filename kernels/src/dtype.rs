@@ -421,8 +421,9 @@ impl Real for f32 {
         p = madd::<FMA>(p, x2, -1.0 / 3.0);
         // (a product, not `x + x * ..`, so that -0 stays -0)
         let small = self * madd::<FMA>(x2, p, 1.0);
-        // |x| >= 0.3: e <= 0.55, so 1 - e keeps its precision; e^-2|x| never overflows.
-        let e = (-2.0 * a).exp_nonpos::<FMA>();
+        // |x| >= 0.3: e <= 0.55, so 1 - e keeps its precision; e^-2|x| never overflows,
+        // and below 2^-126 it is 0 (one power-of-two scale: the quotient is 1 either way).
+        let e = exp_normal_range::<FMA>(-2.0 * a);
         let large = (1.0 - e) / (1.0 + e);
         let large = if self < 0.0 { -large } else { large };
         // NaN fails both comparisons and reaches `large`, which is NaN.
