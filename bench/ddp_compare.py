@@ -140,11 +140,17 @@ def main():
     script = os.path.join("/tmp", "ferrograd_mpi4py_allreduce.py")
     with open(script, "w") as f:
         f.write(MPI4PY)
-    r = subprocess.run(["mpirun", "-n", "2", "--bind-to", "core", args.python, script], env=env,
-                       capture_output=True, text=True)
-    raw = lines(r.stdout) if r.returncode == 0 else {}
-    if r.returncode != 0:
-        print(f"(mpi4py run failed: {r.stderr[-500:]})")
+    pairs = []
+    for _ in range(2):
+        r = subprocess.run(["mpirun", "-n", "2", "--bind-to", "core", args.python, script], env=env,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"(mpi4py run failed: {r.stderr[-500:]})")
+            break
+        mine = subprocess.run(["cargo", "bench", "--features", "mpi,models", "--bench", "ddp"], cwd=ROOT,
+                              env=dict(env, FERROGRAD_BENCH_ALLREDUCE_ONLY="1"), capture_output=True,
+                              text=True, check=True).stdout
+        pairs.append((lines(mine), lines(r.stdout)))
 
     print(f"CPU: {cpu_model()} ({isa()}), {os.cpu_count()} cores; one thread per rank")
     print("\n| step (2 ranks) | ferrograd | PyTorch DDP (gloo) | ratio | reduction's cost, ours | PyTorch's |")
@@ -163,18 +169,19 @@ def main():
             one, two = d.get((name, 1)), d.get((name, 2))
             cells.append(f"{two['samples_per_sec'] / (2 * one['samples_per_sec']):.2f}" if one and two else "-")
         print(f"| {name[5:]} | {cells[0]} | {cells[1]} |")
-    print("\n| all-reduce f32, 2 ranks | ferrograd busbw | mpi4py busbw | ratio |")
+    print("\n| all-reduce f32, 2 ranks | ferrograd busbw (alternated runs) | mpi4py busbw | ratio per pair |")
     print("|---|---|---|---|")
-    for (name, w), a in sorted(ours.items(), key=lambda kv: (kv[0][0].split("/")[0], int(kv[0][0].split("/")[1]) if kv[0][0].startswith("allreduce") else 0)):
-        if not name.startswith("allreduce"):
-            continue
-        b = raw.get((name, w))
-        size = int(name.split("/")[1])
+    size = 4096
+    while size <= 64 << 20:
+        key = (f"allreduce/{size}", 2)
+        got = [(o[key], m[key]) for o, m in pairs if key in o and key in m]
         label = f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB"
-        if b:
-            print(f"| {label} | {a['busbw_gbps']:.2f} GB/s | {b['busbw_gbps']:.2f} GB/s | {b['seconds']/a['seconds']:.2f} |")
-        else:
-            print(f"| {label} | {a['busbw_gbps']:.2f} GB/s | - | - |")
+        if got:
+            ours_bw = " / ".join("%.2f" % o["busbw_gbps"] for o, _ in got)
+            theirs_bw = " / ".join("%.2f" % m["busbw_gbps"] for _, m in got)
+            ratios = " / ".join("%.2f" % (m["seconds"] / o["seconds"]) for o, m in got)
+            print(f"| {label} | {ours_bw} GB/s | {theirs_bw} GB/s | {ratios} |")
+        size *= 4
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@
 //!   is what the gradient reduction costs the step.
 //! - `scaling/<model>`: samples per second of 2 ranks against 1 rank (one thread each).
 //! - `allreduce/<bytes>`: bus bandwidth of an in-place f32 all-reduce, 4 KB to 64 MB.
+//!
+//! With `FERROGRAD_BENCH_ALLREDUCE_ONLY` set, only the all-reduce runs (2 ranks): the
+//! script alternates it with mpi4py's, since this machine's speed moves within minutes.
 
 use ferrograd::distributed::{self, Backend, DdpConfig, DistributedDataParallel, ReduceOp};
 use ferrograd::models::vision::resnet::resnet18;
@@ -49,13 +52,20 @@ fn main() {
         if std::env::args().any(|a| a == "--list") {
             return; // cargo bench's discovery
         }
-        for n in [1, 2] {
-            launch(n, dry);
+        if std::env::var_os(ALLREDUCE_ONLY).is_some() {
+            launch(2, dry);
+        } else {
+            for n in [1, 2] {
+                launch(n, dry);
+            }
         }
         return;
     }
     rank(dry);
 }
+
+/// The environment variable that limits the run to the all-reduce bandwidth.
+const ALLREDUCE_ONLY: &str = "FERROGRAD_BENCH_ALLREDUCE_ONLY";
 
 fn launch(n: usize, dry: bool) {
     let exe = std::env::current_exe().expect("own path");
@@ -63,8 +73,11 @@ fn launch(n: usize, dry: bool) {
     cmd.arg("-n")
         .arg(n.to_string())
         .arg("--bind-to")
-        .arg("core")
-        .arg(exe);
+        .arg("core");
+    if std::env::var_os(ALLREDUCE_ONLY).is_some() {
+        cmd.arg("-x").arg(ALLREDUCE_ONLY);
+    }
+    cmd.arg(exe);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -127,59 +140,61 @@ fn rank(dry: bool) {
     let world = distributed::init_process_group(Backend::Mpi).expect("init");
     let (r, w) = (world.rank(), world.size());
     let steps = if dry { 1 } else { 20 };
+    let steps_too = std::env::var_os(ALLREDUCE_ONLY).is_none();
     let report = |line: String| {
         if r == 0 {
             println!("{line}");
         }
     };
 
-    // LeNet-5, batch 64 per rank.
-    manual_seed(0);
-    let (lenet, alone) = time_steps(
-        LeNet::new(&Device::Cpu),
-        |m, x| m.forward(x),
-        &[1, 28, 28],
-        10,
-        64,
-        steps * 5,
-    );
-    report(format!(
-        "{{\"name\": \"step/lenet_b64\", \"world\": {w}, \"seconds\": {lenet:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
-        64.0 * w as f64 / lenet
-    ));
-
-    // The MLP 784-128-10, batch 64 per rank.
-    manual_seed(0);
-    let (t, alone) = time_steps(
-        Mlp::new(&Device::Cpu),
-        |m, x| m.forward(x),
-        &[1, 28, 28],
-        10,
-        64,
-        steps * 10,
-    );
-    report(format!(
-        "{{\"name\": \"step/mlp_b64\", \"world\": {w}, \"seconds\": {t:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
-        64.0 * w as f64 / t
-    ));
-
-    // torchvision's ResNet-18 at 224x224, batch 8 per rank (as in bench/).
-    if !dry {
+    if steps_too {
+        // LeNet-5, batch 64 per rank.
         manual_seed(0);
-        let (t, alone) = time_steps(
-            resnet18(1000, &Device::Cpu),
+        let (lenet, alone) = time_steps(
+            LeNet::new(&Device::Cpu),
             |m, x| m.forward(x),
-            &[3, 224, 224],
-            1000,
-            8,
-            5,
+            &[1, 28, 28],
+            10,
+            64,
+            steps * 5,
         );
         report(format!(
-            "{{\"name\": \"step/resnet18_b8\", \"world\": {w}, \"seconds\": {t:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
-            8.0 * w as f64 / t
+            "{{\"name\": \"step/lenet_b64\", \"world\": {w}, \"seconds\": {lenet:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
+            64.0 * w as f64 / lenet
         ));
-    }
 
+        // The MLP 784-128-10, batch 64 per rank.
+        manual_seed(0);
+        let (t, alone) = time_steps(
+            Mlp::new(&Device::Cpu),
+            |m, x| m.forward(x),
+            &[1, 28, 28],
+            10,
+            64,
+            steps * 10,
+        );
+        report(format!(
+            "{{\"name\": \"step/mlp_b64\", \"world\": {w}, \"seconds\": {t:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
+            64.0 * w as f64 / t
+        ));
+
+        // torchvision's ResNet-18 at 224x224, batch 8 per rank (as in bench/).
+        if !dry {
+            manual_seed(0);
+            let (t, alone) = time_steps(
+                resnet18(1000, &Device::Cpu),
+                |m, x| m.forward(x),
+                &[3, 224, 224],
+                1000,
+                8,
+                5,
+            );
+            report(format!(
+                "{{\"name\": \"step/resnet18_b8\", \"world\": {w}, \"seconds\": {t:.6e}, \"no_sync_seconds\": {alone:.6e}, \"samples_per_sec\": {:.1}}}",
+                8.0 * w as f64 / t
+            ));
+        }
+    }
     // All-reduce bus bandwidth, in place, f32.
     if w > 1 {
         let mut bytes = 4096usize;
