@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The workloads of benches/core_ops.rs in PyTorch, timed on this machine with the same
-thread count. Prints one JSON object: benchmark id -> median seconds per iteration."""
+thread count. Prints one JSON object: benchmark id -> median seconds per iteration.
+
+`BENCH_ONLY` (comma-separated ids) times only those; `BENCH_ONLY=list` times nothing and
+prints every id (`compare_pytorch.py` alternates the two frameworks row by row)."""
 import json
 import os
 import sys
@@ -26,15 +29,26 @@ def median_time(fn, min_time=1.0):
 
 
 results = {}
+only = os.environ.get("BENCH_ONLY")
+wanted = None if only is None or only == "list" else set(only.split(","))
+
+
+def timed(name, fn, **kw):
+    """Times `fn` as `name` if wanted (with `BENCH_ONLY=list`, records the name only)."""
+    if only == "list":
+        results[name] = None
+    elif wanted is None or name in wanted:
+        results[name] = median_time(fn, **kw)
+
 for n in [256, 512, 1024, 2048]:
     a, b = torch.randn(n, n), torch.randn(n, n)
-    results[f"matmul_f32/{n}"] = median_time(lambda: a @ b)
+    timed(f"matmul_f32/{n}", lambda: a @ b)
 
 a, b = torch.randn(1_000_000), torch.randn(1_000_000)
-results["add_1e6_f32"] = median_time(lambda: a + b)
+timed("add_1e6_f32", lambda: a + b)
 
 x = torch.randn(256, 1024)
-results["softmax_256x1024"] = median_time(lambda: torch.softmax(x, -1))
+timed("softmax_256x1024", lambda: torch.softmax(x, -1))
 
 x = torch.randn(256, 1024, requires_grad=True)
 lw = torch.ones(1024, requires_grad=True)
@@ -46,7 +60,7 @@ def layer_norm_step():
     x.grad = lw.grad = lb.grad = None
 
 
-results["layer_norm_fwd_bwd_256x1024"] = median_time(layer_norm_step)
+timed("layer_norm_fwd_bwd_256x1024", layer_norm_step)
 xb = torch.randn(8, 64, 56, 56, requires_grad=True)
 bw = torch.ones(64, requires_grad=True)
 bb = torch.zeros(64, requires_grad=True)
@@ -59,7 +73,7 @@ def batch_norm_step():
     xb.grad = bw.grad = bb.grad = None
 
 
-results["batch_norm_train_fwd_bwd_8x64x56x56"] = median_time(batch_norm_step)
+timed("batch_norm_train_fwd_bwd_8x64x56x56", batch_norm_step)
 logits = torch.randn(256, 1000, requires_grad=True)
 target = torch.randint(0, 1000, (256,))
 
@@ -69,7 +83,7 @@ def cross_entropy_step():
     logits.grad = None
 
 
-results["cross_entropy_fwd_bwd_256x1000"] = median_time(cross_entropy_step)
+timed("cross_entropy_fwd_bwd_256x1000", cross_entropy_step)
 xa = torch.randn(256, 4096, requires_grad=True)
 ga = torch.randn(256, 4096)
 
@@ -79,19 +93,19 @@ def activation_step(f):
     xa.grad = None
 
 
-results["gelu_fwd_bwd_256x4096"] = median_time(lambda: activation_step(F.gelu))
-results["silu_fwd_bwd_256x4096"] = median_time(lambda: activation_step(F.silu))
+timed("gelu_fwd_bwd_256x4096", lambda: activation_step(F.gelu))
+timed("silu_fwd_bwd_256x4096", lambda: activation_step(F.silu))
 p = torch.randn(1_000_000, requires_grad=True)
 p.grad = torch.randn(1_000_000)
 opt = torch.optim.Adam([p])  # the default single-tensor/foreach CPU implementation
-results["adam_step_1e6"] = median_time(opt.step)
+timed("adam_step_1e6", opt.step)
 
 x1, w1 = torch.randn(64, 1, 28, 28), torch.randn(6, 1, 5, 5)
 x2, w2 = torch.randn(64, 6, 14, 14), torch.randn(16, 6, 5, 5)
-results["conv2d_lenet1_b64"] = median_time(lambda: F.conv2d(x1, w1, padding=2))
-results["conv2d_lenet2_b64"] = median_time(lambda: F.conv2d(x2, w2))
+timed("conv2d_lenet1_b64", lambda: F.conv2d(x1, w1, padding=2))
+timed("conv2d_lenet2_b64", lambda: F.conv2d(x2, w2))
 xd, wd = torch.randn(20, 96, 112, 112), torch.randn(96, 1, 3, 3)
-results["conv2d_depthwise_b20"] = median_time(lambda: F.conv2d(xd, wd, padding=1, groups=96))
+timed("conv2d_depthwise_b20", lambda: F.conv2d(xd, wd, padding=1, groups=96))
 xt = torch.randn(16, 128, 16, 16, requires_grad=True)
 wt = torch.randn(128, 64, 4, 4, requires_grad=True)
 
@@ -101,14 +115,14 @@ def conv_transpose_step():
     xt.grad = wt.grad = None
 
 
-results["conv_transpose2d_dcgan_fwd_bwd_b16"] = median_time(conv_transpose_step)
+timed("conv_transpose2d_dcgan_fwd_bwd_b16", conv_transpose_step)
 xp = torch.randn(64, 6, 28, 28, requires_grad=True)
-results["max_pool2d_lenet_b64"] = median_time(lambda: F.max_pool2d(xp, 2).sum().backward())
+timed("max_pool2d_lenet_b64", lambda: F.max_pool2d(xp, 2).sum().backward())
 
 a, b = torch.randn(1), torch.randn(1)
-results["add_1elem_nograd"] = median_time(lambda: a + b)
+timed("add_1elem_nograd", lambda: a + b)
 ag = a.clone().requires_grad_(True)
-results["add_1elem_grad"] = median_time(lambda: ag + b)
+timed("add_1elem_grad", lambda: ag + b)
 
 xg, w = torch.randn(64, requires_grad=True), torch.randn(64)
 
@@ -128,7 +142,7 @@ def chain10():
     xg.grad = None
 
 
-results["chain10_fwd_bwd"] = median_time(chain10)
+timed("chain10_fwd_bwd", chain10)
 
 # Whole CNNs (torchvision architectures, random weights), as benches/core_ops.rs' cnn group.
 try:
@@ -136,22 +150,22 @@ try:
     mobilenet = torchvision.models.mobilenet_v2().eval()
     x20 = torch.randn(20, 3, 224, 224)
     with torch.no_grad():
-        results["cnn/mobilenet_v2_fwd_b20"] = median_time(lambda: mobilenet(x20), min_time=5.0)
+        timed("cnn/mobilenet_v2_fwd_b20", lambda: mobilenet(x20), min_time=5.0)
     x1 = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
-        results["cnn/mobilenet_v2_fwd_b1"] = median_time(lambda: mobilenet(x1), min_time=3.0)
+        timed("cnn/mobilenet_v2_fwd_b1", lambda: mobilenet(x1), min_time=3.0)
     resnet = torchvision.models.resnet18().eval()
     x8 = torch.randn(8, 3, 224, 224)
     with torch.no_grad():
-        results["cnn/resnet18_fwd_b8"] = median_time(lambda: resnet(x8), min_time=5.0)
-        results["cnn/resnet18_fwd_b1"] = median_time(lambda: resnet(x1), min_time=3.0)
+        timed("cnn/resnet18_fwd_b8", lambda: resnet(x8), min_time=5.0)
+        timed("cnn/resnet18_fwd_b1", lambda: resnet(x1), min_time=3.0)
     resnet.train()
 
     def resnet_step():
         resnet(x8).sum().backward()
         resnet.zero_grad(set_to_none=True)
 
-    results["cnn/resnet18_fwd_bwd_b8"] = median_time(resnet_step, min_time=5.0)
+    timed("cnn/resnet18_fwd_bwd_b8", resnet_step, min_time=5.0)
 except ImportError:
     print("torchvision is not installed: skipping the cnn workloads", file=sys.stderr)
 json.dump({"torch": torch.__version__, "threads": threads, "results": results}, sys.stdout, indent=1)
