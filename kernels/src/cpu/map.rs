@@ -95,6 +95,45 @@ fn rows_per_task(rows: usize, row_len: usize) -> usize {
     per_task.min(rows.max(1))
 }
 
+/// Output rows per block of [`transposed_map`].
+const TRANSPOSE_BLOCK: usize = 16;
+
+/// [`unary_map`] of a transposed matrix: output `(r, j)` from `src[offset + r + j *
+/// stride]` (`rows` output rows of `cols`; a transposed contiguous matrix, such as
+/// `w.t().contiguous()`). Blocks of [`TRANSPOSE_BLOCK`] output rows: for each column, the
+/// block's inputs are one contiguous run, written down the column of the block, whose
+/// rows stay in L1; a row at a time read every input from another cache line instead.
+fn transposed_map<T: Element, U: Element>(
+    src: &[T],
+    offset: usize,
+    (rows, cols): (usize, usize),
+    stride: usize,
+    f: &(impl Fn(T) -> U + Sync),
+) -> HostBuffer<U> {
+    let n = rows * cols;
+    let rows_per = if n < PARALLEL_THRESHOLD {
+        rows
+    } else {
+        rows_per_task(rows, cols).next_multiple_of(TRANSPOSE_BLOCK)
+    };
+    build_vec_in(n, rows_per * cols, |start, chunk| {
+        let first = start / cols;
+        let count = chunk.len() / cols;
+        let mut r = 0;
+        while r < count {
+            let b = TRANSPOSE_BLOCK.min(count - r);
+            let block = &mut chunk[r * cols..(r + b) * cols];
+            for j in 0..cols {
+                let at = offset + first + r + j * stride;
+                for (k, &x) in src[at..at + b].iter().enumerate() {
+                    block[k * cols + j].write(f(x));
+                }
+            }
+            r += b;
+        }
+    })
+}
+
 /// `out[i] = f(src[i])` over a strided view; the result is contiguous.
 ///
 /// ```
@@ -121,6 +160,9 @@ pub fn unary_map<T: Element, U: Element>(
     let inner_stride = *strides[0].last().unwrap();
     if inner == 0 {
         return HostBuffer::zeroed(0);
+    }
+    if shape.len() == 2 && strides[0][0] == 1 && inner_stride > 1 {
+        return transposed_map(src, layout.offset(), (shape[0], inner), inner_stride, &f);
     }
     // Whole rows per task; each task writes exactly its rows.
     let rows_per = rows_per_task(n / inner, inner);
@@ -460,6 +502,27 @@ pub fn fill_strided<T: Element>(dst: &mut [T], layout: &Layout, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Transposed views (rows below and above a block, one task and many, a row block
+    /// of a larger matrix at an offset) map to the same values as element-by-element
+    /// indexing, with a cast on the way.
+    #[test]
+    fn transposed_views_map_like_indexing() {
+        for (r, c) in [(1, 1), (3, 2), (17, 5), (16, 33), (300, 129), (1024, 128)] {
+            // `w` is `[c + 4, r]`; its rows 2..2 + c, transposed, are an `[r, c]` view.
+            let src: Vec<f32> = (0..(c + 4) * r).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let view = Layout::contiguous(&[c + 4, r])
+                .slice(0, 2, c, 1)
+                .transpose(0, 1);
+            let got = unary_map(&src, &view, |x| f64::from(x) * 2.0);
+            for i in 0..r {
+                for j in 0..c {
+                    let want = f64::from(src[(2 + j) * r + i]) * 2.0;
+                    assert_eq!(got[i * c + j], want, "[{r}, {c}] at ({i}, {j})");
+                }
+            }
+        }
+    }
 
     #[test]
     fn bytes_to_unit_is_the_true_division_for_every_byte_and_length() {
