@@ -597,23 +597,37 @@ mod tests {
     /// `exp_nonpos_normal` (softmax's exponential in attention): within 2 ulp of `std`
     /// down to the smallest normal result, 0 below it (never a subnormal), exact at 0
     /// and -inf, NaN through; f64 as `exp_nonpos`.
+    /// Over `x` from -110 to `hi` in steps of 0.00731: `got(x)` within `ulps` of `want(x)`
+    /// wherever that is a normal number, 0 where it is below the smallest normal one,
+    /// and never a subnormal.
+    fn check_flushed_sweep(
+        what: &str,
+        hi: f32,
+        ulps: i64,
+        got: impl Fn(f32) -> f32,
+        want: impl Fn(f32) -> f32,
+    ) {
+        let mut x = -110.0f32;
+        while x <= hi {
+            let (got, want) = (got(x), want(x));
+            let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
+            assert!(
+                ulp <= ulps || (want < 1.2e-38 && got == 0.0),
+                "{what}({x}) = {got}, want {want}"
+            );
+            assert!(
+                got == 0.0 || got >= f32::MIN_POSITIVE,
+                "subnormal {what}({x}) = {got}"
+            );
+            x += 0.00731;
+        }
+    }
+
     #[test]
     fn exp_nonpos_normal_is_within_two_ulp_and_flushes_below_normal() {
         fn check<const FMA: bool>() {
-            let mut x = -110.0f32;
-            while x <= 0.0 {
-                let (got, want) = (x.exp_nonpos_normal::<FMA>(), x.exp());
-                let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
-                assert!(
-                    ulp <= 2 || (want < 1.2e-38 && got == 0.0),
-                    "exp({x}) = {got}, want {want} (fma {FMA})"
-                );
-                assert!(
-                    got == 0.0 || got >= f32::MIN_POSITIVE,
-                    "subnormal exp({x}) = {got}"
-                );
-                x += 0.00731;
-            }
+            let what = format!("exp (fma {FMA})");
+            check_flushed_sweep(&what, 0.0, 2, |x| x.exp_nonpos_normal::<FMA>(), f32::exp);
             assert_eq!(0.0f32.exp_nonpos_normal::<FMA>(), 1.0);
             assert_eq!(f32::NEG_INFINITY.exp_nonpos_normal::<FMA>(), 0.0);
             assert_eq!((-100.0f32).exp_nonpos_normal::<FMA>(), 0.0);
@@ -631,21 +645,13 @@ mod tests {
     #[test]
     fn sigmoid_fma_is_within_four_ulp_and_flushes_below_normal() {
         fn check<const FMA: bool>() {
-            let mut x = -110.0f32;
-            while x <= 110.0 {
-                let want = (1.0 / (1.0 + (-(x as f64)).exp())) as f32;
-                let got = x.sigmoid_fma::<FMA>();
-                let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
-                assert!(
-                    ulp <= 4 || (want < 1.2e-38 && got == 0.0),
-                    "sigmoid({x}) = {got}, want {want} (fma {FMA})"
-                );
-                assert!(
-                    got == 0.0 || got >= f32::MIN_POSITIVE,
-                    "subnormal sigmoid({x}) = {got}"
-                );
-                x += 0.00731;
-            }
+            check_flushed_sweep(
+                &format!("sigmoid (fma {FMA})"),
+                110.0,
+                4,
+                |x| x.sigmoid_fma::<FMA>(),
+                |x| (1.0 / (1.0 + (-f64::from(x)).exp())) as f32,
+            );
             assert_eq!(0.0f32.sigmoid_fma::<FMA>(), 0.5);
             assert_eq!(f32::INFINITY.sigmoid_fma::<FMA>(), 1.0);
             assert_eq!(f32::NEG_INFINITY.sigmoid_fma::<FMA>(), 0.0);
