@@ -49,6 +49,8 @@ def ours(name):
 names = list(pytorch("list")["results"])
 if args.only:
     names = [n for n in names if n in args.only.split(",")]
+    if not names:
+        parser.error(f"--only {args.only}: no such benchmark ids")
 flops = {f"matmul_f32/{n}": 2 * n ** 3 for n in [256, 512, 1024, 2048]}
 fmt = lambda s: f"{s * 1e6:10.2f} us" if s < 1e-3 else f"{s * 1e3:10.3f} ms"
 if not args.skip_cargo:

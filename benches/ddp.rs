@@ -52,7 +52,7 @@ fn main() {
         if std::env::args().any(|a| a == "--list") {
             return; // cargo bench's discovery
         }
-        if std::env::var_os(ALLREDUCE_ONLY).is_some() {
+        if allreduce_only() {
             launch(2, dry);
         } else {
             for n in [1, 2] {
@@ -67,6 +67,11 @@ fn main() {
 /// The environment variable that limits the run to the all-reduce bandwidth.
 const ALLREDUCE_ONLY: &str = "FERROGRAD_BENCH_ALLREDUCE_ONLY";
 
+/// Whether [`ALLREDUCE_ONLY`] is set.
+fn allreduce_only() -> bool {
+    std::env::var_os(ALLREDUCE_ONLY).is_some()
+}
+
 fn launch(n: usize, dry: bool) {
     let exe = std::env::current_exe().expect("own path");
     let mut cmd = Command::new("mpirun");
@@ -74,7 +79,7 @@ fn launch(n: usize, dry: bool) {
         .arg(n.to_string())
         .arg("--bind-to")
         .arg("core");
-    if std::env::var_os(ALLREDUCE_ONLY).is_some() {
+    if allreduce_only() {
         cmd.arg("-x").arg(ALLREDUCE_ONLY);
     }
     cmd.arg(exe);
@@ -140,14 +145,13 @@ fn rank(dry: bool) {
     let world = distributed::init_process_group(Backend::Mpi).expect("init");
     let (r, w) = (world.rank(), world.size());
     let steps = if dry { 1 } else { 20 };
-    let steps_too = std::env::var_os(ALLREDUCE_ONLY).is_none();
     let report = |line: String| {
         if r == 0 {
             println!("{line}");
         }
     };
 
-    if steps_too {
+    if !allreduce_only() {
         // LeNet-5, batch 64 per rank.
         manual_seed(0);
         let (lenet, alone) = time_steps(
