@@ -665,6 +665,9 @@ fn resnet_shaped_f32_conv2d_matches_f64() {
         (144, 128, [12, 12], 3, 1, 2, 1),
         (128, 128, [18, 17], 3, 1, 0, 1),
         (128, 136, [22, 21], 3, 1, 1, 1),
+        // 4×4 / 2, padding 1, 16×16 outputs and up: space to depth
+        (8, 16, [32, 34], 4, 2, 1, 1),
+        (16, 8, [36, 32], 4, 2, 1, 1),
     ] {
         let rng = &mut Generator::new(17);
         let x = Tensor::randn_with(&[4, c, hw[0], hw[1]], DType::F64, &Device::Cpu, rng);
@@ -681,7 +684,8 @@ fn resnet_shaped_f32_conv2d_matches_f64() {
 }
 
 /// `conv_transpose2d` runs conv2d's backward kernels (tiled input gradient, depthwise
-/// loops, the direct weight gradient for narrow f32 layers) and its backward a conv2d:
+/// loops, the direct weight gradient for narrow f32 layers, space to depth for 4×4 / 2
+/// from 16×16 up) and its backward a conv2d:
 /// in f32, output and every gradient equal the f64 results (which gradcheck checks).
 #[test]
 fn f32_conv_transpose2d_matches_f64() {
@@ -693,6 +697,10 @@ fn f32_conv_transpose2d_matches_f64() {
         // Strided, grouped, dilated: tiled columns.
         (8, 6, 2, [7, 5], 3, 2, 1, 1, 2),
         (64, 32, 1, [9, 9], 4, 2, 1, 0, 1),
+        // DCGAN's upsampling (4×4 / 2, padding 1) from 16×16: space to depth, one GEMM
+        // per tap (`fused::conv::subpixel`), the weight gradient too from 8 × 16.
+        (16, 8, 1, [16, 16], 4, 2, 1, 0, 1),
+        (8, 16, 1, [16, 18], 4, 2, 1, 0, 1),
         // One output channel per group: the depthwise loops.
         (6, 3, 3, [8, 7], 3, 2, 1, 1, 1),
     ] {

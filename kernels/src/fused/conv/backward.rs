@@ -307,9 +307,15 @@ pub fn conv2d_backward<T: Float>(
     let wide_w = want_w
         && !winograd_w
         && super::weight_grad::weight_grad_applies::<T>(g, out_channels, groups);
+    let subpixel_x =
+        want_x && !wide_x && !winograd_x && super::subpixel::applies(g, out_channels, groups);
+    let subpixel_w = want_w
+        && !wide_w
+        && !winograd_w
+        && super::subpixel::weight_grad_applies(g, out_channels, groups);
     let tiled = [
-        want_x && !wide_x && !winograd_x,
-        want_w && !wide_w && !winograd_w,
+        want_x && !wide_x && !winograd_x && !subpixel_x,
+        want_w && !wide_w && !winograd_w && !subpixel_w,
     ];
     let (dx, dw) = if tiled[0] || tiled[1] {
         tiled_backward(gout, x, w, g, out_channels, groups, tiled)
@@ -321,7 +327,8 @@ pub fn conv2d_backward<T: Float>(
         .or_else(|| {
             winograd_x
                 .then(|| super::winograd::conv2d_winograd_input_grad(gout, w, g, out_channels))
-        });
+        })
+        .or_else(|| subpixel_x.then(|| super::subpixel::input_grad(gout, w, g, out_channels)));
     let dw = dw
         .or_else(|| {
             wide_w.then(|| super::weight_grad::conv2d_wide_weight_grad(gout, x, g, out_channels))
@@ -329,7 +336,8 @@ pub fn conv2d_backward<T: Float>(
         .or_else(|| {
             winograd_w
                 .then(|| super::winograd::conv2d_winograd_weight_grad(gout, x, g, out_channels))
-        });
+        })
+        .or_else(|| subpixel_w.then(|| super::subpixel::weight_grad(gout, x, g, out_channels)));
     (dx, dw)
 }
 

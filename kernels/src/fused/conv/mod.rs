@@ -15,7 +15,9 @@
 //! channels, short reductions), `pixels` (1–8 output channels), `wide` (unit stride, 32+
 //! channels, planes of 24×24 and up; also their input gradient), `winograd` (3×3, unit
 //! stride, 128+ channels and 128+ output tiles of 2×2 in the batch; also their input
-//! gradient), else im2col tiles and
+//! gradient), `subpixel` (4×4, stride 2, padding 1, 8+ channels each way, outputs of
+//! 16×16 and up: space to depth and one GEMM per 2×2 tap; also both gradients, so
+//! DCGAN's transposed convolutions), else im2col tiles and
 //! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
 //! [`conv2d_backward`] (`backward`) runs the tiled gradients, or for the `wide` layers
 //! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient, and for
@@ -25,6 +27,7 @@ mod backward;
 mod direct;
 mod lanes;
 mod pixels;
+mod subpixel;
 mod weight_grad;
 mod wide;
 mod winograd;
@@ -769,6 +772,9 @@ pub fn conv2d<T: Float>(
     if winograd::applies::<T>(g, out_channels, groups) {
         return winograd::conv2d_winograd(x, w, bias, g, out_channels);
     }
+    if subpixel::applies(g, out_channels, groups) {
+        return subpixel::conv2d_subpixel(x, w, bias, g, out_channels);
+    }
     let samples_per_gemm = plane_group(g, k);
     if samples_per_gemm > 1 {
         return grouped_conv2d(x, w, bias, g, out_channels, groups, samples_per_gemm);
@@ -918,7 +924,7 @@ fn for_each_block<T: Send>(
 
 /// [`conv2d`] by tiles of im2col columns and GEMMs, for every convolution (sizes checked
 /// by the caller; `k > 0` and a non-empty output).
-fn tiled_conv2d<T: Float>(
+pub(super) fn tiled_conv2d<T: Float>(
     x: &[T],
     w: &[T],
     bias: Option<&[T]>,
