@@ -91,35 +91,49 @@ impl Frames {
     fn head(&self) -> usize {
         self.fw + 1
     }
-    /// One row's length for `s` samples.
-    fn row_len(&self, s: usize) -> usize {
-        s * self.fp + 2 * self.head()
+    /// One row's length: a group's frames between the head and the tail (the last group
+    /// may fill fewer).
+    fn row_len(&self) -> usize {
+        self.per * self.fp + 2 * self.head()
+    }
+    /// The frames of a full group, the row length of the GEMMs' destinations.
+    fn width(&self) -> usize {
+        self.per * self.fp
     }
     fn groups(&self, n: usize) -> usize {
         n.div_ceil(self.per)
     }
 }
 
-/// Runs `f(group, samples, parallelism)` on each sample group: the groups in parallel
-/// (each GEMM on one thread) when there are at least as many as threads, else one after
-/// another with parallel GEMMs.
-fn for_groups(
+/// Runs `f(samples, parallelism, scratch)` on each sample group: the groups split evenly
+/// among the threads (each GEMM on one thread) when there are at least as many as
+/// threads, else one after another with parallel GEMMs. Each thread makes its `scratch`
+/// once (`init`) and passes it to all its groups: buffers keep their zero margins, and
+/// are neither allocated nor zeroed again.
+fn for_groups<S>(
     n: usize,
     fr: &Frames,
-    f: impl Fn(usize, std::ops::Range<usize>, Parallelism) + Sync,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(std::ops::Range<usize>, Parallelism, &mut S) + Sync,
 ) {
     let groups = fr.groups(n);
     let threads = num_threads();
     let range = |gi: usize| gi * fr.per..((gi + 1) * fr.per).min(n);
     if threads > 1 && groups >= threads {
-        crate::cpu::run_tasks(groups, |gi| f(gi, range(gi), Parallelism::None));
+        crate::cpu::run_tasks(threads, |t| {
+            let mut scratch = init();
+            for gi in (t * groups / threads)..((t + 1) * groups / threads) {
+                f(range(gi), Parallelism::None, &mut scratch);
+            }
+        });
     } else {
         let par = if threads > 1 {
             Parallelism::Threads(threads)
         } else {
             Parallelism::None
         };
-        (0..groups).for_each(|gi| f(gi, range(gi), par));
+        let mut scratch = init();
+        (0..groups).for_each(|gi| f(range(gi), par, &mut scratch));
     }
 }
 
@@ -157,7 +171,7 @@ fn space_to_depth<T: Float>(
     samples: std::ops::Range<usize>,
     xs: &mut [T],
 ) {
-    let len = fr.row_len(samples.len());
+    let len = fr.row_len();
     let (h, w, fw) = (fr.h, fr.w, fr.fw);
     for (j, s) in samples.enumerate() {
         for ci in 0..c {
@@ -189,7 +203,7 @@ fn framed<T: Float>(
     samples: std::ops::Range<usize>,
     gf: &mut [T],
 ) {
-    let len = fr.row_len(samples.len());
+    let len = fr.row_len();
     let plane = fr.oh * fr.ow;
     for (j, s) in samples.enumerate() {
         for oc in 0..o {
@@ -217,19 +231,23 @@ pub(crate) fn conv2d_subpixel<T: Float>(
     let plane = fr.oh * fr.ow;
     let mut out = HostBuffer::<T>::zeroed(g.n * o * plane);
     let out_ptr = SendPtr(out.as_mut_ptr());
-    for_groups(g.n, &fr, |_, samples, par| {
+    let (len, width) = (fr.row_len(), fr.width());
+    let init = || {
+        (
+            HostBuffer::<T>::zeroed(k * len),
+            HostBuffer::<T>::zeroed(o * width),
+        )
+    };
+    for_groups(g.n, &fr, init, |samples, par, (xs, y)| {
         let (s0, count) = (samples.start, samples.len());
-        let len = fr.row_len(count);
         let cols = count * fr.fp;
-        let mut xs = HostBuffer::<T>::zeroed(k * len);
-        space_to_depth(x, c, &fr, samples, &mut xs);
-        let mut y = HostBuffer::<T>::zeroed(o * cols);
+        space_to_depth(x, c, &fr, samples, xs);
         for t in 0..4 {
             let off = fr.head() + (t / 2) * fr.fw + t % 2;
-            // SAFETY: dst `y` is `o × cols` row-major (read after the first tap). lhs: tap
-            // `t`'s `o × k` weights. rhs: `k × cols` with row stride `len` from offset
-            // `off ≤ 2·head` of each row: the last column read is `off + cols − 1 <
-            // len`. Nothing overlaps `y`.
+            // SAFETY: dst `y` is `o × cols` with row stride `width ≥ cols` (read after the
+            // first tap). lhs: tap `t`'s `o × k` weights. rhs: `k × cols` with row stride
+            // `len` from offset `off ≤ 2·head` of each row: the last column read is `off
+            // + cols − 1 < len`. Nothing overlaps `y`.
             unsafe {
                 crate::cpu::gemm(
                     o,
@@ -237,7 +255,7 @@ pub(crate) fn conv2d_subpixel<T: Float>(
                     k,
                     y.as_mut_ptr(),
                     1,
-                    cols as isize,
+                    width as isize,
                     t > 0,
                     wt[t * o * k..].as_ptr(),
                     1,
@@ -262,7 +280,7 @@ pub(crate) fn conv2d_subpixel<T: Float>(
                         plane,
                     )
                 };
-                let src = &y[oc * cols + j * fr.fp..][..fr.fp];
+                let src = &y[oc * width + j * fr.fp..][..fr.fp];
                 for (a, line) in dst.chunks_exact_mut(fr.ow).enumerate() {
                     for (d, &v) in line.iter_mut().zip(&src[a * fr.fw..][..fr.ow]) {
                         *d = v + b;
@@ -289,17 +307,22 @@ pub(crate) fn input_grad<T: Float>(
     let (h, wd) = (fr.h, fr.w);
     let mut dx = HostBuffer::<T>::zeroed(g.n * c * h * wd);
     let dx_ptr = SendPtr(dx.as_mut_ptr());
-    for_groups(g.n, &fr, |_, samples, par| {
+    let (len, width) = (fr.row_len(), fr.width());
+    let init = || {
+        (
+            HostBuffer::<T>::zeroed(o * len),
+            HostBuffer::<T>::zeroed(k * width),
+        )
+    };
+    for_groups(g.n, &fr, init, |samples, par, (gf, dxs)| {
         let (s0, count) = (samples.start, samples.len());
-        let len = fr.row_len(count);
         let cols = count * fr.fp;
-        let mut gf = HostBuffer::<T>::zeroed(o * len);
-        framed(gy, o, &fr, samples, &mut gf);
-        let mut dxs = HostBuffer::<T>::zeroed(k * cols);
+        framed(gy, o, &fr, samples, gf);
         for t in 0..4 {
             let (ty, tx) = (t / 2, t % 2);
             let off = fr.head() + (1 - ty) * fr.fw + 1 - tx;
-            // SAFETY: dst `dxs` is `k × cols` row-major (read after the first tap). lhs:
+            // SAFETY: dst `dxs` is `k × cols`, row stride `width ≥ cols` (read after the
+            // first tap). lhs:
             // tap `t`'s weights transposed, `k × o` (row stride 1, column stride `k`).
             // rhs: `o × cols` with row stride `len` from offset `off ≤ 2·head`, the
             // last column read `off + cols − 1 < len`. Nothing overlaps `dxs`.
@@ -310,7 +333,7 @@ pub(crate) fn input_grad<T: Float>(
                     o,
                     dxs.as_mut_ptr(),
                     1,
-                    cols as isize,
+                    width as isize,
                     t > 0,
                     wt[t * o * k..].as_ptr(),
                     k as isize,
@@ -340,8 +363,8 @@ pub(crate) fn input_grad<T: Float>(
                     let (i, py) = (y.div_ceil(2), (y + 1) % 2);
                     let r0 = ci * 4 + py * 2;
                     let at = j * fr.fp + i * fr.fw;
-                    let odd = &dxs[r0 * cols + at + 1..][..fr.ow];
-                    let even = &dxs[(r0 + 1) * cols + at..][..fr.ow];
+                    let odd = &dxs[r0 * width + at + 1..][..fr.ow];
+                    let even = &dxs[(r0 + 1) * width + at..][..fr.ow];
                     for ((pair, &e), &od) in line.chunks_exact_mut(2).zip(even).zip(odd) {
                         pair[0] = e;
                         pair[1] = od;
@@ -380,12 +403,15 @@ pub(crate) fn weight_grad<T: Float>(
     let part = 4 * o * k;
     let mut partial = HostBuffer::<T>::zeroed(tasks * part);
     for_each_chunk_mut(&mut partial, part, |task, dwt| {
+        // One pair of buffers for all of the task's groups: only the frames are
+        // rewritten; the zero margins stay (a last, shorter group leaves stale frames
+        // past its own, which only meet the zeros of `gf`'s margins and tail).
+        let len = fr.row_len();
+        let mut xs = HostBuffer::<T>::zeroed(k * len);
+        let mut gf = HostBuffer::<T>::zeroed(o * len);
         for gi in (task * groups / tasks)..((task + 1) * groups / tasks) {
             let samples = gi * fr.per..((gi + 1) * fr.per).min(g.n);
-            let len = fr.row_len(samples.len());
             let cols = samples.len() * fr.fp;
-            let mut xs = HostBuffer::<T>::zeroed(k * len);
-            let mut gf = HostBuffer::<T>::zeroed(o * len);
             space_to_depth(x, c, &fr, samples.clone(), &mut xs);
             framed(gy, o, &fr, samples, &mut gf);
             for t in 0..4 {
@@ -453,7 +479,8 @@ mod tests {
 
     /// Forward, input and weight gradient against the im2col tiles, in f64, over
     /// batches that fill one or several sample groups (in parallel or one after another
-    /// with parallel GEMMs), square and oblong planes, a bias, and one and two threads.
+    /// with parallel GEMMs; a thread's buffers reused by a shorter last group), square
+    /// and oblong planes, a bias, and one and two threads.
     #[test]
     fn matches_the_tiles() {
         let _lock = crate::cpu::thread_count_lock();
@@ -468,6 +495,9 @@ mod tests {
                 (16, 32, 16, [16, 16]),
                 (1, 8, 8, [32, 32]),
                 (3, 16, 8, [34, 40]),
+                // groups of 3 (the 1 MiB budget): three groups, the last of one sample,
+                // two on one thread reusing its buffers
+                (7, 64, 8, [32, 32]),
             ] {
                 let g = Conv2dGeometry {
                     n,
