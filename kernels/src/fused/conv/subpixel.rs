@@ -229,7 +229,7 @@ pub(crate) fn conv2d_subpixel<T: Float>(
     let fr = Frames::new(g, k);
     let wt = tap_weights(w, o, c);
     let plane = fr.oh * fr.ow;
-    let mut out = HostBuffer::<T>::zeroed(g.n * o * plane);
+    let mut out = HostBuffer::<T>::new_uninit(g.n * o * plane);
     let out_ptr = SendPtr(out.as_mut_ptr());
     let (len, width) = (fr.row_len(), fr.width());
     let init = || {
@@ -272,8 +272,9 @@ pub(crate) fn conv2d_subpixel<T: Float>(
         for j in 0..count {
             for oc in 0..o {
                 let b = bias.map_or(T::ZERO, |b| b[oc]);
-                // SAFETY: sample `s0 + j`'s plane of channel `oc`, written by this group
-                // alone (groups cover disjoint samples); `out` outlives the groups.
+                // SAFETY: sample `s0 + j`'s plane of channel `oc` (uninitialised slots),
+                // written by this group alone (groups cover disjoint samples); `out`
+                // outlives the groups.
                 let dst = unsafe {
                     std::slice::from_raw_parts_mut(
                         out_ptr.get().add(((s0 + j) * o + oc) * plane),
@@ -283,13 +284,15 @@ pub(crate) fn conv2d_subpixel<T: Float>(
                 let src = &y[oc * width + j * fr.fp..][..fr.fp];
                 for (a, line) in dst.chunks_exact_mut(fr.ow).enumerate() {
                     for (d, &v) in line.iter_mut().zip(&src[a * fr.fw..][..fr.ow]) {
-                        *d = v + b;
+                        d.write(v + b);
                     }
                 }
             }
         }
     });
-    out
+    // SAFETY: the groups cover every sample, and each wrote all `oh × ow` pixels of
+    // every channel of its samples.
+    unsafe { out.assume_init() }
 }
 
 /// The input gradient `[N, C, H, W]` of a convolution [`applies`] serves, from `gy`
@@ -305,7 +308,7 @@ pub(crate) fn input_grad<T: Float>(
     let fr = Frames::new(g, k.max(o));
     let wt = tap_weights(w, o, c);
     let (h, wd) = (fr.h, fr.w);
-    let mut dx = HostBuffer::<T>::zeroed(g.n * c * h * wd);
+    let mut dx = HostBuffer::<T>::new_uninit(g.n * c * h * wd);
     let dx_ptr = SendPtr(dx.as_mut_ptr());
     let (len, width) = (fr.row_len(), fr.width());
     let init = || {
@@ -351,8 +354,8 @@ pub(crate) fn input_grad<T: Float>(
         // ((y + 1) / 2, (x' + 1) / 2), py = (y + 1) % 2, px = (x' + 1) % 2.
         for j in 0..count {
             for ci in 0..c {
-                // SAFETY: sample `s0 + j`'s plane of channel `ci`, written by this group
-                // alone; `dx` outlives the groups.
+                // SAFETY: sample `s0 + j`'s plane of channel `ci` (uninitialised slots),
+                // written by this group alone; `dx` outlives the groups.
                 let plane = unsafe {
                     std::slice::from_raw_parts_mut(
                         dx_ptr.get().add(((s0 + j) * c + ci) * h * wd),
@@ -366,14 +369,16 @@ pub(crate) fn input_grad<T: Float>(
                     let odd = &dxs[r0 * width + at + 1..][..fr.ow];
                     let even = &dxs[(r0 + 1) * width + at..][..fr.ow];
                     for ((pair, &e), &od) in line.chunks_exact_mut(2).zip(even).zip(odd) {
-                        pair[0] = e;
-                        pair[1] = od;
+                        pair[0].write(e);
+                        pair[1].write(od);
                     }
                 }
             }
         }
     });
-    dx
+    // SAFETY: the groups cover every sample, and each wrote both columns of every pair
+    // (`W` is even) of every row of every channel of its samples.
+    unsafe { dx.assume_init() }
 }
 
 /// The weight gradient `[O, C, 4, 4]` of a convolution [`applies`] serves, from `gy`
