@@ -392,6 +392,32 @@ fn all_reduce_all(g: &ProcessGroup) -> Result<(), String> {
             }
         }
     }
+    // Buffers over 4 MiB go to MPI in pieces: two and a half (f32, f16) and four and a
+    // bit (f64) pieces, every element reduced once.
+    for (dtype, n) in [
+        (DType::F32, 2_600_000),
+        (DType::F64, 2_100_000),
+        (DType::F16, 5_300_000),
+    ] {
+        for asynchronous in [false, true] {
+            let t = rank_tensor(g, n, dtype);
+            if asynchronous {
+                let work = g
+                    .all_reduce_async(&t, ReduceOp::Sum)
+                    .map_err(|e| e.to_string())?;
+                work.wait().map_err(|e| e.to_string())?;
+            } else {
+                g.all_reduce(&t, ReduceOp::Sum).map_err(|e| e.to_string())?;
+            }
+            let got = t.to_dtype(DType::F64).to_vec::<f64>();
+            if let Some(i) = (0..n).find(|&i| got[i] != (0..w).map(|r| value(r, i)).sum::<f64>()) {
+                return Err(format!(
+                    "{dtype} Sum of {n} elements async={asynchronous}: element {i} is {}",
+                    got[i]
+                ));
+            }
+        }
+    }
     Ok(())
 }
 
