@@ -23,9 +23,9 @@ use crate::cpu::{Conv2dGeometry, HostBuffer, Parallelism, for_each_chunk_mut, nu
 const MIN_CHANNELS: usize = 8;
 
 /// Shortest output side served: the frames' extra row and column cost
-/// `(oh + 1)·(ow + 1) / (oh·ow) − 1` more products (13 % at 16×16, 27 % at 8×8, where the tiles won), and
-/// reordering the weights costs as much as a GEMM over a few pixels (a 4×4 plane at
-/// batch 1 ran 4× slower than the tiles).
+/// `(oh + 1)·(ow + 1) / (oh·ow) − 1` more products (13 % at 16×16, 27 % at 8×8, where the
+/// tiles won), and reordering the weights costs as much as a GEMM over a few pixels (a
+/// 4×4 plane at batch 1 ran 4× slower than the tiles).
 const MIN_SIDE: usize = 16;
 
 /// Most elements of one sample group's space-to-depth buffer (1 MiB of f32, the L2 of the
@@ -325,10 +325,10 @@ pub(crate) fn input_grad<T: Float>(
             let (ty, tx) = (t / 2, t % 2);
             let off = fr.head() + (1 - ty) * fr.fw + 1 - tx;
             // SAFETY: dst `dxs` is `k × cols`, row stride `width ≥ cols` (read after the
-            // first tap). lhs:
-            // tap `t`'s weights transposed, `k × o` (row stride 1, column stride `k`).
-            // rhs: `o × cols` with row stride `len` from offset `off ≤ 2·head`, the
-            // last column read `off + cols − 1 < len`. Nothing overlaps `dxs`.
+            // first tap). lhs: tap `t`'s weights transposed, `k × o` (row stride 1,
+            // column stride `k`). rhs: `o × cols` with row stride `len` from offset `off
+            // ≤ 2·head`, the last column read `off + cols − 1 < len`. Nothing overlaps
+            // `dxs`.
             unsafe {
                 crate::cpu::gemm(
                     k,
