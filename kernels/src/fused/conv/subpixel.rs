@@ -28,12 +28,13 @@ const MIN_CHANNELS: usize = 8;
 /// 4×4 plane at batch 1 ran 4× slower than the tiles).
 const MIN_SIDE: usize = 16;
 
-/// Most elements of one sample group's space-to-depth buffer (1 MiB of f32, the L2 of the
-/// Zen 5 and Xeon cores measured).
+/// Most elements of one sample group's space-to-depth buffer (1 MiB of f32, the Zen 5's
+/// L2 per core).
 const GROUP_ELEMS: usize = 1 << 18;
 
 /// Whether this module serves a convolution: one group, 4×4 kernel, stride 2, padding 1,
-/// no dilation, even input sides of at least `2·`[`MIN_SIDE`], at least [`MIN_CHANNELS`] input and output channels.
+/// no dilation, even input sides of at least `2·`[`MIN_SIDE`], at least
+/// [`MIN_CHANNELS`] input and output channels.
 pub(crate) fn applies(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     groups == 1
         && g.kernel == [4, 4]
@@ -50,8 +51,8 @@ pub(crate) fn applies(g: &Conv2dGeometry, out_channels: usize, groups: usize) ->
 
 /// Whether [`weight_grad`] serves a convolution [`applies`] serves: its per-tap products
 /// are `O × 4·C` summed over the frames, which the GEMM runs slowly when small (32 × 64
-/// on 64×64 planes: 4.1 against the tiles' 3.7 ms at batch 8; 64 × 128 on 16×16 planes
-/// at batch 1: 0.40 against 0.81).
+/// on 64×64 planes: 4.1 against the tiles' 3.7 ms at batch 8, the tiles timed second in
+/// each pair; 64 × 128 on 16×16 planes at batch 1: 0.40 against 0.81).
 pub(crate) fn weight_grad_applies(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     applies(g, out_channels, groups) && out_channels * 4 * g.c >= 64 * 128
 }
