@@ -14,6 +14,11 @@
 //! row `r` holding `x[c, 2i + py − 1, 2j + px − 1]` at `(i, j)` (zero outside `x`). Tap
 //! `t = ty·2 + tx`'s weights are `wt[t][o][r] = w[o, c, 2ty + py, 2tx + px]`, and
 //! `y[o, a, b] = Σ_t Σ_r wt[t][o][r] · frame_r[a + ty, b + tx]`.
+//!
+//! The garbage columns and rows are zero in the output gradient's frames, so they add
+//! nothing to the weight gradient, except that a NaN or infinity in `x` meets them as
+//! `0 · NaN`: it can then reach weight-gradient entries of its parity that the definition
+//! leaves finite (as it makes NaN the entries the definition does reach).
 
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, Parallelism, for_each_chunk_mut, num_threads};
