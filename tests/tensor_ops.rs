@@ -698,9 +698,11 @@ fn f32_conv_transpose2d_matches_f64() {
         (8, 6, 2, [7, 5], 3, 2, 1, 1, 2),
         (64, 32, 1, [9, 9], 4, 2, 1, 0, 1),
         // DCGAN's upsampling (4×4 / 2, padding 1) from 16×16: space to depth, one GEMM
-        // per tap (`fused::conv::subpixel`), the weight gradient too from 8 × 16.
+        // per tap (`fused::conv::subpixel`); the weight gradient too from 64 × 128
+        // products per tap (64 in, 32 out), the tiles' below.
         (16, 8, 1, [16, 16], 4, 2, 1, 0, 1),
         (8, 16, 1, [16, 18], 4, 2, 1, 0, 1),
+        (64, 32, 1, [16, 16], 4, 2, 1, 0, 1),
         // One output channel per group: the depthwise loops.
         (6, 3, 3, [8, 7], 3, 2, 1, 1, 1),
     ] {

@@ -594,9 +594,6 @@ mod tests {
         assert_eq!((-1.5f64).exp_nonpos::<true>(), (-1.5f64).exp());
     }
 
-    /// `exp_nonpos_normal` (softmax's exponential in attention): within 2 ulp of `std`
-    /// down to the smallest normal result, 0 below it (never a subnormal), exact at 0
-    /// and -inf, NaN through; f64 as `exp_nonpos`.
     /// Over `x` from -110 to `hi` in steps of 0.00731: `got(x)` within `ulps` of `want(x)`
     /// wherever that is a normal number, 0 where it is below the smallest normal one,
     /// and never a subnormal.
@@ -623,6 +620,9 @@ mod tests {
         }
     }
 
+    /// `exp_nonpos_normal` (softmax's exponential in attention): within 2 ulp of `std`
+    /// down to the smallest normal result, 0 below it (never a subnormal), exact at 0
+    /// and -inf, NaN through; f64 as `exp_nonpos`.
     #[test]
     fn exp_nonpos_normal_is_within_two_ulp_and_flushes_below_normal() {
         fn check<const FMA: bool>() {
