@@ -298,7 +298,11 @@ pub fn conv2d_backward<T: Float>(
     groups: usize,
     [want_x, want_w]: [bool; 2],
 ) -> (Option<HostBuffer<T>>, Option<HostBuffer<T>>) {
-    let wide_x = want_x && super::wide::input_grad_applies::<T>(g, out_channels, groups);
+    // F(4×4) Winograd before the wide kernel where it serves (see `before_wide`).
+    let wide_x = want_x
+        && !(super::winograd::before_wide::<T>(g, out_channels, groups)
+            && super::winograd::input_grad_applies::<T>(g, out_channels, groups))
+        && super::wide::input_grad_applies::<T>(g, out_channels, groups);
     let winograd_x =
         want_x && !wide_x && super::winograd::input_grad_applies::<T>(g, out_channels, groups);
     // Winograd first where both serve (ResNet-18's 128-channel 28² layers at batch 8,

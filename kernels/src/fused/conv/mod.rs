@@ -15,7 +15,7 @@
 //! channels, short reductions), `pixels` (1–8 output channels), `wide` (unit stride, 32+
 //! channels, planes of 24×24 and up; also their input gradient), `winograd` (3×3, unit
 //! stride, 128+ channels and 128+ output tiles of 2×2 in the batch; also their input
-//! gradient), `subpixel` (4×4, stride 2, padding 1, 8+ channels each way, outputs of
+//! gradient; its F(4×4) variant is taken before `wide` on planes up to 32²), `subpixel` (4×4, stride 2, padding 1, 8+ channels each way, outputs of
 //! 16×16 and up: space to depth and one GEMM per 2×2 tap; also both gradients, so
 //! DCGAN's transposed convolutions), else im2col tiles and
 //! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
@@ -765,6 +765,9 @@ pub fn conv2d<T: Float>(
     }
     if pixels::applies::<T>(g, out_channels, groups) {
         return pixels::conv2d_pixels(x, w, bias, g, out_channels);
+    }
+    if winograd::before_wide::<T>(g, out_channels, groups) {
+        return winograd::conv2d_winograd(x, w, bias, g, out_channels);
     }
     if wide::applies::<T>(g, out_channels, groups) {
         return wide::conv2d_wide(x, w, bias, g, out_channels);

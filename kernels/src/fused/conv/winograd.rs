@@ -8,6 +8,15 @@
 //! gradient by the flipped, transposed filters) are where im2col GEMMs ran furthest
 //! below the FMA peak.
 //!
+//! F(4×4, 3×3) runs the same steps on 6×6 patches: 36 products per 16 output pixels, 4
+//! times fewer multiply-adds than the direct convolution, where its tiles cover the plane
+//! as tightly as 2×2 ones do (ResNet's 28² and 7² planes; see [`forward_tile`]). Its
+//! transforms scale by up to 8 and by sixths, so its f32 results are a few times less
+//! exact than F(2×2)'s (the tests bound both against the direct convolution: 1e-4
+//! against 2e-5, relative, per square root of the reduction); cuDNN's and NNPACK's
+//! f32 Winograd kernels make the same trade (NNPACK's F(6×6, 3×3), further still). The
+//! weight gradient stays F(2×2).
+//!
 //! Five steps, each parallel:
 //! 1. the filters, `U[ξ][o][i] = Σ_k T[ξ][k] w[o][i][k]` with `T = G ⊗ G` (16 × 9): one
 //!    GEMM of the weights as `[o·i, 9]` by `Tᵀ`;
@@ -59,6 +68,44 @@ pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, group
         && tiles(g) >= MIN_TILES
 }
 
+/// The Winograd variant a convolution [`applies`] serves takes: F(4×4) where its tiles
+/// cover the output as tightly as F(2×2)'s (each side's remainder modulo 4 is 0 or 3, as
+/// for ResNet's 28² and 7² planes), F(2×2) elsewhere (at 14², F(4×4)'s 16² of tiles made
+/// 256 channels at batch 8 slower: 3.6 against 3.3 ms on the Zen 5).
+fn forward_tile(g: &Conv2dGeometry) -> Tile {
+    let tight = |side: usize| side.div_ceil(4) * 4 == side.div_ceil(2) * 2;
+    match g.output() {
+        Some([oh, ow]) if tight(oh) && tight(ow) => Tile::F4,
+        _ => Tile::F2,
+    }
+}
+
+/// Most filters (input times output channels) for which the input gradient takes
+/// F(4×4): its products read the transformed filters transposed, and at 512 × 512 (7²,
+/// batch 8, the Zen 5) the backward took 9.7–10.2 ms with it against 9.3 with F(2×2),
+/// while 128 × 128 at 28² gained (batch 8: 9.0–9.2 → 7.6–7.9 ms; batch 1: 1.30 → 1.15).
+const MAX_F4_INPUT_GRAD_FILTERS: usize = 256 * 256;
+
+/// Largest output side at which [`conv2d_winograd`]'s F(4×4) is taken before the `wide`
+/// direct kernel (measured up to ResNet's 28² planes; larger planes stay direct).
+const MAX_F4_BEFORE_WIDE: usize = 32;
+
+/// Whether [`conv2d_winograd`] serves a convolution with F(4×4) at a plane small enough
+/// to be taken before the `wide` direct kernel (and likewise its input gradient). At
+/// 28², 128 channels, batch 8, on the Zen 5 (ms, wide / F(4×4), alternated three
+/// times): forward 4.43–4.46 / 3.71–3.79, backward with the F(2×2) weight gradient
+/// 8.9–9.2 / 7.6–7.9.
+pub(crate) fn before_wide<T: Element>(
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> bool {
+    applies::<T>(g, out_channels, groups)
+        && forward_tile(g) == Tile::F4
+        && g.output()
+            .is_some_and(|[oh, ow]| oh.max(ow) <= MAX_F4_BEFORE_WIDE)
+}
+
 /// The 2×2 output tiles of a convolution's batch (0 when the window does not fit).
 fn tiles(g: &Conv2dGeometry) -> usize {
     g.output()
@@ -92,21 +139,67 @@ pub(crate) fn weight_grad_applies<T: Element>(
     applies::<T>(g, out_channels, groups) && tiles(g) >= MIN_WEIGHT_GRAD_TILES
 }
 
-/// `G ⊗ G` as `[9, 16]`: entry `(a·3 + b, i·4 + j)` is `G[i][a] · G[j][b]`, with
-/// `G = [[1, 0, 0], [½, ½, ½], [½, -½, ½], [0, 0, 1]]`.
-fn filter_matrix() -> [f32; 144] {
-    const G: [[f32; 3]; 4] = [
+/// The output tile of a Winograd variant: F(2×2, 3×3) (4×4 input patches, 16
+/// products per tile) or F(4×4, 3×3) (6×6 patches, 36 products for 16 output pixels:
+/// 2.25 per pixel against F(2×2)'s 4 and a direct convolution's 9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tile {
+    /// F(2×2, 3×3).
+    F2,
+    /// F(4×4, 3×3).
+    F4,
+}
+
+impl Tile {
+    /// Output pixels along each side of a tile.
+    const fn m(self) -> usize {
+        match self {
+            Tile::F2 => 2,
+            Tile::F4 => 4,
+        }
+    }
+
+    /// Input pixels along each side of a tile's patch (`m + 2`).
+    const fn alpha(self) -> usize {
+        self.m() + 2
+    }
+
+    /// Elements of a transformed tile (`alpha²`), one matrix product each.
+    const fn xis(self) -> usize {
+        self.alpha() * self.alpha()
+    }
+}
+
+/// `G ⊗ G` as `[9, alpha²]`: entry `(a·3 + b, i·alpha + j)` is `G[i][a] · G[j][b]`, with
+/// F(2×2)'s `G = [[1, 0, 0], [½, ½, ½], [½, -½, ½], [0, 0, 1]]` and F(4×4)'s
+/// `G = [[¼, 0, 0], [-⅙, -⅙, -⅙], [-⅙, ⅙, -⅙], [1/24, 1/12, ⅙], [1/24, -1/12, ⅙],
+/// [0, 0, 1]]` (Lavin and Gray's interpolation points 0, ±1, ±2 and ∞).
+fn filter_matrix(tile: Tile) -> Vec<f32> {
+    const G2: [[f64; 3]; 4] = [
         [1.0, 0.0, 0.0],
         [0.5, 0.5, 0.5],
         [0.5, -0.5, 0.5],
         [0.0, 0.0, 1.0],
     ];
-    let mut t = [0.0; 144];
-    for i in 0..4 {
-        for j in 0..4 {
+    const G4: [[f64; 3]; 6] = [
+        [0.25, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ];
+    let g: &[[f64; 3]] = match tile {
+        Tile::F2 => &G2,
+        Tile::F4 => &G4,
+    };
+    let (alpha, xis) = (tile.alpha(), tile.xis());
+    let mut t = vec![0.0; 9 * xis];
+    for i in 0..alpha {
+        for j in 0..alpha {
             for a in 0..3 {
                 for b in 0..3 {
-                    t[(a * 3 + b) * 16 + i * 4 + j] = G[i][a] * G[j][b];
+                    t[(a * 3 + b) * xis + i * alpha + j] = (g[i][a] * g[j][b]) as f32;
                 }
             }
         }
@@ -144,7 +237,7 @@ pub(crate) fn conv2d_winograd<T: Float>(
     g: &Conv2dGeometry,
     out_channels: usize,
 ) -> HostBuffer<T> {
-    winograd(x, w, bias, g, out_channels, false)
+    winograd(x, w, bias, g, out_channels, false, forward_tile(g))
 }
 
 /// [`conv2d_winograd`], with `w` as given (`[out_channels, c, 3, 3]`), or, when
@@ -159,6 +252,7 @@ fn winograd<T: Float>(
     g: &Conv2dGeometry,
     out_channels: usize,
     flipped_transposed: bool,
+    tile: Tile,
 ) -> HostBuffer<T> {
     assert!(
         g.kernel == [3, 3] && g.stride == [1, 1] && g.dilation == [1, 1],
@@ -166,7 +260,8 @@ fn winograd<T: Float>(
     );
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
     let (ic, oc) = (g.c, out_channels);
-    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
+    let (m, xis) = (tile.m(), tile.xis());
+    let (th, tw) = (oh.div_ceil(m), ow.div_ceil(m));
     let [h, wd] = g.input;
     let (Some(x), Some(w)) = (as_f32(x), as_f32(w)) else {
         panic!("conv2d_winograd: f32 only");
@@ -194,24 +289,24 @@ fn winograd<T: Float>(
 
     // 1. U[ξ][o][i] = Σ_k T[ξ][k] w[o][i][k]: w as [o·i, 9] times T's transpose [9, 16],
     // written column-major (ξ the slow index). Flipped, tap k is tap 8 - k.
-    let mut t = filter_matrix();
+    let mut t = filter_matrix(tile);
     if flipped_transposed {
         for k in 0..4 {
-            for xi in 0..16 {
-                t.swap(k * 16 + xi, (8 - k) * 16 + xi);
+            for xi in 0..xis {
+                t.swap(k * xis + xi, (8 - k) * xis + xi);
             }
         }
     }
     // Filter (o, i) of this convolution: `U[ξ]` at `o * lhs_rs + i * lhs_cs`.
     let (lhs_rs, lhs_cs) = if flipped_transposed { (1, oc) } else { (ic, 1) };
-    let mut u = HostBuffer::<f32>::new_uninit(16 * oc * ic);
-    // SAFETY: the destination has 16 columns of `oc * ic` elements (column stride
+    let mut u = HostBuffer::<f32>::new_uninit(xis * oc * ic);
+    // SAFETY: the destination has `xis` columns of `oc * ic` elements (column stride
     // `oc * ic`, unit row stride), every one written (`read_dst` false); `w` holds
-    // `oc * ic` rows of 9 (checked above) and `t` 9 rows of 16; nothing overlaps.
+    // `oc * ic` rows of 9 (checked above) and `t` 9 rows of `xis`; nothing overlaps.
     unsafe {
         gemm(
             oc * ic,
-            16,
+            xis,
             9,
             u.as_mut_ptr().cast::<f32>(),
             (oc * ic) as isize,
@@ -222,21 +317,21 @@ fn winograd<T: Float>(
             9,
             t.as_ptr(),
             1,
-            16,
+            xis as isize,
             1.0,
             1.0,
             threads,
         );
     }
-    // SAFETY: the GEMM wrote all `16 * oc * ic` elements.
+    // SAFETY: the GEMM wrote all `xis * oc * ic` elements.
     let u = unsafe { u.assume_init() };
 
     // 2, 3. V[ξ][t][i].
-    let v = transform_input(x, g, th, tw);
+    let v = transform_input(x, g, th, tw, tile);
 
     // 4. M[ξ] = U[ξ] V[ξ]ᵀ: [oc, ic] by [ic, n], stored tile-major (`[n, oc]`).
-    let mut m = HostBuffer::<f32>::new_uninit(16 * oc * n);
-    for xi in 0..16 {
+    let mut mm = HostBuffer::<f32>::new_uninit(xis * oc * n);
+    for xi in 0..xis {
         // SAFETY: destination `(o, t)` at `t * oc + o` inside `m` (block ξ), every element
         // written (`read_dst` false); `U[ξ]` `(o, i)` at `o * ic + i` and `V[ξ]` `(i, t)` at
         // `t * ic + i` inside `u` and `v`; nothing overlaps.
@@ -245,7 +340,7 @@ fn winograd<T: Float>(
                 oc,
                 n,
                 ic,
-                m.as_mut_ptr().cast::<f32>().add(xi * oc * n),
+                mm.as_mut_ptr().cast::<f32>().add(xi * oc * n),
                 oc as isize,
                 1,
                 false,
@@ -261,8 +356,8 @@ fn winograd<T: Float>(
             );
         }
     }
-    // SAFETY: the 16 GEMMs wrote every element.
-    let m = unsafe { m.assume_init() };
+    // SAFETY: the `xis` GEMMs wrote every element.
+    let mm = unsafe { mm.assume_init() };
     drop(v);
 
     // 5. Y = Aᵀ M A + bias, a chunk of tiles per task, scattered into NCHW.
@@ -277,24 +372,38 @@ fn winograd<T: Float>(
         }
     };
     for_tile_chunks(n, |chunk| {
-        let mut y = vec![0.0f32; 4 * oc];
+        let mut y = vec![0.0f32; m * m * oc];
         for t in chunk {
             let [s, ty, tx] = tile_at(t, [th, tw]);
-            with_simd(OutputTile {
-                m: std::array::from_fn(|xi| &m[(xi * n + t) * oc..][..oc]),
-                bias,
-                y: &mut y,
-            });
-            for (k, px) in y.chunks_exact(oc).enumerate() {
-                let (oy, ox) = (2 * ty + k / 2, 2 * tx + k % 2);
-                if oy >= oh || ox >= ow {
-                    continue;
+            let rows: [&[f32]; 36] = std::array::from_fn(|xi| {
+                if xi < xis {
+                    &mm[(xi * n + t) * oc..][..oc]
+                } else {
+                    &[]
                 }
-                let base = (s * oc * oh + oy) * ow + ox;
-                for (o, &val) in px.iter().enumerate() {
-                    // SAFETY: pixel (oy, ox) of sample s, channel o: inside `out`, and
-                    // written by this tile alone (each pixel belongs to one tile).
-                    unsafe { *op.get().add(base + o * oh * ow) = val };
+            });
+            match tile {
+                Tile::F2 => with_simd(OutputTile {
+                    m: std::array::from_fn(|xi| rows[xi]),
+                    bias,
+                    y: &mut y,
+                }),
+                Tile::F4 => with_simd(OutputTile4 {
+                    m: rows,
+                    bias,
+                    y: &mut y,
+                }),
+            }
+            let (rows_in, cols_in) = ((oh - m * ty).min(m), (ow - m * tx).min(m));
+            for o in 0..oc {
+                let base = ((s * oc + o) * oh + m * ty) * ow + m * tx;
+                for dy in 0..rows_in {
+                    for dx in 0..cols_in {
+                        // SAFETY: pixel (m ty + dy, m tx + dx) of sample s, channel o:
+                        // inside `out` (both within the plane), and written by this tile
+                        // alone (each pixel belongs to one tile).
+                        unsafe { *op.get().add(base + dy * ow + dx) = y[(dy * m + dx) * oc + o] };
+                    }
                 }
             }
         }
@@ -316,23 +425,37 @@ fn tile_at(t: usize, [th, tw]: [usize; 2]) -> [usize; 3] {
     [t / (th * tw), r / tw, r % tw]
 }
 
-/// Steps 2 and 3: `V[ξ][t][i] = (Bᵀ d B)[ξ]` for the 4×4 input patch `d` of every
-/// 2×2 output tile `t` (`th × tw` per sample, sample-major) and channel `i` of `x`
-/// `[n, c, h, w]` under `g`'s padding.
-fn transform_input(x: &[f32], g: &Conv2dGeometry, th: usize, tw: usize) -> HostBuffer<f32> {
+/// Steps 2 and 3: `V[ξ][t][i] = (Bᵀ d B)[ξ]` for the `alpha × alpha` input patch `d` of
+/// every `m × m` output tile `t` (`th × tw` per sample, sample-major) and channel `i` of
+/// `x` `[n, c, h, w]` under `g`'s padding.
+fn transform_input(
+    x: &[f32],
+    g: &Conv2dGeometry,
+    th: usize,
+    tw: usize,
+    tile: Tile,
+) -> HostBuffer<f32> {
     let ic = g.c;
+    let (m, alpha) = (tile.m(), tile.alpha());
     // 2. The input, zero-padded and channels last: `[n, hp, wp, ic]`, where tile (ty,
-    // tx)'s patch is rows 2ty..2ty + 4 and columns 2tx..2tx + 4.
-    let (hp, wp) = (2 * th + 2, 2 * tw + 2);
+    // tx)'s patch is rows m ty..m ty + alpha and columns m tx..m tx + alpha.
+    let (hp, wp) = (m * th + 2, m * tw + 2);
     let xp = channels_last(x, g.n, ic, g.input, [hp, wp], g.padding);
     // 3. V[ξ][t][i] (channels contiguous).
-    per_tile(g.n, [th, tw], ic, |s, ty, tx, out| {
-        let row = |i: usize| &xp[((s * hp + 2 * ty + i) * wp + 2 * tx) * ic..][..4 * ic];
-        with_simd(InputTile {
-            rows: [row(0), row(1), row(2), row(3)],
-            out,
-            ic,
-        });
+    per_tile(g.n, [th, tw], ic, tile.xis(), |s, ty, tx, out| {
+        let row = |i: usize| &xp[((s * hp + m * ty + i) * wp + m * tx) * ic..][..alpha * ic];
+        match tile {
+            Tile::F2 => with_simd(InputTile {
+                rows: [row(0), row(1), row(2), row(3)],
+                out,
+                ic,
+            }),
+            Tile::F4 => with_simd(InputTile4 {
+                rows: std::array::from_fn(row),
+                out,
+                ic,
+            }),
+        }
     })
 }
 
@@ -372,29 +495,36 @@ fn channels_last(
     unsafe { dst.assume_init() }
 }
 
-/// `[16, n·th·tw, width]`: for every tile (sample `s`, tile row `ty`, column `tx`),
-/// `fill` writes its 16 rows of `width` (one per ξ), a chunk of tiles per task.
+/// `[xis, n·th·tw, width]`: for every tile (sample `s`, tile row `ty`, column `tx`),
+/// `fill` writes its `xis` rows of `width` (one per ξ), a chunk of tiles per task.
 fn per_tile(
     samples: usize,
     [th, tw]: [usize; 2],
     width: usize,
-    fill: impl Fn(usize, usize, usize, [&mut [f32]; 16]) + Sync,
+    xis: usize,
+    fill: impl Fn(usize, usize, usize, &mut [&mut [f32]]) + Sync,
 ) -> HostBuffer<f32> {
     let n = samples * th * tw;
-    let mut buf = HostBuffer::<f32>::new_uninit(16 * n * width);
+    let mut buf = HostBuffer::<f32>::new_uninit(xis * n * width);
     let bp = Shared(buf.as_mut_ptr().cast::<f32>());
     for_tile_chunks(n, |chunk| {
         for t in chunk {
             let [s, ty, tx] = tile_at(t, [th, tw]);
-            // SAFETY: tile t's 16 rows of `width` elements (one per ξ, `(ξ * n + t) *
+            // SAFETY: tile t's `xis` rows of `width` elements (one per ξ, `(ξ * n + t) *
             // width` on) are inside the buffer and written by this task alone.
-            let out = std::array::from_fn(|xi| unsafe {
-                std::slice::from_raw_parts_mut(bp.get().add((xi * n + t) * width), width)
+            let mut out: [&mut [f32]; 36] = std::array::from_fn(|xi| {
+                if xi < xis {
+                    unsafe {
+                        std::slice::from_raw_parts_mut(bp.get().add((xi * n + t) * width), width)
+                    }
+                } else {
+                    &mut []
+                }
             });
-            fill(s, ty, tx, out);
+            fill(s, ty, tx, &mut out[..xis]);
         }
     });
-    // SAFETY: `fill` wrote every tile's 16 rows.
+    // SAFETY: `fill` wrote every tile's `xis` rows.
     unsafe { buf.assume_init() }
 }
 
@@ -420,6 +550,17 @@ pub(crate) fn conv2d_winograd_input_grad<T: Float>(
     g: &Conv2dGeometry,
     out_channels: usize,
 ) -> HostBuffer<T> {
+    input_grad(gout, w, g, out_channels, None)
+}
+
+/// [`conv2d_winograd_input_grad`] with the given variant (`None`: [`forward_tile`]'s).
+fn input_grad<T: Float>(
+    gout: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    tile: Option<Tile>,
+) -> HostBuffer<T> {
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
     let gg = Conv2dGeometry {
         n: g.n,
@@ -431,7 +572,11 @@ pub(crate) fn conv2d_winograd_input_grad<T: Float>(
         dilation: [1, 1],
     };
     debug_assert_eq!(gg.output(), Some(g.input));
-    winograd(gout, w, None, &gg, g.c, true)
+    let tile = tile.unwrap_or_else(|| match forward_tile(&gg) {
+        Tile::F4 if g.c * out_channels <= MAX_F4_INPUT_GRAD_FILTERS => Tile::F4,
+        _ => Tile::F2,
+    });
+    winograd(gout, w, None, &gg, g.c, true, tile)
 }
 
 /// The weight gradient of a convolution [`applies`] serves, `[out_channels, c, 3, 3]`:
@@ -465,13 +610,13 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
         return dw;
     }
     let threads = Parallelism::Threads(num_threads());
-    let v = transform_input(x, g, th, tw);
+    let v = transform_input(x, g, th, tw, Tile::F2);
 
     // The output gradient, channels last, padded to whole tiles: `[n, 2 th, 2 tw, oc]`.
     let (hp, wp) = (2 * th, 2 * tw);
     let gp = channels_last(gy, g.n, oc, [oh, ow], [hp, wp], [0, 0]);
     // Z[ξ][t][o] = (A gy_t Aᵀ)[ξ].
-    let z = per_tile(g.n, [th, tw], oc, |s, ty, tx, out| {
+    let z = per_tile(g.n, [th, tw], oc, 16, |s, ty, tx, out| {
         let row = |i: usize| &gp[((s * hp + 2 * ty + i) * wp + 2 * tx) * oc..][..2 * oc];
         with_simd(GradTile {
             rows: [row(0), row(1)],
@@ -512,7 +657,7 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
     let du = unsafe { du.assume_init() };
     drop((z, v));
     // dW[(o, i)][k] = Σ_ξ dU[ξ][(o, i)] T[k][ξ].
-    let t = filter_matrix();
+    let t = filter_matrix(Tile::F2);
     let dwf = as_f32_mut(&mut dw).expect("f32");
     // SAFETY: destination `[oc * ic, 9]` row-major (`dw`, every element written);
     // `dU` `(r, ξ)` at `ξ * oc * ic + r`, `T` `(ξ, k)` at `k * 16 + ξ`; nothing overlaps.
@@ -542,20 +687,20 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
 /// `Z[ξ] = (A gy Aᵀ)[ξ]` of one tile for every output channel, with
 /// `A = [[1, 0], [1, 1], [1, -1], [0, -1]]`; `rows[a]` holds the tile's output-gradient
 /// row `a`, 2 pixels of `oc` channels.
-struct GradTile<'a> {
+struct GradTile<'a, 'b, 'o> {
     rows: [&'a [f32]; 2],
-    out: [&'a mut [f32]; 16],
+    out: &'b mut [&'o mut [f32]],
     oc: usize,
 }
 
-impl SimdKernel for GradTile<'_> {
+impl SimdKernel for GradTile<'_, '_, '_> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
         let oc = self.oc;
         let rows = self.rows;
-        let mut out = self.out;
-        let step = |o: usize, width: usize, out: &mut [&mut [f32]; 16]| {
+        let out = self.out;
+        let step = |o: usize, width: usize, out: &mut [&mut [f32]]| {
             let p = |a: usize, b: usize| -> [f32; L] {
                 if width == L {
                     lanes(rows[a], b * oc + o)
@@ -585,16 +730,16 @@ impl SimdKernel for GradTile<'_> {
                 }
             }
         };
-        by_lanes(oc, |o, width| step(o, width, &mut out));
+        by_lanes(oc, |o, width| step(o, width, out));
     }
 }
 
 /// Step 3 for one tile: `V[ξ] = (Bᵀ d B)[ξ]` for every channel, with
 /// `Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]`; `rows[i]` holds
 /// the patch's row `i`, 4 pixels of `ic` channels.
-struct InputTile<'a> {
+struct InputTile<'a, 'b, 'o> {
     rows: [&'a [f32]; 4],
-    out: [&'a mut [f32]; 16],
+    out: &'b mut [&'o mut [f32]],
     ic: usize,
 }
 
@@ -613,16 +758,16 @@ fn zip(a: [f32; L], b: [f32; L], f: impl Fn(f32, f32) -> f32) -> [f32; L] {
     std::array::from_fn(|l| f(a[l], b[l]))
 }
 
-impl SimdKernel for InputTile<'_> {
+impl SimdKernel for InputTile<'_, '_, '_> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
         let ic = self.ic;
         let rows = self.rows;
-        let mut out = self.out;
+        let out = self.out;
         // One patch element (row i, column j) of `L` channels from `c` (or the scalar
         // tail, padded with zeros).
-        let step = |c: usize, width: usize, out: &mut [&mut [f32]; 16]| {
+        let step = |c: usize, width: usize, out: &mut [&mut [f32]]| {
             let d = |i: usize, j: usize| -> [f32; L] {
                 if width == L {
                     lanes(rows[i], j * ic + c)
@@ -660,7 +805,7 @@ impl SimdKernel for InputTile<'_> {
                 }
             }
         };
-        by_lanes(ic, |c, width| step(c, width, &mut out));
+        by_lanes(ic, |c, width| step(c, width, out));
     }
 }
 
@@ -726,6 +871,136 @@ impl SimdKernel for OutputTile<'_> {
     }
 }
 
+/// Lanes `(a, b) ↦ a + k·b`.
+#[inline(always)]
+fn axpy(a: [f32; L], k: f32, b: [f32; L]) -> [f32; L] {
+    zip(a, b, |a, b| a + k * b)
+}
+
+/// F(4×4)'s `Bᵀ d` along one line of six patch elements:
+/// `Bᵀ = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+/// [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]`.
+#[inline(always)]
+fn input_line4(d: [[f32; L]; 6]) -> [[f32; L]; 6] {
+    let [d0, d1, d2, d3, d4, d5] = d;
+    let s34 = zip(d3, d4, |a, b| a + b);
+    let d43 = zip(d4, d3, |a, b| a - b);
+    let s12 = zip(d1, d2, |a, b| a + b);
+    let d12 = zip(d1, d2, |a, b| a - b);
+    let d42 = zip(d4, d2, |a, b| a - b);
+    let d31 = zip(d3, d1, |a, b| a - b);
+    [
+        axpy(axpy(d4, 4.0, d0), -5.0, d2),
+        axpy(s34, -4.0, s12),
+        axpy(d43, 4.0, d12),
+        axpy(d42, 2.0, d31),
+        axpy(d42, -2.0, d31),
+        axpy(axpy(d5, 4.0, d1), -5.0, d3),
+    ]
+}
+
+/// F(4×4)'s `Aᵀ m` along one line of six transformed elements:
+/// `Aᵀ = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+/// [0, 1, -1, 8, -8, 1]]`.
+#[inline(always)]
+fn output_line4(m: [[f32; L]; 6]) -> [[f32; L]; 4] {
+    let [m0, m1, m2, m3, m4, m5] = m;
+    let s12 = zip(m1, m2, |a, b| a + b);
+    let d12 = zip(m1, m2, |a, b| a - b);
+    let s34 = zip(m3, m4, |a, b| a + b);
+    let d34 = zip(m3, m4, |a, b| a - b);
+    [
+        zip(zip(m0, s12, |a, b| a + b), s34, |a, b| a + b),
+        axpy(d12, 2.0, d34),
+        axpy(s12, 4.0, s34),
+        zip(axpy(d12, 8.0, d34), m5, |a, b| a + b),
+    ]
+}
+
+/// Step 3 of F(4×4) for one tile: `V[ξ] = (Bᵀ d B)[ξ]` (see [`input_line4`]) for every
+/// channel; `rows[i]` holds the patch's row `i`, 6 pixels of `ic` channels.
+struct InputTile4<'a, 'b, 'o> {
+    rows: [&'a [f32]; 6],
+    out: &'b mut [&'o mut [f32]],
+    ic: usize,
+}
+
+impl SimdKernel for InputTile4<'_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let ic = self.ic;
+        let rows = self.rows;
+        let out = self.out;
+        let step = |c: usize, width: usize, out: &mut [&mut [f32]]| {
+            let d = |i: usize, j: usize| -> [f32; L] {
+                if width == L {
+                    lanes(rows[i], j * ic + c)
+                } else {
+                    std::array::from_fn(|l| {
+                        if l < width {
+                            rows[i][j * ic + c + l]
+                        } else {
+                            0.0
+                        }
+                    })
+                }
+            };
+            // Along x per row, then along y per column.
+            let r: [[[f32; L]; 6]; 6] =
+                std::array::from_fn(|i| input_line4(std::array::from_fn(|j| d(i, j))));
+            for j in 0..6 {
+                let v = input_line4(std::array::from_fn(|i| r[i][j]));
+                for (i, vi) in v.iter().enumerate() {
+                    out[i * 6 + j][c..c + width].copy_from_slice(&vi[..width]);
+                }
+            }
+        };
+        by_lanes(ic, |c, width| step(c, width, out));
+    }
+}
+
+/// Step 5 of F(4×4) for one tile: `Aᵀ M A + bias` (see [`output_line4`]) for every
+/// output channel, into `y` (pixel `(dy, dx)` at `(4 dy + dx) * oc`).
+struct OutputTile4<'a> {
+    m: [&'a [f32]; 36],
+    bias: &'a [f32],
+    y: &'a mut [f32],
+}
+
+impl SimdKernel for OutputTile4<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let oc = self.bias.len();
+        let (m, bias) = (self.m, self.bias);
+        let y = self.y;
+        let step = |o: usize, width: usize, y: &mut [f32]| {
+            let ld = |s: &[f32]| -> [f32; L] {
+                if width == L {
+                    lanes(s, o)
+                } else {
+                    std::array::from_fn(|l| if l < width { s[o + l] } else { 0.0 })
+                }
+            };
+            let c: [[[f32; L]; 4]; 6] =
+                std::array::from_fn(|i| output_line4(std::array::from_fn(|j| ld(m[6 * i + j]))));
+            let b = ld(bias);
+            let columns: [[[f32; L]; 6]; 4] =
+                std::array::from_fn(|dx| std::array::from_fn(|i| c[i][dx]));
+            for (dx, column) in columns.into_iter().enumerate() {
+                let col = output_line4(column);
+                for (dy, p) in col.iter().enumerate() {
+                    let p = zip(*p, b, |p, b| p + b);
+                    let at = (dy * 4 + dx) * oc + o;
+                    y[at..at + width].copy_from_slice(&p[..width]);
+                }
+            }
+        };
+        by_lanes(oc, |o, width| step(o, width, y));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::backward::tiled_backward;
@@ -738,6 +1013,29 @@ mod tests {
             .collect()
     }
 
+    /// F(4×4) where its tiles cover the plane as tightly as F(2×2)'s (ResNet's 28² and
+    /// 7²), before the wide kernel only up to 32²; F(2×2) at 14².
+    #[test]
+    fn picks_the_tile_by_plane() {
+        let at = |side: usize, c: usize| Conv2dGeometry {
+            n: 8,
+            c,
+            input: [side, side],
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+        };
+        assert_eq!(forward_tile(&at(28, 128)), Tile::F4);
+        assert_eq!(forward_tile(&at(7, 512)), Tile::F4);
+        assert_eq!(forward_tile(&at(14, 256)), Tile::F2);
+        assert!(before_wide::<f32>(&at(28, 128), 128, 1));
+        assert!(!before_wide::<f32>(&at(56, 128), 128, 1));
+        assert!(!before_wide::<f32>(&at(14, 256), 256, 1));
+        assert!(!before_wide::<f32>(&at(28, 64), 64, 1));
+        assert!(!before_wide::<f64>(&at(28, 128), 128, 1));
+    }
+
     /// Every padding, odd and even planes, one and several samples, with and without a
     /// bias, against im2col + GEMM; the input gradient against the tiled backward.
     #[test]
@@ -747,6 +1045,8 @@ mod tests {
             (2, 7, 4, 5, 6),
             (3, 16, 9, 8, 7),
             (1, 130, 129, 14, 14),
+            (2, 33, 20, 9, 10),
+            (1, 140, 131, 7, 7),
         ] {
             for p in 0..=2 {
                 let g = Conv2dGeometry {
@@ -765,15 +1065,18 @@ mod tests {
                 let x = data(n * c * h * w, 1);
                 let wt = data(oc * c * 9, 2);
                 let b = data(oc, 3);
-                for bias in [None, Some(&b[..])] {
-                    let got = conv2d_winograd(&x, &wt, bias, &g, oc);
-                    let want = tiled_conv2d(&x, &wt, bias, &g, oc, 1);
-                    for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
-                        assert!(
-                            (a - e).abs() <= 2e-5 * (1.0 + e.abs()) * (c as f32).sqrt(),
-                            "{g:?} {oc} bias {}: {i}: {a} vs {e}",
-                            bias.is_some()
-                        );
+                for (tile, tol) in [(Tile::F2, 2e-5), (Tile::F4, 1e-4)] {
+                    for bias in [None, Some(&b[..])] {
+                        let got = winograd(&x, &wt, bias, &g, oc, false, tile);
+                        let want = tiled_conv2d(&x, &wt, bias, &g, oc, 1);
+                        assert_eq!(got.len(), want.len());
+                        for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
+                            assert!(
+                                (a - e).abs() <= tol * (1.0 + e.abs()) * (c as f32).sqrt(),
+                                "{tile:?} {g:?} {oc} bias {}: {i}: {a} vs {e}",
+                                bias.is_some()
+                            );
+                        }
                     }
                 }
                 if p <= 2 {
@@ -788,15 +1091,17 @@ mod tests {
                             "weight grad {g:?} {oc}: {i}: {a} vs {e}"
                         );
                     }
-                    let got = conv2d_winograd_input_grad(&gout, &wt, &g, oc);
                     let (want, _) = tiled_backward(&gout, &x, &wt, &g, oc, 1, [true, false]);
                     let want = want.expect("asked for");
-                    assert_eq!(got.len(), want.len());
-                    for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
-                        assert!(
-                            (a - e).abs() <= 2e-5 * (1.0 + e.abs()) * (oc as f32).sqrt(),
-                            "input grad {g:?} {oc}: {i}: {a} vs {e}"
-                        );
+                    for (tile, tol) in [(Tile::F2, 2e-5), (Tile::F4, 1e-4)] {
+                        let got = input_grad(&gout, &wt, &g, oc, Some(tile));
+                        assert_eq!(got.len(), want.len());
+                        for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
+                            assert!(
+                                (a - e).abs() <= tol * (1.0 + e.abs()) * (oc as f32).sqrt(),
+                                "input grad {tile:?} {g:?} {oc}: {i}: {a} vs {e}"
+                            );
+                        }
                     }
                 }
             }
