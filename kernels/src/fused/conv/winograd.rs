@@ -475,19 +475,37 @@ fn channels_last(
             v.write(0.0);
         })
     };
+    let plane = h * w;
     for_each_chunk_mut(&mut dst, wp * c, |row, out| {
         let (s, yp) = (row / hp, row % hp);
         let Some(y) = yp.checked_sub(ph).filter(|&y| y < h) else {
             return zero(out);
         };
-        for (xq, px) in out.chunks_exact_mut(c).enumerate() {
-            let Some(x) = xq.checked_sub(pw).filter(|&x| x < w) else {
-                zero(px);
-                continue;
-            };
-            let at = (s * c * h + y) * w + x;
-            for (ch, v) in px.iter_mut().enumerate() {
-                v.write(src[at + ch * h * w]);
+        // Pixels `left..right` of the padded row come from the input row.
+        let left = pw.min(wp);
+        let right = (pw + w).min(wp);
+        let (head, rest) = out.split_at_mut(left * c);
+        let (body, tail) = rest.split_at_mut((right - left) * c);
+        zero(head);
+        zero(tail);
+        let cols = right - left;
+        let at = (s * c * h + y) * w;
+        // Sixteen channels at a time: sixteen input rows read in step, each pixel's
+        // sixteen values written as one run.
+        let mut cb = 0;
+        while cb + 16 <= c {
+            let rows: [&[f32]; 16] = std::array::from_fn(|k| &src[at + (cb + k) * plane..][..cols]);
+            for (x, px) in body.chunks_exact_mut(c).enumerate() {
+                for (v, row) in px[cb..cb + 16].iter_mut().zip(&rows) {
+                    v.write(row[x]);
+                }
+            }
+            cb += 16;
+        }
+        for ch in cb..c {
+            let row = &src[at + ch * plane..][..cols];
+            for (px, &v) in body.chunks_exact_mut(c).zip(row) {
+                px[ch].write(v);
             }
         }
     });
@@ -726,7 +744,7 @@ impl SimdKernel for GradTile<'_, '_, '_> {
             for (i, (a, b)) in r.into_iter().enumerate() {
                 let zr = [a, zip(a, b, |a, b| a + b), zip(a, b, |a, b| a - b), neg(b)];
                 for (j, zv) in zr.iter().enumerate() {
-                    out[i * 4 + j][o..o + width].copy_from_slice(&zv[..width]);
+                    store(&mut out[i * 4 + j][o..], zv, width);
                 }
             }
         };
@@ -750,6 +768,20 @@ const L: usize = 16;
 #[inline(always)]
 fn lanes(s: &[f32], at: usize) -> [f32; L] {
     s[at..at + L].try_into().expect("L elements")
+}
+
+/// The first `width` lanes of `v` to the start of `dst`: a whole vector as one
+/// fixed-size copy (one store), a short tail element by element (a copy of run-time
+/// length called the C library's `memmove` per row, a fifth of the F(4×4) time).
+#[inline(always)]
+fn store(dst: &mut [f32], v: &[f32; L], width: usize) {
+    if width == L {
+        dst[..L].copy_from_slice(v);
+    } else {
+        for (d, &x) in dst[..width].iter_mut().zip(v) {
+            *d = x;
+        }
+    }
 }
 
 /// Elementwise `f` of two lane arrays.
@@ -801,7 +833,7 @@ impl SimdKernel for InputTile<'_, '_, '_> {
                     zip(r1[j], r3[j], |a, b| a - b),
                 ];
                 for (i, vi) in v.iter().enumerate() {
-                    out[i * 4 + j][c..c + width].copy_from_slice(&vi[..width]);
+                    store(&mut out[i * 4 + j][c..], vi, width);
                 }
             }
         };
@@ -864,7 +896,7 @@ impl SimdKernel for OutputTile<'_> {
                 sub3(c1.1, c2.1, c3.1),
             ];
             for (k, p) in px.iter().enumerate() {
-                y[k * oc + o..k * oc + o + width].copy_from_slice(&p[..width]);
+                store(&mut y[k * oc + o..], p, width);
             }
         };
         by_lanes(oc, |o, width| step(o, width, y));
@@ -946,13 +978,23 @@ impl SimdKernel for InputTile4<'_, '_, '_> {
                     })
                 }
             };
-            // Along x per row, then along y per column.
-            let r: [[[f32; L]; 6]; 6] =
-                std::array::from_fn(|i| input_line4(std::array::from_fn(|j| d(i, j))));
+            // Along x per row, then along y per column (loops, not nested `from_fn`s:
+            // those were left as calls, not inlined).
+            let mut r = [[[0.0f32; L]; 6]; 6];
+            for (i, ri) in r.iter_mut().enumerate() {
+                let mut line = [[0.0f32; L]; 6];
+                for (j, v) in line.iter_mut().enumerate() {
+                    *v = d(i, j);
+                }
+                *ri = input_line4(line);
+            }
             for j in 0..6 {
-                let v = input_line4(std::array::from_fn(|i| r[i][j]));
-                for (i, vi) in v.iter().enumerate() {
-                    out[i * 6 + j][c..c + width].copy_from_slice(&vi[..width]);
+                let mut line = [[0.0f32; L]; 6];
+                for (v, ri) in line.iter_mut().zip(&r) {
+                    *v = ri[j];
+                }
+                for (i, vi) in input_line4(line).iter().enumerate() {
+                    store(&mut out[i * 6 + j][c..], vi, width);
                 }
             }
         };
@@ -983,17 +1025,26 @@ impl SimdKernel for OutputTile4<'_> {
                     std::array::from_fn(|l| if l < width { s[o + l] } else { 0.0 })
                 }
             };
-            let c: [[[f32; L]; 4]; 6] =
-                std::array::from_fn(|i| output_line4(std::array::from_fn(|j| ld(m[6 * i + j]))));
+            // Loops, not nested `from_fn`s (see `InputTile4`).
+            let mut c = [[[0.0f32; L]; 4]; 6];
+            for (i, ci) in c.iter_mut().enumerate() {
+                let mut line = [[0.0f32; L]; 6];
+                for (j, v) in line.iter_mut().enumerate() {
+                    *v = ld(m[6 * i + j]);
+                }
+                *ci = output_line4(line);
+            }
             let b = ld(bias);
-            let columns: [[[f32; L]; 6]; 4] =
-                std::array::from_fn(|dx| std::array::from_fn(|i| c[i][dx]));
-            for (dx, column) in columns.into_iter().enumerate() {
+            for dx in 0..4 {
+                let mut column = [[0.0f32; L]; 6];
+                for (v, ci) in column.iter_mut().zip(&c) {
+                    *v = ci[dx];
+                }
                 let col = output_line4(column);
                 for (dy, p) in col.iter().enumerate() {
                     let p = zip(*p, b, |p, b| p + b);
                     let at = (dy * 4 + dx) * oc + o;
-                    y[at..at + width].copy_from_slice(&p[..width]);
+                    store(&mut y[at..], &p, width);
                 }
             }
         };
