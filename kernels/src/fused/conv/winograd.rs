@@ -395,7 +395,39 @@ fn winograd<T: Float>(
                 }),
             }
             let (rows_in, cols_in) = ((oh - m * ty).min(m), (ow - m * tx).min(m));
-            for o in 0..oc {
+            // F(4×4)'s 16 pixels by 16 channels at a time turned over, each channel's
+            // rows then written as runs; the other channels one value at a time.
+            let mut done = 0;
+            if tile == Tile::F4 {
+                let mut turned = [0.0f32; 256];
+                while done + 16 <= oc {
+                    // SAFETY: reads `y[p * oc + done + j]` for pixels p < 16 (y holds 16
+                    // pixels of `oc`) and writes `turned[j * 16 + p]`, for j < 16.
+                    unsafe { transpose16(y.as_ptr().add(done), oc, turned.as_mut_ptr(), 16) };
+                    for (j, px) in turned.chunks_exact(16).enumerate() {
+                        let base = ((s * oc + done + j) * oh + m * ty) * ow + m * tx;
+                        for dy in 0..rows_in {
+                            let run = &px[dy * 4..dy * 4 + 4];
+                            // SAFETY: row m ty + dy (< oh), columns m tx.. m tx + cols_in
+                            // (<= ow) of channel done + j of sample s: inside `out`, and
+                            // written by this tile alone.
+                            unsafe {
+                                let at = op.get().add(base + dy * ow);
+                                if cols_in == 4 {
+                                    at.cast::<[f32; 4]>()
+                                        .write_unaligned([run[0], run[1], run[2], run[3]]);
+                                } else {
+                                    for (dx, &v) in run[..cols_in].iter().enumerate() {
+                                        *at.add(dx) = v;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    done += 16;
+                }
+            }
+            for o in done..oc {
                 let base = ((s * oc + o) * oh + m * ty) * ow + m * tx;
                 for dy in 0..rows_in {
                     for dx in 0..cols_in {
@@ -490,14 +522,28 @@ fn channels_last(
         zero(tail);
         let cols = right - left;
         let at = (s * c * h + y) * w;
-        // Sixteen channels at a time: sixteen input rows read in step, each pixel's
-        // sixteen values written as one run.
+        // Blocks of sixteen channels by sixteen pixels turned over in registers, the
+        // pixels left over sixteen channels at a time.
         let mut cb = 0;
         while cb + 16 <= c {
-            let rows: [&[f32]; 16] = std::array::from_fn(|k| &src[at + (cb + k) * plane..][..cols]);
-            for (x, px) in body.chunks_exact_mut(c).enumerate() {
-                for (v, row) in px[cb..cb + 16].iter_mut().zip(&rows) {
-                    v.write(row[x]);
+            let mut x = 0;
+            while x + 16 <= cols {
+                // SAFETY: reads `src[at + (cb + i) * plane + x + j]`, inside input row y of
+                // channel cb + i (x + j < cols <= w), and writes `body[(x + j) * c + cb +
+                // i]`, inside `body` (`cols` pixels of `c`), for i, j < 16.
+                unsafe {
+                    transpose16(
+                        src.as_ptr().add(at + cb * plane + x),
+                        plane,
+                        body.as_mut_ptr().add(x * c + cb).cast::<f32>(),
+                        c,
+                    );
+                }
+                x += 16;
+            }
+            for x in x..cols {
+                for (k, v) in body[x * c + cb..][..16].iter_mut().enumerate() {
+                    v.write(src[at + (cb + k) * plane + x]);
                 }
             }
             cb += 16;
@@ -511,6 +557,78 @@ fn channels_last(
     });
     // SAFETY: every row of `wp * c` elements was written above.
     unsafe { dst.assume_init() }
+}
+
+/// `dst[j · ds + i] = src[i · ss + j]` for `i, j < 16`: a 16 × 16 block turned over
+/// (in registers on AVX-512: four rounds of shuffles, 64 for 256 floats).
+///
+/// # Safety
+/// `src` is readable at `i · ss + j` and `dst` writable at `j · ds + i` for all
+/// `i, j < 16`, and the two do not overlap.
+#[inline(always)]
+unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if super::lanes::level() == Some(super::lanes::Level::Avx512) {
+        // SAFETY: AVX-512F is present (checked above); the caller's bounds.
+        return unsafe { transpose16_avx512(src, ss, dst, ds) };
+    }
+    for i in 0..16 {
+        for j in 0..16 {
+            // SAFETY: the caller's bounds.
+            unsafe { *dst.add(j * ds + i) = *src.add(i * ss + j) };
+        }
+    }
+}
+
+/// [`transpose16`] with AVX-512F: 32-bit then 64-bit interleaves within 128-bit lanes
+/// (register `4k + j`'s lane `l` then holds column `4l + j` of rows `4k..4k + 4`), then
+/// two rounds of lane shuffles gather each column's four lanes.
+///
+/// # Safety
+/// As [`transpose16`], and the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose16_avx512(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+    use std::arch::x86_64::*;
+    const EVEN: i32 = 0b10_00_10_00;
+    const ODD: i32 = 0b11_01_11_01;
+    let mut r = [_mm512_setzero_ps(); 16];
+    for (i, ri) in r.iter_mut().enumerate() {
+        // SAFETY: row i's 16 floats are readable (the caller's bounds).
+        *ri = unsafe { _mm512_loadu_ps(src.add(i * ss)) };
+    }
+    let mut t = [_mm512_setzero_ps(); 16];
+    for k in 0..8 {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    let mut u = [_mm512_setzero_ps(); 16];
+    for k in 0..4 {
+        let (a, b, c, d) = (
+            _mm512_castps_pd(t[4 * k]),
+            _mm512_castps_pd(t[4 * k + 1]),
+            _mm512_castps_pd(t[4 * k + 2]),
+            _mm512_castps_pd(t[4 * k + 3]),
+        );
+        u[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for j in 0..4 {
+        let v0 = _mm512_shuffle_f32x4::<EVEN>(u[j], u[4 + j]);
+        let v1 = _mm512_shuffle_f32x4::<ODD>(u[j], u[4 + j]);
+        let w0 = _mm512_shuffle_f32x4::<EVEN>(u[8 + j], u[12 + j]);
+        let w1 = _mm512_shuffle_f32x4::<ODD>(u[8 + j], u[12 + j]);
+        // SAFETY: columns j, 4 + j, 8 + j and 12 + j's 16 floats are writable (the
+        // caller's bounds).
+        unsafe {
+            _mm512_storeu_ps(dst.add(j * ds), _mm512_shuffle_f32x4::<EVEN>(v0, w0));
+            _mm512_storeu_ps(dst.add((4 + j) * ds), _mm512_shuffle_f32x4::<EVEN>(v1, w1));
+            _mm512_storeu_ps(dst.add((8 + j) * ds), _mm512_shuffle_f32x4::<ODD>(v0, w0));
+            _mm512_storeu_ps(dst.add((12 + j) * ds), _mm512_shuffle_f32x4::<ODD>(v1, w1));
+        }
+    }
 }
 
 /// `[xis, n·th·tw, width]`: for every tile (sample `s`, tile row `ty`, column `tx`),
@@ -1064,6 +1182,24 @@ mod tests {
             .collect()
     }
 
+    /// Blocks turned over as the definition says, on this CPU's path.
+    #[test]
+    fn transposes_blocks() {
+        let src: Vec<f32> = (0..20 * 18).map(|v| v as f32).collect();
+        let mut dst = vec![-1.0f32; 17 * 21];
+        // SAFETY: rows of 18 from offset 2 (16 rows: 2 + 15 * 18 + 15 < 360), 21-float
+        // rows from offset 3 (3 + 15 * 21 + 15 < 357).
+        unsafe { transpose16(src.as_ptr().add(2), 18, dst.as_mut_ptr().add(3), 21) };
+        for (k, &v) in dst.iter().enumerate() {
+            let (j, i) = ((k - 3.min(k)) / 21, (k.saturating_sub(3)) % 21);
+            if k >= 3 && j < 16 && i < 16 {
+                assert_eq!(v, src[2 + i * 18 + j], "row {j} column {i}");
+            } else {
+                assert_eq!(v, -1.0, "{k} outside the block");
+            }
+        }
+    }
+
     /// F(4×4) where its tiles cover the plane as tightly as F(2×2)'s (ResNet's 28² and
     /// 7²), before the wide kernel only up to 32²; F(2×2) at 14².
     #[test]
@@ -1097,6 +1233,7 @@ mod tests {
             (3, 16, 9, 8, 7),
             (1, 130, 129, 14, 14),
             (2, 33, 20, 9, 10),
+            (1, 32, 17, 18, 35),
             (1, 140, 131, 7, 7),
         ] {
             for p in 0..=2 {
