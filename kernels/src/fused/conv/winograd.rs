@@ -507,55 +507,85 @@ fn channels_last(
             v.write(0.0);
         })
     };
+    assert!(
+        hp >= ph + h && wp >= pw + w,
+        "channels_last: [{hp}, {wp}] does not hold [{h}, {w}] padded by [{ph}, {pw}]"
+    );
     let plane = h * w;
+    // The padding: whole rows above and below the input, pixels left and right of it.
+    let (left, right) = (pw.min(wp), (pw + w).min(wp));
     for_each_chunk_mut(&mut dst, wp * c, |row, out| {
-        let (s, yp) = (row / hp, row % hp);
-        let Some(y) = yp.checked_sub(ph).filter(|&y| y < h) else {
+        let yp = row % hp;
+        if yp < ph || yp >= ph + h {
             return zero(out);
-        };
-        // Pixels `left..right` of the padded row come from the input row.
-        let left = pw.min(wp);
-        let right = (pw + w).min(wp);
-        let (head, rest) = out.split_at_mut(left * c);
-        let (body, tail) = rest.split_at_mut((right - left) * c);
-        zero(head);
-        zero(tail);
-        let cols = right - left;
-        let at = (s * c * h + y) * w;
-        // Blocks of sixteen channels by sixteen pixels turned over in registers, the
-        // pixels left over sixteen channels at a time.
-        let mut cb = 0;
-        while cb + 16 <= c {
-            let mut x = 0;
-            while x + 16 <= cols {
-                // SAFETY: reads `src[at + (cb + i) * plane + x + j]`, inside input row y of
-                // channel cb + i (x + j < cols <= w), and writes `body[(x + j) * c + cb +
-                // i]`, inside `body` (`cols` pixels of `c`), for i, j < 16.
-                unsafe {
-                    transpose16(
-                        src.as_ptr().add(at + cb * plane + x),
-                        plane,
-                        body.as_mut_ptr().add(x * c + cb).cast::<f32>(),
-                        c,
-                    );
-                }
-                x += 16;
-            }
-            for x in x..cols {
-                for (k, v) in body[x * c + cb..][..16].iter_mut().enumerate() {
-                    v.write(src[at + (cb + k) * plane + x]);
-                }
-            }
-            cb += 16;
         }
-        for ch in cb..c {
-            let row = &src[at + ch * plane..][..cols];
-            for (px, &v) in body.chunks_exact_mut(c).zip(row) {
-                px[ch].write(v);
-            }
-        }
+        zero(&mut out[..left * c]);
+        zero(&mut out[right * c..]);
     });
-    // SAFETY: every row of `wp * c` elements was written above.
+    // The input pixels, a run of a sample's plane per task: blocks of 16 consecutive
+    // pixels by 16 channels turned over in registers into a scratch, then each pixel's 16
+    // channels written as one run at its padded place (so planes narrower than 16 are
+    // served too); pixels and channels left over one value at a time.
+    let cols = right - left;
+    if cols > 0 && h > 0 && c > 0 {
+        let run = 256;
+        let runs = plane.div_ceil(run);
+        let dp = Shared(dst.as_mut_ptr().cast::<f32>());
+        let at = move |s: usize, q: usize| {
+            let (y, x) = (q / w, q % w);
+            ((s * hp + y + ph) * wp + x + pw) * c
+        };
+        run_tasks(n * runs, |task| {
+            let (s, first) = (task / runs, (task % runs) * run);
+            let last = (first + run).min(plane);
+            let src = &src[s * c * plane..][..c * plane];
+            let mut turned = [0.0f32; 256];
+            let mut cb = 0;
+            while cb + 16 <= c {
+                let mut q = first;
+                while q + 16 <= last {
+                    // SAFETY: reads `src[(cb + i) * plane + q + j]` (channel cb + i < c,
+                    // pixel q + j < plane) and writes `turned[j * 16 + i]`, for i, j < 16.
+                    unsafe {
+                        transpose16(
+                            src.as_ptr().add(cb * plane + q),
+                            plane,
+                            turned.as_mut_ptr(),
+                            16,
+                        )
+                    };
+                    for (j, px) in turned.chunks_exact(16).enumerate() {
+                        // SAFETY: pixel q + j's channels cb..cb + 16 at their padded
+                        // place: inside `dst`, written by this task alone (its pixels).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                px.as_ptr(),
+                                dp.get().add(at(s, q + j) + cb),
+                                16,
+                            )
+                        };
+                    }
+                    q += 16;
+                }
+                for q in q..last {
+                    for k in 0..16 {
+                        // SAFETY: as above, one value.
+                        unsafe { *dp.get().add(at(s, q) + cb + k) = src[(cb + k) * plane + q] };
+                    }
+                }
+                cb += 16;
+            }
+            for ch in cb..c {
+                for q in first..last {
+                    // SAFETY: as above, one value.
+                    unsafe { *dp.get().add(at(s, q) + ch) = src[ch * plane + q] };
+                }
+            }
+        });
+    }
+    // SAFETY: every padding element was zeroed and every input pixel copied above; a
+    // padded row is all padding or `left` padding pixels, `cols` input pixels (those
+    // `left..right`) and the rest padding.
     unsafe { dst.assume_init() }
 }
 
