@@ -9,8 +9,9 @@
 //! below the FMA peak.
 //!
 //! F(4×4, 3×3) runs the same steps on 6×6 patches: 36 products per 16 output pixels, 4
-//! times fewer multiply-adds than the direct convolution, where its tiles cover the plane
-//! as tightly as 2×2 ones do (ResNet's 28² and 7² planes; see [`forward_tile`]). Its
+//! times fewer multiply-adds than the direct convolution, unless its tiles overshoot the
+//! plane by much more than 2×2 ones do (ResNet's 28², 14² and 7² planes take it; see
+//! [`forward_tile`]). Its
 //! transforms scale by up to 8 and by sixths, so its f32 results are a few times less
 //! exact than F(2×2)'s (the tests bound both against the direct convolution: 1e-4
 //! against 2e-5, relative, per square root of the reduction); cuDNN's and NNPACK's
@@ -68,15 +69,23 @@ pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, group
         && tiles(g) >= MIN_TILES
 }
 
-/// The Winograd variant a convolution [`applies`] serves takes: F(4×4) where its tiles
-/// cover the output as tightly as F(2×2)'s (each side's remainder modulo 4 is 0 or 3, as
-/// for ResNet's 28² and 7² planes), F(2×2) elsewhere (at 14², F(4×4)'s 16² of tiles made
-/// 256 channels at batch 8 slower: 3.6 against 3.3 ms on the Zen 5).
+/// The Winograd variant a convolution [`applies`] serves takes: F(4×4) unless its tiles
+/// cover more than 4/3 of the pixels F(2×2)'s cover (then the extra products outweigh
+/// its fewer per pixel: a 9² output is 12² of F(4×4) tiles against 10² of F(2×2)).
+/// ResNet's 28², 14² and 7² planes take F(4×4): at 14² (16² covered against 14²), 256
+/// channels at batch 8 on the Zen 5, alternated four times, the forward was level
+/// (3.98–4.03 against 3.90–4.11 ms) and the backward 7.7–7.8 against 8.2–8.7 ms.
 fn forward_tile(g: &Conv2dGeometry) -> Tile {
-    let tight = |side: usize| side.div_ceil(4) * 4 == side.div_ceil(2) * 2;
     match g.output() {
-        Some([oh, ow]) if tight(oh) && tight(ow) => Tile::F4,
-        _ => Tile::F2,
+        Some([oh, ow]) => {
+            let cover = |m: usize| oh.div_ceil(m) * m * ow.div_ceil(m) * m;
+            if 3 * cover(4) <= 4 * cover(2) {
+                Tile::F4
+            } else {
+                Tile::F2
+            }
+        }
+        None => Tile::F2,
     }
 }
 
@@ -1230,8 +1239,8 @@ mod tests {
         }
     }
 
-    /// F(4×4) where its tiles cover the plane as tightly as F(2×2)'s (ResNet's 28² and
-    /// 7²), before the wide kernel only up to 32²; F(2×2) at 14².
+    /// F(4×4) unless its tiles cover over 4/3 of F(2×2)'s pixels, before the wide kernel
+    /// only up to 32².
     #[test]
     fn picks_the_tile_by_plane() {
         let at = |side: usize, c: usize| Conv2dGeometry {
@@ -1245,10 +1254,12 @@ mod tests {
         };
         assert_eq!(forward_tile(&at(28, 128)), Tile::F4);
         assert_eq!(forward_tile(&at(7, 512)), Tile::F4);
-        assert_eq!(forward_tile(&at(14, 256)), Tile::F2);
+        assert_eq!(forward_tile(&at(14, 256)), Tile::F4);
+        assert_eq!(forward_tile(&at(9, 256)), Tile::F2);
+        assert_eq!(forward_tile(&at(5, 256)), Tile::F2);
         assert!(before_wide::<f32>(&at(28, 128), 128, 1));
         assert!(!before_wide::<f32>(&at(56, 128), 128, 1));
-        assert!(!before_wide::<f32>(&at(14, 256), 256, 1));
+        assert!(before_wide::<f32>(&at(14, 256), 256, 1));
         assert!(!before_wide::<f32>(&at(28, 64), 64, 1));
         assert!(!before_wide::<f64>(&at(28, 128), 128, 1));
     }
