@@ -16,7 +16,7 @@
 //! exact than F(2×2)'s (the tests bound both against the direct convolution: 1e-4
 //! against 2e-5, relative, per square root of the reduction); cuDNN's and NNPACK's
 //! f32 Winograd kernels make the same trade (NNPACK's F(6×6, 3×3), further still). The
-//! weight gradient stays F(2×2).
+//! weight gradient takes the same variant as the forward.
 //!
 //! Five steps, each parallel:
 //! 1. the filters, `U[ξ][o][i] = Σ_k T[ξ][k] w[o][i][k]` with `T = G ⊗ G` (16 × 9): one
@@ -88,12 +88,6 @@ fn forward_tile(g: &Conv2dGeometry) -> Tile {
         None => Tile::F2,
     }
 }
-
-/// Most filters (input times output channels) for which the input gradient takes
-/// F(4×4): its products read the transformed filters transposed, and at 512 × 512 (7²,
-/// batch 8, the Zen 5) the backward took 9.7–10.2 ms with it against 9.3 with F(2×2),
-/// while 128 × 128 at 28² gained (batch 8: 9.0–9.2 → 7.6–7.9 ms; batch 1: 1.30 → 1.15).
-const MAX_F4_INPUT_GRAD_FILTERS: usize = 256 * 256;
 
 /// Largest output side at which [`conv2d_winograd`]'s F(4×4) is taken before the `wide`
 /// direct kernel (measured up to ResNet's 28² planes; larger planes stay direct).
@@ -747,23 +741,36 @@ fn input_grad<T: Float>(
         dilation: [1, 1],
     };
     debug_assert_eq!(gg.output(), Some(g.input));
-    let tile = tile.unwrap_or_else(|| match forward_tile(&gg) {
-        Tile::F4 if g.c * out_channels <= MAX_F4_INPUT_GRAD_FILTERS => Tile::F4,
-        _ => Tile::F2,
-    });
+    // F(4×4) as the forward would take it: at 7², 512 channels, batch 8 (the Zen 5,
+    // alternated four times) 3.58–3.76 ms against F(2×2)'s 4.09–4.17.
+    let tile = tile.unwrap_or_else(|| forward_tile(&gg));
     winograd(gout, w, None, &gg, g.c, true, tile)
 }
 
 /// The weight gradient of a convolution [`applies`] serves, `[out_channels, c, 3, 3]`:
 /// with `M = U ⊙ V` per tile and `y = Aᵀ M A`, the gradient of `U` is
-/// `Σ_t (A gy_t Aᵀ) ⊙ V_t` (16 GEMMs of `[o, tiles]` by `[tiles, i]`) and that of the
-/// filters `Gᵀ dU G` (one GEMM by `T = G ⊗ G`) — the exact gradient of the transformed
-/// forward, which equals the convolution's.
+/// `Σ_t (A gy_t Aᵀ) ⊙ V_t` (`alpha²` GEMMs of `[o, tiles]` by `[tiles, i]`) and that of
+/// the filters `Gᵀ dU G` (one GEMM by `T = G ⊗ G`) — the exact gradient of the
+/// transformed forward, which equals the convolution's.
 pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
     gout: &[T],
     x: &[T],
     g: &Conv2dGeometry,
     out_channels: usize,
+) -> HostBuffer<T> {
+    // The forward's variant: ResNet-18 at batch 8 on the Zen 5 (alternated four times),
+    // 28², 128 channels: 3.57–3.70 ms by F(2×2), 2.44–2.62 by F(4×4); 14², 256: 2.76–2.85
+    // against 2.61–2.79.
+    weight_grad(gout, x, g, out_channels, forward_tile(g))
+}
+
+/// [`conv2d_winograd_weight_grad`] with the given variant.
+fn weight_grad<T: Float>(
+    gout: &[T],
+    x: &[T],
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    tile: Tile,
 ) -> HostBuffer<T> {
     assert!(
         g.kernel == [3, 3] && g.stride == [1, 1] && g.dilation == [1, 1],
@@ -771,7 +778,8 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
     );
     let [oh, ow] = g.output().expect("conv geometry checked by the caller");
     let (ic, oc) = (g.c, out_channels);
-    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
+    let (m, xis) = (tile.m(), tile.xis());
+    let (th, tw) = (oh.div_ceil(m), ow.div_ceil(m));
     let (Some(x), Some(gy)) = (as_f32(x), as_f32(gout)) else {
         panic!("conv2d_winograd_weight_grad: f32 only");
     };
@@ -785,25 +793,32 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
         return dw;
     }
     let threads = Parallelism::Threads(num_threads());
-    let v = transform_input(x, g, th, tw, Tile::F2);
+    let v = transform_input(x, g, th, tw, tile);
 
-    // The output gradient, channels last, padded to whole tiles: `[n, 2 th, 2 tw, oc]`.
-    let (hp, wp) = (2 * th, 2 * tw);
+    // The output gradient, channels last, padded to whole tiles: `[n, m th, m tw, oc]`.
+    let (hp, wp) = (m * th, m * tw);
     let gp = channels_last(gy, g.n, oc, [oh, ow], [hp, wp], [0, 0]);
     // Z[ξ][t][o] = (A gy_t Aᵀ)[ξ].
-    let z = per_tile(g.n, [th, tw], oc, 16, |s, ty, tx, out| {
-        let row = |i: usize| &gp[((s * hp + 2 * ty + i) * wp + 2 * tx) * oc..][..2 * oc];
-        with_simd(GradTile {
-            rows: [row(0), row(1)],
-            out,
-            oc,
-        });
+    let z = per_tile(g.n, [th, tw], oc, xis, |s, ty, tx, out| {
+        let row = |i: usize| &gp[((s * hp + m * ty + i) * wp + m * tx) * oc..][..m * oc];
+        match tile {
+            Tile::F2 => with_simd(GradTile {
+                rows: [row(0), row(1)],
+                out,
+                oc,
+            }),
+            Tile::F4 => with_simd(GradTile4 {
+                rows: std::array::from_fn(row),
+                out,
+                oc,
+            }),
+        }
     });
     drop(gp);
 
     // dU[ξ] = Z[ξ]ᵀ V[ξ]: [oc, n] by [n, ic].
-    let mut du = HostBuffer::<f32>::new_uninit(16 * oc * ic);
-    for xi in 0..16 {
+    let mut du = HostBuffer::<f32>::new_uninit(xis * oc * ic);
+    for xi in 0..xis {
         // SAFETY: destination `(o, i)` at `o * ic + i` inside `du` (block ξ), every
         // element written (`read_dst` false); `Z[ξ]` `(o, t)` at `t * oc + o` and `V[ξ]`
         // `(t, i)` at `t * ic + i` inside `z` and `v`; nothing overlaps.
@@ -828,19 +843,19 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
             );
         }
     }
-    // SAFETY: the 16 GEMMs wrote every element.
+    // SAFETY: the `xis` GEMMs wrote every element.
     let du = unsafe { du.assume_init() };
     drop((z, v));
     // dW[(o, i)][k] = Σ_ξ dU[ξ][(o, i)] T[k][ξ].
-    let t = filter_matrix(Tile::F2);
+    let t = filter_matrix(tile);
     let dwf = as_f32_mut(&mut dw).expect("f32");
     // SAFETY: destination `[oc * ic, 9]` row-major (`dw`, every element written);
-    // `dU` `(r, ξ)` at `ξ * oc * ic + r`, `T` `(ξ, k)` at `k * 16 + ξ`; nothing overlaps.
+    // `dU` `(r, ξ)` at `ξ * oc * ic + r`, `T` `(ξ, k)` at `k * xis + ξ`; nothing overlaps.
     unsafe {
         gemm(
             oc * ic,
             9,
-            16,
+            xis,
             dwf.as_mut_ptr(),
             1,
             9,
@@ -849,7 +864,7 @@ pub(crate) fn conv2d_winograd_weight_grad<T: Float>(
             (oc * ic) as isize,
             1,
             t.as_ptr(),
-            16,
+            xis as isize,
             1,
             1.0,
             1.0,
@@ -1106,6 +1121,80 @@ fn output_line4(m: [[f32; L]; 6]) -> [[f32; L]; 4] {
     ]
 }
 
+/// F(4×4)'s `A g` along one line of four output-gradient elements (`A` the transpose of
+/// [`output_line4`]'s `Aᵀ`): `(g0, g0 + g1 + g2 + g3, g0 - g1 + g2 - g3,
+/// g0 + 2 g1 + 4 g2 + 8 g3, g0 - 2 g1 + 4 g2 - 8 g3, g3)`.
+#[inline(always)]
+fn grad_line4(g: [[f32; L]; 4]) -> [[f32; L]; 6] {
+    let [g0, g1, g2, g3] = g;
+    let s02 = zip(g0, g2, |a, b| a + b);
+    let s13 = zip(g1, g3, |a, b| a + b);
+    // g0 + 4 g2 and g1 + 4 g3: the even and (halved) odd parts at ±2.
+    let e = axpy(g0, 4.0, g2);
+    let o = axpy(g1, 4.0, g3);
+    [
+        g0,
+        zip(s02, s13, |a, b| a + b),
+        zip(s02, s13, |a, b| a - b),
+        axpy(e, 2.0, o),
+        axpy(e, -2.0, o),
+        g3,
+    ]
+}
+
+/// `Z[ξ] = (A gy Aᵀ)[ξ]` of one F(4×4) tile for every output channel (see
+/// [`grad_line4`]); `rows[a]` holds the tile's output-gradient row `a`, 4 pixels of `oc`
+/// channels.
+struct GradTile4<'a, 'b, 'o> {
+    rows: [&'a [f32]; 4],
+    out: &'b mut [&'o mut [f32]],
+    oc: usize,
+}
+
+impl SimdKernel for GradTile4<'_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let oc = self.oc;
+        let rows = self.rows;
+        let out = self.out;
+        let step = |o: usize, width: usize, out: &mut [&mut [f32]]| {
+            let p = |a: usize, b: usize| -> [f32; L] {
+                if width == L {
+                    lanes(rows[a], b * oc + o)
+                } else {
+                    std::array::from_fn(|l| {
+                        if l < width {
+                            rows[a][b * oc + o + l]
+                        } else {
+                            0.0
+                        }
+                    })
+                }
+            };
+            // Along x per row (4 rows of 6), then along y per column (6 of 6).
+            let mut r = [[[0.0f32; L]; 6]; 4];
+            for (a, ra) in r.iter_mut().enumerate() {
+                let mut line = [[0.0f32; L]; 4];
+                for (b, v) in line.iter_mut().enumerate() {
+                    *v = p(a, b);
+                }
+                *ra = grad_line4(line);
+            }
+            for j in 0..6 {
+                let mut line = [[0.0f32; L]; 4];
+                for (v, ra) in line.iter_mut().zip(&r) {
+                    *v = ra[j];
+                }
+                for (i, zi) in grad_line4(line).iter().enumerate() {
+                    store(&mut out[i * 6 + j][o..], zi, width);
+                }
+            }
+        };
+        by_lanes(oc, |o, width| step(o, width, out));
+    }
+}
+
 /// Step 3 of F(4×4) for one tile: `V[ξ] = (Bᵀ d B)[ξ]` (see [`input_line4`]) for every
 /// channel; `rows[i]` holds the patch's row `i`, 6 pixels of `ic` channels.
 struct InputTile4<'a, 'b, 'o> {
@@ -1310,15 +1399,17 @@ mod tests {
                 }
                 if p <= 2 {
                     let gout = data(n * oc * oh * ow, 4);
-                    let got = conv2d_winograd_weight_grad(&gout, &x, &g, oc);
                     let (_, want) = tiled_backward(&gout, &x, &wt, &g, oc, 1, [false, true]);
                     let want = want.expect("asked for");
                     let tiles = (n * oh * ow) as f32;
-                    for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
-                        assert!(
-                            (a - e).abs() <= 2e-5 * (1.0 + e.abs()) * tiles.sqrt(),
-                            "weight grad {g:?} {oc}: {i}: {a} vs {e}"
-                        );
+                    for (tile, tol) in [(Tile::F2, 2e-5), (Tile::F4, 1e-4)] {
+                        let got = weight_grad(&gout, &x, &g, oc, tile);
+                        for (i, (a, e)) in got.iter().zip(want.iter()).enumerate() {
+                            assert!(
+                                (a - e).abs() <= tol * (1.0 + e.abs()) * tiles.sqrt(),
+                                "weight grad {tile:?} {g:?} {oc}: {i}: {a} vs {e}"
+                            );
+                        }
                     }
                     let (want, _) = tiled_backward(&gout, &x, &wt, &g, oc, 1, [true, false]);
                     let want = want.expect("asked for");
