@@ -9,26 +9,26 @@
 //! below the FMA peak.
 //!
 //! F(4×4, 3×3) runs the same steps on 6×6 patches: 36 products per 16 output pixels, 4
-//! times fewer multiply-adds than the direct convolution, unless its tiles overshoot the
-//! plane by much more than 2×2 ones do (ResNet's 28², 14² and 7² planes take it; see
-//! [`forward_tile`]). Its
-//! transforms scale by up to 8 and by sixths, so its f32 results are a few times less
-//! exact than F(2×2)'s (the tests bound both against the direct convolution: 1e-4
-//! against 2e-5, relative, per square root of the reduction); cuDNN's and NNPACK's
-//! f32 Winograd kernels make the same trade (NNPACK's F(6×6, 3×3), further still). The
-//! weight gradient takes the same variant as the forward.
+//! times fewer multiply-adds than the direct convolution. It is taken unless its tiles
+//! overshoot the plane by much more than 2×2 ones do (ResNet's 28², 14² and 7² planes
+//! take it; see [`forward_tile`]), for the forward and both gradients. Its transforms
+//! scale by up to 8 and by sixths, so its f32 results are a few times less exact than
+//! F(2×2)'s (the tests bound both against the direct convolution: 1e-4 against 2e-5,
+//! relative, per square root of the reduction); cuDNN's and NNPACK's f32 Winograd kernels
+//! make the same trade (NNPACK's F(6×6, 3×3), further still).
 //!
-//! Five steps, each parallel:
+//! Five steps, each parallel (F(2×2)'s counts; F(4×4)'s 36 for 16):
 //! 1. the filters, `U[ξ][o][i] = Σ_k T[ξ][k] w[o][i][k]` with `T = G ⊗ G` (16 × 9): one
 //!    GEMM of the weights as `[o·i, 9]` by `Tᵀ`;
-//! 2. the input, zero-padded and channels last (`[n, hp, wp, c]`), so that a tile's
-//!    patch is 16 runs of contiguous channels;
+//! 2. the input, zero-padded and channels last (`[n, hp, wp, c]`, 16 × 16 blocks of
+//!    channels by pixels turned over in registers), so that a tile's patch is 16 runs of
+//!    contiguous channels;
 //! 3. `V[ξ][t][i]` for every tile `t` of every sample, the channels in vector lanes;
 //! 4. `M[ξ] = U[ξ] · V[ξ]ᵀ`, 16 GEMMs of `[o, i]` by `[i, tiles]`;
 //! 5. the output, `Y = Aᵀ M A` plus the bias, the channels in vector lanes, scattered
 //!    into NCHW.
 //!
-//! The transforms only add, subtract and halve (`G`'s halves, exact in binary); the
+//! F(2×2)'s transforms only add, subtract and halve (`G`'s halves, exact in binary); its
 //! result differs from a direct convolution by a few roundings of the transformed
 //! values, within f32 tolerance of it (the tests compare the two).
 
@@ -96,8 +96,8 @@ const MAX_F4_BEFORE_WIDE: usize = 32;
 /// Whether [`conv2d_winograd`] serves a convolution with F(4×4) at a plane small enough
 /// to be taken before the `wide` direct kernel (and likewise its input gradient). At
 /// 28², 128 channels, batch 8, on the Zen 5 (ms, wide / F(4×4), alternated three
-/// times): forward 4.43–4.46 / 3.71–3.79, backward with the F(2×2) weight gradient
-/// 8.9–9.2 / 7.6–7.9.
+/// times): forward 4.43–4.46 / 3.71–3.79, backward (then with the F(2×2) weight
+/// gradient) 8.9–9.2 / 7.6–7.9.
 pub(crate) fn before_wide<T: Element>(
     g: &Conv2dGeometry,
     out_channels: usize,
@@ -290,7 +290,7 @@ fn winograd<T: Float>(
     // Tiles in the batch.
     let n = g.n * th * tw;
 
-    // 1. U[ξ][o][i] = Σ_k T[ξ][k] w[o][i][k]: w as [o·i, 9] times T's transpose [9, 16],
+    // 1. U[ξ][o][i] = Σ_k T[ξ][k] w[o][i][k]: w as [o·i, 9] times T's transpose [9, xis],
     // written column-major (ξ the slow index). Flipped, tap k is tap 8 - k.
     let mut t = filter_matrix(tile);
     if flipped_transposed {
@@ -335,7 +335,7 @@ fn winograd<T: Float>(
     // 4. M[ξ] = U[ξ] V[ξ]ᵀ: [oc, ic] by [ic, n], stored tile-major (`[n, oc]`).
     let mut mm = HostBuffer::<f32>::new_uninit(xis * oc * n);
     for xi in 0..xis {
-        // SAFETY: destination `(o, t)` at `t * oc + o` inside `m` (block ξ), every element
+        // SAFETY: destination `(o, t)` at `t * oc + o` inside `mm` (block ξ), every element
         // written (`read_dst` false); `U[ξ]` `(o, i)` at `o * ic + i` and `V[ξ]` `(i, t)` at
         // `t * ic + i` inside `u` and `v`; nothing overlaps.
         unsafe {
