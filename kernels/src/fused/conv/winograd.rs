@@ -485,11 +485,11 @@ fn transform_input(
                 out,
                 ic,
             }),
-            Tile::F4 => with_simd(InputTile4 {
-                rows: std::array::from_fn(row),
+            Tile::F4 => with_simd(Separable::<InputLine, 6, 6>::new(
+                std::array::from_fn(row),
                 out,
                 ic,
-            }),
+            )),
         }
     })
 }
@@ -807,11 +807,11 @@ fn weight_grad<T: Float>(
                 out,
                 oc,
             }),
-            Tile::F4 => with_simd(GradTile4 {
-                rows: std::array::from_fn(row),
+            Tile::F4 => with_simd(Separable::<GradLine, 4, 6>::new(
+                std::array::from_fn(row),
                 out,
                 oc,
-            }),
+            )),
         }
     });
     drop(gp);
@@ -1142,82 +1142,69 @@ fn grad_line4(g: [[f32; L]; 4]) -> [[f32; L]; 6] {
     ]
 }
 
-/// `Z[ξ] = (A gy Aᵀ)[ξ]` of one F(4×4) tile for every output channel (see
-/// [`grad_line4`]); `rows[a]` holds the tile's output-gradient row `a`, 4 pixels of `oc`
-/// channels.
-struct GradTile4<'a, 'b, 'o> {
-    rows: [&'a [f32]; 4],
-    out: &'b mut [&'o mut [f32]],
-    oc: usize,
+/// A one-dimensional F(4×4) transform of `N` lane vectors into `K`, applied along both
+/// axes of a tile by [`Separable`].
+trait Line<const N: usize, const K: usize> {
+    fn line(v: [[f32; L]; N]) -> [[f32; L]; K];
 }
 
-impl SimdKernel for GradTile4<'_, '_, '_> {
-    type Output = ();
+/// F(4×4)'s input transform, [`input_line4`].
+struct InputLine;
+
+impl Line<6, 6> for InputLine {
     #[inline(always)]
-    fn run(self) {
-        let oc = self.oc;
-        let rows = self.rows;
-        let out = self.out;
-        let step = |o: usize, width: usize, out: &mut [&mut [f32]]| {
-            let p = |a: usize, b: usize| -> [f32; L] {
-                if width == L {
-                    lanes(rows[a], b * oc + o)
-                } else {
-                    std::array::from_fn(|l| {
-                        if l < width {
-                            rows[a][b * oc + o + l]
-                        } else {
-                            0.0
-                        }
-                    })
-                }
-            };
-            // Along x per row (4 rows of 6), then along y per column (6 of 6).
-            let mut r = [[[0.0f32; L]; 6]; 4];
-            for (a, ra) in r.iter_mut().enumerate() {
-                let mut line = [[0.0f32; L]; 4];
-                for (b, v) in line.iter_mut().enumerate() {
-                    *v = p(a, b);
-                }
-                *ra = grad_line4(line);
-            }
-            for j in 0..6 {
-                let mut line = [[0.0f32; L]; 4];
-                for (v, ra) in line.iter_mut().zip(&r) {
-                    *v = ra[j];
-                }
-                for (i, zi) in grad_line4(line).iter().enumerate() {
-                    store(&mut out[i * 6 + j][o..], zi, width);
-                }
-            }
-        };
-        by_lanes(oc, |o, width| step(o, width, out));
+    fn line(v: [[f32; L]; 6]) -> [[f32; L]; 6] {
+        input_line4(v)
     }
 }
 
-/// Step 3 of F(4×4) for one tile: `V[ξ] = (Bᵀ d B)[ξ]` (see [`input_line4`]) for every
-/// channel; `rows[i]` holds the patch's row `i`, 6 pixels of `ic` channels.
-struct InputTile4<'a, 'b, 'o> {
-    rows: [&'a [f32]; 6],
-    out: &'b mut [&'o mut [f32]],
-    ic: usize,
+/// F(4×4)'s output-gradient transform, [`grad_line4`].
+struct GradLine;
+
+impl Line<4, 6> for GradLine {
+    #[inline(always)]
+    fn line(v: [[f32; L]; 4]) -> [[f32; L]; 6] {
+        grad_line4(v)
+    }
 }
 
-impl SimdKernel for InputTile4<'_, '_, '_> {
+/// One F(4×4) tile's `X (·) Xᵀ` transform for every channel: step 3's `V[ξ] = (Bᵀ d B)[ξ]`
+/// ([`InputLine`], `N = 6`: `rows[i]` the patch's row `i`, 6 pixels of `width` channels)
+/// or the weight gradient's `Z[ξ] = (A gy Aᵀ)[ξ]` ([`GradLine`], `N = 4`: the output
+/// gradient's 4 rows of 4 pixels); `out[i · K + j]` receives element `(i, j)`.
+struct Separable<'a, 'b, 'o, F, const N: usize, const K: usize> {
+    rows: [&'a [f32]; N],
+    out: &'b mut [&'o mut [f32]],
+    width: usize,
+    line: std::marker::PhantomData<F>,
+}
+
+impl<'a, 'b, 'o, F: Line<N, K>, const N: usize, const K: usize> Separable<'a, 'b, 'o, F, N, K> {
+    fn new(rows: [&'a [f32]; N], out: &'b mut [&'o mut [f32]], width: usize) -> Self {
+        Separable {
+            rows,
+            out,
+            width,
+            line: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<F: Line<N, K>, const N: usize, const K: usize> SimdKernel for Separable<'_, '_, '_, F, N, K> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let ic = self.ic;
+        let wd = self.width;
         let rows = self.rows;
         let out = self.out;
         let step = |c: usize, width: usize, out: &mut [&mut [f32]]| {
             let d = |i: usize, j: usize| -> [f32; L] {
                 if width == L {
-                    lanes(rows[i], j * ic + c)
+                    lanes(rows[i], j * wd + c)
                 } else {
                     std::array::from_fn(|l| {
                         if l < width {
-                            rows[i][j * ic + c + l]
+                            rows[i][j * wd + c + l]
                         } else {
                             0.0
                         }
@@ -1226,25 +1213,25 @@ impl SimdKernel for InputTile4<'_, '_, '_> {
             };
             // Along x per row, then along y per column (loops, not nested `from_fn`s:
             // those were left as calls, not inlined).
-            let mut r = [[[0.0f32; L]; 6]; 6];
+            let mut r = [[[0.0f32; L]; K]; N];
             for (i, ri) in r.iter_mut().enumerate() {
-                let mut line = [[0.0f32; L]; 6];
+                let mut line = [[0.0f32; L]; N];
                 for (j, v) in line.iter_mut().enumerate() {
                     *v = d(i, j);
                 }
-                *ri = input_line4(line);
+                *ri = F::line(line);
             }
-            for j in 0..6 {
-                let mut line = [[0.0f32; L]; 6];
+            for j in 0..K {
+                let mut line = [[0.0f32; L]; N];
                 for (v, ri) in line.iter_mut().zip(&r) {
                     *v = ri[j];
                 }
-                for (i, vi) in input_line4(line).iter().enumerate() {
-                    store(&mut out[i * 6 + j][c..], vi, width);
+                for (i, vi) in F::line(line).iter().enumerate() {
+                    store(&mut out[i * K + j][c..], vi, width);
                 }
             }
         };
-        by_lanes(ic, |c, width| step(c, width, out));
+        by_lanes(wd, |c, width| step(c, width, out));
     }
 }
 
@@ -1271,7 +1258,7 @@ impl SimdKernel for OutputTile4<'_> {
                     std::array::from_fn(|l| if l < width { s[o + l] } else { 0.0 })
                 }
             };
-            // Loops, not nested `from_fn`s (see `InputTile4`).
+            // Loops, not nested `from_fn`s (see `Separable`).
             let mut c = [[[0.0f32; L]; 4]; 6];
             for (i, ci) in c.iter_mut().enumerate() {
                 let mut line = [[0.0f32; L]; 6];
