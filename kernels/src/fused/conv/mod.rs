@@ -15,10 +15,11 @@
 //! channels, short reductions), `pixels` (1–8 output channels), `wide` (unit stride, 32+
 //! channels, planes of 24×24 and up; also their input gradient), `winograd` (3×3, unit
 //! stride, 128+ channels and 128+ output tiles of 2×2 in the batch; also their input
-//! gradient; its F(4×4) variant is taken before `wide` on planes up to 32²), `subpixel` (4×4, stride 2, padding 1, 8+ channels each way, outputs of
-//! 16×16 and up: space to depth and one GEMM per 2×2 tap; also both gradients, so
-//! DCGAN's transposed convolutions), else im2col tiles and
-//! GEMMs here (a tile of rows per GEMM, or several small planes per GEMM);
+//! gradient; its F(4×4) variant is taken before `wide` on planes up to 32²), `subpixel`
+//! (4×4, stride 2, padding 1, 8+ channels each way, outputs of 16×16 and up: space to
+//! depth and one GEMM per 2×2 tap; also both gradients, so DCGAN's transposed
+//! convolutions), else im2col tiles and GEMMs here (a tile of rows per GEMM, or several
+//! small planes per GEMM);
 //! [`conv2d_backward`] (`backward`) runs the tiled gradients, or for the `wide` layers
 //! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient, and for
 //! the `winograd` layers its input gradient and (over 256+ tiles) weight gradient.

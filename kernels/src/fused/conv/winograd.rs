@@ -386,16 +386,12 @@ fn winograd<T: Float>(
                 }
             });
             match tile {
-                Tile::F2 => with_simd(OutputTile {
-                    m: std::array::from_fn(|xi| rows[xi]),
+                Tile::F2 => with_simd(SeparableOut::<OutputLine2, 4, 2>::new(
+                    &rows[..16],
                     bias,
-                    y: &mut y,
-                }),
-                Tile::F4 => with_simd(OutputTile4 {
-                    m: rows,
-                    bias,
-                    y: &mut y,
-                }),
+                    &mut y,
+                )),
+                Tile::F4 => with_simd(SeparableOut::<OutputLine4, 6, 4>::new(&rows, bias, &mut y)),
             }
             let (rows_in, cols_in) = ((oh - m * ty).min(m), (ow - m * tx).min(m));
             // F(4×4)'s 16 pixels by 16 channels at a time turned over, each channel's
@@ -480,12 +476,12 @@ fn transform_input(
     per_tile(g.n, [th, tw], ic, tile.xis(), |s, ty, tx, out| {
         let row = |i: usize| &xp[((s * hp + m * ty + i) * wp + m * tx) * ic..][..alpha * ic];
         match tile {
-            Tile::F2 => with_simd(InputTile {
-                rows: [row(0), row(1), row(2), row(3)],
+            Tile::F2 => with_simd(Separable::<InputLine2, 4, 4>::new(
+                std::array::from_fn(row),
                 out,
                 ic,
-            }),
-            Tile::F4 => with_simd(Separable::<InputLine, 6, 6>::new(
+            )),
+            Tile::F4 => with_simd(Separable::<InputLine4, 6, 6>::new(
                 std::array::from_fn(row),
                 out,
                 ic,
@@ -802,12 +798,12 @@ fn weight_grad<T: Float>(
     let z = per_tile(g.n, [th, tw], oc, xis, |s, ty, tx, out| {
         let row = |i: usize| &gp[((s * hp + m * ty + i) * wp + m * tx) * oc..][..m * oc];
         match tile {
-            Tile::F2 => with_simd(GradTile {
-                rows: [row(0), row(1)],
+            Tile::F2 => with_simd(Separable::<GradLine2, 2, 4>::new(
+                std::array::from_fn(row),
                 out,
                 oc,
-            }),
-            Tile::F4 => with_simd(Separable::<GradLine, 4, 6>::new(
+            )),
+            Tile::F4 => with_simd(Separable::<GradLine4, 4, 6>::new(
                 std::array::from_fn(row),
                 out,
                 oc,
@@ -874,65 +870,6 @@ fn weight_grad<T: Float>(
     dw
 }
 
-/// `Z[ξ] = (A gy Aᵀ)[ξ]` of one tile for every output channel, with
-/// `A = [[1, 0], [1, 1], [1, -1], [0, -1]]`; `rows[a]` holds the tile's output-gradient
-/// row `a`, 2 pixels of `oc` channels.
-struct GradTile<'a, 'b, 'o> {
-    rows: [&'a [f32]; 2],
-    out: &'b mut [&'o mut [f32]],
-    oc: usize,
-}
-
-impl SimdKernel for GradTile<'_, '_, '_> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        let oc = self.oc;
-        let rows = self.rows;
-        let out = self.out;
-        let step = |o: usize, width: usize, out: &mut [&mut [f32]]| {
-            let p = |a: usize, b: usize| -> [f32; L] {
-                if width == L {
-                    lanes(rows[a], b * oc + o)
-                } else {
-                    std::array::from_fn(|l| {
-                        if l < width {
-                            rows[a][b * oc + o + l]
-                        } else {
-                            0.0
-                        }
-                    })
-                }
-            };
-            let (p00, p01, p10, p11) = (p(0, 0), p(0, 1), p(1, 0), p(1, 1));
-            let neg = |a: [f32; L]| a.map(|v| -v);
-            // Along y: rows (g0, g0 + g1, g0 - g1, -g1); along x the same per row.
-            let r = [
-                (p00, p01),
-                (zip(p00, p10, |a, b| a + b), zip(p01, p11, |a, b| a + b)),
-                (zip(p00, p10, |a, b| a - b), zip(p01, p11, |a, b| a - b)),
-                (neg(p10), neg(p11)),
-            ];
-            for (i, (a, b)) in r.into_iter().enumerate() {
-                let zr = [a, zip(a, b, |a, b| a + b), zip(a, b, |a, b| a - b), neg(b)];
-                for (j, zv) in zr.iter().enumerate() {
-                    store(&mut out[i * 4 + j][o..], zv, width);
-                }
-            }
-        };
-        by_lanes(oc, |o, width| step(o, width, out));
-    }
-}
-
-/// Step 3 for one tile: `V[ξ] = (Bᵀ d B)[ξ]` for every channel, with
-/// `Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]`; `rows[i]` holds
-/// the patch's row `i`, 4 pixels of `ic` channels.
-struct InputTile<'a, 'b, 'o> {
-    rows: [&'a [f32]; 4],
-    out: &'b mut [&'o mut [f32]],
-    ic: usize,
-}
-
 /// Channels per vector step of the transforms (one AVX-512 register of f32).
 const L: usize = 16;
 
@@ -962,123 +899,47 @@ fn zip(a: [f32; L], b: [f32; L], f: impl Fn(f32, f32) -> f32) -> [f32; L] {
     std::array::from_fn(|l| f(a[l], b[l]))
 }
 
-impl SimdKernel for InputTile<'_, '_, '_> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        let ic = self.ic;
-        let rows = self.rows;
-        let out = self.out;
-        // One patch element (row i, column j) of `L` channels from `c` (or the scalar
-        // tail, padded with zeros).
-        let step = |c: usize, width: usize, out: &mut [&mut [f32]]| {
-            let d = |i: usize, j: usize| -> [f32; L] {
-                if width == L {
-                    lanes(rows[i], j * ic + c)
-                } else {
-                    std::array::from_fn(|l| {
-                        if l < width {
-                            rows[i][j * ic + c + l]
-                        } else {
-                            0.0
-                        }
-                    })
-                }
-            };
-            // Along x per row i: R_i = (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
-            let r = |i: usize| {
-                let (a, b, e, f) = (d(i, 0), d(i, 1), d(i, 2), d(i, 3));
-                [
-                    zip(a, e, |a, e| a - e),
-                    zip(b, e, |b, e| b + e),
-                    zip(e, b, |e, b| e - b),
-                    zip(b, f, |b, f| b - f),
-                ]
-            };
-            let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
-            // Along y: V_i = (R_0 - R_2, R_1 + R_2, R_2 - R_1, R_1 - R_3).
-            for j in 0..4 {
-                let v = [
-                    zip(r0[j], r2[j], |a, b| a - b),
-                    zip(r1[j], r2[j], |a, b| a + b),
-                    zip(r2[j], r1[j], |a, b| a - b),
-                    zip(r1[j], r3[j], |a, b| a - b),
-                ];
-                for (i, vi) in v.iter().enumerate() {
-                    store(&mut out[i * 4 + j][c..], vi, width);
-                }
-            }
-        };
-        by_lanes(ic, |c, width| step(c, width, out));
-    }
-}
-
-/// Step 5 for one tile: `Aᵀ M A + bias` for every output channel, with
-/// `Aᵀ = [[1, 1, 1, 0], [0, 1, -1, -1]]`, into `y` (pixel `(dy, dx)` at `(2 dy + dx) *
-/// oc`).
-struct OutputTile<'a> {
-    m: [&'a [f32]; 16],
-    bias: &'a [f32],
-    y: &'a mut [f32],
-}
-
-impl SimdKernel for OutputTile<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        let oc = self.bias.len();
-        let (m, bias) = (self.m, self.bias);
-        let y = self.y;
-        let step = |o: usize, width: usize, y: &mut [f32]| {
-            let ld = |s: &[f32]| -> [f32; L] {
-                if width == L {
-                    lanes(s, o)
-                } else {
-                    std::array::from_fn(|l| if l < width { s[o + l] } else { 0.0 })
-                }
-            };
-            // Along x per row i of M: c_i = (m_i0 + m_i1 + m_i2, m_i1 - m_i2 - m_i3).
-            let c = |i: usize| {
-                let (a, b, e, f) = (
-                    ld(m[4 * i]),
-                    ld(m[4 * i + 1]),
-                    ld(m[4 * i + 2]),
-                    ld(m[4 * i + 3]),
-                );
-                let s = zip(a, b, |a, b| a + b);
-                let d = zip(b, e, |b, e| b - e);
-                (zip(s, e, |s, e| s + e), zip(d, f, |d, f| d - f))
-            };
-            let (c0, c1, c2, c3) = (c(0), c(1), c(2), c(3));
-            let b = ld(bias);
-            let add3 = |p: [f32; L], q: [f32; L], r: [f32; L]| {
-                zip(zip(zip(p, q, |p, q| p + q), r, |s, r| s + r), b, |s, b| {
-                    s + b
-                })
-            };
-            let sub3 = |p: [f32; L], q: [f32; L], r: [f32; L]| {
-                zip(zip(zip(p, q, |p, q| p - q), r, |s, r| s - r), b, |s, b| {
-                    s + b
-                })
-            };
-            let px = [
-                add3(c0.0, c1.0, c2.0),
-                add3(c0.1, c1.1, c2.1),
-                sub3(c1.0, c2.0, c3.0),
-                sub3(c1.1, c2.1, c3.1),
-            ];
-            for (k, p) in px.iter().enumerate() {
-                store(&mut y[k * oc + o..], p, width);
-            }
-        };
-        by_lanes(oc, |o, width| step(o, width, y));
-    }
-}
-
 /// Lanes `(a, b) ↦ a + k·b`.
 #[inline(always)]
 fn axpy(a: [f32; L], k: f32, b: [f32; L]) -> [f32; L] {
     zip(a, b, |a, b| a + k * b)
+}
+
+/// F(2×2)'s `Bᵀ d` along one line of four patch elements, with
+/// `Bᵀ = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]`.
+#[inline(always)]
+fn input_line2(d: [[f32; L]; 4]) -> [[f32; L]; 4] {
+    let [d0, d1, d2, d3] = d;
+    [
+        zip(d0, d2, |a, b| a - b),
+        zip(d1, d2, |a, b| a + b),
+        zip(d2, d1, |a, b| a - b),
+        zip(d1, d3, |a, b| a - b),
+    ]
+}
+
+/// F(2×2)'s `Aᵀ m` along one line of four transformed elements, with
+/// `Aᵀ = [[1, 1, 1, 0], [0, 1, -1, -1]]`.
+#[inline(always)]
+fn output_line2(m: [[f32; L]; 4]) -> [[f32; L]; 2] {
+    let [m0, m1, m2, m3] = m;
+    [
+        zip(zip(m0, m1, |a, b| a + b), m2, |a, b| a + b),
+        zip(zip(m1, m2, |a, b| a - b), m3, |a, b| a - b),
+    ]
+}
+
+/// F(2×2)'s `A g` along one line of two output-gradient elements, with
+/// `A = [[1, 0], [1, 1], [1, -1], [0, -1]]`.
+#[inline(always)]
+fn grad_line2(g: [[f32; L]; 2]) -> [[f32; L]; 4] {
+    let [g0, g1] = g;
+    [
+        g0,
+        zip(g0, g1, |a, b| a + b),
+        zip(g0, g1, |a, b| a - b),
+        g1.map(|v| -v),
+    ]
 }
 
 /// F(4×4)'s `Bᵀ d` along one line of six patch elements:
@@ -1142,36 +1003,47 @@ fn grad_line4(g: [[f32; L]; 4]) -> [[f32; L]; 6] {
     ]
 }
 
-/// A one-dimensional F(4×4) transform of `N` lane vectors into `K`, applied along both
-/// axes of a tile by [`Separable`].
+/// A one-dimensional Winograd transform of `N` lane vectors into `K`, applied along both
+/// axes of a tile by [`Separable`] and [`SeparableOut`].
 trait Line<const N: usize, const K: usize> {
     fn line(v: [[f32; L]; N]) -> [[f32; L]; K];
 }
 
-/// F(4×4)'s input transform, [`input_line4`].
-struct InputLine;
+/// Declares a zero-sized [`Line`] for each transform function.
+macro_rules! lines {
+    ($($(#[$doc:meta])* $name:ident: $n:literal -> $k:literal = $f:ident;)*) => {$(
+        $(#[$doc])*
+        struct $name;
 
-impl Line<6, 6> for InputLine {
-    #[inline(always)]
-    fn line(v: [[f32; L]; 6]) -> [[f32; L]; 6] {
-        input_line4(v)
-    }
+        impl Line<$n, $k> for $name {
+            #[inline(always)]
+            fn line(v: [[f32; L]; $n]) -> [[f32; L]; $k] {
+                $f(v)
+            }
+        }
+    )*};
 }
 
-/// F(4×4)'s output-gradient transform, [`grad_line4`].
-struct GradLine;
-
-impl Line<4, 6> for GradLine {
-    #[inline(always)]
-    fn line(v: [[f32; L]; 4]) -> [[f32; L]; 6] {
-        grad_line4(v)
-    }
+lines! {
+    /// F(2×2)'s input transform, [`input_line2`].
+    InputLine2: 4 -> 4 = input_line2;
+    /// F(2×2)'s output transform, [`output_line2`].
+    OutputLine2: 4 -> 2 = output_line2;
+    /// F(2×2)'s output-gradient transform, [`grad_line2`].
+    GradLine2: 2 -> 4 = grad_line2;
+    /// F(4×4)'s input transform, [`input_line4`].
+    InputLine4: 6 -> 6 = input_line4;
+    /// F(4×4)'s output transform, [`output_line4`].
+    OutputLine4: 6 -> 4 = output_line4;
+    /// F(4×4)'s output-gradient transform, [`grad_line4`].
+    GradLine4: 4 -> 6 = grad_line4;
 }
 
-/// One F(4×4) tile's `X (·) Xᵀ` transform for every channel: step 3's `V[ξ] = (Bᵀ d B)[ξ]`
-/// ([`InputLine`], `N = 6`: `rows[i]` the patch's row `i`, 6 pixels of `width` channels)
-/// or the weight gradient's `Z[ξ] = (A gy Aᵀ)[ξ]` ([`GradLine`], `N = 4`: the output
-/// gradient's 4 rows of 4 pixels); `out[i · K + j]` receives element `(i, j)`.
+/// One tile's `X (·) Xᵀ` transform for every channel, the channels in vector lanes: step
+/// 3's `V[ξ] = (Bᵀ d B)[ξ]` ([`InputLine2`], [`InputLine4`]: `rows[i]` the patch's row
+/// `i`, `N` pixels of `width` channels) or the weight gradient's `Z[ξ] = (A gy Aᵀ)[ξ]`
+/// ([`GradLine2`], [`GradLine4`]: the output gradient's `N` rows of `N` pixels);
+/// `out[i · K + j]` receives element `(i, j)`.
 struct Separable<'a, 'b, 'o, F, const N: usize, const K: usize> {
     rows: [&'a [f32]; N],
     out: &'b mut [&'o mut [f32]],
@@ -1235,15 +1107,29 @@ impl<F: Line<N, K>, const N: usize, const K: usize> SimdKernel for Separable<'_,
     }
 }
 
-/// Step 5 of F(4×4) for one tile: `Aᵀ M A + bias` (see [`output_line4`]) for every
-/// output channel, into `y` (pixel `(dy, dx)` at `(4 dy + dx) * oc`).
-struct OutputTile4<'a> {
-    m: [&'a [f32]; 36],
+/// Step 5 for one tile: `Aᵀ M A + bias` ([`OutputLine2`], [`OutputLine4`]) for every
+/// output channel, the channels in vector lanes, from the tile's `N²` rows of `M` (`m[i ·
+/// N + j]` its element `(i, j)`, `oc` channels each) into `y` (pixel `(dy, dx)` at
+/// `(K dy + dx) · oc`).
+struct SeparableOut<'a, 'b, F, const N: usize, const K: usize> {
+    m: &'b [&'a [f32]],
     bias: &'a [f32],
-    y: &'a mut [f32],
+    y: &'b mut [f32],
+    line: std::marker::PhantomData<F>,
 }
 
-impl SimdKernel for OutputTile4<'_> {
+impl<'a, 'b, F: Line<N, K>, const N: usize, const K: usize> SeparableOut<'a, 'b, F, N, K> {
+    fn new(m: &'b [&'a [f32]], bias: &'a [f32], y: &'b mut [f32]) -> Self {
+        SeparableOut {
+            m,
+            bias,
+            y,
+            line: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<F: Line<N, K>, const N: usize, const K: usize> SimdKernel for SeparableOut<'_, '_, F, N, K> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
@@ -1259,25 +1145,23 @@ impl SimdKernel for OutputTile4<'_> {
                 }
             };
             // Loops, not nested `from_fn`s (see `Separable`).
-            let mut c = [[[0.0f32; L]; 4]; 6];
+            let mut c = [[[0.0f32; L]; K]; N];
             for (i, ci) in c.iter_mut().enumerate() {
-                let mut line = [[0.0f32; L]; 6];
+                let mut line = [[0.0f32; L]; N];
                 for (j, v) in line.iter_mut().enumerate() {
-                    *v = ld(m[6 * i + j]);
+                    *v = ld(m[N * i + j]);
                 }
-                *ci = output_line4(line);
+                *ci = F::line(line);
             }
             let b = ld(bias);
-            for dx in 0..4 {
-                let mut column = [[0.0f32; L]; 6];
+            for dx in 0..K {
+                let mut column = [[0.0f32; L]; N];
                 for (v, ci) in column.iter_mut().zip(&c) {
                     *v = ci[dx];
                 }
-                let col = output_line4(column);
-                for (dy, p) in col.iter().enumerate() {
+                for (dy, p) in F::line(column).iter().enumerate() {
                     let p = zip(*p, b, |p, b| p + b);
-                    let at = (dy * 4 + dx) * oc + o;
-                    store(&mut y[at..], &p, width);
+                    store(&mut y[(dy * K + dx) * oc + o..], &p, width);
                 }
             }
         };
