@@ -12,6 +12,16 @@
 //! inner loop has no bounds branches. A padded convolution reads a zero-padded copy of
 //! each sample, so no tap tests the border either.
 //!
+//! On AVX-512, unit-stride undilated kernels 3 or 5 wide run a kernel row at a time
+//! (`sample_unit_rows`): the row's weight vectors stay in registers and each input float
+//! is broadcast once for all the taps that read it, so the loop is bound by the FMAs,
+//! not the load ports; and a block within one output row is turned over in registers
+//! and stored as one run per channel instead of a scatter. LeNet's second layer (batch
+//! 64, two Zen 5 cores): 107–111 -> 79–82 µs; a 3×3 16 -> 32-channel layer at 28²: 1.94
+//! -> 1.40 ms; a 3 -> 16-channel one at 32²: 290 -> 68 µs (the scatter wrote a cache line
+//! per float). AVX2's sixteen registers cannot hold a row's weights beside the
+//! accumulators (the row loop ran 2× slower there), so it keeps the per-tap loop.
+//!
 //! The blocks are written once, generic over a 16-float vector type (`lanes`), with
 //! AVX-512 and AVX2 + FMA intrinsics for f32 (autovectorisation kept the accumulators in
 //! memory); other element types and CPUs take the tiled im2col + GEMM path ([`applies`]
@@ -267,6 +277,39 @@ mod blocks {
         unsafe { L::load(init.as_ptr()) }
     }
 
+    /// Stores a block of `PX` consecutive pixels of one output row (`acc[p]` holding
+    /// pixel `p`'s channels of block `ob`) at `out[o·plane + p]` for each live channel
+    /// `o` of the block, turning the block over sixteen pixels at a time so that each
+    /// channel's pixels are written as one run.
+    ///
+    /// # Safety
+    /// `PX <= 16`, and `out[o·plane..][..PX]` is inside the sample's output for each live
+    /// channel `o` of the block (the block lies within one row's valid pixels).
+    #[inline(always)]
+    unsafe fn store_row<const PX: usize>(
+        plan: &Plan,
+        ob: usize,
+        acc: &[[f32; OB]; PX],
+        out: &mut [f32],
+    ) {
+        let plane = plan.g.output().map_or(0, |[oh, ow]| oh * ow);
+        let mut blk = [[0.0f32; OB]; 16];
+        blk[..PX].copy_from_slice(acc);
+        let mut turned = [[0.0f32; 16]; OB];
+        // SAFETY: both are 16 × 16 floats, rows 16 apart.
+        unsafe {
+            super::super::winograd::transpose16(
+                blk.as_ptr().cast(),
+                16,
+                turned.as_mut_ptr().cast(),
+                16,
+            )
+        };
+        for (j, row) in turned.iter().enumerate().take(plan.o - ob * OB) {
+            out[(ob * OB + j) * plane..][..PX].copy_from_slice(&row[..PX]);
+        }
+    }
+
     /// The accumulators as arrays, for the scattered stores.
     #[inline(always)]
     unsafe fn spill<L: Lanes, const PX: usize>(acc: [L; PX]) -> [[f32; OB]; PX] {
@@ -320,6 +363,84 @@ mod blocks {
                 let acc = unsafe { spill(acc) };
                 // Pixel `q0c + p` of the wide layout, tracked without a division each.
                 let (mut y, mut xo) = (q0c / wp, q0c % wp);
+                if L::TURNS && xo + PX <= ow {
+                    // SAFETY: `PX <= 16` (the AVX-512 blocks); the block is pixels `xo..xo
+                    // + PX` of row `y`, all valid.
+                    unsafe { store_row(plan, ob, &acc, &mut out[y * ow + xo..]) };
+                    continue;
+                }
+                for a in acc.iter() {
+                    if xo < ow {
+                        for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
+                            out[(ob * OB + j) * plane + y * ow + xo] = v;
+                        }
+                    }
+                    xo += 1;
+                    if xo == wp {
+                        (y, xo) = (y + 1, 0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`sample_unit_stride`] for undilated kernels `KW` wide, a kernel row at a time:
+    /// the row's `KW` weight vectors stay in registers, and each of the `PX + KW - 1`
+    /// input floats the block's pixels read in that row is broadcast once and feeds every
+    /// accumulator whose window covers it (up to `KW` FMAs per broadcast, where the
+    /// per-tap loop broadcasts once per FMA and is bound by the load ports).
+    ///
+    /// # Safety
+    /// As [`sample_unit_stride`], with `plan.g.kernel[1] == KW` and unit dilation.
+    #[inline(always)]
+    pub(super) unsafe fn sample_unit_rows<L: Lanes, const PX: usize, const KW: usize>(
+        plan: &Plan,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        let g = plan.g;
+        let [oh, ow] = g.output().expect("checked by the caller");
+        let (wp, plane) = (plan.wp, oh * ow);
+        let kh = g.kernel[0];
+        let starts = super::block_starts(oh, ow, wp, PX);
+        for ob in 0..plan.opad / OB {
+            // SAFETY: the caller runs with `L`'s features.
+            let init = unsafe { bias_block::<L>(plan, ob) };
+            for &q0c in &starts {
+                let mut acc = [init; PX];
+                for c in 0..g.c {
+                    let xc = x[c * plan.chan..(c + 1) * plan.chan].as_ptr();
+                    let wc = &plan.wt[c * kh * KW * plan.opad..(c + 1) * kh * KW * plan.opad];
+                    for ki in 0..kh {
+                        // SAFETY: row `ki·KW + kj` of this channel's weights has `opad`
+                        // floats and `ob * OB + OB <= opad`; input float `j` of the row is
+                        // tap `(ki, kj)` of pixel `j - kj`, read by the per-tap loop too.
+                        unsafe {
+                            let ws: [L; KW] = std::array::from_fn(|kj| {
+                                L::load(wc.as_ptr().add((ki * KW + kj) * plan.opad + ob * OB))
+                            });
+                            let src = xc.add(ki * wp + q0c);
+                            for j in 0..PX + KW - 1 {
+                                let b = L::splat(*src.add(j));
+                                for (kj, &w) in ws.iter().enumerate() {
+                                    if j >= kj && j - kj < PX {
+                                        acc[j - kj] = L::fma(w, b, acc[j - kj]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                // SAFETY: the caller runs with `L`'s features.
+                let acc = unsafe { spill(acc) };
+                // Pixel `q0c + p` of the wide layout, tracked without a division each.
+                let (mut y, mut xo) = (q0c / wp, q0c % wp);
+                if L::TURNS && xo + PX <= ow {
+                    // SAFETY: `PX <= 16` (the AVX-512 blocks); the block is pixels `xo..xo
+                    // + PX` of row `y`, all valid.
+                    unsafe { store_row(plan, ob, &acc, &mut out[y * ow + xo..]) };
+                    continue;
+                }
                 for a in acc.iter() {
                     if xo < ow {
                         for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
@@ -486,6 +607,21 @@ mod levels {
         // SAFETY: AVX-512F is enabled here; the rest is the caller's contract (`plan.px`
         // only picks the block width).
         unsafe {
+            if plan.g.dilation == [1, 1] {
+                match (plan.px, plan.g.kernel[1]) {
+                    (8, 3) => return blocks::sample_unit_rows::<Zmm, 8, 3>(plan, x, out),
+                    (10, 3) => return blocks::sample_unit_rows::<Zmm, 10, 3>(plan, x, out),
+                    (12, 3) => return blocks::sample_unit_rows::<Zmm, 12, 3>(plan, x, out),
+                    (14, 3) => return blocks::sample_unit_rows::<Zmm, 14, 3>(plan, x, out),
+                    (16, 3) => return blocks::sample_unit_rows::<Zmm, 16, 3>(plan, x, out),
+                    (8, 5) => return blocks::sample_unit_rows::<Zmm, 8, 5>(plan, x, out),
+                    (10, 5) => return blocks::sample_unit_rows::<Zmm, 10, 5>(plan, x, out),
+                    (12, 5) => return blocks::sample_unit_rows::<Zmm, 12, 5>(plan, x, out),
+                    (14, 5) => return blocks::sample_unit_rows::<Zmm, 14, 5>(plan, x, out),
+                    (16, 5) => return blocks::sample_unit_rows::<Zmm, 16, 5>(plan, x, out),
+                    _ => {}
+                }
+            }
             match plan.px {
                 10 => blocks::sample_unit_stride::<Zmm, 10>(plan, x, out),
                 12 => blocks::sample_unit_stride::<Zmm, 12>(plan, x, out),
@@ -825,6 +961,15 @@ pub(super) mod tests {
                 (2, 3, [14, 14], 20, [3, 3], [1, 1], [0, 0], [1, 1]),
                 (2, 3, [11, 9], 19, [3, 2], [2, 1], [1, 0], [1, 2]),
                 (1, 2, [7, 8], 32, [3, 3], [3, 2], [2, 1], [2, 1]),
+                // The kernel-row loops (3 and 5 wide, unit dilation) at every AVX-512
+                // block width, their blocks turned over into rows: 16 per row of 32,
+                // two channel blocks (the second partial), padding; blocks spanning
+                // rows (4-pixel rows) stored by the scatter.
+                (2, 3, [32, 32], 16, [3, 3], [1, 1], [1, 1], [1, 1]),
+                (2, 5, [20, 20], 27, [5, 5], [1, 1], [2, 2], [1, 1]),
+                (3, 4, [6, 6], 16, [3, 3], [1, 1], [0, 0], [1, 1]),
+                (1, 2, [8, 8], 9, [5, 5], [1, 1], [0, 0], [1, 1]),
+                (2, 7, [16, 16], 32, [3, 5], [1, 1], [1, 2], [1, 1]),
             ],
         );
     }

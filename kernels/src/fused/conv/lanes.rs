@@ -59,6 +59,10 @@ mod x86 {
         const PX: usize;
         /// Floats per value: the output channels of a register block.
         const WIDTH: usize = 16;
+        /// Whether a block's pixels are stored by turning the block over in registers
+        /// (AVX-512's 16 × 16 transpose: one run per channel, where a scatter writes one
+        /// float per channel and pixel, each to another cache line).
+        const TURNS: bool = false;
         /// # Safety
         /// `p` points to `WIDTH` readable floats; the CPU has the type's features.
         unsafe fn load(p: *const f32) -> Self;
@@ -117,6 +121,7 @@ mod x86 {
 
     impl Lanes for Zmm {
         const PX: usize = 8;
+        const TURNS: bool = true;
         #[inline(always)]
         unsafe fn load(p: *const f32) -> Self {
             // SAFETY: the caller's contract.

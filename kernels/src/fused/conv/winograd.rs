@@ -595,7 +595,7 @@ fn channels_last(
 /// `src` is readable at `i · ss + j` and `dst` writable at `j · ds + i` for all
 /// `i, j < 16`, and the two do not overlap.
 #[inline(always)]
-unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+pub(super) unsafe fn transpose16(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
     #[cfg(target_arch = "x86_64")]
     if super::lanes::level() == Some(super::lanes::Level::Avx512) {
         // SAFETY: AVX-512F is present (checked above); the caller's bounds.
