@@ -332,6 +332,10 @@ pub fn conv2d_backward<T: Float>(
             winograd_x
                 .then(|| super::winograd::conv2d_winograd_input_grad(gout, w, g, out_channels))
         })
+        .or_else(|| {
+            (subpixel_x && super::parity::input_grad_applies::<T>(g, out_channels, groups))
+                .then(|| super::parity::input_grad(gout, w, g, out_channels))
+        })
         .or_else(|| subpixel_x.then(|| super::subpixel::input_grad(gout, w, g, out_channels)));
     let dw = dw
         .or_else(|| {

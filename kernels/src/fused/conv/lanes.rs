@@ -203,6 +203,10 @@ mod x86 {
         /// # Safety
         /// The CPU has the type's features.
         unsafe fn sum4(v: [Self; 4]) -> [f32; 4];
+        /// Writes `even[0], odd[0], even[1], odd[1], …`: `2·LANES` floats from `p`.
+        /// # Safety
+        /// `p` points to `2·LANES` writable floats; the CPU has the type's features.
+        unsafe fn store_interleaved(even: Self, odd: Self, p: *mut f32);
     }
 
     impl Vector for Zmm {
@@ -226,6 +230,18 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             // SAFETY: the caller's contract.
             unsafe { <Zmm as Lanes>::store(self, p) }
+        }
+        #[inline(always)]
+        unsafe fn store_interleaved(even: Self, odd: Self, p: *mut f32) {
+            // SAFETY: the caller's contract. Index `i < 16` picks `even`'s lane `i`, `16 +
+            // i` `odd`'s.
+            unsafe {
+                let lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+                let hi =
+                    _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+                _mm512_storeu_ps(p, _mm512_permutex2var_ps(even.0, lo, odd.0));
+                _mm512_storeu_ps(p.add(16), _mm512_permutex2var_ps(even.0, hi, odd.0));
+            }
         }
         #[inline(always)]
         unsafe fn sum4(v: [Self; 4]) -> [f32; 4] {
@@ -267,6 +283,17 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             // SAFETY: the caller's contract.
             unsafe { _mm256_storeu_ps(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn store_interleaved(even: Self, odd: Self, p: *mut f32) {
+            // SAFETY: the caller's contract. Within each 128-bit half the unpacks pair
+            // lanes 0–1 (`lo`) and 2–3 (`hi`); the half swaps put them in order.
+            unsafe {
+                let lo = _mm256_unpacklo_ps(even.0, odd.0);
+                let hi = _mm256_unpackhi_ps(even.0, odd.0);
+                _mm256_storeu_ps(p, _mm256_permute2f128_ps::<0x20>(lo, hi));
+                _mm256_storeu_ps(p.add(8), _mm256_permute2f128_ps::<0x31>(lo, hi));
+            }
         }
         #[inline(always)]
         unsafe fn sum4([a, b, c, d]: [Self; 4]) -> [f32; 4] {

@@ -27,6 +27,7 @@
 mod backward;
 mod direct;
 mod lanes;
+mod parity;
 mod pixels;
 mod subpixel;
 mod weight_grad;
@@ -775,6 +776,9 @@ pub fn conv2d<T: Float>(
     }
     if winograd::applies::<T>(g, out_channels, groups) {
         return winograd::conv2d_winograd(x, w, bias, g, out_channels);
+    }
+    if parity::applies::<T>(g, out_channels, groups) {
+        return parity::conv2d(x, w, bias, g, out_channels);
     }
     if subpixel::applies(g, out_channels, groups) {
         return subpixel::conv2d_subpixel(x, w, bias, g, out_channels);

@@ -1,0 +1,734 @@
+//! Direct kernels for the 4×4, stride-2, padding-1 convolutions of [`subpixel`](super::subpixel)
+//! (DCGAN's and pix2pix's down- and upsampling layers) whose output rows are a whole
+//! number of vector registers wide: no GEMM, no packing of the frames, and no product
+//! wasted on the frames' extra row and column.
+//!
+//! The input is taken to space-to-depth frames as in `subpixel` (one sample at a time:
+//! row `r = c·4 + py·2 + px` holds `x[c, 2i + py − 1, 2j + px − 1]` at `(i, j)` of an
+//! `(oh + 1) × (ow + 1)` frame), so the convolution is a unit-stride 2×2 one with
+//! `4·C` input channels. The forward kernel vectorises along an output row: a register
+//! block holds [`MO`] output channels × `R` rows of one vector of pixels each, and for
+//! every frame and tap it loads `R` vectors of the frame (consecutive floats: the tap's
+//! row and column shift) and broadcasts `MO` weights, so every FMA is useful and the
+//! loads stay well under one per FMA. Each block writes its finished vectors straight
+//! into the NCHW output; blocks past the last multiple of `MO` channels or `R` rows
+//! start earlier instead, recomputing (and rewriting the same values to) a few of the
+//! previous block's rows or channels.
+
+use super::direct::f32s;
+use super::lanes::{Level, level};
+use crate::WideFloat as Float;
+use crate::cpu::{Conv2dGeometry, HostBuffer, num_threads, run_tasks};
+use crate::{DType, Element};
+
+/// Output channels per register block.
+const MO: usize = 6;
+
+/// Output rows per register block on `level` (`MO · R` accumulators: 24 of AVX-512's 32
+/// registers, 12 of AVX2's 16).
+fn rows(level: Level) -> usize {
+    match level {
+        Level::Avx512 => 4,
+        Level::Avx2 => 2,
+    }
+}
+
+/// Whether the kernels here serve a convolution `subpixel` serves: f32 on AVX-512 or
+/// AVX2 + FMA, output rows a multiple of the vector width, at least one register block
+/// of channels and rows.
+pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
+    let [oh, ow] = [g.input[0] / 2, g.input[1] / 2];
+    T::DTYPE == DType::F32
+        && super::subpixel::applies(g, out_channels, groups)
+        && out_channels >= MO
+        && level().is_some_and(|l| ow.is_multiple_of(l.lanes()) && oh >= rows(l))
+}
+
+/// The frame geometry of one sample.
+#[derive(Clone, Copy)]
+struct Frames {
+    c: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    /// Frame width and size.
+    fw: usize,
+    fp: usize,
+}
+
+impl Frames {
+    fn new(g: &Conv2dGeometry) -> Self {
+        let [h, w] = g.input;
+        let (oh, ow) = (h / 2, w / 2);
+        Frames {
+            c: g.c,
+            h,
+            w,
+            oh,
+            ow,
+            fw: ow + 1,
+            fp: (oh + 1) * (ow + 1),
+        }
+    }
+
+    /// Writes sample `x` `[C, H, W]` into `dst`'s `4·C` frames, leaving the positions no
+    /// input pixel maps to (one row and one column of each frame) as they are: zero in a
+    /// buffer that only ever holds frames.
+    fn fill(&self, x: &[f32], dst: &mut [f32]) {
+        let (h, w, fw, fp) = (self.h, self.w, self.fw, self.fp);
+        for (ci, plane) in x.chunks_exact(h * w).enumerate().take(self.c) {
+            for (y, src) in plane.chunks_exact(w).enumerate() {
+                // Input row y is row i = ⌈y / 2⌉ of parity py = (y + 1) % 2; even columns
+                // 2j are px = 1 at j, odd ones 2j + 1 px = 0 at j + 1.
+                let (i, py) = (y.div_ceil(2), (y + 1) % 2);
+                let r0 = ci * 4 + py * 2;
+                let (odd, even) = dst[r0 * fp..(r0 + 2) * fp].split_at_mut(fp);
+                let odd = &mut odd[i * fw + 1..][..self.ow];
+                let even = &mut even[i * fw..][..self.ow];
+                for ((pair, e), o) in src.chunks_exact(2).zip(even).zip(odd) {
+                    *e = pair[0];
+                    *o = pair[1];
+                }
+            }
+        }
+    }
+}
+
+/// The first channel (or row) of each block of `size` covering `0..n` (`n ≥ size`): the
+/// last block ends at `n`.
+fn block_starts(n: usize, size: usize) -> impl Iterator<Item = usize> {
+    (0..n.div_ceil(size)).map(move |b| (b * size).min(n - size))
+}
+
+/// Part `k` of `parts` of the `size`-blocks covering `0..n` ([`block_starts`]): a range
+/// of block indices, the last block (which overlaps the one before where `size` does
+/// not divide `n`) always with that one, so no two tasks write the same element.
+fn part(n: usize, size: usize, parts: usize, k: usize) -> std::ops::Range<usize> {
+    let nb = n.div_ceil(size);
+    let units = if n.is_multiple_of(size) { nb } else { nb - 1 };
+    let end = if k + 1 == parts {
+        nb
+    } else {
+        (k + 1) * units / parts
+    };
+    k * units / parts..end
+}
+
+/// How the tasks split a batch: whole samples per thread when there are enough of
+/// them, else each sample's `nb` blocks (of `size` over `n`) between `split` tasks.
+#[derive(Clone, Copy)]
+struct Split {
+    n: usize,
+    tasks: usize,
+    split: usize,
+    per_sample: bool,
+}
+
+impl Split {
+    fn new(samples: usize, blocks: usize) -> Self {
+        let threads = num_threads();
+        let split = threads.div_ceil(samples.max(1)).min(blocks).max(1);
+        let per_sample = samples >= threads;
+        Split {
+            n: samples,
+            tasks: if per_sample { threads } else { samples * split },
+            split,
+            per_sample,
+        }
+    }
+
+    /// Task `t`'s samples, and its part of each sample's blocks (`parts_of(k, parts)`
+    /// gives part `k` of `parts`).
+    fn task(
+        &self,
+        t: usize,
+        parts_of: impl Fn(usize, usize) -> std::ops::Range<usize>,
+    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        if self.per_sample {
+            (
+                t * self.n / self.tasks..(t + 1) * self.n / self.tasks,
+                parts_of(0, 1),
+            )
+        } else {
+            let (s, k) = (t / self.split, t % self.split);
+            (s..s + 1, parts_of(k, self.split))
+        }
+    }
+}
+
+/// `w` `[O, C, 4, 4]` as `[blocks, 4·C, 4, MO]`: block `b` holds channels `start..start +
+/// MO` ([`block_starts`]), frame row `r = c·4 + py·2 + px`, tap `t = ty·2 + tx` the
+/// weight `w[o, c, 2ty + py, 2tx + px]`.
+fn pack_forward(w: &[f32], o: usize, c: usize) -> Vec<f32> {
+    let k = 4 * c;
+    let mut out = vec![0.0f32; o.div_ceil(MO) * k * 4 * MO];
+    // Each block's weights (L1-sized) are written in any order while `w` is read in its
+    // own.
+    for (blk, o0) in out.chunks_exact_mut(k * 4 * MO).zip(block_starts(o, MO)) {
+        for m in 0..MO {
+            let row = &w[(o0 + m) * c * 16..][..c * 16];
+            for (ci, taps) in row.chunks_exact(16).enumerate() {
+                for (q, &v) in taps.iter().enumerate() {
+                    let (ky, kx) = (q / 4, q % 4);
+                    let r = ci * 4 + (ky % 2) * 2 + kx % 2;
+                    let t = (ky / 2) * 2 + kx / 2;
+                    blk[(r * 4 + t) * MO + m] = v;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A pointer the tasks write disjoint parts of the output through.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: the tasks write disjoint elements (their samples, or their channel blocks of
+// one sample; overlapping blocks of one task rewrite the same values), and the buffer
+// outlives them.
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The element `i` past the start.
+    ///
+    /// # Safety
+    /// `i` is inside the buffer.
+    unsafe fn at(self, i: usize) -> *mut f32 {
+        // SAFETY: the caller's bound.
+        unsafe { self.0.add(i) }
+    }
+}
+
+/// [`conv2d`](super::conv2d) where [`applies`] says so.
+pub(crate) fn conv2d<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    o: usize,
+) -> HostBuffer<T> {
+    conv2d_on(level().expect("checked by `applies`"), x, w, bias, g, o)
+}
+
+/// [`conv2d`] at `level` (the tests run every level the CPU has).
+fn conv2d_on<T: Float>(
+    level: Level,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    g: &Conv2dGeometry,
+    o: usize,
+) -> HostBuffer<T> {
+    let (x, w, bias) = (f32s(x), f32s(w), bias.map(f32s));
+    let fr = Frames::new(g);
+    let (k, plane) = (4 * g.c, fr.oh * fr.ow);
+    let wpk = pack_forward(w, o, g.c);
+    let starts: Vec<usize> = block_starts(o, MO).collect();
+    let mut out = HostBuffer::<T>::new_uninit(g.n * o * plane);
+    let dst = Out(out.as_mut_ptr().cast::<f32>());
+    let split = Split::new(g.n, starts.len());
+    let in_len = g.c * fr.h * fr.w;
+    run_tasks(split.tasks, |t| {
+        let (samples, blocks) = split.task(t, |k, parts| part(o, MO, parts, k));
+        let mut frames = vec![0.0f32; k * fr.fp];
+        for s in samples {
+            fr.fill(&x[s * in_len..(s + 1) * in_len], &mut frames);
+            for b in blocks.clone() {
+                let o0 = starts[b];
+                let bias: [f32; MO] = std::array::from_fn(|m| bias.map_or(0.0, |v| v[o0 + m]));
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `level` is this CPU's; `frames` holds the sample's `k` frames,
+                // `wpk` block `b`'s `k·4·MO` weights, and the output pointer sample `s`'s
+                // channels `o0..o0 + MO` (`o0 + MO ≤ o`), each `oh × ow`, written by this
+                // task alone.
+                unsafe {
+                    levels::forward(
+                        level,
+                        &fr,
+                        &frames,
+                        &wpk[b * k * 4 * MO..(b + 1) * k * 4 * MO],
+                        bias,
+                        dst.at((s * o + o0) * plane),
+                    )
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (level, &frames, &wpk, bias, dst);
+            }
+        }
+    });
+    // SAFETY: every sample's every channel block (the blocks cover `0..o`) wrote all its
+    // rows (the row blocks cover `0..oh`) and columns (`ow` a multiple of the lanes).
+    unsafe { out.assume_init() }
+}
+
+/// Input channels per register block of the input gradient (each with both column
+/// parities of one row parity: `MC · 2 · R` accumulators).
+const MC: usize = 3;
+
+/// Whether [`input_grad`] serves the input gradient of a convolution `subpixel` serves
+/// (the transposed convolution's forward): as [`applies`], with at least [`MC`] input
+/// channels.
+pub(crate) fn input_grad_applies<T: Element>(
+    g: &Conv2dGeometry,
+    out_channels: usize,
+    groups: usize,
+) -> bool {
+    applies::<T>(g, out_channels, groups) && g.c >= MC
+}
+
+/// `w` `[O, C, 4, 4]` for the input gradient: per block of [`MC`] input channels
+/// ([`block_starts`]) and row parity `py`, `[O, MC, 2 (px), 4 (t = ty·2 + tx)]` holding
+/// `w[o, c, 2ty + py, 2tx + px]`.
+fn pack_input_grad(w: &[f32], o: usize, c: usize) -> Vec<f32> {
+    let per = o * MC * 8;
+    let mut out = vec![0.0f32; c.div_ceil(MC) * 2 * per];
+    for (blk, c0) in out.chunks_exact_mut(2 * per).zip(block_starts(c, MC)) {
+        for oc in 0..o {
+            for m in 0..MC {
+                let taps = &w[(oc * c + c0 + m) * 16..][..16];
+                for (q, &v) in taps.iter().enumerate() {
+                    let (ky, kx) = (q / 4, q % 4);
+                    let (py, px, t) = (ky % 2, kx % 2, (ky / 2) * 2 + kx / 2);
+                    blk[py * per + oc * MC * 8 + (m * 2 + px) * 4 + t] = v;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The input gradient `[N, C, H, W]` of a convolution [`input_grad_applies`] serves, from
+/// `gy` `[N, O, oh, ow]` and `w` `[O, C, 4, 4]`: per row parity `py` and column parity
+/// `px` of the input, a 2×2 correlation of the zero-bordered output gradient, the two
+/// column parities of a row interleaved in registers and stored as whole input rows.
+pub(crate) fn input_grad<T: Float>(
+    gy: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    o: usize,
+) -> HostBuffer<T> {
+    input_grad_on(
+        level().expect("checked by `input_grad_applies`"),
+        gy,
+        w,
+        g,
+        o,
+    )
+}
+
+/// [`input_grad`] at `level`.
+fn input_grad_on<T: Float>(
+    level: Level,
+    gy: &[T],
+    w: &[T],
+    g: &Conv2dGeometry,
+    o: usize,
+) -> HostBuffer<T> {
+    let (gy, w) = (f32s(gy), f32s(w));
+    let fr = Frames::new(g);
+    let (c, plane, in_plane) = (g.c, fr.oh * fr.ow, fr.h * fr.w);
+    let gpl = (fr.oh + 2) * (fr.ow + 2);
+    let wpk = pack_input_grad(w, o, c);
+    let per = o * MC * 8;
+    let starts: Vec<usize> = block_starts(c, MC).collect();
+    let mut dx = HostBuffer::<T>::new_uninit(g.n * c * in_plane);
+    let dst = Out(dx.as_mut_ptr().cast::<f32>());
+    let split = Split::new(g.n, starts.len());
+    run_tasks(split.tasks, |t| {
+        let (samples, blocks) = split.task(t, |k, parts| part(c, MC, parts, k));
+        let mut frames = vec![0.0f32; o * gpl];
+        for s in samples {
+            // The sample's output gradient inside a zero border of one.
+            for (src, f) in gy[s * o * plane..(s + 1) * o * plane]
+                .chunks_exact(plane)
+                .zip(frames.chunks_exact_mut(gpl))
+            {
+                for (a, line) in src.chunks_exact(fr.ow).enumerate() {
+                    f[(a + 1) * (fr.ow + 2) + 1..][..fr.ow].copy_from_slice(line);
+                }
+            }
+            for b in blocks.clone() {
+                let c0 = starts[b];
+                for py in 0..2 {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `level` is this CPU's; `frames` holds the sample's `o`
+                    // bordered planes, the weights block `b`'s row parity `py`, and the
+                    // pointer sample `s`'s channels `c0..c0 + MC` (`≤ c`), whose rows of
+                    // parity `py` this task alone writes.
+                    unsafe {
+                        levels::input_grad(
+                            level,
+                            &fr,
+                            o,
+                            &frames,
+                            &wpk[(b * 2 + py) * per..][..per],
+                            py,
+                            dst.at((s * c + c0) * in_plane),
+                        )
+                    };
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let _ = (level, &frames, &wpk, dst, c0, py, per);
+                }
+            }
+        }
+    });
+    // SAFETY: every sample's channel blocks (covering `0..c`) wrote both row parities of
+    // every row block (covering every row of each parity) and every column pair.
+    unsafe { dx.assume_init() }
+}
+
+/// The register-blocked loops, generic over the vector type.
+#[cfg(target_arch = "x86_64")]
+mod blocks {
+    use super::super::lanes::Vector;
+    use super::{Frames, MC, MO};
+
+    /// One block of `MO` output channels, over every row block and column vector of the
+    /// sample: `out[m·plane + a·ow + col..]` for channel `m` of the block.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s features; `frames` holds `4·C` frames, `wpk` `4·C·4·MO` weights,
+    /// `out` is writable for `MO` planes of `oh × ow`; `ow` is a multiple of `V::LANES`
+    /// and `oh ≥ R`.
+    #[inline(always)]
+    pub(super) unsafe fn forward<V: Vector, const R: usize>(
+        fr: &Frames,
+        frames: &[f32],
+        wpk: &[f32],
+        bias: [f32; MO],
+        out: *mut f32,
+    ) {
+        let (fw, fp, ow, plane) = (fr.fw, fr.fp, fr.ow, fr.oh * fr.ow);
+        let k = 4 * fr.c;
+        assert!(frames.len() >= k * fp && wpk.len() >= k * 4 * MO);
+        for a0 in super::block_starts(fr.oh, R) {
+            for col in (0..ow).step_by(V::LANES) {
+                // SAFETY (all of the block): frame `r`'s rows `a0..a0 + R + 1` (≤ oh + 1)
+                // at columns `col + tx..col + tx + LANES` (≤ ow + 1 = fw) lie inside it;
+                // weight `(r·4 + t)·MO + m < k·4·MO`; the stores are output rows `a0 + i
+                // < oh`, columns `col..col + LANES ≤ ow` of the block's planes.
+                unsafe {
+                    let mut acc: [[V; R]; MO] = std::array::from_fn(|m| [V::splat(bias[m]); R]);
+                    let base = frames.as_ptr().add(a0 * fw + col);
+                    for r in 0..k {
+                        let f = base.add(r * fp);
+                        let wr = wpk.as_ptr().add(r * 4 * MO);
+                        for tx in 0..2 {
+                            // Rows a0..a0 + R + 1 at the column shift: tap (ty, tx) of
+                            // row i reads row i + ty.
+                            let b: [V; 8] = std::array::from_fn(|i| {
+                                if i <= R {
+                                    V::load(f.add(i * fw + tx))
+                                } else {
+                                    V::splat(0.0)
+                                }
+                            });
+                            for ty in 0..2 {
+                                let t = ty * 2 + tx;
+                                for (m, row) in acc.iter_mut().enumerate() {
+                                    let wv = V::splat(*wr.add(t * MO + m));
+                                    for (i, a) in row.iter_mut().enumerate() {
+                                        *a = V::fma(wv, b[i + ty], *a);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for (m, row) in acc.iter().enumerate() {
+                        for (i, a) in row.iter().enumerate() {
+                            a.store(out.add(m * plane + (a0 + i) * ow + col));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The input gradient's rows of parity `py` for one block of `MC` input channels:
+    /// `dx[m·H·W + y·W + 2·col..]` with `y = 2·iw + 1 − py` for channel `m` of the block,
+    /// from the `o` zero-bordered gradient planes `gp` (`(oh + 2) × (ow + 2)` each) and
+    /// the block's weights `wpk` (`[o, MC, 2, 4]`).
+    ///
+    /// Input pixel `(2·iw + 1 − py, 2·jw + 1 − px)` is frame position `(iw + 1 − py, jw +
+    /// 1 − px)` of row `c·4 + py·2 + px`, whose gradient is `Σ_{o,ty,tx} w[o, c, 2ty +
+    /// py, 2tx + px] · gp_o[iw + 2 − py − ty, jw + 2 − px − tx]`: a column shift `s = 2 −
+    /// px − tx` of 0, 1 or 2, each loaded once for both column parities.
+    ///
+    /// # Safety
+    /// The CPU has `V`'s features; `gp` holds `o` bordered planes, `wpk` `o·MC·8`
+    /// weights, `dx` is writable for `MC` planes of `H × W`; `ow` is a multiple of
+    /// `V::LANES`, `oh ≥ R`, `py < 2`.
+    #[inline(always)]
+    pub(super) unsafe fn input_grad<V: Vector, const R: usize>(
+        fr: &Frames,
+        o: usize,
+        gp: &[f32],
+        wpk: &[f32],
+        py: usize,
+        dx: *mut f32,
+    ) {
+        let (oh, ow, w) = (fr.oh, fr.ow, fr.w);
+        let (gw, gpl, in_plane) = (ow + 2, (oh + 2) * (ow + 2), fr.h * fr.w);
+        assert!(gp.len() >= o * gpl && wpk.len() >= o * MC * 8 && py < 2);
+        for iw0 in super::block_starts(oh, R) {
+            for col in (0..ow).step_by(V::LANES) {
+                // SAFETY (all of the block): plane rows `iw0 + 1 − py..iw0 + 2 − py + R`
+                // (≤ oh + 1) at columns `col + s..col + s + LANES` (≤ ow + 1 < gw); weight
+                // `oc·MC·8 + (m·2 + px)·4 + t < o·MC·8`; stores: row `2·(iw0 + i) + 1 −
+                // py < H`, columns `2·col..2·(col + LANES) ≤ W` of the block's planes.
+                unsafe {
+                    let mut acc = [[[V::splat(0.0); R]; 2]; MC];
+                    let base = gp.as_ptr().add((iw0 + 1 - py) * gw + col);
+                    for oc in 0..o {
+                        let g = base.add(oc * gpl);
+                        let wr = wpk.as_ptr().add(oc * MC * 8);
+                        for sh in 0..3 {
+                            let b: [V; 8] = std::array::from_fn(|i| {
+                                if i <= R {
+                                    V::load(g.add(i * gw + sh))
+                                } else {
+                                    V::splat(0.0)
+                                }
+                            });
+                            for px in 0..2 {
+                                // tx = 2 − px − sh, when it is a tap.
+                                if sh + px == 0 || sh + px > 2 {
+                                    continue;
+                                }
+                                let tx = 2 - px - sh;
+                                for ty in 0..2 {
+                                    for (m, pair) in acc.iter_mut().enumerate() {
+                                        let wv = V::splat(*wr.add((m * 2 + px) * 4 + ty * 2 + tx));
+                                        for (i, a) in pair[px].iter_mut().enumerate() {
+                                            *a = V::fma(wv, b[i + 1 - ty], *a);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for (m, [odd, even]) in acc.iter().enumerate() {
+                        // Even columns 2jw are px = 1, odd ones px = 0.
+                        for (i, (&e, &od)) in even.iter().zip(odd).enumerate() {
+                            let y = 2 * (iw0 + i) + 1 - py;
+                            V::store_interleaved(e, od, dx.add(m * in_plane + y * w + 2 * col));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Each feature level's copy of the [`blocks`] loops.
+#[cfg(target_arch = "x86_64")]
+mod levels {
+    use super::super::lanes::{Ymm, Zmm};
+    use super::{Frames, Level, MO, blocks};
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn input_grad_avx512(
+        fr: &Frames,
+        o: usize,
+        gp: &[f32],
+        wpk: &[f32],
+        py: usize,
+        dx: *mut f32,
+    ) {
+        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
+        unsafe { blocks::input_grad::<Zmm, 4>(fr, o, gp, wpk, py, dx) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn input_grad_avx2(
+        fr: &Frames,
+        o: usize,
+        gp: &[f32],
+        wpk: &[f32],
+        py: usize,
+        dx: *mut f32,
+    ) {
+        // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
+        unsafe { blocks::input_grad::<Ymm, 2>(fr, o, gp, wpk, py, dx) }
+    }
+
+    /// # Safety
+    /// The CPU has `level`'s features; the rest as [`blocks::input_grad`] with `R =
+    /// rows(level)`.
+    pub(super) unsafe fn input_grad(
+        level: Level,
+        fr: &Frames,
+        o: usize,
+        gp: &[f32],
+        wpk: &[f32],
+        py: usize,
+        dx: *mut f32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match level {
+                Level::Avx512 => input_grad_avx512(fr, o, gp, wpk, py, dx),
+                Level::Avx2 => input_grad_avx2(fr, o, gp, wpk, py, dx),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn forward_avx512(
+        fr: &Frames,
+        frames: &[f32],
+        wpk: &[f32],
+        bias: [f32; MO],
+        out: *mut f32,
+    ) {
+        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
+        unsafe { blocks::forward::<Zmm, 4>(fr, frames, wpk, bias, out) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn forward_avx2(
+        fr: &Frames,
+        frames: &[f32],
+        wpk: &[f32],
+        bias: [f32; MO],
+        out: *mut f32,
+    ) {
+        // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
+        unsafe { blocks::forward::<Ymm, 2>(fr, frames, wpk, bias, out) }
+    }
+
+    /// # Safety
+    /// The CPU has `level`'s features; the rest as [`blocks::forward`] with `R =
+    /// rows(level)`.
+    pub(super) unsafe fn forward(
+        level: Level,
+        fr: &Frames,
+        frames: &[f32],
+        wpk: &[f32],
+        bias: [f32; MO],
+        out: *mut f32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match level {
+                Level::Avx512 => forward_avx512(fr, frames, wpk, bias, out),
+                Level::Avx2 => forward_avx2(fr, frames, wpk, bias, out),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fused::conv::backward::tiled_backward;
+    use crate::fused::conv::tiled_conv2d;
+
+    fn values(len: usize, seed: usize) -> Vec<f64> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104729) % 1009) as f64 / 1009.0 - 0.5)
+            .collect()
+    }
+
+    /// The levels this CPU runs (AVX-512 CPUs run the AVX2 kernels too).
+    fn levels() -> Vec<Level> {
+        let mut out = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                out.push(Level::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                out.push(Level::Avx2);
+            }
+        }
+        out
+    }
+
+    /// Forward, input and weight gradient at every level against the im2col tiles in
+    /// f64: channel counts that are and are not multiples of the blocks (the last block
+    /// overlapping the one before), rows that are and are not multiples of the row
+    /// blocks, one and two vectors per row, oblong planes, a bias, whole samples per
+    /// thread and one sample's blocks split between threads.
+    #[test]
+    fn matches_the_tiles() {
+        let levels = levels();
+        if levels.is_empty() {
+            eprintln!("skipping: the parity kernels need AVX-512 or AVX2 + FMA");
+            return;
+        }
+        let _lock = crate::cpu::thread_count_lock();
+        let before = num_threads();
+        for threads in [1, 2] {
+            crate::cpu::set_num_threads(threads);
+            for (n, c, o, [h, w]) in [
+                (1, 8, 8, [32, 32]),
+                (3, 10, 9, [32, 64]),
+                (2, 16, 12, [40, 32]),
+                (1, 9, 13, [34, 32]),
+            ] {
+                let g = Conv2dGeometry {
+                    n,
+                    c,
+                    input: [h, w],
+                    kernel: [4, 4],
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    dilation: [1, 1],
+                };
+                assert!(super::super::subpixel::applies(&g, o, 1), "{g:?}");
+                let [oh, ow] = g.output().unwrap();
+                let x = values(n * c * h * w, 1);
+                let wt = values(o * c * 16, 2);
+                let b = values(o, 3);
+                let gy = values(n * o * oh * ow, 4);
+                let y_ref = tiled_conv2d(&x, &wt, Some(&b), &g, o, 1);
+                let (dx_ref, _) = tiled_backward(&gy, &x, &wt, &g, o, 1, [true, false]);
+                let dx_ref = dx_ref.unwrap();
+                let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+                let (x32, w32, b32, gy32) = (f(&x), f(&wt), f(&b), f(&gy));
+                for &level in &levels {
+                    if ow % level.lanes() != 0 {
+                        continue;
+                    }
+                    let close = |a: &[f32], e: &[f64], what: &str| {
+                        assert_eq!(a.len(), e.len(), "{what}");
+                        for (i, (&a, &e)) in a.iter().zip(e).enumerate() {
+                            assert!(
+                                (a as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                                "{what} {level:?} {g:?} {o} at {i}: {a} vs {e}"
+                            );
+                        }
+                    };
+                    close(
+                        &conv2d_on(level, &x32, &w32, Some(&b32), &g, o),
+                        &y_ref,
+                        "forward",
+                    );
+                    close(
+                        &conv2d_on(level, &x32, &w32, None, &g, o),
+                        &{
+                            let mut nb = y_ref.to_vec();
+                            for (i, v) in nb.iter_mut().enumerate() {
+                                *v -= b[i / (oh * ow) % o];
+                            }
+                            nb
+                        },
+                        "forward without bias",
+                    );
+                    close(
+                        &input_grad_on(level, &gy32, &w32, &g, o),
+                        &dx_ref,
+                        "input gradient",
+                    );
+                }
+            }
+        }
+        crate::cpu::set_num_threads(before);
+    }
+}
