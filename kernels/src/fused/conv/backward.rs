@@ -345,6 +345,10 @@ pub fn conv2d_backward<T: Float>(
             winograd_w
                 .then(|| super::winograd::conv2d_winograd_weight_grad(gout, x, g, out_channels))
         })
+        .or_else(|| {
+            (subpixel_w && super::parity::weight_grad_applies::<T>(g, out_channels, groups))
+                .then(|| super::parity::weight_grad(gout, x, g, out_channels))
+        })
         .or_else(|| subpixel_w.then(|| super::subpixel::weight_grad(gout, x, g, out_channels)));
     (dx, dw)
 }

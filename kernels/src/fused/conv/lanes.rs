@@ -203,6 +203,11 @@ mod x86 {
         /// # Safety
         /// The CPU has the type's features.
         unsafe fn sum4(v: [Self; 4]) -> [f32; 4];
+        /// The lane sums of `LANES` registers, as one register: lane `j` holds the sum
+        /// of `v[j]`'s lanes (a transposing tree of shuffles and adds).
+        /// # Safety
+        /// `v` holds `LANES` registers; the CPU has the type's features.
+        unsafe fn sum_lanes(v: &[Self]) -> Self;
         /// Writes `even[0], odd[0], even[1], odd[1], …`: `2·LANES` floats from `p`.
         /// # Safety
         /// `p` points to `2·LANES` writable floats; the CPU has the type's features.
@@ -241,6 +246,46 @@ mod x86 {
                     _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
                 _mm512_storeu_ps(p, _mm512_permutex2var_ps(even.0, lo, odd.0));
                 _mm512_storeu_ps(p.add(16), _mm512_permutex2var_ps(even.0, hi, odd.0));
+            }
+        }
+        #[inline(always)]
+        unsafe fn sum_lanes(v: &[Self]) -> Self {
+            const EVEN: i32 = 0b10_00_10_00;
+            const ODD: i32 = 0b11_01_11_01;
+            assert!(v.len() >= 16);
+            // SAFETY: the caller's contract. Round 1 leaves, in each 128-bit lane of
+            // `t[k]`, position p ∈ {0, 2} partial sums of `v[2k]` and {1, 3} of `v[2k +
+            // 1]`; round 2 puts `v[4m + p]`'s 128-bit lane sums at position p of
+            // `u[m]`; the two lane-shuffle rounds add the four 128-bit lanes, leaving
+            // `v[4j + p]`'s total at lane `4j + p`.
+            // (Loops, not `array::from_fn`: a closure does not inherit the function's
+            // target features, so the intrinsics in it were calls.)
+            unsafe {
+                let mut t = [_mm512_setzero_ps(); 8];
+                for (k, t) in t.iter_mut().enumerate() {
+                    let (a, b) = (v[2 * k].0, v[2 * k + 1].0);
+                    *t = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+                }
+                let mut u = [_mm512_setzero_ps(); 4];
+                for (m, u) in u.iter_mut().enumerate() {
+                    let (c, d) = (_mm512_castps_pd(t[2 * m]), _mm512_castps_pd(t[2 * m + 1]));
+                    *u = _mm512_add_ps(
+                        _mm512_castpd_ps(_mm512_unpacklo_pd(c, d)),
+                        _mm512_castpd_ps(_mm512_unpackhi_pd(c, d)),
+                    );
+                }
+                let mut w = [_mm512_setzero_ps(); 2];
+                for (q, w) in w.iter_mut().enumerate() {
+                    let (e, f) = (u[2 * q], u[2 * q + 1]);
+                    *w = _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<EVEN>(e, f),
+                        _mm512_shuffle_f32x4::<ODD>(e, f),
+                    );
+                }
+                Zmm(_mm512_add_ps(
+                    _mm512_shuffle_f32x4::<EVEN>(w[0], w[1]),
+                    _mm512_shuffle_f32x4::<ODD>(w[0], w[1]),
+                ))
             }
         }
         #[inline(always)]
@@ -296,6 +341,32 @@ mod x86 {
             }
         }
         #[inline(always)]
+        unsafe fn sum_lanes(v: &[Self]) -> Self {
+            assert!(v.len() >= 8);
+            // SAFETY: the caller's contract. As AVX-512's tree: after the two unpack
+            // rounds position p of each 128-bit half of `u[m]` holds `v[4m + p]`'s half
+            // sum; the half swap adds the halves.
+            unsafe {
+                let mut t = [_mm256_setzero_ps(); 4];
+                for (k, t) in t.iter_mut().enumerate() {
+                    let (a, b) = (v[2 * k].0, v[2 * k + 1].0);
+                    *t = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+                }
+                let mut u = [_mm256_setzero_ps(); 2];
+                for (m, u) in u.iter_mut().enumerate() {
+                    let (c, d) = (_mm256_castps_pd(t[2 * m]), _mm256_castps_pd(t[2 * m + 1]));
+                    *u = _mm256_add_ps(
+                        _mm256_castpd_ps(_mm256_unpacklo_pd(c, d)),
+                        _mm256_castpd_ps(_mm256_unpackhi_pd(c, d)),
+                    );
+                }
+                Ymm(_mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(u[0], u[1]),
+                    _mm256_permute2f128_ps::<0x31>(u[0], u[1]),
+                ))
+            }
+        }
+        #[inline(always)]
         unsafe fn sum4([a, b, c, d]: [Self; 4]) -> [f32; 4] {
             let mut out = [0.0f32; 4];
             // SAFETY: the caller's contract; `out` holds four floats. Pairwise sums within
@@ -308,6 +379,38 @@ mod x86 {
                 _mm_storeu_ps(out.as_mut_ptr(), s);
             }
             out
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// `sum_lanes` at both widths: lane `j` of the result is the sum of register `j`.
+    #[test]
+    fn sums_lanes() {
+        fn check<V: Vector>() {
+            let n = V::LANES;
+            let data: Vec<f32> = (0..n * n).map(|i| (i * i % 97) as f32 - 40.0).collect();
+            let mut out = vec![0.0f32; n];
+            // SAFETY: the caller checked `V`'s features; `data` holds `n` registers and
+            // `out` one.
+            unsafe {
+                let v: Vec<V> = data.chunks_exact(n).map(|c| V::load(c.as_ptr())).collect();
+                V::sum_lanes(&v).store(out.as_mut_ptr());
+            }
+            let want: Vec<f32> = data.chunks_exact(n).map(|c| c.iter().sum()).collect();
+            assert_eq!(out, want, "{n} lanes");
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            check::<Zmm>();
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            check::<Ymm>();
+        } else {
+            eprintln!("skipping: no AVX2 + FMA on this CPU");
         }
     }
 }

@@ -7,6 +7,10 @@
 //! row per frame, 13 % extra products on 16×16 planes), so no im2col columns are gathered
 //! and no columns are scattered back: the layout passes read and write each element once.
 //!
+//! On f32 with AVX-512 or AVX2 and output rows a whole number of vectors wide, the
+//! direct kernels of [`parity`](super::parity) take these layers instead; this module
+//! serves the rest (other widths, other element types and CPUs).
+//!
 //! Notation: the convolution's input `x` `[N, C, H, W]`, output gradient `gy` `[N, O, oh,
 //! ow]` with `oh = H/2`, `ow = W/2`; frames of width `fw = ow + 1` and `fp = (oh + 1)·fw`
 //! elements, one per sample, side by side after a `fw + 1` zero head and before as long a
