@@ -196,6 +196,26 @@ pub fn unary_map<T: Element, U: Element>(
     if shape.len() == 2 && strides[0][0] == 1 && inner_stride > 1 {
         return transposed_map(src, layout.offset(), (shape[0], inner), inner_stride, &f);
     }
+    if shape.len() == 1 {
+        // One strided row (an expanded scalar, such as the gradient of a `sum`, is one
+        // row of stride 0): split along it, as a contiguous loop is.
+        let off = layout.offset();
+        return build_vec(n, |start, dst| {
+            if inner_stride == 0 {
+                let v = f(src[off]);
+                for d in dst.iter_mut() {
+                    d.write(v);
+                }
+            } else {
+                let row = src[off + start * inner_stride..]
+                    .iter()
+                    .step_by(inner_stride);
+                for (d, &x) in dst.iter_mut().zip(row) {
+                    d.write(f(x));
+                }
+            }
+        });
+    }
     // Whole rows per task; each task writes exactly its rows.
     let rows_per = rows_per_task(n / inner, inner);
     let rows_per = if n < PARALLEL_THRESHOLD {
@@ -534,6 +554,26 @@ pub fn fill_strided<T: Element>(dst: &mut [T], layout: &Layout, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One long strided row, split between tasks: an expanded scalar (stride 0, over
+    /// several dimensions that coalesce into one) and a step-3 view at an offset, each
+    /// below and above the parallel threshold.
+    #[test]
+    fn splits_one_strided_row() {
+        let src: Vec<f32> = (0..3 * PARALLEL_THRESHOLD + 30).map(|i| i as f32).collect();
+        for n in [100, PARALLEL_THRESHOLD + 7] {
+            let scalar = Layout::contiguous(&[1, 1]).broadcast_to(&[n, 4]);
+            let out = unary_map(&src[5..], &scalar, |v| v + 1.0);
+            assert_eq!(out.len(), n * 4);
+            assert!(out.iter().all(|&v| v == 6.0), "scalar over {n}");
+            let dims = |v: usize| crate::layout::Dims::from_slice(&[v]);
+            let step = Layout::from_parts(dims(n), dims(3), 2);
+            let out = unary_map(&src, &step, |v| v * 2.0);
+            for (i, &v) in out.iter().enumerate() {
+                assert_eq!(v, (2 + 3 * i) as f32 * 2.0, "step 3 over {n} at {i}");
+            }
+        }
+    }
 
     /// Transposed views (rows below and above a block, one task and many, a row block
     /// of a larger matrix at an offset, output rows a multiple of 2 KiB long, which go

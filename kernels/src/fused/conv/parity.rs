@@ -176,10 +176,12 @@ impl Split {
 /// weight `w[o, c, 2ty + py, 2tx + px]`.
 fn pack_forward(w: &[f32], o: usize, c: usize) -> Vec<f32> {
     let k = 4 * c;
-    let mut out = vec![0.0f32; o.div_ceil(MO) * k * 4 * MO];
+    let starts: Vec<usize> = block_starts(o, MO).collect();
+    let mut out = vec![0.0f32; starts.len() * k * 4 * MO];
     // Each block's weights (L1-sized) are written in any order while `w` is read in its
-    // own.
-    for (blk, o0) in out.chunks_exact_mut(k * 4 * MO).zip(block_starts(o, MO)) {
+    // own; blocks on the thread team (the packing runs on every call).
+    crate::cpu::for_each_chunk_mut(&mut out, k * 4 * MO, |b, blk| {
+        let o0 = starts[b];
         for m in 0..MO {
             let row = &w[(o0 + m) * c * 16..][..c * 16];
             for (ci, taps) in row.chunks_exact(16).enumerate() {
@@ -191,7 +193,7 @@ fn pack_forward(w: &[f32], o: usize, c: usize) -> Vec<f32> {
                 }
             }
         }
-    }
+    });
     out
 }
 
@@ -298,8 +300,11 @@ pub(crate) fn input_grad_applies<T: Element>(
 /// `w[o, c, 2ty + py, 2tx + px]`.
 fn pack_input_grad(w: &[f32], o: usize, c: usize) -> Vec<f32> {
     let per = o * MC * 8;
-    let mut out = vec![0.0f32; c.div_ceil(MC) * 2 * per];
-    for (blk, c0) in out.chunks_exact_mut(2 * per).zip(block_starts(c, MC)) {
+    let starts: Vec<usize> = block_starts(c, MC).collect();
+    let mut out = vec![0.0f32; starts.len() * 2 * per];
+    // Blocks on the thread team: the packing runs on every call.
+    crate::cpu::for_each_chunk_mut(&mut out, 2 * per, |b, blk| {
+        let c0 = starts[b];
         for oc in 0..o {
             for m in 0..MC {
                 let taps = &w[(oc * c + c0 + m) * 16..][..16];
@@ -310,7 +315,7 @@ fn pack_input_grad(w: &[f32], o: usize, c: usize) -> Vec<f32> {
                 }
             }
         }
-    }
+    });
     out
 }
 

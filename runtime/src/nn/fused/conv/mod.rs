@@ -192,6 +192,9 @@ pub(crate) fn conv_transpose2d(
         move |ctx, gout: &Tensor| {
             let (x, w) = (sx.get(op), sw.get(op));
             let want = [ctx.needs(0), ctx.needs(1)];
+            // Copied once for both gradients where it is a view (a `sum`'s gradient is an
+            // expanded scalar).
+            let gout = &gout.contiguous();
             // The convolution this is the input gradient of: its input is `gout`, its
             // output gradient `x`.
             let dx = want[0].then(|| F::conv2d(gout, &w, None, &args));
