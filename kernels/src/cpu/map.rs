@@ -207,11 +207,10 @@ pub fn unary_map<T: Element, U: Element>(
                     d.write(v);
                 }
             } else {
-                let row = src[off + start * inner_stride..]
-                    .iter()
-                    .step_by(inner_stride);
-                for (d, &x) in dst.iter_mut().zip(row) {
-                    d.write(f(x));
+                // Indexed, so a layout past the storage panics instead of leaving slots
+                // unwritten.
+                for (i, d) in dst.iter_mut().enumerate() {
+                    d.write(f(src[off + (start + i) * inner_stride]));
                 }
             }
         });
