@@ -208,6 +208,10 @@ mod x86 {
         /// # Safety
         /// `v` holds `LANES` registers; the CPU has the type's features.
         unsafe fn sum_lanes(v: &[Self]) -> Self;
+        /// Writes the first `n` lanes (`n ≤ LANES`) to `p..p + n`, and nothing past them.
+        /// # Safety
+        /// `p` points to `n` writable floats; the CPU has the type's features.
+        unsafe fn store_first(self, p: *mut f32, n: usize);
         /// Writes `even[0], odd[0], even[1], odd[1], …`: `2·LANES` floats from `p`.
         /// # Safety
         /// `p` points to `2·LANES` writable floats; the CPU has the type's features.
@@ -235,6 +239,12 @@ mod x86 {
         unsafe fn store(self, p: *mut f32) {
             // SAFETY: the caller's contract.
             unsafe { <Zmm as Lanes>::store(self, p) }
+        }
+        #[inline(always)]
+        unsafe fn store_first(self, p: *mut f32, n: usize) {
+            // SAFETY: the caller's contract; masked-off lanes are neither written nor
+            // faulted on.
+            unsafe { _mm512_mask_storeu_ps(p, ((1u32 << n.min(16)) - 1) as __mmask16, self.0) }
         }
         #[inline(always)]
         unsafe fn store_interleaved(even: Self, odd: Self, p: *mut f32) {
@@ -330,6 +340,16 @@ mod x86 {
             unsafe { _mm256_storeu_ps(p, self.0) }
         }
         #[inline(always)]
+        unsafe fn store_first(self, p: *mut f32, n: usize) {
+            // SAFETY: the caller's contract; lanes whose mask sign bit is clear are neither
+            // written nor faulted on.
+            unsafe {
+                let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), idx);
+                _mm256_maskstore_ps(p, mask, self.0)
+            }
+        }
+        #[inline(always)]
         unsafe fn store_interleaved(even: Self, odd: Self, p: *mut f32) {
             // SAFETY: the caller's contract. Within each 128-bit half the unpacks pair
             // lanes 0–1 (`lo`) and 2–3 (`hi`); the half swaps put them in order.
@@ -387,7 +407,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    /// `sum_lanes` at both widths: lane `j` of the result is the sum of register `j`.
+    /// `sum_lanes`, `store_interleaved` and `store_first` at both widths.
     #[test]
     fn sums_lanes() {
         fn check<V: Vector>() {
@@ -403,8 +423,31 @@ mod tests {
             let want: Vec<f32> = data.chunks_exact(n).map(|c| c.iter().sum()).collect();
             assert_eq!(out, want, "{n} lanes");
         }
+        fn stores<V: Vector>() {
+            let n = V::LANES;
+            let a: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let b: Vec<f32> = (0..n).map(|i| 100.0 + i as f32).collect();
+            // SAFETY: the caller checked `V`'s features; each buffer holds what is
+            // written (`2n` floats, or `k ≤ n` of `n + 1`).
+            unsafe {
+                let (va, vb) = (V::load(a.as_ptr()), V::load(b.as_ptr()));
+                let mut out = vec![0.0f32; 2 * n];
+                V::store_interleaved(va, vb, out.as_mut_ptr());
+                let want: Vec<f32> = (0..2 * n)
+                    .map(|i| if i % 2 == 0 { a[i / 2] } else { b[i / 2] })
+                    .collect();
+                assert_eq!(out, want, "interleaved, {n} lanes");
+                for k in 0..=n {
+                    let mut out = vec![-1.0f32; n + 1];
+                    va.store_first(out.as_mut_ptr(), k);
+                    let want: Vec<f32> = (0..=n).map(|i| if i < k { a[i] } else { -1.0 }).collect();
+                    assert_eq!(out, want, "first {k} of {n} lanes");
+                }
+            }
+        }
         if std::arch::is_x86_feature_detected!("avx512f") {
             check::<Zmm>();
+            stores::<Zmm>();
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {

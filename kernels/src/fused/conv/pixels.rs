@@ -119,6 +119,24 @@ mod levels {
                             unsafe { a.store(dst.as_mut_ptr().add(v * L::LANES)) };
                         }
                     }
+                } else if x0 + px <= wp {
+                    // Inside one padded row, past the output's end: the row's real
+                    // pixels by masked stores, nothing past them.
+                    if x0 < ow {
+                        let len = ow - x0;
+                        for (j, row) in acc.iter().enumerate().take(nch) {
+                            let at = (cb * OCB + j) * plane + y * ow + x0;
+                            let dst = &mut out[at..at + len];
+                            for (v, a) in row.iter().enumerate() {
+                                let n = len.saturating_sub(v * L::LANES).min(L::LANES);
+                                if n > 0 {
+                                    // SAFETY: `dst` holds `len` floats, and register `v`
+                                    // writes `n` of them from `v·LANES < len`.
+                                    unsafe { a.store_first(dst.as_mut_ptr().add(v * L::LANES), n) };
+                                }
+                            }
+                        }
+                    }
                 } else {
                     let mut buf = [0.0f32; 64];
                     for (j, row) in acc.iter().enumerate().take(nch) {
@@ -243,6 +261,10 @@ mod tests {
             (2, 2, [20, 37], 8, [3, 3], [1, 1], [1, 1], [1, 1]),
             (2, 3, [9, 11], 1, [3, 2], [1, 1], [1, 0], [2, 1]),
             (1, 4, [12, 12], 7, [5, 5], [1, 1], [0, 0], [1, 1]),
+            // Blocks inside one padded row but past the output row's end (masked
+            // stores), the second register's share 0 or 1 (AVX-512) or 6 (AVX2).
+            (2, 2, [6, 31], 5, [2, 17], [1, 1], [0, 1], [1, 1]),
+            (2, 1, [5, 12], 3, [3, 3], [1, 1], [2, 2], [1, 1]),
         ];
         if level().is_some() {
             for &(n, c, input, o, kernel, stride, padding, dilation) in &cases {
