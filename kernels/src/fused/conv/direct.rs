@@ -277,6 +277,41 @@ mod blocks {
         unsafe { L::load(init.as_ptr()) }
     }
 
+    /// Stores channel block `ob` of the `PX` wide pixels from `q0c` (`acc[p]` holding
+    /// pixel `q0c + p`'s channels) into the sample's output `[O, oh, ow]`, dropping the
+    /// columns past `ow`: a block within one row's valid pixels turned over in
+    /// registers where `L` does that, else channel by channel and pixel by pixel.
+    #[inline(always)]
+    fn store_block<L: Lanes, const PX: usize>(
+        plan: &Plan,
+        ob: usize,
+        acc: &[[f32; OB]; PX],
+        q0c: usize,
+        out: &mut [f32],
+    ) {
+        let [oh, ow] = plan.g.output().expect("checked by the caller");
+        let (wp, plane) = (plan.wp, oh * ow);
+        // Pixel `q0c + p` of the wide layout, tracked without a division each.
+        let (mut y, mut xo) = (q0c / wp, q0c % wp);
+        if L::TURNS && xo + PX <= ow {
+            // SAFETY: `PX <= 16` (the AVX-512 blocks); the block is pixels `xo..xo + PX`
+            // of row `y`, all valid.
+            unsafe { store_row(plan, ob, acc, &mut out[y * ow + xo..]) };
+            return;
+        }
+        for a in acc.iter() {
+            if xo < ow {
+                for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
+                    out[(ob * OB + j) * plane + y * ow + xo] = v;
+                }
+            }
+            xo += 1;
+            if xo == wp {
+                (y, xo) = (y + 1, 0);
+            }
+        }
+    }
+
     /// Stores a block of `PX` consecutive pixels of one output row (`acc[p]` holding
     /// pixel `p`'s channels of block `ob`) at `out[o·plane + p]` for each live channel
     /// `o` of the block, turning the block over sixteen pixels at a time so that each
@@ -336,7 +371,7 @@ mod blocks {
     ) {
         let g = plan.g;
         let [oh, ow] = g.output().expect("checked by the caller");
-        let (wp, plane) = (plan.wp, oh * ow);
+        let wp = plan.wp;
         let ntaps = plan.taps.len();
         let starts = super::block_starts(oh, ow, wp, PX);
         for ob in 0..plan.opad / OB {
@@ -361,25 +396,7 @@ mod blocks {
                 }
                 // SAFETY: the caller runs with `L`'s features.
                 let acc = unsafe { spill(acc) };
-                // Pixel `q0c + p` of the wide layout, tracked without a division each.
-                let (mut y, mut xo) = (q0c / wp, q0c % wp);
-                if L::TURNS && xo + PX <= ow {
-                    // SAFETY: `PX <= 16` (the AVX-512 blocks); the block is pixels `xo..xo
-                    // + PX` of row `y`, all valid.
-                    unsafe { store_row(plan, ob, &acc, &mut out[y * ow + xo..]) };
-                    continue;
-                }
-                for a in acc.iter() {
-                    if xo < ow {
-                        for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
-                            out[(ob * OB + j) * plane + y * ow + xo] = v;
-                        }
-                    }
-                    xo += 1;
-                    if xo == wp {
-                        (y, xo) = (y + 1, 0);
-                    }
-                }
+                store_block::<L, PX>(plan, ob, &acc, q0c, out);
             }
         }
     }
@@ -400,7 +417,7 @@ mod blocks {
     ) {
         let g = plan.g;
         let [oh, ow] = g.output().expect("checked by the caller");
-        let (wp, plane) = (plan.wp, oh * ow);
+        let wp = plan.wp;
         let kh = g.kernel[0];
         let starts = super::block_starts(oh, ow, wp, PX);
         for ob in 0..plan.opad / OB {
@@ -433,25 +450,7 @@ mod blocks {
                 }
                 // SAFETY: the caller runs with `L`'s features.
                 let acc = unsafe { spill(acc) };
-                // Pixel `q0c + p` of the wide layout, tracked without a division each.
-                let (mut y, mut xo) = (q0c / wp, q0c % wp);
-                if L::TURNS && xo + PX <= ow {
-                    // SAFETY: `PX <= 16` (the AVX-512 blocks); the block is pixels `xo..xo
-                    // + PX` of row `y`, all valid.
-                    unsafe { store_row(plan, ob, &acc, &mut out[y * ow + xo..]) };
-                    continue;
-                }
-                for a in acc.iter() {
-                    if xo < ow {
-                        for (j, &v) in a.iter().enumerate().take(plan.o - ob * OB) {
-                            out[(ob * OB + j) * plane + y * ow + xo] = v;
-                        }
-                    }
-                    xo += 1;
-                    if xo == wp {
-                        (y, xo) = (y + 1, 0);
-                    }
-                }
+                store_block::<L, PX>(plan, ob, &acc, q0c, out);
             }
         }
     }

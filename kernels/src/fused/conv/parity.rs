@@ -746,162 +746,75 @@ mod levels {
     use super::super::lanes::{Ymm, Zmm};
     use super::{Frames, Level, MO, blocks};
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn input_grad_avx512(
-        fr: &Frames,
-        o: usize,
-        gp: &[f32],
-        wpk: &[f32],
-        py: usize,
-        dx: *mut f32,
-    ) {
-        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
-        unsafe { blocks::input_grad::<Zmm, 4>(fr, o, gp, wpk, py, dx) }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn input_grad_avx2(
-        fr: &Frames,
-        o: usize,
-        gp: &[f32],
-        wpk: &[f32],
-        py: usize,
-        dx: *mut f32,
-    ) {
-        // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
-        unsafe { blocks::input_grad::<Ymm, 2>(fr, o, gp, wpk, py, dx) }
-    }
-
-    /// # Safety
-    /// The CPU has `level`'s features; the rest as [`blocks::input_grad`] with `R =
-    /// rows(level)`.
-    pub(super) unsafe fn input_grad(
-        level: Level,
-        fr: &Frames,
-        o: usize,
-        gp: &[f32],
-        wpk: &[f32],
-        py: usize,
-        dx: *mut f32,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            match level {
-                Level::Avx512 => input_grad_avx512(fr, o, gp, wpk, py, dx),
-                Level::Avx2 => input_grad_avx2(fr, o, gp, wpk, py, dx),
+    /// The entry point `$name(level, args…)` and the AVX-512 and AVX2 + FMA copies of
+    /// `blocks::$name` it dispatches to, with `$zmm` and `$ymm` as the kernel's block
+    /// size on each.
+    macro_rules! entry {
+        ($name:ident, $avx512:ident = $zmm:literal, $avx2:ident = $ymm:literal, ($($arg:ident: $ty:ty),*)) => {
+            #[target_feature(enable = "avx512f")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $avx512($($arg: $ty),*) {
+                // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
+                unsafe { blocks::$name::<Zmm, $zmm>($($arg),*) }
             }
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    unsafe fn forward_avx512(
-        fr: &Frames,
-        frames: &[f32],
-        wpk: &[f32],
-        bias: [f32; MO],
-        out: *mut f32,
-    ) {
-        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
-        unsafe { blocks::forward::<Zmm, 4>(fr, frames, wpk, bias, out) }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn forward_avx2(
-        fr: &Frames,
-        frames: &[f32],
-        wpk: &[f32],
-        bias: [f32; MO],
-        out: *mut f32,
-    ) {
-        // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
-        unsafe { blocks::forward::<Ymm, 2>(fr, frames, wpk, bias, out) }
-    }
-
-    /// # Safety
-    /// The CPU has `level`'s features; the rest as [`blocks::forward`] with `R =
-    /// rows(level)`.
-    pub(super) unsafe fn forward(
-        level: Level,
-        fr: &Frames,
-        frames: &[f32],
-        wpk: &[f32],
-        bias: [f32; MO],
-        out: *mut f32,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            match level {
-                Level::Avx512 => forward_avx512(fr, frames, wpk, bias, out),
-                Level::Avx2 => forward_avx2(fr, frames, wpk, bias, out),
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $avx2($($arg: $ty),*) {
+                // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
+                unsafe { blocks::$name::<Ymm, $ymm>($($arg),*) }
             }
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn weight_grad_avx512(
-        fr: &Frames,
-        frames: &[f32],
-        gy: &[f32],
-        o: usize,
-        o0: usize,
-        fresh: usize,
-        dwt: &mut [f32],
-    ) {
-        // SAFETY: AVX-512F is enabled here; the rest is the caller's contract.
-        unsafe { blocks::weight_grad::<Zmm, 4>(fr, frames, gy, o, o0, fresh, dwt) }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn weight_grad_avx2(
-        fr: &Frames,
-        frames: &[f32],
-        gy: &[f32],
-        o: usize,
-        o0: usize,
-        fresh: usize,
-        dwt: &mut [f32],
-    ) {
-        // SAFETY: AVX2 and FMA are enabled here; the rest is the caller's contract.
-        unsafe { blocks::weight_grad::<Ymm, 2>(fr, frames, gy, o, o0, fresh, dwt) }
-    }
-
-    /// # Safety
-    /// The CPU has `level`'s features; the rest as [`blocks::weight_grad`] with `MW =
-    /// weight_block(level)`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn weight_grad(
-        level: Level,
-        fr: &Frames,
-        frames: &[f32],
-        gy: &[f32],
-        o: usize,
-        o0: usize,
-        fresh: usize,
-        dwt: &mut [f32],
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            match level {
-                Level::Avx512 => weight_grad_avx512(fr, frames, gy, o, o0, fresh, dwt),
-                Level::Avx2 => weight_grad_avx2(fr, frames, gy, o, o0, fresh, dwt),
+            /// # Safety
+            /// The CPU has `level`'s features; the rest as the block loop of this name,
+            /// at the level's block size.
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name(level: Level, $($arg: $ty),*) {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    match level {
+                        Level::Avx512 => $avx512($($arg),*),
+                        Level::Avx2 => $avx2($($arg),*),
+                    }
+                }
             }
-        }
+        };
     }
+
+    // Rows per block ([`super::rows`]) for the forward and input gradient, output
+    // channels per block ([`super::weight_block`]) for the weight gradient.
+    entry!(
+        forward,
+        forward_avx512 = 4,
+        forward_avx2 = 2,
+        (fr: &Frames, frames: &[f32], wpk: &[f32], bias: [f32; MO], out: *mut f32)
+    );
+    entry!(
+        input_grad,
+        input_grad_avx512 = 4,
+        input_grad_avx2 = 2,
+        (fr: &Frames, o: usize, gp: &[f32], wpk: &[f32], py: usize, dx: *mut f32)
+    );
+    entry!(
+        weight_grad,
+        weight_grad_avx512 = 4,
+        weight_grad_avx2 = 2,
+        (
+            fr: &Frames,
+            frames: &[f32],
+            gy: &[f32],
+            o: usize,
+            o0: usize,
+            fresh: usize,
+            dwt: &mut [f32]
+        )
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fused::conv::backward::tiled_backward;
+    use crate::fused::conv::subpixel::tests::each_case;
     use crate::fused::conv::tiled_conv2d;
-
-    fn values(len: usize, seed: usize) -> Vec<f64> {
-        (0..len)
-            .map(|i| ((i * 7919 + seed * 104729) % 1009) as f64 / 1009.0 - 0.5)
-            .collect()
-    }
 
     /// The levels this CPU runs (AVX-512 CPUs run the AVX2 kernels too).
     fn levels() -> Vec<Level> {
@@ -932,78 +845,47 @@ mod tests {
             eprintln!("skipping: the parity kernels need AVX-512 or AVX2 + FMA");
             return;
         }
-        let _lock = crate::cpu::thread_count_lock();
-        let before = num_threads();
-        for threads in [1, 2] {
-            crate::cpu::set_num_threads(threads);
-            for (n, c, o, [h, w]) in [
-                (1, 8, 8, [32, 32]),
-                (3, 10, 9, [32, 64]),
-                (2, 16, 12, [40, 32]),
-                (1, 9, 13, [34, 32]),
-            ] {
-                let g = Conv2dGeometry {
-                    n,
-                    c,
-                    input: [h, w],
-                    kernel: [4, 4],
-                    stride: [2, 2],
-                    padding: [1, 1],
-                    dilation: [1, 1],
-                };
-                assert!(super::super::subpixel::applies(&g, o, 1), "{g:?}");
-                let [oh, ow] = g.output().unwrap();
-                let x = values(n * c * h * w, 1);
-                let wt = values(o * c * 16, 2);
-                let b = values(o, 3);
-                let gy = values(n * o * oh * ow, 4);
-                let y_ref = tiled_conv2d(&x, &wt, Some(&b), &g, o, 1);
-                let (dx_ref, dw_ref) = tiled_backward(&gy, &x, &wt, &g, o, 1, [true, true]);
-                let (dx_ref, dw_ref) = (dx_ref.unwrap(), dw_ref.unwrap());
-                let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
-                let (x32, w32, b32, gy32) = (f(&x), f(&wt), f(&b), f(&gy));
-                for &level in &levels {
-                    if ow % level.lanes() != 0 {
-                        continue;
-                    }
-                    let close = |a: &[f32], e: &[f64], what: &str| {
-                        assert_eq!(a.len(), e.len(), "{what}");
-                        for (i, (&a, &e)) in a.iter().zip(e).enumerate() {
-                            assert!(
-                                (a as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                                "{what} {level:?} {g:?} {o} at {i}: {a} vs {e}"
-                            );
-                        }
-                    };
-                    close(
-                        &conv2d_on(level, &x32, &w32, Some(&b32), &g, o),
-                        &y_ref,
-                        "forward",
-                    );
-                    close(
-                        &conv2d_on(level, &x32, &w32, None, &g, o),
-                        &{
-                            let mut nb = y_ref.to_vec();
-                            for (i, v) in nb.iter_mut().enumerate() {
-                                *v -= b[i / (oh * ow) % o];
-                            }
-                            nb
-                        },
-                        "forward without bias",
-                    );
-                    close(
-                        &input_grad_on(level, &gy32, &w32, &g, o),
-                        &dx_ref,
-                        "input gradient",
-                    );
-                    close(
-                        &weight_grad_on(level, &gy32, &x32, &g, o),
-                        &dw_ref,
-                        "weight gradient",
-                    );
+        let cases = [
+            (1, 8, 8, [32, 32]),
+            (3, 10, 9, [32, 64]),
+            (2, 16, 12, [40, 32]),
+            (1, 9, 13, [34, 32]),
+        ];
+        each_case(&cases, |(g, o, x, wt, b, gy)| {
+            assert!(super::super::subpixel::applies(g, o, 1), "{g:?}");
+            let [oh, ow] = g.output().unwrap();
+            let y_ref = tiled_conv2d(x, wt, Some(b), g, o, 1);
+            let (dx_ref, dw_ref) = tiled_backward(gy, x, wt, g, o, 1, [true, true]);
+            let (dx_ref, dw_ref) = (dx_ref.unwrap(), dw_ref.unwrap());
+            let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+            let (x32, w32, b32, gy32) = (f(x), f(wt), f(b), f(gy));
+            let unbiased: Vec<f64> = y_ref
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v - b[i / (oh * ow) % o])
+                .collect();
+            for &level in &levels {
+                if ow % level.lanes() != 0 {
+                    continue;
                 }
+                let close = |a: &[f32], e: &[f64], what: &str| {
+                    assert_eq!(a.len(), e.len(), "{what}");
+                    for (i, (&a, &e)) in a.iter().zip(e).enumerate() {
+                        assert!(
+                            (a as f64 - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "{what} {level:?} {g:?} {o} at {i}: {a} vs {e}"
+                        );
+                    }
+                };
+                let y = conv2d_on(level, &x32, &w32, Some(&b32), g, o);
+                close(&y, &y_ref, "forward");
+                let y = conv2d_on(level, &x32, &w32, None, g, o);
+                close(&y, &unbiased, "forward without bias");
+                let dx = input_grad_on(level, &gy32, &w32, g, o);
+                close(&dx, &dx_ref, "input gradient");
+                let dw = weight_grad_on(level, &gy32, &x32, g, o);
+                close(&dw, &dw_ref, "weight gradient");
             }
-        }
-        crate::cpu::set_num_threads(before);
+        });
     }
 }

@@ -481,7 +481,7 @@ impl<T> SendPtr<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::fused::conv::backward::tiled_backward;
     use crate::fused::conv::tiled_conv2d;
@@ -492,28 +492,28 @@ mod tests {
             .collect()
     }
 
-    /// Forward, input and weight gradient against the im2col tiles, in f64, over
-    /// batches that fill one or several sample groups (in parallel or one after another
-    /// with parallel GEMMs; a thread's buffers reused by a shorter last group), square
-    /// and oblong planes, a bias, and one and two threads.
-    #[test]
-    fn matches_the_tiles() {
+    /// The data of one case: geometry, output channels, input, weight, bias, output
+    /// gradient.
+    pub(in crate::fused::conv) type Case<'a> = (
+        &'a Conv2dGeometry,
+        usize,
+        &'a [f64],
+        &'a [f64],
+        &'a [f64],
+        &'a [f64],
+    );
+
+    /// Runs `check` on each 4×4, stride-2, padding-1 case `(n, c, o, [h, w])` with fixed
+    /// pseudo-random data in `[-0.5, 0.5)`, at one and then two threads.
+    pub(in crate::fused::conv) fn each_case(
+        cases: &[(usize, usize, usize, [usize; 2])],
+        mut check: impl FnMut(Case),
+    ) {
         let _lock = crate::cpu::thread_count_lock();
         let before = num_threads();
         for threads in [1, 2] {
             crate::cpu::set_num_threads(threads);
-            for (n, c, o, [h, w]) in [
-                (1, 8, 8, [2, 2]),
-                (3, 8, 16, [6, 10]),
-                (5, 16, 8, [16, 16]),
-                (2, 64, 32, [32, 8]),
-                (16, 32, 16, [16, 16]),
-                (1, 8, 8, [32, 32]),
-                (3, 16, 8, [34, 40]),
-                // groups of 3 (the 1 MiB budget): three groups, the last of one sample,
-                // two on one thread reusing its buffers
-                (7, 64, 8, [32, 32]),
-            ] {
+            for &(n, c, o, [h, w]) in cases {
                 let g = Conv2dGeometry {
                     n,
                     c,
@@ -523,33 +523,56 @@ mod tests {
                     padding: [1, 1],
                     dilation: [1, 1],
                 };
-                // Smaller planes go to the tiles, but the kernels serve any even shape.
-                assert_eq!(applies(&g, o, 1), h >= 32 && w >= 32);
                 let [oh, ow] = g.output().unwrap();
-                let x = values(n * c * h * w, 1);
-                let wt = values(o * c * 16, 2);
-                let b = values(o, 3);
-                let gy = values(n * o * oh * ow, 4);
-                let close = |a: &[f64], e: &[f64], what: &str| {
-                    assert_eq!(a.len(), e.len(), "{what}");
-                    for (i, (a, e)) in a.iter().zip(e).enumerate() {
-                        assert!(
-                            (a - e).abs() <= 1e-12 * (1.0 + e.abs()),
-                            "{what} {g:?} {o} at {i}: {a} vs {e}"
-                        );
-                    }
-                };
-                let y = conv2d_subpixel(&x, &wt, Some(&b), &g, o);
-                close(&y, &tiled_conv2d(&x, &wt, Some(&b), &g, o, 1), "forward");
-                let (dx, dw) = tiled_backward(&gy, &x, &wt, &g, o, 1, [true, true]);
-                close(&input_grad(&gy, &wt, &g, o), &dx.unwrap(), "input gradient");
-                close(
-                    &weight_grad(&gy, &x, &g, o),
-                    &dw.unwrap(),
-                    "weight gradient",
-                );
+                check((
+                    &g,
+                    o,
+                    &values(n * c * h * w, 1),
+                    &values(o * c * 16, 2),
+                    &values(o, 3),
+                    &values(n * o * oh * ow, 4),
+                ));
             }
         }
         crate::cpu::set_num_threads(before);
+    }
+
+    /// Forward, input and weight gradient against the im2col tiles, in f64, over
+    /// batches that fill one or several sample groups (in parallel or one after another
+    /// with parallel GEMMs; a thread's buffers reused by a shorter last group), square
+    /// and oblong planes, a bias, and one and two threads.
+    #[test]
+    fn matches_the_tiles() {
+        let cases = [
+            (1, 8, 8, [2, 2]),
+            (3, 8, 16, [6, 10]),
+            (5, 16, 8, [16, 16]),
+            (2, 64, 32, [32, 8]),
+            (16, 32, 16, [16, 16]),
+            (1, 8, 8, [32, 32]),
+            (3, 16, 8, [34, 40]),
+            // groups of 3 (the 1 MiB budget): three groups, the last of one sample,
+            // two on one thread reusing its buffers
+            (7, 64, 8, [32, 32]),
+        ];
+        each_case(&cases, |(g, o, x, wt, b, gy)| {
+            let [h, w] = g.input;
+            // Smaller planes go to the tiles, but the kernels serve any even shape.
+            assert_eq!(applies(g, o, 1), h >= 32 && w >= 32);
+            let close = |a: &[f64], e: &[f64], what: &str| {
+                assert_eq!(a.len(), e.len(), "{what}");
+                for (i, (a, e)) in a.iter().zip(e).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                        "{what} {g:?} {o} at {i}: {a} vs {e}"
+                    );
+                }
+            };
+            let y = conv2d_subpixel(x, wt, Some(b), g, o);
+            close(&y, &tiled_conv2d(x, wt, Some(b), g, o, 1), "forward");
+            let (dx, dw) = tiled_backward(gy, x, wt, g, o, 1, [true, true]);
+            close(&input_grad(gy, wt, g, o), &dx.unwrap(), "input gradient");
+            close(&weight_grad(gy, x, g, o), &dw.unwrap(), "weight gradient");
+        });
     }
 }
