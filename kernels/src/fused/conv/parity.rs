@@ -31,6 +31,7 @@
 
 use super::direct::f32s;
 use super::lanes::{Level, level};
+use super::subpixel::SendPtr;
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, num_threads, run_tasks};
 use crate::{DType, Element};
@@ -86,26 +87,11 @@ impl Frames {
         }
     }
 
-    /// Writes sample `x` `[C, H, W]` into `dst`'s `4·C` frames, leaving the positions no
-    /// input pixel maps to (one row and one column of each frame) as they are: zero in a
-    /// buffer that only ever holds frames.
+    /// Writes sample `x` `[C, H, W]` into `dst`'s `4·C` frames (see
+    /// `subpixel::sample_frames`), leaving the positions no input pixel maps to as they
+    /// are: zero in a buffer that only ever holds frames.
     fn fill(&self, x: &[f32], dst: &mut [f32]) {
-        let (h, w, fw, fp) = (self.h, self.w, self.fw, self.fp);
-        for (ci, plane) in x.chunks_exact(h * w).enumerate().take(self.c) {
-            for (y, src) in plane.chunks_exact(w).enumerate() {
-                // Input row y is row i = ⌈y / 2⌉ of parity py = (y + 1) % 2; even columns
-                // 2j are px = 1 at j, odd ones 2j + 1 px = 0 at j + 1.
-                let (i, py) = (y.div_ceil(2), (y + 1) % 2);
-                let r0 = ci * 4 + py * 2;
-                let (odd, even) = dst[r0 * fp..(r0 + 2) * fp].split_at_mut(fp);
-                let odd = &mut odd[i * fw + 1..][..self.ow];
-                let even = &mut even[i * fw..][..self.ow];
-                for ((pair, e), o) in src.chunks_exact(2).zip(even).zip(odd) {
-                    *e = pair[0];
-                    *o = pair[1];
-                }
-            }
-        }
+        super::subpixel::sample_frames(x, [self.h, self.w], self.fp, 0, dst);
     }
 }
 
@@ -197,27 +183,6 @@ fn pack_forward(w: &[f32], o: usize, c: usize) -> Vec<f32> {
     out
 }
 
-/// A pointer the tasks write disjoint parts of the output through.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: the tasks write disjoint elements (their samples, or their channel blocks of
-// one sample; overlapping blocks of one task rewrite the same values), and the buffer
-// outlives them.
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// The element `i` past the start.
-    ///
-    /// # Safety
-    /// `i` is inside the buffer.
-    unsafe fn at(self, i: usize) -> *mut f32 {
-        // SAFETY: the caller's bound.
-        unsafe { self.0.add(i) }
-    }
-}
-
 /// [`conv2d`](super::conv2d) where [`applies`] says so.
 pub(crate) fn conv2d<T: Float>(
     x: &[T],
@@ -244,7 +209,7 @@ fn conv2d_on<T: Float>(
     let wpk = pack_forward(w, o, g.c);
     let starts: Vec<usize> = block_starts(o, MO).collect();
     let mut out = HostBuffer::<T>::new_uninit(g.n * o * plane);
-    let dst = Out(out.as_mut_ptr().cast::<f32>());
+    let dst = SendPtr(out.as_mut_ptr().cast::<f32>());
     let split = Split::new(g.n, starts.len());
     let in_len = g.c * fr.h * fr.w;
     run_tasks(split.tasks, |t| {
@@ -267,7 +232,7 @@ fn conv2d_on<T: Float>(
                         &frames,
                         &wpk[b * k * 4 * MO..(b + 1) * k * 4 * MO],
                         bias,
-                        dst.at((s * o + o0) * plane),
+                        dst.get().add((s * o + o0) * plane),
                     )
                 };
                 #[cfg(not(target_arch = "x86_64"))]
@@ -354,7 +319,7 @@ fn input_grad_on<T: Float>(
     let per = o * MC * 8;
     let starts: Vec<usize> = block_starts(c, MC).collect();
     let mut dx = HostBuffer::<T>::new_uninit(g.n * c * in_plane);
-    let dst = Out(dx.as_mut_ptr().cast::<f32>());
+    let dst = SendPtr(dx.as_mut_ptr().cast::<f32>());
     let split = Split::new(g.n, starts.len());
     run_tasks(split.tasks, |t| {
         let (samples, blocks) = split.task(t, |k, parts| part(c, MC, parts, k));
@@ -385,7 +350,7 @@ fn input_grad_on<T: Float>(
                             &frames,
                             &wpk[(b * 2 + py) * per..][..per],
                             py,
-                            dst.at((s * c + c0) * in_plane),
+                            dst.get().add((s * c + c0) * in_plane),
                         )
                     };
                     #[cfg(not(target_arch = "x86_64"))]

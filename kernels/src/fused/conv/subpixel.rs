@@ -181,24 +181,43 @@ fn space_to_depth<T: Float>(
     samples: std::ops::Range<usize>,
     xs: &mut [T],
 ) {
-    let len = fr.row_len();
-    let (h, w, fw) = (fr.h, fr.w, fr.fw);
+    let sample = c * fr.h * fr.w;
     for (j, s) in samples.enumerate() {
-        for ci in 0..c {
-            let plane = &x[(s * c + ci) * h * w..][..h * w];
-            for y in 0..h {
-                // Input row y is row i = ⌈y / 2⌉ of parity py = (y + 1) % 2.
-                let (i, py) = (y.div_ceil(2), (y + 1) % 2);
-                let src = &plane[y * w..][..w];
-                let at = fr.head() + j * fr.fp + i * fw;
-                let r0 = ci * 4 + py * 2;
-                // Even columns x = 2j' are px = 1 at j'; odd ones x = 2j' + 1 px = 0 at j' + 1.
-                let (odd, even) = xs[r0 * len..(r0 + 2) * len].split_at_mut(len);
-                let (odd, even) = (&mut odd[at + 1..][..fr.ow], &mut even[at..][..fr.ow]);
-                for ((pair, e), o) in src.chunks_exact(2).zip(even).zip(odd) {
-                    *e = pair[0];
-                    *o = pair[1];
-                }
+        let at = fr.head() + j * fr.fp;
+        sample_frames(
+            &x[s * sample..(s + 1) * sample],
+            [fr.h, fr.w],
+            fr.row_len(),
+            at,
+            xs,
+        );
+    }
+}
+
+/// Writes one sample `x` `[C, H, W]` (`H`, `W` even) as space-to-depth frames of width
+/// `W/2 + 1`: frame row `r = c·4 + py·2 + px` at `dst[r·stride + at..]`, holding
+/// `x[c, 2i + py − 1, 2j + px − 1]` at `(i, j)`. The positions no input pixel maps to
+/// (one row and one column of each frame) are left as they are.
+pub(super) fn sample_frames<T: Copy>(
+    x: &[T],
+    [h, w]: [usize; 2],
+    stride: usize,
+    at: usize,
+    dst: &mut [T],
+) {
+    let (ow, fw) = (w / 2, w / 2 + 1);
+    for (ci, plane) in x.chunks_exact(h * w).enumerate() {
+        for (y, src) in plane.chunks_exact(w).enumerate() {
+            // Input row y is row i = ⌈y / 2⌉ of parity py = (y + 1) % 2.
+            let (i, py) = (y.div_ceil(2), (y + 1) % 2);
+            let start = at + i * fw;
+            let r0 = ci * 4 + py * 2;
+            // Even columns x = 2j' are px = 1 at j'; odd ones x = 2j' + 1 px = 0 at j' + 1.
+            let (odd, even) = dst[r0 * stride..(r0 + 2) * stride].split_at_mut(stride);
+            let (odd, even) = (&mut odd[start + 1..][..ow], &mut even[start..][..ow]);
+            for ((pair, e), o) in src.chunks_exact(2).zip(even).zip(odd) {
+                *e = pair[0];
+                *o = pair[1];
             }
         }
     }
@@ -467,15 +486,16 @@ pub(crate) fn weight_grad<T: Float>(
     dw
 }
 
-/// A pointer the sample groups write disjoint planes through.
+/// A pointer the tasks write disjoint parts of an output through (here and in
+/// `parity`).
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: each group writes only its own samples' planes (see the uses).
+pub(super) struct SendPtr<T>(pub(super) *mut T);
+// SAFETY: each task writes only its own part of the output (see the uses).
 unsafe impl<T: Send> Send for SendPtr<T> {}
 // SAFETY: as above; the pointer itself is only copied.
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 impl<T> SendPtr<T> {
-    fn get(self) -> *mut T {
+    pub(super) fn get(self) -> *mut T {
         self.0
     }
 }
