@@ -333,7 +333,7 @@ pub fn conv2d_backward<T: Float>(
                 .then(|| super::winograd::conv2d_winograd_input_grad(gout, w, g, out_channels))
         })
         .or_else(|| {
-            (subpixel_x && super::parity::input_grad_applies::<T>(g, out_channels, groups))
+            (subpixel_x && super::parity::applies::<T>(g, out_channels, groups))
                 .then(|| super::parity::input_grad(gout, w, g, out_channels))
         })
         .or_else(|| subpixel_x.then(|| super::subpixel::input_grad(gout, w, g, out_channels)));
@@ -346,7 +346,7 @@ pub fn conv2d_backward<T: Float>(
                 .then(|| super::winograd::conv2d_winograd_weight_grad(gout, x, g, out_channels))
         })
         .or_else(|| {
-            (subpixel_w && super::parity::weight_grad_applies::<T>(g, out_channels, groups))
+            (subpixel_w && super::parity::applies::<T>(g, out_channels, groups))
                 .then(|| super::parity::weight_grad(gout, x, g, out_channels))
         })
         .or_else(|| subpixel_w.then(|| super::subpixel::weight_grad(gout, x, g, out_channels)));

@@ -18,8 +18,9 @@
 //! gradient; its F(4×4) variant is taken before `wide` on planes up to 32²), `subpixel`
 //! (4×4, stride 2, padding 1, 8+ channels each way, outputs of 16×16 and up: space to
 //! depth and one GEMM per 2×2 tap; also both gradients, so DCGAN's transposed
-//! convolutions), else im2col tiles and GEMMs here (a tile of rows per GEMM, or several
-//! small planes per GEMM);
+//! convolutions; `parity` takes those of them with output rows a whole number of f32
+//! vectors, by direct kernels for all three), else im2col tiles and GEMMs here (a tile of
+//! rows per GEMM, or several small planes per GEMM);
 //! [`conv2d_backward`] (`backward`) runs the tiled gradients, or for the `wide` layers
 //! `wide`'s input gradient and `weight_grad`'s pixel-vectorised weight gradient, and for
 //! the `winograd` layers its input gradient and (over 256+ tiles) weight gradient.

@@ -31,7 +31,7 @@
 
 use super::direct::f32s;
 use super::lanes::{Level, level};
-use super::subpixel::SendPtr;
+use super::subpixel::{MIN_CHANNELS, SendPtr};
 use crate::WideFloat as Float;
 use crate::cpu::{Conv2dGeometry, HostBuffer, num_threads, run_tasks};
 use crate::{DType, Element};
@@ -48,16 +48,20 @@ fn rows(level: Level) -> usize {
     }
 }
 
-/// Whether the kernels here serve a convolution `subpixel` serves: f32 on AVX-512 or
-/// AVX2 + FMA, output rows a multiple of the vector width, at least one register block
-/// of channels and rows.
+/// Whether the kernels here (the forward and both gradients) serve a convolution
+/// `subpixel` serves: f32 on AVX-512 or AVX2 + FMA, output rows a multiple of the vector
+/// width and at least a row block of them (`subpixel`'s channel minimum covers every
+/// channel block here).
 pub(crate) fn applies<T: Element>(g: &Conv2dGeometry, out_channels: usize, groups: usize) -> bool {
     let [oh, ow] = [g.input[0] / 2, g.input[1] / 2];
     T::DTYPE == DType::F32
         && super::subpixel::applies(g, out_channels, groups)
-        && out_channels >= MO
         && level().is_some_and(|l| ow.is_multiple_of(l.lanes()) && oh >= rows(l))
 }
+
+// Every block of channels fits in the fewest channels `subpixel` serves (the weight
+// gradient's blocks are `LANES / 4`, at most 4).
+const _: () = assert!(MO <= MIN_CHANNELS && MC <= MIN_CHANNELS && 4 <= MIN_CHANNELS);
 
 /// The frame geometry of one sample.
 #[derive(Clone, Copy)]
@@ -249,17 +253,6 @@ fn conv2d_on<T: Float>(
 /// parities of one row parity: `MC · 2 · R` accumulators).
 const MC: usize = 3;
 
-/// Whether [`input_grad`] serves the input gradient of a convolution `subpixel` serves
-/// (the transposed convolution's forward): as [`applies`], with at least [`MC`] input
-/// channels.
-pub(crate) fn input_grad_applies<T: Element>(
-    g: &Conv2dGeometry,
-    out_channels: usize,
-    groups: usize,
-) -> bool {
-    applies::<T>(g, out_channels, groups) && g.c >= MC
-}
-
 /// `w` `[O, C, 4, 4]` for the input gradient: per block of [`MC`] input channels
 /// ([`block_starts`]) and row parity `py`, `[O, MC, 2 (px), 4 (t = ty·2 + tx)]` holding
 /// `w[o, c, 2ty + py, 2tx + px]`.
@@ -284,7 +277,7 @@ fn pack_input_grad(w: &[f32], o: usize, c: usize) -> Vec<f32> {
     out
 }
 
-/// The input gradient `[N, C, H, W]` of a convolution [`input_grad_applies`] serves, from
+/// The input gradient `[N, C, H, W]` of a convolution [`applies`] serves, from
 /// `gy` `[N, O, oh, ow]` and `w` `[O, C, 4, 4]`: per row parity `py` and column parity
 /// `px` of the input, a 2×2 correlation of the zero-bordered output gradient, the two
 /// column parities of a row interleaved in registers and stored as whole input rows.
@@ -294,13 +287,7 @@ pub(crate) fn input_grad<T: Float>(
     g: &Conv2dGeometry,
     o: usize,
 ) -> HostBuffer<T> {
-    input_grad_on(
-        level().expect("checked by `input_grad_applies`"),
-        gy,
-        w,
-        g,
-        o,
-    )
+    input_grad_on(level().expect("checked by `applies`"), gy, w, g, o)
 }
 
 /// [`input_grad`] at `level`.
@@ -368,23 +355,13 @@ fn input_grad_on<T: Float>(
 /// core): every block of output channels sweeps all of a chunk's frames.
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// Whether [`weight_grad`] serves the weight gradient of a convolution `subpixel` serves:
-/// as [`applies`] (the output channels are taken `LANES / 4` at a time).
-pub(crate) fn weight_grad_applies<T: Element>(
-    g: &Conv2dGeometry,
-    out_channels: usize,
-    groups: usize,
-) -> bool {
-    applies::<T>(g, out_channels, groups)
-}
-
 /// Output channels per weight-gradient register block at `level`: with the four taps,
 /// one accumulator per lane, so one transposing tree sums a block.
 fn weight_block(level: Level) -> usize {
     level.lanes() / 4
 }
 
-/// The weight gradient `[O, C, 4, 4]` of a convolution [`weight_grad_applies`] serves, from
+/// The weight gradient `[O, C, 4, 4]` of a convolution [`applies`] serves, from
 /// `gy` `[N, O, oh, ow]` and `x` `[N, C, H, W]`:
 /// `dW[o, r, t] = Σ gy[o, a, b] · frame_r[a + ty, b + tx]`, vectorised along the rows
 /// `b`, a register block holding a few output channels × the four taps of one frame
@@ -397,13 +374,7 @@ pub(crate) fn weight_grad<T: Float>(
     g: &Conv2dGeometry,
     o: usize,
 ) -> HostBuffer<T> {
-    weight_grad_on(
-        level().expect("checked by `weight_grad_applies`"),
-        gy,
-        x,
-        g,
-        o,
-    )
+    weight_grad_on(level().expect("checked by `applies`"), gy, x, g, o)
 }
 
 /// [`weight_grad`] at `level`.

@@ -29,7 +29,7 @@ use crate::cpu::{Conv2dGeometry, HostBuffer, Parallelism, for_each_chunk_mut, nu
 
 /// Fewest channels each way served: below them the GEMMs' reductions (`4·C` or `O`) are
 /// too short to beat the im2col tiles.
-const MIN_CHANNELS: usize = 8;
+pub(super) const MIN_CHANNELS: usize = 8;
 
 /// Shortest output side served: the frames' extra row and column cost
 /// `(oh + 1)·(ow + 1) / (oh·ow) − 1` more products (13 % at 16×16, 27 % at 8×8, where the
