@@ -342,6 +342,11 @@ pub(crate) fn for_each_row<const K: usize>(
     rows: std::ops::Range<usize>,
     mut f: impl FnMut(usize, [usize; K]),
 ) {
+    // No rows (a zero-length dim, PyTorch's empty tensors): nothing to visit, and the
+    // decomposition below would divide by that zero.
+    if rows.is_empty() {
+        return;
+    }
     let outer = &shape[..shape.len() - 1];
     let rank = outer.len();
     let mut index: Dims = smallvec::smallvec![0; rank];

@@ -279,14 +279,7 @@ async fn main() {
                         ..ServeConfig::default()
                     };
                     let model = if name == "lenet" { lenet() } else { minilm().0 };
-                    let app = router(
-                        vec![ModelSpec {
-                            name: name.into(),
-                            model,
-                            preprocess: None,
-                        }],
-                        &config,
-                    );
+                    let app = router(vec![ModelSpec::new(name, model)], &config).expect("router");
                     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                         .await
                         .expect("bind");

@@ -20,7 +20,13 @@
 //! "data": [...]}]}`. Mistakes get a 4xx with `{"code", "type", "message"}` naming the
 //! problem; bodies above `max_body_bytes` get 413.
 
+mod batching;
+
+pub use batching::{BatchAxes, Batching, batch_axes};
+use batching::{BatchKey, batch_key, rows_of, run_group};
+
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -41,12 +47,18 @@ use tokio::sync::{mpsc, oneshot};
 /// Server-wide settings.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
-    /// Largest batch (in rows along axis 0) a worker runs; 1 turns batching off.
+    /// Largest batch (in rows along the model's batch axis) a worker runs: a hard limit
+    /// on how many rows requests may add up to in one run (a single request with more
+    /// rows runs alone); 1 turns batching off.
     pub max_batch: usize,
     /// How long a worker waits for more requests after the first of a batch.
     pub max_delay: Duration,
     /// Larger request bodies are refused with 413.
     pub max_body_bytes: usize,
+    /// The most bytes one model run may hold
+    /// ([`OnnxModel::with_max_run_bytes`]); `None` keeps each model's own limit (by
+    /// default half of the machine's memory).
+    pub max_run_bytes: Option<u64>,
 }
 
 impl Default for ServeConfig {
@@ -55,6 +67,7 @@ impl Default for ServeConfig {
             max_batch: 8,
             max_delay: Duration::from_millis(5),
             max_body_bytes: 16 << 20,
+            max_run_bytes: None,
         }
     }
 }
@@ -67,6 +80,41 @@ pub struct ModelSpec {
     pub model: OnnxModel,
     /// For image models: how raw image bytes become the input (`weights.transforms()`).
     pub preprocess: Option<ImageClassification>,
+    /// How requests may share a run (see [`Batching`]).
+    pub batching: Batching,
+}
+
+impl ModelSpec {
+    /// A model served as `name`, batched as its dims declare ([`Batching::Auto`]), taking
+    /// JSON tensors.
+    ///
+    /// ```
+    /// use ferrograd_serve::{Batching, ModelSpec};
+    /// let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny-gpt2");
+    /// let spec = ModelSpec::new("gpt2", ferrograd_serve::load_pretrained(dir).unwrap())
+    ///     .batching(Batching::Off);
+    /// assert_eq!(spec.batching, Batching::Off);
+    /// ```
+    pub fn new(name: impl Into<String>, model: OnnxModel) -> Self {
+        ModelSpec {
+            name: name.into(),
+            model,
+            preprocess: None,
+            batching: Batching::Auto,
+        }
+    }
+
+    /// Raw image bytes become the model's input through `preprocess`.
+    pub fn preprocess(mut self, preprocess: ImageClassification) -> Self {
+        self.preprocess = Some(preprocess);
+        self
+    }
+
+    /// How requests may share a run.
+    pub fn batching(mut self, batching: Batching) -> Self {
+        self.batching = batching;
+        self
+    }
 }
 
 /// Why a model folder could not be made servable.
@@ -234,6 +282,8 @@ impl IntoResponse for ApiError {
         let kind = match self.status {
             StatusCode::NOT_FOUND => "ModelNotFoundException",
             StatusCode::BAD_REQUEST => "BadRequestException",
+            StatusCode::PAYLOAD_TOO_LARGE => "RequestEntityTooLargeException",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaTypeException",
             StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
             _ => "InternalServerException",
         };
@@ -249,11 +299,15 @@ impl IntoResponse for ApiError {
 /// One request waiting for the worker.
 struct Job {
     inputs: Vec<Tensor>,
+    /// Rows along the batch axis (1 for an unbatched model).
+    rows: usize,
     reply: oneshot::Sender<Result<Vec<Tensor>, String>>,
 }
 
 struct ModelHandle {
     model: Arc<OnnxModel>,
+    /// The batch axis of each input and output; `None`: one request per run.
+    axes: Option<Arc<BatchAxes>>,
     preprocess: Option<ImageClassification>,
     jobs: mpsc::Sender<Job>,
     /// Requests a handler has taken for this model and not yet queued (being decoded):
@@ -398,9 +452,33 @@ pub struct AppState {
     metrics: Arc<Metrics>,
 }
 
+/// A model the server cannot serve as configured.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Two models share a name.
+    #[error("two models are named `{0}`")]
+    DuplicateName(String),
+    /// [`Batching::Dim`] names a dim the model's inputs and outputs do not all have.
+    #[error("model `{model}`: {reason}")]
+    Batching {
+        /// The model's name.
+        model: String,
+        /// What does not fit.
+        reason: String,
+    },
+}
+
 /// Builds the routes and starts one worker per model (on the current tokio runtime).
-pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
+/// Each model's batch axis is resolved here ([`batch_axes`]): an explicit
+/// [`Batching::Dim`] that does not fit the model is an error.
+pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Result<Router, ConfigError> {
     let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(ConfigError::DuplicateName(n.clone()));
+        }
+    }
     let metrics = Arc::new(Metrics {
         requests: Mutex::new(BTreeMap::new()),
         latency: names
@@ -414,12 +492,25 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
     });
     let mut handles = HashMap::new();
     for spec in models {
-        let model = Arc::new(spec.model);
+        let axes = batch_axes(&spec.model, &spec.batching)
+            .map_err(|reason| ConfigError::Batching {
+                model: spec.name.clone(),
+                reason,
+            })?
+            .map(Arc::new);
+        let mut model = spec.model;
+        if let Some(limit) = config.max_run_bytes {
+            model = model.with_max_run_bytes(limit);
+        }
+        let model = Arc::new(model);
         let (tx, rx) = mpsc::channel::<Job>(1024);
         let arriving = Arc::new(AtomicUsize::new(0));
         tokio::spawn(worker(
             spec.name.clone(),
-            model.clone(),
+            Runner {
+                model: model.clone(),
+                axes: axes.clone(),
+            },
             Queue {
                 rx,
                 arriving: arriving.clone(),
@@ -431,6 +522,7 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
             spec.name,
             ModelHandle {
                 model,
+                axes,
                 preprocess: spec.preprocess,
                 jobs: tx,
                 arriving,
@@ -441,7 +533,7 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
         models: handles,
         metrics,
     });
-    Router::new()
+    Ok(Router::new()
         .route(
             "/ping",
             get(|| async { Json(serde_json::json!({"status": "Healthy"})) }),
@@ -450,7 +542,7 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Router {
         .route("/models", get(models_route))
         .route("/predictions/{model}", post(predict))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .with_state(state)
+        .with_state(state))
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then finishes the requests in
@@ -483,7 +575,7 @@ async fn models_route(State(state): State<Arc<AppState>>) -> impl IntoResponse {
                 .iter()
                 .map(|s| serde_json::json!({"name": s.name, "dtype": s.dtype.map(dtype_name), "shape": s.dims.as_ref().map(|d| d.iter().map(|x| match x { Ok(n) => serde_json::json!(n), Err(p) => serde_json::json!(p) }).collect::<Vec<_>>())}))
                 .collect();
-            serde_json::json!({"modelName": name, "inputs": inputs, "imagePreprocessing": h.preprocess.is_some()})
+            serde_json::json!({"modelName": name, "inputs": inputs, "imagePreprocessing": h.preprocess.is_some(), "batchDim": h.axes.as_ref().map(|a| a.dim.clone())})
         })
         .collect();
     list.sort_by_key(|v| v["modelName"].as_str().unwrap_or("").to_string());
@@ -494,10 +586,18 @@ async fn predict(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let start = Instant::now();
-    let result = predict_inner(&state, &name, &headers, body).await;
+    let result = match body {
+        // A body over `max_body_bytes` (413), or one that could not be read: the same
+        // JSON error body as every other refusal, and counted like them.
+        Err(rejection) => Err(ApiError {
+            status: rejection.status(),
+            message: rejection.body_text(),
+        }),
+        Ok(body) => predict_inner(&state, &name, &headers, body).await,
+    };
     let response = match result {
         Ok(outputs) => (StatusCode::OK, Json(outputs)).into_response(),
         Err(e) => e.into_response(),
@@ -552,17 +652,19 @@ async fn predict_inner(
     }
     for (spec, x) in specs.iter().zip(&inputs) {
         spec.check(x).map_err(ApiError::bad)?;
-        if x.dim() == 0 {
-            return Err(ApiError::bad(format!(
-                "input `{}` needs a batch axis",
-                spec.name
-            )));
-        }
     }
+    let rows = match &handle.axes {
+        Some(axes) => rows_of(&inputs, axes).map_err(ApiError::bad)?,
+        None => 1,
+    };
     let (tx, rx) = oneshot::channel();
     handle
         .jobs
-        .send(Job { inputs, reply: tx })
+        .send(Job {
+            inputs,
+            rows,
+            reply: tx,
+        })
         .await
         .map_err(|_| ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -702,15 +804,10 @@ fn encode(name: &str, t: &Tensor) -> JsonTensor {
     }
 }
 
-/// Requests that can share a batch: same number of inputs, same dtypes and same dims
-/// past the batch axis.
-type BatchKey = Vec<(DType, Vec<usize>)>;
-
-fn batch_key(inputs: &[Tensor]) -> BatchKey {
-    inputs
-        .iter()
-        .map(|x| (x.dtype(), x.shape()[1..].to_vec()))
-        .collect()
+/// What a worker runs: the model and its batch axes.
+struct Runner {
+    model: Arc<OnnxModel>,
+    axes: Option<Arc<BatchAxes>>,
 }
 
 /// A model's queue: the jobs, and how many requests are still on their way to it.
@@ -719,142 +816,96 @@ struct Queue {
     arriving: Arc<AtomicUsize>,
 }
 
-/// A model's worker: takes requests in order and runs them, batched when it can.
+/// Takes queued jobs into `jobs` while their rows fit in `max_batch`; a job that does not
+/// fit is kept in `carry` to start the next batch.
+fn take_queued(
+    rx: &mut mpsc::Receiver<Job>,
+    jobs: &mut Vec<Job>,
+    rows: &mut usize,
+    carry: &mut Option<Job>,
+    max_batch: usize,
+) {
+    while *rows < max_batch && carry.is_none() {
+        match rx.try_recv() {
+            Ok(job) if *rows + job.rows <= max_batch => {
+                *rows += job.rows;
+                jobs.push(job);
+            }
+            Ok(job) => *carry = Some(job),
+            Err(_) => break,
+        }
+    }
+}
+
+/// A model's worker: takes requests in order and runs them, batched along the model's
+/// batch axis when it has one, never more than `max_batch` rows at once. Every request
+/// gets its own result.
 async fn worker(
     name: String,
-    model: Arc<OnnxModel>,
+    runner: Runner,
     queue: Queue,
     config: ServeConfig,
     metrics: Arc<Metrics>,
 ) {
     let Queue { mut rx, arriving } = queue;
+    let Runner { model, axes } = runner;
     let on_the_way = || arriving.load(Ordering::Acquire) > 0;
-    while let Some(first) = rx.recv().await {
+    let batching = axes.is_some() && config.max_batch > 1;
+    let mut carry: Option<Job> = None;
+    loop {
+        let first = match carry.take() {
+            Some(job) => job,
+            None => match rx.recv().await {
+                Some(job) => job,
+                None => break,
+            },
+        };
+        let mut rows = first.rows;
         let mut jobs = vec![first];
-        let rows = |jobs: &[Job]| jobs.iter().map(|j| rows_of(&j.inputs)).sum::<usize>();
-        if config.max_batch > 1 {
+        if batching {
             // Whatever is already queued joins at once.
-            while rows(&jobs) < config.max_batch {
-                match rx.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
-                }
-            }
+            take_queued(&mut rx, &mut jobs, &mut rows, &mut carry, config.max_batch);
             // Requests that handlers are still decoding join too: wait for them (up to
             // `max_delay`), but not for requests no handler has begun, so a lone client,
             // or a burst that is all in, runs at once.
             let deadline = tokio::time::Instant::now() + config.max_delay;
-            while rows(&jobs) < config.max_batch && on_the_way() {
+            while rows < config.max_batch && carry.is_none() && on_the_way() {
                 match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(job)) => {
+                    Ok(Some(job)) if rows + job.rows <= config.max_batch => {
+                        rows += job.rows;
                         jobs.push(job);
-                        while rows(&jobs) < config.max_batch {
-                            match rx.try_recv() {
-                                Ok(job) => jobs.push(job),
-                                Err(_) => break,
-                            }
-                        }
+                        take_queued(&mut rx, &mut jobs, &mut rows, &mut carry, config.max_batch);
                     }
+                    Ok(Some(job)) => carry = Some(job),
                     _ => break,
                 }
             }
         }
         // Group compatible requests; each group is one run.
-        let mut groups: Vec<(BatchKey, Vec<Job>)> = Vec::new();
+        let mut groups: Vec<(Option<BatchKey>, Vec<Job>)> = Vec::new();
         for job in jobs {
-            let key = batch_key(&job.inputs);
-            match groups.iter_mut().find(|(k, _)| *k == key) {
+            let key = axes.as_deref().map(|a| batch_key(&job.inputs, a));
+            match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
                 Some((_, g)) => g.push(job),
                 None => groups.push((key, vec![job])),
             }
         }
         for (_, group) in groups {
-            let model = model.clone();
-            let sizes: Vec<usize> = group.iter().map(|j| rows_of(&j.inputs)).collect();
-            let total: usize = sizes.iter().sum();
+            let sizes: Vec<usize> = group.iter().map(|j| j.rows).collect();
             if let Some(h) = metrics.batch.get(&name) {
-                h.observe(total as f64);
+                h.observe(sizes.iter().sum::<usize>() as f64);
             }
             let inputs: Vec<Vec<Tensor>> = group.iter().map(|j| j.inputs.clone()).collect();
-            let result =
-                tokio::task::spawn_blocking(move || run_batch(&model, &inputs, &sizes)).await;
-            match result {
-                Ok(Ok(per_request)) => {
-                    for (job, outs) in group.into_iter().zip(per_request) {
-                        let _ = job.reply.send(Ok(outs));
-                    }
-                }
-                Ok(Err(e)) => {
-                    for job in group {
-                        let _ = job.reply.send(Err(e.clone()));
-                    }
-                }
-                Err(e) => {
-                    for job in group {
-                        let _ = job.reply.send(Err(format!("the model run failed: {e}")));
-                    }
-                }
+            let (model, axes) = (model.clone(), axes.clone());
+            let n = group.len();
+            let results = tokio::task::spawn_blocking(move || {
+                run_group(&model, axes.as_deref(), &inputs, &sizes)
+            })
+            .await
+            .unwrap_or_else(|e| vec![Err(format!("the model run failed: {e}")); n]);
+            for (job, result) in group.into_iter().zip(results) {
+                let _ = job.reply.send(result);
             }
         }
     }
-}
-
-/// Rows of a request along the batch axis.
-fn rows_of(inputs: &[Tensor]) -> usize {
-    inputs
-        .first()
-        .map_or(1, |x| x.shape().first().copied().unwrap_or(1))
-}
-
-/// Runs one batch: inputs concatenated along axis 0, outputs split back by rows. A model
-/// whose outputs cannot be split that way runs its requests one by one.
-fn run_batch(
-    model: &OnnxModel,
-    inputs: &[Vec<Tensor>],
-    sizes: &[usize],
-) -> Result<Vec<Vec<Tensor>>, String> {
-    if inputs.len() == 1 || inputs[0].is_empty() {
-        return inputs
-            .iter()
-            .map(|r| model.run(r).map_err(|e| e.to_string()))
-            .collect();
-    }
-    match run_batched(model, inputs, sizes) {
-        Ok(v) => Ok(v),
-        Err(_) => inputs
-            .iter()
-            .map(|r| model.run(r).map_err(|e| e.to_string()))
-            .collect(),
-    }
-}
-
-fn run_batched(
-    model: &OnnxModel,
-    inputs: &[Vec<Tensor>],
-    sizes: &[usize],
-) -> Result<Vec<Vec<Tensor>>, String> {
-    let n_inputs = inputs[0].len();
-    let batched: Vec<Tensor> = (0..n_inputs)
-        .map(|i| {
-            let parts: Vec<&Tensor> = inputs.iter().map(|r| &r[i]).collect();
-            Tensor::cat(&parts, 0)
-        })
-        .collect();
-    let outputs = model.run(&batched).map_err(|e| e.to_string())?;
-    let total: usize = sizes.iter().sum();
-    let mut per_request = vec![Vec::new(); sizes.len()];
-    for out in outputs {
-        if out.dim() == 0 || out.shape()[0] != total {
-            return Err(format!(
-                "an output of shape {:?} has no batch axis of {total} rows, so it cannot be split between batched requests",
-                out.shape()
-            ));
-        }
-        let mut start = 0;
-        for (r, &s) in sizes.iter().enumerate() {
-            per_request[r].push(out.narrow(0, start, s).contiguous());
-            start += s;
-        }
-    }
-    Ok(per_request)
 }

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use ferrograd::models::vision::transforms::ImageClassification;
-use ferrograd_serve::{ModelSpec, ServeConfig, router, serve};
+use ferrograd_serve::{Batching, ModelSpec, ServeConfig, router, serve};
 use std::time::Duration;
 
 /// An inference server for ONNX models: `POST /predictions/{model}`, `GET /ping`,
@@ -26,7 +26,17 @@ struct Args {
     /// Port (0 picks a free one).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Largest batch in rows; 1 turns dynamic batching off.
+    /// `name=dim`: batch the model's requests along its symbolic dim `dim` (`name=off`:
+    /// one request per run). Without it, a model is batched along the symbolic dim named
+    /// as a batch (`batch`, `batch_size`, `N`, …) that every input and output has, and
+    /// served unbatched when it has none.
+    #[arg(long = "batch-dim")]
+    batch_dims: Vec<String>,
+    /// The most bytes one model run may hold (default: half of the machine's memory);
+    /// a request whose run would need more fails with 400.
+    #[arg(long)]
+    max_run_bytes: Option<u64>,
+    /// Largest batch in rows (a hard limit); 1 turns dynamic batching off.
     #[arg(long, default_value_t = 8)]
     max_batch: usize,
     /// Milliseconds a worker waits to fill a batch.
@@ -69,19 +79,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok(ImageClassification::new(parse(crop)?, parse(resize)?))
             })
             .transpose()?;
+        let batching = match args
+            .batch_dims
+            .iter()
+            .filter_map(|p| split_pair(p, "--batch-dim").ok())
+            .find(|(n, _)| *n == name)
+        {
+            Some((_, dim)) if dim == "off" => Batching::Off,
+            Some((_, dim)) => Batching::Dim(dim),
+            None => Batching::Auto,
+        };
         println!("model `{name}`: {path}, inputs {:?}", model.input_names());
-        specs.push(ModelSpec {
-            name,
-            model,
-            preprocess,
-        });
+        let mut spec = ModelSpec::new(name, model).batching(batching);
+        if let Some(p) = preprocess {
+            spec = spec.preprocess(p);
+        }
+        specs.push(spec);
     }
     let config = ServeConfig {
         max_batch: args.max_batch.max(1),
         max_delay: Duration::from_millis(args.max_delay_ms),
         max_body_bytes: args.max_body_bytes,
+        max_run_bytes: args.max_run_bytes,
     };
-    let app = router(specs, &config);
+    let app = router(specs, &config)?;
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
     serve(listener, app, async {

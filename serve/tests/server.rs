@@ -84,16 +84,8 @@ async fn start(config: ServeConfig) -> Server {
     let (mlp, cnn) = models();
     start_serving(
         vec![
-            ModelSpec {
-                name: "mlp".into(),
-                model: mlp,
-                preprocess: None,
-            },
-            ModelSpec {
-                name: "cnn".into(),
-                model: cnn,
-                preprocess: Some(ImageClassification::new(16, 20)),
-            },
+            ModelSpec::new("mlp", mlp),
+            ModelSpec::new("cnn", cnn).preprocess(ImageClassification::new(16, 20)),
         ],
         config,
     )
@@ -101,7 +93,7 @@ async fn start(config: ServeConfig) -> Server {
 }
 
 async fn start_serving(specs: Vec<ModelSpec>, config: ServeConfig) -> Server {
-    let app = router(specs, &config);
+    let app = router(specs, &config).expect("router");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -304,13 +296,23 @@ async fn bad_requests_get_4xx_naming_the_problem() {
     assert!(s == 400 && b.contains("image bytes"), "{s} {b}");
     let (s, b) = post("/predictions/cnn", "image/png", b"garbage".to_vec()).await;
     assert!(s == 400 && b.contains("not a readable image"), "{s} {b}");
-    let (s, _) = post(
+    let (s, b) = post(
         "/predictions/mlp",
         "application/json",
         vec![b' '; 100 << 10],
     )
     .await;
+    // The documented error body, as for every other refusal.
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap_or_else(|e| panic!("{e}: {b}"));
     assert_eq!(s, 413);
+    assert_eq!(v["code"], 413, "{b}");
+    assert_eq!(v["type"], "RequestEntityTooLargeException", "{b}");
+    assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{b}");
+    // An empty batch is an empty answer, as in PyTorch and onnxruntime.
+    let empty = r#"{"inputs": [{"shape": [0, 4], "data": []}]}"#;
+    let (s, b) = post("/predictions/mlp", "application/json", empty.into()).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(output_of(&b), (vec![0, 3], vec![]));
     // Still serving, and the refusals were counted.
     let ok = json_request(&Tensor::ones(&[1, 4], DType::F32, &Device::Cpu));
     let (s, _) = post("/predictions/mlp", "application/json", ok.into_bytes()).await;
@@ -318,6 +320,10 @@ async fn bad_requests_get_4xx_naming_the_problem() {
     let (_, metrics) = request(a, "GET", "/metrics", "text/plain", b"").await;
     assert!(
         metrics.contains("ferrograd_requests_total{model=\"mlp\",code=\"400\"} 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ferrograd_requests_total{model=\"mlp\",code=\"413\"} 1"),
         "{metrics}"
     );
     let (s, b) = request(a, "GET", "/ping", "text/plain", b"").await;
@@ -411,18 +417,16 @@ async fn hugging_face_checkpoints_are_served_as_the_models_crate_runs_them() {
             std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
         });
     let minilm_dir = data.join("all-minilm-l6-v2");
-    let mut specs = vec![ModelSpec {
-        name: "gpt2".into(),
-        model: load_pretrained(gpt2_dir).expect("the tiny GPT-2 loads"),
-        preprocess: None,
-    }];
+    let mut specs = vec![ModelSpec::new(
+        "gpt2",
+        load_pretrained(gpt2_dir).expect("the tiny GPT-2 loads"),
+    )];
     let minilm = minilm_dir.join("config.json").exists();
     if minilm {
-        specs.push(ModelSpec {
-            name: "minilm".into(),
-            model: load_pretrained(&minilm_dir).expect("MiniLM loads"),
-            preprocess: None,
-        });
+        specs.push(ModelSpec::new(
+            "minilm",
+            load_pretrained(&minilm_dir).expect("MiniLM loads"),
+        ));
     } else {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),

@@ -117,9 +117,14 @@ pub struct OnnxModel {
     inputs: Vec<String>,
     input_specs: Vec<InputSpec>,
     outputs: Vec<String>,
+    output_specs: Vec<InputSpec>,
     initializers: HashMap<String, Tensor>,
     nodes: Vec<pb::NodeProto>,
     opset: i64,
+    /// For each node, the names whose last reader it is (freed once it has run).
+    last_reads: Vec<Vec<String>>,
+    /// The most bytes one run may hold at once ([`OnnxModel::with_max_run_bytes`]).
+    max_run_bytes: u64,
 }
 
 /// What a graph input declares: its element type and dims (`None` for a symbolic or
@@ -259,6 +264,12 @@ impl OnnxModel {
             .map(input_spec)
             .collect();
         let outputs: Vec<String> = graph.output.iter().filter_map(|v| v.name.clone()).collect();
+        let output_specs: Vec<InputSpec> = graph
+            .output
+            .iter()
+            .filter(|v| v.name.is_some())
+            .map(input_spec)
+            .collect();
         // Every operator supported (all the missing ones at once), every name defined
         // before it is read.
         let mut missing: Vec<String> = graph
@@ -305,13 +316,30 @@ impl OnnxModel {
                 return Err(malformed(format!("graph output `{o}` is never computed")));
             }
         }
+        // Intermediate values are dropped after their last reader (graph outputs kept),
+        // so a run holds what is still needed, not every value it ever computed.
+        let mut last: HashMap<&str, usize> = HashMap::new();
+        for (i, n) in graph.node.iter().enumerate() {
+            for input in n.input.iter().filter(|s| !s.is_empty()) {
+                last.insert(input, i);
+            }
+        }
+        let mut last_reads = vec![Vec::new(); graph.node.len()];
+        for (name, i) in last {
+            if !outputs.iter().any(|o| o == name) && !initializers.contains_key(name) {
+                last_reads[i].push(name.to_string());
+            }
+        }
         Ok(OnnxModel {
             inputs,
             input_specs,
             outputs,
+            output_specs,
             initializers,
             nodes: graph.node,
             opset,
+            last_reads,
+            max_run_bytes: super::budget::default_max_run_bytes(),
         })
     }
 
@@ -328,6 +356,60 @@ impl OnnxModel {
     /// The graph's output names, in order.
     pub fn output_names(&self) -> &[String] {
         &self.outputs
+    }
+
+    /// What each output declares (dtype, fixed and symbolic dims), in order: the same
+    /// [`InputSpec`] form as the inputs'. A server reads the batch axis of each output
+    /// from it (the symbolic dim that the inputs' batch axis also names).
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::Linear;
+    /// use ferrograd_runtime::onnx::{self, ExportOptions, OnnxModel};
+    /// let model = Linear::new(4, 2, &Device::Cpu);
+    /// let x = Tensor::randn(&[3, 4], DType::F32, &Device::Cpu);
+    /// let opts = ExportOptions::new()
+    ///     .dynamic_axis("input", 0, "batch")
+    ///     .dynamic_axis("output", 0, "batch");
+    /// let loaded = OnnxModel::from_bytes(&onnx::export_module(&model, &x, &opts)?.to_bytes())?;
+    /// let dims = loaded.output_specs()[0].dims.clone().unwrap();
+    /// assert_eq!(dims, vec![Err("batch".to_string()), Ok(2)]);
+    /// # Ok::<(), onnx::OnnxError>(())
+    /// ```
+    pub fn output_specs(&self) -> &[InputSpec] {
+        &self.output_specs
+    }
+
+    /// Sets the most bytes one [`OnnxModel::run`] may hold at once (its inputs, the
+    /// values still to be read, and what the next node is about to allocate, estimated
+    /// from its inputs' shapes and values before it runs). A run that would go over fails
+    /// with [`OnnxError::Run`] naming the node, so a graph whose shapes come from its
+    /// inputs cannot ask the allocator for more than this. The default is
+    /// [`default_max_run_bytes`](super::default_max_run_bytes), half of the machine's
+    /// memory.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::nn::Linear;
+    /// use ferrograd_runtime::onnx::{self, ExportOptions, OnnxModel};
+    /// let model = Linear::new(4, 2, &Device::Cpu);
+    /// let x = Tensor::randn(&[3, 4], DType::F32, &Device::Cpu);
+    /// let opts = ExportOptions::new().dynamic_axis("input", 0, "batch");
+    /// let bytes = onnx::export_module(&model, &x, &opts)?.to_bytes();
+    /// let small = OnnxModel::from_bytes(&bytes)?.with_max_run_bytes(1024);
+    /// assert!(small.run(&[Tensor::randn(&[2, 4], DType::F32, &Device::Cpu)]).is_ok());
+    /// let err = small.run(&[Tensor::randn(&[4096, 4], DType::F32, &Device::Cpu)]).unwrap_err();
+    /// assert!(err.to_string().contains("limit"), "{err}");
+    /// # Ok::<(), onnx::OnnxError>(())
+    /// ```
+    pub fn with_max_run_bytes(mut self, bytes: u64) -> OnnxModel {
+        self.max_run_bytes = bytes;
+        self
+    }
+
+    /// The limit [`OnnxModel::with_max_run_bytes`] set.
+    pub fn max_run_bytes(&self) -> u64 {
+        self.max_run_bytes
     }
 
     /// The opset the graph was written for.
@@ -363,6 +445,14 @@ impl OnnxModel {
         for (name, x) in self.inputs.iter().zip(inputs) {
             env.insert(name, x.clone());
         }
+        use super::budget::{node_bytes, over_limit, tensor_bytes};
+        let limit = self.max_run_bytes;
+        let mut held: u128 = env.values().map(tensor_bytes).sum();
+        if held > limit as u128 {
+            return Err(OnnxError::Run(format!(
+                "the inputs take {held} bytes, over the model's limit of {limit} bytes (OnnxModel::with_max_run_bytes)"
+            )));
+        }
         crate::autograd::no_grad(|| {
             for (i, node) in self.nodes.iter().enumerate() {
                 let args: Vec<Option<Tensor>> = node
@@ -381,6 +471,13 @@ impl OnnxModel {
                 let op = node.op_type.as_deref().unwrap_or("");
                 let args = same_device(op, args)
                     .map_err(|e| OnnxError::Run(format!("node {i} ({op}): {e}")))?;
+                let need = node_bytes(node, op, &args);
+                if held.saturating_add(need) > limit as u128 {
+                    return Err(OnnxError::Run(format!(
+                        "node {i} ({op}): {}",
+                        over_limit(need, held, limit)
+                    )));
+                }
                 let result = catch_unwind(AssertUnwindSafe(|| run_node(node, op, &args)));
                 let outs = match result {
                     Ok(Ok(outs)) => outs,
@@ -394,10 +491,24 @@ impl OnnxModel {
                         return Err(OnnxError::Run(format!("node {i} ({op}): {msg}")));
                     }
                 };
+                drop(args);
                 for (name, t) in node.output.iter().zip(outs) {
                     if !name.is_empty() {
-                        env.insert(name, t);
+                        held = held.saturating_add(tensor_bytes(&t));
+                        if let Some(old) = env.insert(name, t) {
+                            held = held.saturating_sub(tensor_bytes(&old));
+                        }
                     }
+                }
+                for name in &self.last_reads[i] {
+                    if let Some(old) = env.remove(name.as_str()) {
+                        held = held.saturating_sub(tensor_bytes(&old));
+                    }
+                }
+                if held > limit as u128 {
+                    return Err(OnnxError::Run(format!(
+                        "node {i} ({op}): the run holds {held} bytes, over the model's limit of {limit} bytes (OnnxModel::with_max_run_bytes)"
+                    )));
                 }
             }
             self.outputs
@@ -551,7 +662,7 @@ fn dtype_of(code: i64) -> Result<DType, String> {
 }
 
 /// Attribute lookups on a node.
-struct Attrs<'a>(&'a pb::NodeProto);
+pub(crate) struct Attrs<'a>(pub(crate) &'a pb::NodeProto);
 
 impl Attrs<'_> {
     fn get(&self, name: &str) -> Option<&pb::AttributeProto> {
@@ -560,7 +671,7 @@ impl Attrs<'_> {
             .iter()
             .find(|a| a.name.as_deref() == Some(name))
     }
-    fn i(&self, name: &str, default: i64) -> i64 {
+    pub(crate) fn i(&self, name: &str, default: i64) -> i64 {
         self.get(name).and_then(|a| a.i).unwrap_or(default)
     }
     fn f(&self, name: &str, default: f64) -> f64 {
@@ -569,7 +680,7 @@ impl Attrs<'_> {
             .map(f64::from)
             .unwrap_or(default)
     }
-    fn ints(&self, name: &str) -> Option<Vec<i64>> {
+    pub(crate) fn ints(&self, name: &str) -> Option<Vec<i64>> {
         self.get(name).map(|a| a.ints.clone())
     }
     fn s(&self, name: &str) -> Option<String> {
@@ -585,7 +696,7 @@ fn req(args: &[Option<Tensor>], i: usize) -> Result<&Tensor, String> {
         .ok_or_else(|| format!("input {i} is required"))
 }
 
-fn ints_of(t: &Tensor) -> Vec<i64> {
+pub(crate) fn ints_of(t: &Tensor) -> Vec<i64> {
     t.to_dtype(DType::I64).contiguous().to_vec::<i64>()
 }
 

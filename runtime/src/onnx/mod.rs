@@ -34,6 +34,7 @@
 //! assert_eq!(exported.op_types(), ["Conv", "Relu", "Reshape", "Gemm"]);
 //! ```
 
+mod budget;
 mod export;
 mod graph;
 mod import;
@@ -41,6 +42,7 @@ mod import;
 pub mod proto;
 pub(crate) mod trace;
 
+pub use budget::default_max_run_bytes;
 pub use export::{ExportOptions, Exported, IR_VERSION, OPSET, export, export_module, export_with};
 pub use graph::{
     Attr, ExportLayer, ExportNetwork, GraphWriter, Probe, SymDim, TraceProbe, Value,
