@@ -105,6 +105,11 @@ impl Layout {
 
     /// Whether elements are laid out row-major without gaps (offset may be non-zero).
     pub fn is_contiguous(&self) -> bool {
+        // An empty view is contiguous whatever its strides (PyTorch's rule): there is no
+        // element to be out of order.
+        if self.shape.contains(&0) {
+            return true;
+        }
         let mut expected = 1;
         for (&dim, &stride) in self.shape.iter().zip(&self.strides).rev() {
             if dim != 1 && stride != expected {
@@ -117,6 +122,9 @@ impl Layout {
 
     /// The contiguous range of storage this layout covers, when it is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
+        if self.numel() == 0 {
+            return Some(0..0);
+        }
         self.is_contiguous()
             .then(|| self.offset..self.offset + self.numel())
     }

@@ -159,6 +159,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::ones(&[2, 3], DType::F32, &Device::Cpu).sum_all().item::<f32>(), 6.0);
     /// ```
+    #[track_caller]
     pub fn sum_all(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.sum_all_untraced();
@@ -352,6 +353,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1i64, 7, 3], &[3]).max_all().item::<i64>(), 7);
     /// ```
+    #[track_caller]
     pub fn max_all(&self) -> Tensor {
         self.reshape(&[self.numel()]).max_dim(0, false).0
     }
@@ -362,6 +364,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1i64, 7, 3], &[3]).min_all().item::<i64>(), 1);
     /// ```
+    #[track_caller]
     pub fn min_all(&self) -> Tensor {
         self.reshape(&[self.numel()]).min_dim(0, false).0
     }
@@ -502,8 +505,19 @@ impl Tensor {
         }
         let reduced = self.reduction_dims("logsumexp", dims);
         let mut m = self.detach();
+        if reduced.iter().any(|&d| self.shape()[d] == 0) {
+            // A sum of no exponentials: log 0 = -inf (PyTorch's result), with no max to
+            // shift by.
+            let mut shape = self.shape().to_vec();
+            for &d in &reduced {
+                shape[d] = 1;
+            }
+            m = Tensor::zeros(&shape, self.dtype(), &self.device());
+        }
         for &d in &reduced {
-            m = m.max_dim(d as isize, true).0;
+            if m.shape()[d] != 1 {
+                m = m.max_dim(d as isize, true).0;
+            }
         }
         // An all -inf slice has max -inf; shift by 0 there so the result is -inf, not NaN.
         let m = Tensor::where_cond(

@@ -14,6 +14,7 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![0.0f32, 2.0, 3.0, 0.0], &[2, 2]);
     /// assert_eq!(x.nonzero().to_vec::<i64>(), vec![0, 1, 1, 0]);
     /// ```
+    #[track_caller]
     pub fn nonzero(&self) -> Tensor {
         let flags = self.ne_scalar(0.0).to_vec::<bool>();
         let rank = self.dim();
@@ -76,6 +77,7 @@ impl Tensor {
     /// assert_eq!(inverse.to_vec::<i64>(), vec![1, 0, 1, 2]);
     /// assert_eq!(counts.to_vec::<i64>(), vec![1, 2, 1]);
     /// ```
+    #[track_caller]
     pub fn unique(&self) -> (Tensor, Tensor, Tensor) {
         let flat = self.detach().reshape(&[self.numel()]);
         let (sorted, order) = flat.sort(0, false);
@@ -115,6 +117,7 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![1.0f32, f32::NAN], &[2]);
     /// assert_eq!(x.isnan().to_vec::<bool>(), vec![false, true]);
     /// ```
+    #[track_caller]
     pub fn isnan(&self) -> Tensor {
         self.ne(self)
     }
@@ -126,6 +129,7 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![1.0f32, f32::NEG_INFINITY, f32::NAN], &[3]);
     /// assert_eq!(x.isinf().to_vec::<bool>(), vec![false, true, false]);
     /// ```
+    #[track_caller]
     pub fn isinf(&self) -> Tensor {
         if !self.dtype().is_float() {
             return Tensor::zeros(self.shape(), DType::Bool, &self.device());
@@ -140,6 +144,7 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![1.0f32, f32::INFINITY, f32::NAN], &[3]);
     /// assert_eq!(x.isfinite().to_vec::<bool>(), vec![true, false, false]);
     /// ```
+    #[track_caller]
     pub fn isfinite(&self) -> Tensor {
         if !self.dtype().is_float() {
             return Tensor::ones(self.shape(), DType::Bool, &self.device());
@@ -156,6 +161,7 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, -1.0], &[3]);
     /// assert_eq!(x.nan_to_num(0.0, None, Some(-9.0)).to_vec::<f32>(), vec![0.0, f32::MAX, -1.0]);
     /// ```
+    #[track_caller]
     pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Tensor {
         if !self.dtype().is_float() {
             return self.clone();

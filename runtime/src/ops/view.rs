@@ -335,6 +335,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::zeros(&[1, 3, 1], DType::F32, &Device::Cpu).squeeze_all().shape(), &[3]);
     /// ```
+    #[track_caller]
     pub fn squeeze_all(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.squeeze_all_untraced();
@@ -588,6 +589,7 @@ impl Tensor {
     /// let t = Tensor::zeros(&[2, 3], DType::F32, &Device::Cpu).t().contiguous();
     /// assert!(t.is_contiguous());
     /// ```
+    #[track_caller]
     pub fn contiguous(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.contiguous_untraced();

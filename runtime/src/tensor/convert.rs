@@ -95,6 +95,7 @@ impl Tensor {
     /// let t = Tensor::from_vec(vec![1.7f32, -2.2], &[2]).to_dtype(DType::I64);
     /// assert_eq!(t.to_vec::<i64>(), vec![1, -2]);
     /// ```
+    #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.to_dtype_untraced(dtype);

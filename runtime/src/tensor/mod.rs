@@ -427,6 +427,7 @@ impl Tensor {
     /// let w = Tensor::ones(&[2], DType::F32, &Device::Cpu).requires_grad(true);
     /// assert!(!(&w * 2.0).detach().requires_grad_flag());
     /// ```
+    #[track_caller]
     pub fn detach(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.detach_untraced();

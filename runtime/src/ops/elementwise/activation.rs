@@ -237,6 +237,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![-1.0f32, 2.0], &[2]).relu().to_vec::<f32>(), vec![0.0, 2.0]);
     /// ```
+    #[track_caller]
     pub fn relu(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.relu_untraced();
@@ -264,6 +265,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![1.0f64], &[1]).gelu().item::<f64>();
     /// assert!((y - 0.8413447460685429).abs() < 1e-12);
     /// ```
+    #[track_caller]
     pub fn gelu(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.gelu_untraced();
@@ -301,6 +303,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![1.0f64], &[1]).gelu_tanh().item::<f64>();
     /// assert!((y - 0.8411919906082768).abs() < 1e-12);
     /// ```
+    #[track_caller]
     pub fn gelu_tanh(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.gelu_tanh_untraced();
@@ -336,6 +339,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).silu().to_vec::<f32>(), vec![0.0]);
     /// ```
+    #[track_caller]
     pub fn silu(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.silu_untraced();
@@ -364,6 +368,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![-2.0f32, 3.0], &[2]).leaky_relu(0.1);
     /// assert_eq!(y.to_vec::<f32>(), vec![-0.2, 3.0]);
     /// ```
+    #[track_caller]
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.leaky_relu_untraced(negative_slope);
@@ -394,6 +399,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![0.0f64, 2.0], &[2]).elu(1.0).to_vec::<f64>();
     /// assert_eq!(y, vec![0.0, 2.0]);
     /// ```
+    #[track_caller]
     pub fn elu(&self, alpha: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.elu_untraced(alpha);
@@ -423,6 +429,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![0.0f64, 30.0], &[2]).softplus(1.0, 20.0).to_vec::<f64>();
     /// assert!((y[0] - 2f64.ln()).abs() < 1e-15 && y[1] == 30.0);
     /// ```
+    #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.softplus_untraced(beta, threshold);
@@ -459,6 +466,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![-4.0f32, 0.0, 4.0], &[3]).hardsigmoid();
     /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.5, 1.0]);
     /// ```
+    #[track_caller]
     pub fn hardsigmoid(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.hardsigmoid_untraced();
@@ -485,6 +493,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![-4.0f32, 0.0, 4.0], &[3]).hardswish();
     /// assert_eq!(y.to_vec::<f32>(), vec![0.0, 0.0, 4.0]);
     /// ```
+    #[track_caller]
     pub fn hardswish(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.hardswish_untraced();
@@ -515,6 +524,7 @@ impl Tensor {
     /// let y = Tensor::from_vec(vec![0.0f64, 1.0], &[2]).mish().to_vec::<f64>();
     /// assert!(y[0] == 0.0 && (y[1] - 1f64.exp().ln_1p().tanh()).abs() < 1e-15);
     /// ```
+    #[track_caller]
     pub fn mish(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.mish_untraced();
@@ -585,6 +595,7 @@ impl Tensor {
     /// let t = Tensor::from_vec(vec![-1.0f32, 2.0, 7.0], &[3]);
     /// assert_eq!(t.relu6().to_vec::<f32>(), vec![0.0, 2.0, 6.0]);
     /// ```
+    #[track_caller]
     pub fn relu6(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.relu6_untraced();
@@ -651,6 +662,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![-2.0f32, 3.0], &[2]).clamp_min(0.0).to_vec::<f32>(), vec![0.0, 3.0]);
     /// ```
+    #[track_caller]
     pub fn clamp_min(&self, min: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.clamp_min_untraced(min);

@@ -81,6 +81,7 @@ macro_rules! comparisons {
                 #[doc = concat!("let m = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).", stringify!($scalar), "(2.0);")]
                 /// assert_eq!(m.shape(), &[2]);
                 /// ```
+                #[track_caller]
                 pub fn $scalar(&self, value: f64) -> Tensor {
                     self.compare_scalar(value, Cmp::$cmp, stringify!($name))
                 }
@@ -134,6 +135,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![true, false], &[2]).logical_not().to_vec::<bool>(), vec![false, true]);
     /// ```
+    #[track_caller]
     pub fn logical_not(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.logical_not_untraced();

@@ -116,6 +116,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1i64], &[1]).add_scalar(2.0).to_vec::<i64>(), vec![3]);
     /// ```
+    #[track_caller]
     pub fn add_scalar(&self, value: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.add_scalar_untraced(value);
@@ -145,6 +146,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).sub_scalar(2.0).to_vec::<f32>(), vec![-1.0]);
     /// ```
+    #[track_caller]
     pub fn sub_scalar(&self, value: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.sub_scalar_untraced(value);
@@ -174,6 +176,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).rsub_scalar(3.0).to_vec::<f32>(), vec![2.0]);
     /// ```
+    #[track_caller]
     pub fn rsub_scalar(&self, value: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.rsub_scalar_untraced(value);
@@ -203,6 +206,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1.5f32], &[1]).mul_scalar(2.0).to_vec::<f32>(), vec![3.0]);
     /// ```
+    #[track_caller]
     pub fn mul_scalar(&self, value: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.mul_scalar_untraced(value);
@@ -237,6 +241,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).div_scalar(2.0).to_vec::<f32>(), vec![1.5]);
     /// ```
+    #[track_caller]
     pub fn div_scalar(&self, value: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.div_scalar_untraced(value);
@@ -266,6 +271,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1]).rdiv_scalar(2.0).to_vec::<f32>(), vec![0.5]);
     /// ```
+    #[track_caller]
     pub fn rdiv_scalar(&self, value: f64) -> Tensor {
         self.scalar_operand(value).div(self)
     }
@@ -276,6 +282,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![3.0f32], &[1]).pow_scalar(2.0).to_vec::<f32>(), vec![9.0]);
     /// ```
+    #[track_caller]
     pub fn pow_scalar(&self, exponent: f64) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.pow_scalar_untraced(exponent);
@@ -336,6 +343,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1i64, -2], &[2]).neg().to_vec::<i64>(), vec![-1, 2]);
     /// ```
+    #[track_caller]
     pub fn neg(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.neg_untraced();
@@ -361,6 +369,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![-1.5f32, 2.0], &[2]).abs().to_vec::<f32>(), vec![1.5, 2.0]);
     /// ```
+    #[track_caller]
     pub fn abs(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.abs_untraced();
@@ -386,6 +395,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![-3.0f32, 0.0, 2.0], &[3]).sign().to_vec::<f32>(), vec![-1.0, 0.0, 1.0]);
     /// ```
+    #[track_caller]
     pub fn sign(&self) -> Tensor {
         self.detach().map_float("sign", &SignK)
     }
@@ -396,6 +406,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).exp().to_vec::<f32>(), vec![1.0]);
     /// ```
+    #[track_caller]
     pub fn exp(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.exp_untraced();
@@ -421,6 +432,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![1.0f32], &[1]).log().to_vec::<f32>(), vec![0.0]);
     /// ```
+    #[track_caller]
     pub fn log(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.log_untraced();
@@ -446,6 +458,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![9.0f32], &[1]).sqrt().to_vec::<f32>(), vec![3.0]);
     /// ```
+    #[track_caller]
     pub fn sqrt(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.sqrt_untraced();
@@ -468,6 +481,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![4.0f32], &[1]).rsqrt().to_vec::<f32>(), vec![0.5]);
     /// ```
+    #[track_caller]
     pub fn rsqrt(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.rsqrt_untraced();
@@ -495,6 +509,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).sin().to_vec::<f32>(), vec![0.0]);
     /// ```
+    #[track_caller]
     pub fn sin(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.sin_untraced();
@@ -517,6 +532,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).cos().to_vec::<f32>(), vec![1.0]);
     /// ```
+    #[track_caller]
     pub fn cos(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.cos_untraced();
@@ -539,6 +555,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).tanh().to_vec::<f32>(), vec![0.0]);
     /// ```
+    #[track_caller]
     pub fn tanh(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.tanh_untraced();
@@ -563,6 +580,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f32], &[1]).sigmoid().to_vec::<f32>(), vec![0.5]);
     /// ```
+    #[track_caller]
     pub fn sigmoid(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.sigmoid_untraced();
@@ -587,6 +605,7 @@ impl Tensor {
     /// # use ferrograd_runtime::prelude::*;
     /// assert_eq!(Tensor::from_vec(vec![0.0f64], &[1]).erf().to_vec::<f64>(), vec![0.0]);
     /// ```
+    #[track_caller]
     pub fn erf(&self) -> Tensor {
         let entered = crate::onnx::trace::enter();
         let out = self.erf_untraced();
