@@ -5,6 +5,8 @@
 #[cfg(feature = "dashboard")]
 #[path = "train/dashboard.rs"]
 mod dashboard;
+#[path = "train/lightning.rs"]
+mod lightning;
 #[path = "train/metrics.rs"]
 mod metrics;
 #[path = "train/profiler.rs"]

@@ -20,17 +20,19 @@
 //! assert_eq!(log.rows().len(), 2);
 //! ```
 
+mod callbacks;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 pub mod metrics;
 mod progress;
+mod run_log;
 pub mod tensorboard;
 mod trainer;
 
 pub use metrics::{MetricsError, MetricsLog};
 pub use progress::{EpochProgress, EpochSummary, correct_predictions};
 pub use trainer::{
-    Callback, Context, EarlyStopping, FitReport, Interval, LearningRateMonitor, Mode,
+    Callback, Context, EarlyStopping, FitReport, Interval, LearningRateMonitor, LogOptions, Mode,
     ModelCheckpoint, Precision, StepOutput, TrainError, TrainStep, Trainer, TrainerConfig,
     TrainerState,
 };

@@ -3,9 +3,13 @@
 //! exact resume, early stopping, a progress bar, a CSV log with its plot and TensorBoard
 //! — around a step the user writes ([`TrainStep`]).
 
+pub use super::callbacks::{
+    Callback, Context, EarlyStopping, LearningRateMonitor, Mode, ModelCheckpoint, TrainerState,
+};
 use super::metrics::{Mean, Metric, MetricsError, MetricsLog};
 use super::progress::{EpochProgress, correct_predictions};
-use super::tensorboard::{SummaryWriter, TensorBoardError};
+use super::run_log::{RunLog, StepLogs, step_tag};
+use super::tensorboard::TensorBoardError;
 use crate::amp::{GradScaler, autocast};
 use crate::autograd::no_grad;
 use crate::checkpoint::{Checkpoint, CheckpointError};
@@ -16,7 +20,7 @@ use crate::optim::lr_scheduler::LrScheduler;
 use crate::profiler::record_function;
 use crate::{DType, Tensor};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Why [`Trainer::fit`] stopped with an error.
@@ -146,6 +150,12 @@ pub struct TrainerConfig {
     /// CSV, plot and TensorBoard files; checkpoints are saved collectively with every
     /// rank's random state and data position, and a resume gives each rank its own.
     pub process_group: Option<crate::distributed::ProcessGroup>,
+    /// Flush the TensorBoard file at least this often while training, so a live
+    /// TensorBoard sees a long epoch as it runs (`torch.utils.tensorboard`'s `flush_secs`,
+    /// 120 s).
+    pub tensorboard_flush_secs: u64,
+    /// Flush the TensorBoard file once this many values are waiting (`max_queue`, 10).
+    pub tensorboard_max_queue: usize,
 }
 
 impl Default for TrainerConfig {
@@ -172,6 +182,8 @@ impl Default for TrainerConfig {
             dashboard: false,
             resume_from: None,
             process_group: None,
+            tensorboard_flush_secs: 120,
+            tensorboard_max_queue: 10,
         }
     }
 }
@@ -186,6 +198,40 @@ pub struct StepOutput {
     pub predictions: Option<(Tensor, Tensor)>,
     /// Samples in the batch (the targets' count when predictions are given, else 1).
     pub batch_size: usize,
+    /// Values the step logs ([`StepOutput::log`]), in order.
+    pub logs: Vec<(String, f64, LogOptions)>,
+}
+
+/// When a value a step logs is recorded (Lightning's `self.log(on_step=…, on_epoch=…)`).
+///
+/// A value logged both per step and per epoch gets two series, `{name}_step` and
+/// `{name}_epoch` (the epoch's mean weighted by batch size); logged one way only, it keeps
+/// its name. The epoch value (or the last step's) is in `state.metrics` under the name
+/// itself, for the monitoring callbacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Record each step's value (at the optimizer step it belongs to).
+    pub on_step: bool,
+    /// Record the epoch's mean.
+    pub on_epoch: bool,
+}
+
+impl LogOptions {
+    /// Lightning's default in `training_step`: per step only.
+    pub const TRAINING: LogOptions = LogOptions {
+        on_step: true,
+        on_epoch: false,
+    };
+    /// Lightning's default in `validation_step`: the epoch's mean only.
+    pub const VALIDATION: LogOptions = LogOptions {
+        on_step: false,
+        on_epoch: true,
+    };
+    /// Both series.
+    pub const BOTH: LogOptions = LogOptions {
+        on_step: true,
+        on_epoch: true,
+    };
 }
 
 impl StepOutput {
@@ -195,7 +241,36 @@ impl StepOutput {
             loss,
             predictions: None,
             batch_size: 1,
+            logs: Vec::new(),
         }
+    }
+
+    /// Logs `value` under `name` with Lightning's defaults: per step in training, the
+    /// epoch's mean in validation.
+    ///
+    /// ```
+    /// use ferrograd_runtime::prelude::*;
+    /// use ferrograd_runtime::train::{LogOptions, StepOutput};
+    /// let out = StepOutput::new(Tensor::scalar(0.5, DType::F32))
+    ///     .log("train/perplexity", 1.65)
+    ///     .log_with("train/tokens", 512.0, LogOptions::BOTH);
+    /// assert_eq!(out.logs.len(), 2);
+    /// ```
+    pub fn log(mut self, name: impl Into<String>, value: f64) -> StepOutput {
+        self.logs.push((name.into(), value, LogOptions::TRAINING));
+        self
+    }
+
+    /// Logs `value` under `name` per step and/or per epoch as `options` say (in
+    /// validation, per-step values are not recorded: there are no optimizer steps).
+    pub fn log_with(
+        mut self,
+        name: impl Into<String>,
+        value: f64,
+        options: LogOptions,
+    ) -> StepOutput {
+        self.logs.push((name.into(), value, options));
+        self
     }
     /// With the batch's scores and targets.
     pub fn with_predictions(mut self, scores: Tensor, targets: Tensor) -> StepOutput {
@@ -220,309 +295,6 @@ pub trait TrainStep<M, B> {
 impl<M, B, F: FnMut(&mut M, B) -> StepOutput> TrainStep<M, B> for F {
     fn training_step(&mut self, model: &mut M, batch: B) -> StepOutput {
         self(model, batch)
-    }
-}
-
-/// Where the run is, as the callbacks see it.
-#[derive(Clone, Debug, Default)]
-pub struct TrainerState {
-    /// Epochs finished.
-    pub epoch: usize,
-    /// Optimizer steps taken.
-    pub global_step: u64,
-    /// The latest value of every logged quantity (`train_loss`, `val_loss`,
-    /// `val_accuracy`, `lr`, ...).
-    pub metrics: BTreeMap<String, f64>,
-    /// Set by a callback to end training after this epoch.
-    pub should_stop: bool,
-}
-
-/// What a callback can see and ask for.
-#[derive(Debug)]
-pub struct Context<'a> {
-    /// The run's state.
-    pub state: &'a mut TrainerState,
-    root: &'a Path,
-    saves: Vec<PathBuf>,
-    removes: Vec<PathBuf>,
-    logs: Vec<(String, f64)>,
-}
-
-impl Context<'_> {
-    /// The run's directory.
-    pub fn root_dir(&self) -> &Path {
-        self.root
-    }
-    /// Writes the whole training checkpoint (model, optimizer, schedule, scaler, data
-    /// position, RNG, every callback's state) to `path` when the callbacks are done.
-    pub fn save_checkpoint(&mut self, path: impl Into<PathBuf>) {
-        self.saves.push(path.into());
-    }
-    /// Deletes `path` (an older checkpoint) after the saves.
-    pub fn remove_file(&mut self, path: impl Into<PathBuf>) {
-        self.removes.push(path.into());
-    }
-    /// Logs a value at the current step (TensorBoard, and `state.metrics`).
-    pub fn log(&mut self, name: impl Into<String>, value: f64) {
-        let name = name.into();
-        self.state.metrics.insert(name.clone(), value);
-        self.logs.push((name, value));
-    }
-}
-
-/// Hooks into [`Trainer::fit`]. Every hook has an empty default; a callback whose state
-/// must survive a resume writes it in [`state_dict`](Self::state_dict) (kept in the
-/// checkpoint's metadata) and reads it back in [`load_state_dict`](Self::load_state_dict).
-pub trait Callback: Send {
-    /// The name its state is saved under (unique among a trainer's callbacks).
-    fn name(&self) -> String;
-    /// Before the first epoch (after a resume's restore).
-    fn on_fit_start(&mut self, _ctx: &mut Context) {}
-    /// Before each training epoch.
-    fn on_train_epoch_start(&mut self, _ctx: &mut Context) {}
-    /// Before each training batch, with its index in the epoch.
-    fn on_train_batch_start(&mut self, _ctx: &mut Context, _batch_idx: usize) {}
-    /// After each training batch, with its loss.
-    fn on_train_batch_end(&mut self, _ctx: &mut Context, _loss: f64) {}
-    /// Before validation (the model in eval mode).
-    fn on_validation_start(&mut self, _ctx: &mut Context) {}
-    /// After validation; `ctx.state.metrics` holds the `val_*` values.
-    fn on_validation_end(&mut self, _ctx: &mut Context) {}
-    /// After each epoch (after validation).
-    fn on_train_epoch_end(&mut self, _ctx: &mut Context) {}
-    /// After the last epoch.
-    fn on_fit_end(&mut self, _ctx: &mut Context) {}
-    /// The state to keep in checkpoints.
-    fn state_dict(&self) -> String {
-        String::new()
-    }
-    /// Restores [`state_dict`](Self::state_dict)'s output.
-    fn load_state_dict(&mut self, _state: &str) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-/// Whether smaller or larger is better for a monitored metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Smaller is better (a loss).
-    Min,
-    /// Larger is better (an accuracy).
-    Max,
-}
-
-impl Mode {
-    fn better(self, a: f64, b: f64, min_delta: f64) -> bool {
-        match self {
-            Mode::Min => a < b - min_delta,
-            Mode::Max => a > b + min_delta,
-        }
-    }
-}
-
-/// Saves checkpoints after each epoch: `last.safetensors` (with `save_last`), and the
-/// best `save_top_k` by `monitor` as `epoch=E-{monitor}=V.safetensors` (older ones
-/// deleted), like Lightning's `ModelCheckpoint`.
-#[derive(Clone, Debug)]
-pub struct ModelCheckpoint {
-    /// The directory (default `root_dir/checkpoints`).
-    pub dir: Option<PathBuf>,
-    /// The metric ranking checkpoints (`val_loss`); `None` keeps only `last`.
-    pub monitor: Option<String>,
-    /// Whether smaller or larger is better.
-    pub mode: Mode,
-    /// How many of the best to keep.
-    pub save_top_k: usize,
-    /// Also keep `last.safetensors`, the checkpoint to resume from.
-    pub save_last: bool,
-    best: Vec<(f64, PathBuf)>,
-}
-
-impl ModelCheckpoint {
-    /// Keeps `last.safetensors` and the best checkpoint by `monitor`.
-    pub fn new(monitor: impl Into<String>, mode: Mode) -> ModelCheckpoint {
-        ModelCheckpoint {
-            dir: None,
-            monitor: Some(monitor.into()),
-            mode,
-            save_top_k: 1,
-            save_last: true,
-            best: Vec::new(),
-        }
-    }
-    /// Only `last.safetensors`.
-    pub fn last_only() -> ModelCheckpoint {
-        ModelCheckpoint {
-            monitor: None,
-            ..ModelCheckpoint::new("", Mode::Min)
-        }
-    }
-    /// Keeps the best `k`.
-    pub fn top_k(mut self, k: usize) -> ModelCheckpoint {
-        self.save_top_k = k;
-        self
-    }
-    /// The kept checkpoints, best first, with their monitored values.
-    pub fn best(&self) -> &[(f64, PathBuf)] {
-        &self.best
-    }
-}
-
-impl Callback for ModelCheckpoint {
-    fn name(&self) -> String {
-        "ModelCheckpoint".into()
-    }
-    fn on_train_epoch_end(&mut self, ctx: &mut Context) {
-        let dir = self
-            .dir
-            .clone()
-            .unwrap_or_else(|| ctx.root_dir().join("checkpoints"));
-        if self.save_last {
-            ctx.save_checkpoint(dir.join("last.safetensors"));
-        }
-        let Some(monitor) = &self.monitor else { return };
-        let Some(&value) = ctx.state.metrics.get(monitor) else {
-            return;
-        };
-        if self.save_top_k == 0 || !value.is_finite() {
-            return;
-        }
-        let qualifies = self.best.len() < self.save_top_k
-            || self
-                .best
-                .last()
-                .is_some_and(|(worst, _)| self.mode.better(value, *worst, 0.0));
-        if !qualifies {
-            return;
-        }
-        let path = dir.join(format!(
-            "epoch={}-{}={value:.4}.safetensors",
-            ctx.state.epoch,
-            monitor.replace('/', "_")
-        ));
-        ctx.save_checkpoint(path.clone());
-        self.best.push((value, path));
-        let mode = self.mode;
-        self.best.sort_by(|a, b| match mode {
-            Mode::Min => a.0.total_cmp(&b.0),
-            Mode::Max => b.0.total_cmp(&a.0),
-        });
-        while self.best.len() > self.save_top_k {
-            let (_, old) = self.best.pop().expect("longer than k");
-            ctx.remove_file(old);
-        }
-    }
-    fn state_dict(&self) -> String {
-        serde_json::to_string(
-            &self
-                .best
-                .iter()
-                .map(|(v, p)| (v, p.to_string_lossy()))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or_default()
-    }
-    fn load_state_dict(&mut self, state: &str) -> Result<(), String> {
-        let best: Vec<(f64, String)> = serde_json::from_str(state).map_err(|e| e.to_string())?;
-        self.best = best
-            .into_iter()
-            .map(|(v, p)| (v, PathBuf::from(p)))
-            .collect();
-        Ok(())
-    }
-}
-
-/// Stops training when `monitor` has not improved by more than `min_delta` for
-/// `patience` validations (Lightning's `EarlyStopping`).
-#[derive(Clone, Debug)]
-pub struct EarlyStopping {
-    /// The metric watched (`val_loss`).
-    pub monitor: String,
-    /// Validations without improvement before stopping.
-    pub patience: usize,
-    /// The least change that counts as an improvement.
-    pub min_delta: f64,
-    /// Whether smaller or larger is better.
-    pub mode: Mode,
-    best: Option<f64>,
-    wait: usize,
-}
-
-impl EarlyStopping {
-    /// Watches `monitor` with `patience`, no minimum delta.
-    pub fn new(monitor: impl Into<String>, mode: Mode, patience: usize) -> EarlyStopping {
-        EarlyStopping {
-            monitor: monitor.into(),
-            patience,
-            min_delta: 0.0,
-            mode,
-            best: None,
-            wait: 0,
-        }
-    }
-    /// Requires improvements larger than `delta`.
-    pub fn min_delta(mut self, delta: f64) -> EarlyStopping {
-        self.min_delta = delta.abs();
-        self
-    }
-}
-
-impl Callback for EarlyStopping {
-    fn name(&self) -> String {
-        format!("EarlyStopping[{}]", self.monitor)
-    }
-    fn on_validation_end(&mut self, ctx: &mut Context) {
-        let Some(&value) = ctx.state.metrics.get(&self.monitor) else {
-            return;
-        };
-        match self.best {
-            Some(best) if !self.mode.better(value, best, self.min_delta) => {
-                self.wait += 1;
-                if self.wait >= self.patience {
-                    ctx.state.should_stop = true;
-                }
-            }
-            _ => {
-                self.best = Some(value);
-                self.wait = 0;
-            }
-        }
-    }
-    fn state_dict(&self) -> String {
-        serde_json::json!({"best": self.best, "wait": self.wait}).to_string()
-    }
-    fn load_state_dict(&mut self, state: &str) -> Result<(), String> {
-        let v: serde_json::Value = serde_json::from_str(state).map_err(|e| e.to_string())?;
-        self.best = v["best"].as_f64();
-        self.wait = v["wait"].as_u64().ok_or("no wait count")? as usize;
-        Ok(())
-    }
-}
-
-/// Logs each parameter group's learning rate (`lr` for one group, `lr/group{i}` for
-/// several) at every epoch start.
-#[derive(Clone, Debug, Default)]
-pub struct LearningRateMonitor;
-
-impl Callback for LearningRateMonitor {
-    fn name(&self) -> String {
-        "LearningRateMonitor".into()
-    }
-    fn on_train_epoch_start(&mut self, ctx: &mut Context) {
-        let lrs: Vec<(String, f64)> = ctx
-            .state
-            .metrics
-            .iter()
-            .filter(|(k, _)| k.starts_with("lr_group"))
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        if lrs.len() == 1 {
-            ctx.log("lr", lrs[0].1);
-        } else {
-            for (k, v) in lrs {
-                ctx.log(k.replace("lr_group", "lr/group"), v);
-            }
-        }
     }
 }
 
@@ -576,6 +348,8 @@ pub struct Trainer {
     callbacks: Vec<Box<dyn Callback>>,
     metrics: Vec<Box<dyn Metric>>,
     state: TrainerState,
+    /// Whether a callback logs the learning rate (then the trainer does not).
+    callbacks_log_lr: bool,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -590,6 +364,86 @@ impl std::fmt::Debug for Trainer {
 /// What the training checkpoint holds beyond `Checkpoint`'s own fields.
 const META_CALLBACK: &str = "trainer.callback.";
 const META_METRICS: &str = "trainer.metrics";
+/// The TensorBoard values logged at the checkpoint's step before it was taken.
+const META_LOGGED_AT_STEP: &str = "trainer.logged_at_step";
+/// The sums and position of an epoch a `max_steps`/`max_time` stop left unfinished.
+const META_PARTIAL_EPOCH: &str = "trainer.partial_epoch";
+
+/// An epoch's running sums (and, for one a stop left unfinished, how far it got).
+#[derive(Default)]
+struct PartialEpoch {
+    done: usize,
+    loss_sum: f64,
+    loss_weight: f64,
+    correct: f64,
+    counted: f64,
+    samples: f64,
+    step_logs: StepLogs,
+}
+
+impl PartialEpoch {
+    fn to_json(&self) -> String {
+        serde_json::json!({
+            "done": self.done,
+            "sums": [self.loss_sum, self.loss_weight, self.correct, self.counted, self.samples],
+            "step_logs": self.step_logs.to_json(),
+        })
+        .to_string()
+    }
+
+    fn from_json(text: &str) -> Result<PartialEpoch, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let done = v["done"].as_u64().ok_or("no batch count")? as usize;
+        let sums: Vec<f64> = v["sums"]
+            .as_array()
+            .ok_or("no sums")?
+            .iter()
+            .map(|x| x.as_f64().ok_or("a sum that is not a number"))
+            .collect::<Result<_, _>>()?;
+        let [loss_sum, loss_weight, correct, counted, samples] = sums[..] else {
+            return Err(format!("{} sums, not 5", sums.len()));
+        };
+        Ok(PartialEpoch {
+            done,
+            loss_sum,
+            loss_weight,
+            correct,
+            counted,
+            samples,
+            step_logs: StepLogs::from_json(&v["step_logs"])?,
+        })
+    }
+    /// Zero sums (the position kept): what a rank other than 0 carries on with.
+    fn clear_sums(&mut self) {
+        let done = self.done;
+        *self = PartialEpoch {
+            done,
+            ..PartialEpoch::default()
+        };
+    }
+
+    /// The sums of every rank, added up.
+    fn all_reduce(&mut self, g: &crate::distributed::ProcessGroup) -> Result<(), TrainError> {
+        let [l, w, c, n, s] = all_reduce_sums(
+            g,
+            [
+                self.loss_sum,
+                self.loss_weight,
+                self.correct,
+                self.counted,
+                self.samples,
+            ],
+        )?;
+        (
+            self.loss_sum,
+            self.loss_weight,
+            self.correct,
+            self.counted,
+            self.samples,
+        ) = (l, w, c, n, s);
+        Ok(())
+    }
+}
 
 impl Trainer {
     /// A trainer with `config` and no callbacks or metrics.
@@ -599,6 +453,7 @@ impl Trainer {
             callbacks: Vec::new(),
             metrics: Vec::new(),
             state: TrainerState::default(),
+            callbacks_log_lr: false,
         }
     }
 
@@ -619,30 +474,64 @@ impl Trainer {
         &self.state
     }
 
-    /// The callbacks, to read a [`ModelCheckpoint`]'s best paths after `fit`, say.
+    /// The callbacks, in the order added.
     pub fn callbacks(&self) -> &[Box<dyn Callback>] {
         &self.callbacks
     }
 
+    /// The first callback of type `T`, to read an [`EarlyStopping`]'s reason or a
+    /// [`ModelCheckpoint`]'s best paths after `fit` (Lightning's
+    /// `trainer.early_stopping_callback`, `trainer.checkpoint_callback`).
+    ///
+    /// ```
+    /// use ferrograd_runtime::train::{EarlyStopping, Mode, ModelCheckpoint, Trainer, TrainerConfig};
+    /// let trainer = Trainer::new(TrainerConfig::default())
+    ///     .callback(EarlyStopping::new("val_loss", Mode::Min, 3));
+    /// assert_eq!(trainer.find_callback::<EarlyStopping>().unwrap().patience, 3);
+    /// assert!(trainer.find_callback::<ModelCheckpoint>().is_none());
+    /// ```
+    pub fn find_callback<T: Callback>(&self) -> Option<&T> {
+        self.callbacks
+            .iter()
+            .find_map(|cb| (cb.as_ref() as &dyn std::any::Any).downcast_ref::<T>())
+    }
+
+    /// The first callback of type `T`, mutably (to change a setting between fits).
+    pub fn find_callback_mut<T: Callback>(&mut self) -> Option<&mut T> {
+        self.callbacks
+            .iter_mut()
+            .find_map(|cb| (cb.as_mut() as &mut dyn std::any::Any).downcast_mut::<T>())
+    }
+
     fn hooks(
         &mut self,
-        writer: &mut Option<SummaryWriter>,
+        writer: &mut Option<RunLog>,
         f: impl Fn(&mut dyn Callback, &mut Context),
     ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), TrainError> {
-        let mut ctx = Context {
-            state: &mut self.state,
-            root: &self.config.root_dir,
-            saves: Vec::new(),
-            removes: Vec::new(),
-            logs: Vec::new(),
-        };
+        let mut ctx = Context::new(&mut self.state, &self.config.root_dir);
+        let mut failed = None;
         for cb in &mut self.callbacks {
             f(cb.as_mut(), &mut ctx);
+            if failed.is_none()
+                && let Some(reason) = ctx.failure()
+            {
+                failed = Some((cb.name(), reason.to_string()));
+            }
+        }
+        if let Some((name, reason)) = failed {
+            return Err(TrainError::Callback { name, reason });
         }
         let step = ctx.state.global_step;
+        if ctx
+            .logs
+            .iter()
+            .any(|(n, _)| n == "lr" || n.starts_with("lr/"))
+        {
+            self.callbacks_log_lr = true;
+        }
         if let Some(w) = writer {
             for (name, value) in &ctx.logs {
-                w.add_scalar(name, *value, step)?;
+                w.scalar(name, *value, step)?;
             }
         }
         Ok((ctx.saves, ctx.removes))
@@ -682,7 +571,10 @@ impl Trainer {
         let accumulate = cfg.accumulate_grad_batches.max(1);
         let mut scaler = GradScaler::new().enabled(cfg.precision == Precision::F16);
         self.state = TrainerState::default();
-        let mut purge_step = None;
+        self.callbacks_log_lr = false;
+        let mut resumed_at = None;
+        let mut relog: Vec<(String, f64)> = Vec::new();
+        let mut partial: Option<PartialEpoch> = None;
         let group = cfg.process_group.clone();
         let is_main = group.as_ref().is_none_or(|g| g.rank() == 0);
         if let Some(path) = &cfg.resume_from {
@@ -707,6 +599,20 @@ impl Trainer {
             if let Some(m) = ckpt.metadata.get(META_METRICS) {
                 self.state.metrics = serde_json::from_str(m).unwrap_or_default();
             }
+            if let Some(m) = ckpt.metadata.get(META_LOGGED_AT_STEP) {
+                relog = serde_json::from_str(m).unwrap_or_default();
+            }
+            if let Some(m) = ckpt.metadata.get(META_PARTIAL_EPOCH) {
+                let mut p = PartialEpoch::from_json(m).map_err(|e| TrainError::Callback {
+                    name: "Trainer".into(),
+                    reason: format!("the checkpoint's unfinished epoch: {e}"),
+                })?;
+                // The epoch's sums are the whole group's: one rank carries them on.
+                if !is_main {
+                    p.clear_sums();
+                }
+                partial = Some(p);
+            }
             for cb in &mut self.callbacks {
                 let name = cb.name();
                 if let Some(s) = ckpt.metadata.get(&format!("{META_CALLBACK}{name}")) {
@@ -714,21 +620,25 @@ impl Trainer {
                         .map_err(|reason| TrainError::Callback { name, reason })?;
                 }
             }
-            // Events at the checkpoint's own step were logged before it was taken: keep them.
-            purge_step = Some(ckpt.step + 1);
+            // TensorBoard drops the old files' events from the checkpoint's step on; what
+            // was logged at that step before the checkpoint was taken is logged again.
+            resumed_at = Some(ckpt.step);
         } else if let Some(seed) = cfg.seed {
             crate::manual_seed(seed);
         }
         // Checkpoints are written by every rank together; the logs by rank 0.
         let writes = !dev_run;
         let logs = writes && is_main;
-        let mut writer = match (logs && cfg.tensorboard, purge_step) {
-            (false, _) => None,
-            (true, None) => Some(SummaryWriter::new(cfg.root_dir.join("tensorboard"))?),
-            (true, Some(step)) => Some(SummaryWriter::resume(
-                cfg.root_dir.join("tensorboard"),
-                step,
-            )?),
+        let mut writer = if logs && cfg.tensorboard {
+            Some(RunLog::open(
+                &cfg.root_dir.join("tensorboard"),
+                resumed_at,
+                &relog,
+                cfg.tensorboard_flush_secs,
+                cfg.tensorboard_max_queue,
+            )?)
+        } else {
+            None
         };
         let metric_names: Vec<String> = self
             .metrics
@@ -753,7 +663,7 @@ impl Trainer {
                 path: cfg.root_dir.clone(),
                 source,
             })?;
-            Some(if purge_step.is_some() {
+            Some(if resumed_at.is_some() {
                 MetricsLog::resume(&csv, &column_refs, self.state.epoch as f64)?
             } else {
                 MetricsLog::create(&csv, &column_refs)?
@@ -777,8 +687,13 @@ impl Trainer {
         while self.state.epoch < max_epochs && !out_of_budget {
             let epoch = self.state.epoch;
             model.train();
-            record_lrs(&mut self.state, opt);
-            self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_start(ctx))?;
+            // An epoch a `max_steps`/`max_time` stop left unfinished goes on where it was
+            // (its start hooks ran before the stop).
+            let resumed = partial.take();
+            if resumed.is_none() {
+                record_lrs(&mut self.state, opt);
+                self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_start(ctx))?;
+            }
             let mut limit = train.len();
             if let Some(l) = cfg.limit_train_batches {
                 limit = limit.min(l);
@@ -787,16 +702,18 @@ impl Trainer {
                 limit = limit.min(1);
             }
             display.epoch_start(epoch, max_epochs, limit);
-            let mut loss_mean = Mean::new("train_loss");
-            let (mut correct, mut counted, mut samples) = (0usize, 0usize, 0usize);
+            let epoch_len = train.len();
+            let mut acc = resumed.unwrap_or_default();
             let epoch_start = Instant::now();
             let mut batches = train.iter();
-            let mut done = 0usize;
             let mut pending = 0usize;
-            while done < limit {
+            let mut unfinished = false;
+            while acc.done < limit {
                 let Some(batch) = batches.next() else { break };
                 let batch = batch?;
-                self.hooks(&mut writer, |cb, ctx| cb.on_train_batch_start(ctx, done))?;
+                self.hooks(&mut writer, |cb, ctx| {
+                    cb.on_train_batch_start(ctx, acc.done)
+                })?;
                 let out = record_function("training_step", || match cfg.precision {
                     Precision::F32 => step.training_step(model, batch),
                     Precision::Bf16 => autocast(DType::BF16, || step.training_step(model, batch)),
@@ -816,19 +733,31 @@ impl Trainer {
                 };
                 scaler.scale(&loss).backward();
                 pending += 1;
-                done += 1;
+                acc.done += 1;
                 let batch_correct = out
                     .predictions
                     .as_ref()
                     .map(|(scores, targets)| correct_predictions(scores, targets));
                 if let Some(c) = batch_correct {
-                    correct += c;
-                    counted += out.batch_size;
+                    acc.correct += c as f64;
+                    acc.counted += out.batch_size as f64;
                 }
-                samples += out.batch_size;
-                loss_mean.add(loss_value, out.batch_size as f64);
+                acc.samples += out.batch_size as f64;
+                acc.loss_sum += loss_value * out.batch_size as f64;
+                acc.loss_weight += out.batch_size as f64;
+                acc.step_logs.add(&out.logs, out.batch_size as f64);
+                self.state
+                    .metrics
+                    .insert("train_loss_step".into(), loss_value);
+                for (name, value, o) in out.logs.iter().filter(|l| l.2.on_step) {
+                    self.state.metrics.insert(step_tag(name, *o), *value);
+                    if !o.on_epoch {
+                        self.state.metrics.insert(name.clone(), *value);
+                    }
+                }
                 let mut stop_requested = false;
-                if pending == accumulate || done == limit {
+                let stepped = pending == accumulate || acc.done == limit;
+                if stepped {
                     pending = 0;
                     if cfg.grad_clip.is_some() || cfg.log_grad_norm {
                         scaler.unscale_(&params);
@@ -856,11 +785,14 @@ impl Trainer {
                     if let Some(w) = writer.as_mut()
                         && gs.is_multiple_of(cfg.log_every.max(1))
                     {
-                        w.add_scalar("train/loss", loss_value, gs)?;
+                        w.scalar("train/loss_step", loss_value, gs)?;
                         if cfg.log_grad_norm
                             && let Some(n) = self.state.metrics.get("grad_norm")
                         {
-                            w.add_scalar("train/grad_norm", *n, gs)?;
+                            w.scalar("train/grad_norm", *n, gs)?;
+                        }
+                        for (name, value, o) in out.logs.iter().filter(|l| l.2.on_step) {
+                            w.scalar(&step_tag(name, *o), *value, gs)?;
                         }
                     }
                 }
@@ -879,44 +811,74 @@ impl Trainer {
                     self.state.should_stop = true;
                     break;
                 }
+                // The budgets end the fit between optimizer steps (never with gradients
+                // accumulated and not applied).
                 let over_steps = cfg.max_steps.is_some_and(|m| self.state.global_step >= m);
                 let over_time = cfg.max_time.is_some_and(|t| started.elapsed() >= t);
-                if over_steps || over_time {
+                if stepped && (over_steps || over_time) {
                     out_of_budget = true;
+                    unfinished = acc.done < limit && acc.done < epoch_len;
                     break;
                 }
             }
             drop(batches);
             display.finish_bar();
+            if unfinished {
+                // Stopped inside the epoch: it is not counted as finished (no schedule
+                // step, validation or CSV row); the checkpoint keeps its position and sums
+                // so that a resume finishes it, as Lightning resumes an unfinished epoch.
+                if let Some(g) = &group {
+                    acc.all_reduce(g)?;
+                    if !is_main {
+                        acc.clear_sums();
+                    }
+                }
+                let (saves, removes) =
+                    self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
+                if writes {
+                    let mut extra = self.logged_at_step(&writer);
+                    extra.push((META_PARTIAL_EPOCH.to_string(), acc.to_json()));
+                    self.write_checkpoints(
+                        model,
+                        opt,
+                        sched.as_deref(),
+                        &scaler,
+                        train.state(),
+                        &saves,
+                        &removes,
+                        &extra,
+                    )?;
+                }
+                break;
+            }
             let seconds = epoch_start.elapsed().as_secs_f64();
             self.state.epoch = epoch + 1;
             if let Some(g) = &group {
                 // Every rank's batches: the loss's sums and the counts, added up.
-                let [l, w, c, n, s] = all_reduce_sums(
-                    g,
-                    [
-                        mean_sum(&loss_mean),
-                        loss_mean.weight(),
-                        correct as f64,
-                        counted as f64,
-                        samples as f64,
-                    ],
-                )?;
-                loss_mean = Mean::new("train_loss");
-                loss_mean.add(l / w, w);
-                (correct, counted, samples) = (c as usize, n as usize, s as usize);
+                acc.all_reduce(g)?;
             }
+            let loss_mean = if acc.loss_weight > 0.0 {
+                acc.loss_sum / acc.loss_weight
+            } else {
+                f64::NAN
+            };
+            self.state.metrics.insert("train_loss".into(), loss_mean);
             self.state
                 .metrics
-                .insert("train_loss".into(), loss_mean.value());
-            if counted > 0 {
+                .insert("train_loss_epoch".into(), loss_mean);
+            if acc.counted > 0.0 {
                 self.state
                     .metrics
-                    .insert("train_accuracy".into(), correct as f64 / counted as f64);
+                    .insert("train_accuracy".into(), acc.correct / acc.counted);
+            }
+            let train_logged = acc.step_logs.epoch_values(false);
+            for (tag, name, value) in &train_logged {
+                self.state.metrics.insert(name.clone(), *value);
+                self.state.metrics.insert(tag.clone(), *value);
             }
             self.state
                 .metrics
-                .insert("samples_per_sec".into(), samples as f64 / seconds.max(1e-9));
+                .insert("samples_per_sec".into(), acc.samples / seconds.max(1e-9));
             if cfg.scheduler_interval == Interval::Epoch
                 && let Some(s) = sched.as_deref_mut()
             {
@@ -925,14 +887,52 @@ impl Trainer {
             let validate_now = dev_run
                 || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
                 || self.state.epoch == max_epochs;
+            let mut val_logged = Vec::new();
             if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
                 self.hooks(&mut writer, |cb, ctx| cb.on_validation_start(ctx))?;
-                let values = self.run_validation(model, v, step)?;
+                let (values, user) = self.run_validation(model, v, step)?;
                 self.state.metrics.extend(values);
+                for (name, value) in &user {
+                    self.state.metrics.insert(name.clone(), *value);
+                }
+                val_logged = user;
                 self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
+            }
+            // The epoch's values go to TensorBoard before the checkpoint is taken, so the
+            // checkpoint knows everything logged at its step.
+            if let Some(w) = writer.as_mut() {
+                let gs = self.state.global_step;
+                let own = [
+                    ("train_loss", "train/loss_epoch".to_string()),
+                    ("train_accuracy", "train/accuracy".to_string()),
+                    ("val_loss", "val/loss".to_string()),
+                ];
+                let metric_tags = metric_names
+                    .iter()
+                    .map(|n| (n.as_str(), n.replacen('_', "/", 1)));
+                let validated =
+                    !val_logged.is_empty() || self.state.metrics.contains_key("val_loss");
+                for (name, tag) in own.iter().map(|(n, t)| (*n, t.clone())).chain(metric_tags) {
+                    if name.starts_with("val_") && !(validate_now && validated) {
+                        continue;
+                    }
+                    if let Some(v) = self.state.metrics.get(name) {
+                        w.scalar(&tag, *v, gs)?;
+                    }
+                }
+                for (tag, _, value) in &train_logged {
+                    w.scalar(tag, *value, gs)?;
+                }
+                for (name, value) in &val_logged {
+                    w.scalar(name, *value, gs)?;
+                }
+                if !self.callbacks_log_lr {
+                    w.scalar("lr", opt.group_lr(0), gs)?;
+                }
             }
             let (saves, removes) = self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
             if writes {
+                let extra = self.logged_at_step(&writer);
                 self.write_checkpoints(
                     model,
                     opt,
@@ -941,6 +941,7 @@ impl Trainer {
                     train.state(),
                     &saves,
                     &removes,
+                    &extra,
                 )?;
             }
             if let Some(log) = log.as_mut() {
@@ -961,17 +962,6 @@ impl Trainer {
                 )?;
             }
             if let Some(w) = writer.as_mut() {
-                let gs = self.state.global_step;
-                for name in ["train_loss", "train_accuracy", "val_loss"]
-                    .into_iter()
-                    .map(String::from)
-                    .chain(metric_names.iter().cloned())
-                {
-                    if let Some(v) = self.state.metrics.get(&name) {
-                        w.add_scalar(&name.replacen('_', "/", 1), *v, gs)?;
-                    }
-                }
-                w.add_scalar("lr", opt.group_lr(0), gs)?;
                 w.flush()?;
             }
             display.epoch_end(&self.state.metrics, self.state.global_step);
@@ -993,6 +983,18 @@ impl Trainer {
         })
     }
 
+    /// The checkpoint metadata naming what TensorBoard got at the current step so far.
+    fn logged_at_step(&self, writer: &Option<RunLog>) -> Vec<(String, String)> {
+        let logged = writer
+            .as_ref()
+            .map(|w| w.logged_at(self.state.global_step).to_vec())
+            .unwrap_or_default();
+        vec![(
+            META_LOGGED_AT_STEP.to_string(),
+            serde_json::to_string(&logged).unwrap_or_default(),
+        )]
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn write_checkpoints<M: Module>(
         &self,
@@ -1003,6 +1005,7 @@ impl Trainer {
         loader: crate::data::LoaderState,
         saves: &[PathBuf],
         removes: &[PathBuf],
+        extra: &[(String, String)],
     ) -> Result<(), TrainError> {
         let group = self.config.process_group.as_ref();
         let is_main = group.is_none_or(|g| g.rank() == 0);
@@ -1024,6 +1027,9 @@ impl Trainer {
             }
             for cb in &self.callbacks {
                 ckpt = ckpt.meta(format!("{META_CALLBACK}{}", cb.name()), cb.state_dict());
+            }
+            for (k, v) in extra {
+                ckpt = ckpt.meta(k.clone(), v.clone());
             }
             for path in saves {
                 if let Some(dir) = path.parent()
@@ -1065,7 +1071,7 @@ impl Trainer {
         model: &mut M,
         loader: &mut DataLoader<D2, C2>,
         step: &mut S,
-    ) -> Result<BTreeMap<String, f64>, TrainError>
+    ) -> Result<(BTreeMap<String, f64>, Vec<(String, f64)>), TrainError>
     where
         M: Module,
         D2: Dataset + 'static,
@@ -1084,10 +1090,12 @@ impl Trainer {
             m.reset();
         }
         let mut loss = Mean::new("val_loss");
+        let mut user = StepLogs::default();
         let result = no_grad(|| -> Result<(), TrainError> {
             for batch in loader.iter().take(limit) {
                 let out = step.validation_step(model, batch?);
                 loss.add(out.loss.item_f64(), out.batch_size as f64);
+                user.add(&out.logs, out.batch_size as f64);
                 if let Some((scores, targets)) = &out.predictions {
                     for m in &mut self.metrics {
                         m.update(scores, targets);
@@ -1103,6 +1111,7 @@ impl Trainer {
             let [l, w] = all_reduce_sums(g, [mean_sum(&loss), loss.weight()])?;
             loss = Mean::new("val_loss");
             loss.add(l / w, w);
+            user.all_reduce(g)?;
             for m in &mut self.metrics {
                 let state = m.sync_state();
                 if !state.is_empty() {
@@ -1121,7 +1130,12 @@ impl Trainer {
         for m in &self.metrics {
             values.insert(format!("val_{}", m.name()), m.compute());
         }
-        Ok(values)
+        let user = user
+            .epoch_values(true)
+            .into_iter()
+            .map(|(tag, _, v)| (tag, v))
+            .collect();
+        Ok((values, user))
     }
 
     /// Runs the validation loop alone (no training): `val_loss` and the metrics.
@@ -1137,7 +1151,9 @@ impl Trainer {
         C: Collate<D::Item>,
         S: TrainStep<M, C::Batch>,
     {
-        self.run_validation(model, loader, step)
+        let (mut values, user) = self.run_validation(model, loader, step)?;
+        values.extend(user);
+        Ok(values)
     }
 
     /// [`validate`](Self::validate) on a test set, the names prefixed `test_`.
@@ -1153,10 +1169,11 @@ impl Trainer {
         C: Collate<D::Item>,
         S: TrainStep<M, C::Batch>,
     {
-        Ok(self
-            .run_validation(model, loader, step)?
+        let (values, user) = self.run_validation(model, loader, step)?;
+        Ok(values
             .into_iter()
             .map(|(k, v)| (k.replacen("val_", "test_", 1), v))
+            .chain(user)
             .collect())
     }
 }

@@ -73,7 +73,7 @@ pub enum TensorBoardError {
     Invalid(String),
 }
 
-type Result<T> = std::result::Result<T, TensorBoardError>;
+pub(crate) type Result<T> = std::result::Result<T, TensorBoardError>;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TensorBoardError + '_ {
     move |source| TensorBoardError::Io {
@@ -368,6 +368,8 @@ impl SummaryWriter {
 
     /// Logs an image: `[C, H, W]` (C = 1, 3 or 4) or `[H, W]`; floats are taken as
     /// 0..1 and scaled to 0..255, `u8` as is (PyTorch's `add_image`, `dataformats="CHW"`).
+    /// A gray image (one channel) is written as RGB with the channel repeated, as
+    /// `torch.utils.tensorboard` does.
     pub fn add_image(&mut self, tag: &str, image: &Tensor, step: u64) -> Result<()> {
         let shape = image.shape().to_vec();
         let (c, h, w) = match shape.as_slice() {
@@ -395,7 +397,12 @@ impl SummaryWriter {
                 .map(|v| (v * 255.0).clamp(0.0, 255.0) as u8)
                 .collect()
         };
-        // CHW to interleaved HWC.
+        // CHW to interleaved HWC; gray repeated into three channels (torch's rule).
+        let (plane, c) = if c == 1 {
+            (plane.repeat(3), 3)
+        } else {
+            (plane, c)
+        };
         let mut pixels = vec![0u8; c * h * w];
         for ch in 0..c {
             for p in 0..h * w {
@@ -403,7 +410,6 @@ impl SummaryWriter {
             }
         }
         let color = match c {
-            1 => image::ExtendedColorType::L8,
             3 => image::ExtendedColorType::Rgb8,
             _ => image::ExtendedColorType::Rgba8,
         };
@@ -668,6 +674,86 @@ fn repair(logdir: &Path) -> Result<()> {
 pub struct EventReader {
     path: PathBuf,
     bytes: Vec<u8>,
+}
+
+/// The scalars of a whole run directory as TensorBoard shows them: its event files in
+/// the order they were written, where a file that begins with a `SessionLog` START at
+/// step `s` (a [`SummaryWriter::resume`]) drops the earlier files' events from step `s`
+/// on. `(step, value)` by tag, in the order kept.
+///
+/// ```
+/// use ferrograd_runtime::train::tensorboard::{SummaryWriter, read_scalars};
+/// let dir = std::env::temp_dir().join(format!("ferrograd-doc-read-{}", std::process::id()));
+/// let mut w = SummaryWriter::new(&dir).unwrap();
+/// for step in 1..=4 {
+///     w.add_scalar("loss", step as f64, step).unwrap();
+/// }
+/// w.flush().unwrap();
+/// drop(w);
+/// // A run resumed from a checkpoint at step 2 logs 3 and 4 again.
+/// let mut w = SummaryWriter::resume(&dir, 3).unwrap();
+/// w.add_scalar("loss", 30.0, 3).unwrap();
+/// w.flush().unwrap();
+/// assert_eq!(read_scalars(&dir).unwrap()["loss"], vec![(1, 1.0), (2, 2.0), (3, 30.0)]);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// ```
+pub fn read_scalars(logdir: impl AsRef<Path>) -> Result<BTreeMap<String, Vec<(i64, f64)>>> {
+    let logdir = logdir.as_ref();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(logdir)
+        .map_err(io(logdir))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("events.out.tfevents."))
+        })
+        .collect();
+    // `events.out.tfevents.{secs:010}.{host}.{pid}.{uid:04}`: by time, then writer.
+    let key = |p: &PathBuf| {
+        let name = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string();
+        let parts: Vec<&str> = name.split('.').collect();
+        let secs = parts
+            .get(3)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
+        let uid = parts
+            .last()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
+        (secs, uid, name)
+    };
+    files.sort_by_key(key);
+    let mut out: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+    for f in files {
+        let reader = EventReader::open(&f)?;
+        for e in reader.events()? {
+            match e.what {
+                Some(What::SessionLog(log))
+                    if log.status == session_log::SessionStatus::Start as i32 =>
+                {
+                    for series in out.values_mut() {
+                        series.retain(|(step, _)| *step < e.step);
+                    }
+                }
+                Some(What::Summary(s)) => {
+                    for v in s.value {
+                        if let Some(summary::value::Value::SimpleValue(x)) = v.value {
+                            out.entry(v.tag).or_default().push((e.step, x as f64));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.retain(|_, v| !v.is_empty());
+    Ok(out)
 }
 
 impl EventReader {
