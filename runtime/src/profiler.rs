@@ -233,6 +233,43 @@ pub(crate) fn exit(entered: Entered, op: &Op, inputs: &[&Tensor]) {
     );
 }
 
+/// A functional that is made of other ops (`mse_loss`, a fused kernel such as
+/// `cross_entropy`'s) recorded as one op named `name`, the ops it runs as its children,
+/// as `torch.profiler` shows `aten::cross_entropy_loss` above `aten::log_softmax`: the
+/// frame opens when this is made (first statement of the functional) and closes when it
+/// drops (a panic drops the frame unrecorded). A guard, not a closure, so the
+/// functional's `#[track_caller]` still reaches its checks.
+pub(crate) struct OpRecord {
+    open: Option<(Entered, &'static str, Vec<Vec<usize>>, bool)>,
+}
+
+impl OpRecord {
+    /// Opens the frame when this thread profiles (one relaxed load otherwise).
+    pub(crate) fn enter(name: &'static str, inputs: &[&Tensor]) -> OpRecord {
+        if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
+            return OpRecord { open: None };
+        }
+        let open = enter().map(|e| {
+            let shapes = inputs.iter().map(|t| t.shape().to_vec()).collect();
+            let on_device = inputs.iter().any(|t| t.device() != Device::Cpu);
+            (e, name, shapes, on_device)
+        });
+        OpRecord { open }
+    }
+}
+
+impl Drop for OpRecord {
+    fn drop(&mut self) {
+        if let Some((entered, name, shapes, on_device)) = self.open.take() {
+            if std::thread::panicking() {
+                abandon(entered);
+            } else {
+                close(entered, || name.to_string(), || shapes, on_device);
+            }
+        }
+    }
+}
+
 /// Drops a frame an op left by an early return or a panic.
 pub(crate) fn abandon(entered: Entered) {
     PROFILE.with(|p| {

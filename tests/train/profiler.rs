@@ -128,3 +128,126 @@ fn an_op_that_panics_leaves_the_profile_usable() {
         .collect();
     assert_eq!(top.last(), Some(&"sum"), "{:?}", profile.events());
 }
+
+/// `cross_entropy`'s forward is one fused kernel: it shows in the profile under its own
+/// name (it once showed only as `cross_entropy_backward`), with the input shapes, and so
+/// does every other functional made of other ops, each once.
+#[test]
+fn every_functional_is_recorded_under_its_name() {
+    let x = Tensor::randn(&[4, 5], DType::F32, &Device::Cpu);
+    let t = Tensor::rand(&[4, 5], DType::F32, &Device::Cpu);
+    let y = Tensor::from_vec(vec![0i64, 3, 1, 4], &[4]);
+    let sign = Tensor::from_vec(vec![1.0f32, -1.0, 1.0, -1.0], &[4]);
+    let img = Tensor::randn(&[2, 4, 6, 6], DType::F32, &Device::Cpu);
+    let seq = Tensor::randn(&[2, 3, 8], DType::F32, &Device::Cpu);
+    let w = Tensor::randn(&[3, 5, 5], DType::F32, &Device::Cpu);
+    let b = Tensor::randn(&[5], DType::F32, &Device::Cpu);
+    use F::Reduction::Mean;
+    type Case<'a> = (&'static str, Box<dyn Fn() -> Tensor + 'a>);
+    let cases: Vec<Case> = vec![
+        ("cross_entropy", Box::new(|| F::cross_entropy(&x, &y))),
+        ("nll_loss", Box::new(|| F::nll_loss(&x.log_softmax(1), &y))),
+        ("mse_loss", Box::new(|| F::mse_loss(&x, &t, Mean))),
+        ("l1_loss", Box::new(|| F::l1_loss(&x, &t, Mean))),
+        (
+            "smooth_l1_loss",
+            Box::new(|| F::smooth_l1_loss(&x, &t, Mean, 1.0)),
+        ),
+        ("huber_loss", Box::new(|| F::huber_loss(&x, &t, Mean, 1.0))),
+        (
+            "binary_cross_entropy",
+            Box::new(|| F::binary_cross_entropy(&x.sigmoid(), &t, None, Mean)),
+        ),
+        (
+            "binary_cross_entropy_with_logits",
+            Box::new(|| F::binary_cross_entropy_with_logits(&x, &t, Mean)),
+        ),
+        (
+            "kl_div",
+            Box::new(|| F::kl_div(&x.log_softmax(1), &t, F::KlReduction::BatchMean, false)),
+        ),
+        (
+            "margin_ranking_loss",
+            Box::new(|| {
+                F::margin_ranking_loss(
+                    &x.narrow(1, 0, 1).reshape(&[4]),
+                    &b.narrow(0, 0, 4),
+                    &sign,
+                    0.1,
+                    Mean,
+                )
+            }),
+        ),
+        (
+            "cosine_similarity",
+            Box::new(|| F::cosine_similarity(&x, &t, 1, 1e-8)),
+        ),
+        (
+            "pairwise_distance",
+            Box::new(|| F::pairwise_distance(&x, &t, 2.0, 1e-6)),
+        ),
+        ("bias_gelu", Box::new(|| F::bias_gelu(&x, &b))),
+        ("bilinear", Box::new(|| F::bilinear(&x, &x, &w, None))),
+        ("pixel_shuffle", Box::new(|| F::pixel_shuffle(&img, 2))),
+        ("pixel_unshuffle", Box::new(|| F::pixel_unshuffle(&img, 2))),
+        (
+            "adaptive_max_pool1d",
+            Box::new(|| F::adaptive_max_pool1d(&seq, 2)),
+        ),
+    ];
+    for (name, f) in &cases {
+        let (_, profile) = profiler::profile(ProfilerOptions::default(), f);
+        let top: Vec<&str> = profile
+            .events()
+            .iter()
+            .filter(|e| e.depth == 0)
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(top.contains(name), "{name} is not in the profile: {top:?}");
+        let own: Vec<_> = profile
+            .events()
+            .iter()
+            .filter(|e| e.name == *name)
+            .collect();
+        assert_eq!(own.len(), 1, "{name} recorded {} times", own.len());
+        assert!(
+            !own[0].input_shapes.is_empty(),
+            "{name} without its input shapes"
+        );
+    }
+}
+
+/// Every public functional is recorded: it is traced (its frame opened by the tracer's
+/// hook), records itself (`OpRecord`), or only calls another functional that does.
+#[test]
+fn every_public_functional_opens_a_profiler_frame() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src/nn/functional");
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("functional sources") {
+        let path = entry.expect("entry").path();
+        let source = std::fs::read_to_string(&path).expect("read");
+        let lines: Vec<&str> = source.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(rest) = line.strip_prefix("pub fn ") else {
+                continue;
+            };
+            seen += 1;
+            // The function ends at its closing brace in the first column.
+            let end = (i..lines.len())
+                .find(|&k| lines[k] == "}")
+                .map_or(lines.len(), |k| k + 1);
+            let body = lines[i..end].join("\n");
+            let delegates = body
+                .split_once('{')
+                .map(|(_, b)| b.trim().trim_end_matches('}').trim())
+                .is_some_and(|b| !b.contains(';') && !b.contains('{'));
+            if !(body.contains("trace::enter") || body.contains("OpRecord::enter") || delegates) {
+                let name = rest.split(['(', '<']).next().unwrap_or("");
+                missing.push(format!("{}: {name}", path.display()));
+            }
+        }
+    }
+    assert!(seen > 50, "only {seen} functionals found");
+    assert!(missing.is_empty(), "not profiled:\n{}", missing.join("\n"));
+}

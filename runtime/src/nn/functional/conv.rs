@@ -112,6 +112,7 @@ pub fn unfold(
     padding: [usize; 2],
     stride: [usize; 2],
 ) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("unfold", &[input]);
     let (cols, [oh, ow]) = unfold_columns("unfold", input, kernel, dilation, padding, stride);
     let (n, k) = (input.shape()[0], cols.shape()[0]);
     cols.reshape(&[k, n, oh * ow]).permute(&[1, 0, 2])

@@ -299,6 +299,7 @@ fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Te
 /// ```
 #[track_caller]
 pub fn bias_gelu(input: &Tensor, bias: &Tensor) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("bias_gelu", &[input, bias]);
     let fused = crate::nn::fused::inference_fusable(&[Some(input), Some(bias)])
         && input.dim() >= 1
         && bias.shape() == [input.shape()[input.dim() - 1]];
@@ -321,6 +322,7 @@ pub fn bias_gelu(input: &Tensor, bias: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("bilinear", &[x1, x2, weight]);
     let (d1, d2) = (x1.dim(), x2.dim());
     assert!(
         weight.dim() == 3
@@ -364,6 +366,7 @@ pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>
 /// ```
 #[track_caller]
 pub fn dropout2d(input: &Tensor, p: f64, training: bool) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("dropout2d", &[input]);
     assert!(
         (0.0..=1.0).contains(&p),
         "dropout2d: probability has to be between 0 and 1, but got {p}"
@@ -399,6 +402,7 @@ pub fn dropout2d(input: &Tensor, p: f64, training: bool) -> Tensor {
 /// ```
 #[track_caller]
 pub fn alpha_dropout(input: &Tensor, p: f64, training: bool) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("alpha_dropout", &[input]);
     assert!(
         (0.0..=1.0).contains(&p),
         "alpha_dropout: probability has to be between 0 and 1, but got {p}"
@@ -464,6 +468,7 @@ impl Default for EmbeddingOptions {
 /// ```
 #[track_caller]
 pub fn embedding_with(indices: &Tensor, weight: &Tensor, options: &EmbeddingOptions) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("embedding", &[indices, weight]);
     if let Some(max_norm) = options.max_norm {
         embedding_renorm(weight, indices, max_norm, options.norm_type);
     }
@@ -539,6 +544,7 @@ pub fn embedding_bag(
     include_last_offset: bool,
     padding_idx: Option<i64>,
 ) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("embedding_bag", &[input, weight]);
     let ids = input.to_dtype(crate::DType::I64).to_vec::<i64>();
     let starts: Vec<usize> = match (input.dim(), offsets) {
         (2, None) => (0..input.shape()[0])

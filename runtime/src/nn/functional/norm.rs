@@ -107,6 +107,7 @@ pub fn add_layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("add_layer_norm", &[input, residual]);
     let len = normalized_shape.last().copied().unwrap_or(0);
     let fused =
         crate::nn::fused::inference_fusable(&[Some(input), Some(residual), shift, weight, bias])
@@ -232,6 +233,7 @@ pub fn batch_norm_relu(
     momentum: f64,
     eps: f64,
 ) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("batch_norm_relu", &[input]);
     if crate::onnx::is_tracing() {
         return batch_norm(
             input,
@@ -510,6 +512,7 @@ pub fn instance_norm(
     momentum: f64,
     eps: f64,
 ) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("instance_norm", &[input]);
     assert!(
         input.dim() >= 3,
         "instance_norm: expected input of shape [N, C, L] or [N, C, H, W], got {:?}",

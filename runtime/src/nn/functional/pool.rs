@@ -358,6 +358,7 @@ fn max_pool2d_with_untraced(input: &Tensor, args: &Pool2dArgs) -> Tensor {
 /// ```
 #[track_caller]
 pub fn max_pool2d_with_indices(input: &Tensor, args: &Pool2dArgs) -> (Tensor, Tensor) {
+    let _profiled = crate::profiler::OpRecord::enter("max_pool2d_with_indices", &[input]);
     let g = pool_geometry("max_pool2d", input, args);
     let (out, indices) = crate::nn::fused::pool2d(input, true, g);
     (out, indices.expect("max pooling returns indices"))
@@ -469,6 +470,7 @@ fn adaptive_avg_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tens
 /// ```
 #[track_caller]
 pub fn max_pool1d_with_indices(input: &Tensor, args: &Pool1dArgs) -> (Tensor, Tensor) {
+    let _profiled = crate::profiler::OpRecord::enter("max_pool1d_with_indices", &[input]);
     assert!(
         input.dim() == 3,
         "max_pool1d: expected a 3D input [N, C, L], got shape {:?}",
@@ -648,6 +650,7 @@ fn adaptive_max_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tens
 /// ```
 #[track_caller]
 pub fn adaptive_max_pool1d(input: &Tensor, output_size: usize) -> Tensor {
+    let _profiled = crate::profiler::OpRecord::enter("adaptive_max_pool1d", &[input]);
     assert!(
         input.dim() == 3,
         "adaptive_max_pool1d: expected a 3D input [N, C, L], got shape {:?}",
