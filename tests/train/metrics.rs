@@ -241,3 +241,55 @@ fn a_target_outside_the_classes_panics_naming_it() {
         &Tensor::from_vec(vec![7i64], &[1]),
     );
 }
+
+/// Top-k accuracy on tied scores follows the documented rule, lower class index first
+/// (`argmax`'s): equal to scikit-learn's `top_k_accuracy_score` on the classes reversed
+/// (its rule is the higher index first), to torchmetrics at k = 1 and on untied scores,
+/// and to the accuracy of `argmax` predictions. Degenerate sets: one class with all
+/// scores equal, a single sample.
+#[test]
+fn top_k_accuracy_with_ties_follows_the_documented_rule() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/metrics/ties.json"
+    );
+    let cases: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for case in cases.as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let c = case["num_classes"].as_u64().unwrap() as usize;
+        let scores_v = floats(&case["scores"]);
+        let n = scores_v.len() / c;
+        let scores = Tensor::from_vec(scores_v, &[n, c]);
+        let target = Tensor::from_vec(ints(&case["target"]), &[n]);
+        for k in 1..c {
+            let mut acc = Accuracy::top_k(k);
+            feed(&mut acc, &scores, &target);
+            let got = acc.compute();
+            let want = case[format!("sklearn_reversed_top{k}")].as_f64().unwrap();
+            close(
+                got,
+                want,
+                &format!("{name} top-{k} against scikit-learn reversed"),
+            );
+            let untied = name == "untied";
+            if untied {
+                let sk = case[format!("sklearn_top{k}")].as_f64().unwrap();
+                close(got, sk, &format!("{name} top-{k} against scikit-learn"));
+            }
+            if untied || k == 1 {
+                let tm = case[format!("torchmetrics_top{k}")].as_f64().unwrap();
+                assert!(
+                    (got - tm).abs() < 1e-6,
+                    "{name} top-{k}: {got} vs torchmetrics {tm}"
+                );
+            }
+        }
+        let mut top1 = Accuracy::new();
+        feed(&mut top1, &scores, &target);
+        close(
+            top1.compute(),
+            case["argmax_accuracy"].as_f64().unwrap(),
+            &format!("{name} top-1 against argmax predictions"),
+        );
+    }
+}

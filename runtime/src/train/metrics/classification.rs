@@ -4,6 +4,15 @@
 //! (`accuracy_score`, `top_k_accuracy_score`, `precision_recall_fscore_support` with
 //! `zero_division=0`, `confusion_matrix`, `roc_auc_score`) and torchmetrics'
 //! `Perplexity`.
+//!
+//! **Ties.** Where scores are equal, the lower class index ranks first, as `argmax` and
+//! a stable descending sort have it: top-1 [`Accuracy`] is the accuracy of
+//! `scores.argmax(1)` (torchmetrics' and `accuracy_score`'s on argmax predictions), and
+//! top-k counts a sample when fewer than k classes rank before its own (larger scores,
+//! or equal scores at lower indices). scikit-learn's `top_k_accuracy_score` ranks the
+//! *higher* index first on ties, so on tied scores it equals ours with the classes
+//! reversed; torchmetrics' top-k for k > 1 follows `torch.topk`, whose order among ties
+//! is unspecified. Without ties every rule agrees.
 
 use crate::{DType, Tensor};
 
@@ -130,7 +139,8 @@ impl Mean {
     }
 }
 
-/// Top-k accuracy: the share of samples whose class is among the k largest scores.
+/// Top-k accuracy: the share of samples whose class is among the k largest scores (ties:
+/// the lower class index first, see the [module docs](self)).
 #[derive(Clone, Debug)]
 pub struct Accuracy {
     k: usize,
@@ -174,7 +184,7 @@ impl Metric for Accuracy {
         for (row, &y) in p.chunks(c).zip(&t) {
             let mine = row[y as usize];
             // Classes ranked before `y`: larger scores, or equal scores at lower indices
-            // (a stable descending sort, as scikit-learn's ranking).
+            // (a stable descending sort; `argmax`'s choice among ties).
             let ahead = row
                 .iter()
                 .enumerate()
