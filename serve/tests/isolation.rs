@@ -194,7 +194,7 @@ enum Expect {
 /// invalid one of three kinds.
 fn tagger_case(model: &OnnxModel, i: usize) -> (String, Expect) {
     let rows = 1 + i % 3;
-    let seq = if i % 4 == 0 { 6 } else { 4 };
+    let seq = if i.is_multiple_of(4) { 6 } else { 4 };
     let ids: Vec<i64> = (0..rows * seq)
         .map(|k| ((i * 7 + k * 3) % VOCAB) as i64)
         .collect();
@@ -372,8 +372,7 @@ async fn an_explicit_batch_dim_must_fit_the_model() {
         vec![ModelSpec::new("gru", seq_first(true)).batching(Batching::Dim("time".into()))],
         &ServeConfig::default(),
     )
-    .err()
-    .expect("an unknown batch dim is refused");
+    .expect_err("an unknown batch dim is refused");
     assert!(err.to_string().contains("`time`"), "{err}");
 }
 

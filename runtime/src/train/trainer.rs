@@ -364,6 +364,9 @@ impl std::fmt::Debug for Trainer {
 /// What the training checkpoint holds beyond `Checkpoint`'s own fields.
 const META_CALLBACK: &str = "trainer.callback.";
 const META_METRICS: &str = "trainer.metrics";
+/// A validation's own values (`val_loss`, the metrics) and what its step logged.
+type Validated = (BTreeMap<String, f64>, Vec<(String, f64)>);
+
 /// The TensorBoard values logged at the checkpoint's step before it was taken.
 const META_LOGGED_AT_STEP: &str = "trainer.logged_at_step";
 /// The sums and position of an epoch a `max_steps`/`max_time` stop left unfinished.
@@ -1071,7 +1074,7 @@ impl Trainer {
         model: &mut M,
         loader: &mut DataLoader<D2, C2>,
         step: &mut S,
-    ) -> Result<(BTreeMap<String, f64>, Vec<(String, f64)>), TrainError>
+    ) -> Result<Validated, TrainError>
     where
         M: Module,
         D2: Dataset + 'static,
