@@ -50,7 +50,12 @@ fn value_info(name: &str, elem: i32, dims: &[i64]) -> pb::ValueInfoProto {
     }
 }
 
-fn node(op: &str, inputs: &[String], output: &str, attrs: Vec<pb::AttributeProto>) -> pb::NodeProto {
+fn node(
+    op: &str,
+    inputs: &[String],
+    output: &str,
+    attrs: Vec<pb::AttributeProto>,
+) -> pb::NodeProto {
     pb::NodeProto {
         op_type: Some(op.into()),
         input: inputs.to_vec(),
@@ -114,7 +119,12 @@ fn graph(rng: &mut Rng) -> Vec<u8> {
                 // Range(0, limit, 1) with a limit read from an int value.
                 let s = pick(rng, &ints);
                 let (zero, one, limit) = (format!("z{i}"), format!("o{i}"), format!("l{i}"));
-                nodes.push(node("ReduceMax", &[s], &limit, vec![int_attr("keepdims", 0)]));
+                nodes.push(node(
+                    "ReduceMax",
+                    &[s],
+                    &limit,
+                    vec![int_attr("keepdims", 0)],
+                ));
                 nodes.push(node("Sub", &[limit.clone(), limit.clone()], &zero, vec![]));
                 nodes.push(node("Div", &[limit.clone(), limit.clone()], &one, vec![]));
                 nodes.push(node("Range", &[zero, limit, one], &out, vec![]));
@@ -195,8 +205,14 @@ fn hostile_shapes_fail_runs_cleanly_within_the_limit() {
         match run {
             Ok(Ok(outs)) => {
                 ok += 1;
-                let bytes: usize = outs.iter().map(|t| t.numel() * t.dtype().size_in_bytes()).sum();
-                assert!(bytes as u64 <= limit, "case {case}: an output of {bytes} bytes");
+                let bytes: usize = outs
+                    .iter()
+                    .map(|t| t.numel() * t.dtype().size_in_bytes())
+                    .sum();
+                assert!(
+                    bytes as u64 <= limit,
+                    "case {case}: an output of {bytes} bytes"
+                );
             }
             Ok(Err(_)) => refused += 1,
             Err(_) => panic!("case {case} (values {s:?}): the run panicked instead of an Err"),

@@ -60,6 +60,100 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Rows in the cache: its batch size (0 when nothing is cached).
+    pub fn batch_size(&self) -> usize {
+        self.layers
+            .first()
+            .and_then(|l| l.as_ref())
+            .map_or(0, |(k, _)| k.shape()[0])
+    }
+
+    /// Keeps the rows `rows`, in that order (sequences leaving a running batch); none
+    /// left empties the cache.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// use ferrograd_models::generation::{CausalLM, GenerationConfig};
+    /// use ferrograd_models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
+    /// let config = Gpt2Config { vocab_size: 64, n_positions: 32, n_embd: 16, n_layer: 2, n_head: 2, ..Default::default() };
+    /// let model = Gpt2LMHeadModel::new(&config, &Device::Cpu);
+    /// let mut cache = model.new_cache();
+    /// let ids = Tensor::from_vec(vec![1i64, 2, 3, 4, 5, 6], &[2, 3]);
+    /// let pos = Tensor::from_vec(vec![0i64, 1, 2, 0, 1, 2], &[2, 3]);
+    /// let mask = Tensor::ones(&[2, 3], DType::I64, &Device::Cpu);
+    /// model.forward_cached(&ids, &pos, &mask, &mut cache, true);
+    /// cache.select_rows(&[1]);
+    /// assert_eq!((cache.batch_size(), cache.len()), (1, 3));
+    /// cache.pad_left(2);
+    /// assert_eq!(cache.len(), 5);
+    /// cache.trim_left(2);
+    /// assert_eq!(cache.len(), 3);
+    /// ```
+    pub fn select_rows(&mut self, rows: &[usize]) {
+        if rows.is_empty() {
+            self.layers.iter_mut().for_each(|l| *l = None);
+            return;
+        }
+        let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        for (k, v) in self.layers.iter_mut().flatten() {
+            let index = Tensor::from_vec(index.clone(), &[rows.len()]).to_device(&k.device());
+            let index = index.expect("an index tensor on the cache's device");
+            *k = k.index_select(0, &index);
+            *v = v.index_select(0, &index);
+        }
+    }
+
+    /// Puts `n` empty positions (zeros, for the caller's mask to hide) before every row's
+    /// cached ones: a row joining a batch whose rows are longer.
+    pub fn pad_left(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        for (k, v) in self.layers.iter_mut().flatten() {
+            let pad = |t: &Tensor| {
+                let mut shape = t.shape().to_vec();
+                shape[2] = n;
+                Tensor::cat(&[&Tensor::zeros(&shape, t.dtype(), &t.device()), t], 2)
+            };
+            *k = pad(k);
+            *v = pad(v);
+        }
+    }
+
+    /// Drops the first `n` cached positions of every row (pads no row needs any more).
+    pub fn trim_left(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        for (k, v) in self.layers.iter_mut().flatten() {
+            let len = k.shape()[2];
+            *k = k.narrow(2, n, len - n).contiguous();
+            *v = v.narrow(2, n, len - n).contiguous();
+        }
+    }
+
+    /// Appends `other`'s rows after this cache's: both must cache the same number of
+    /// positions (pad the shorter with [`KvCache::pad_left`] first).
+    #[track_caller]
+    pub fn append_rows(&mut self, other: KvCache) {
+        assert_eq!(
+            self.layers.len(),
+            other.layers.len(),
+            "KvCache::append_rows: caches of {} and {} layers",
+            self.layers.len(),
+            other.layers.len()
+        );
+        for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
+            *mine = match (mine.take(), theirs) {
+                (None, t) => t,
+                (m, None) => m,
+                (Some((k, v)), Some((k2, v2))) => {
+                    Some((Tensor::cat(&[&k, &k2], 0), Tensor::cat(&[&v, &v2], 0)))
+                }
+            };
+        }
+    }
 }
 
 /// Appends a step's keys and values `[batch, heads, len, head_dim]` to a layer's cached

@@ -21,6 +21,7 @@
 //! problem; bodies above `max_body_bytes` get 413.
 
 mod batching;
+pub mod llm;
 
 pub use batching::{BatchAxes, Batching, batch_axes};
 use batching::{BatchKey, batch_key, rows_of, run_group};
@@ -332,14 +333,14 @@ impl Drop for Arriving<'_> {
 }
 
 /// Latency buckets (seconds) of the histogram.
-const LATENCY_BUCKETS: [f64; 12] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 /// Batch-size buckets of the histogram.
 const BATCH_BUCKETS: [f64; 8] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
 
 /// A Prometheus histogram.
-struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     counts: Vec<AtomicU64>,
     sum_micro: AtomicU64,
@@ -347,7 +348,7 @@ struct Histogram {
 }
 
 impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
+    pub(crate) fn new(bounds: &'static [f64]) -> Self {
         Histogram {
             bounds,
             counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -356,7 +357,7 @@ impl Histogram {
         }
     }
 
-    fn observe(&self, v: f64) {
+    pub(crate) fn observe(&self, v: f64) {
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             if v <= *b {
                 c.fetch_add(1, Ordering::Relaxed);
@@ -367,7 +368,7 @@ impl Histogram {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
+    pub(crate) fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             out.push_str(&format!(

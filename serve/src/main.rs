@@ -14,8 +14,16 @@ use std::time::Duration;
 struct Args {
     /// `name=path.onnx`, or `name=folder` for a Hugging Face checkpoint of the models
     /// crate (bert, gpt2, llama, mistral, qwen2); repeat for several models.
-    #[arg(long = "model", required = true)]
+    #[arg(long = "model", required_unless_present = "llm")]
     models: Vec<String>,
+    /// A Hugging Face `CausalLM` folder (gpt2, llama, mistral, qwen2 with its
+    /// `tokenizer.json`) served with OpenAI's API: `/v1/completions`,
+    /// `/v1/chat/completions` (streaming, continuous batching), `/v1/models`.
+    #[arg(long)]
+    llm: Option<std::path::PathBuf>,
+    /// Sequences the LLM decodes together at most.
+    #[arg(long, default_value_t = 32)]
+    llm_max_batch: usize,
     /// `name=crop,resize`: the model takes raw image bytes, preprocessed as
     /// torchvision's `ImageClassification(crop_size, resize_size)` (ImageNet statistics).
     #[arg(long = "image-preset")]
@@ -102,7 +110,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_body_bytes: args.max_body_bytes,
         max_run_bytes: args.max_run_bytes,
     };
-    let app = router(specs, &config)?;
+    let mut app = if specs.is_empty() {
+        axum::Router::new()
+    } else {
+        router(specs, &config)?
+    };
+    if let Some(dir) = &args.llm {
+        // Beside ONNX models (which own `/metrics`), the LLM's metrics are `/llm/metrics`.
+        let llm_config = ferrograd_serve::llm::LlmConfig {
+            max_batch: args.llm_max_batch.max(1),
+            metrics_path: if args.models.is_empty() {
+                "/metrics"
+            } else {
+                "/llm/metrics"
+            }
+            .into(),
+            ..Default::default()
+        };
+        println!("LLM: {} (OpenAI API under /v1)", dir.display());
+        app = app.merge(ferrograd_serve::llm::router(dir, &llm_config)?);
+    }
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
     serve(listener, app, async {
