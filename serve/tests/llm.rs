@@ -14,6 +14,7 @@ use ferrograd::models::auto::AutoModelForCausalLM;
 use ferrograd::models::generation::{GenerationConfig, generate};
 use ferrograd::models::tokenizer::Tokenizer;
 use ferrograd::prelude::*;
+use ferrograd_serve::llm::fixtures::{write_random_gpt2, write_word_tokenizer};
 use ferrograd_serve::llm::{self, LlmConfig};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -23,29 +24,6 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const EOS: u32 = 255;
-
-/// A word-level tokenizer (`w0` … `w254`, `<|endoftext|>`) and a chat template, written
-/// into `dir`.
-fn write_tokenizer(dir: &std::path::Path) {
-    let mut vocab = serde_json::Map::new();
-    for i in 0..255 {
-        vocab.insert(format!("w{i}"), json!(i));
-    }
-    vocab.insert("<|endoftext|>".into(), json!(EOS));
-    let tokenizer = json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": [{"id": EOS, "content": "<|endoftext|>", "single_word": false,
-            "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
-        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null, "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<|endoftext|>"},
-    });
-    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
-    let template = "{{ bos_token }} {% for m in messages %}{% if m.role == 'system' %}w1 {% endif %}{{ m.content.strip() }} {% endfor %}{% if add_generation_prompt %}w2{% endif %}";
-    let config = json!({"chat_template": template, "bos_token": "w3",
-            "eos_token": {"content": "<|endoftext|>"}});
-    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
-}
 
 /// The tiny GPT-2 fixture (vocabulary 256, 64 positions) with the word-level tokenizer.
 fn folder() -> PathBuf {
@@ -60,70 +38,21 @@ fn folder() -> PathBuf {
         for f in ["config.json", "model.safetensors"] {
             std::fs::copy(fixture.join(f), dir.join(f)).unwrap();
         }
-        write_tokenizer(&dir);
+        write_word_tokenizer(&dir, 256).unwrap();
         dir
     })
     .clone()
 }
 
-/// A random GPT-2 with Hugging Face's tensor names: `n_embd` wide, `n_layer` deep, 1024
-/// positions (slow enough that a long answer is still running when a client leaves).
+/// A random GPT-2, 1024 positions (slow enough that a long answer is still running when
+/// a client leaves).
 fn random_gpt2(n_embd: usize, n_layer: usize) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "ferrograd-llm-{n_embd}x{n_layer}-{}",
         std::process::id()
     ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut config: Value =
-        serde_json::from_str(&std::fs::read_to_string(folder().join("config.json")).unwrap())
-            .unwrap();
-    config["n_embd"] = json!(n_embd);
-    config["n_layer"] = json!(n_layer);
-    config["n_positions"] = json!(1024);
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let mut g = Generator::new(3);
-    let mut w = |shape: &[usize]| {
-        Tensor::randn_with(shape, DType::F32, &Device::Cpu, &mut g).mul_scalar(0.02)
-    };
-    let e = n_embd;
-    let mut state = ferrograd::nn::StateDict::new();
-    state.insert("transformer.wte.weight".into(), w(&[256, e]));
-    state.insert("transformer.wpe.weight".into(), w(&[1024, e]));
-    for i in 0..n_layer {
-        let p = format!("transformer.h.{i}.");
-        for (k, shape) in [
-            ("attn.c_attn.weight", vec![e, 3 * e]),
-            ("attn.c_attn.bias", vec![3 * e]),
-            ("attn.c_proj.weight", vec![e, e]),
-            ("attn.c_proj.bias", vec![e]),
-            ("mlp.c_fc.weight", vec![e, 4 * e]),
-            ("mlp.c_fc.bias", vec![4 * e]),
-            ("mlp.c_proj.weight", vec![4 * e, e]),
-            ("mlp.c_proj.bias", vec![e]),
-        ] {
-            state.insert(format!("{p}{k}"), w(&shape));
-        }
-        for ln in ["ln_1", "ln_2"] {
-            state.insert(
-                format!("{p}{ln}.weight"),
-                Tensor::ones(&[e], DType::F32, &Device::Cpu),
-            );
-            state.insert(
-                format!("{p}{ln}.bias"),
-                Tensor::zeros(&[e], DType::F32, &Device::Cpu),
-            );
-        }
-    }
-    state.insert(
-        "transformer.ln_f.weight".into(),
-        Tensor::ones(&[e], DType::F32, &Device::Cpu),
-    );
-    state.insert(
-        "transformer.ln_f.bias".into(),
-        Tensor::zeros(&[e], DType::F32, &Device::Cpu),
-    );
-    ferrograd::checkpoint::save_state_dict(&state, dir.join("model.safetensors"), None).unwrap();
-    write_tokenizer(&dir);
+    write_random_gpt2(&dir, n_embd, n_layer, 4, 1024, 256).unwrap();
+    write_word_tokenizer(&dir, 256).unwrap();
     dir
 }
 

@@ -16,6 +16,7 @@
 //! leave; a client that disconnects cancels its sequence.
 
 mod engine;
+pub mod fixtures;
 mod text;
 
 use axum::extract::State;
