@@ -924,9 +924,9 @@ fn gemm_batched<T: NumElement>(
     }
 }
 
-/// `[batch, 1, k] @ [batch, k, n]` of f32 through the matrix-vector kernels when the
-/// right operand has a unit stride (a linear layer's `W^T`, or a `[k, n]` weight);
-/// returns whether it did (else `out` is untouched).
+/// `[batch, m, k] @ [batch, k, n]` of f32 with `m` at most `MAX_FEW_ROWS` through the
+/// matrix-vector kernels when the right operand has a unit stride (a linear layer's
+/// `W^T`, or a `[k, n]` weight); returns whether it did (else `out` is untouched).
 fn gemv_batched<T: NumElement>(
     out: &mut [std::mem::MaybeUninit<T>],
     (lhs, l_offs, lst): (&[T], &[usize], [usize; 2]),
@@ -935,7 +935,7 @@ fn gemv_batched<T: NumElement>(
 ) -> bool {
     let rows = rst[0] == 1 && lst[1] == 1;
     let cols = rst[1] == 1;
-    if T::DTYPE != DType::F32 || s.m != 1 || !(rows || cols) {
+    if T::DTYPE != DType::F32 || s.m > super::gemv::MAX_FEW_ROWS || !(rows || cols) {
         return false;
     }
     // The outputs are few (n per product, against k * n weights read): initialise them so
@@ -952,6 +952,27 @@ fn gemv_batched<T: NumElement>(
             std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, out.len()),
         )
     };
+    if s.m > 1 {
+        // A few rows (a decode step's running batch): the weight streamed once for all.
+        for (b, dst) in out.chunks_mut(s.m * s.n).enumerate().take(s.batch) {
+            let (lo, ro) = (l_offs[b], r_offs[b]);
+            if rows {
+                super::gemv::gemv_rows_few(&lhs[lo..], lst[0], s.m, s.k, &rhs[ro..], rst[1], dst);
+            } else {
+                super::gemv::gemv_cols_few(
+                    &lhs[lo..],
+                    lst[0],
+                    lst[1],
+                    s.m,
+                    s.k,
+                    &rhs[ro..],
+                    rst[0],
+                    dst,
+                );
+            }
+        }
+        return true;
+    }
     for (b, dst) in out.chunks_mut(s.n).enumerate().take(s.batch) {
         let (lo, ro) = (l_offs[b], r_offs[b]);
         if rows {
