@@ -17,8 +17,11 @@
 //! A request body is JSON like `{"inputs": [{"shape": [1, 4], "dtype": "float32",
 //! "data": [0.1, 0.2, 0.3, 0.4]}]}` (or `"inputs": {"name": {...}}` by input name); the
 //! answer is `{"outputs": [{"name": "output", "shape": [1, 2], "dtype": "float32",
-//! "data": [...]}]}`. Mistakes get a 4xx with `{"code", "type", "message"}` naming the
-//! problem; bodies above `max_body_bytes` get 413.
+//! "data": [...]}]}`. A body may also be one raw `.npy` array (`application/x-npy`, a
+//! model of one input) or safetensors bytes with the inputs by name
+//! (`application/x-safetensors`); `Accept: application/x-safetensors` answers the
+//! outputs as safetensors. Mistakes get a 4xx with `{"code", "type", "message"}` naming
+//! the problem; bodies above `max_body_bytes` get 413.
 
 mod batching;
 pub mod llm;
@@ -296,6 +299,11 @@ impl IntoResponse for ApiError {
         (self.status, Json(body)).into_response()
     }
 }
+
+/// Content types of a raw `.npy` array body.
+const NPY_TYPES: [&str; 2] = ["application/x-npy", "application/npy"];
+/// Content types of a safetensors body (and answer, through `Accept`).
+const SAFETENSORS_TYPES: [&str; 2] = ["application/x-safetensors", "application/safetensors"];
 
 /// One request waiting for the worker.
 struct Job {
@@ -583,6 +591,22 @@ async fn models_route(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     Json(serde_json::json!({ "models": list }))
 }
 
+/// A prediction's outputs: the JSON answer and the tensors (for a safetensors answer).
+struct Predicted {
+    json: PredictResponse,
+    tensors: Vec<(String, Tensor)>,
+}
+
+impl Predicted {
+    fn to_safetensors(&self) -> Result<Vec<u8>, ApiError> {
+        let state: ferrograd::nn::StateDict = self.tensors.iter().cloned().collect();
+        ferrograd::checkpoint::state_dict_to_bytes(&state, None).map_err(|e| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("writing the outputs as safetensors: {e}"),
+        })
+    }
+}
+
 async fn predict(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
@@ -599,8 +623,21 @@ async fn predict(
         }),
         Ok(body) => predict_inner(&state, &name, &headers, body).await,
     };
+    let wants_safetensors = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| SAFETENSORS_TYPES.iter().any(|t| a.contains(t)));
     let response = match result {
-        Ok(outputs) => (StatusCode::OK, Json(outputs)).into_response(),
+        Ok(outputs) if wants_safetensors => match outputs.to_safetensors() {
+            Ok(bytes) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, SAFETENSORS_TYPES[0])],
+                bytes,
+            )
+                .into_response(),
+            Err(e) => e.into_response(),
+        },
+        Ok(outputs) => (StatusCode::OK, Json(outputs.json)).into_response(),
         Err(e) => e.into_response(),
     };
     if state.models.contains_key(&name) {
@@ -617,7 +654,7 @@ async fn predict_inner(
     name: &str,
     headers: &HeaderMap,
     body: Bytes,
-) -> Result<PredictResponse, ApiError> {
+) -> Result<Predicted, ApiError> {
     let handle = state.models.get(name).ok_or_else(|| ApiError {
         status: StatusCode::NOT_FOUND,
         message: format!("Model not found: {name}"),
@@ -637,6 +674,36 @@ async fn predict_inner(
         let image = ferrograd::data::datasets::decode_image(&body)
             .map_err(|e| ApiError::bad(format!("the body is not a readable image: {e}")))?;
         vec![preprocess.apply(image).unsqueeze(0)]
+    } else if NPY_TYPES.contains(&content_type) {
+        // One raw `.npy` array (`np.save`'s bytes): a model of one input.
+        let names = handle.model.input_names();
+        if names.len() != 1 {
+            return Err(ApiError::bad(format!(
+                "model `{name}` takes {} inputs ({names:?}): send them by name as safetensors ({})",
+                names.len(),
+                SAFETENSORS_TYPES[0]
+            )));
+        }
+        let x = ferrograd::data::datasets::decode_npy(&body)
+            .map_err(|e| ApiError::bad(format!("the body is not a readable .npy array: {e}")))?;
+        vec![x]
+    } else if SAFETENSORS_TYPES.contains(&content_type) {
+        // safetensors bytes (`safetensors.numpy.save`), tensors named as the inputs.
+        let mut tensors = ferrograd::checkpoint::state_dict_from_bytes(&body)
+            .map_err(|e| ApiError::bad(format!("the body is not readable safetensors: {e}")))?;
+        let mut inputs = Vec::new();
+        for n in handle.model.input_names() {
+            inputs.push(tensors.remove(n).ok_or_else(|| {
+                ApiError::bad(format!("missing input `{n}` in the safetensors body"))
+            })?);
+        }
+        if let Some(extra) = tensors.keys().next() {
+            return Err(ApiError::bad(format!(
+                "unknown input `{extra}`; inputs are {:?}",
+                handle.model.input_names()
+            )));
+        }
+        inputs
     } else {
         let request: PredictRequest = serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad(format!("invalid JSON request: {e}")))?;
@@ -679,11 +746,20 @@ async fn predict_inner(
             message: "the model's worker dropped the request".into(),
         })?
         .map_err(ApiError::bad)?;
-    Ok(PredictResponse {
-        outputs: outputs
+    Ok(Predicted {
+        json: PredictResponse {
+            outputs: outputs
+                .iter()
+                .zip(handle.model.output_names())
+                .map(|(t, n)| encode(n, t))
+                .collect(),
+        },
+        tensors: handle
+            .model
+            .output_names()
             .iter()
-            .zip(handle.model.output_names())
-            .map(|(t, n)| encode(n, t))
+            .cloned()
+            .zip(outputs.iter().map(Tensor::contiguous))
             .collect(),
     })
 }

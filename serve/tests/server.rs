@@ -655,3 +655,115 @@ async fn a_lone_request_does_not_wait_for_a_batch() {
         "5 lone requests took {took:?}: the worker waited for a batch"
     );
 }
+
+/// One request with an `Accept` header: the status and the raw body.
+async fn request_raw(
+    addr: SocketAddr,
+    path: &str,
+    content_type: &str,
+    accept: &str,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\nAccept: {accept}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.expect("write head");
+    s.write_all(body).await.expect("write body");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out[split + 4..].to_vec())
+}
+
+/// `np.save`'s bytes of a float32 array.
+fn npy_f32(x: &Tensor) -> Vec<u8> {
+    let dims: Vec<String> = x.shape().iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in x.contiguous().to_vec::<f32>() {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Inputs as a raw `.npy` array or safetensors by name, the answer as safetensors when
+/// asked for: the same outputs as the JSON path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npy_and_safetensors_bodies_give_the_json_answers() {
+    let server = start(ServeConfig::default()).await;
+    let (mlp, _) = models();
+    let x = Tensor::from_vec((0..8).map(|v| v as f32 / 8.0).collect::<Vec<_>>(), &[2, 4]);
+    let want = mlp.run(std::slice::from_ref(&x)).expect("run")[0].to_vec::<f32>();
+    let (s, b) = request(
+        server.addr,
+        "POST",
+        "/predictions/mlp",
+        "application/x-npy",
+        &npy_f32(&x),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let (shape, got) = output_of(&b);
+    assert_eq!(shape, vec![2, 3]);
+    assert!(max_diff(&got, &want) < 1e-6);
+    // safetensors in and out.
+    let mut inputs = ferrograd::nn::StateDict::new();
+    inputs.insert("input".into(), x.clone());
+    let body = ferrograd::checkpoint::state_dict_to_bytes(&inputs, None).unwrap();
+    let (s, b) = request_raw(
+        server.addr,
+        "/predictions/mlp",
+        "application/x-safetensors",
+        "application/x-safetensors",
+        &body,
+    )
+    .await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let out = ferrograd::checkpoint::state_dict_from_bytes(&b).expect("a safetensors answer");
+    assert_eq!(out["output"].shape(), &[2, 3]);
+    assert!(max_diff(&out["output"].to_vec::<f32>(), &want) < 1e-6);
+    // Mistakes: unreadable bytes, a misnamed input.
+    let (s, b) = request(
+        server.addr,
+        "POST",
+        "/predictions/mlp",
+        "application/x-npy",
+        b"nope",
+    )
+    .await;
+    assert!(s == 400 && b.contains("not a readable .npy"), "{s} {b}");
+    let mut misnamed = ferrograd::nn::StateDict::new();
+    misnamed.insert("x".into(), x);
+    let body = ferrograd::checkpoint::state_dict_to_bytes(&misnamed, None).unwrap();
+    let (s, b) = request(
+        server.addr,
+        "POST",
+        "/predictions/mlp",
+        "application/x-safetensors",
+        &body,
+    )
+    .await;
+    assert!(s == 400 && b.contains("missing input `input`"), "{s} {b}");
+}

@@ -134,6 +134,41 @@ pub fn save_state_dict(
     metadata: Option<HashMap<String, String>>,
 ) -> Result<(), CheckpointError> {
     let path = path.as_ref();
+    let bytes = serialize(state, path, metadata)?;
+    write_atomic(path, &bytes)
+}
+
+/// A state dict as the bytes of a safetensors file (what [`save_state_dict`] writes), for
+/// a network answer or an in-memory store.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::checkpoint::{state_dict_from_bytes, state_dict_to_bytes};
+/// use ferrograd_runtime::nn::StateDict;
+/// let mut state = StateDict::new();
+/// state.insert("x".into(), Tensor::from_vec(vec![1.0f32, 2.0], &[2]));
+/// let bytes = state_dict_to_bytes(&state, None).unwrap();
+/// assert_eq!(state_dict_from_bytes(&bytes).unwrap()["x"].to_vec::<f32>(), vec![1.0, 2.0]);
+/// assert!(state_dict_from_bytes(b"not safetensors").is_err());
+/// ```
+pub fn state_dict_to_bytes(
+    state: &StateDict,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<Vec<u8>, CheckpointError> {
+    serialize(state, Path::new("<bytes>"), metadata)
+}
+
+/// Reads the tensors of safetensors bytes (a request body, say): the same checks as
+/// [`read_state_dict`], errors naming `<bytes>`.
+pub fn state_dict_from_bytes(bytes: &[u8]) -> Result<StateDict, CheckpointError> {
+    parse(bytes, Path::new("<bytes>"), |k| Some(k.to_string())).map(|(state, _)| state)
+}
+
+fn serialize(
+    state: &StateDict,
+    path: &Path,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<Vec<u8>, CheckpointError> {
     let data: Vec<(String, Tensor, Vec<u8>)> = state
         .iter()
         .map(|(k, t)| (k.clone(), t.clone(), le_bytes(t)))
@@ -153,12 +188,10 @@ pub fn save_state_dict(
     metadata
         .entry("format".to_string())
         .or_insert_with(|| "pt".to_string());
-    let bytes =
-        safetensors::serialize(views, Some(metadata)).map_err(|e| CheckpointError::Format {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    write_atomic(path, &bytes)
+    safetensors::serialize(views, Some(metadata)).map_err(|e| CheckpointError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it, flushed to disk and
@@ -246,7 +279,7 @@ fn is_index(path: &Path) -> bool {
 /// Every tensor of one safetensors file that `rename` keeps, and the file's metadata.
 pub(crate) fn read_file(
     path: &Path,
-    mut rename: impl FnMut(&str) -> Option<String>,
+    rename: impl FnMut(&str) -> Option<String>,
 ) -> Result<(StateDict, HashMap<String, String>), CheckpointError> {
     let file = std::fs::File::open(path).map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
@@ -260,14 +293,24 @@ pub(crate) fn read_file(
         path: path.to_path_buf(),
         source,
     })?;
+    parse(&map, path, rename)
+}
+
+/// The tensors of safetensors `bytes` that `rename` keeps, and their metadata; errors name
+/// `path`.
+fn parse(
+    map: &[u8],
+    path: &Path,
+    mut rename: impl FnMut(&str) -> Option<String>,
+) -> Result<(StateDict, HashMap<String, String>), CheckpointError> {
     let bad = |reason: String| CheckpointError::Format {
         path: path.to_path_buf(),
         reason,
     };
-    let (_, header) = safetensors::SafeTensors::read_metadata(&map)
+    let (_, header) = safetensors::SafeTensors::read_metadata(map)
         .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
     let metadata = header.metadata().clone().unwrap_or_default();
-    let st = safetensors::SafeTensors::deserialize(&map)
+    let st = safetensors::SafeTensors::deserialize(map)
         .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
     // File order (by data offset), so that what is read, and which tensors an error
     // names, never depends on a hash map's order.

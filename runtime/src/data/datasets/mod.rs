@@ -18,7 +18,7 @@ mod text;
 pub use cifar::{CIFAR10, CIFAR100, Cifar100Label};
 pub use folder::{IMG_EXTENSIONS, ImageFolder, ImageFolderOptions, decode_image, read_image};
 pub use idx::{FashionMNIST, KMNIST, MNIST, read_idx};
-pub use tabular::{CsvDataset, npy_dataset, read_npy, safetensors_dataset};
+pub use tabular::{CsvDataset, decode_npy, npy_dataset, read_npy, safetensors_dataset};
 pub use text::TextDataset;
 
 use super::DataError;

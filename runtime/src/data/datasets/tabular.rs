@@ -261,8 +261,23 @@ pub fn npy_dataset(paths: &[&Path]) -> Result<TensorDataset<Vec<Tensor>>, DataEr
 /// ```
 pub fn read_npy(path: &Path) -> Result<Tensor, DataError> {
     let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    parse_npy(&bytes, path)
+}
+
+/// [`read_npy`] on the bytes of a `.npy` file (a request body, say); errors name
+/// `<bytes>`.
+///
+/// ```
+/// use ferrograd_runtime::data::datasets::decode_npy;
+/// assert!(decode_npy(b"not numpy").is_err());
+/// ```
+pub fn decode_npy(bytes: &[u8]) -> Result<Tensor, DataError> {
+    parse_npy(bytes, Path::new("<bytes>"))
+}
+
+fn parse_npy(bytes: &[u8], path: &Path) -> Result<Tensor, DataError> {
     let bad = |e: String| DataError::format(path, format!("not a readable .npy array: {e}"));
-    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| bad(e.to_string()))?;
+    let npy = npyz::NpyFile::new(bytes).map_err(|e| bad(e.to_string()))?;
     if npy.order() != npyz::Order::C {
         return Err(bad("Fortran-order arrays are not supported".into()));
     }
