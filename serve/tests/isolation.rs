@@ -18,7 +18,12 @@ use ferrograd_serve::{Batching, ModelSpec, ServeConfig, router, serve};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+
+async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    common::request(addr, method, path, "application/json", body).await
+}
 
 const VOCAB: usize = 50;
 const MAX_BATCH: usize = 8;
@@ -121,29 +126,6 @@ async fn start(specs: Vec<ModelSpec>) -> Server {
         let _ = rx.await;
     }));
     Server { addr, _stop: tx }
-}
-
-async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.expect("write head");
-    s.write_all(body).await.expect("write body");
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 fn body_of(x: &Tensor) -> String {

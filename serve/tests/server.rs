@@ -12,6 +12,9 @@ use ferrograd_serve::{ModelSpec, ServeConfig, router, serve};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
+
+mod common;
+use common::request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Module)]
@@ -107,37 +110,6 @@ async fn start_serving(specs: Vec<ModelSpec>, config: ServeConfig) -> Server {
         stop: Some(tx),
         done,
     }
-}
-
-/// One HTTP/1.1 request with `Connection: close`: the status and the body.
-async fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &[u8],
-) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.expect("write head");
-    // A server may answer (413) before reading a large body; ignore a reset while writing.
-    let _ = s.write_all(body).await;
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 fn json_request(x: &Tensor) -> String {
@@ -656,36 +628,6 @@ async fn a_lone_request_does_not_wait_for_a_batch() {
     );
 }
 
-/// One request with an `Accept` header: the status and the raw body.
-async fn request_raw(
-    addr: SocketAddr,
-    path: &str,
-    content_type: &str,
-    accept: &str,
-    body: &[u8],
-) -> (u16, Vec<u8>) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\nAccept: {accept}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.expect("write head");
-    s.write_all(body).await.expect("write body");
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out).await;
-    let split = out
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a response head");
-    let head = String::from_utf8_lossy(&out[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, out[split + 4..].to_vec())
-}
-
 /// `np.save`'s bytes of a float32 array.
 fn npy_f32(x: &Tensor) -> Vec<u8> {
     let dims: Vec<String> = x.shape().iter().map(|d| d.to_string()).collect();
@@ -732,11 +674,14 @@ async fn npy_and_safetensors_bodies_give_the_json_answers() {
     let mut inputs = ferrograd::nn::StateDict::new();
     inputs.insert("input".into(), x.clone());
     let body = ferrograd::checkpoint::state_dict_to_bytes(&inputs, None).unwrap();
-    let (s, b) = request_raw(
+    let (s, b) = common::send(
         server.addr,
+        "POST",
         "/predictions/mlp",
-        "application/x-safetensors",
-        "application/x-safetensors",
+        &[
+            ("Content-Type", "application/x-safetensors"),
+            ("Accept", "application/x-safetensors"),
+        ],
         &body,
     )
     .await;

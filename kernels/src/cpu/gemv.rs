@@ -19,47 +19,56 @@ struct DotRows<'a> {
     out: &'a mut [f32],
 }
 
+/// `x . row` (both `x.len()` long) in `L` lanes of partial sums; with `prefetch`, the
+/// cache lines 6 KiB ahead in `row` are asked for (the best of 1 to 16 KiB measured on a
+/// Xeon, fam 6 model 167, 2 threads: GPT-2's tied head `[50257, 768]` 27-28 -> 34-40
+/// GB/s, `[4096, 32768]` 22-24 -> 25-26 GB/s, PyTorch 35-37 and 31), so that one thread
+/// keeps enough loads in flight.
+#[inline(always)]
+fn dot<const L: usize, const FMA: bool>(x: &[f32], row: &[f32], prefetch: bool) -> f32 {
+    const PREFETCH: usize = 1536;
+    let k = x.len();
+    let mut acc = [0f32; L];
+    for (xs, ws) in x.chunks_exact(L).zip(row.chunks_exact(L)) {
+        #[cfg(target_arch = "x86_64")]
+        if prefetch {
+            // Every cache line of the chunk PREFETCH floats ahead (further along this
+            // row, or into the next ones: rows follow each other in a weight).
+            let ahead = ws.as_ptr().wrapping_add(PREFETCH).cast::<i8>();
+            // SAFETY: a prefetch never faults, wherever it points.
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+                for line in 0..L.div_ceil(16) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = prefetch;
+        for l in 0..L {
+            acc[l] = if FMA {
+                xs[l].mul_add(ws[l], acc[l])
+            } else {
+                acc[l] + xs[l] * ws[l]
+            };
+        }
+    }
+    let tail = k - k % L;
+    let mut sum: f32 = acc.iter().sum();
+    for (x, w) in x[tail..].iter().zip(&row[tail..k]) {
+        sum += x * w;
+    }
+    sum
+}
+
 impl FmaKernel for DotRows<'_> {
     type Output = ();
     #[inline(always)]
     fn body<const FMA: bool>(self) {
-        const L: usize = 32;
-        // 6 KiB: the best of 1 to 16 KiB measured on a Xeon (fam 6 model 167, 2 threads):
-        // [50257, 768] (GPT-2's tied head) 27-28 -> 34-40 GB/s, [4096, 32768] 22-24 ->
-        // 25-26 GB/s (PyTorch 35-37 and 31).
-        const PREFETCH: usize = 1536;
         let k = self.x.len();
         for (j, o) in self.out.iter_mut().enumerate() {
             let row = &self.w[j * self.row_stride..j * self.row_stride + k];
-            let mut acc = [0f32; L];
-            for (xs, ws) in self.x.chunks_exact(L).zip(row.chunks_exact(L)) {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    // Both cache lines of the chunk PREFETCH floats ahead (further along
-                    // this row, or into the next ones: rows follow each other in a
-                    // weight), so that one thread keeps enough loads in flight.
-                    let ahead = ws.as_ptr().wrapping_add(PREFETCH).cast::<i8>();
-                    // SAFETY: a prefetch never faults, wherever it points.
-                    unsafe {
-                        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-                        _mm_prefetch::<_MM_HINT_T0>(ahead);
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-                    }
-                }
-                for l in 0..L {
-                    acc[l] = if FMA {
-                        xs[l].mul_add(ws[l], acc[l])
-                    } else {
-                        acc[l] + xs[l] * ws[l]
-                    };
-                }
-            }
-            let tail = k - k % L;
-            let mut sum: f32 = acc.iter().sum();
-            for (x, w) in self.x[tail..].iter().zip(&row[tail..]) {
-                sum += x * w;
-            }
-            *o = sum;
+            *o = dot::<32, FMA>(self.x, row, true);
         }
     }
 }
@@ -130,41 +139,14 @@ impl FmaKernel for DotRowsFew<'_> {
     #[inline(always)]
     fn body<const FMA: bool>(self) {
         // 16 lanes measured best here (the head of GPT-2 small, [8, 768] x [50257, 768]^T
-        // on two Xeon cores: 13.5 ms against 16.4 with 32 and 25 with 64).
-        const L: usize = 16;
-        const PREFETCH: usize = 1536;
+        // on two Xeon cores: 13.5 ms against 16.4 with 32 and 25 with 64); the weight row
+        // is fetched ahead for the first row only (the others find it in L1).
         let (m, k) = (self.m, self.k);
         for (j, o) in self.out_t.chunks_mut(m).enumerate() {
             let row = &self.w[j * self.row_stride..j * self.row_stride + k];
             for (i, o) in o.iter_mut().enumerate() {
                 let xi = &self.x[i * self.x_rs..i * self.x_rs + k];
-                let mut acc = [0f32; L];
-                for (xs, ws) in xi.chunks_exact(L).zip(row.chunks_exact(L)) {
-                    #[cfg(target_arch = "x86_64")]
-                    if i == 0 {
-                        let ahead = ws.as_ptr().wrapping_add(PREFETCH).cast::<i8>();
-                        // SAFETY: a prefetch never faults, wherever it points.
-                        unsafe {
-                            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-                            for line in 0..L / 16 {
-                                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line));
-                            }
-                        }
-                    }
-                    for l in 0..L {
-                        acc[l] = if FMA {
-                            xs[l].mul_add(ws[l], acc[l])
-                        } else {
-                            acc[l] + xs[l] * ws[l]
-                        };
-                    }
-                }
-                let tail = k - k % L;
-                let mut sum: f32 = acc.iter().sum();
-                for (x, w) in xi[tail..].iter().zip(&row[tail..]) {
-                    sum += x * w;
-                }
-                *o = sum;
+                *o = dot::<16, FMA>(xi, row, i == 0);
             }
         }
     }

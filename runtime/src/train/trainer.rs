@@ -836,106 +836,93 @@ impl Trainer {
                         acc.clear_sums();
                     }
                 }
-                let (saves, removes) =
-                    self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
-                if writes {
-                    let mut extra = self.logged_at_step(&writer);
-                    extra.push((META_PARTIAL_EPOCH.to_string(), acc.to_json()));
-                    self.write_checkpoints(
-                        model,
-                        opt,
-                        sched.as_deref(),
-                        &scaler,
-                        train.state(),
-                        &saves,
-                        &removes,
-                        &extra,
-                    )?;
-                }
-                break;
-            }
-            let seconds = epoch_start.elapsed().as_secs_f64();
-            self.state.epoch = epoch + 1;
-            if let Some(g) = &group {
-                // Every rank's batches: the loss's sums and the counts, added up.
-                acc.all_reduce(g)?;
-            }
-            let loss_mean = if acc.loss_weight > 0.0 {
-                acc.loss_sum / acc.loss_weight
             } else {
-                f64::NAN
-            };
-            self.state.metrics.insert("train_loss".into(), loss_mean);
-            self.state
-                .metrics
-                .insert("train_loss_epoch".into(), loss_mean);
-            if acc.counted > 0.0 {
+                let seconds = epoch_start.elapsed().as_secs_f64();
+                self.state.epoch = epoch + 1;
+                if let Some(g) = &group {
+                    // Every rank's batches: the loss's sums and the counts, added up.
+                    acc.all_reduce(g)?;
+                }
+                let loss_mean = if acc.loss_weight > 0.0 {
+                    acc.loss_sum / acc.loss_weight
+                } else {
+                    f64::NAN
+                };
+                self.state.metrics.insert("train_loss".into(), loss_mean);
                 self.state
                     .metrics
-                    .insert("train_accuracy".into(), acc.correct / acc.counted);
-            }
-            let train_logged = acc.step_logs.epoch_values(false);
-            for (tag, name, value) in &train_logged {
-                self.state.metrics.insert(name.clone(), *value);
-                self.state.metrics.insert(tag.clone(), *value);
-            }
-            self.state
-                .metrics
-                .insert("samples_per_sec".into(), acc.samples / seconds.max(1e-9));
-            if cfg.scheduler_interval == Interval::Epoch
-                && let Some(s) = sched.as_deref_mut()
-            {
-                s.step(opt);
-            }
-            let validate_now = dev_run
-                || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
-                || self.state.epoch == max_epochs;
-            let mut val_logged = Vec::new();
-            if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
-                self.hooks(&mut writer, |cb, ctx| cb.on_validation_start(ctx))?;
-                let (values, user) = self.run_validation(model, v, step)?;
-                self.state.metrics.extend(values);
-                for (name, value) in &user {
+                    .insert("train_loss_epoch".into(), loss_mean);
+                if acc.counted > 0.0 {
+                    self.state
+                        .metrics
+                        .insert("train_accuracy".into(), acc.correct / acc.counted);
+                }
+                let train_logged = acc.step_logs.epoch_values(false);
+                for (tag, name, value) in &train_logged {
                     self.state.metrics.insert(name.clone(), *value);
+                    self.state.metrics.insert(tag.clone(), *value);
                 }
-                val_logged = user;
-                self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
-            }
-            // The epoch's values go to TensorBoard before the checkpoint is taken, so the
-            // checkpoint knows everything logged at its step.
-            if let Some(w) = writer.as_mut() {
-                let gs = self.state.global_step;
-                let own = [
-                    ("train_loss", "train/loss_epoch".to_string()),
-                    ("train_accuracy", "train/accuracy".to_string()),
-                    ("val_loss", "val/loss".to_string()),
-                ];
-                let metric_tags = metric_names
-                    .iter()
-                    .map(|n| (n.as_str(), n.replacen('_', "/", 1)));
-                let validated =
-                    !val_logged.is_empty() || self.state.metrics.contains_key("val_loss");
-                for (name, tag) in own.iter().map(|(n, t)| (*n, t.clone())).chain(metric_tags) {
-                    if name.starts_with("val_") && !(validate_now && validated) {
-                        continue;
+                self.state
+                    .metrics
+                    .insert("samples_per_sec".into(), acc.samples / seconds.max(1e-9));
+                if cfg.scheduler_interval == Interval::Epoch
+                    && let Some(s) = sched.as_deref_mut()
+                {
+                    s.step(opt);
+                }
+                let validate_now = dev_run
+                    || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
+                    || self.state.epoch == max_epochs;
+                let mut val_logged = Vec::new();
+                if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
+                    self.hooks(&mut writer, |cb, ctx| cb.on_validation_start(ctx))?;
+                    let (values, user) = self.run_validation(model, v, step)?;
+                    self.state.metrics.extend(values);
+                    for (name, value) in &user {
+                        self.state.metrics.insert(name.clone(), *value);
                     }
-                    if let Some(v) = self.state.metrics.get(name) {
-                        w.scalar(&tag, *v, gs)?;
+                    val_logged = user;
+                    self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
+                }
+                // The epoch's values go to TensorBoard before the checkpoint is taken, so the
+                // checkpoint knows everything logged at its step.
+                if let Some(w) = writer.as_mut() {
+                    let gs = self.state.global_step;
+                    let own = [
+                        ("train_loss", "train/loss_epoch".to_string()),
+                        ("train_accuracy", "train/accuracy".to_string()),
+                        ("val_loss", "val/loss".to_string()),
+                    ];
+                    let metric_tags = metric_names
+                        .iter()
+                        .map(|n| (n.as_str(), n.replacen('_', "/", 1)));
+                    let validated =
+                        !val_logged.is_empty() || self.state.metrics.contains_key("val_loss");
+                    for (name, tag) in own.iter().map(|(n, t)| (*n, t.clone())).chain(metric_tags) {
+                        if name.starts_with("val_") && !(validate_now && validated) {
+                            continue;
+                        }
+                        if let Some(v) = self.state.metrics.get(name) {
+                            w.scalar(&tag, *v, gs)?;
+                        }
                     }
-                }
-                for (tag, _, value) in &train_logged {
-                    w.scalar(tag, *value, gs)?;
-                }
-                for (name, value) in &val_logged {
-                    w.scalar(name, *value, gs)?;
-                }
-                if !self.callbacks_log_lr {
-                    w.scalar("lr", opt.group_lr(0), gs)?;
+                    for (tag, _, value) in &train_logged {
+                        w.scalar(tag, *value, gs)?;
+                    }
+                    for (name, value) in &val_logged {
+                        w.scalar(name, *value, gs)?;
+                    }
+                    if !self.callbacks_log_lr {
+                        w.scalar("lr", opt.group_lr(0), gs)?;
+                    }
                 }
             }
             let (saves, removes) = self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
             if writes {
-                let extra = self.logged_at_step(&writer);
+                let mut extra = self.logged_at_step(&writer);
+                if unfinished {
+                    extra.push((META_PARTIAL_EPOCH.to_string(), acc.to_json()));
+                }
                 self.write_checkpoints(
                     model,
                     opt,
@@ -946,6 +933,9 @@ impl Trainer {
                     &removes,
                     &extra,
                 )?;
+            }
+            if unfinished {
+                break;
             }
             if let Some(log) = log.as_mut() {
                 let value = |k: &str| self.state.metrics.get(k).copied().unwrap_or(f64::NAN);
