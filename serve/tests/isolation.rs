@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
+use common::output_of;
 
 async fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
     common::request(addr, method, path, "application/json", body).await
@@ -134,24 +135,6 @@ fn body_of(x: &Tensor) -> String {
         _ => ("float32", serde_json::json!(x.contiguous().to_vec::<f32>())),
     };
     serde_json::json!({"inputs": [{"shape": x.shape(), "dtype": dtype, "data": data}]}).to_string()
-}
-
-fn output_of(body: &str) -> (Vec<usize>, Vec<f32>) {
-    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    let o = &v["outputs"][0];
-    let shape = o["shape"]
-        .as_array()
-        .expect("shape")
-        .iter()
-        .map(|d| d.as_u64().expect("dim") as usize)
-        .collect();
-    let data = o["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .map(|d| d.as_f64().expect("number") as f32)
-        .collect();
-    (shape, data)
 }
 
 fn metric(metrics: &str, prefix: &str) -> u64 {

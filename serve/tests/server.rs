@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
+use common::output_of;
 use common::request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -117,24 +118,6 @@ fn json_request(x: &Tensor) -> String {
         "inputs": [{"shape": x.shape(), "dtype": "float32", "data": x.to_vec::<f32>()}]
     })
     .to_string()
-}
-
-fn output_of(body: &str) -> (Vec<usize>, Vec<f32>) {
-    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    let o = &v["outputs"][0];
-    let shape = o["shape"]
-        .as_array()
-        .expect("shape")
-        .iter()
-        .map(|d| d.as_u64().expect("dim") as usize)
-        .collect();
-    let data = o["data"]
-        .as_array()
-        .expect("data")
-        .iter()
-        .map(|d| d.as_f64().expect("number") as f32)
-        .collect();
-    (shape, data)
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -74,3 +74,22 @@ pub async fn request(
     let (status, body) = send(addr, method, path, &[("Content-Type", content_type)], body).await;
     (status, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// The first output of a `/predictions` answer: its shape and values.
+pub fn output_of(body: &str) -> (Vec<usize>, Vec<f32>) {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let o = &v["outputs"][0];
+    let shape = o["shape"]
+        .as_array()
+        .expect("shape")
+        .iter()
+        .map(|d| d.as_u64().expect("dim") as usize)
+        .collect();
+    let data = o["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|d| d.as_f64().expect("number") as f32)
+        .collect();
+    (shape, data)
+}
