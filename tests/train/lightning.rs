@@ -414,3 +414,42 @@ fn tensorboard_sees_an_epoch_while_it_runs() {
     assert_eq!(*seen.lock().unwrap(), Some(3));
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// Lightning's filename templates: `auto_insert_metric_name`, formats, and a key that is
+/// not logged failing the fit with its name.
+#[test]
+fn checkpoint_filename_templates() {
+    use ferrograd::train::TrainerState;
+    let mut state = TrainerState {
+        epoch: 3,
+        global_step: 12,
+        ..TrainerState::default()
+    };
+    state.metrics.insert("val/acc".into(), 0.8766);
+    let root = Path::new("run");
+    let mut ckpt =
+        ModelCheckpoint::new("val/acc", Mode::Max).filename("best-{epoch:03d}-{val/acc:.3f}");
+    let mut ctx = Context::new(&mut state, root);
+    ckpt.on_train_epoch_end(&mut ctx);
+    assert!(ctx.failure().is_none(), "{:?}", ctx.failure());
+    let names: Vec<String> = ctx
+        .saves()
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "last.safetensors",
+            "best-epoch=003-val_acc=0.877.safetensors"
+        ]
+    );
+    let mut bad = ModelCheckpoint::new("val/acc", Mode::Max).filename("{epoch}-{val_loss:.2f}");
+    let mut ctx = Context::new(&mut state, root);
+    bad.on_train_epoch_end(&mut ctx);
+    assert!(
+        ctx.failure().is_some_and(|f| f.contains("val_loss")),
+        "{:?}",
+        ctx.failure()
+    );
+}

@@ -216,6 +216,15 @@ pub struct ModelCheckpoint {
     pub save_last: bool,
     /// A monitor that is never logged is an error (Lightning raises too).
     pub strict: bool,
+    /// The best checkpoints' file name without extension, Lightning's template:
+    /// `{epoch}`, `{step}` and any logged metric, with an optional `:.Nf` (or `:0Nd`)
+    /// format; each becomes `name=value` (`auto_insert_metric_name`), so
+    /// `"{epoch}-{val_loss:.2f}"` gives `epoch=3-val_loss=0.41.safetensors`. By default
+    /// `epoch=E-{monitor}=V` with four decimals.
+    pub filename: Option<String>,
+    /// Consider a best checkpoint every this many epochs (1; 0: never); `last` is
+    /// written at every epoch end regardless, as the point to resume from.
+    pub every_n_epochs: usize,
     best: Vec<(f64, PathBuf)>,
 }
 
@@ -229,6 +238,8 @@ impl ModelCheckpoint {
             save_top_k: 1,
             save_last: true,
             strict: true,
+            filename: None,
+            every_n_epochs: 1,
             best: Vec::new(),
         }
     }
@@ -247,6 +258,38 @@ impl ModelCheckpoint {
     /// Whether a monitor that is never logged fails the fit (default true).
     pub fn strict(mut self, strict: bool) -> ModelCheckpoint {
         self.strict = strict;
+        self
+    }
+    /// Names the best checkpoints by `template` (see [`ModelCheckpoint::filename`]).
+    ///
+    /// ```
+    /// use ferrograd_runtime::train::{Callback, Context, Mode, ModelCheckpoint, TrainerState};
+    /// let mut ckpt = ModelCheckpoint::new("val_loss", Mode::Min)
+    ///     .filename("{epoch}-{step}-{val_loss:.2f}")
+    ///     .every_n_epochs(2);
+    /// let mut state = TrainerState::default();
+    /// let mut saved = Vec::new();
+    /// for (epoch, loss) in [(1, 0.9), (2, 0.7), (3, 0.5), (4, 0.6)] {
+    ///     state.epoch = epoch;
+    ///     state.global_step = 10 * epoch as u64;
+    ///     state.metrics.insert("val_loss".into(), loss);
+    ///     let mut ctx = Context::new(&mut state, std::path::Path::new("run"));
+    ///     ckpt.on_train_epoch_end(&mut ctx);
+    ///     saved.extend(ctx.saves().iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()));
+    /// }
+    /// // Epochs 2 and 4 are considered (epoch 3's 0.5 is not); 0.6 beats 0.7.
+    /// let best: Vec<&String> = saved.iter().filter(|n| *n != "last.safetensors").collect();
+    /// assert_eq!(best, ["epoch=2-step=20-val_loss=0.70.safetensors", "epoch=4-step=40-val_loss=0.60.safetensors"]);
+    /// assert_eq!(ckpt.best().len(), 1);
+    /// assert!(ckpt.best()[0].1.ends_with("epoch=4-step=40-val_loss=0.60.safetensors"));
+    /// ```
+    pub fn filename(mut self, template: impl Into<String>) -> ModelCheckpoint {
+        self.filename = Some(template.into());
+        self
+    }
+    /// Considers a best checkpoint every `n` epochs.
+    pub fn every_n_epochs(mut self, n: usize) -> ModelCheckpoint {
+        self.every_n_epochs = n;
         self
     }
     /// The kept checkpoints, best first, with their monitored values.
@@ -277,7 +320,8 @@ impl Callback for ModelCheckpoint {
             }
             return;
         };
-        if self.save_top_k == 0 || !value.is_finite() {
+        let due = self.every_n_epochs > 0 && ctx.state.epoch.is_multiple_of(self.every_n_epochs);
+        if self.save_top_k == 0 || !value.is_finite() || !due {
             return;
         }
         let qualifies = self.best.len() < self.save_top_k
@@ -288,12 +332,24 @@ impl Callback for ModelCheckpoint {
         if !qualifies {
             return;
         }
-        let path = dir.join(format!(
-            "epoch={}-{}={value:.4}.safetensors",
-            ctx.state.epoch,
-            monitor.replace('/', "_")
-        ));
+        let name = match &self.filename {
+            None => format!(
+                "epoch={}-{}={value:.4}",
+                ctx.state.epoch,
+                monitor.replace('/', "_")
+            ),
+            Some(template) => match render_filename(template, ctx.state) {
+                Ok(name) => name,
+                Err(reason) => {
+                    ctx.fail(format!("ModelCheckpoint(filename={template:?}): {reason}"));
+                    return;
+                }
+            },
+        };
+        let path = dir.join(format!("{name}.safetensors"));
         ctx.save_checkpoint(path.clone());
+        // A name met again (a template without the epoch) replaces its older entry.
+        self.best.retain(|(_, p)| *p != path);
         self.best.push((value, path));
         let mode = self.mode;
         self.best.sort_by(|a, b| match mode {
@@ -323,6 +379,60 @@ impl Callback for ModelCheckpoint {
             .collect();
         Ok(())
     }
+}
+
+/// Lightning's checkpoint file name: each `{key}` or `{key:fmt}` of `template` becomes
+/// `key=value` (`/` in a key written `_`), `epoch` and `step` from the state, any other
+/// key from the logged metrics; `fmt` is `.Nf` (N decimals) or `0Nd`/`d` (an integer).
+fn render_filename(template: &str, state: &TrainerState) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let close = rest[open..]
+            .find('}')
+            .map(|c| open + c)
+            .ok_or("an unclosed `{`")?;
+        let field = &rest[open + 1..close];
+        let (key, fmt) = field.split_once(':').unwrap_or((field, ""));
+        let value = match key {
+            "epoch" => state.epoch as f64,
+            "step" => state.global_step as f64,
+            other => *state.metrics.get(other).ok_or_else(|| {
+                format!(
+                    "`{other}` is not a logged metric ({:?})",
+                    state.metrics.keys().collect::<Vec<_>>()
+                )
+            })?,
+        };
+        let text = if let Some(decimals) = fmt.strip_prefix('.').and_then(|f| f.strip_suffix('f')) {
+            let d: usize = decimals
+                .parse()
+                .map_err(|_| format!("format `{fmt}` of `{key}`"))?;
+            format!("{value:.d$}")
+        } else if let Some(width) = fmt.strip_suffix('d') {
+            let w: usize = if width.is_empty() {
+                0
+            } else {
+                width
+                    .parse()
+                    .map_err(|_| format!("format `{fmt}` of `{key}`"))?
+            };
+            format!("{:0w$}", value as i64)
+        } else if fmt.is_empty() {
+            if key == "epoch" || key == "step" {
+                format!("{}", value as i64)
+            } else {
+                format!("{value}")
+            }
+        } else {
+            return Err(format!("format `{fmt}` of `{key}` (use .Nf or 0Nd)"));
+        };
+        out.push_str(&format!("{}={text}", key.replace('/', "_")));
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Stops training when `monitor` has not improved by more than `min_delta` for
