@@ -96,11 +96,17 @@ impl KvCache {
             return;
         }
         let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        let index = Tensor::from_vec(index, &[rows.len()]);
+        // Every layer's cache is on one device: the index moves there once.
+        let mut on_device: Option<Tensor> = None;
         for (k, v) in self.layers.iter_mut().flatten() {
-            let index = Tensor::from_vec(index.clone(), &[rows.len()]).to_device(&k.device());
-            let index = index.expect("an index tensor on the cache's device");
-            *k = k.index_select(0, &index);
-            *v = v.index_select(0, &index);
+            let index = on_device.get_or_insert_with(|| {
+                index
+                    .to_device(&k.device())
+                    .expect("an index tensor on the cache's device")
+            });
+            *k = k.index_select(0, index);
+            *v = v.index_select(0, index);
         }
     }
 

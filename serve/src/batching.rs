@@ -208,10 +208,7 @@ pub(crate) fn run_one(model: &OnnxModel, inputs: &[Tensor]) -> Result<Vec<Tensor
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(p) => Err(format!(
             "the model run failed: {}",
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
+            crate::panic_message(p.as_ref())
         )),
     }
 }

@@ -48,6 +48,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
+/// The message of a caught panic (empty when it is not a string).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Server-wide settings.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -591,15 +600,19 @@ async fn models_route(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     Json(serde_json::json!({ "models": list }))
 }
 
-/// A prediction's outputs: the JSON answer and the tensors (for a safetensors answer).
-struct Predicted {
-    json: PredictResponse,
-    tensors: Vec<(String, Tensor)>,
-}
+/// A prediction's outputs by name, answered as JSON or (on `Accept`) safetensors: only
+/// the form asked for is built.
+struct Predicted(Vec<(String, Tensor)>);
 
 impl Predicted {
+    fn to_json(&self) -> PredictResponse {
+        PredictResponse {
+            outputs: self.0.iter().map(|(n, t)| encode(n, t)).collect(),
+        }
+    }
+
     fn to_safetensors(&self) -> Result<Vec<u8>, ApiError> {
-        let state: ferrograd::nn::StateDict = self.tensors.iter().cloned().collect();
+        let state: ferrograd::nn::StateDict = self.0.iter().cloned().collect();
         ferrograd::checkpoint::state_dict_to_bytes(&state, None).map_err(|e| ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: format!("writing the outputs as safetensors: {e}"),
@@ -637,7 +650,7 @@ async fn predict(
                 .into_response(),
             Err(e) => e.into_response(),
         },
-        Ok(outputs) => (StatusCode::OK, Json(outputs.json)).into_response(),
+        Ok(outputs) => (StatusCode::OK, Json(outputs.to_json())).into_response(),
         Err(e) => e.into_response(),
     };
     if state.models.contains_key(&name) {
@@ -746,22 +759,15 @@ async fn predict_inner(
             message: "the model's worker dropped the request".into(),
         })?
         .map_err(ApiError::bad)?;
-    Ok(Predicted {
-        json: PredictResponse {
-            outputs: outputs
-                .iter()
-                .zip(handle.model.output_names())
-                .map(|(t, n)| encode(n, t))
-                .collect(),
-        },
-        tensors: handle
+    Ok(Predicted(
+        handle
             .model
             .output_names()
             .iter()
             .cloned()
-            .zip(outputs.iter().map(Tensor::contiguous))
+            .zip(outputs)
             .collect(),
-    })
+    ))
 }
 
 fn decode_inputs(model: &OnnxModel, inputs: Inputs) -> Result<Vec<Tensor>, ApiError> {

@@ -78,13 +78,13 @@ pub struct EngineStats {
     pub prompt_tokens: AtomicU64,
     /// Decode steps run.
     pub decode_steps: AtomicU64,
-    /// Sequences finished, by reason: length, stop, cancelled, error.
+    /// Sequences that reached `max_tokens` or the context.
     pub finished_length: AtomicU64,
-    /// Finished by an end-of-sequence token (or a stop string, told by the handler).
+    /// Sequences ended by an end-of-sequence token.
     pub finished_stop: AtomicU64,
     /// Cancelled by the client leaving.
     pub cancelled: AtomicU64,
-    /// Times to first token (microseconds), for the histogram.
+    /// Times to first token (seconds), for the histogram.
     pub ttft: crate::Histogram,
     /// Seconds spent in model steps (prefill and decode), for tokens/s.
     pub busy_micros: AtomicU64,
@@ -405,11 +405,7 @@ fn decode_step(
         failed => {
             let msg = match failed {
                 Ok(Err(e)) => e.to_string(),
-                Err(p) => p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default(),
+                Err(p) => crate::panic_message(p.as_ref()),
                 Ok(Ok(_)) => unreachable!(),
             };
             for s in &batch.seqs {
@@ -444,17 +440,15 @@ fn decode_step(
     }
     if keep.len() < b {
         batch.cache.select_rows(&keep);
-        let mut k = keep.iter().peekable();
-        let mut i = 0;
-        batch.seqs.retain(|_| {
-            let stay = k.peek().is_some_and(|&&j| j == i);
-            if stay {
-                k.next();
-            }
-            i += 1;
-            stay
-        });
-        batch.mask = keep.iter().map(|&i| batch.mask[i].clone()).collect();
+        let mut seqs: Vec<Option<Seq>> = std::mem::take(&mut batch.seqs)
+            .into_iter()
+            .map(Some)
+            .collect();
+        batch.seqs = keep.iter().filter_map(|&i| seqs[i].take()).collect();
+        batch.mask = keep
+            .iter()
+            .map(|&i| std::mem::take(&mut batch.mask[i]))
+            .collect();
         // Positions no remaining row needs (padding in every row) are dropped.
         let lead = batch
             .mask

@@ -732,6 +732,13 @@ async fn metrics(State(state): State<Arc<LlmState>>) -> impl IntoResponse {
         "Seconds since the server started.",
         format!("{}", state.started.elapsed().as_secs_f64()),
     );
+    out.push_str("# HELP ferrograd_llm_finished_total Sequences the engine finished, by reason.\n# TYPE ferrograd_llm_finished_total counter\n");
+    for (reason, n) in [("length", &s.finished_length), ("stop", &s.finished_stop)] {
+        let n = n.load(Ordering::Relaxed);
+        out.push_str(&format!(
+            "ferrograd_llm_finished_total{{reason=\"{reason}\"}} {n}\n"
+        ));
+    }
     out.push_str("# HELP ferrograd_llm_requests_total Requests by endpoint and HTTP status.\n# TYPE ferrograd_llm_requests_total counter\n");
     for ((endpoint, code), n) in state
         .requests
