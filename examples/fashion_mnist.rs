@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .metric(Accuracy::new())
     .callback(ModelCheckpoint::new("val_accuracy", Mode::Max))
-    .callback(LearningRateMonitor);
+    .callback(LearningRateMonitor::new());
     let report = trainer.fit(
         &mut model,
         &mut opt,

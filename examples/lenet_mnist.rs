@@ -122,7 +122,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut trainer = Trainer::new(config)
         .metric(Accuracy::new())
         .callback(ModelCheckpoint::new("val_accuracy", Mode::Max))
-        .callback(LearningRateMonitor);
+        .callback(LearningRateMonitor::new());
     let report = trainer.fit(
         &mut model,
         &mut opt,

@@ -7,6 +7,8 @@
 mod dashboard;
 #[path = "train/lightning.rs"]
 mod lightning;
+#[path = "train/lightning_parity.rs"]
+mod lightning_parity;
 #[path = "train/metrics.rs"]
 mod metrics;
 #[path = "train/profiler.rs"]

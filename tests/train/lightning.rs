@@ -93,7 +93,7 @@ fn step_and_epoch_values_have_their_own_series() {
     let (mut train, mut val) = loaders(2);
     let root = dir("series");
     Trainer::new(config(&root, 3))
-        .callback(LearningRateMonitor)
+        .callback(LearningRateMonitor::new())
         .fit(
             &mut m,
             &mut opt,
@@ -105,15 +105,16 @@ fn step_and_epoch_values_have_their_own_series() {
         .unwrap();
     let s = read_scalars(root.join("tensorboard")).unwrap();
     assert_each_step_once(&s);
-    // 4 batches an epoch, 3 epochs, logged every step.
+    // 4 batches an epoch, 3 epochs, logged every step; as Lightning, a step's values at
+    // its index from 0, the epoch's and the validation's at its last step's.
     assert_eq!(
         steps_of(&s["train/loss_step"]),
-        (1..=12).collect::<Vec<_>>()
+        (0..12).collect::<Vec<_>>()
     );
-    assert_eq!(steps_of(&s["train/loss_epoch"]), vec![4, 8, 12]);
-    assert_eq!(steps_of(&s["train/acc_step"]), (1..=12).collect::<Vec<_>>());
-    assert_eq!(steps_of(&s["train/acc_epoch"]), vec![4, 8, 12]);
-    assert_eq!(steps_of(&s["val/loss"]), vec![4, 8, 12]);
+    assert_eq!(steps_of(&s["train/loss_epoch"]), vec![3, 7, 11]);
+    assert_eq!(steps_of(&s["train/acc_step"]), (0..12).collect::<Vec<_>>());
+    assert_eq!(steps_of(&s["train/acc_epoch"]), vec![3, 7, 11]);
+    assert_eq!(steps_of(&s["val/loss"]), vec![3, 7, 11]);
     // The monitor's values at each epoch start, and not the trainer's own as well.
     assert_eq!(steps_of(&s["lr"]), vec![0, 4, 8]);
     assert!(!s.contains_key("train/loss"), "{:?}", s.keys());
@@ -353,7 +354,7 @@ fn resuming_from_an_earlier_checkpoint_logs_each_step_once() {
             p.file_name()
                 .unwrap()
                 .to_string_lossy()
-                .starts_with("epoch=2-")
+                .starts_with("epoch=1-")
         })
         .expect("the second epoch's checkpoint");
     run(
@@ -421,7 +422,8 @@ fn tensorboard_sees_an_epoch_while_it_runs() {
 fn checkpoint_filename_templates() {
     use ferrograd::train::TrainerState;
     let mut state = TrainerState {
-        epoch: 3,
+        epoch: 4,
+        current_epoch: 3,
         global_step: 12,
         ..TrainerState::default()
     };

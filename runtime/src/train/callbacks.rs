@@ -28,6 +28,14 @@ use std::path::{Path, PathBuf};
 pub struct TrainerState {
     /// Epochs finished.
     pub epoch: usize,
+    /// The epoch running, from 0 (Lightning's `current_epoch`): in an epoch's hooks,
+    /// its end included, the one it is. Checkpoint names' `{epoch}` and
+    /// [`EarlyStopping::stopped_epoch`] use it, as Lightning's do.
+    pub current_epoch: usize,
+    /// Validation runs inside epochs (a [`ValCheckInterval`](super::ValCheckInterval)
+    /// other than the whole epoch): [`ModelCheckpoint`] then saves after each
+    /// validation instead of at the epoch's end, as Lightning's does.
+    pub validates_within_epoch: bool,
     /// Optimizer steps taken.
     pub global_step: u64,
     /// The latest value of every logged quantity (`train_loss`, `val_loss`,
@@ -198,10 +206,12 @@ fn missing_monitor(who: &str, monitor: &str, metrics: &BTreeMap<String, f64>) ->
     )
 }
 
-/// Saves checkpoints after each epoch: `last.safetensors` (with `save_last`), and the
-/// best `save_top_k` by `monitor` as `epoch=E-{monitor}=V.safetensors` (older ones
-/// deleted), like Lightning's `ModelCheckpoint`. With `strict` (the default), a monitor
-/// that is not among the logged metrics once validation has run fails the fit.
+/// Saves checkpoints after each epoch (after each validation when validation runs
+/// inside epochs): `last.safetensors` (with `save_last`), and the best `save_top_k` by
+/// `monitor`, named as Lightning names them (`epoch=E-step=S.safetensors`, `E` from 0
+/// and `S` the optimizer steps taken; older ones deleted), like Lightning's
+/// `ModelCheckpoint`. With `strict` (the default), a monitor that is not among the
+/// logged metrics once validation has run fails the fit.
 #[derive(Clone, Debug)]
 pub struct ModelCheckpoint {
     /// The directory (default `root_dir/checkpoints`).
@@ -219,8 +229,8 @@ pub struct ModelCheckpoint {
     /// The best checkpoints' file name without extension, Lightning's template:
     /// `{epoch}`, `{step}` and any logged metric, with an optional `:.Nf` (or `:0Nd`)
     /// format; each becomes `name=value` (`auto_insert_metric_name`), so
-    /// `"{epoch}-{val_loss:.2f}"` gives `epoch=3-val_loss=0.41.safetensors`. By default
-    /// `epoch=E-{monitor}=V` with four decimals.
+    /// `"{epoch}-{val_loss:.2f}"` gives `epoch=3-val_loss=0.41.safetensors` (`epoch`
+    /// counts from 0, as Lightning's). By default `"{epoch}-{step}"`, Lightning's.
     pub filename: Option<String>,
     /// Consider a best checkpoint every this many epochs (1; 0: never); `last` is
     /// written at every epoch end regardless, as the point to resume from.
@@ -247,8 +257,38 @@ impl ModelCheckpoint {
     pub fn last_only() -> ModelCheckpoint {
         ModelCheckpoint {
             monitor: None,
+            save_top_k: 0,
             ..ModelCheckpoint::new("", Mode::Min)
         }
+    }
+    /// No monitor: the latest `save_top_k` checkpoints are kept (one by default;
+    /// `top_k(usize::MAX)` keeps every one), and no `last` unless asked for — Lightning's
+    /// `ModelCheckpoint()` without `monitor`.
+    ///
+    /// ```
+    /// use ferrograd_runtime::train::{Callback, Context, ModelCheckpoint, TrainerState};
+    /// let mut ckpt = ModelCheckpoint::latest();
+    /// let mut state = TrainerState::default();
+    /// let mut ctx = Context::new(&mut state, std::path::Path::new("run"));
+    /// ckpt.on_train_epoch_end(&mut ctx);
+    /// ctx.state.current_epoch = 1;
+    /// ctx.state.global_step = 8;
+    /// ckpt.on_train_epoch_end(&mut ctx);
+    /// assert!(ctx.removes()[0].ends_with("epoch=0-step=0.safetensors"));
+    /// assert!(ckpt.best()[0].1.ends_with("epoch=1-step=8.safetensors"));
+    /// ```
+    pub fn latest() -> ModelCheckpoint {
+        ModelCheckpoint {
+            monitor: None,
+            save_last: false,
+            ..ModelCheckpoint::new("", Mode::Min)
+        }
+    }
+    /// Whether `last.safetensors` is written too (default true, but for
+    /// [`latest`](Self::latest)).
+    pub fn save_last(mut self, save: bool) -> ModelCheckpoint {
+        self.save_last = save;
+        self
     }
     /// Keeps the best `k`.
     pub fn top_k(mut self, k: usize) -> ModelCheckpoint {
@@ -269,19 +309,21 @@ impl ModelCheckpoint {
     ///     .every_n_epochs(2);
     /// let mut state = TrainerState::default();
     /// let mut saved = Vec::new();
-    /// for (epoch, loss) in [(1, 0.9), (2, 0.7), (3, 0.5), (4, 0.6)] {
-    ///     state.epoch = epoch;
-    ///     state.global_step = 10 * epoch as u64;
+    /// for (epoch, loss) in [(0, 0.9), (1, 0.7), (2, 0.5), (3, 0.6)] {
+    ///     state.current_epoch = epoch;
+    ///     state.epoch = epoch + 1;
+    ///     state.global_step = 10 * (epoch as u64 + 1);
     ///     state.metrics.insert("val_loss".into(), loss);
     ///     let mut ctx = Context::new(&mut state, std::path::Path::new("run"));
     ///     ckpt.on_train_epoch_end(&mut ctx);
     ///     saved.extend(ctx.saves().iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()));
     /// }
-    /// // Epochs 2 and 4 are considered (epoch 3's 0.5 is not); 0.6 beats 0.7.
+    /// // The second and fourth epochs are considered (the third's 0.5 is not); 0.6
+    /// // beats 0.7.
     /// let best: Vec<&String> = saved.iter().filter(|n| *n != "last.safetensors").collect();
-    /// assert_eq!(best, ["epoch=2-step=20-val_loss=0.70.safetensors", "epoch=4-step=40-val_loss=0.60.safetensors"]);
+    /// assert_eq!(best, ["epoch=1-step=20-val_loss=0.70.safetensors", "epoch=3-step=40-val_loss=0.60.safetensors"]);
     /// assert_eq!(ckpt.best().len(), 1);
-    /// assert!(ckpt.best()[0].1.ends_with("epoch=4-step=40-val_loss=0.60.safetensors"));
+    /// assert!(ckpt.best()[0].1.ends_with("epoch=3-step=40-val_loss=0.60.safetensors"));
     /// ```
     pub fn filename(mut self, template: impl Into<String>) -> ModelCheckpoint {
         self.filename = Some(template.into());
@@ -292,17 +334,16 @@ impl ModelCheckpoint {
         self.every_n_epochs = n;
         self
     }
-    /// The kept checkpoints, best first, with their monitored values.
+    /// The kept checkpoints, best first, with their monitored values (newest first, and
+    /// NaN for the value, without a monitor).
     pub fn best(&self) -> &[(f64, PathBuf)] {
         &self.best
     }
 }
 
-impl Callback for ModelCheckpoint {
-    fn name(&self) -> String {
-        "ModelCheckpoint".into()
-    }
-    fn on_train_epoch_end(&mut self, ctx: &mut Context) {
+impl ModelCheckpoint {
+    /// Saves `last` and, when due and among the best, a best checkpoint.
+    fn check(&mut self, ctx: &mut Context) {
         let dir = self
             .dir
             .clone()
@@ -310,46 +351,62 @@ impl Callback for ModelCheckpoint {
         if self.save_last {
             ctx.save_checkpoint(dir.join("last.safetensors"));
         }
-        let Some(monitor) = &self.monitor else { return };
-        let Some(&value) = ctx.state.metrics.get(monitor) else {
-            // Before the first validation a `val_` monitor cannot be there yet.
-            let validated = ctx.state.metrics.keys().any(|k| k.starts_with("val_"));
-            if self.strict && (validated || !monitor.starts_with("val")) {
-                let reason = missing_monitor("ModelCheckpoint", monitor, &ctx.state.metrics);
-                ctx.fail(reason);
-            }
-            return;
-        };
-        let due = self.every_n_epochs > 0 && ctx.state.epoch.is_multiple_of(self.every_n_epochs);
-        if self.save_top_k == 0 || !value.is_finite() || !due {
-            return;
-        }
-        let qualifies = self.best.len() < self.save_top_k
-            || self
-                .best
-                .last()
-                .is_some_and(|(worst, _)| self.mode.better(value, *worst, 0.0));
-        if !qualifies {
-            return;
-        }
-        let name = match &self.filename {
-            None => format!(
-                "epoch={}-{}={value:.4}",
-                ctx.state.epoch,
-                monitor.replace('/', "_")
-            ),
-            Some(template) => match render_filename(template, ctx.state) {
-                Ok(name) => name,
-                Err(reason) => {
-                    ctx.fail(format!("ModelCheckpoint(filename={template:?}): {reason}"));
+        let value = match &self.monitor {
+            None => None,
+            Some(monitor) => match ctx.state.metrics.get(monitor) {
+                Some(&v) => Some(v),
+                None => {
+                    // Before the first validation a `val_` monitor cannot be there yet.
+                    let validated = ctx.state.metrics.keys().any(|k| k.starts_with("val_"));
+                    if self.strict && (validated || !monitor.starts_with("val")) {
+                        let reason =
+                            missing_monitor("ModelCheckpoint", monitor, &ctx.state.metrics);
+                        ctx.fail(reason);
+                    }
                     return;
                 }
             },
+        };
+        let due = self.every_n_epochs > 0
+            && (ctx.state.current_epoch + 1).is_multiple_of(self.every_n_epochs);
+        if self.save_top_k == 0 || !due || value.is_some_and(|v| !v.is_finite()) {
+            return;
+        }
+        let qualifies = match value {
+            // Without a monitor, the latest are the ones kept.
+            None => true,
+            Some(value) => {
+                self.best.len() < self.save_top_k
+                    || self
+                        .best
+                        .last()
+                        .is_some_and(|(worst, _)| self.mode.better(value, *worst, 0.0))
+            }
+        };
+        if !qualifies {
+            return;
+        }
+        let template = self.filename.as_deref().unwrap_or("{epoch}-{step}");
+        let name = match render_filename(template, ctx.state) {
+            Ok(name) => name,
+            Err(reason) => {
+                ctx.fail(format!("ModelCheckpoint(filename={template:?}): {reason}"));
+                return;
+            }
         };
         let path = dir.join(format!("{name}.safetensors"));
         ctx.save_checkpoint(path.clone());
         // A name met again (a template without the epoch) replaces its older entry.
         self.best.retain(|(_, p)| *p != path);
+        let Some(value) = value else {
+            // Newest first; the oldest beyond `save_top_k` go.
+            self.best.insert(0, (f64::NAN, path));
+            while self.best.len() > self.save_top_k {
+                let (_, old) = self.best.pop().expect("longer than k");
+                ctx.remove_file(old);
+            }
+            return;
+        };
         self.best.push((value, path));
         let mode = self.mode;
         self.best.sort_by(|a, b| match mode {
@@ -361,21 +418,39 @@ impl Callback for ModelCheckpoint {
             ctx.remove_file(old);
         }
     }
+}
+
+impl Callback for ModelCheckpoint {
+    fn name(&self) -> String {
+        "ModelCheckpoint".into()
+    }
+    fn on_validation_end(&mut self, ctx: &mut Context) {
+        if ctx.state.validates_within_epoch {
+            self.check(ctx);
+        }
+    }
+    fn on_train_epoch_end(&mut self, ctx: &mut Context) {
+        if !ctx.state.validates_within_epoch {
+            self.check(ctx);
+        }
+    }
     fn state_dict(&self) -> String {
         serde_json::to_string(
             &self
                 .best
                 .iter()
-                .map(|(v, p)| (v, p.to_string_lossy()))
+                // No monitor: no value (NaN, which JSON cannot spell).
+                .map(|(v, p)| ((!v.is_nan()).then_some(*v), p.to_string_lossy()))
                 .collect::<Vec<_>>(),
         )
         .unwrap_or_default()
     }
     fn load_state_dict(&mut self, state: &str) -> Result<(), String> {
-        let best: Vec<(f64, String)> = serde_json::from_str(state).map_err(|e| e.to_string())?;
+        let best: Vec<(Option<f64>, String)> =
+            serde_json::from_str(state).map_err(|e| e.to_string())?;
         self.best = best
             .into_iter()
-            .map(|(v, p)| (v, PathBuf::from(p)))
+            .map(|(v, p)| (v.unwrap_or(f64::NAN), PathBuf::from(p)))
             .collect();
         Ok(())
     }
@@ -396,7 +471,7 @@ fn render_filename(template: &str, state: &TrainerState) -> Result<String, Strin
         let field = &rest[open + 1..close];
         let (key, fmt) = field.split_once(':').unwrap_or((field, ""));
         let value = match key {
-            "epoch" => state.epoch as f64,
+            "epoch" => state.current_epoch as f64,
             "step" => state.global_step as f64,
             other => *state.metrics.get(other).ok_or_else(|| {
                 format!(
@@ -502,7 +577,8 @@ impl EarlyStopping {
     pub fn wait_count(&self) -> usize {
         self.wait
     }
-    /// The epoch at whose end it stopped the run, if it did.
+    /// The epoch (from 0, Lightning's `stopped_epoch`) in which it stopped the run, if
+    /// it did.
     pub fn stopped_epoch(&self) -> Option<usize> {
         self.stopped_epoch
     }
@@ -513,7 +589,7 @@ impl EarlyStopping {
 
     fn stop(&mut self, ctx: &mut Context, reason: String) {
         ctx.state.should_stop = true;
-        self.stopped_epoch = Some(ctx.state.epoch);
+        self.stopped_epoch = Some(ctx.state.current_epoch);
         self.reason = Some(reason);
     }
 }
@@ -573,16 +649,44 @@ impl Callback for EarlyStopping {
 }
 
 /// Logs each parameter group's learning rate (`lr` for one group, `lr/group{i}` for
-/// several) at every epoch start. While it is there, the trainer does not log `lr` itself
-/// (one value per step, never two).
+/// several) at every epoch start, or with [`Interval::Step`](super::Interval::Step) before
+/// every optimizer step (Lightning's `logging_interval`). While it is there, the trainer
+/// does not log `lr` itself (one value per step, never two).
+///
+/// ```
+/// use ferrograd_runtime::train::{Callback, Context, Interval, LearningRateMonitor, TrainerState};
+/// let mut monitor = LearningRateMonitor::new().logging_interval(Interval::Step);
+/// let mut state = TrainerState::default();
+/// state.metrics.insert("lr_group0".into(), 0.1);
+/// let mut ctx = Context::new(&mut state, std::path::Path::new("run"));
+/// monitor.on_train_batch_start(&mut ctx, 0);
+/// assert_eq!(ctx.logs(), [("lr".to_string(), 0.1)]);
+/// ```
 #[derive(Clone, Debug, Default)]
-pub struct LearningRateMonitor;
+pub struct LearningRateMonitor {
+    /// When it logs: each epoch's start (the default) or each step's.
+    pub logging_interval: super::Interval,
+    /// The step it last logged at (once a step, whatever the accumulation).
+    last_step: Option<u64>,
+}
 
-impl Callback for LearningRateMonitor {
-    fn name(&self) -> String {
-        "LearningRateMonitor".into()
+impl LearningRateMonitor {
+    /// Logs at each epoch's start.
+    pub fn new() -> LearningRateMonitor {
+        LearningRateMonitor::default()
     }
-    fn on_train_epoch_start(&mut self, ctx: &mut Context) {
+    /// Logs at each epoch's start ([`Interval::Epoch`](super::Interval::Epoch)) or before
+    /// each optimizer step ([`Interval::Step`](super::Interval::Step)).
+    pub fn logging_interval(mut self, interval: super::Interval) -> LearningRateMonitor {
+        self.logging_interval = interval;
+        self
+    }
+
+    fn log(&mut self, ctx: &mut Context) {
+        if self.last_step == Some(ctx.state.global_step) {
+            return;
+        }
+        self.last_step = Some(ctx.state.global_step);
         let lrs: Vec<(String, f64)> = ctx
             .state
             .metrics
@@ -596,6 +700,22 @@ impl Callback for LearningRateMonitor {
             for (k, v) in lrs {
                 ctx.log(k.replace("lr_group", "lr/group"), v);
             }
+        }
+    }
+}
+
+impl Callback for LearningRateMonitor {
+    fn name(&self) -> String {
+        "LearningRateMonitor".into()
+    }
+    fn on_train_epoch_start(&mut self, ctx: &mut Context) {
+        if self.logging_interval == super::Interval::Epoch {
+            self.log(ctx);
+        }
+    }
+    fn on_train_batch_start(&mut self, ctx: &mut Context, _batch_idx: usize) {
+        if self.logging_interval == super::Interval::Step {
+            self.log(ctx);
         }
     }
 }

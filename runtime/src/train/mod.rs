@@ -34,5 +34,5 @@ pub use progress::{EpochProgress, EpochSummary, correct_predictions};
 pub use trainer::{
     Callback, Context, EarlyStopping, FitReport, Interval, LearningRateMonitor, LogOptions, Mode,
     ModelCheckpoint, Precision, StepOutput, TrainError, TrainStep, Trainer, TrainerConfig,
-    TrainerState,
+    TrainerState, ValCheckInterval,
 };

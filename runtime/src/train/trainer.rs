@@ -90,6 +90,48 @@ pub enum Interval {
     Step,
 }
 
+/// When validation runs within a training epoch (Lightning's `val_check_interval`).
+///
+/// Validation runs after each training batch whose count in the epoch is a multiple of
+/// the *check batch*: `⌊batches × f⌋` (at least 1) for `Fraction(f)`, `n` for
+/// `Batches(n)`. As in Lightning, the epoch's end is a check point only when it falls on
+/// one: 10 batches with `Fraction(0.3)` validate after batches 3, 6 and 9.
+///
+/// ```
+/// use ferrograd_runtime::train::ValCheckInterval;
+/// assert_eq!(ValCheckInterval::Fraction(0.5).check_batch(4), 2);
+/// assert_eq!(ValCheckInterval::Batches(3).check_batch(4), 3);
+/// assert_eq!(ValCheckInterval::default().check_batch(7), 7);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ValCheckInterval {
+    /// A fraction of the epoch's batches, in (0, 1] (1.0: once, at the end).
+    Fraction(f64),
+    /// Every this many training batches.
+    Batches(usize),
+}
+
+impl Default for ValCheckInterval {
+    fn default() -> Self {
+        ValCheckInterval::Fraction(1.0)
+    }
+}
+
+impl ValCheckInterval {
+    /// The batches between validations in an epoch of `batches`.
+    pub fn check_batch(&self, batches: usize) -> usize {
+        match *self {
+            ValCheckInterval::Fraction(f) => ((batches as f64 * f.clamp(0.0, 1.0)) as usize).max(1),
+            ValCheckInterval::Batches(n) => n.max(1),
+        }
+    }
+
+    /// Whether validation runs once an epoch, at its end.
+    pub fn is_whole_epoch(&self) -> bool {
+        *self == ValCheckInterval::Fraction(1.0)
+    }
+}
+
 /// The options of a [`Trainer`], with Lightning's defaults where it has them.
 #[derive(Clone, Debug)]
 pub struct TrainerConfig {
@@ -101,6 +143,11 @@ pub struct TrainerConfig {
     pub max_time: Option<Duration>,
     /// Validate every this many epochs (1).
     pub val_every: usize,
+    /// How often validation runs inside an epoch (Lightning's `val_check_interval`):
+    /// once at its end by default; [`ValCheckInterval::Fraction`]`(0.25)` four times an
+    /// epoch, [`ValCheckInterval::Batches`]`(n)` after every `n`th training batch. With
+    /// validation inside the epoch, [`ModelCheckpoint`] saves after each validation.
+    pub val_check_interval: ValCheckInterval,
     /// Log the training loss to TensorBoard every this many optimizer steps (50).
     pub log_every: u64,
     /// Batches whose gradients add up before each optimizer step (1).
@@ -165,6 +212,7 @@ impl Default for TrainerConfig {
             max_steps: None,
             max_time: None,
             val_every: 1,
+            val_check_interval: ValCheckInterval::default(),
             log_every: 50,
             accumulate_grad_batches: 1,
             grad_clip: None,
@@ -350,6 +398,10 @@ pub struct Trainer {
     state: TrainerState,
     /// Whether a callback logs the learning rate (then the trainer does not).
     callbacks_log_lr: bool,
+    /// The step values are logged at, Lightning's: a batch's index among the optimizer
+    /// steps (what its step, the validation after it and its epoch's end log at); at an
+    /// epoch's or a batch's start, the next step's.
+    log_step: u64,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -457,6 +509,7 @@ impl Trainer {
             metrics: Vec::new(),
             state: TrainerState::default(),
             callbacks_log_lr: false,
+            log_step: 0,
         }
     }
 
@@ -524,7 +577,7 @@ impl Trainer {
         if let Some((name, reason)) = failed {
             return Err(TrainError::Callback { name, reason });
         }
-        let step = ctx.state.global_step;
+        let step = self.log_step;
         if ctx
             .logs
             .iter()
@@ -575,6 +628,7 @@ impl Trainer {
         let mut scaler = GradScaler::new().enabled(cfg.precision == Precision::F16);
         self.state = TrainerState::default();
         self.callbacks_log_lr = false;
+        let started = Instant::now();
         let mut resumed_at = None;
         let mut relog: Vec<(String, f64)> = Vec::new();
         let mut partial: Option<PartialEpoch> = None;
@@ -680,15 +734,20 @@ impl Trainer {
             }
         };
         record_lrs(&mut self.state, opt);
+        self.state.validates_within_epoch =
+            val.is_some() && !cfg.val_check_interval.is_whole_epoch();
+        self.log_step = self.state.global_step;
         self.hooks(&mut writer, |cb, ctx| cb.on_fit_start(ctx))?;
         // The optimizer's parameters, for the scaler and clipping (fixed during a fit).
         let params = opt.params();
-        let started = Instant::now();
         let mut stopped_early = false;
-        let mut out_of_budget = false;
+        // A time budget already spent (`max_time` of zero) trains nothing, as Lightning.
+        let mut out_of_budget = cfg.max_time.is_some_and(|t| started.elapsed() >= t);
         let mut display = Display::open(&cfg, max_epochs, is_main);
         while self.state.epoch < max_epochs && !out_of_budget {
             let epoch = self.state.epoch;
+            self.state.current_epoch = epoch;
+            self.log_step = self.state.global_step;
             model.train();
             // An epoch a `max_steps`/`max_time` stop left unfinished goes on where it was
             // (its start hooks ran before the stop).
@@ -708,12 +767,23 @@ impl Trainer {
             let epoch_len = train.len();
             let mut acc = resumed.unwrap_or_default();
             let epoch_start = Instant::now();
+            // Whether this epoch validates, and after which batches.
+            let validate_epoch = dev_run
+                || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
+                || epoch + 1 == max_epochs;
+            let check_batch = cfg.val_check_interval.check_batch(limit);
+            // Where the epoch's batches start, for a checkpoint taken inside it.
+            let position = train.state();
+            let mut yielded = 0usize;
             let mut batches = train.iter();
             let mut pending = 0usize;
             let mut unfinished = false;
             while acc.done < limit {
                 let Some(batch) = batches.next() else { break };
                 let batch = batch?;
+                yielded += 1;
+                self.log_step = self.state.global_step;
+                record_lrs(&mut self.state, opt);
                 self.hooks(&mut writer, |cb, ctx| {
                     cb.on_train_batch_start(ctx, acc.done)
                 })?;
@@ -785,17 +855,18 @@ impl Trainer {
                         s.step(opt);
                     }
                     let gs = self.state.global_step;
+                    let at = self.log_step;
                     if let Some(w) = writer.as_mut()
                         && gs.is_multiple_of(cfg.log_every.max(1))
                     {
-                        w.scalar("train/loss_step", loss_value, gs)?;
+                        w.scalar("train/loss_step", loss_value, at)?;
                         if cfg.log_grad_norm
                             && let Some(n) = self.state.metrics.get("grad_norm")
                         {
-                            w.scalar("train/grad_norm", *n, gs)?;
+                            w.scalar("train/grad_norm", *n, at)?;
                         }
                         for (name, value, o) in out.logs.iter().filter(|l| l.2.on_step) {
-                            w.scalar(&step_tag(name, *o), *value, gs)?;
+                            w.scalar(&step_tag(name, *o), *value, at)?;
                         }
                     }
                 }
@@ -814,6 +885,61 @@ impl Trainer {
                     self.state.should_stop = true;
                     break;
                 }
+                // Validation inside the epoch (`val_check_interval`); the epoch's end has
+                // its own below.
+                if let (Some(v), true) = (
+                    val.as_deref_mut(),
+                    validate_epoch && acc.done < limit && acc.done.is_multiple_of(check_batch),
+                ) {
+                    self.hooks(&mut writer, |cb, ctx| cb.on_validation_start(ctx))?;
+                    let (values, user) = self.run_validation(model, v, step)?;
+                    self.state.metrics.extend(values);
+                    for (name, value) in &user {
+                        self.state.metrics.insert(name.clone(), *value);
+                    }
+                    if let Some(w) = writer.as_mut() {
+                        write_validation(
+                            w,
+                            &self.state.metrics,
+                            &metric_names,
+                            &user,
+                            self.log_step,
+                        )?;
+                    }
+                    let (saves, removes) =
+                        self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
+                    if writes && !(saves.is_empty() && removes.is_empty()) {
+                        // A checkpoint inside the epoch: a resume finishes the epoch from
+                        // the next batch, with its sums so far.
+                        let mut sums =
+                            PartialEpoch::from_json(&acc.to_json()).expect("the sums read back");
+                        if let Some(g) = &group {
+                            sums.all_reduce(g)?;
+                        }
+                        let mut extra = self.logged_at_step(&writer);
+                        extra.push((META_PARTIAL_EPOCH.to_string(), sums.to_json()));
+                        let here = crate::data::LoaderState {
+                            batch: position.batch + yielded,
+                            ..position
+                        };
+                        self.write_checkpoints(
+                            model,
+                            opt,
+                            sched.as_deref(),
+                            &scaler,
+                            here,
+                            &saves,
+                            &removes,
+                            &extra,
+                        )?;
+                    }
+                    if self.state.should_stop {
+                        // Lightning stops at once when a callback asks inside an epoch.
+                        out_of_budget = true;
+                        unfinished = acc.done < epoch_len;
+                        break;
+                    }
+                }
                 // The budgets end the fit between optimizer steps (never with gradients
                 // accumulated and not applied).
                 let over_steps = cfg.max_steps.is_some_and(|m| self.state.global_step >= m);
@@ -826,6 +952,7 @@ impl Trainer {
             }
             drop(batches);
             display.finish_bar();
+            let mut validation_saves = (Vec::new(), Vec::new());
             if unfinished {
                 // Stopped inside the epoch: it is not counted as finished (no schedule
                 // step, validation or CSV row); the checkpoint keeps its position and sums
@@ -870,9 +997,11 @@ impl Trainer {
                 {
                     s.step(opt);
                 }
-                let validate_now = dev_run
-                    || (epoch + 1).is_multiple_of(cfg.val_every.max(1))
-                    || self.state.epoch == max_epochs;
+                // At the epoch's end when the last batch is a check point (always, once
+                // an epoch, by default).
+                let validate_now = validate_epoch
+                    && (cfg.val_check_interval.is_whole_epoch()
+                        || acc.done.is_multiple_of(check_batch));
                 let mut val_logged = Vec::new();
                 if let (Some(v), true) = (val.as_deref_mut(), validate_now) {
                     self.hooks(&mut writer, |cb, ctx| cb.on_validation_start(ctx))?;
@@ -882,42 +1011,38 @@ impl Trainer {
                         self.state.metrics.insert(name.clone(), *value);
                     }
                     val_logged = user;
-                    self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
+                    validation_saves =
+                        self.hooks(&mut writer, |cb, ctx| cb.on_validation_end(ctx))?;
                 }
                 // The epoch's values go to TensorBoard before the checkpoint is taken, so the
                 // checkpoint knows everything logged at its step.
                 if let Some(w) = writer.as_mut() {
-                    let gs = self.state.global_step;
-                    let own = [
-                        ("train_loss", "train/loss_epoch".to_string()),
-                        ("train_accuracy", "train/accuracy".to_string()),
-                        ("val_loss", "val/loss".to_string()),
-                    ];
-                    let metric_tags = metric_names
-                        .iter()
-                        .map(|n| (n.as_str(), n.replacen('_', "/", 1)));
-                    let validated =
-                        !val_logged.is_empty() || self.state.metrics.contains_key("val_loss");
-                    for (name, tag) in own.iter().map(|(n, t)| (*n, t.clone())).chain(metric_tags) {
-                        if name.starts_with("val_") && !(validate_now && validated) {
-                            continue;
-                        }
+                    let at = self.log_step;
+                    for (name, tag) in [
+                        ("train_loss", "train/loss_epoch"),
+                        ("train_accuracy", "train/accuracy"),
+                    ] {
                         if let Some(v) = self.state.metrics.get(name) {
-                            w.scalar(&tag, *v, gs)?;
+                            w.scalar(tag, *v, at)?;
                         }
                     }
                     for (tag, _, value) in &train_logged {
-                        w.scalar(tag, *value, gs)?;
+                        w.scalar(tag, *value, at)?;
                     }
-                    for (name, value) in &val_logged {
-                        w.scalar(name, *value, gs)?;
+                    let validated =
+                        !val_logged.is_empty() || self.state.metrics.contains_key("val_loss");
+                    if validate_now && validated {
+                        write_validation(w, &self.state.metrics, &metric_names, &val_logged, at)?;
                     }
                     if !self.callbacks_log_lr {
-                        w.scalar("lr", opt.group_lr(0), gs)?;
+                        w.scalar("lr", opt.group_lr(0), at)?;
                     }
                 }
             }
-            let (saves, removes) = self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
+            let (mut saves, mut removes) = validation_saves;
+            let (s2, r2) = self.hooks(&mut writer, |cb, ctx| cb.on_train_epoch_end(ctx))?;
+            saves.extend(s2);
+            removes.extend(r2);
             if writes {
                 let mut extra = self.logged_at_step(&writer);
                 if unfinished {
@@ -935,6 +1060,7 @@ impl Trainer {
                 )?;
             }
             if unfinished {
+                stopped_early = self.state.should_stop;
                 break;
             }
             if let Some(log) = log.as_mut() {
@@ -963,6 +1089,7 @@ impl Trainer {
                 break;
             }
         }
+        self.log_step = self.state.global_step.saturating_sub(1);
         self.hooks(&mut writer, |cb, ctx| cb.on_fit_end(ctx))?;
         if let Some(w) = writer.as_mut() {
             w.flush()?;
@@ -1184,6 +1311,31 @@ fn all_reduce_values<const N: usize>(
 }
 
 /// Adds `values` up over the group's ranks.
+/// A validation's values to TensorBoard at `step`: `val/loss`, the metrics
+/// (`val_accuracy` as `val/accuracy`) and what the validation steps logged.
+fn write_validation(
+    w: &mut RunLog,
+    metrics: &BTreeMap<String, f64>,
+    metric_names: &[String],
+    logged: &[(String, f64)],
+    step: u64,
+) -> Result<(), TrainError> {
+    let own = std::iter::once(("val_loss", "val/loss".to_string())).chain(
+        metric_names
+            .iter()
+            .map(|n| (n.as_str(), n.replacen('_', "/", 1))),
+    );
+    for (name, tag) in own {
+        if let Some(v) = metrics.get(name) {
+            w.scalar(&tag, *v, step)?;
+        }
+    }
+    for (name, value) in logged {
+        w.scalar(name, *value, step)?;
+    }
+    Ok(())
+}
+
 fn all_reduce_sums<const N: usize>(
     group: &crate::distributed::ProcessGroup,
     values: [f64; N],
