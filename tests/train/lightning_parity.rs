@@ -608,3 +608,42 @@ fn resume_from_last() {
     assert_weights("resume", &second.weights, &want["second"]);
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// A checkpoint taken by a validation inside an epoch resumes that epoch from the next
+/// batch: the resumed run ends with the weights and the log of an unstopped one.
+#[test]
+fn a_checkpoint_inside_an_epoch_resumes_there() {
+    let scenario = || Scenario {
+        config: Some(Box::new(|c| TrainerConfig {
+            max_epochs: 2,
+            val_check_interval: ValCheckInterval::Fraction(0.5),
+            ..c
+        })),
+        callbacks: with(|t| {
+            t.callback(
+                ModelCheckpoint::latest()
+                    .top_k(usize::MAX)
+                    .filename("{epoch}-{step}"),
+            )
+        }),
+        ..Default::default()
+    };
+    let root = dir("inside");
+    let whole = run(&root, scenario(), None);
+    assert_eq!(
+        whole.files,
+        ["epoch=0-step=2", "epoch=0-step=4", "epoch=1-step=6", "epoch=1-step=8"]
+    );
+    let resumed = run(
+        &root,
+        scenario(),
+        Some(root.join("checkpoints/epoch=0-step=2.safetensors")),
+    );
+    assert_eq!(resumed.weights, whole.weights);
+    assert_eq!(resumed.global_step, 8);
+    assert_eq!(resumed.epochs, 2);
+    for tag in ["train/loss_step", "train/loss_epoch", "val/loss"] {
+        assert_eq!(resumed.scalars[tag], whole.scalars[tag], "{tag}");
+    }
+    std::fs::remove_dir_all(&root).ok();
+}
