@@ -107,10 +107,7 @@ fn step_and_epoch_values_have_their_own_series() {
     assert_each_step_once(&s);
     // 4 batches an epoch, 3 epochs, logged every step; as Lightning, a step's values at
     // its index from 0, the epoch's and the validation's at its last step's.
-    assert_eq!(
-        steps_of(&s["train/loss_step"]),
-        (0..12).collect::<Vec<_>>()
-    );
+    assert_eq!(steps_of(&s["train/loss_step"]), (0..12).collect::<Vec<_>>());
     assert_eq!(steps_of(&s["train/loss_epoch"]), vec![3, 7, 11]);
     assert_eq!(steps_of(&s["train/acc_step"]), (0..12).collect::<Vec<_>>());
     assert_eq!(steps_of(&s["train/acc_epoch"]), vec![3, 7, 11]);

@@ -632,7 +632,12 @@ fn a_checkpoint_inside_an_epoch_resumes_there() {
     let whole = run(&root, scenario(), None);
     assert_eq!(
         whole.files,
-        ["epoch=0-step=2", "epoch=0-step=4", "epoch=1-step=6", "epoch=1-step=8"]
+        [
+            "epoch=0-step=2",
+            "epoch=0-step=4",
+            "epoch=1-step=6",
+            "epoch=1-step=8"
+        ]
     );
     let resumed = run(
         &root,

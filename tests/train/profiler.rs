@@ -87,13 +87,15 @@ fn a_training_step_is_profiled_op_by_op() {
     profile.export_chrome_trace(&path).unwrap();
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let events = trace["traceEvents"].as_array().unwrap();
-    assert_eq!(events.len(), profile.events().len());
-    assert!(
-        events
-            .iter()
-            .all(|e| e["ph"] == "X" && e["dur"].as_f64().unwrap() >= 0.0)
+    let all = trace["traceEvents"].as_array().unwrap();
+    // The ops and the other threads' spans as "X" events; the rows' names as "M".
+    let events: Vec<&serde_json::Value> = all.iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(
+        events.len(),
+        profile.events().len() + profile.thread_spans().len()
     );
+    assert!(events.iter().all(|e| e["dur"].as_f64().unwrap() >= 0.0));
+    assert!(all.iter().all(|e| e["ph"] == "X" || e["ph"] == "M"));
     std::fs::remove_file(&path).ok();
 
     // Off again: nothing is recorded, and a profile on another thread sees only its own.
@@ -250,4 +252,153 @@ fn every_public_functional_opens_a_profiler_frame() {
     }
     assert!(seen > 50, "only {seen} functionals found");
     assert!(missing.is_empty(), "not profiled:\n{}", missing.join("\n"));
+}
+
+/// `torch.profiler.schedule`'s actions, step by step, as torch 2.15.0 gives them
+/// (`[schedule(wait=w, warmup=u, active=a, repeat=r, skip_first=s)(i) for i in range(16)]`).
+#[test]
+fn the_schedule_is_torchs() {
+    use ferrograd::profiler::Schedule;
+    let cases = [
+        ((1, 1, 2, 1, 1), "NNWRSNNNNNNNNNNN"),
+        ((0, 0, 1, 0, 0), "SSSSSSSSSSSSSSSS"),
+        ((2, 1, 3, 2, 0), "NNWRRSNNWRRSNNNN"),
+        ((1, 0, 1, 3, 2), "NNNSNSNSNNNNNNNN"),
+    ];
+    for ((wait, warmup, active, repeat, skip_first), want) in cases {
+        let s = Schedule {
+            wait,
+            warmup,
+            active,
+            repeat,
+            skip_first,
+        };
+        let got: String = (0..16)
+            .map(|i| match s.action(i) {
+                profiler::ProfilerAction::None => 'N',
+                profiler::ProfilerAction::Warmup => 'W',
+                profiler::ProfilerAction::Record => 'R',
+                profiler::ProfilerAction::RecordAndSave => 'S',
+            })
+            .collect();
+        assert_eq!(got, want, "{s:?}");
+    }
+}
+
+/// Each cycle's active steps reach `on_trace_ready` with a `ProfilerStep#N` range each
+/// and their ops; the waiting and warm-up steps' ops do not; a cycle cut short by `stop`
+/// is handed over too.
+#[test]
+fn a_scheduled_profile_hands_over_each_cycle() {
+    use ferrograd::profiler::{Profile, Schedule, ScheduledProfiler};
+    use std::sync::{Arc, Mutex};
+    let traces: Arc<Mutex<Vec<Profile>>> = Arc::default();
+    let sink = traces.clone();
+    let schedule = Schedule {
+        wait: 1,
+        warmup: 1,
+        active: 2,
+        repeat: 0,
+        skip_first: 1,
+    };
+    let mut prof = ScheduledProfiler::new(
+        ProfilerOptions::default(),
+        schedule,
+        Box::new(move |p| {
+            sink.lock().unwrap().push(p.clone());
+            Ok(())
+        }),
+    );
+    let x = Tensor::randn(&[4, 4], DType::F32, &Device::Cpu);
+    // Steps 0..11: skip 0; cycles 1-4, 5-8 and 9-10 (cut short after its first active
+    // step, 11 being the last step run).
+    for _ in 0..11 {
+        x.relu();
+        prof.step().unwrap();
+    }
+    x.relu();
+    prof.stop().unwrap();
+    let traces = traces.lock().unwrap();
+    assert_eq!(traces.len(), 3);
+    for (trace, steps) in traces.iter().zip([&[3usize, 4][..], &[7, 8], &[11]]) {
+        let ranges: Vec<String> = trace
+            .events()
+            .iter()
+            .filter(|e| e.name.starts_with("ProfilerStep#"))
+            .map(|e| e.name.clone())
+            .collect();
+        let want: Vec<String> = steps.iter().map(|s| format!("ProfilerStep#{s}")).collect();
+        assert_eq!(ranges, want);
+        let relus = trace.events().iter().filter(|e| e.name == "relu").count();
+        assert_eq!(relus, steps.len());
+        // Each op sits inside its step's range.
+        assert!(
+            trace
+                .events()
+                .iter()
+                .filter(|e| e.name == "relu")
+                .all(|e| e.depth == 1)
+        );
+    }
+}
+
+/// The thread team's helpers and the data loader's workers appear on rows of their own:
+/// a helper's share of a matmul is named after it; each worker's batch is a span.
+#[test]
+fn other_threads_have_their_own_rows() {
+    use ferrograd::data::{DataLoader, TensorDataset};
+    let before = ferrograd::get_num_threads();
+    if before < 2 {
+        ferrograd::set_num_threads(2);
+    }
+    let a = Tensor::randn(&[384, 384], DType::F32, &Device::Cpu);
+    let ds = TensorDataset::new(vec![Tensor::randn(&[64, 8], DType::F32, &Device::Cpu)]);
+    let mut loader = DataLoader::builder(ds)
+        .batch_size(16)
+        .num_workers(2)
+        .build();
+    let (_, profile) = profiler::profile(ProfilerOptions::default(), || {
+        for _ in 0..20 {
+            a.matmul(&a);
+        }
+        loader.iter().map(|b| b.unwrap()).count()
+    });
+    if before < 2 {
+        ferrograd::set_num_threads(0);
+    }
+    let spans = profile.thread_spans();
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.thread.starts_with("ferrograd-cpu-") && s.name == "matmul"),
+        "{spans:?}"
+    );
+    let batches: Vec<&str> = spans
+        .iter()
+        .filter(|s| s.thread.starts_with("ferrograd-data-"))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(batches.len(), 4, "{spans:?}");
+    for i in 0..4 {
+        assert!(batches.contains(&format!("DataLoader batch {i}").as_str()));
+    }
+    // The Chrome trace names each row after its thread.
+    let path = std::env::temp_dir().join(format!("ferrograd-rows-{}.json", std::process::id()));
+    profile.export_chrome_trace(&path).unwrap();
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).ok();
+    let rows: Vec<String> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "M")
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r.starts_with("ferrograd-cpu-")),
+        "{rows:?}"
+    );
+    assert!(rows.iter().any(|r| r == "ferrograd-data-0"), "{rows:?}");
+    assert!(rows.iter().any(|r| r == "ferrograd-data-1"), "{rows:?}");
 }

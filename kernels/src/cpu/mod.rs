@@ -13,6 +13,7 @@ mod random;
 pub(crate) mod reduce;
 pub(crate) mod simd;
 mod sort;
+pub mod spans;
 pub(crate) mod unfold;
 
 pub use index::{cat_dim, gather, index_select, scatter_add};

@@ -138,11 +138,20 @@ impl Shared {
     /// Claims and runs tasks until none is left. Returns without touching `task` when
     /// every index is already claimed.
     fn work(&self) {
+        // A helper's share of the job, as a span on its own row of a profile.
+        let start = (super::spans::collecting() && HELPER.with(|h| h.get())).then(Instant::now);
+        let mut ran = 0usize;
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.n {
+                if let Some(start) = start
+                    && ran > 0
+                {
+                    super::spans::record(format!("task x{ran}"), start);
+                }
                 return;
             }
+            ran += 1;
             // SAFETY: `i < n` was claimed by this thread, so `done` cannot reach `n` (and
             // `run_tasks` cannot return and end the borrow) before this task finishes.
             let task = unsafe { &*self.task.0 };

@@ -436,7 +436,12 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoader<D, C> {
                 .name(format!("ferrograd-data-{w}"))
                 .spawn(move || {
                     while let Ok(job) = job_rx.recv() {
+                        let start = std::time::Instant::now();
                         let batch = load_batch(&*dataset, &*collate, &job.indices, job.seed);
+                        ferrograd_kernels::cpu::spans::record(
+                            format!("DataLoader batch {}", job.batch_no),
+                            start,
+                        );
                         if done.send((job.generation, job.batch_no, batch)).is_err() {
                             return;
                         }

@@ -5,7 +5,10 @@
 //! ([`record_function`]; the [`Trainer`](crate::train::Trainer) names its forward,
 //! backward and optimizer steps). A [`Profile`] prints as a table sorted by total time
 //! ([`Profile::table`]) and saves as a Chrome trace that `chrome://tracing` or
-//! Perfetto opens ([`Profile::export_chrome_trace`]).
+//! Perfetto opens ([`Profile::export_chrome_trace`]), with the other threads' work
+//! meanwhile (the thread team's helpers, the data loader's workers) on rows of their own
+//! ([`Profile::thread_spans`]). A long loop profiles some of its steps with a
+//! [`ScheduledProfiler`] (`torch.profiler.schedule` and `on_trace_ready`).
 //!
 //! Off, it costs each op one relaxed atomic load (the hook the ONNX tracer shares).
 //! Ops on a GPU are timed twice: on the host (their launch, unless
@@ -27,9 +30,13 @@
 //! assert_eq!(stats.iter().find(|s| s.name == "relu").unwrap().calls, 1);
 //! ```
 
+mod schedule;
+pub use schedule::{ProfilerAction, Schedule, ScheduledProfiler, TraceHandler, trace_handler};
+
 use crate::onnx::trace::{Op, TRACING_THREADS};
 use crate::storage::cuda::StreamMarks;
 use crate::{Device, Tensor};
+use ferrograd_kernels::cpu::spans::{Collector, Span};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -279,10 +286,12 @@ pub(crate) fn abandon(entered: Entered) {
     });
 }
 
-/// Profiling on this thread until [`stop`](Self::stop) (or until dropped).
+/// Profiling on this thread until [`stop`](Self::stop) (or until dropped), with the
+/// other threads' spans (the thread team's helpers, the data loader's workers) meanwhile.
 #[derive(Debug)]
 pub struct Profiler {
     done: bool,
+    spans: Option<Collector>,
 }
 
 impl Profiler {
@@ -304,7 +313,10 @@ impl Profiler {
         if !was {
             TRACING_THREADS.fetch_add(1, Ordering::Relaxed);
         }
-        Profiler { done: false }
+        Profiler {
+            done: false,
+            spans: Some(Collector::start()),
+        }
     }
 
     /// Stops and returns what was recorded.
@@ -314,12 +326,21 @@ impl Profiler {
         if prof.is_some() {
             TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
         }
+        let origin = prof.as_ref().map(|p| p.origin);
         let mut events = match prof {
             Some(p) => device_times(p),
             None => Vec::new(),
         };
         events.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-        Profile { events }
+        let spans = self.spans.take().map(Collector::finish).unwrap_or_default();
+        let thread_spans = match origin {
+            Some(origin) => thread_spans(&events, spans, origin),
+            None => Vec::new(),
+        };
+        Profile {
+            events,
+            thread_spans,
+        }
     }
 }
 
@@ -329,6 +350,36 @@ impl Drop for Profiler {
             TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Other threads' spans relative to `origin`; a team helper's share of a job is named
+/// after the op on the profiling thread it helped (the innermost one running when it
+/// began).
+fn thread_spans(events: &[Event], spans: Vec<Span>, origin: Instant) -> Vec<ThreadSpan> {
+    spans
+        .into_iter()
+        .filter(|s| s.start >= origin)
+        .map(|s| {
+            let start_us = (s.start - origin).as_secs_f64() * 1e6;
+            let duration_us = (s.end - s.start).as_secs_f64() * 1e6;
+            let helped = s
+                .name
+                .starts_with("task x")
+                .then(|| {
+                    events
+                        .iter()
+                        .filter(|e| e.start_us <= start_us && start_us < e.start_us + e.duration_us)
+                        .max_by_key(|e| e.depth)
+                })
+                .flatten();
+            ThreadSpan {
+                name: helped.map_or(s.name.clone(), |e| e.name.clone()),
+                thread: s.thread,
+                start_us,
+                duration_us,
+            }
+        })
+        .collect()
 }
 
 /// The events with their device times read from the CUDA events (waiting for each
@@ -437,16 +488,37 @@ pub enum SortBy {
     Memory,
 }
 
+/// Work on another thread while the profile ran: a thread-team helper's share of an op
+/// (named after the op), or a data-loader worker's batch (`DataLoader batch 3`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadSpan {
+    /// The op it helped, or what it did.
+    pub name: String,
+    /// The thread (`ferrograd-cpu-1`, `ferrograd-data-0`).
+    pub thread: String,
+    /// Microseconds from the profile's start.
+    pub start_us: f64,
+    /// Wall time.
+    pub duration_us: f64,
+}
+
 /// A recorded profile.
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
     events: Vec<Event>,
+    thread_spans: Vec<ThreadSpan>,
 }
 
 impl Profile {
     /// Every op and range, by start time.
     pub fn events(&self) -> &[Event] {
         &self.events
+    }
+
+    /// The other threads' work meanwhile (the thread team's helpers, the data loader's
+    /// workers), by start time; in the Chrome trace each thread has its own row.
+    pub fn thread_spans(&self) -> &[ThreadSpan] {
+        &self.thread_spans
     }
 
     /// Per-op totals (`key_averages()`), optionally per input shape.
@@ -564,9 +636,40 @@ impl Profile {
     }
 
     /// Writes the events as a Chrome trace (JSON "X" events, microseconds), which
-    /// `chrome://tracing` and <https://ui.perfetto.dev> open; device times on a row of
-    /// their own per GPU (`cuda:N`).
+    /// `chrome://tracing` and <https://ui.perfetto.dev> open: the profiling thread's ops
+    /// on row 0, each other thread's spans on a row of its own named after the thread,
+    /// device times on a row per GPU (`cuda:N`).
     pub fn export_chrome_trace(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let pid = std::process::id();
+        // Row numbers: 0 the profiling thread, then the other threads by first span.
+        let mut rows: Vec<&str> = Vec::new();
+        for s in &self.thread_spans {
+            if !rows.contains(&s.thread.as_str()) {
+                rows.push(&s.thread);
+            }
+        }
+        let row_of = |t: &str| rows.iter().position(|r| *r == t).map_or(0, |i| i + 1);
+        let names = std::iter::once(serde_json::json!({
+            "name": "thread_name", "ph": "M", "pid": pid, "tid": 0,
+            "args": { "name": "profiled thread" },
+        }))
+        .chain(rows.iter().enumerate().map(|(i, r)| {
+            serde_json::json!({
+                "name": "thread_name", "ph": "M", "pid": pid, "tid": i + 1,
+                "args": { "name": r },
+            })
+        }));
+        let thread_rows = self.thread_spans.iter().map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "cat": "thread",
+                "ph": "X",
+                "ts": s.start_us,
+                "dur": s.duration_us,
+                "pid": pid,
+                "tid": row_of(&s.thread),
+            })
+        });
         let device_rows = self.events.iter().filter_map(|e| {
             let t = e.cuda?;
             Some(serde_json::json!({
@@ -599,6 +702,8 @@ impl Profile {
                 })
             })
             .chain(device_rows)
+            .chain(thread_rows)
+            .chain(names)
             .collect();
         let doc = serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ms" });
         let path = path.as_ref();
