@@ -293,3 +293,202 @@ fn top_k_accuracy_with_ties_follows_the_documented_rule() {
         );
     }
 }
+
+fn cases() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/metrics/cases.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json")
+}
+
+/// A reference's value: `Some(x)`, `Some(NaN)` where it said NaN, `None` where it
+/// raised.
+fn reference(v: &Value) -> Option<f64> {
+    match v {
+        Value::Null => Some(f64::NAN),
+        Value::String(s) if s == "error" => None,
+        x => Some(x.as_f64().expect("a number")),
+    }
+}
+
+/// `got` against a reference computed in `f32` (torchmetrics) or `f64` (scikit-learn):
+/// equal within 1e-6, NaN for NaN.
+fn agrees(got: f64, want: f64, what: &str) {
+    if want.is_nan() {
+        assert!(got.is_nan(), "{what}: ferrograd {got}, reference NaN");
+    } else {
+        assert!(
+            (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+            "{what}: ferrograd {got}, reference {want}"
+        );
+    }
+}
+
+/// Every metric on random, tied and degenerate inputs (one class present, one sample, no
+/// samples), against scikit-learn and torchmetrics (`make_metric_cases.py`). The rules
+/// where the references part ways:
+/// - top-k on tied scores: the lower index first, which is scikit-learn's answer on the
+///   reversed classes; torchmetrics' order among ties (`torch.topk`'s) is unspecified;
+/// - multiclass AUROC: the mean over the classes that have both positive and negative
+///   samples (scikit-learn's per-class AUROC, averaged); torchmetrics counts a class
+///   without positives as 0. NaN when no class has both (scikit-learn: undefined);
+/// - no samples: both references raise; ours give NaN for the ratios of nothing
+///   (accuracy, top-k, AUROC, perplexity), 0 for precision/recall/F1 (the
+///   `zero_division=0` rule) and an all-zero confusion matrix.
+#[test]
+fn every_metric_on_every_case() {
+    let all = cases();
+    for case in all["classification"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let c = case["num_classes"].as_u64().unwrap() as usize;
+        let t = ints(&case["target"]);
+        let n = t.len();
+        let scores = Tensor::from_vec(floats(&case["scores"]), &[n, c]);
+        let target = Tensor::from_vec(t, &[n]);
+        let (sk, tm) = (&case["sklearn"], &case["torchmetrics"]);
+        let empty = n == 0;
+        let mut run = |metric: &mut dyn Metric, preds: &Tensor| {
+            feed(metric, preds, &target);
+            metric.compute()
+        };
+        let mut check = |key: &str, got: f64, with_tm: bool| {
+            let what = format!("{name}: {key}");
+            match reference(&sk[key]) {
+                Some(want) => agrees(got, want, &format!("{what} (scikit-learn)")),
+                None => assert!(empty, "{what}: scikit-learn raised"),
+            }
+            if with_tm && let Some(want) = reference(&tm[key]) {
+                agrees(got, want, &format!("{what} (torchmetrics)"));
+            }
+        };
+        let acc = run(&mut Accuracy::new(), &scores);
+        if empty {
+            assert!(acc.is_nan(), "{name}: accuracy of nothing is NaN");
+        }
+        check("accuracy", acc, true);
+        for k in 2..c {
+            let got = run(&mut Accuracy::top_k(k), &scores);
+            if empty {
+                assert!(got.is_nan());
+            }
+            check(&format!("top{k}_accuracy"), got, name != "tied");
+        }
+        for (avg, a) in [
+            (Average::Macro, "macro"),
+            (Average::Micro, "micro"),
+            (Average::Weighted, "weighted"),
+        ] {
+            for (score, s) in [
+                (Score::Precision, "precision"),
+                (Score::Recall, "recall"),
+                (Score::F1, "f1"),
+            ] {
+                let got = run(&mut PrecisionRecallF1::new(score, avg, c), &scores);
+                if empty {
+                    assert_eq!(got, 0.0, "{name}: {s}_{a} of nothing");
+                }
+                check(&format!("{s}_{a}"), got, true);
+            }
+        }
+        let mut cm = ConfusionMatrix::new(c);
+        feed(&mut cm, &scores, &target);
+        for (who, v) in [
+            ("scikit-learn", &sk["confusion"]),
+            ("torchmetrics", &tm["confusion"]),
+        ] {
+            if let Some(rows) = v.as_array() {
+                let want: Vec<Vec<u64>> = rows
+                    .iter()
+                    .map(|r| {
+                        r.as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.as_u64().unwrap())
+                            .collect()
+                    })
+                    .collect();
+                assert_eq!(cm.matrix(), want, "{name}: confusion ({who})");
+            }
+        }
+        if empty {
+            assert_eq!(cm.matrix(), vec![vec![0u64; c]; c]);
+        }
+        let probs = scores.softmax(1);
+        let auc = run(&mut Auroc::new(), &probs);
+        agrees(
+            auc,
+            reference(&sk["auroc_ovr_present"]).unwrap(),
+            &format!("{name}: AUROC (scikit-learn per class)"),
+        );
+        // torchmetrics' macro mean equals ours when every class has both kinds.
+        if ["random", "tied"].contains(&name) {
+            agrees(
+                auc,
+                reference(&tm["auroc_ovr_macro"]).unwrap(),
+                &format!("{name}: AUROC (torchmetrics)"),
+            );
+        }
+    }
+    for case in all["binary"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let s = floats(&case["scores"]);
+        let n = s.len();
+        let mut auc = Auroc::new();
+        feed(
+            &mut auc,
+            &Tensor::from_vec(s, &[n]),
+            &Tensor::from_vec(ints(&case["target"]), &[n]),
+        );
+        let got = auc.compute();
+        match reference(&case["sklearn"]["auroc"]) {
+            Some(want) => agrees(got, want, &format!("binary {name} (scikit-learn)")),
+            None => assert!(got.is_nan(), "binary {name}: AUROC of nothing is NaN"),
+        }
+        // torchmetrics gives 0 where scikit-learn's is undefined (one class).
+        if name != "one_class"
+            && let Some(want) = reference(&case["torchmetrics"]["auroc"])
+        {
+            agrees(got, want, &format!("binary {name} (torchmetrics)"));
+        }
+    }
+    for case in all["perplexity"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let shape: Vec<usize> = case["logits_shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        let logits = Tensor::from_vec(floats(&case["logits"]), &shape);
+        let target = Tensor::from_vec(ints(&case["target"]), &shape[..2]);
+        let mut ppl = Perplexity::new(Some(-100));
+        ppl.update(&logits, &target);
+        let want = reference(&case["torchmetrics"]["perplexity"]).unwrap();
+        // torchmetrics computes in f32.
+        if want.is_nan() {
+            assert!(ppl.compute().is_nan(), "perplexity {name}");
+        } else {
+            assert!(
+                (ppl.compute() - want).abs() < 1e-5 * want,
+                "perplexity {name}: {} vs {want}",
+                ppl.compute()
+            );
+        }
+    }
+    for case in all["mean"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let mut m = ferrograd::train::metrics::Mean::new("m");
+        for (v, w) in case["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(case["weights"].as_array().unwrap())
+        {
+            m.add(v.as_f64().unwrap(), w.as_f64().unwrap());
+        }
+        agrees(m.value(), case["numpy"]["mean"].as_f64().unwrap(), name);
+        let tm = case["torchmetrics"]["mean"].as_f64().unwrap();
+        assert!((m.value() - tm).abs() < 1e-6, "mean {name} (torchmetrics)");
+    }
+}

@@ -13,6 +13,14 @@
 //! *higher* index first on ties, so on tied scores it equals ours with the classes
 //! reversed; torchmetrics' top-k for k > 1 follows `torch.topk`, whose order among ties
 //! is unspecified. Without ties every rule agrees.
+//!
+//! **Degenerate inputs.** Multiclass [`Auroc`] averages the classes that have both
+//! positive and negative samples (torchmetrics counts a class without positives as 0),
+//! and is NaN when none has (scikit-learn: undefined). With no samples at all, where
+//! scikit-learn and torchmetrics raise, the ratios of nothing (accuracy, top-k, AUROC,
+//! perplexity) are NaN, precision/recall/F1 are 0 (the `zero_division=0` rule) and the
+//! confusion matrix is all zeros. `tests/train/metrics.rs` checks every metric on
+//! random, tied and degenerate inputs against both references.
 
 use crate::{DType, Tensor};
 
@@ -382,6 +390,10 @@ impl Metric for PrecisionRecallF1 {
             }
             Average::Weighted => {
                 let total: f64 = per.iter().map(|p| p.2).sum();
+                if total == 0.0 {
+                    // No samples: weights of nothing (`zero_division=0`).
+                    return 0.0;
+                }
                 per.iter()
                     .map(|&(tp, pr, ac)| score_of(self.score, tp, pr, ac) * ac)
                     .sum::<f64>()
