@@ -7,7 +7,11 @@
 //!   a batch-size histogram.
 //! - `GET /models`: the registered models and their inputs.
 //!
-//! Each model has one worker that runs batches in order. With `max_batch > 1` the worker
+//! Models are registered, described, scaled and unregistered at run time through the
+//! [`management`] routes (TorchServe's management API, on a port of its own).
+//!
+//! Each model has a queue and one worker or more (scaled at run time) that take batches
+//! from it. With `max_batch > 1` the worker
 //! takes every request already queued into one batch along axis 0 (requests whose other
 //! dims and dtypes agree), runs it once and splits the outputs (server-side dynamic
 //! batching, TorchServe's `batch_size`/`max_batch_delay`). While other requests for
@@ -25,9 +29,12 @@
 
 mod batching;
 pub mod llm;
+pub mod management;
+mod worker;
+use worker::{Arriving, Job, ModelHandle};
 
+use batching::rows_of;
 pub use batching::{BatchAxes, Batching, batch_axes};
-use batching::{BatchKey, batch_key, rows_of, run_group};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -43,10 +50,10 @@ use ferrograd::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// The message of a caught panic (empty when it is not a string).
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -72,6 +79,9 @@ pub struct ServeConfig {
     /// ([`OnnxModel::with_max_run_bytes`]); `None` keeps each model's own limit (by
     /// default half of the machine's memory).
     pub max_run_bytes: Option<u64>,
+    /// The folder the [management API](management) registers models from (TorchServe's
+    /// `--model-store`); `None` refuses registration.
+    pub model_store: Option<std::path::PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -81,6 +91,7 @@ impl Default for ServeConfig {
             max_delay: Duration::from_millis(5),
             max_body_bytes: 16 << 20,
             max_run_bytes: None,
+            model_store: None,
         }
     }
 }
@@ -314,41 +325,6 @@ const NPY_TYPES: [&str; 2] = ["application/x-npy", "application/npy"];
 /// Content types of a safetensors body (and answer, through `Accept`).
 const SAFETENSORS_TYPES: [&str; 2] = ["application/x-safetensors", "application/safetensors"];
 
-/// One request waiting for the worker.
-struct Job {
-    inputs: Vec<Tensor>,
-    /// Rows along the batch axis (1 for an unbatched model).
-    rows: usize,
-    reply: oneshot::Sender<Result<Vec<Tensor>, String>>,
-}
-
-struct ModelHandle {
-    model: Arc<OnnxModel>,
-    /// The batch axis of each input and output; `None`: one request per run.
-    axes: Option<Arc<BatchAxes>>,
-    preprocess: Option<ImageClassification>,
-    jobs: mpsc::Sender<Job>,
-    /// Requests a handler has taken for this model and not yet queued (being decoded):
-    /// the worker waits for them to join its batch.
-    arriving: Arc<AtomicUsize>,
-}
-
-/// Counts one request as arriving until it is queued (or fails first).
-struct Arriving<'a>(&'a AtomicUsize);
-
-impl<'a> Arriving<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::AcqRel);
-        Arriving(count)
-    }
-}
-
-impl Drop for Arriving<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// Latency buckets (seconds) of the histogram.
 pub(crate) const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -404,13 +380,30 @@ impl Histogram {
 }
 
 /// Request counts, latencies and batch sizes.
-struct Metrics {
+#[derive(Default)]
+pub(crate) struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
-    latency: HashMap<String, Histogram>,
-    batch: HashMap<String, Histogram>,
+    latency: RwLock<HashMap<String, Arc<Histogram>>>,
+    batch: RwLock<HashMap<String, Arc<Histogram>>>,
 }
 
 impl Metrics {
+    /// A model's histograms (new, or its earlier ones if the name served before); the
+    /// batch sizes' for its workers.
+    pub(crate) fn add_model(&self, name: &str) -> Arc<Histogram> {
+        self.latency
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Histogram::new(&LATENCY_BUCKETS)));
+        self.batch
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Histogram::new(&BATCH_BUCKETS)))
+            .clone()
+    }
+
     fn render(&self) -> String {
         let mut out = String::new();
         out.push_str(
@@ -429,7 +422,7 @@ impl Metrics {
         }
         out.push_str("# HELP ferrograd_request_duration_seconds Prediction latency, request in to response out.\n");
         out.push_str("# TYPE ferrograd_request_duration_seconds histogram\n");
-        for (model, h) in sorted(&self.latency) {
+        for (model, h) in sorted(&self.latency.read().unwrap_or_else(|e| e.into_inner())) {
             h.render(
                 &mut out,
                 "ferrograd_request_duration_seconds",
@@ -438,7 +431,7 @@ impl Metrics {
         }
         out.push_str("# HELP ferrograd_batch_size Rows per batch the worker ran.\n");
         out.push_str("# TYPE ferrograd_batch_size histogram\n");
-        for (model, h) in sorted(&self.batch) {
+        for (model, h) in sorted(&self.batch.read().unwrap_or_else(|e| e.into_inner())) {
             h.render(
                 &mut out,
                 "ferrograd_batch_size",
@@ -458,16 +451,30 @@ impl Metrics {
     }
 }
 
-fn sorted<V>(m: &HashMap<String, V>) -> Vec<(&String, &V)> {
-    let mut v: Vec<_> = m.iter().collect();
-    v.sort_by(|a, b| a.0.cmp(b.0));
+fn sorted<V: Clone>(m: &HashMap<String, V>) -> Vec<(String, V)> {
+    let mut v: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
     v
 }
 
-/// The shared state behind the routes.
+/// The shared state behind the routes: the models served (registered and unregistered
+/// at run time through the [management API](management)), the metrics and the
+/// settings new models get.
 pub struct AppState {
-    models: HashMap<String, ModelHandle>,
+    models: RwLock<HashMap<String, Arc<ModelHandle>>>,
     metrics: Arc<Metrics>,
+    config: ServeConfig,
+}
+
+impl AppState {
+    /// The model served as `name`, if any.
+    pub(crate) fn model(&self, name: &str) -> Option<Arc<ModelHandle>> {
+        self.models
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
 }
 
 /// A model the server cannot serve as configured.
@@ -487,71 +494,39 @@ pub enum ConfigError {
     },
 }
 
-/// Builds the routes and starts one worker per model (on the current tokio runtime).
-/// Each model's batch axis is resolved here ([`batch_axes`]): an explicit
-/// [`Batching::Dim`] that does not fit the model is an error.
-pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Result<Router, ConfigError> {
+/// The inference routes and the management routes of one server: TorchServe serves them
+/// on two ports (8080 and 8081), and so does `ferrograd-serve`.
+pub struct Routers {
+    /// `/ping`, `/predictions/{model}`, `/models`, `/metrics`.
+    pub inference: Router,
+    /// `/models` to list and register, `/models/{name}` to describe, scale and
+    /// unregister ([`management`]).
+    pub management: Router,
+}
+
+/// Builds the inference and management routes and starts each model's worker (on the
+/// current tokio runtime). Each model's batch axis is resolved here ([`batch_axes`]): an
+/// explicit [`Batching::Dim`] that does not fit the model is an error.
+pub fn routers(models: Vec<ModelSpec>, config: &ServeConfig) -> Result<Routers, ConfigError> {
     let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
     for (i, n) in names.iter().enumerate() {
         if names[..i].contains(n) {
             return Err(ConfigError::DuplicateName(n.clone()));
         }
     }
-    let metrics = Arc::new(Metrics {
-        requests: Mutex::new(BTreeMap::new()),
-        latency: names
-            .iter()
-            .map(|n| (n.clone(), Histogram::new(&LATENCY_BUCKETS)))
-            .collect(),
-        batch: names
-            .iter()
-            .map(|n| (n.clone(), Histogram::new(&BATCH_BUCKETS)))
-            .collect(),
-    });
+    let metrics = Arc::new(Metrics::default());
     let mut handles = HashMap::new();
     for spec in models {
-        let axes = batch_axes(&spec.model, &spec.batching)
-            .map_err(|reason| ConfigError::Batching {
-                model: spec.name.clone(),
-                reason,
-            })?
-            .map(Arc::new);
-        let mut model = spec.model;
-        if let Some(limit) = config.max_run_bytes {
-            model = model.with_max_run_bytes(limit);
-        }
-        let model = Arc::new(model);
-        let (tx, rx) = mpsc::channel::<Job>(1024);
-        let arriving = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(worker(
-            spec.name.clone(),
-            Runner {
-                model: model.clone(),
-                axes: axes.clone(),
-            },
-            Queue {
-                rx,
-                arriving: arriving.clone(),
-            },
-            config.clone(),
-            metrics.clone(),
-        ));
-        handles.insert(
-            spec.name,
-            ModelHandle {
-                model,
-                axes,
-                preprocess: spec.preprocess,
-                jobs: tx,
-                arriving,
-            },
-        );
+        let name = spec.name.clone();
+        let handle = worker::start_model(spec, String::new(), config.clone(), 1, &metrics)?;
+        handles.insert(name, handle);
     }
     let state = Arc::new(AppState {
-        models: handles,
+        models: RwLock::new(handles),
         metrics,
+        config: config.clone(),
     });
-    Ok(Router::new()
+    let inference = Router::new()
         .route(
             "/ping",
             get(|| async { Json(serde_json::json!({"status": "Healthy"})) }),
@@ -560,7 +535,16 @@ pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Result<Router, Co
         .route("/models", get(models_route))
         .route("/predictions/{model}", post(predict))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .with_state(state))
+        .with_state(state.clone());
+    Ok(Routers {
+        inference,
+        management: management::router(state),
+    })
+}
+
+/// The inference routes alone ([`routers`]`(..).inference`): models fixed at start.
+pub fn router(models: Vec<ModelSpec>, config: &ServeConfig) -> Result<Router, ConfigError> {
+    Ok(routers(models, config)?.inference)
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then finishes the requests in
@@ -583,21 +567,41 @@ async fn metrics_route(State(state): State<Arc<AppState>>) -> impl IntoResponse 
 }
 
 async fn models_route(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let mut list: Vec<serde_json::Value> = state
+    let models = state
         .models
-        .iter()
-        .map(|(name, h)| {
-            let inputs: Vec<serde_json::Value> = h
-                .model
-                .input_specs()
-                .iter()
-                .map(|s| serde_json::json!({"name": s.name, "dtype": s.dtype.map(dtype_name), "shape": s.dims.as_ref().map(|d| d.iter().map(|x| match x { Ok(n) => serde_json::json!(n), Err(p) => serde_json::json!(p) }).collect::<Vec<_>>())}))
-                .collect();
-            serde_json::json!({"modelName": name, "inputs": inputs, "imagePreprocessing": h.preprocess.is_some(), "batchDim": h.axes.as_ref().map(|a| a.dim.clone())})
-        })
-        .collect();
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut list: Vec<serde_json::Value> = models.values().map(|h| model_json(h)).collect();
     list.sort_by_key(|v| v["modelName"].as_str().unwrap_or("").to_string());
     Json(serde_json::json!({ "models": list }))
+}
+
+/// A model as `/models` lists it: its name, inputs (name, dtype, shape with symbolic
+/// dims by name), whether it takes images, and its batch dim.
+pub(crate) fn model_json(h: &ModelHandle) -> serde_json::Value {
+    let dim = |x: &Result<usize, String>| match x {
+        Ok(n) => serde_json::json!(n),
+        Err(p) => serde_json::json!(p),
+    };
+    let inputs: Vec<serde_json::Value> = h
+        .model
+        .input_specs()
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "dtype": s.dtype.map(dtype_name),
+                "shape": s.dims.as_ref().map(|d| d.iter().map(dim).collect::<Vec<_>>()),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "modelName": h.name,
+        "inputs": inputs,
+        "imagePreprocessing": h.preprocess.is_some(),
+        "batchDim": h.axes.as_ref().map(|a| a.dim.clone()),
+    })
 }
 
 /// A prediction's outputs by name, answered as JSON or (on `Accept`) safetensors: only
@@ -653,9 +657,14 @@ async fn predict(
         Ok(outputs) => (StatusCode::OK, Json(outputs.to_json())).into_response(),
         Err(e) => e.into_response(),
     };
-    if state.models.contains_key(&name) {
+    if state.model(&name).is_some() {
         state.metrics.count(&name, response.status());
-        if let Some(h) = state.metrics.latency.get(&name) {
+        let latency = state
+            .metrics
+            .latency
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = latency.get(&name) {
             h.observe(start.elapsed().as_secs_f64());
         }
     }
@@ -668,7 +677,7 @@ async fn predict_inner(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Predicted, ApiError> {
-    let handle = state.models.get(name).ok_or_else(|| ApiError {
+    let handle = state.model(name).ok_or_else(|| ApiError {
         status: StatusCode::NOT_FOUND,
         message: format!("Model not found: {name}"),
     })?;
@@ -884,111 +893,5 @@ fn encode(name: &str, t: &Tensor) -> JsonTensor {
         shape: t.shape().to_vec(),
         dtype: Some(dtype_name(t.dtype()).to_string()),
         data,
-    }
-}
-
-/// What a worker runs: the model and its batch axes.
-struct Runner {
-    model: Arc<OnnxModel>,
-    axes: Option<Arc<BatchAxes>>,
-}
-
-/// A model's queue: the jobs, and how many requests are still on their way to it.
-struct Queue {
-    rx: mpsc::Receiver<Job>,
-    arriving: Arc<AtomicUsize>,
-}
-
-/// Takes queued jobs into `jobs` while their rows fit in `max_batch`; a job that does not
-/// fit is kept in `carry` to start the next batch.
-fn take_queued(
-    rx: &mut mpsc::Receiver<Job>,
-    jobs: &mut Vec<Job>,
-    rows: &mut usize,
-    carry: &mut Option<Job>,
-    max_batch: usize,
-) {
-    while *rows < max_batch && carry.is_none() {
-        match rx.try_recv() {
-            Ok(job) if *rows + job.rows <= max_batch => {
-                *rows += job.rows;
-                jobs.push(job);
-            }
-            Ok(job) => *carry = Some(job),
-            Err(_) => break,
-        }
-    }
-}
-
-/// A model's worker: takes requests in order and runs them, batched along the model's
-/// batch axis when it has one, never more than `max_batch` rows at once. Every request
-/// gets its own result.
-async fn worker(
-    name: String,
-    runner: Runner,
-    queue: Queue,
-    config: ServeConfig,
-    metrics: Arc<Metrics>,
-) {
-    let Queue { mut rx, arriving } = queue;
-    let Runner { model, axes } = runner;
-    let on_the_way = || arriving.load(Ordering::Acquire) > 0;
-    let batching = axes.is_some() && config.max_batch > 1;
-    let mut carry: Option<Job> = None;
-    loop {
-        let first = match carry.take() {
-            Some(job) => job,
-            None => match rx.recv().await {
-                Some(job) => job,
-                None => break,
-            },
-        };
-        let mut rows = first.rows;
-        let mut jobs = vec![first];
-        if batching {
-            // Whatever is already queued joins at once.
-            take_queued(&mut rx, &mut jobs, &mut rows, &mut carry, config.max_batch);
-            // Requests that handlers are still decoding join too: wait for them (up to
-            // `max_delay`), but not for requests no handler has begun, so a lone client,
-            // or a burst that is all in, runs at once.
-            let deadline = tokio::time::Instant::now() + config.max_delay;
-            while rows < config.max_batch && carry.is_none() && on_the_way() {
-                match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(job)) if rows + job.rows <= config.max_batch => {
-                        rows += job.rows;
-                        jobs.push(job);
-                        take_queued(&mut rx, &mut jobs, &mut rows, &mut carry, config.max_batch);
-                    }
-                    Ok(Some(job)) => carry = Some(job),
-                    _ => break,
-                }
-            }
-        }
-        // Group compatible requests; each group is one run.
-        let mut groups: Vec<(Option<BatchKey>, Vec<Job>)> = Vec::new();
-        for job in jobs {
-            let key = axes.as_deref().map(|a| batch_key(&job.inputs, a));
-            match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
-                Some((_, g)) => g.push(job),
-                None => groups.push((key, vec![job])),
-            }
-        }
-        for (_, group) in groups {
-            let sizes: Vec<usize> = group.iter().map(|j| j.rows).collect();
-            if let Some(h) = metrics.batch.get(&name) {
-                h.observe(sizes.iter().sum::<usize>() as f64);
-            }
-            let inputs: Vec<Vec<Tensor>> = group.iter().map(|j| j.inputs.clone()).collect();
-            let (model, axes) = (model.clone(), axes.clone());
-            let n = group.len();
-            let results = tokio::task::spawn_blocking(move || {
-                run_group(&model, axes.as_deref(), &inputs, &sizes)
-            })
-            .await
-            .unwrap_or_else(|e| vec![Err(format!("the model run failed: {e}")); n]);
-            for (job, result) in group.into_iter().zip(results) {
-                let _ = job.reply.send(result);
-            }
-        }
     }
 }

@@ -4,17 +4,18 @@
 
 use clap::Parser;
 use ferrograd::models::vision::transforms::ImageClassification;
-use ferrograd_serve::{Batching, ModelSpec, ServeConfig, router, serve};
+use ferrograd_serve::{Batching, ModelSpec, ServeConfig, routers, serve};
 use std::time::Duration;
 
 /// An inference server for ONNX models: `POST /predictions/{model}`, `GET /ping`,
-/// `GET /metrics`, `GET /models`.
+/// `GET /metrics`, `GET /models`; and on the management port, TorchServe's management
+/// API (register, describe, scale, unregister models at run time).
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
     /// `name=path.onnx`, or `name=folder` for a Hugging Face checkpoint of the models
     /// crate (bert, gpt2, llama, mistral, qwen2); repeat for several models.
-    #[arg(long = "model", required_unless_present = "llm")]
+    #[arg(long = "model", required_unless_present_any = ["llm", "model_store"])]
     models: Vec<String>,
     /// A Hugging Face `CausalLM` folder (gpt2, llama, mistral, qwen2 with its
     /// `tokenizer.json`) served with OpenAI's API: `/v1/completions`,
@@ -34,6 +35,13 @@ struct Args {
     /// Port (0 picks a free one).
     #[arg(long, default_value_t = 8080)]
     port: u16,
+    /// Port of the management API (0 picks a free one).
+    #[arg(long, default_value_t = 8081)]
+    management_port: u16,
+    /// The folder models are registered from through the management API
+    /// (`POST /models?url=file.onnx`); without it, registration is refused.
+    #[arg(long)]
+    model_store: Option<std::path::PathBuf>,
     /// `name=dim`: batch the model's requests along its symbolic dim `dim` (`name=off`:
     /// one request per run). Without it, a model is batched along the symbolic dim named
     /// as a batch (`batch`, `batch_size`, `N`, …) that every input and output has, and
@@ -109,17 +117,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_delay: Duration::from_millis(args.max_delay_ms),
         max_body_bytes: args.max_body_bytes,
         max_run_bytes: args.max_run_bytes,
+        model_store: args.model_store.clone(),
     };
-    let mut app = if specs.is_empty() {
-        axum::Router::new()
+    let onnx_served = !specs.is_empty() || args.model_store.is_some();
+    let (mut app, management) = if onnx_served {
+        let r = routers(specs, &config)?;
+        (r.inference, Some(r.management))
     } else {
-        router(specs, &config)?
+        (axum::Router::new(), None)
     };
     if let Some(dir) = &args.llm {
         // Beside ONNX models (which own `/metrics`), the LLM's metrics are `/llm/metrics`.
         let llm_config = ferrograd_serve::llm::LlmConfig {
             max_batch: args.llm_max_batch.max(1),
-            metrics_path: if args.models.is_empty() {
+            metrics_path: if !onnx_served {
                 "/metrics"
             } else {
                 "/llm/metrics"
@@ -132,11 +143,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
+    let (stop_management, management_stopped) = tokio::sync::oneshot::channel::<()>();
+    let management = match management {
+        Some(m) => {
+            let l =
+                tokio::net::TcpListener::bind((args.host.as_str(), args.management_port)).await?;
+            println!("management API on http://{}", l.local_addr()?);
+            Some(tokio::spawn(serve(l, m, async {
+                let _ = management_stopped.await;
+            })))
+        }
+        None => None,
+    };
     serve(listener, app, async {
         shutdown_signal().await;
         println!("shutting down: finishing requests in flight");
     })
     .await?;
+    let _ = stop_management.send(());
+    if let Some(m) = management {
+        m.await??;
+    }
     Ok(())
 }
 

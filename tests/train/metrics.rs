@@ -348,11 +348,11 @@ fn every_metric_on_every_case() {
         let target = Tensor::from_vec(t, &[n]);
         let (sk, tm) = (&case["sklearn"], &case["torchmetrics"]);
         let empty = n == 0;
-        let mut run = |metric: &mut dyn Metric, preds: &Tensor| {
+        let run = |metric: &mut dyn Metric, preds: &Tensor| {
             feed(metric, preds, &target);
             metric.compute()
         };
-        let mut check = |key: &str, got: f64, with_tm: bool| {
+        let check = |key: &str, got: f64, with_tm: bool| {
             let what = format!("{name}: {key}");
             match reference(&sk[key]) {
                 Some(want) => agrees(got, want, &format!("{what} (scikit-learn)")),

@@ -361,7 +361,7 @@ fn other_threads_have_their_own_rows() {
         for _ in 0..20 {
             a.matmul(&a);
         }
-        loader.iter().map(|b| b.unwrap()).count()
+        loader.iter().filter(|b| b.is_ok()).count()
     });
     if before < 2 {
         ferrograd::set_num_threads(0);
