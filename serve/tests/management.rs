@@ -97,9 +97,14 @@ async fn hammer(s: &Running, model: &OnnxModel, n: usize) -> Vec<u16> {
         let want = model.run(std::slice::from_ref(&x)).unwrap()[0].to_vec::<f32>();
         let addr = s.inference;
         tasks.push(tokio::spawn(async move {
-            let (status, body) =
-                request(addr, "POST", "/predictions/mlp", "application/json", body_of(&x).as_bytes())
-                    .await;
+            let (status, body) = request(
+                addr,
+                "POST",
+                "/predictions/mlp",
+                "application/json",
+                body_of(&x).as_bytes(),
+            )
+            .await;
             if status == 200 {
                 let (_, got) = output_of(&body);
                 assert_eq!(got, want, "an answer that is not the model's own");
@@ -158,7 +163,10 @@ async fn models_are_registered_scaled_and_unregistered_at_run_time() {
     // Scale up and down; the answers stay the model's own throughout.
     let (status, _) = call(s.management, "PUT", "/models/mlp?min_worker=4").await;
     assert_eq!(status, 200);
-    assert_eq!(workers(&call(s.management, "GET", "/models/mlp").await.1), 4);
+    assert_eq!(
+        workers(&call(s.management, "GET", "/models/mlp").await.1),
+        4
+    );
     let busy = tokio::spawn({
         let model = model.clone();
         let s = Running { ..s };
@@ -167,7 +175,10 @@ async fn models_are_registered_scaled_and_unregistered_at_run_time() {
     let (status, _) = call(s.management, "PUT", "/models/mlp?min_worker=1").await;
     assert_eq!(status, 200);
     assert!(busy.await.unwrap().iter().all(|&c| c == 200));
-    assert_eq!(workers(&call(s.management, "GET", "/models/mlp").await.1), 1);
+    assert_eq!(
+        workers(&call(s.management, "GET", "/models/mlp").await.1),
+        1
+    );
     assert!(hammer(&s, &model, 8).await.iter().all(|&c| c == 200));
 
     // Refusals, each with the API's JSON error; the model keeps serving.
@@ -179,9 +190,21 @@ async fn models_are_registered_scaled_and_unregistered_at_run_time() {
         ("POST", "/models?model_name=nourl", 400),
         ("POST", "/models?url=https://example.com/m.onnx", 400),
         ("POST", "/models?url=mlp.onnx&model_name=a%2Fb", 400),
-        ("POST", "/models?url=mlp.onnx&model_name=w&initial_workers=0", 400),
-        ("POST", "/models?url=mlp.onnx&model_name=w&batch_size=x", 400),
-        ("POST", "/models?url=mlp.onnx&model_name=d&batch_dim=seq", 400),
+        (
+            "POST",
+            "/models?url=mlp.onnx&model_name=w&initial_workers=0",
+            400,
+        ),
+        (
+            "POST",
+            "/models?url=mlp.onnx&model_name=w&batch_size=x",
+            400,
+        ),
+        (
+            "POST",
+            "/models?url=mlp.onnx&model_name=d&batch_dim=seq",
+            400,
+        ),
         ("PUT", "/models/mlp?min_worker=0", 400),
         ("PUT", "/models/mlp?min_worker=65", 400),
         ("PUT", "/models/nothing?min_worker=2", 404),
@@ -214,7 +237,10 @@ async fn models_are_registered_scaled_and_unregistered_at_run_time() {
     let (status, _) = call(s.management, "DELETE", "/models/mlp").await;
     assert_eq!(status, 200);
     let statuses = busy.await.unwrap();
-    assert!(statuses.iter().all(|&c| c == 200 || c == 404), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|&c| c == 200 || c == 404),
+        "{statuses:?}"
+    );
     let (status, _) = call(s.inference, "POST", "/predictions/mlp").await;
     assert_eq!(status, 404);
     assert_eq!(call(s.management, "GET", "/models/mlp").await.0, 404);
