@@ -21,11 +21,16 @@
 //! ```
 
 mod callbacks;
+mod checkpointing;
+mod config;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
+mod display;
 pub mod metrics;
 mod progress;
 mod run_log;
+mod step;
+mod sync;
 pub mod tensorboard;
 mod trainer;
 
