@@ -28,9 +28,15 @@
 //! the problem; bodies above `max_body_bytes` get 413.
 
 mod batching;
+mod codec;
 pub mod llm;
 pub mod management;
+mod metrics;
 mod worker;
+pub use codec::JsonTensor;
+use codec::{PredictRequest, PredictResponse, decode_inputs, dtype_name, encode};
+use metrics::Metrics;
+pub(crate) use metrics::{Histogram, LATENCY_BUCKETS};
 use worker::{Arriving, Job, ModelHandle};
 
 use batching::rows_of;
@@ -47,11 +53,9 @@ use ferrograd::data::transforms::Transform;
 use ferrograd::models::vision::transforms::ImageClassification;
 use ferrograd::onnx::OnnxModel;
 use ferrograd::{DType, Tensor};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -253,38 +257,6 @@ pub fn load_pretrained(dir: impl AsRef<std::path::Path>) -> Result<OnnxModel, Pr
     OnnxModel::from_bytes(&exported.map_err(export_err)?.to_bytes()).map_err(export_err)
 }
 
-/// A request's tensor in JSON.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct JsonTensor {
-    /// The input or output name (optional in requests).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// The shape.
-    pub shape: Vec<usize>,
-    /// `float32` (default), `float64`, `int64` or `bool`.
-    #[serde(default)]
-    pub dtype: Option<String>,
-    /// The elements, row-major.
-    pub data: Vec<serde_json::Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Inputs {
-    List(Vec<JsonTensor>),
-    Named(BTreeMap<String, JsonTensor>),
-}
-
-#[derive(Deserialize)]
-struct PredictRequest {
-    inputs: Inputs,
-}
-
-#[derive(Serialize)]
-struct PredictResponse {
-    outputs: Vec<JsonTensor>,
-}
-
 /// A request that went wrong: its status and message, as TorchServe's error body.
 #[derive(Debug)]
 pub struct ApiError {
@@ -324,138 +296,6 @@ impl IntoResponse for ApiError {
 const NPY_TYPES: [&str; 2] = ["application/x-npy", "application/npy"];
 /// Content types of a safetensors body (and answer, through `Accept`).
 const SAFETENSORS_TYPES: [&str; 2] = ["application/x-safetensors", "application/safetensors"];
-
-/// Latency buckets (seconds) of the histogram.
-pub(crate) const LATENCY_BUCKETS: [f64; 12] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
-/// Batch-size buckets of the histogram.
-const BATCH_BUCKETS: [f64; 8] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
-
-/// A Prometheus histogram.
-pub(crate) struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    sum_micro: AtomicU64,
-    count: AtomicU64,
-}
-
-impl Histogram {
-    pub(crate) fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum_micro: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn observe(&self, v: f64) {
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            if v <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.sum_micro
-            .fetch_add((v * 1e6) as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (b, c) in self.bounds.iter().zip(&self.counts) {
-            out.push_str(&format!(
-                "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {}\n",
-                c.load(Ordering::Relaxed)
-            ));
-        }
-        let n = self.count.load(Ordering::Relaxed);
-        out.push_str(&format!("{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {n}\n"));
-        out.push_str(&format!(
-            "{name}_sum{{{labels}}} {}\n",
-            self.sum_micro.load(Ordering::Relaxed) as f64 / 1e6
-        ));
-        out.push_str(&format!("{name}_count{{{labels}}} {n}\n"));
-    }
-}
-
-/// Request counts, latencies and batch sizes.
-#[derive(Default)]
-pub(crate) struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    latency: RwLock<HashMap<String, Arc<Histogram>>>,
-    batch: RwLock<HashMap<String, Arc<Histogram>>>,
-}
-
-impl Metrics {
-    /// A model's histograms (new, or its earlier ones if the name served before); the
-    /// batch sizes' for its workers.
-    pub(crate) fn add_model(&self, name: &str) -> Arc<Histogram> {
-        self.latency
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Histogram::new(&LATENCY_BUCKETS)));
-        self.batch
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Histogram::new(&BATCH_BUCKETS)))
-            .clone()
-    }
-
-    fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str(
-            "# HELP ferrograd_requests_total Prediction requests by model and HTTP status.\n",
-        );
-        out.push_str("# TYPE ferrograd_requests_total counter\n");
-        for ((model, code), n) in self
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            out.push_str(&format!(
-                "ferrograd_requests_total{{model=\"{model}\",code=\"{code}\"}} {n}\n"
-            ));
-        }
-        out.push_str("# HELP ferrograd_request_duration_seconds Prediction latency, request in to response out.\n");
-        out.push_str("# TYPE ferrograd_request_duration_seconds histogram\n");
-        for (model, h) in sorted(&self.latency.read().unwrap_or_else(|e| e.into_inner())) {
-            h.render(
-                &mut out,
-                "ferrograd_request_duration_seconds",
-                &format!("model=\"{model}\""),
-            );
-        }
-        out.push_str("# HELP ferrograd_batch_size Rows per batch the worker ran.\n");
-        out.push_str("# TYPE ferrograd_batch_size histogram\n");
-        for (model, h) in sorted(&self.batch.read().unwrap_or_else(|e| e.into_inner())) {
-            h.render(
-                &mut out,
-                "ferrograd_batch_size",
-                &format!("model=\"{model}\""),
-            );
-        }
-        out
-    }
-
-    fn count(&self, model: &str, status: StatusCode) {
-        *self
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry((model.to_string(), status.as_u16()))
-            .or_insert(0) += 1;
-    }
-}
-
-fn sorted<V: Clone>(m: &HashMap<String, V>) -> Vec<(String, V)> {
-    let mut v: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
 
 /// The shared state behind the routes: the models served (registered and unregistered
 /// at run time through the [management API](management)), the metrics and the
@@ -777,121 +617,4 @@ async fn predict_inner(
             .zip(outputs)
             .collect(),
     ))
-}
-
-fn decode_inputs(model: &OnnxModel, inputs: Inputs) -> Result<Vec<Tensor>, ApiError> {
-    let list = match inputs {
-        Inputs::List(v) => v,
-        Inputs::Named(mut m) => {
-            let mut v = Vec::new();
-            for n in model.input_names() {
-                v.push(
-                    m.remove(n)
-                        .ok_or_else(|| ApiError::bad(format!("missing input `{n}`")))?,
-                );
-            }
-            if let Some(extra) = m.keys().next() {
-                return Err(ApiError::bad(format!(
-                    "unknown input `{extra}`; inputs are {:?}",
-                    model.input_names()
-                )));
-            }
-            v
-        }
-    };
-    list.iter().enumerate().map(|(i, t)| decode(i, t)).collect()
-}
-
-fn decode(i: usize, t: &JsonTensor) -> Result<Tensor, ApiError> {
-    let n = t
-        .shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| ApiError::bad(format!("input {i}: shape {:?} overflows", t.shape)))?;
-    if n != t.data.len() {
-        return Err(ApiError::bad(format!(
-            "input {i}: shape {:?} needs {n} values, got {}",
-            t.shape,
-            t.data.len()
-        )));
-    }
-    let dtype = t.dtype.as_deref().unwrap_or("float32");
-    let bad_value =
-        |v: &serde_json::Value| ApiError::bad(format!("input {i}: {v} is not a {dtype} value"));
-    Ok(match dtype {
-        "float32" | "float" | "f32" | "float64" | "double" | "f64" => {
-            let v: Vec<f64> = t
-                .data
-                .iter()
-                .map(|x| x.as_f64().ok_or_else(|| bad_value(x)))
-                .collect::<Result<_, _>>()?;
-            let x = Tensor::from_vec(v, &t.shape);
-            if dtype.contains("64") || dtype == "double" {
-                x
-            } else {
-                x.to_dtype(DType::F32)
-            }
-        }
-        "int64" | "long" | "i64" => {
-            let v: Vec<i64> = t
-                .data
-                .iter()
-                .map(|x| x.as_i64().ok_or_else(|| bad_value(x)))
-                .collect::<Result<_, _>>()?;
-            Tensor::from_vec(v, &t.shape)
-        }
-        "bool" => {
-            let v: Vec<bool> = t
-                .data
-                .iter()
-                .map(|x| x.as_bool().ok_or_else(|| bad_value(x)))
-                .collect::<Result<_, _>>()?;
-            Tensor::from_vec(v, &t.shape)
-        }
-        other => {
-            return Err(ApiError::bad(format!(
-                "input {i}: dtype `{other}` is not supported (float32, float64, int64, bool)"
-            )));
-        }
-    })
-}
-
-fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::Bool => "bool",
-        #[allow(unreachable_patterns)]
-        _ => "unknown",
-    }
-}
-
-fn encode(name: &str, t: &Tensor) -> JsonTensor {
-    let t = t.contiguous();
-    let data: Vec<serde_json::Value> = match t.dtype() {
-        DType::I64 | DType::U8 => t
-            .to_dtype(DType::I64)
-            .to_vec::<i64>()
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-        DType::Bool => t.to_vec::<bool>().into_iter().map(Into::into).collect(),
-        DType::F64 => t.to_vec::<f64>().into_iter().map(Into::into).collect(),
-        _ => t
-            .to_dtype(DType::F32)
-            .to_vec::<f32>()
-            .into_iter()
-            .map(|v| serde_json::Value::from(v as f64))
-            .collect(),
-    };
-    JsonTensor {
-        name: Some(name.to_string()),
-        shape: t.shape().to_vec(),
-        dtype: Some(dtype_name(t.dtype()).to_string()),
-        data,
-    }
 }
