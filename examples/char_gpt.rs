@@ -49,31 +49,41 @@ fn loss_of(model: &Gpt2LMHeadModel, x: &Tensor, y: &Tensor, vocab: usize) -> Ten
     F::cross_entropy(&logits, y)
 }
 
+/// Trains a character-level GPT on text and samples from it.
+#[derive(clap::Parser, Debug)]
+#[command(name = "char_gpt")]
+struct Cli {
+    /// The text to learn (default: the bundled Shakespeare sample).
+    #[arg(long, value_name = "FILE", conflicts_with = "full")]
+    data: Option<PathBuf>,
+    /// The whole eight plays (`$FERROGRAD_DATA/text/shakespeare_8plays.txt`, else
+    /// `../shared/data/...`), 2,000 steps by default.
+    #[arg(long)]
+    full: bool,
+    /// Optimizer steps (400; 2,000 with `--full`).
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
+    /// Where the checkpoint and logs go.
+    #[arg(long, value_name = "DIR", default_value = "runs/char_gpt")]
+    out: PathBuf,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let mut path = PathBuf::from("examples/data/shakespeare-mini/input.txt");
-    let mut steps = 400;
-    let mut out = PathBuf::from("runs/char_gpt");
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--full" => {
-                path = std::env::var_os("FERROGRAD_DATA")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from("../shared/data"))
-                    .join("text/shakespeare_8plays.txt");
-                steps = 2000;
-            }
-            "--data" => path = PathBuf::from(args.next().ok_or("--data FILE")?),
-            "--steps" => steps = args.next().ok_or("--steps N")?.parse()?,
-            "--out" => out = PathBuf::from(args.next().ok_or("--out DIR")?),
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (--full, --data FILE, --steps N, --out DIR)"
-                )
-                .into());
-            }
-        }
-    }
+    let cli = <Cli as clap::Parser>::parse();
+    let (path, default_steps) = if cli.full {
+        let root = std::env::var_os("FERROGRAD_DATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("../shared/data"));
+        (root.join("text/shakespeare_8plays.txt"), 2000)
+    } else {
+        (
+            cli.data
+                .unwrap_or_else(|| PathBuf::from("examples/data/shakespeare-mini/input.txt")),
+            400,
+        )
+    };
+    let steps = cli.steps.unwrap_or(default_steps);
+    let out = cli.out;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut chars: Vec<char> = text.chars().collect();
     chars.sort_unstable();

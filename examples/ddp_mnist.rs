@@ -10,8 +10,8 @@
 //! ```text
 //! cargo build --release --features mpi --example ddp_mnist
 //! mpirun -n 2 target/release/examples/ddp_mnist               # bundled 2,000-image subset
-//! mpirun -n 2 target/release/examples/ddp_mnist -- --full     # the whole set
-//! mpirun -n 2 target/release/examples/ddp_mnist -- --resume   # continue from runs/ddp_mnist/
+//! mpirun -n 2 target/release/examples/ddp_mnist --full     # the whole set
+//! mpirun -n 2 target/release/examples/ddp_mnist --resume   # continue from runs/ddp_mnist/
 //! ```
 //! (As root, e.g. in a container, OpenMPI also wants `--allow-run-as-root`.)
 //!

@@ -14,17 +14,20 @@ use ferrograd::models::bert::SentenceEncoder;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Embeds sentences and ranks them by cosine similarity to the first.
+#[derive(clap::Parser, Debug)]
+#[command(name = "embed")]
+struct Cli {
+    /// A sentence-transformers folder (default `$FERROGRAD_DATA/all-minilm-l6-v2`, else
+    /// `../shared/data/all-minilm-l6-v2`).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The query, then the candidates (a built-in set when none is given).
+    texts: Vec<String>,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1).peekable();
-    let mut model = None;
-    let mut texts = Vec::new();
-    while let Some(a) = args.next() {
-        if a == "--model" {
-            model = args.next().map(PathBuf::from);
-        } else {
-            texts.push(a);
-        }
-    }
+    let Cli { model, mut texts } = <Cli as clap::Parser>::parse();
     let model = model.unwrap_or_else(|| {
         std::env::var_os("FERROGRAD_DATA")
             .map(PathBuf::from)

@@ -332,34 +332,52 @@ fn run(
     (frozen, tuned, losses)
 }
 
+/// Fine-tunes a sentence encoder to tell which play a passage comes from.
+#[derive(clap::Parser, Debug)]
+#[command(name = "finetune")]
+struct Cli {
+    /// The sentence-transformers folder (default `<data>/all-minilm-l6-v2`; the data
+    /// folder is `$FERROGRAD_DATA`, else `../shared/data`).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The plays (default `<data>/text/shakespeare_8plays.txt`).
+    #[arg(long, value_name = "FILE")]
+    text: Option<PathBuf>,
+    /// Where the checkpoints and logs go.
+    #[arg(long, value_name = "DIR", default_value = "runs/finetune")]
+    out: PathBuf,
+    /// Training passages per play.
+    #[arg(long, value_name = "N", default_value_t = 96)]
+    per_play: usize,
+    /// Test passages per play.
+    #[arg(long, value_name = "N", default_value_t = 48)]
+    test_per_play: usize,
+    /// Epochs to train.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    epochs: usize,
+    /// Test passages to print with their predicted play.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    show: usize,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = <Cli as clap::Parser>::parse();
     let data_dir = std::env::var_os("FERROGRAD_DATA")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("../shared/data"));
-    let mut model_dir = data_dir.join("all-minilm-l6-v2");
-    let mut text_path = data_dir.join("text/shakespeare_8plays.txt");
-    let mut out = PathBuf::from("runs/finetune");
-    let (mut per_play, mut test_per_play, mut epochs) = (96usize, 48usize, 2usize);
-    let mut show = 0usize;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |what: &str| args.next().ok_or(format!("{a} {what}"));
-        match a.as_str() {
-            "--model" => model_dir = PathBuf::from(value("DIR")?),
-            "--text" => text_path = PathBuf::from(value("FILE")?),
-            "--out" => out = PathBuf::from(value("DIR")?),
-            "--per-play" => per_play = value("N")?.parse()?,
-            "--test-per-play" => test_per_play = value("N")?.parse()?,
-            "--epochs" => epochs = value("N")?.parse()?,
-            "--show" => show = value("N")?.parse()?,
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (--model DIR, --text FILE, --out DIR, --per-play N, --test-per-play N, --epochs N, --show N)"
-                )
-                .into());
-            }
-        }
-    }
+    let model_dir = cli
+        .model
+        .unwrap_or_else(|| data_dir.join("all-minilm-l6-v2"));
+    let text_path = cli
+        .text
+        .unwrap_or_else(|| data_dir.join("text/shakespeare_8plays.txt"));
+    let (out, per_play, test_per_play, epochs, show) = (
+        cli.out,
+        cli.per_play,
+        cli.test_per_play,
+        cli.epochs,
+        cli.show,
+    );
     let text = std::fs::read_to_string(&text_path).map_err(|e| {
         format!(
             "{}: {e} (set FERROGRAD_DATA or pass --text FILE)",

@@ -17,38 +17,62 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Generates text with a causal language model folder, as `model.generate(..)` does.
+#[derive(clap::Parser, Debug)]
+#[command(name = "generate")]
+struct Cli {
+    /// A Hugging Face folder (gpt2, llama, mistral, qwen2).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "models/tests/fixtures/tiny-gpt2"
+    )]
+    model: PathBuf,
+    /// The text to continue.
+    #[arg(long, default_value = "Once upon a time")]
+    prompt: String,
+    /// Tokens to add at most.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    max_new_tokens: usize,
+    /// Sample (else greedy).
+    #[arg(long)]
+    sample: bool,
+    /// Softmax temperature when sampling.
+    #[arg(long, value_name = "T")]
+    temperature: Option<f64>,
+    /// Sample among the `K` likeliest tokens.
+    #[arg(long, value_name = "K")]
+    top_k: Option<usize>,
+    /// Sample within the smallest set of tokens of probability `P`.
+    #[arg(long, value_name = "P")]
+    top_p: Option<f64>,
+    /// Penalize tokens already present (transformers' `repetition_penalty`).
+    #[arg(long, value_name = "R")]
+    repetition_penalty: Option<f64>,
+    /// The sampling seed.
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut dir = PathBuf::from("models/tests/fixtures/tiny-gpt2");
-    let mut prompt = "Once upon a time".to_string();
+    let cli = <Cli as clap::Parser>::parse();
+    let dir = cli.model;
+    let prompt = cli.prompt;
     let mut config = GenerationConfig {
-        max_new_tokens: 40,
+        max_new_tokens: cli.max_new_tokens,
+        do_sample: cli.sample,
+        top_k: cli.top_k,
+        top_p: cli.top_p,
         ..Default::default()
     };
-    let usage = || -> ! {
-        eprintln!(
-            "usage: generate [--model DIR] [--prompt TEXT] [--max-new-tokens N] [--sample] [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R] [--seed S]"
-        );
-        std::process::exit(2)
-    };
-    while let Some(a) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage());
-        match a.as_str() {
-            "--model" => dir = PathBuf::from(value()),
-            "--prompt" => prompt = value(),
-            "--max-new-tokens" => {
-                config.max_new_tokens = value().parse().unwrap_or_else(|_| usage())
-            }
-            "--sample" => config.do_sample = true,
-            "--temperature" => config.temperature = value().parse().unwrap_or_else(|_| usage()),
-            "--top-k" => config.top_k = Some(value().parse().unwrap_or_else(|_| usage())),
-            "--top-p" => config.top_p = Some(value().parse().unwrap_or_else(|_| usage())),
-            "--repetition-penalty" => {
-                config.repetition_penalty = value().parse().unwrap_or_else(|_| usage())
-            }
-            "--seed" => config.seed = value().parse().unwrap_or_else(|_| usage()),
-            _ => usage(),
-        }
+    if let Some(t) = cli.temperature {
+        config.temperature = t;
+    }
+    if let Some(r) = cli.repetition_penalty {
+        config.repetition_penalty = r;
+    }
+    if let Some(s) = cli.seed {
+        config.seed = s;
     }
     let start = Instant::now();
     let model = AutoModelForCausalLM::from_pretrained(&dir).unwrap_or_else(|e| {

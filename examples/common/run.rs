@@ -1,5 +1,5 @@
-//! Shared by the examples: the command line (`--data DIR`, `--full`, `--epochs N`,
-//! `--resume`, `--out DIR`, `--min-accuracy A`, `--profile`, `--dashboard`) and the explicit loops'
+//! Shared by the examples: the command line (clap: `--data DIR`, `--full`, `--epochs N`,
+//! `--resume`, `--out DIR`, `--min-accuracy A`, `--profile`, `--dashboard`; `--help`) and the explicit loops'
 //! evaluation on the test set. Everything that trains, checkpoints, resumes and logs is
 //! ferrograd's (`ferrograd::train::Trainer`, or `Checkpoint` and `MetricsLog` in the
 //! explicit loop of `mnist.rs`).
@@ -11,6 +11,36 @@ use ferrograd::nn::functional as F;
 use ferrograd::prelude::*;
 use ferrograd::train::correct_predictions;
 use std::path::PathBuf;
+
+// The flags every training example takes (clap's derive; `--help` lists them).
+/// Trains on an IDX image set (MNIST or Fashion-MNIST) and reports the test accuracy.
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    /// The IDX files' directory (default: the bundled subset in `examples/data`).
+    #[arg(long, value_name = "DIR", conflicts_with = "full")]
+    data: Option<PathBuf>,
+    /// The whole set: `$FERROGRAD_DATA/<name>`, else `../shared/data/<name>`.
+    #[arg(long)]
+    full: bool,
+    /// Epochs to train, in all (counting those before a resume).
+    #[arg(long, value_name = "N")]
+    epochs: Option<usize>,
+    /// Continue from the checkpoint in `--out`.
+    #[arg(long)]
+    resume: bool,
+    /// Where the checkpoint, metrics CSV and plots go (default `runs/<example>`).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Fail (exit 1) when the final test accuracy is lower, e.g. 0.9.
+    #[arg(long, value_name = "A")]
+    min_accuracy: Option<f64>,
+    /// Profile a few training steps instead of training (the examples that offer it).
+    #[arg(long)]
+    profile: bool,
+    /// Show the live terminal dashboard instead of the progress bar.
+    #[arg(long)]
+    dashboard: bool,
+}
 
 /// The command line of an example.
 pub struct Args {
@@ -32,74 +62,52 @@ pub struct Args {
 }
 
 impl Args {
-    /// Parses `std::env::args()`. `data_name` picks the bundled subset
-    /// (`examples/data/{data_name}-mini`, the default) and, with `--full`, the whole set
-    /// in `$FERROGRAD_DATA/{data_name}` or `../shared/data/{data_name}`; `run_name` the
-    /// output directory (`runs/{run_name}`).
+    /// Parses the command line (clap; `--help` prints the flags). `data_name` picks the
+    /// bundled subset (`examples/data/{data_name}-mini`, the default) and, with `--full`,
+    /// the whole set in `$FERROGRAD_DATA/{data_name}` or `../shared/data/{data_name}`;
+    /// `run_name` the output directory (`runs/{run_name}`).
     pub fn parse(
         run_name: &str,
         data_name: &str,
         epochs_bundled: usize,
         epochs_full: usize,
     ) -> Args {
-        let mut args = std::env::args().skip(1);
-        let (mut data, mut epochs, mut resume, mut min_accuracy) = (None, None, false, None);
-        let (mut profile, mut dashboard) = (false, false);
-        let mut out = PathBuf::from("runs").join(run_name);
-        let usage = || -> ! {
-            eprintln!(
-                "usage: {run_name} [--data DIR | --full] [--epochs N] [--resume] [--out DIR] [--min-accuracy A] [--profile] [--dashboard]\n\
-                 (default data: the bundled subset in examples/data/{data_name}-mini)"
-            );
-            std::process::exit(2)
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command()
+            .name(run_name.to_string())
+            .after_help(format!(
+                "Default data: the bundled subset in examples/data/{data_name}-mini; \
+             {epochs_bundled} epochs on it, {epochs_full} on the whole set."
+            ));
+        let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+        let data = if cli.full {
+            Some(match std::env::var_os("FERROGRAD_DATA") {
+                Some(root) => PathBuf::from(root).join(data_name),
+                None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../shared/data")
+                    .join(data_name),
+            })
+        } else {
+            cli.data
         };
-        while let Some(a) = args.next() {
-            match a.as_str() {
-                "--data" => data = Some(PathBuf::from(args.next().unwrap_or_else(|| usage()))),
-                "--full" => {
-                    data = Some(match std::env::var_os("FERROGRAD_DATA") {
-                        Some(root) => PathBuf::from(root).join(data_name),
-                        None => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                            .join("../shared/data")
-                            .join(data_name),
-                    })
-                }
-                "--epochs" => {
-                    epochs = Some(
-                        args.next()
-                            .and_then(|n| n.parse().ok())
-                            .unwrap_or_else(|| usage()),
-                    )
-                }
-                "--resume" => resume = true,
-                "--profile" => profile = true,
-                "--dashboard" => dashboard = true,
-                "--min-accuracy" => {
-                    min_accuracy = Some(
-                        args.next()
-                            .and_then(|n| n.parse().ok())
-                            .unwrap_or_else(|| usage()),
-                    )
-                }
-                "--out" => out = PathBuf::from(args.next().unwrap_or_else(|| usage())),
-                _ => usage(),
-            }
-        }
         let bundled = data.is_none();
         let data = data.unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("examples/data")
                 .join(format!("{data_name}-mini"))
         });
-        let epochs = epochs.unwrap_or(if bundled { epochs_bundled } else { epochs_full });
         Args {
             data,
-            epochs,
-            resume,
-            out,
-            min_accuracy,
-            profile,
-            dashboard,
+            epochs: cli
+                .epochs
+                .unwrap_or(if bundled { epochs_bundled } else { epochs_full }),
+            resume: cli.resume,
+            out: cli
+                .out
+                .unwrap_or_else(|| PathBuf::from("runs").join(run_name)),
+            min_accuracy: cli.min_accuracy,
+            profile: cli.profile,
+            dashboard: cli.dashboard,
         }
     }
 
