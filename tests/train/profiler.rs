@@ -402,3 +402,78 @@ fn other_threads_have_their_own_rows() {
     assert!(rows.iter().any(|r| r == "ferrograd-data-0"), "{rows:?}");
     assert!(rows.iter().any(|r| r == "ferrograd-data-1"), "{rows:?}");
 }
+
+/// Every public tensor op is recorded: it is traced (its frame opened by the tracer's
+/// hook), records itself (`OpRecord`), or only calls another op that does.
+#[test]
+fn every_public_op_opens_a_profiler_frame() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src/ops");
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for dir in [root.clone(), root.join("elementwise")] {
+        for entry in std::fs::read_dir(&dir).expect("op sources") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).expect("read");
+            let lines: Vec<&str> = source.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let Some(rest) = line.strip_prefix("    pub fn ") else {
+                    continue;
+                };
+                seen += 1;
+                // A method ends at its closing brace indented once.
+                let end = (i..lines.len())
+                    .find(|&k| lines[k] == "    }")
+                    .map_or(lines.len(), |k| k + 1);
+                let body = lines[i..end].join("\n");
+                let delegates = body
+                    .split_once('{')
+                    .map(|(_, b)| b.trim().trim_end_matches('}').trim())
+                    .is_some_and(|b| !b.contains(';') && !b.contains('{'));
+                if !(body.contains("trace::enter") || body.contains("OpRecord::enter") || delegates)
+                {
+                    let name = rest.split(['(', '<']).next().unwrap_or("");
+                    missing.push(format!("{}: {name}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(seen > 100, "only {seen} ops found");
+    assert!(missing.is_empty(), "not profiled:\n{}", missing.join("\n"));
+}
+
+/// Ops made of other ops, and ops with kernels of their own that the tracer does not
+/// see, appear under their own names, their parts beneath them (as `aten::flip` above
+/// `aten::index_select`).
+#[test]
+fn composite_ops_are_recorded_under_their_names() {
+    let x = Tensor::randn(&[4, 5], DType::F32, &Device::Cpu);
+    let idx = Tensor::from_vec(vec![0i64, 2], &[2]);
+    type Case<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let cases: Vec<Case> = vec![
+        ("index_select", Box::new(|| drop(x.index_select(0, &idx)))),
+        ("flip", Box::new(|| drop(x.flip(&[1])))),
+        ("var", Box::new(|| drop(x.var(&[1], true, false)))),
+        ("sort", Box::new(|| drop(x.sort(1, false)))),
+        ("topk", Box::new(|| drop(x.topk(2, 1, true)))),
+        (
+            "einsum",
+            Box::new(|| drop(Tensor::einsum("ij,kj->ik", &[&x, &x]))),
+        ),
+        ("cumsum", Box::new(|| drop(x.cumsum(1)))),
+        ("norm", Box::new(|| drop(x.norm(2.0, &[1], false)))),
+    ];
+    for (name, f) in &cases {
+        let (_, profile) = profiler::profile(ProfilerOptions::default(), f);
+        let own: Vec<_> = profile
+            .events()
+            .iter()
+            .filter(|e| e.name == *name)
+            .collect();
+        assert_eq!(own.len(), 1, "{name}: {:?}", profile.events());
+        assert_eq!(own[0].depth, 0, "{name} is not the outermost");
+        assert_eq!(own[0].input_shapes.first(), Some(&vec![4, 5]), "{name}");
+    }
+}

@@ -38,6 +38,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn flip(&self, dims: &[isize]) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("flip", &[self]);
         let mut seen = Vec::with_capacity(dims.len());
         let mut out = self.clone();
         for &dim in dims {
@@ -65,6 +66,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn roll(&self, shifts: &[isize], dims: &[isize]) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("roll", &[self]);
         if dims.is_empty() {
             assert!(
                 shifts.len() == 1,
@@ -105,6 +107,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn repeat(&self, repeats: &[usize]) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("repeat", &[self]);
         assert!(
             repeats.len() >= self.dim(),
             "repeat: number of dimensions of repeat dims ({}) can not be smaller than number of dimensions of tensor (shape {:?})",
@@ -140,6 +143,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn repeat_interleave(&self, repeats: usize, dim: isize) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("repeat_interleave", &[self]);
         let d = wrap_dim("repeat_interleave", dim, self.shape());
         let mut inserted = Dims::from_slice(self.shape());
         inserted.insert(d + 1, 1);
@@ -164,6 +168,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn repeat_interleave_counts(&self, counts: &Tensor, dim: isize) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("repeat_interleave_counts", &[self]);
         let d = wrap_dim("repeat_interleave", dim, self.shape());
         assert!(
             counts.dim() == 1 && counts.numel() == self.shape()[d],

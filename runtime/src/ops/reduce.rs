@@ -434,6 +434,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn var(&self, dims: &[isize], unbiased: bool, keepdim: bool) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("var", &[self]);
         let reduced = self.reduction_dims("var", dims);
         let n: usize = reduced.iter().map(|&d| self.shape()[d]).product();
         let centered = self.sub(&self.mean(dims, true));
@@ -466,6 +467,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn prod(&self, dim: isize, keepdim: bool) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("prod", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.prod(dim, keepdim);
         }
@@ -500,6 +502,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("logsumexp", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.logsumexp(dims, keepdim);
         }
@@ -691,6 +694,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("norm", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.norm(p, dims, keepdim);
         }
@@ -726,6 +730,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: isize) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("cumsum", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.cumsum(dim);
         }

@@ -34,6 +34,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sort(&self, dim: isize, descending: bool) -> (Tensor, Tensor) {
+        let _profiled = crate::profiler::OpRecord::enter("sort", &[self]);
         let d = self.normalize_dim("sort", dim);
         let idx = self.dim_indices("sort", d, DimIndexOp::Sort { descending });
         (self.gather(d as isize, &idx), idx)
@@ -48,6 +49,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argsort(&self, dim: isize, descending: bool) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("argsort", &[self]);
         let d = self.normalize_dim("argsort", dim);
         self.dim_indices("argsort", d, DimIndexOp::Sort { descending })
     }
@@ -63,6 +65,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn topk(&self, k: usize, dim: isize, largest: bool) -> (Tensor, Tensor) {
+        let _profiled = crate::profiler::OpRecord::enter("topk", &[self]);
         let d = self.normalize_dim("topk", dim);
         let n = self.shape().get(d).copied().unwrap_or(1);
         assert!(
@@ -94,6 +97,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn kthvalue(&self, k: usize, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        let _profiled = crate::profiler::OpRecord::enter("kthvalue", &[self]);
         let d = self.normalize_dim("kthvalue", dim);
         let n = self.shape().get(d).copied().unwrap_or(1);
         assert!(
@@ -124,6 +128,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cummax(&self, dim: isize) -> (Tensor, Tensor) {
+        let _profiled = crate::profiler::OpRecord::enter("cummax", &[self]);
         let d = self.normalize_dim("cummax", dim);
         let idx = self.dim_indices("cummax", d, DimIndexOp::CumMax);
         (self.gather(d as isize, &idx), idx)
@@ -138,6 +143,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cummin(&self, dim: isize) -> (Tensor, Tensor) {
+        let _profiled = crate::profiler::OpRecord::enter("cummin", &[self]);
         let d = self.normalize_dim("cummin", dim);
         let idx = self.dim_indices("cummin", d, DimIndexOp::CumMin);
         (self.gather(d as isize, &idx), idx)

@@ -400,6 +400,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("broadcast_to", &[self]);
         if self.shape() == shape {
             return self.clone();
         }
@@ -771,6 +772,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack(tensors: &[&Tensor], dim: isize) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("stack", tensors);
         assert!(
             !tensors.is_empty(),
             "stack: expected a non-empty list of tensors"

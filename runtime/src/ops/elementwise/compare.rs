@@ -255,6 +255,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> bool {
+        let _profiled = crate::profiler::OpRecord::enter("allclose", &[self]);
         let (a, b) = (
             self.detach().to_dtype(DType::F64),
             other.detach().to_dtype(DType::F64),

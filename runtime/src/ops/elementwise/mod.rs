@@ -498,6 +498,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn atan2(&self, other: &Tensor) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("atan2", &[self]);
         if let Some([a, b]) = autocast::full_precision_all([self, other]) {
             return a.atan2(&b);
         }
@@ -528,6 +529,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum_to_shape(&self, shape: &[usize]) -> Tensor {
+        let _profiled = crate::profiler::OpRecord::enter("sum_to_shape", &[self]);
         if self.shape() == shape {
             return self.clone();
         }
