@@ -383,7 +383,7 @@ impl Real for f32 {
         exp_normal_range::<FMA>(self)
     }
 
-    /// `e^-|x|` with one power-of-two scale ([`exp_normal_range`]): below `2^-126` it is
+    /// `e^-|x|` with one power-of-two scale (`exp_normal_range`): below `2^-126` it is
     /// 0, so `σ(x)` for `x < -87.3` is 0 where the two-scale exponential gave a subnormal
     /// (PyTorch's `1 / (1 + e^-x)` is 0 there too from `x < -88.7`, where `e^-x`
     /// overflows); everywhere else the same arithmetic.

@@ -43,7 +43,7 @@ impl<K: FmaKernel> SimdKernel for K {
     }
 }
 
-/// Whether [`with_simd`] runs kernels compiled with FMA on this CPU (AVX-512, or AVX2
+/// Whether `with_simd` runs kernels compiled with FMA on this CPU (AVX-512, or AVX2
 /// with FMA), so that code it runs may call `mul_add` as one instruction rather than a
 /// library call. Elementwise ops that gain from fused multiply-adds pick their FMA body
 /// with it.

@@ -222,7 +222,7 @@ pub struct BertEncoder {
     pub layer: Vec<BertLayer>,
 }
 
-/// The [CLS] token's projection and tanh (`pooler_output`).
+/// The `[CLS]` token's projection and tanh (`pooler_output`).
 #[derive(Module)]
 pub struct BertPooler {
     /// `hidden -> hidden`.
@@ -265,7 +265,7 @@ pub struct BertModel {
 pub struct BertModelOutput {
     /// `[batch, len, hidden]`.
     pub last_hidden_state: Tensor,
-    /// `[batch, hidden]`: tanh of the projected [CLS] state, with a pooler.
+    /// `[batch, hidden]`: tanh of the projected `[CLS]` state, with a pooler.
     pub pooler_output: Option<Tensor>,
 }
 

@@ -14,7 +14,7 @@ use std::path::Path;
 pub enum Pooling {
     /// The mean over real tokens (`pooling_mode_mean_tokens`).
     Mean,
-    /// The [CLS] token's state (`pooling_mode_cls_token`).
+    /// The `[CLS]` token's state (`pooling_mode_cls_token`).
     Cls,
     /// The elementwise max over real tokens (`pooling_mode_max_tokens`).
     Max,

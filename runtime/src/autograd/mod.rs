@@ -1,6 +1,6 @@
 //! Define-by-run automatic differentiation.
 //!
-//! Every differentiable op records one [`Node`] through [`record`]: the output's
+//! Every differentiable op records one `Node` through `record`: the output's
 //! gradient function, holding the edges to its inputs' nodes (or leaf gradient slots) and
 //! a closure that maps the output's gradient to its inputs' gradients. Backward closures
 //! are written with tensor ops, so running them with grad enabled (`create_graph`) builds

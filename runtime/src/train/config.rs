@@ -8,7 +8,7 @@ use crate::data::DataError;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Why [`Trainer::fit`] stopped with an error.
+/// Why [`Trainer::fit`](super::Trainer::fit) stopped with an error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrainError {
@@ -61,7 +61,7 @@ pub enum Precision {
     F32,
     /// `autocast` to bfloat16 (no loss scaling needed).
     Bf16,
-    /// `autocast` to float16 with a [`GradScaler`].
+    /// `autocast` to float16 with a [`GradScaler`](crate::amp::GradScaler).
     F16,
 }
 
@@ -117,7 +117,7 @@ impl ValCheckInterval {
     }
 }
 
-/// The options of a [`Trainer`], with Lightning's defaults where it has them.
+/// The options of a [`Trainer`](super::Trainer), with Lightning's defaults where it has them.
 #[derive(Clone, Debug)]
 pub struct TrainerConfig {
     /// Epochs to train, counting those before a resume.
@@ -131,7 +131,7 @@ pub struct TrainerConfig {
     /// How often validation runs inside an epoch (Lightning's `val_check_interval`):
     /// once at its end by default; [`ValCheckInterval::Fraction`]`(0.25)` four times an
     /// epoch, [`ValCheckInterval::Batches`]`(n)` after every `n`th training batch. With
-    /// validation inside the epoch, [`ModelCheckpoint`] saves after each validation.
+    /// validation inside the epoch, [`ModelCheckpoint`](super::ModelCheckpoint) saves after each validation.
     pub val_check_interval: ValCheckInterval,
     /// Log the training loss to TensorBoard every this many optimizer steps (50).
     pub log_every: u64,
@@ -165,14 +165,14 @@ pub struct TrainerConfig {
     pub tensorboard: bool,
     /// Show a progress bar per epoch (only drawn on a terminal).
     pub progress: bool,
-    /// Show the live terminal dashboard ([`dashboard`](super::dashboard), feature
+    /// Show the live terminal dashboard (`train::dashboard`, feature
     /// `dashboard`) instead of the progress bar: loss and metric curves, learning rate,
     /// throughput, time left and memory; `q` stops after the current batch. Only when
     /// standard error is a terminal: anywhere else (or without the feature) the
     /// progress bar is drawn as with `progress`.
     pub dashboard: bool,
     /// Resume from this training checkpoint (`root_dir/checkpoints/last.safetensors`
-    /// after [`ModelCheckpoint`] with `save_last`).
+    /// after [`ModelCheckpoint`](super::ModelCheckpoint) with `save_last`).
     pub resume_from: Option<PathBuf>,
     /// Data-parallel training over this group (the model a
     /// [`DistributedDataParallel`](crate::distributed::DistributedDataParallel), each

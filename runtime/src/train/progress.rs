@@ -89,7 +89,7 @@ impl EpochProgress {
     }
 }
 
-/// How many rows of `logits` ([N, C]) have their argmax equal to `labels` ([N]).
+/// How many rows of `logits` (`[N, C]`) have their argmax equal to `labels` (`[N]`).
 ///
 /// ```
 /// use ferrograd_runtime::prelude::*;

@@ -6,7 +6,7 @@ use crate::Tensor;
 use std::collections::BTreeMap;
 
 /// What a step returns: the loss, and optionally the batch's scores and targets, which
-/// feed the progress bar's accuracy and the validation [`Metric`]s.
+/// feed the progress bar's accuracy and the validation [`Metric`](super::metrics::Metric)s.
 #[derive(Clone, Debug)]
 pub struct StepOutput {
     /// The loss to minimise (a scalar tensor).
@@ -115,7 +115,7 @@ impl<M, B, F: FnMut(&mut M, B) -> StepOutput> TrainStep<M, B> for F {
     }
 }
 
-/// What [`Trainer::fit`] did.
+/// What [`Trainer::fit`](super::Trainer::fit) did.
 #[derive(Clone, Debug)]
 pub struct FitReport {
     /// Epochs finished, counting those before a resume.

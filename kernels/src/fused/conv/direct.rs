@@ -655,7 +655,7 @@ mod levels {
 }
 
 /// `conv2d` of `x` `[N, C, H, W]` with `w` `[O, C, kh, kw]` (one group) and optional
-/// `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where [`applies`] says
+/// `bias`; output `[N, O, oh, ow]`. Samples run in parallel. Only where `applies` says
 /// so (f32, AVX-512 or AVX2 + FMA).
 pub fn conv2d_direct<T: Float>(
     x: &[T],

@@ -56,8 +56,8 @@ const MIN_PLANE: usize = 24 * 24;
 
 /// Whether [`conv2d_wide_weight_grad`] serves a convolution's weight gradient: f32 on a
 /// CPU with AVX-512 or AVX2 + FMA, one group, at least 32 output channels, a reduction of
-/// at least [`MT`] rows, output planes of at least 24×24, at least one sample per thread
-/// (samples are its only parallelism), and unit strides or at least [`MIN_STRIDED_WORK`]
+/// at least `MT` rows, output planes of at least 24×24, at least one sample per thread
+/// (samples are its only parallelism), and unit strides or at least `MIN_STRIDED_WORK`
 /// products per input element (the phase planes of a strided input are a gather, paid
 /// for by ResNet's stem but not by its stride-2 3×3 layers).
 pub fn weight_grad_applies<T: Element>(

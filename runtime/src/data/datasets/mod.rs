@@ -4,9 +4,9 @@
 //! text file as characters or bytes ([`TextDataset`]), numeric CSV ([`CsvDataset`]), and
 //! arrays in safetensors or `.npy` files. Nothing is downloaded (there may be no
 //! network): each reads from a given directory or from `$FERROGRAD_DATA/<name>`, and a
-//! missing file is a [`DataError::NotFound`](super::DataError::NotFound) saying where it
+//! missing file is a [`DataError::NotFound`] saying where it
 //! was looked for. Malformed files (truncated, wrong magic, absurd dimensions) are a
-//! [`DataError::Format`](super::DataError::Format) naming the file, never a panic, and
+//! [`DataError::Format`] naming the file, never a panic, and
 //! never allocate the size a corrupt header claims.
 
 mod cifar;

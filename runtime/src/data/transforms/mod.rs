@@ -1,6 +1,6 @@
 //! Image transforms, as `torchvision.transforms`, on `[C, H, W]` float tensors (the
 //! output of [`ToTensor`], which takes `[H, W, C]` u8 images as [`ImageFolder`] yields
-//! them). Random transforms draw from [`with_sample_rng`](super::with_sample_rng), so
+//! them). Random transforms draw from [`with_sample_rng`], so
 //! inside a [`DataLoader`](super::DataLoader) a run is reproducible from its seed.
 //!
 //! They follow torchvision's tensor path: resizing in every [`InterpolationMode`], with

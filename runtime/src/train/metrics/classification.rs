@@ -148,7 +148,7 @@ impl Mean {
 }
 
 /// Top-k accuracy: the share of samples whose class is among the k largest scores (ties:
-/// the lower class index first, see the [module docs](self)).
+/// the lower class index first, see the [module docs](crate::train::metrics)).
 #[derive(Clone, Debug)]
 pub struct Accuracy {
     k: usize,
