@@ -116,20 +116,6 @@ fn decode(i: usize, t: &JsonTensor) -> Result<Tensor, ApiError> {
     })
 }
 
-pub(crate) fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::Bool => "bool",
-        #[allow(unreachable_patterns)]
-        _ => "unknown",
-    }
-}
-
 pub(crate) fn encode(name: &str, t: &Tensor) -> JsonTensor {
     let t = t.contiguous();
     let data: Vec<serde_json::Value> = match t.dtype() {
@@ -151,7 +137,7 @@ pub(crate) fn encode(name: &str, t: &Tensor) -> JsonTensor {
     JsonTensor {
         name: Some(name.to_string()),
         shape: t.shape().to_vec(),
-        dtype: Some(dtype_name(t.dtype()).to_string()),
+        dtype: Some(t.dtype().name().to_string()),
         data,
     }
 }

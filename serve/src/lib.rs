@@ -34,7 +34,7 @@ pub mod management;
 mod metrics;
 mod worker;
 pub use codec::JsonTensor;
-use codec::{PredictRequest, PredictResponse, decode_inputs, dtype_name, encode};
+use codec::{PredictRequest, PredictResponse, decode_inputs, encode};
 use metrics::Metrics;
 pub(crate) use metrics::{Histogram, LATENCY_BUCKETS};
 use worker::{Arriving, Job, ModelHandle};
@@ -431,7 +431,7 @@ pub(crate) fn model_json(h: &ModelHandle) -> serde_json::Value {
         .map(|s| {
             serde_json::json!({
                 "name": s.name,
-                "dtype": s.dtype.map(dtype_name),
+                "dtype": s.dtype.map(DType::name),
                 "shape": s.dims.as_ref().map(|d| d.iter().map(dim).collect::<Vec<_>>()),
             })
         })

@@ -224,34 +224,49 @@ fn every_functional_is_recorded_under_its_name() {
 #[test]
 fn every_public_functional_opens_a_profiler_frame() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src/nn/functional");
+    let (seen, missing) = unprofiled(&[dir], "");
+    assert!(seen > 50, "only {seen} functionals found");
+    assert!(missing.is_empty(), "not profiled:\n{}", missing.join("\n"));
+}
+
+/// The public functions (`pub fn` after `indent`) of the sources in `dirs` that neither
+/// open a profiler frame (traced, or `OpRecord`) nor only call another function: how
+/// many were seen, and those.
+fn unprofiled(dirs: &[std::path::PathBuf], indent: &str) -> (usize, Vec<String>) {
     let mut missing = Vec::new();
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).expect("functional sources") {
-        let path = entry.expect("entry").path();
-        let source = std::fs::read_to_string(&path).expect("read");
-        let lines: Vec<&str> = source.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            let Some(rest) = line.strip_prefix("pub fn ") else {
+    let (start, close) = (format!("{indent}pub fn "), format!("{indent}}}"));
+    for dir in dirs {
+        for entry in std::fs::read_dir(dir).expect("sources") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "rs") {
                 continue;
-            };
-            seen += 1;
-            // The function ends at its closing brace in the first column.
-            let end = (i..lines.len())
-                .find(|&k| lines[k] == "}")
-                .map_or(lines.len(), |k| k + 1);
-            let body = lines[i..end].join("\n");
-            let delegates = body
-                .split_once('{')
-                .map(|(_, b)| b.trim().trim_end_matches('}').trim())
-                .is_some_and(|b| !b.contains(';') && !b.contains('{'));
-            if !(body.contains("trace::enter") || body.contains("OpRecord::enter") || delegates) {
-                let name = rest.split(['(', '<']).next().unwrap_or("");
-                missing.push(format!("{}: {name}", path.display()));
+            }
+            let source = std::fs::read_to_string(&path).expect("read");
+            let lines: Vec<&str> = source.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let Some(rest) = line.strip_prefix(start.as_str()) else {
+                    continue;
+                };
+                seen += 1;
+                // The function ends at its closing brace at its own indentation.
+                let end = (i..lines.len())
+                    .find(|&k| lines[k] == close)
+                    .map_or(lines.len(), |k| k + 1);
+                let body = lines[i..end].join("\n");
+                let delegates = body
+                    .split_once('{')
+                    .map(|(_, b)| b.trim().trim_end_matches('}').trim())
+                    .is_some_and(|b| !b.contains(';') && !b.contains('{'));
+                if !(body.contains("trace::enter") || body.contains("OpRecord::enter") || delegates)
+                {
+                    let name = rest.split(['(', '<']).next().unwrap_or("");
+                    missing.push(format!("{}: {name}", path.display()));
+                }
             }
         }
     }
-    assert!(seen > 50, "only {seen} functionals found");
-    assert!(missing.is_empty(), "not profiled:\n{}", missing.join("\n"));
+    (seen, missing)
 }
 
 /// `torch.profiler.schedule`'s actions, step by step, as torch 2.15.0 gives them
@@ -408,38 +423,7 @@ fn other_threads_have_their_own_rows() {
 #[test]
 fn every_public_op_opens_a_profiler_frame() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src/ops");
-    let mut missing = Vec::new();
-    let mut seen = 0;
-    for dir in [root.clone(), root.join("elementwise")] {
-        for entry in std::fs::read_dir(&dir).expect("op sources") {
-            let path = entry.expect("entry").path();
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let source = std::fs::read_to_string(&path).expect("read");
-            let lines: Vec<&str> = source.lines().collect();
-            for (i, line) in lines.iter().enumerate() {
-                let Some(rest) = line.strip_prefix("    pub fn ") else {
-                    continue;
-                };
-                seen += 1;
-                // A method ends at its closing brace indented once.
-                let end = (i..lines.len())
-                    .find(|&k| lines[k] == "    }")
-                    .map_or(lines.len(), |k| k + 1);
-                let body = lines[i..end].join("\n");
-                let delegates = body
-                    .split_once('{')
-                    .map(|(_, b)| b.trim().trim_end_matches('}').trim())
-                    .is_some_and(|b| !b.contains(';') && !b.contains('{'));
-                if !(body.contains("trace::enter") || body.contains("OpRecord::enter") || delegates)
-                {
-                    let name = rest.split(['(', '<']).next().unwrap_or("");
-                    missing.push(format!("{}: {name}", path.display()));
-                }
-            }
-        }
-    }
+    let (seen, missing) = unprofiled(&[root.clone(), root.join("elementwise")], "    ");
     assert!(seen > 100, "only {seen} ops found");
     assert!(missing.is_empty(), "not profiled:\n{}", missing.join("\n"));
 }

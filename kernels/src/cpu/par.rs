@@ -147,7 +147,7 @@ impl Shared {
                 if let Some(start) = start
                     && ran > 0
                 {
-                    super::spans::record(format!("task x{ran}"), start);
+                    super::spans::record_team(ran, start);
                 }
                 return;
             }

@@ -7,7 +7,7 @@
 //! let collector = spans::Collector::start();
 //! std::thread::Builder::new()
 //!     .name("worker".into())
-//!     .spawn(|| spans::record("load", std::time::Instant::now()))
+//!     .spawn(|| spans::record(|| "load".into(), std::time::Instant::now()))
 //!     .unwrap()
 //!     .join()
 //!     .unwrap();
@@ -29,9 +29,11 @@ const MAX_SPANS: usize = 1 << 20;
 /// A stretch of work on a named thread.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Span {
-    /// What it did (`batch 3`, or the team's `task` until a profile names it after the
-    /// op it helped).
+    /// What it did (`DataLoader batch 3`; for a team helper, how many tasks it ran,
+    /// until a profile names it after the op it helped).
     pub name: String,
+    /// A thread-team helper's share of a job (named by the profile after the op).
+    pub team: bool,
     /// The thread's name (`ferrograd-cpu-1`, `ferrograd-data-0`), else its id.
     pub thread: String,
     /// When it began.
@@ -46,8 +48,18 @@ pub fn collecting() -> bool {
     COLLECTORS.load(Ordering::Relaxed) > 0
 }
 
-/// Records a span named `name` on this thread from `start` to now, if collecting.
-pub fn record(name: impl Into<String>, start: Instant) {
+/// Records a span on this thread from `start` to now, if collecting; `name` is made
+/// only then.
+pub fn record(name: impl FnOnce() -> String, start: Instant) {
+    push(name, false, start);
+}
+
+/// Records a thread-team helper's share of a job (`tasks` tasks from `start` to now).
+pub(crate) fn record_team(tasks: usize, start: Instant) {
+    push(|| format!("{tasks} tasks"), true, start);
+}
+
+fn push(name: impl FnOnce() -> String, team: bool, start: Instant) {
     if !collecting() {
         return;
     }
@@ -56,10 +68,12 @@ pub fn record(name: impl Into<String>, start: Instant) {
     let thread = current
         .name()
         .map_or_else(|| format!("{:?}", current.id()), str::to_string);
+    let name = name();
     let mut spans = SPANS.lock().unwrap_or_else(|e| e.into_inner());
     if spans.len() < MAX_SPANS {
         spans.push(Span {
-            name: name.into(),
+            name,
+            team,
             thread,
             start,
             end,

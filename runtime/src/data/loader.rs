@@ -439,7 +439,7 @@ impl<D: Dataset + 'static, C: Collate<D::Item>> DataLoader<D, C> {
                         let start = std::time::Instant::now();
                         let batch = load_batch(&*dataset, &*collate, &job.indices, job.seed);
                         ferrograd_kernels::cpu::spans::record(
-                            format!("DataLoader batch {}", job.batch_no),
+                            || format!("DataLoader batch {}", job.batch_no),
                             start,
                         );
                         if done.send((job.generation, job.batch_no, batch)).is_err() {

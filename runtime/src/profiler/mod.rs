@@ -363,8 +363,7 @@ fn thread_spans(events: &[Event], spans: Vec<Span>, origin: Instant) -> Vec<Thre
             let start_us = (s.start - origin).as_secs_f64() * 1e6;
             let duration_us = (s.end - s.start).as_secs_f64() * 1e6;
             let helped = s
-                .name
-                .starts_with("task x")
+                .team
                 .then(|| {
                     events
                         .iter()
