@@ -56,7 +56,10 @@ use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Alignment of every block, in bytes (a cache line, and a whole AVX-512 vector).
@@ -172,6 +175,9 @@ pub struct HostPool {
     large_reserved: AtomicUsize,
     /// Bytes of small blocks cached.
     cached: AtomicUsize,
+    /// The large pool's free resident bytes, mirrored outside its lock, so that the
+    /// cap holds for both pools together.
+    large_cached: AtomicUsize,
     max_allocated: AtomicUsize,
     max_reserved: AtomicUsize,
     system_allocations: AtomicUsize,
@@ -229,6 +235,7 @@ impl HostPool {
             reserved: AtomicUsize::new(0),
             large_reserved: AtomicUsize::new(0),
             cached: AtomicUsize::new(0),
+            large_cached: AtomicUsize::new(0),
             max_allocated: AtomicUsize::new(0),
             max_reserved: AtomicUsize::new(0),
             system_allocations: AtomicUsize::new(0),
@@ -404,9 +411,13 @@ impl HostPool {
     fn free_large(&self, ptr: NonNull<u8>, size: usize) {
         self.allocated.fetch_sub(size, Relaxed);
         let limit = self.cache_limit();
-        let small_cached = self.cached.load(Relaxed);
         let mut large = lock_large(&self.large);
         large.free(ptr.as_ptr() as usize, size);
+        // Publish the grown free bytes before reading the small pool's: a small free
+        // racing with this one then sees them (and trims itself), or this free sees
+        // its bytes. Either way the cap holds for both pools together.
+        self.large_cached.store(large.resident_free, SeqCst);
+        let small_cached = self.cached.load(SeqCst);
         if large.resident_free + small_cached > limit {
             large.release(limit.saturating_sub(small_cached));
         }
@@ -417,6 +428,7 @@ impl HostPool {
     fn sync_large(&self, large: &Arena) {
         self.large_reserved
             .store(large.allocated + large.resident_free, Relaxed);
+        self.large_cached.store(large.resident_free, SeqCst);
         self.note_reserved();
     }
 
@@ -515,12 +527,17 @@ impl HostPool {
         let limit = self.cache_limit();
         let admitted = self
             .cached
-            .fetch_update(Relaxed, Relaxed, |c| {
-                (c + size <= limit).then_some(c + size)
+            .fetch_update(SeqCst, SeqCst, |c| {
+                (c + size + self.large_cached.load(SeqCst) <= limit).then_some(c + size)
             })
             .is_ok();
         if admitted {
             lock(&self.shards[shard]).free[class_index(size)].push(Raw(ptr));
+            // A large free may have published its bytes after the check above.
+            let large = self.large_cached.load(SeqCst);
+            if self.cached.load(SeqCst) + large > limit {
+                self.trim_to(limit.saturating_sub(large));
+            }
         } else {
             self.release_to_system(ptr, size);
         }
