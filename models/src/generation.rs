@@ -36,8 +36,115 @@ pub trait CausalLM {
 
 /// Keys and values of every layer of a decoder, `[batch, kv_heads, cached, head_dim]`
 /// each (the cache of every decoder of this crate).
+///
+/// Each layer keeps its keys and values in buffers with room to spare (rows and
+/// positions, like a `Vec`'s capacity): a step's new keys are written in place after the
+/// cached ones, and attention reads the filled part as a view, so a decode step copies
+/// only its own keys, not the whole cache. [`KvCache::reserve`] sizes the buffers for a
+/// known bound (`generate` reserves the prompt and `max_new_tokens`; the server's
+/// running batch reserves its batch limit and the context once and reuses the buffers
+/// for every request after). Where gradients flow through the cache or a forward is
+/// traced for export, steps are concatenated instead, as before.
 pub struct KvCache {
-    pub(crate) layers: Vec<Option<(Tensor, Tensor)>>,
+    pub(crate) layers: Vec<Option<LayerKv>>,
+    /// Rows and positions to make room for when buffers are made.
+    reserved: (usize, usize),
+}
+
+/// One layer's cached keys and values: buffers `[row capacity, heads, position capacity,
+/// head_dim]`, of which rows `..rows` and positions `..len` hold the cache.
+pub(crate) struct LayerKv {
+    k: Tensor,
+    v: Tensor,
+    rows: usize,
+    len: usize,
+    /// Whether `k` and `v` are this cache's own buffers (written in place), not a step's
+    /// tensors kept as they came (a view into the projection, maybe in a graph).
+    owned: bool,
+}
+
+/// The region `rows` × `from..from + len` of a buffer.
+fn region(buffer: &Tensor, rows: usize, from: usize, len: usize) -> Tensor {
+    buffer.narrow(0, 0, rows).narrow(2, from, len)
+}
+
+/// Whether a step must be recorded (gradients flow, or an export traces it): then the
+/// cache concatenates, so the graph sees every step.
+fn recorded(k: &Tensor, v: &Tensor) -> bool {
+    ferrograd::onnx::is_tracing()
+        || (ferrograd::prelude::is_grad_enabled()
+            && (k.requires_grad_flag() || v.requires_grad_flag()))
+}
+
+impl LayerKv {
+    fn keys(&self) -> Tensor {
+        region(&self.k, self.rows, 0, self.len)
+    }
+
+    fn values(&self) -> Tensor {
+        region(&self.v, self.rows, 0, self.len)
+    }
+
+    /// (rows, positions) the buffers hold.
+    fn capacity(&self) -> (usize, usize) {
+        (self.k.shape()[0], self.k.shape()[2])
+    }
+
+    /// Makes room for `rows` × `positions` (contents kept in place): new buffers of at
+    /// least the reservation, or double the old size, when the old ones are too small.
+    fn make_room(&mut self, rows: usize, positions: usize, reserved: (usize, usize)) {
+        let (row_cap, pos_cap) = self.capacity();
+        if self.owned && rows <= row_cap && positions <= pos_cap {
+            return;
+        }
+        let grown = |need: usize, cap: usize, reserve: usize| {
+            if need <= cap {
+                cap
+            } else {
+                need.max(reserve).max(2 * cap)
+            }
+        };
+        let rows_to = grown(rows, row_cap, reserved.0);
+        let pos_to = grown(positions, pos_cap, reserved.1);
+        let grow = |buffer: &Tensor| {
+            let mut shape = buffer.shape().to_vec();
+            shape[0] = rows_to;
+            shape[2] = pos_to;
+            let fresh = Tensor::zeros(&shape, buffer.dtype(), &buffer.device());
+            region(&fresh, self.rows, 0, self.len).copy_(&region(buffer, self.rows, 0, self.len));
+            fresh
+        };
+        self.k = grow(&self.k);
+        self.v = grow(&self.v);
+        self.owned = true;
+    }
+
+    /// A layer holding `k`, `v` `[rows, heads, len, head_dim]`: in buffers of the
+    /// reservation when there is one and the step is not recorded, else the tensors
+    /// themselves (no copy).
+    fn from_step(k: Tensor, v: Tensor, reserved: (usize, usize)) -> LayerKv {
+        let (rows, len) = (k.shape()[0], k.shape()[2]);
+        let record = recorded(&k, &v);
+        let mut layer = LayerKv {
+            k,
+            v,
+            rows,
+            len,
+            owned: false,
+        };
+        if !record && (reserved.0 > rows || reserved.1 > len) {
+            let (step_k, step_v) = (layer.k.clone(), layer.v.clone());
+            // Empty buffers of the step's shape, grown to the reservation.
+            layer.rows = 0;
+            layer.len = 0;
+            layer.make_room(rows.max(reserved.0), len.max(reserved.1), reserved);
+            region(&layer.k, rows, 0, len).copy_(&step_k);
+            region(&layer.v, rows, 0, len).copy_(&step_v);
+            layer.rows = rows;
+            layer.len = len;
+        }
+        layer
+    }
 }
 
 impl KvCache {
@@ -45,6 +152,50 @@ impl KvCache {
     pub fn new(layers: usize) -> KvCache {
         KvCache {
             layers: (0..layers).map(|_| None).collect(),
+            reserved: (0, 0),
+        }
+    }
+
+    /// Sizes the buffers for `rows` sequences of up to `positions` cached positions
+    /// (`Vec::reserve`'s habit): buffers made or grown after this have at least that
+    /// room, so steps within the bound write in place and never reallocate.
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// use ferrograd_models::generation::CausalLM;
+    /// use ferrograd_models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
+    /// let config = Gpt2Config { vocab_size: 64, n_positions: 32, n_embd: 16, n_layer: 2, n_head: 2, ..Default::default() };
+    /// let model = Gpt2LMHeadModel::new(&config, &Device::Cpu);
+    /// let mut cache = model.new_cache();
+    /// cache.reserve(1, 16);
+    /// let ids = Tensor::from_vec(vec![1i64, 2, 3], &[1, 3]);
+    /// let pos = Tensor::from_vec(vec![0i64, 1, 2], &[1, 3]);
+    /// let mask = Tensor::ones(&[1, 3], DType::I64, &Device::Cpu);
+    /// no_grad(|| model.forward_cached(&ids, &pos, &mask, &mut cache, true));
+    /// assert_eq!((cache.len(), cache.capacity()), (3, (1, 16)));
+    /// ```
+    pub fn reserve(&mut self, rows: usize, positions: usize) {
+        self.reserved = (rows, positions);
+        let reserved = self.reserved;
+        for layer in self.layers.iter_mut().flatten() {
+            let (r, p) = (layer.rows.max(rows), layer.len.max(positions));
+            layer.make_room(r, p, reserved);
+        }
+    }
+
+    /// The (rows, positions) the buffers have room for; `(0, 0)` before the first step.
+    pub fn capacity(&self) -> (usize, usize) {
+        self.layers
+            .first()
+            .and_then(|l| l.as_ref())
+            .map_or((0, 0), LayerKv::capacity)
+    }
+
+    /// Forgets every cached position and row, keeping the buffers for reuse.
+    pub fn clear(&mut self) {
+        for layer in self.layers.iter_mut().flatten() {
+            layer.rows = 0;
+            layer.len = 0;
         }
     }
 
@@ -53,7 +204,7 @@ impl KvCache {
         self.layers
             .first()
             .and_then(|l| l.as_ref())
-            .map_or(0, |(k, _)| k.shape()[2])
+            .map_or(0, |l| l.len)
     }
 
     /// Whether nothing is cached.
@@ -66,11 +217,11 @@ impl KvCache {
         self.layers
             .first()
             .and_then(|l| l.as_ref())
-            .map_or(0, |(k, _)| k.shape()[0])
+            .map_or(0, |l| l.rows)
     }
 
     /// Keeps the rows `rows`, in that order (sequences leaving a running batch); none
-    /// left empties the cache.
+    /// left empties the cache. The buffers are kept.
     ///
     /// ```
     /// use ferrograd::prelude::*;
@@ -92,55 +243,93 @@ impl KvCache {
     /// ```
     pub fn select_rows(&mut self, rows: &[usize]) {
         if rows.is_empty() {
-            self.layers.iter_mut().for_each(|l| *l = None);
+            self.clear();
             return;
         }
         let index: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
         let index = Tensor::from_vec(index, &[rows.len()]);
         // Every layer's cache is on one device: the index moves there once.
         let mut on_device: Option<Tensor> = None;
-        for (k, v) in self.layers.iter_mut().flatten() {
+        let reserved = self.reserved;
+        for layer in self.layers.iter_mut().flatten() {
             let index = on_device.get_or_insert_with(|| {
                 index
-                    .to_device(&k.device())
+                    .to_device(&layer.k.device())
                     .expect("an index tensor on the cache's device")
             });
-            *k = k.index_select(0, index);
-            *v = v.index_select(0, index);
+            let (k, v) = (
+                layer.keys().index_select(0, index),
+                layer.values().index_select(0, index),
+            );
+            if recorded(&layer.k, &layer.v) {
+                *layer = LayerKv::from_step(k, v, (0, 0));
+                continue;
+            }
+            layer.make_room(rows.len(), layer.len, reserved);
+            region(&layer.k, rows.len(), 0, layer.len).copy_(&k);
+            region(&layer.v, rows.len(), 0, layer.len).copy_(&v);
+            layer.rows = rows.len();
         }
     }
 
     /// Puts `n` empty positions (zeros, for the caller's mask to hide) before every row's
-    /// cached ones: a row joining a batch whose rows are longer.
+    /// cached ones: a row joining a batch whose rows are longer. In place when the
+    /// buffers have room.
     pub fn pad_left(&mut self, n: usize) {
         if n == 0 {
             return;
         }
-        for (k, v) in self.layers.iter_mut().flatten() {
-            let pad = |t: &Tensor| {
-                let mut shape = t.shape().to_vec();
-                shape[2] = n;
-                Tensor::cat(&[&Tensor::zeros(&shape, t.dtype(), &t.device()), t], 2)
-            };
-            *k = pad(k);
-            *v = pad(v);
+        let reserved = self.reserved;
+        for layer in self.layers.iter_mut().flatten() {
+            let (rows, len) = (layer.rows, layer.len);
+            if recorded(&layer.k, &layer.v) {
+                let pad = |t: &Tensor| {
+                    let mut shape = t.shape().to_vec();
+                    shape[2] = n;
+                    Tensor::cat(&[&Tensor::zeros(&shape, t.dtype(), &t.device()), t], 2)
+                };
+                *layer = LayerKv::from_step(pad(&layer.keys()), pad(&layer.values()), (0, 0));
+                continue;
+            }
+            layer.make_room(rows, len + n, reserved);
+            for buffer in [&layer.k, &layer.v] {
+                // `copy_` reads an operand that overlaps its target from a copy.
+                region(buffer, rows, n, len).copy_(&region(buffer, rows, 0, len));
+                region(buffer, rows, 0, n).zero_();
+            }
+            layer.len = len + n;
         }
     }
 
-    /// Drops the first `n` cached positions of every row (pads no row needs any more).
+    /// Drops the first `n` cached positions of every row (pads no row needs any more),
+    /// in place.
     pub fn trim_left(&mut self, n: usize) {
         if n == 0 {
             return;
         }
-        for (k, v) in self.layers.iter_mut().flatten() {
-            let len = k.shape()[2];
-            *k = k.narrow(2, n, len - n).contiguous();
-            *v = v.narrow(2, n, len - n).contiguous();
+        let reserved = self.reserved;
+        for layer in self.layers.iter_mut().flatten() {
+            let (rows, len) = (layer.rows, layer.len);
+            let n = n.min(len);
+            if recorded(&layer.k, &layer.v) {
+                let (k, v) = (
+                    layer.keys().narrow(2, n, len - n),
+                    layer.values().narrow(2, n, len - n),
+                );
+                *layer = LayerKv::from_step(k, v, (0, 0));
+                continue;
+            }
+            layer.make_room(rows, len, reserved);
+            for buffer in [&layer.k, &layer.v] {
+                region(buffer, rows, 0, len - n).copy_(&region(buffer, rows, n, len - n));
+            }
+            layer.len = len - n;
         }
     }
 
-    /// Appends `other`'s rows after this cache's: both must cache the same number of
-    /// positions (pad the shorter with [`KvCache::pad_left`] first).
+    /// Appends `other`'s rows after this cache's, copied into this cache's buffers: both
+    /// must cache the same number of positions (pad the shorter with
+    /// [`KvCache::pad_left`] first), unless this one holds no row.
     #[track_caller]
     pub fn append_rows(&mut self, other: KvCache) {
         assert_eq!(
@@ -150,31 +339,104 @@ impl KvCache {
             self.layers.len(),
             other.layers.len()
         );
+        let reserved = self.reserved;
         for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
-            *mine = match (mine.take(), theirs) {
-                (None, t) => t,
-                (m, None) => m,
-                (Some((k, v)), Some((k2, v2))) => {
-                    Some((Tensor::cat(&[&k, &k2], 0), Tensor::cat(&[&v, &v2], 0)))
+            let Some(theirs) = theirs else { continue };
+            let (k, v) = (theirs.keys(), theirs.values());
+            match mine {
+                None => *mine = Some(LayerKv::from_step(k, v, reserved)),
+                Some(layer) if layer.rows == 0 && (recorded(&k, &v) || !layer.owned) => {
+                    *layer = LayerKv::from_step(k, v, reserved)
                 }
-            };
+                Some(layer) if recorded(&layer.k, &layer.v) || recorded(&k, &v) => {
+                    let cat = |a: Tensor, b: &Tensor| Tensor::cat(&[&a, b], 0);
+                    *layer =
+                        LayerKv::from_step(cat(layer.keys(), &k), cat(layer.values(), &v), (0, 0));
+                }
+                Some(layer) => {
+                    if layer.rows == 0 {
+                        layer.len = theirs.len;
+                    }
+                    assert_eq!(
+                        layer.len, theirs.len,
+                        "KvCache::append_rows: caches of {} and {} positions",
+                        layer.len, theirs.len
+                    );
+                    let (at, more) = (layer.rows, theirs.rows);
+                    layer.make_room(at + more, layer.len, reserved);
+                    layer
+                        .k
+                        .narrow(0, at, more)
+                        .narrow(2, 0, layer.len)
+                        .copy_(&k);
+                    layer
+                        .v
+                        .narrow(0, at, more)
+                        .narrow(2, 0, layer.len)
+                        .copy_(&v);
+                    layer.rows = at + more;
+                }
+            }
         }
+    }
+
+    /// Each layer's place in the cache, for a decoder's attention to append to.
+    pub(crate) fn layer_slots(&mut self) -> impl Iterator<Item = LayerSlot<'_>> {
+        let reserved = self.reserved;
+        self.layers
+            .iter_mut()
+            .map(move |slot| LayerSlot { slot, reserved })
+    }
+}
+
+/// One layer's place in a [`KvCache`], handed to its attention.
+pub(crate) struct LayerSlot<'a> {
+    slot: &'a mut Option<LayerKv>,
+    reserved: (usize, usize),
+}
+
+impl LayerSlot<'_> {
+    /// Appends a step's keys and values; returns all of them (see [`append_kv`]).
+    #[track_caller]
+    pub(crate) fn append(self, k: Tensor, v: Tensor) -> (Tensor, Tensor) {
+        append_kv(self.slot, self.reserved, k, v)
     }
 }
 
 /// Appends a step's keys and values `[batch, heads, len, head_dim]` to a layer's cached
-/// ones (`slot`), returning all of them (what the step attends to).
-pub(crate) fn append_kv(
-    slot: &mut Option<(Tensor, Tensor)>,
+/// ones (`slot`), returning all of them (what the step attends to): written into the
+/// layer's buffers in place, or concatenated where the step is recorded.
+#[track_caller]
+fn append_kv(
+    slot: &mut Option<LayerKv>,
+    reserved: (usize, usize),
     k: Tensor,
     v: Tensor,
 ) -> (Tensor, Tensor) {
-    let (k, v) = match slot.take() {
-        Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2), Tensor::cat(&[&pv, &v], 2)),
-        None => (k, v),
+    let Some(layer) = slot else {
+        let layer = LayerKv::from_step(k, v, reserved);
+        let out = (layer.keys(), layer.values());
+        *slot = Some(layer);
+        return out;
     };
-    *slot = Some((k.clone(), v.clone()));
-    (k, v)
+    let (rows, t) = (k.shape()[0], k.shape()[2]);
+    assert_eq!(
+        layer.rows, rows,
+        "KvCache: a step of {rows} rows after a cache of {} rows",
+        layer.rows
+    );
+    if recorded(&k, &v) {
+        let k = Tensor::cat(&[&layer.keys(), &k], 2);
+        let v = Tensor::cat(&[&layer.values(), &v], 2);
+        *slot = Some(LayerKv::from_step(k.clone(), v.clone(), (0, 0)));
+        return (k, v);
+    }
+    let len = layer.len;
+    layer.make_room(rows, len + t, reserved);
+    region(&layer.k, rows, len, t).copy_(&k);
+    region(&layer.v, rows, len, t).copy_(&v);
+    layer.len = len + t;
+    (layer.keys(), layer.values())
 }
 
 /// Every position's logits `[batch, len, vocab]` of `ids` `[batch, len]` at positions
@@ -317,6 +579,8 @@ pub fn generate<M: CausalLM>(
     };
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
     let mut cache = model.new_cache();
+    // Room for the prompt and every new token: no step reallocates.
+    cache.reserve(b, t + config.max_new_tokens);
     let mut finished = vec![false; b];
     let mut next_ids: Vec<i64> = tokens.iter().flatten().copied().collect();
     let mut step_len = t;
@@ -451,6 +715,116 @@ fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrograd::prelude::no_grad;
+
+    fn step(rows: usize, len: usize, seed: f32) -> (Tensor, Tensor) {
+        let n = rows * 2 * len * 3;
+        let k: Vec<f32> = (0..n).map(|i| seed + i as f32).collect();
+        let v: Vec<f32> = (0..n).map(|i| -seed - i as f32).collect();
+        (
+            Tensor::from_vec(k, &[rows, 2, len, 3]),
+            Tensor::from_vec(v, &[rows, 2, len, 3]),
+        )
+    }
+
+    /// The reference the cache must equal: every step concatenated.
+    fn cat2(a: &Tensor, b: &Tensor) -> Tensor {
+        Tensor::cat(&[a, b], 2)
+    }
+
+    fn keys(cache: &KvCache) -> Tensor {
+        cache.layers[0].as_ref().unwrap().keys()
+    }
+
+    #[test]
+    fn the_cache_writes_in_place_and_equals_concatenation() {
+        no_grad(|| {
+            let mut cache = KvCache::new(1);
+            cache.reserve(4, 16);
+            let (mut want_k, mut want_v) = step(2, 3, 0.0);
+            let slot = cache.layer_slots().next().unwrap();
+            slot.append(want_k.clone(), want_v.clone());
+            assert_eq!(cache.capacity(), (4, 16));
+            let buffer = cache.layers[0].as_ref().unwrap().k.clone();
+            for i in 0..5 {
+                let (k, v) = step(2, 1, 100.0 * (i + 1) as f32);
+                let slot = cache.layer_slots().next().unwrap();
+                let (got_k, got_v) = slot.append(k.transpose(0, 0), v.clone());
+                want_k = cat2(&want_k, &k);
+                want_v = cat2(&want_v, &v);
+                assert_eq!(got_k.to_vec::<f32>(), want_k.to_vec::<f32>());
+                assert_eq!(got_v.to_vec::<f32>(), want_v.to_vec::<f32>());
+            }
+            // Within the reservation nothing was reallocated.
+            // (The first buffer, read through the handle kept, holds the cache.)
+            let in_first = |cache: &KvCache| {
+                region(&buffer, cache.batch_size(), 0, cache.len()).to_vec::<f32>()
+                    == keys(cache).to_vec::<f32>()
+            };
+            assert!(in_first(&cache));
+            assert_eq!((cache.len(), cache.batch_size()), (8, 2));
+
+            // Left padding, trimming, rows leaving and joining: the same as out of place.
+            cache.pad_left(2);
+            let zeros = Tensor::zeros(&[2, 2, 2, 3], DType::F32, &Device::Cpu);
+            want_k = cat2(&zeros, &want_k);
+            assert_eq!(keys(&cache).to_vec::<f32>(), want_k.to_vec::<f32>());
+            cache.trim_left(3);
+            want_k = want_k.narrow(2, 3, 7);
+            assert_eq!(keys(&cache).to_vec::<f32>(), want_k.to_vec::<f32>());
+            cache.select_rows(&[1]);
+            want_k = want_k.narrow(0, 1, 1);
+            assert_eq!(keys(&cache).to_vec::<f32>(), want_k.to_vec::<f32>());
+            let mut other = KvCache::new(1);
+            let (k2, v2) = step(2, 7, 5000.0);
+            other.layer_slots().next().unwrap().append(k2.clone(), v2);
+            cache.append_rows(other);
+            want_k = Tensor::cat(&[&want_k, &k2], 0);
+            assert_eq!(keys(&cache).to_vec::<f32>(), want_k.to_vec::<f32>());
+            assert_eq!(cache.batch_size(), 3);
+            assert!(in_first(&cache));
+
+            // Past the reservation it grows, keeping what it holds.
+            let (k3, v3) = step(3, 20, 9000.0);
+            cache.layer_slots().next().unwrap().append(k3.clone(), v3);
+            want_k = cat2(&want_k, &k3);
+            assert_eq!(keys(&cache).to_vec::<f32>(), want_k.to_vec::<f32>());
+            assert_eq!(cache.capacity(), (4, 32));
+
+            // Cleared, the buffers stay for the next rows.
+            cache.clear();
+            assert_eq!(
+                (cache.len(), cache.batch_size(), cache.capacity()),
+                (0, 0, (4, 32))
+            );
+            let mut one = KvCache::new(1);
+            let (k4, v4) = step(1, 5, 1.0);
+            one.layer_slots().next().unwrap().append(k4.clone(), v4);
+            cache.append_rows(one);
+            assert_eq!(keys(&cache).to_vec::<f32>(), k4.to_vec::<f32>());
+        });
+    }
+
+    #[test]
+    fn gradients_flow_through_a_recorded_cache() {
+        let (k, v) = step(1, 2, 0.5);
+        let (k, v) = (k.requires_grad(true), v.requires_grad(true));
+        let mut cache = KvCache::new(1);
+        cache.reserve(1, 8);
+        cache
+            .layer_slots()
+            .next()
+            .unwrap()
+            .append(k.mul_scalar(2.0), v.clone());
+        let (k1, _) = step(1, 1, 3.0);
+        let (all_k, _) = cache
+            .layer_slots()
+            .next()
+            .unwrap()
+            .append(k1, v.narrow(2, 0, 1));
+        all_k.sum_all().backward();
+        assert_eq!(k.grad().unwrap().to_vec::<f32>(), vec![2.0; 12]);
+    }
 
     #[test]
     fn positions_follow_transformers() {

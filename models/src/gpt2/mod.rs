@@ -344,7 +344,7 @@ impl CausalLM for Gpt2LMHeadModel {
         let x = m.wte.forward(ids).add(&m.wpe.forward(positions));
         let mut h = m.drop.forward(&x);
         let allowed = attention_allowed(mask, past, t, None);
-        for (block, slot) in m.h.iter().zip(cache.layers.iter_mut()) {
+        for (block, slot) in m.h.iter().zip(cache.layer_slots()) {
             let a = block.attn.forward(&block.ln_1.forward(&h), &allowed, slot);
             h = h.add(&a);
             let f = block.mlp.forward(&block.ln_2.forward(&h));
@@ -448,7 +448,7 @@ impl Gpt2Attention {
         &self,
         x: &Tensor,
         allowed: &AttentionAllowed,
-        slot: &mut Option<(Tensor, Tensor)>,
+        slot: crate::generation::LayerSlot<'_>,
     ) -> Tensor {
         let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let heads = self.heads;
@@ -459,7 +459,7 @@ impl Gpt2Attention {
                 .transpose(1, 2)
         };
         let q = split(0);
-        let (k, v) = crate::generation::append_kv(slot, split(1), split(2));
+        let (k, v) = slot.append(split(1), split(2));
         let p = if self.training { self.attn_p } else { 0.0 };
         let y = allowed
             .attend(&q, &k, &v, p)

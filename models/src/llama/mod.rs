@@ -490,7 +490,7 @@ impl CausalLM for LlamaForCausalLM {
         let mut h = self.model.embed_tokens.forward(ids);
         let (cos, sin) = rotary(&self.inv_freq, positions, h.dtype());
         let allowed = crate::gpt2::attention_allowed(mask, past, t, self.config.sliding_window);
-        for (layer, slot) in self.model.layers.iter().zip(cache.layers.iter_mut()) {
+        for (layer, slot) in self.model.layers.iter().zip(cache.layer_slots()) {
             let a = layer.self_attn.forward(
                 &layer.input_layernorm.forward(&h),
                 &cos,
@@ -525,7 +525,7 @@ impl LlamaAttention {
         cos: &Tensor,
         sin: &Tensor,
         allowed: &crate::gpt2::AttentionAllowed,
-        slot: &mut Option<(Tensor, Tensor)>,
+        slot: crate::generation::LayerSlot<'_>,
     ) -> Tensor {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (h, kvh, hd) = (self.heads, self.kv_heads, self.head_dim);
@@ -545,7 +545,7 @@ impl LlamaAttention {
             .reshape(&[b, t, kvh, hd])
             .transpose(1, 2);
         let q = apply_rotary(&q, cos, sin);
-        let (k, v) = crate::generation::append_kv(slot, apply_rotary(&k, cos, sin), v);
+        let (k, v) = slot.append(apply_rotary(&k, cos, sin), v);
         // Grouped-query attention: every key/value head serves `h / kvh` query heads.
         let rep = h / kvh;
         let (k, v) = if rep == 1 {

@@ -6,9 +6,12 @@
 //!
 //! The batch's cache is one [`KvCache`] whose rows are left-padded to the same length,
 //! with a mask marking each row's real positions (the layout `generate` uses for a
-//! left-padded batch, so a row's answer equals its request's generation alone); leading
-//! positions no row needs are trimmed after each step, so memory is bounded by
-//! `max_batch` × the context length and reused.
+//! left-padded batch, so a row's answer equals its request's generation alone). Its
+//! buffers are reserved once for `max_batch` rows (slots) of the whole context and
+//! reused for every request after: a decode step writes each row's new keys and values
+//! in place, a joining request's prompt is copied into the next free row, a leaving one's
+//! row is filled by the rows after it, and leading positions no row needs are shifted out
+//! — so the cache's memory is bounded by `max_batch` × the context and never reallocated.
 
 use ferrograd::models::auto::AutoModelForCausalLM;
 use ferrograd::models::generation::{CausalLM, KvCache};
@@ -159,9 +162,13 @@ fn run(
     rx: mpsc::Receiver<Job>,
     stats: Arc<EngineStats>,
 ) {
+    let mut cache = model.new_cache();
+    // One position more than the context: a step writes its token before its sequence
+    // is found finished.
+    cache.reserve(config.max_batch.max(1), config.context + 1);
     let mut batch = Batch {
         seqs: Vec::new(),
-        cache: model.new_cache(),
+        cache,
         mask: Vec::new(),
     };
     loop {
@@ -288,15 +295,18 @@ fn admit(
     let p = job.prompt.len();
     let started = Instant::now();
     let device = model.device();
+    // Inference: nothing is recorded for gradients.
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let ids: Vec<i64> = job.prompt.iter().map(|&t| t as i64).collect();
-        let ids = Tensor::from_vec(ids, &[1, p]).to_device(&device)?;
-        let pos = Tensor::arange(0.0, p as f64, 1.0, DType::I64, &device).reshape(&[1, p]);
-        let mask = Tensor::ones(&[1, p], DType::I64, &device);
-        let mut cache = model.new_cache();
-        let logits = model.forward_cached(&ids, &pos, &mask, &mut cache, true);
-        let logits = logits.to_dtype(DType::F32).to_vec::<f32>();
-        Ok::<_, ferrograd::Error>((logits, cache))
+        ferrograd::prelude::no_grad(|| {
+            let ids: Vec<i64> = job.prompt.iter().map(|&t| t as i64).collect();
+            let ids = Tensor::from_vec(ids, &[1, p]).to_device(&device)?;
+            let pos = Tensor::arange(0.0, p as f64, 1.0, DType::I64, &device).reshape(&[1, p]);
+            let mask = Tensor::ones(&[1, p], DType::I64, &device);
+            let mut cache = model.new_cache();
+            let logits = model.forward_cached(&ids, &pos, &mask, &mut cache, true);
+            let logits = logits.to_dtype(DType::F32).to_vec::<f32>();
+            Ok::<_, ferrograd::Error>((logits, cache))
+        })
     }));
     stats
         .busy_micros
@@ -352,7 +362,8 @@ fn admit(
     let mut cache = cache;
     let mut row = vec![1i64; p];
     if batch.seqs.is_empty() {
-        batch.cache = cache;
+        batch.cache.clear();
+        batch.cache.append_rows(cache);
         batch.mask = vec![row];
     } else {
         if p < have {
@@ -389,12 +400,15 @@ fn decode_step(
         .iter()
         .flat_map(|m| m.iter().copied().chain(std::iter::once(1)))
         .collect();
+    // Inference: nothing is recorded for gradients.
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let ids = Tensor::from_vec(ids, &[b, 1]).to_device(&device)?;
-        let pos = Tensor::from_vec(pos, &[b, 1]).to_device(&device)?;
-        let mask = Tensor::from_vec(mask, &[b, t + 1]).to_device(&device)?;
-        let logits = model.forward_cached(&ids, &pos, &mask, &mut batch.cache, true);
-        Ok::<_, ferrograd::Error>(logits.to_dtype(DType::F32).to_vec::<f32>())
+        ferrograd::prelude::no_grad(|| {
+            let ids = Tensor::from_vec(ids, &[b, 1]).to_device(&device)?;
+            let pos = Tensor::from_vec(pos, &[b, 1]).to_device(&device)?;
+            let mask = Tensor::from_vec(mask, &[b, t + 1]).to_device(&device)?;
+            let logits = model.forward_cached(&ids, &pos, &mask, &mut batch.cache, true);
+            Ok::<_, ferrograd::Error>(logits.to_dtype(DType::F32).to_vec::<f32>())
+        })
     }));
     stats
         .busy_micros
@@ -413,7 +427,7 @@ fn decode_step(
             }
             batch.seqs.clear();
             batch.mask.clear();
-            batch.cache = model.new_cache();
+            batch.cache.clear();
             return;
         }
     };
@@ -463,7 +477,7 @@ fn decode_step(
             }
         }
         if batch.seqs.is_empty() {
-            batch.cache = model.new_cache();
+            batch.cache.clear();
             batch.mask.clear();
         }
     }
