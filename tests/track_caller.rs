@@ -1,7 +1,7 @@
 //! Every public op reports the user's line: a shape mistake panics there, and an export
 //! error names it as the op's call site. This scans the runtime's source: each `pub fn`
 //! in `ops/` and `nn/functional/` that takes or returns a `Tensor`, and each public
-//! function anywhere that the ONNX tracer records (it calls `onnx::trace::enter`), must
+//! function anywhere that goes through the dispatch seam (`dispatch::enter`), must
 //! carry `#[track_caller]` (without it, `Location::caller()` is the framework's own file).
 
 use std::path::{Path, PathBuf};
@@ -39,7 +39,7 @@ fn missing(path: &Path, source: &str, op_folder: bool) -> Vec<String> {
             .unwrap_or(lines.len());
         let body = lines[i..end].join("\n");
         let signature = body.split('{').next().unwrap_or("");
-        let traced = body.contains("trace::enter");
+        let traced = body.contains("dispatch::enter") || body.contains("dispatch::opaque");
         if !(traced || (op_folder && signature.contains("Tensor"))) {
             continue;
         }
@@ -73,7 +73,7 @@ fn every_public_op_reports_the_callers_line() {
         let rel = path.strip_prefix(&src).expect("under src");
         let op_folder = rel.starts_with("ops") || rel.starts_with("nn/functional");
         let source = std::fs::read_to_string(&path).expect("read a source file");
-        if op_folder || source.contains("trace::enter") {
+        if op_folder || source.contains("dispatch::enter") || source.contains("dispatch::opaque") {
             checked += 1;
             lacking.extend(missing(&path, &source, op_folder));
         }
@@ -89,7 +89,7 @@ fn every_public_op_reports_the_callers_line() {
 /// The scan itself finds a missing attribute (it would pass vacuously otherwise).
 #[test]
 fn the_scan_finds_a_public_op_without_the_attribute() {
-    let source = "impl Tensor {\n    /// Doc.\n    pub fn relu(&self) -> Tensor {\n        let e = crate::onnx::trace::enter();\n    }\n\n    /// Doc.\n    #[track_caller]\n    pub fn exp(&self) -> Tensor {\n        todo!()\n    }\n}\n";
+    let source = "impl Tensor {\n    /// Doc.\n    pub fn relu(&self) -> Tensor {\n        let e = crate::dispatch::enter();\n    }\n\n    /// Doc.\n    #[track_caller]\n    pub fn exp(&self) -> Tensor {\n        todo!()\n    }\n}\n";
     let found = missing(Path::new("x.rs"), source, true);
     assert_eq!(found, vec!["x.rs:3: relu".to_string()]);
 }

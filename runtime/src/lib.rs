@@ -32,6 +32,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod data;
 mod device;
+pub mod dispatch;
 pub mod distributed;
 mod error;
 pub mod memory;

@@ -219,8 +219,9 @@ fn every_functional_is_recorded_under_its_name() {
     }
 }
 
-/// Every public functional is recorded: it is traced (its frame opened by the tracer's
-/// hook), records itself (`OpRecord`), or only calls another functional that does.
+/// Every public functional goes through the dispatch seam: with its schema
+/// (`dispatch::enter`), marked as having none (`dispatch::opaque`), or by only calling
+/// another functional that does.
 #[test]
 fn every_public_functional_opens_a_profiler_frame() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src/nn/functional");
@@ -230,7 +231,8 @@ fn every_public_functional_opens_a_profiler_frame() {
 }
 
 /// The public functions (`pub fn` after `indent`) of the sources in `dirs` that neither
-/// open a profiler frame (traced, or `OpRecord`) nor only call another function: how
+/// reach the dispatch seam (`dispatch::enter` or `dispatch::opaque`) nor only call
+/// another function: how
 /// many were seen, and those.
 fn unprofiled(dirs: &[std::path::PathBuf], indent: &str) -> (usize, Vec<String>) {
     let mut missing = Vec::new();
@@ -258,7 +260,9 @@ fn unprofiled(dirs: &[std::path::PathBuf], indent: &str) -> (usize, Vec<String>)
                     .split_once('{')
                     .map(|(_, b)| b.trim().trim_end_matches('}').trim())
                     .is_some_and(|b| !b.contains(';') && !b.contains('{'));
-                if !(body.contains("trace::enter") || body.contains("OpRecord::enter") || delegates)
+                if !(body.contains("dispatch::enter")
+                    || body.contains("dispatch::opaque")
+                    || delegates)
                 {
                     let name = rest.split(['(', '<']).next().unwrap_or("");
                     missing.push(format!("{}: {name}", path.display()));
@@ -418,8 +422,9 @@ fn other_threads_have_their_own_rows() {
     assert!(rows.iter().any(|r| r == "ferrograd-data-1"), "{rows:?}");
 }
 
-/// Every public tensor op is recorded: it is traced (its frame opened by the tracer's
-/// hook), records itself (`OpRecord`), or only calls another op that does.
+/// Every public tensor op goes through the dispatch seam: with its schema
+/// (`dispatch::enter`), marked as having none (`dispatch::opaque`), or by only calling
+/// another op that does.
 #[test]
 fn every_public_op_opens_a_profiler_frame() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src/ops");

@@ -1,276 +1,26 @@
 //! The tracing mode beside autograd's recording: while an export runs a forward, each
-//! traced op appends one [`Record`] (what it computed, from which tensors, at which call
-//! site) to the exporting thread's list.
+//! op that reaches the dispatcher ([`crate::dispatch`]) appends one [`Record`] (what it
+//! computed, from which tensors, at which call site) to the exporting thread's list.
 //!
-//! Only the outermost traced op records: `F::linear` is one `Linear` record even when it
-//! calls `matmul` inside. When no export is running, [`traced`] costs one relaxed atomic
-//! load and a branch.
+//! Only the outermost exportable op records: `F::linear` is one `Linear` record even
+//! when it calls `matmul` inside. The tracer is one of the dispatcher's interceptors;
+//! no op names it.
 
-use crate::{DType, Tensor};
+use crate::Tensor;
+pub(crate) use crate::dispatch::{Binary, Op, PadKind, Reduce, RnnKind, Unary};
+use crate::dispatch::{Interceptor, OpView};
 use std::cell::RefCell;
 use std::panic::Location;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// How many threads are tracing now: zero on the fast path.
-/// Threads that trace or profile: while 0, every op's hook is one relaxed load.
-pub(crate) static TRACING_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static STATE: RefCell<Option<TraceState>> = const { RefCell::new(None) };
 }
 
 struct TraceState {
+    /// Exportable ops open now (ops without a schema do not count: the exportable ops
+    /// they run are recorded as themselves).
     depth: u32,
     records: Vec<Record>,
-}
-
-/// A unary elementwise function.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Unary {
-    Relu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Neg,
-    Abs,
-    Erf,
-    Sin,
-    Cos,
-    Gelu,
-    GeluTanh,
-    Silu,
-    Mish,
-    HardSwish,
-    HardSigmoid,
-    Softplus { beta: f64, threshold: f64 },
-    LeakyRelu(f64),
-    Elu(f64),
-    Clamp(Option<f64>, Option<f64>),
-    LogicalNot,
-}
-
-/// A binary elementwise function (with broadcasting).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Binary {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Max,
-    Min,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-}
-
-/// A reduction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reduce {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    ArgMax,
-    ArgMin,
-}
-
-/// One traced op with its concrete arguments.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Op {
-    /// The output is the input (contiguous, clone, eval-mode dropout).
-    Identity,
-    Unary(Unary),
-    Binary(Binary),
-    /// `x op c` (or `c op x` when `reversed`).
-    Scalar {
-        op: Binary,
-        value: f64,
-        reversed: bool,
-    },
-    Cast(DType),
-    MatMul,
-    /// `F::linear(x, w, b)`.
-    Linear,
-    /// `conv{1,2}d` and the transposed forms; pads per spatial dim, both sides.
-    Conv {
-        stride: Vec<usize>,
-        padding: Vec<usize>,
-        dilation: Vec<usize>,
-        groups: usize,
-        transposed: bool,
-        output_padding: Vec<usize>,
-    },
-    /// Eval-mode batch norm over inputs `[x, mean, var, weight?, bias?]`.
-    BatchNorm {
-        eps: f64,
-        training: bool,
-        has_weight: bool,
-        has_bias: bool,
-        has_stats: bool,
-    },
-    LayerNorm {
-        ndim: usize,
-        eps: f64,
-        has_weight: bool,
-        has_bias: bool,
-    },
-    GroupNorm {
-        groups: usize,
-        eps: f64,
-        has_weight: bool,
-        has_bias: bool,
-    },
-    RmsNorm {
-        ndim: usize,
-        eps: Option<f64>,
-        has_weight: bool,
-    },
-    MaxPool {
-        kernel: Vec<usize>,
-        stride: Vec<usize>,
-        padding: Vec<usize>,
-        dilation: Vec<usize>,
-        ceil_mode: bool,
-    },
-    AvgPool {
-        kernel: Vec<usize>,
-        stride: Vec<usize>,
-        padding: Vec<usize>,
-        ceil_mode: bool,
-        count_include_pad: bool,
-        divisor_override: Option<usize>,
-    },
-    AdaptiveAvgPool {
-        output: Vec<usize>,
-    },
-    AdaptiveMaxPool {
-        output: Vec<usize>,
-    },
-    Softmax {
-        axis: usize,
-        log: bool,
-    },
-    /// Any view or copy to another shape (the output's shape is the target).
-    Reshape,
-    Permute {
-        perm: Vec<usize>,
-    },
-    /// Broadcast to the output's shape.
-    Expand,
-    /// `x.narrow`/slicing along one axis, `start..end` by `step`.
-    Slice {
-        axis: usize,
-        start: usize,
-        end: usize,
-        step: usize,
-    },
-    /// `x.select(axis, index)`: the axis is removed.
-    Select {
-        axis: usize,
-        index: usize,
-    },
-    Cat {
-        axis: usize,
-    },
-    /// Split along `axis` into the outputs' sizes.
-    Split {
-        axis: usize,
-    },
-    /// `masked_fill(mask, value)`: inputs `[x, mask]`.
-    MaskedFill {
-        value: f64,
-    },
-    Reduce {
-        kind: Reduce,
-        axes: Vec<usize>,
-        keepdim: bool,
-    },
-    Embedding,
-    Dropout {
-        training: bool,
-        p: f64,
-    },
-    /// `F::scaled_dot_product_attention`; inputs `[q, k, v, mask?]`.
-    Attention {
-        causal: bool,
-        scale: Option<f64>,
-        dropout: f64,
-    },
-    /// `Tensor::full` (and `zeros`, `ones`): the output's shape, filled with `value`.
-    Fill {
-        value: f64,
-        dtype: DType,
-    },
-    /// `Tensor::arange(start, end, step)`.
-    Arange {
-        start: f64,
-        end: f64,
-        step: f64,
-        dtype: DType,
-    },
-    /// `nn::RNN`/`LSTM`/`GRU` over a whole sequence: inputs `[x, h0?, c0?, parameters…]`,
-    /// outputs `[y, h_n, c_n?]`.
-    Rnn {
-        mode: RnnKind,
-        layers: usize,
-        hidden: usize,
-        bidirectional: bool,
-        batch_first: bool,
-        bias: bool,
-        has_state: bool,
-        unbatched: bool,
-        /// Why this call cannot be exported, if it cannot.
-        unsupported: Option<&'static str>,
-    },
-    /// `where(cond, a, b)`.
-    Where,
-    /// `F::pad` with a constant value; `pads` in PyTorch order (last dim first).
-    Pad {
-        pads: Vec<usize>,
-        value: f64,
-        mode: PadKind,
-    },
-}
-
-/// The cell of a traced recurrent layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RnnKind {
-    Tanh,
-    Relu,
-    Lstm,
-    Gru,
-}
-
-/// The padding mode of a traced `pad`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PadKind {
-    Constant,
-    Reflect,
-    Replicate,
-    Circular,
-}
-
-impl Op {
-    /// A short name for messages.
-    pub(crate) fn name(&self) -> String {
-        match self {
-            Op::Unary(u) => format!("{u:?}"),
-            Op::Binary(b) => format!("{b:?}"),
-            Op::Scalar { op, .. } => format!("{op:?} (with a scalar)"),
-            other => {
-                let s = format!("{other:?}");
-                s.split([' ', '(', '{']).next().unwrap_or("").to_string()
-            }
-        }
-    }
 }
 
 /// One traced call.
@@ -282,198 +32,44 @@ pub(crate) struct Record {
     pub(crate) location: &'static Location<'static>,
 }
 
-/// The tensors an op returns.
-pub(crate) trait Outputs {
-    fn tensors(&self) -> Vec<Tensor>;
-}
+/// The tracer at the dispatch seam: its state is this thread's [`STATE`].
+struct Tracer;
 
-impl Outputs for Tensor {
-    fn tensors(&self) -> Vec<Tensor> {
-        vec![self.clone()]
+impl Interceptor for Tracer {
+    fn begin(&mut self, _depth: u32, exportable: bool) {
+        if exportable {
+            STATE.with(|s| {
+                if let Some(state) = s.borrow_mut().as_mut() {
+                    state.depth += 1;
+                }
+            });
+        }
     }
-}
 
-impl Outputs for Vec<Tensor> {
-    fn tensors(&self) -> Vec<Tensor> {
-        self.clone()
+    fn end(&mut self, _depth: u32, op: &OpView<'_>) {
+        let Some(schema) = op.schema else { return };
+        STATE.with(|s| {
+            if let Some(state) = s.borrow_mut().as_mut() {
+                state.depth = state.depth.saturating_sub(1);
+                if state.depth == 0 {
+                    state.records.push(Record {
+                        op: schema.clone(),
+                        inputs: op.inputs.iter().map(|t| (*t).clone()).collect(),
+                        outputs: op.outputs.clone(),
+                        location: op.location,
+                    });
+                }
+            }
+        });
     }
-}
 
-impl Outputs for (Tensor, crate::nn::RnnState) {
-    fn tensors(&self) -> Vec<Tensor> {
-        let mut v = vec![self.0.clone(), self.1.h.clone()];
-        v.extend(self.1.c.clone());
-        v
-    }
-}
-
-impl Outputs for (Tensor, Tensor) {
-    fn tensors(&self) -> Vec<Tensor> {
-        vec![self.0.clone(), self.1.clone()]
-    }
-}
-
-/// Entered by a traced op before it computes (see [`finish`]); `None` unless this thread
-/// is tracing or profiling. Dropping it without `finish` (an early return or a panic)
-/// records nothing.
-pub(crate) struct Enter {
-    /// This thread is tracing (and `outermost` says whether this op is recorded).
-    traced: bool,
-    outermost: bool,
-    profiled: Option<crate::profiler::Entered>,
-}
-
-impl Drop for Enter {
-    fn drop(&mut self) {
-        if self.traced {
+    fn abandon(&mut self, _depth: u32, exportable: bool) {
+        if exportable {
             STATE.with(|s| {
                 if let Some(state) = s.borrow_mut().as_mut() {
                     state.depth = state.depth.saturating_sub(1);
                 }
             });
-        }
-        if let Some(p) = self.profiled.take() {
-            crate::profiler::abandon(p);
-        }
-    }
-}
-
-/// Marks the start of a traced op: ops it calls are not recorded on their own.
-#[inline(always)]
-pub(crate) fn enter() -> Option<Enter> {
-    if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
-        return None;
-    }
-    enter_slow()
-}
-
-#[cold]
-#[inline(never)]
-fn enter_slow() -> Option<Enter> {
-    let traced = STATE.with(|s| {
-        s.borrow_mut().as_mut().map(|state| {
-            state.depth += 1;
-            state.depth == 1
-        })
-    });
-    let profiled = crate::profiler::enter();
-    if traced.is_none() && profiled.is_none() {
-        return None;
-    }
-    Some(Enter {
-        traced: traced.is_some(),
-        outermost: traced.unwrap_or(false),
-        profiled,
-    })
-}
-
-/// Ends a traced op: records `op()` over `inputs` and `out` when this op is the outermost
-/// traced one, and returns `out`.
-#[inline(always)]
-#[track_caller]
-pub(crate) fn finish<R: Outputs>(
-    entered: Option<Enter>,
-    inputs: &[&Tensor],
-    op: impl FnOnce() -> Op,
-    out: R,
-) -> R {
-    match entered {
-        None => out,
-        Some(e) => finish_slow(e, inputs, op, out, Location::caller()),
-    }
-}
-
-/// [`finish`] for ops with optional inputs (a bias): the absent ones are left out.
-#[inline(always)]
-#[track_caller]
-pub(crate) fn finish_opt<R: Outputs>(
-    entered: Option<Enter>,
-    inputs: &[Option<&Tensor>],
-    op: impl FnOnce() -> Op,
-    out: R,
-) -> R {
-    match entered {
-        None => out,
-        Some(e) => {
-            let present: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
-            finish_slow(e, &present, op, out, Location::caller())
-        }
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn finish_slow<R: Outputs>(
-    mut entered: Enter,
-    inputs: &[&Tensor],
-    op: impl FnOnce() -> Op,
-    out: R,
-    location: &'static Location<'static>,
-) -> R {
-    let record_trace = entered.traced && entered.outermost;
-    let profiled = entered.profiled.take();
-    drop(entered);
-    if !record_trace && profiled.is_none() {
-        return out;
-    }
-    let op = op();
-    if let Some(p) = profiled {
-        crate::profiler::exit(p, &op, inputs);
-    }
-    if record_trace {
-        let record = Record {
-            op,
-            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-            outputs: out.tensors(),
-            location,
-        };
-        STATE.with(|s| {
-            if let Some(state) = s.borrow_mut().as_mut() {
-                state.records.push(record);
-            }
-        });
-    }
-    out
-}
-
-impl Op {
-    /// The op's name in profiles (`mul`, `conv2d`, `log_softmax`, `sum`, ...).
-    pub(crate) fn profile_name(&self) -> String {
-        // `GeluTanh` or `LeakyRelu(0.01)` → `gelu_tanh`, `leaky_relu`.
-        fn snake(name: &str) -> String {
-            let mut out = String::new();
-            for (i, c) in name.chars().take_while(|c| c.is_alphanumeric()).enumerate() {
-                if c.is_uppercase() {
-                    if i > 0 {
-                        out.push('_');
-                    }
-                    out.extend(c.to_lowercase());
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        }
-        match self {
-            Op::Scalar { op, .. } => format!("{}_scalar", snake(&format!("{op:?}"))),
-            Op::Reduce { kind, .. } => snake(&format!("{kind:?}")),
-            Op::Softmax { log: true, .. } => "log_softmax".into(),
-            Op::MatMul => "matmul".into(),
-            Op::Conv {
-                transposed, stride, ..
-            } => format!(
-                "conv{}{}d",
-                if *transposed { "_transpose" } else { "" },
-                stride.len()
-            ),
-            Op::MaxPool { kernel, .. } => format!("max_pool{}d", kernel.len()),
-            Op::AvgPool { kernel, .. } => format!("avg_pool{}d", kernel.len()),
-            Op::Rnn { mode, .. } => match mode {
-                RnnKind::Lstm => "lstm".into(),
-                RnnKind::Gru => "gru".into(),
-                RnnKind::Tanh | RnnKind::Relu => "rnn".into(),
-            },
-            _ => snake(&self.name()),
         }
     }
 }
@@ -486,20 +82,22 @@ pub(crate) fn start() -> TraceGuard {
             records: Vec::new(),
         })
     });
-    TRACING_THREADS.fetch_add(1, Ordering::Relaxed);
-    TraceGuard { done: false }
+    TraceGuard {
+        hook: Some(crate::dispatch::attach(Box::new(Tracer))),
+    }
 }
 
 /// Ends this thread's trace when dropped (also on a panic inside the traced forward).
 pub(crate) struct TraceGuard {
-    done: bool,
+    hook: Option<crate::dispatch::HookId>,
 }
 
 impl TraceGuard {
     /// Stops tracing and returns what was recorded, in execution order.
     pub(crate) fn finish(mut self) -> Vec<Record> {
-        self.done = true;
-        TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+        if let Some(id) = self.hook.take() {
+            crate::dispatch::detach(id);
+        }
         STATE.with(|s| {
             s.borrow_mut()
                 .take()
@@ -511,8 +109,8 @@ impl TraceGuard {
 
 impl Drop for TraceGuard {
     fn drop(&mut self) {
-        if !self.done {
-            TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+        if let Some(id) = self.hook.take() {
+            crate::dispatch::detach(id);
             STATE.with(|s| *s.borrow_mut() = None);
         }
     }
@@ -520,52 +118,5 @@ impl Drop for TraceGuard {
 
 /// Whether this thread is tracing (for ops that must refuse, such as in-place updates).
 pub(crate) fn is_tracing() -> bool {
-    TRACING_THREADS.load(Ordering::Relaxed) != 0 && STATE.with(|s| s.borrow().is_some())
-}
-
-/// The permutation swapping `a` and `b` of `rank` axes.
-pub(crate) fn swap_perm(rank: usize, a: usize, b: usize) -> Vec<usize> {
-    let mut perm: Vec<usize> = (0..rank).collect();
-    perm.swap(a, b);
-    perm
-}
-
-/// Reduction axes, normalised and sorted; all axes when `dims` is empty.
-pub(crate) fn axes(t: &Tensor, dims: &[isize]) -> Vec<usize> {
-    if dims.is_empty() {
-        return (0..t.dim()).collect();
-    }
-    let mut v: Vec<usize> = dims.iter().map(|&d| t.normalize_dim("reduce", d)).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// The traced form of `F::pad_with`.
-pub(crate) fn pad_op(pads: &[usize], mode: crate::nn::functional::PadMode) -> Op {
-    use crate::nn::functional::PadMode;
-    let (mode, value) = match mode {
-        PadMode::Constant(v) => (PadKind::Constant, v),
-        PadMode::Reflect => (PadKind::Reflect, 0.0),
-        PadMode::Replicate => (PadKind::Replicate, 0.0),
-        PadMode::Circular => (PadKind::Circular, 0.0),
-    };
-    Op::Pad {
-        pads: pads.to_vec(),
-        value,
-        mode,
-    }
-}
-
-/// The traced form of a comparison.
-pub(crate) fn compare_op(cmp: crate::storage::op::Cmp) -> Op {
-    use crate::storage::op::Cmp;
-    Op::Binary(match cmp {
-        Cmp::Eq => Binary::Eq,
-        Cmp::Ne => Binary::Ne,
-        Cmp::Lt => Binary::Lt,
-        Cmp::Le => Binary::Le,
-        Cmp::Gt => Binary::Gt,
-        Cmp::Ge => Binary::Ge,
-    })
+    crate::dispatch::any_attached() && STATE.with(|s| s.borrow().is_some())
 }

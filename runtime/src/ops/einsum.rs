@@ -129,7 +129,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn einsum(equation: &str, operands: &[&Tensor]) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("einsum", operands);
+        let _profiled = crate::dispatch::opaque("einsum", operands);
         let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
         let (lhs, rhs) = match eq.split_once("->") {
             Some((l, r)) => (l.to_string(), Some(r.to_string())),
@@ -250,7 +250,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn outer(&self, other: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("outer", &[self]);
+        let _profiled = crate::dispatch::opaque("outer", &[self]);
         assert!(
             self.dim() == 1 && other.dim() == 1,
             "outer: expected two 1D tensors, got shapes {:?} and {:?}",
@@ -273,7 +273,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn baddbmm(&self, batch1: &Tensor, batch2: &Tensor, beta: f64, alpha: f64) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("baddbmm", &[self]);
+        let _profiled = crate::dispatch::opaque("baddbmm", &[self]);
         let prod = batch1.bmm(batch2);
         let prod = if alpha == 1.0 {
             prod
@@ -299,7 +299,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("addmm", &[self]);
+        let _profiled = crate::dispatch::opaque("addmm", &[self]);
         let prod = mat1.matmul(mat2);
         let prod = if alpha == 1.0 {
             prod

@@ -38,7 +38,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("index_select", &[self]);
+        let _profiled = crate::dispatch::opaque("index_select", &[self]);
         let d = self.normalize_dim("index_select", dim);
         assert!(
             index.dim() <= 1,
@@ -86,7 +86,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("index_add", &[self]);
+        let _profiled = crate::dispatch::opaque("index_add", &[self]);
         let d = self.normalize_dim("index_add", dim);
         let mut view_shape = vec![1usize; src.dim()];
         view_shape[d] = index.numel();
@@ -183,7 +183,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gather(&self, dim: isize, index: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("gather", &[self]);
+        let _profiled = crate::dispatch::opaque("gather", &[self]);
         let d = self.normalize_dim("gather", dim);
         self.gather_checked(d, index, dim_bounds("gather", self, d, index))
     }
@@ -246,7 +246,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("scatter_add", &[self]);
+        let _profiled = crate::dispatch::opaque("scatter_add", &[self]);
         let d = self.normalize_dim("scatter_add", dim);
         self.scatter_add_checked(d, index, src, dim_bounds("scatter_add", self, d, index))
     }
@@ -311,7 +311,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn one_hot(&self, num_classes: usize) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("one_hot", &[self]);
+        let _profiled = crate::dispatch::opaque("one_hot", &[self]);
         let n = self.numel();
         let classes = Tensor::zeros(&[num_classes], DType::I64, &self.device());
         let bounds = dim_bounds("one_hot", &classes, 0, self);

@@ -12,7 +12,7 @@ impl Tensor {
     #[track_caller]
     fn check_inplace(&self, op: &str) {
         assert!(
-            !crate::onnx::trace::is_tracing(),
+            !crate::onnx::is_tracing(),
             "{op}: in-place ops cannot be traced for ONNX export (shape {:?}); use the out-of-place op",
             self.shape()
         );
@@ -130,7 +130,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add_scalar_(&self, value: f64) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("add_scalar_", &[self]);
+        let _profiled = crate::dispatch::opaque("add_scalar_", &[self]);
         if self.scalar_in_kernel() {
             return self.affine_("add_scalar_", 1.0, value);
         }
@@ -147,7 +147,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul_scalar_(&self, value: f64) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("mul_scalar_", &[self]);
+        let _profiled = crate::dispatch::opaque("mul_scalar_", &[self]);
         if self.scalar_in_kernel() {
             return self.affine_("mul_scalar_", value, 0.0);
         }
@@ -182,7 +182,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add_scaled_(&self, other: &Tensor, alpha: f64) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("add_scaled_", &[self]);
+        let _profiled = crate::dispatch::opaque("add_scaled_", &[self]);
         struct Axpy(f64);
         impl BinaryOp for Axpy {
             const CUDA: Option<[&'static CudaKernel; 2]> =
@@ -208,7 +208,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn fill_(&self, value: f64) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("fill_", &[self]);
+        let _profiled = crate::dispatch::opaque("fill_", &[self]);
         self.check_inplace("fill_");
         self.backend_write("fill_", |dst, layout| dst.fill(layout, value));
         self
@@ -237,7 +237,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("copy_", &[self]);
+        let _profiled = crate::dispatch::opaque("copy_", &[self]);
         struct Take;
         impl BinaryOp for Take {
             const CUDA: Option<[&'static CudaKernel; 2]> =
@@ -266,7 +266,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn clamp_(&self, min: f64, max: f64) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("clamp_", &[self]);
+        let _profiled = crate::dispatch::opaque("clamp_", &[self]);
         assert!(
             min <= max,
             "clamp_: min ({min}) must not exceed max ({max})"
@@ -294,7 +294,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_fill_(&self, mask: &Tensor, value: f64) -> &Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("masked_fill_", &[self]);
+        let _profiled = crate::dispatch::opaque("masked_fill_", &[self]);
         let filled = self.detach().masked_fill(mask, value);
         self.check_inplace("masked_fill_");
         let region = self.layout().clone();

@@ -21,14 +21,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.matmul_untraced(other);
-        crate::onnx::trace::finish(
-            entered,
-            &[self, other],
-            || crate::onnx::trace::Op::MatMul,
-            out,
-        )
+        crate::dispatch::finish(entered, &[self, other], || crate::dispatch::Op::MatMul, out)
     }
 
     #[track_caller]
@@ -78,14 +73,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn bmm(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.bmm_untraced(other);
-        crate::onnx::trace::finish(
-            entered,
-            &[self, other],
-            || crate::onnx::trace::Op::MatMul,
-            out,
-        )
+        crate::dispatch::finish(entered, &[self, other], || crate::dispatch::Op::MatMul, out)
     }
 
     #[track_caller]

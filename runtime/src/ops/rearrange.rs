@@ -38,7 +38,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn flip(&self, dims: &[isize]) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("flip", &[self]);
+        let _profiled = crate::dispatch::opaque("flip", &[self]);
         let mut seen = Vec::with_capacity(dims.len());
         let mut out = self.clone();
         for &dim in dims {
@@ -66,7 +66,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn roll(&self, shifts: &[isize], dims: &[isize]) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("roll", &[self]);
+        let _profiled = crate::dispatch::opaque("roll", &[self]);
         if dims.is_empty() {
             assert!(
                 shifts.len() == 1,
@@ -107,7 +107,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn repeat(&self, repeats: &[usize]) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("repeat", &[self]);
+        let _profiled = crate::dispatch::opaque("repeat", &[self]);
         assert!(
             repeats.len() >= self.dim(),
             "repeat: number of dimensions of repeat dims ({}) can not be smaller than number of dimensions of tensor (shape {:?})",
@@ -143,7 +143,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn repeat_interleave(&self, repeats: usize, dim: isize) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("repeat_interleave", &[self]);
+        let _profiled = crate::dispatch::opaque("repeat_interleave", &[self]);
         let d = wrap_dim("repeat_interleave", dim, self.shape());
         let mut inserted = Dims::from_slice(self.shape());
         inserted.insert(d + 1, 1);
@@ -168,7 +168,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn repeat_interleave_counts(&self, counts: &Tensor, dim: isize) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("repeat_interleave_counts", &[self]);
+        let _profiled = crate::dispatch::opaque("repeat_interleave_counts", &[self]);
         let d = wrap_dim("repeat_interleave", dim, self.shape());
         assert!(
             counts.dim() == 1 && counts.numel() == self.shape()[d],

@@ -112,14 +112,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sum_untraced(dims, keepdim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::Sum,
-                axes: crate::onnx::trace::axes(self, dims),
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::Sum,
+                axes: crate::dispatch::axes(self, dims),
                 keepdim,
             },
             out,
@@ -161,13 +161,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum_all(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sum_all_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::Sum,
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::Sum,
                 axes: (0..self.dim()).collect(),
                 keepdim: false,
             },
@@ -189,14 +189,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.mean_untraced(dims, keepdim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::Mean,
-                axes: crate::onnx::trace::axes(self, dims),
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::Mean,
+                axes: crate::dispatch::axes(self, dims),
                 keepdim,
             },
             out,
@@ -223,13 +223,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mean_all(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.mean_all_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::Mean,
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::Mean,
                 axes: (0..self.dim()).collect(),
                 keepdim: false,
             },
@@ -300,13 +300,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.max_dim_untraced(dim, keepdim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::Max,
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::Max,
                 axes: vec![self.normalize_dim("max", dim)],
                 keepdim,
             },
@@ -328,13 +328,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.min_dim_untraced(dim, keepdim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::Min,
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::Min,
                 axes: vec![self.normalize_dim("min", dim)],
                 keepdim,
             },
@@ -378,13 +378,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmax(&self, dim: isize, keepdim: bool) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.argmax_untraced(dim, keepdim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::ArgMax,
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::ArgMax,
                 axes: vec![self.normalize_dim("argmax", dim)],
                 keepdim,
             },
@@ -406,13 +406,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmin(&self, dim: isize, keepdim: bool) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.argmin_untraced(dim, keepdim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Reduce {
-                kind: crate::onnx::trace::Reduce::ArgMin,
+            || crate::dispatch::Op::Reduce {
+                kind: crate::dispatch::Reduce::ArgMin,
                 axes: vec![self.normalize_dim("argmin", dim)],
                 keepdim,
             },
@@ -434,7 +434,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn var(&self, dims: &[isize], unbiased: bool, keepdim: bool) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("var", &[self]);
+        let _profiled = crate::dispatch::opaque("var", &[self]);
         let reduced = self.reduction_dims("var", dims);
         let n: usize = reduced.iter().map(|&d| self.shape()[d]).product();
         let centered = self.sub(&self.mean(dims, true));
@@ -467,7 +467,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn prod(&self, dim: isize, keepdim: bool) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("prod", &[self]);
+        let _profiled = crate::dispatch::opaque("prod", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.prod(dim, keepdim);
         }
@@ -502,7 +502,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("logsumexp", &[self]);
+        let _profiled = crate::dispatch::opaque("logsumexp", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.logsumexp(dims, keepdim);
         }
@@ -598,12 +598,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax(&self, dim: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.softmax_untraced(dim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Softmax {
+            || crate::dispatch::Op::Softmax {
                 axis: self.normalize_dim("softmax", dim),
                 log: false,
             },
@@ -625,12 +625,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.log_softmax_untraced(dim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Softmax {
+            || crate::dispatch::Op::Softmax {
                 axis: self.normalize_dim("log_softmax", dim),
                 log: true,
             },
@@ -694,7 +694,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("norm", &[self]);
+        let _profiled = crate::dispatch::opaque("norm", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.norm(p, dims, keepdim);
         }
@@ -730,7 +730,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: isize) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("cumsum", &[self]);
+        let _profiled = crate::dispatch::opaque("cumsum", &[self]);
         if let Some(x) = autocast::full_precision(self) {
             return x.cumsum(dim);
         }

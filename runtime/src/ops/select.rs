@@ -16,7 +16,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn nonzero(&self) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("nonzero", &[self]);
+        let _profiled = crate::dispatch::opaque("nonzero", &[self]);
         let flags = self.ne_scalar(0.0).to_vec::<bool>();
         let rank = self.dim();
         let shape = self.shape().to_vec();
@@ -48,7 +48,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_select(&self, mask: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("masked_select", &[self]);
+        let _profiled = crate::dispatch::opaque("masked_select", &[self]);
         assert!(
             mask.dtype() == DType::Bool,
             "masked_select: expected a bool mask, got {:?} (shape {:?})",
@@ -81,7 +81,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn unique(&self) -> (Tensor, Tensor, Tensor) {
-        let _profiled = crate::profiler::OpRecord::enter("unique", &[self]);
+        let _profiled = crate::dispatch::opaque("unique", &[self]);
         let flat = self.detach().reshape(&[self.numel()]);
         let (sorted, order) = flat.sort(0, false);
         let keys = sorted.to_dtype(DType::F64).to_vec::<f64>();
@@ -134,7 +134,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn isinf(&self) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("isinf", &[self]);
+        let _profiled = crate::dispatch::opaque("isinf", &[self]);
         if !self.dtype().is_float() {
             return Tensor::zeros(self.shape(), DType::Bool, &self.device());
         }
@@ -150,7 +150,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn isfinite(&self) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("isfinite", &[self]);
+        let _profiled = crate::dispatch::opaque("isfinite", &[self]);
         if !self.dtype().is_float() {
             return Tensor::ones(self.shape(), DType::Bool, &self.device());
         }
@@ -168,7 +168,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("nan_to_num", &[self]);
+        let _profiled = crate::dispatch::opaque("nan_to_num", &[self]);
         if !self.dtype().is_float() {
             return self.clone();
         }

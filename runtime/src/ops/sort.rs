@@ -34,7 +34,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sort(&self, dim: isize, descending: bool) -> (Tensor, Tensor) {
-        let _profiled = crate::profiler::OpRecord::enter("sort", &[self]);
+        let _profiled = crate::dispatch::opaque("sort", &[self]);
         let d = self.normalize_dim("sort", dim);
         let idx = self.dim_indices("sort", d, DimIndexOp::Sort { descending });
         (self.gather(d as isize, &idx), idx)
@@ -49,7 +49,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argsort(&self, dim: isize, descending: bool) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("argsort", &[self]);
+        let _profiled = crate::dispatch::opaque("argsort", &[self]);
         let d = self.normalize_dim("argsort", dim);
         self.dim_indices("argsort", d, DimIndexOp::Sort { descending })
     }
@@ -65,7 +65,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn topk(&self, k: usize, dim: isize, largest: bool) -> (Tensor, Tensor) {
-        let _profiled = crate::profiler::OpRecord::enter("topk", &[self]);
+        let _profiled = crate::dispatch::opaque("topk", &[self]);
         let d = self.normalize_dim("topk", dim);
         let n = self.shape().get(d).copied().unwrap_or(1);
         assert!(
@@ -97,7 +97,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn kthvalue(&self, k: usize, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
-        let _profiled = crate::profiler::OpRecord::enter("kthvalue", &[self]);
+        let _profiled = crate::dispatch::opaque("kthvalue", &[self]);
         let d = self.normalize_dim("kthvalue", dim);
         let n = self.shape().get(d).copied().unwrap_or(1);
         assert!(
@@ -128,7 +128,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cummax(&self, dim: isize) -> (Tensor, Tensor) {
-        let _profiled = crate::profiler::OpRecord::enter("cummax", &[self]);
+        let _profiled = crate::dispatch::opaque("cummax", &[self]);
         let d = self.normalize_dim("cummax", dim);
         let idx = self.dim_indices("cummax", d, DimIndexOp::CumMax);
         (self.gather(d as isize, &idx), idx)
@@ -143,7 +143,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cummin(&self, dim: isize) -> (Tensor, Tensor) {
-        let _profiled = crate::profiler::OpRecord::enter("cummin", &[self]);
+        let _profiled = crate::dispatch::opaque("cummin", &[self]);
         let d = self.normalize_dim("cummin", dim);
         let idx = self.dim_indices("cummin", d, DimIndexOp::CumMin);
         (self.gather(d as isize, &idx), idx)

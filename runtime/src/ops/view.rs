@@ -50,9 +50,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.reshape_untraced(shape);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -70,9 +70,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn reshape_infer(&self, shape: &[isize]) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.reshape_infer_untraced(shape);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -103,9 +103,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn view(&self, shape: &[isize]) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.view_untraced(shape);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -130,9 +130,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn flatten(&self, start: isize, end: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.flatten_untraced(start, end);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -163,12 +163,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn permute(&self, dims: &[isize]) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.permute_untraced(dims);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Permute {
+            || crate::dispatch::Op::Permute {
                 perm: dims
                     .iter()
                     .map(|&d| self.normalize_dim("permute", d))
@@ -215,13 +215,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn transpose(&self, dim0: isize, dim1: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.transpose_untraced(dim0, dim1);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Permute {
-                perm: crate::onnx::trace::swap_perm(
+            || crate::dispatch::Op::Permute {
+                perm: crate::dispatch::swap_perm(
                     self.dim(),
                     self.normalize_dim("transpose", dim0),
                     self.normalize_dim("transpose", dim1),
@@ -253,12 +253,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn t(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.t_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Permute {
+            || crate::dispatch::Op::Permute {
                 perm: (0..self.dim()).rev().collect(),
             },
             out,
@@ -287,9 +287,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn unsqueeze(&self, dim: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.unsqueeze_untraced(dim);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -309,9 +309,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn squeeze(&self, dim: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.squeeze_untraced(dim);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -337,9 +337,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn squeeze_all(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.squeeze_all_untraced();
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Reshape, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Reshape, out)
     }
 
     #[track_caller]
@@ -357,9 +357,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn expand(&self, shape: &[isize]) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.expand_untraced(shape);
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Expand, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Expand, out)
     }
 
     #[track_caller]
@@ -400,7 +400,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("broadcast_to", &[self]);
+        let _profiled = crate::dispatch::opaque("broadcast_to", &[self]);
         if self.shape() == shape {
             return self.clone();
         }
@@ -427,12 +427,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.narrow_untraced(dim, start, len);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Slice {
+            || crate::dispatch::Op::Slice {
                 axis: self.normalize_dim("narrow", dim),
                 start,
                 end: start + len,
@@ -463,12 +463,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.slice_untraced(dim, start, end, step);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Slice {
+            || crate::dispatch::Op::Slice {
                 axis: self.normalize_dim("slice", dim),
                 start,
                 end,
@@ -558,12 +558,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn select(&self, dim: isize, index: usize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.select_untraced(dim, index);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Select {
+            || crate::dispatch::Op::Select {
                 axis: self.normalize_dim("select", dim),
                 index,
             },
@@ -592,9 +592,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn contiguous(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.contiguous_untraced();
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Identity, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Identity, out)
     }
 
     #[track_caller]
@@ -615,12 +615,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn chunk(&self, chunks: usize, dim: isize) -> Vec<Tensor> {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.chunk_untraced(chunks, dim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Split {
+            || crate::dispatch::Op::Split {
                 axis: self.normalize_dim("chunk", dim),
             },
             out,
@@ -644,12 +644,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn split(&self, size: usize, dim: isize) -> Vec<Tensor> {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.split_untraced(size, dim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Split {
+            || crate::dispatch::Op::Split {
                 axis: self.normalize_dim("split", dim),
             },
             out,
@@ -677,12 +677,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = Self::cat_untraced(tensors, dim);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             tensors,
-            || crate::onnx::trace::Op::Cat {
+            || crate::dispatch::Op::Cat {
                 axis: tensors[0].normalize_dim("cat", dim),
             },
             out,
@@ -772,7 +772,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack(tensors: &[&Tensor], dim: isize) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("stack", tensors);
+        let _profiled = crate::dispatch::opaque("stack", tensors);
         assert!(
             !tensors.is_empty(),
             "stack: expected a non-empty list of tensors"

@@ -33,15 +33,13 @@
 mod schedule;
 pub use schedule::{ProfilerAction, Schedule, ScheduledProfiler, TraceHandler, trace_handler};
 
-use crate::onnx::trace::{Op, TRACING_THREADS};
+use crate::dispatch::{Interceptor, OpView};
 use crate::storage::cuda::StreamMarks;
-use crate::{Device, Tensor};
 use ferrograd_kernels::cpu::spans::{Collector, Span};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// What a profile records.
@@ -229,51 +227,56 @@ fn close(
     });
 }
 
-/// Closes an op's frame and records it.
-pub(crate) fn exit(entered: Entered, op: &Op, inputs: &[&Tensor]) {
-    let on_device = inputs.iter().any(|t| t.device() != Device::Cpu);
-    close(
-        entered,
-        || op.profile_name(),
-        || inputs.iter().map(|t| t.shape().to_vec()).collect(),
-        on_device,
-    );
+/// The profiler at the dispatch seam: a frame for every op, closed with the op's name.
+struct ProfileHook {
+    /// The frames of the ops open now (`None` where the profile was not running).
+    open: Vec<Option<Entered>>,
 }
 
-/// A functional that is made of other ops (`mse_loss`, a fused kernel such as
-/// `cross_entropy`'s) recorded as one op named `name`, the ops it runs as its children,
-/// as `torch.profiler` shows `aten::cross_entropy_loss` above `aten::log_softmax`: the
-/// frame opens when this is made (first statement of the functional) and closes when it
-/// drops (a panic drops the frame unrecorded). A guard, not a closure, so the
-/// functional's `#[track_caller]` still reaches its checks.
-pub(crate) struct OpRecord {
-    open: Option<(Entered, &'static str, Vec<Vec<usize>>, bool)>,
-}
+impl Interceptor for ProfileHook {
+    fn begin(&mut self, _depth: u32, _exportable: bool) {
+        self.open.push(enter());
+    }
 
-impl OpRecord {
-    /// Opens the frame when this thread profiles (one relaxed load otherwise).
-    pub(crate) fn enter(name: &'static str, inputs: &[&Tensor]) -> OpRecord {
-        if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
-            return OpRecord { open: None };
+    fn end(&mut self, _depth: u32, op: &OpView<'_>) {
+        if let Some(Some(entered)) = self.open.pop() {
+            close(
+                entered,
+                || op.name().into_owned(),
+                || op.input_shapes(),
+                op.on_device,
+            );
         }
-        let open = enter().map(|e| {
-            let shapes = inputs.iter().map(|t| t.shape().to_vec()).collect();
-            let on_device = inputs.iter().any(|t| t.device() != Device::Cpu);
-            (e, name, shapes, on_device)
-        });
-        OpRecord { open }
+    }
+
+    fn abandon(&mut self, _depth: u32, _exportable: bool) {
+        if let Some(Some(entered)) = self.open.pop() {
+            abandon(entered);
+        }
     }
 }
 
-impl Drop for OpRecord {
-    fn drop(&mut self) {
-        if let Some((entered, name, shapes, on_device)) = self.open.take() {
-            if std::thread::panicking() {
-                abandon(entered);
-            } else {
-                close(entered, || name.to_string(), || shapes, on_device);
-            }
+thread_local! {
+    /// The profiler's hook at the seam while this thread profiles.
+    static HOOK_ID: RefCell<Option<crate::dispatch::HookId>> = const { RefCell::new(None) };
+}
+
+/// Attaches the profiler's hook on this thread (once).
+fn attach_hook() {
+    HOOK_ID.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.is_none() {
+            *h = Some(crate::dispatch::attach(Box::new(ProfileHook {
+                open: Vec::new(),
+            })));
         }
+    });
+}
+
+/// Detaches it.
+fn detach_hook() {
+    if let Some(id) = HOOK_ID.with(|h| h.borrow_mut().take()) {
+        crate::dispatch::detach(id);
     }
 }
 
@@ -311,7 +314,7 @@ impl Profiler {
                 .is_some()
         });
         if !was {
-            TRACING_THREADS.fetch_add(1, Ordering::Relaxed);
+            attach_hook();
         }
         Profiler {
             done: false,
@@ -324,7 +327,7 @@ impl Profiler {
         self.done = true;
         let prof = PROFILE.with(|p| p.borrow_mut().take());
         if prof.is_some() {
-            TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+            detach_hook();
         }
         let origin = prof.as_ref().map(|p| p.origin);
         let mut events = match prof {
@@ -347,7 +350,7 @@ impl Profiler {
 impl Drop for Profiler {
     fn drop(&mut self) {
         if !self.done && PROFILE.with(|p| p.borrow_mut().take()).is_some() {
-            TRACING_THREADS.fetch_sub(1, Ordering::Relaxed);
+            detach_hook();
         }
     }
 }
@@ -439,7 +442,7 @@ pub fn record_function<R>(name: &str, f: impl FnOnce() -> R) -> R {
 /// `mul_backward`, say).
 #[inline]
 pub(crate) fn record_named<R>(name: impl FnOnce() -> String, f: impl FnOnce() -> R) -> R {
-    if TRACING_THREADS.load(Ordering::Relaxed) == 0 {
+    if !crate::dispatch::any_attached() {
         return f();
     }
     let Some(entered) = enter() else { return f() };
@@ -450,7 +453,7 @@ pub(crate) fn record_named<R>(name: impl FnOnce() -> String, f: impl FnOnce() ->
 
 /// Whether this thread is profiling.
 pub fn is_profiling() -> bool {
-    TRACING_THREADS.load(Ordering::Relaxed) != 0 && PROFILE.with(|p| p.borrow().is_some())
+    crate::dispatch::any_attached() && PROFILE.with(|p| p.borrow().is_some())
 }
 
 /// The statistics of one op (and, grouped by shape, one input shape).

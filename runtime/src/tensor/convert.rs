@@ -97,14 +97,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.to_dtype_untraced(dtype);
-        crate::onnx::trace::finish(
-            entered,
-            &[self],
-            || crate::onnx::trace::Op::Cast(dtype),
-            out,
-        )
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Cast(dtype), out)
     }
 
     #[track_caller]

@@ -74,12 +74,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = Self::full_untraced(shape, value, dtype, device);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[],
-            || crate::onnx::trace::Op::Fill { value, dtype },
+            || crate::dispatch::Op::Fill { value, dtype },
             out,
         )
     }
@@ -154,12 +154,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: &Device) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = Self::arange_untraced(start, end, step, dtype, device);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[],
-            || crate::onnx::trace::Op::Arange {
+            || crate::dispatch::Op::Arange {
                 start,
                 end,
                 step,

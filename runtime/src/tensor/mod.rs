@@ -429,9 +429,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn detach(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.detach_untraced();
-        crate::onnx::trace::finish(entered, &[self], || crate::onnx::trace::Op::Identity, out)
+        crate::dispatch::finish(entered, &[self], || crate::dispatch::Op::Identity, out)
     }
 
     #[track_caller]

@@ -45,13 +45,13 @@ pub fn scaled_dot_product_attention(
     is_causal: bool,
     scale: Option<f64>,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out =
         scaled_dot_product_attention_untraced(q, k, v, attn_mask, dropout_p, is_causal, scale);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(q), Some(k), Some(v), attn_mask],
-        || crate::onnx::trace::Op::Attention {
+        || crate::dispatch::Op::Attention {
             causal: is_causal,
             scale,
             dropout: dropout_p,

@@ -112,7 +112,7 @@ pub fn unfold(
     padding: [usize; 2],
     stride: [usize; 2],
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("unfold", &[input]);
+    let _profiled = crate::dispatch::opaque("unfold", &[input]);
     let (cols, [oh, ow]) = unfold_columns("unfold", input, kernel, dilation, padding, stride);
     let (n, k) = (input.shape()[0], cols.shape()[0]);
     cols.reshape(&[k, n, oh * ow]).permute(&[1, 0, 2])
@@ -186,12 +186,12 @@ fn fold_columns(cols: &Tensor, g: &Conv2dGeometry) -> Tensor {
 /// ```
 #[track_caller]
 pub fn conv2d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv2dArgs) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = conv2d_untraced(input, weight, bias, args);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), Some(weight), bias],
-        || crate::onnx::trace::Op::Conv {
+        || crate::dispatch::Op::Conv {
             stride: args.stride.to_vec(),
             padding: args.padding.to_vec(),
             dilation: args.dilation.to_vec(),
@@ -300,12 +300,12 @@ fn conv2d_untraced(
 /// ```
 #[track_caller]
 pub fn conv1d(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>, args: &Conv1dArgs) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = conv1d_untraced(input, weight, bias, args);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), Some(weight), bias],
-        || crate::onnx::trace::Op::Conv {
+        || crate::dispatch::Op::Conv {
             stride: args.stride.to_vec(),
             padding: args.padding.to_vec(),
             dilation: args.dilation.to_vec(),
@@ -405,12 +405,12 @@ pub fn conv_transpose2d(
     bias: Option<&Tensor>,
     args: &ConvTranspose2dArgs,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = conv_transpose2d_untraced(input, weight, bias, args);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), Some(weight), bias],
-        || crate::onnx::trace::Op::Conv {
+        || crate::dispatch::Op::Conv {
             stride: args.stride.to_vec(),
             padding: args.padding.to_vec(),
             dilation: args.dilation.to_vec(),
@@ -536,12 +536,12 @@ pub fn conv_transpose1d(
     bias: Option<&Tensor>,
     args: &ConvTranspose1dArgs,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = conv_transpose1d_untraced(input, weight, bias, args);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), Some(weight), bias],
-        || crate::onnx::trace::Op::Conv {
+        || crate::dispatch::Op::Conv {
             stride: args.stride.to_vec(),
             padding: args.padding.to_vec(),
             dilation: args.dilation.to_vec(),

@@ -96,7 +96,7 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -
     if let Some(x) = autocast::full_precision(input) {
         return nll_loss_with(&x, target, args);
     }
-    let _profiled = crate::profiler::OpRecord::enter("nll_loss", &[input, target]);
+    let _profiled = crate::dispatch::opaque("nll_loss", &[input, target]);
     let (picked, weights, target_shape) = pick_targets("nll_loss", input, target, args);
     let losses = picked.neg().mul(&weights);
     reduce_loss(losses, &weights, args.reduction, &target_shape)
@@ -219,7 +219,7 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return cross_entropy_with(&x, &t, args);
     }
-    let _profiled = crate::profiler::OpRecord::enter("cross_entropy", &[input, target]);
+    let _profiled = crate::dispatch::opaque("cross_entropy", &[input, target]);
     if target.dtype().is_float() {
         assert!(
             target.shape() == input.shape(),
@@ -274,7 +274,7 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return mse_loss(&x, &t, reduction);
     }
-    let _profiled = crate::profiler::OpRecord::enter("mse_loss", &[input, target]);
+    let _profiled = crate::dispatch::opaque("mse_loss", &[input, target]);
     assert!(
         input.shape() == target.shape(),
         "mse_loss: input shape {:?} and target shape {:?} must match",
@@ -304,8 +304,7 @@ pub fn binary_cross_entropy_with_logits(
     target: &Tensor,
     reduction: Reduction,
 ) -> Tensor {
-    let _profiled =
-        crate::profiler::OpRecord::enter("binary_cross_entropy_with_logits", &[input, target]);
+    let _profiled = crate::dispatch::opaque("binary_cross_entropy_with_logits", &[input, target]);
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return binary_cross_entropy_with_logits(&x, &t, reduction);
     }

@@ -41,7 +41,7 @@ pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor 
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return l1_loss(&x, &t, reduction);
     }
-    let _profiled = crate::profiler::OpRecord::enter("l1_loss", &[input, target]);
+    let _profiled = crate::dispatch::opaque("l1_loss", &[input, target]);
     same_shape("l1_loss", input, target);
     reduce(input.sub(target).abs(), reduction)
 }
@@ -60,7 +60,7 @@ pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, bet
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return smooth_l1_loss(&x, &t, reduction, beta);
     }
-    let _profiled = crate::profiler::OpRecord::enter("smooth_l1_loss", &[input, target]);
+    let _profiled = crate::dispatch::opaque("smooth_l1_loss", &[input, target]);
     same_shape("smooth_l1_loss", input, target);
     assert!(
         beta >= 0.0,
@@ -87,7 +87,7 @@ pub fn huber_loss(input: &Tensor, target: &Tensor, reduction: Reduction, delta: 
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return huber_loss(&x, &t, reduction, delta);
     }
-    let _profiled = crate::profiler::OpRecord::enter("huber_loss", &[input, target]);
+    let _profiled = crate::dispatch::opaque("huber_loss", &[input, target]);
     same_shape("huber_loss", input, target);
     assert!(
         delta > 0.0,
@@ -123,7 +123,7 @@ pub fn binary_cross_entropy(
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return binary_cross_entropy(&x, &t, weight, reduction);
     }
-    let _profiled = crate::profiler::OpRecord::enter("binary_cross_entropy", &[input, target]);
+    let _profiled = crate::dispatch::opaque("binary_cross_entropy", &[input, target]);
     same_shape("binary_cross_entropy", input, target);
     let log_p = input.log().clamp_min(-100.0);
     let log_q = input.rsub_scalar(1.0).log().clamp_min(-100.0);
@@ -157,7 +157,7 @@ pub fn binary_cross_entropy_with_logits_weighted(
     pos_weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter(
+    let _profiled = crate::dispatch::opaque(
         "binary_cross_entropy_with_logits_weighted",
         &[input, target],
     );
@@ -216,7 +216,7 @@ pub fn kl_div(input: &Tensor, target: &Tensor, reduction: KlReduction, log_targe
     if let Some([x, t]) = autocast::full_precision_all([input, target]) {
         return kl_div(&x, &t, reduction, log_target);
     }
-    let _profiled = crate::profiler::OpRecord::enter("kl_div", &[input, target]);
+    let _profiled = crate::dispatch::opaque("kl_div", &[input, target]);
     same_shape("kl_div", input, target);
     let losses = if log_target {
         target.exp().mul(&target.sub(input))
@@ -254,8 +254,7 @@ pub fn margin_ranking_loss(
     margin: f64,
     reduction: Reduction,
 ) -> Tensor {
-    let _profiled =
-        crate::profiler::OpRecord::enter("margin_ranking_loss", &[input1, input2, target]);
+    let _profiled = crate::dispatch::opaque("margin_ranking_loss", &[input1, input2, target]);
     same_shape("margin_ranking_loss", input1, input2);
     let losses = target
         .neg()
@@ -280,7 +279,7 @@ pub fn hinge_embedding_loss(
     margin: f64,
     reduction: Reduction,
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("hinge_embedding_loss", &[input, target]);
+    let _profiled = crate::dispatch::opaque("hinge_embedding_loss", &[input, target]);
     same_shape("hinge_embedding_loss", input, target);
     let zeros = Tensor::zeros_like(input);
     let margin_part = Tensor::where_cond(
@@ -303,7 +302,7 @@ pub fn hinge_embedding_loss(
 /// ```
 #[track_caller]
 pub fn cosine_similarity(x1: &Tensor, x2: &Tensor, dim: isize, eps: f64) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("cosine_similarity", &[x1, x2]);
+    let _profiled = crate::dispatch::opaque("cosine_similarity", &[x1, x2]);
     let dot = x1.mul(x2).sum(&[dim], false);
     let n1 = x1.mul(x1).sum(&[dim], false);
     let n2 = x2.mul(x2).sum(&[dim], false);
@@ -320,7 +319,7 @@ pub fn cosine_similarity(x1: &Tensor, x2: &Tensor, dim: isize, eps: f64) -> Tens
 /// ```
 #[track_caller]
 pub fn pairwise_distance(x1: &Tensor, x2: &Tensor, p: f64, eps: f64) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("pairwise_distance", &[x1, x2]);
+    let _profiled = crate::dispatch::opaque("pairwise_distance", &[x1, x2]);
     x1.sub(x2).add_scalar(eps).norm(p, &[-1], false)
 }
 
@@ -342,8 +341,7 @@ pub fn cosine_embedding_loss(
     margin: f64,
     reduction: Reduction,
 ) -> Tensor {
-    let _profiled =
-        crate::profiler::OpRecord::enter("cosine_embedding_loss", &[input1, input2, target]);
+    let _profiled = crate::dispatch::opaque("cosine_embedding_loss", &[input1, input2, target]);
     same_shape("cosine_embedding_loss", input1, input2);
     assert!(
         input1.dim() >= 1 && target.shape() == &input1.shape()[..input1.dim() - 1],
@@ -392,8 +390,7 @@ pub fn triplet_margin_loss(
     swap: bool,
     reduction: Reduction,
 ) -> Tensor {
-    let _profiled =
-        crate::profiler::OpRecord::enter("triplet_margin_loss", &[anchor, positive, negative]);
+    let _profiled = crate::dispatch::opaque("triplet_margin_loss", &[anchor, positive, negative]);
     same_shape("triplet_margin_loss", anchor, positive);
     same_shape("triplet_margin_loss", anchor, negative);
     let d_ap = pairwise_distance(anchor, positive, p, eps);

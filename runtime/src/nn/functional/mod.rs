@@ -41,15 +41,15 @@ pub use resize::*;
 /// ```
 #[track_caller]
 pub fn pad(input: &Tensor, pads: &[usize], value: f64) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = pad_untraced(input, pads, value);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::Pad {
+        || crate::dispatch::Op::Pad {
             pads: pads.to_vec(),
             value,
-            mode: crate::onnx::trace::PadKind::Constant,
+            mode: crate::dispatch::PadKind::Constant,
         },
         out,
     )
@@ -121,12 +121,12 @@ pub enum PadMode {
 /// ```
 #[track_caller]
 pub fn pad_with(input: &Tensor, pads: &[usize], mode: PadMode) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = pad_with_untraced(input, pads, mode);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::pad_op(pads, mode),
+        || crate::dispatch::pad_op(pads, mode),
         out,
     )
 }
@@ -185,12 +185,12 @@ fn pad_with_untraced(input: &Tensor, pads: &[usize], mode: PadMode) -> Tensor {
 /// ```
 #[track_caller]
 pub fn dropout(input: &Tensor, p: f64, training: bool) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = dropout_untraced(input, p, training);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::Dropout {
+        || crate::dispatch::Op::Dropout {
             training: training && p > 0.0,
             p,
         },
@@ -224,12 +224,12 @@ fn dropout_untraced(input: &Tensor, p: f64, training: bool) -> Tensor {
 /// ```
 #[track_caller]
 pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = embedding_untraced(indices, weight);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[indices, weight],
-        || crate::onnx::trace::Op::Embedding,
+        || crate::dispatch::Op::Embedding,
         out,
     )
 }
@@ -258,12 +258,12 @@ fn embedding_untraced(indices: &Tensor, weight: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = linear_untraced(input, weight, bias);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), Some(weight), bias],
-        || crate::onnx::trace::Op::Linear,
+        || crate::dispatch::Op::Linear,
         out,
     )
 }
@@ -299,7 +299,7 @@ fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Te
 /// ```
 #[track_caller]
 pub fn bias_gelu(input: &Tensor, bias: &Tensor) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("bias_gelu", &[input, bias]);
+    let _profiled = crate::dispatch::opaque("bias_gelu", &[input, bias]);
     let fused = crate::nn::fused::inference_fusable(&[Some(input), Some(bias)])
         && input.dim() >= 1
         && bias.shape() == [input.shape()[input.dim() - 1]];
@@ -322,7 +322,7 @@ pub fn bias_gelu(input: &Tensor, bias: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("bilinear", &[x1, x2, weight]);
+    let _profiled = crate::dispatch::opaque("bilinear", &[x1, x2, weight]);
     let (d1, d2) = (x1.dim(), x2.dim());
     assert!(
         weight.dim() == 3
@@ -366,7 +366,7 @@ pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>
 /// ```
 #[track_caller]
 pub fn dropout2d(input: &Tensor, p: f64, training: bool) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("dropout2d", &[input]);
+    let _profiled = crate::dispatch::opaque("dropout2d", &[input]);
     assert!(
         (0.0..=1.0).contains(&p),
         "dropout2d: probability has to be between 0 and 1, but got {p}"
@@ -402,7 +402,7 @@ pub fn dropout2d(input: &Tensor, p: f64, training: bool) -> Tensor {
 /// ```
 #[track_caller]
 pub fn alpha_dropout(input: &Tensor, p: f64, training: bool) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("alpha_dropout", &[input]);
+    let _profiled = crate::dispatch::opaque("alpha_dropout", &[input]);
     assert!(
         (0.0..=1.0).contains(&p),
         "alpha_dropout: probability has to be between 0 and 1, but got {p}"
@@ -468,7 +468,7 @@ impl Default for EmbeddingOptions {
 /// ```
 #[track_caller]
 pub fn embedding_with(indices: &Tensor, weight: &Tensor, options: &EmbeddingOptions) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("embedding", &[indices, weight]);
+    let _profiled = crate::dispatch::opaque("embedding", &[indices, weight]);
     if let Some(max_norm) = options.max_norm {
         embedding_renorm(weight, indices, max_norm, options.norm_type);
     }
@@ -544,7 +544,7 @@ pub fn embedding_bag(
     include_last_offset: bool,
     padding_idx: Option<i64>,
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("embedding_bag", &[input, weight]);
+    let _profiled = crate::dispatch::opaque("embedding_bag", &[input, weight]);
     let ids = input.to_dtype(crate::DType::I64).to_vec::<i64>();
     let starts: Vec<usize> = match (input.dim(), offsets) {
         (2, None) => (0..input.shape()[0])

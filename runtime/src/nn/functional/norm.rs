@@ -20,12 +20,12 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = layer_norm_untraced(input, normalized_shape, weight, bias, eps);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), weight, bias],
-        || crate::onnx::trace::Op::LayerNorm {
+        || crate::dispatch::Op::LayerNorm {
             ndim: normalized_shape.len(),
             eps,
             has_weight: weight.is_some(),
@@ -107,7 +107,7 @@ pub fn add_layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("add_layer_norm", &[input, residual]);
+    let _profiled = crate::dispatch::opaque("add_layer_norm", &[input, residual]);
     let len = normalized_shape.last().copied().unwrap_or(0);
     let fused =
         crate::nn::fused::inference_fusable(&[Some(input), Some(residual), shift, weight, bias])
@@ -180,7 +180,7 @@ pub fn batch_norm(
     momentum: f64,
     eps: f64,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = batch_norm_untraced(
         input,
         running_mean,
@@ -192,10 +192,10 @@ pub fn batch_norm(
         eps,
         false,
     );
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), running_mean, running_var, weight, bias],
-        || crate::onnx::trace::Op::BatchNorm {
+        || crate::dispatch::Op::BatchNorm {
             eps,
             training,
             has_weight: weight.is_some(),
@@ -233,7 +233,7 @@ pub fn batch_norm_relu(
     momentum: f64,
     eps: f64,
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("batch_norm_relu", &[input]);
+    let _profiled = crate::dispatch::opaque("batch_norm_relu", &[input]);
     if crate::onnx::is_tracing() {
         return batch_norm(
             input,
@@ -441,12 +441,12 @@ pub fn group_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = group_norm_untraced(input, num_groups, weight, bias, eps);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), weight, bias],
-        || crate::onnx::trace::Op::GroupNorm {
+        || crate::dispatch::Op::GroupNorm {
             groups: num_groups,
             eps,
             has_weight: weight.is_some(),
@@ -512,7 +512,7 @@ pub fn instance_norm(
     momentum: f64,
     eps: f64,
 ) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("instance_norm", &[input]);
+    let _profiled = crate::dispatch::opaque("instance_norm", &[input]);
     assert!(
         input.dim() >= 3,
         "instance_norm: expected input of shape [N, C, L] or [N, C, H, W], got {:?}",
@@ -567,12 +567,12 @@ pub fn rms_norm(
     weight: Option<&Tensor>,
     eps: Option<f64>,
 ) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = rms_norm_untraced(input, normalized_shape, weight, eps);
-    crate::onnx::trace::finish_opt(
+    crate::dispatch::finish_opt(
         entered,
         &[Some(input), weight],
-        || crate::onnx::trace::Op::RmsNorm {
+        || crate::dispatch::Op::RmsNorm {
             ndim: normalized_shape.len(),
             eps,
             has_weight: weight.is_some(),

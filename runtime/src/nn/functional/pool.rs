@@ -324,12 +324,12 @@ pub fn max_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn max_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = max_pool2d_with_untraced(input, args);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::MaxPool {
+        || crate::dispatch::Op::MaxPool {
             kernel: args.kernel.to_vec(),
             stride: args.stride.to_vec(),
             padding: args.padding.to_vec(),
@@ -358,7 +358,7 @@ fn max_pool2d_with_untraced(input: &Tensor, args: &Pool2dArgs) -> Tensor {
 /// ```
 #[track_caller]
 pub fn max_pool2d_with_indices(input: &Tensor, args: &Pool2dArgs) -> (Tensor, Tensor) {
-    let _profiled = crate::profiler::OpRecord::enter("max_pool2d_with_indices", &[input]);
+    let _profiled = crate::dispatch::opaque("max_pool2d_with_indices", &[input]);
     let g = pool_geometry("max_pool2d", input, args);
     let (out, indices) = crate::nn::fused::pool2d(input, true, g);
     (out, indices.expect("max pooling returns indices"))
@@ -387,12 +387,12 @@ pub fn avg_pool2d(input: &Tensor, kernel: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn avg_pool2d_with(input: &Tensor, args: &Pool2dArgs) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = avg_pool2d_with_untraced(input, args);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::AvgPool {
+        || crate::dispatch::Op::AvgPool {
             kernel: args.kernel.to_vec(),
             stride: args.stride.to_vec(),
             padding: args.padding.to_vec(),
@@ -421,12 +421,12 @@ fn avg_pool2d_with_untraced(input: &Tensor, args: &Pool2dArgs) -> Tensor {
 /// ```
 #[track_caller]
 pub fn adaptive_avg_pool2d(input: &Tensor, output_size: [usize; 2]) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = adaptive_avg_pool2d_untraced(input, output_size);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::AdaptiveAvgPool {
+        || crate::dispatch::Op::AdaptiveAvgPool {
             output: output_size.to_vec(),
         },
         out,
@@ -470,7 +470,7 @@ fn adaptive_avg_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tens
 /// ```
 #[track_caller]
 pub fn max_pool1d_with_indices(input: &Tensor, args: &Pool1dArgs) -> (Tensor, Tensor) {
-    let _profiled = crate::profiler::OpRecord::enter("max_pool1d_with_indices", &[input]);
+    let _profiled = crate::dispatch::opaque("max_pool1d_with_indices", &[input]);
     assert!(
         input.dim() == 3,
         "max_pool1d: expected a 3D input [N, C, L], got shape {:?}",
@@ -489,12 +489,12 @@ pub fn max_pool1d_with_indices(input: &Tensor, args: &Pool1dArgs) -> (Tensor, Te
 /// ```
 #[track_caller]
 pub fn max_pool1d(input: &Tensor, args: &Pool1dArgs) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = max_pool1d_untraced(input, args);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::MaxPool {
+        || crate::dispatch::Op::MaxPool {
             kernel: vec![args.kernel],
             stride: vec![args.stride],
             padding: vec![args.padding],
@@ -520,12 +520,12 @@ fn max_pool1d_untraced(input: &Tensor, args: &Pool1dArgs) -> Tensor {
 /// ```
 #[track_caller]
 pub fn avg_pool1d(input: &Tensor, args: &Pool1dArgs) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = avg_pool1d_untraced(input, args);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::AvgPool {
+        || crate::dispatch::Op::AvgPool {
             kernel: vec![args.kernel],
             stride: vec![args.stride],
             padding: vec![args.padding],
@@ -576,12 +576,12 @@ fn adaptive_bins(
 /// ```
 #[track_caller]
 pub fn adaptive_avg_pool1d(input: &Tensor, output_size: usize) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = adaptive_avg_pool1d_untraced(input, output_size);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::AdaptiveAvgPool {
+        || crate::dispatch::Op::AdaptiveAvgPool {
             output: vec![output_size],
         },
         out,
@@ -608,12 +608,12 @@ fn adaptive_avg_pool1d_untraced(input: &Tensor, output_size: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn adaptive_max_pool2d(input: &Tensor, output_size: [usize; 2]) -> Tensor {
-    let entered = crate::onnx::trace::enter();
+    let entered = crate::dispatch::enter();
     let out = adaptive_max_pool2d_untraced(input, output_size);
-    crate::onnx::trace::finish(
+    crate::dispatch::finish(
         entered,
         &[input],
-        || crate::onnx::trace::Op::AdaptiveMaxPool {
+        || crate::dispatch::Op::AdaptiveMaxPool {
             output: output_size.to_vec(),
         },
         out,
@@ -650,7 +650,7 @@ fn adaptive_max_pool2d_untraced(input: &Tensor, output_size: [usize; 2]) -> Tens
 /// ```
 #[track_caller]
 pub fn adaptive_max_pool1d(input: &Tensor, output_size: usize) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("adaptive_max_pool1d", &[input]);
+    let _profiled = crate::dispatch::opaque("adaptive_max_pool1d", &[input]);
     assert!(
         input.dim() == 3,
         "adaptive_max_pool1d: expected a 3D input [N, C, L], got shape {:?}",

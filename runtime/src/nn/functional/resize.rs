@@ -41,7 +41,7 @@ pub enum InterpolateSize {
 /// ```
 #[track_caller]
 pub fn interpolate(input: &Tensor, size: &InterpolateSize, mode: InterpolateMode) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("interpolate", &[input]);
+    let _profiled = crate::dispatch::opaque("interpolate", &[input]);
     let spatial = input.dim().saturating_sub(2);
     assert!(
         (1..=2).contains(&spatial) && input.dtype().is_float(),
@@ -146,7 +146,7 @@ fn resample(
 /// ```
 #[track_caller]
 pub fn pixel_shuffle(input: &Tensor, upscale_factor: usize) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("pixel_shuffle", &[input]);
+    let _profiled = crate::dispatch::opaque("pixel_shuffle", &[input]);
     let r = upscale_factor;
     let s = input.shape();
     assert!(
@@ -176,7 +176,7 @@ pub fn pixel_shuffle(input: &Tensor, upscale_factor: usize) -> Tensor {
 /// ```
 #[track_caller]
 pub fn pixel_unshuffle(input: &Tensor, downscale_factor: usize) -> Tensor {
-    let _profiled = crate::profiler::OpRecord::enter("pixel_unshuffle", &[input]);
+    let _profiled = crate::dispatch::opaque("pixel_unshuffle", &[input]);
     let r = downscale_factor;
     let s = input.shape();
     assert!(

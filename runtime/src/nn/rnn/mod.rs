@@ -280,7 +280,7 @@ impl Recurrent {
         state: Option<&RnnState>,
         lengths: Option<&[usize]>,
     ) -> (Tensor, RnnState) {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.forward_with_lengths_untraced(input, state, lengths);
         if entered.is_none() {
             return out;
@@ -293,12 +293,12 @@ impl Recurrent {
         }
         inputs.extend(self.params.iter().map(|(_, t)| t));
         let c = &self.config;
-        let op = || crate::onnx::trace::Op::Rnn {
+        let op = || crate::dispatch::Op::Rnn {
             mode: match self.mode {
-                RnnMode::Tanh => crate::onnx::trace::RnnKind::Tanh,
-                RnnMode::Relu => crate::onnx::trace::RnnKind::Relu,
-                RnnMode::Lstm => crate::onnx::trace::RnnKind::Lstm,
-                RnnMode::Gru => crate::onnx::trace::RnnKind::Gru,
+                RnnMode::Tanh => crate::dispatch::RnnKind::Tanh,
+                RnnMode::Relu => crate::dispatch::RnnKind::Relu,
+                RnnMode::Lstm => crate::dispatch::RnnKind::Lstm,
+                RnnMode::Gru => crate::dispatch::RnnKind::Gru,
             },
             layers: c.num_layers,
             hidden: c.hidden_size,
@@ -317,7 +317,7 @@ impl Recurrent {
                 None
             },
         };
-        crate::onnx::trace::finish(entered, &inputs, op, out)
+        crate::dispatch::finish(entered, &inputs, op, out)
     }
 
     #[track_caller]

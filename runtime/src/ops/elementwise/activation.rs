@@ -239,12 +239,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn relu(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.relu_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Relu),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Relu),
             out,
         )
     }
@@ -267,12 +267,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gelu(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.gelu_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Gelu),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Gelu),
             out,
         )
     }
@@ -305,12 +305,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gelu_tanh(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.gelu_tanh_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::GeluTanh),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::GeluTanh),
             out,
         )
     }
@@ -341,12 +341,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn silu(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.silu_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Silu),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Silu),
             out,
         )
     }
@@ -370,12 +370,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.leaky_relu_untraced(negative_slope);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::LeakyRelu(negative_slope)),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::LeakyRelu(negative_slope)),
             out,
         )
     }
@@ -401,12 +401,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn elu(&self, alpha: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.elu_untraced(alpha);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Elu(alpha)),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Elu(alpha)),
             out,
         )
     }
@@ -431,17 +431,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.softplus_untraced(beta, threshold);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || {
-                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Softplus {
-                    beta,
-                    threshold,
-                })
-            },
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Softplus { beta, threshold }),
             out,
         )
     }
@@ -468,12 +463,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn hardsigmoid(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.hardsigmoid_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::HardSigmoid),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::HardSigmoid),
             out,
         )
     }
@@ -495,12 +490,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn hardswish(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.hardswish_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::HardSwish),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::HardSwish),
             out,
         )
     }
@@ -526,12 +521,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mish(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.mish_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Mish),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Mish),
             out,
         )
     }
@@ -557,13 +552,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn hardtanh(&self, min_val: f64, max_val: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.hardtanh_untraced(min_val, max_val);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
             || {
-                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(
+                crate::dispatch::Op::Unary(crate::dispatch::Unary::Clamp(
                     Some(min_val),
                     Some(max_val),
                 ))
@@ -597,17 +592,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn relu6(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.relu6_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || {
-                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(
-                    Some(0.0),
-                    Some(6.0),
-                ))
-            },
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Clamp(Some(0.0), Some(6.0))),
             out,
         )
     }
@@ -626,17 +616,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.clamp_untraced(min, max);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || {
-                crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(
-                    Some(min),
-                    Some(max),
-                ))
-            },
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Clamp(Some(min), Some(max))),
             out,
         )
     }
@@ -664,12 +649,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn clamp_min(&self, min: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.clamp_min_untraced(min);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Clamp(Some(min), None)),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Clamp(Some(min), None)),
             out,
         )
     }

@@ -12,12 +12,12 @@ impl Tensor {
 
     #[track_caller]
     pub(super) fn compare(&self, other: &Tensor, cmp: Cmp, op: &str) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.compare_untraced(other, cmp, op);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::compare_op(cmp),
+            || crate::dispatch::compare_op(cmp),
             out,
         )
     }
@@ -110,12 +110,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logical_and(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.logical_and_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::And),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::And),
             out,
         )
     }
@@ -137,12 +137,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logical_not(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.logical_not_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::LogicalNot),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::LogicalNot),
             out,
         )
     }
@@ -164,14 +164,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = Self::where_cond_untraced(cond, a, b);
-        crate::onnx::trace::finish(
-            entered,
-            &[cond, a, b],
-            || crate::onnx::trace::Op::Where,
-            out,
-        )
+        crate::dispatch::finish(entered, &[cond, a, b], || crate::dispatch::Op::Where, out)
     }
 
     #[track_caller]
@@ -219,12 +214,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.masked_fill_untraced(mask, value);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, mask],
-            || crate::onnx::trace::Op::MaskedFill { value },
+            || crate::dispatch::Op::MaskedFill { value },
             out,
         )
     }
@@ -255,7 +250,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64) -> bool {
-        let _profiled = crate::profiler::OpRecord::enter("allclose", &[self]);
+        let _profiled = crate::dispatch::opaque("allclose", &[self]);
         let (a, b) = (
             self.detach().to_dtype(DType::F64),
             other.detach().to_dtype(DType::F64),

@@ -222,12 +222,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.add_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Add),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Add),
             out,
         )
     }
@@ -256,12 +256,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sub(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sub_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Sub),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Sub),
             out,
         )
     }
@@ -290,12 +290,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.mul_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Mul),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Mul),
             out,
         )
     }
@@ -326,12 +326,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn div(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.div_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Div),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Div),
             out,
         )
     }
@@ -366,12 +366,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.pow_untraced(exponent);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, exponent],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Pow),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Pow),
             out,
         )
     }
@@ -417,12 +417,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.maximum_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Max),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Max),
             out,
         )
     }
@@ -442,12 +442,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn minimum(&self, other: &Tensor) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.minimum_untraced(other);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self, other],
-            || crate::onnx::trace::Op::Binary(crate::onnx::trace::Binary::Min),
+            || crate::dispatch::Op::Binary(crate::dispatch::Binary::Min),
             out,
         )
     }
@@ -498,7 +498,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn atan2(&self, other: &Tensor) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("atan2", &[self]);
+        let _profiled = crate::dispatch::opaque("atan2", &[self]);
         if let Some([a, b]) = autocast::full_precision_all([self, other]) {
             return a.atan2(&b);
         }
@@ -529,7 +529,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum_to_shape(&self, shape: &[usize]) -> Tensor {
-        let _profiled = crate::profiler::OpRecord::enter("sum_to_shape", &[self]);
+        let _profiled = crate::dispatch::opaque("sum_to_shape", &[self]);
         if self.shape() == shape {
             return self.clone();
         }

@@ -118,13 +118,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn add_scalar(&self, value: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.add_scalar_untraced(value);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Scalar {
-                op: crate::onnx::trace::Binary::Add,
+            || crate::dispatch::Op::Scalar {
+                op: crate::dispatch::Binary::Add,
                 value,
                 reversed: false,
             },
@@ -148,13 +148,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sub_scalar(&self, value: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sub_scalar_untraced(value);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Scalar {
-                op: crate::onnx::trace::Binary::Sub,
+            || crate::dispatch::Op::Scalar {
+                op: crate::dispatch::Binary::Sub,
                 value,
                 reversed: false,
             },
@@ -178,13 +178,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn rsub_scalar(&self, value: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.rsub_scalar_untraced(value);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Scalar {
-                op: crate::onnx::trace::Binary::Sub,
+            || crate::dispatch::Op::Scalar {
+                op: crate::dispatch::Binary::Sub,
                 value,
                 reversed: true,
             },
@@ -208,13 +208,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul_scalar(&self, value: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.mul_scalar_untraced(value);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Scalar {
-                op: crate::onnx::trace::Binary::Mul,
+            || crate::dispatch::Op::Scalar {
+                op: crate::dispatch::Binary::Mul,
                 value,
                 reversed: false,
             },
@@ -243,13 +243,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn div_scalar(&self, value: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.div_scalar_untraced(value);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Scalar {
-                op: crate::onnx::trace::Binary::Div,
+            || crate::dispatch::Op::Scalar {
+                op: crate::dispatch::Binary::Div,
                 value,
                 reversed: false,
             },
@@ -284,13 +284,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn pow_scalar(&self, exponent: f64) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.pow_scalar_untraced(exponent);
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Scalar {
-                op: crate::onnx::trace::Binary::Pow,
+            || crate::dispatch::Op::Scalar {
+                op: crate::dispatch::Binary::Pow,
                 value: exponent,
                 reversed: false,
             },
@@ -345,12 +345,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn neg(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.neg_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Neg),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Neg),
             out,
         )
     }
@@ -371,12 +371,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn abs(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.abs_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Abs),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Abs),
             out,
         )
     }
@@ -408,12 +408,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn exp(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.exp_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Exp),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Exp),
             out,
         )
     }
@@ -434,12 +434,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.log_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Log),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Log),
             out,
         )
     }
@@ -460,12 +460,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sqrt(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sqrt_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Sqrt),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Sqrt),
             out,
         )
     }
@@ -483,12 +483,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn rsqrt(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.rsqrt_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Rsqrt),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Rsqrt),
             out,
         )
     }
@@ -511,12 +511,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sin(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sin_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Sin),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Sin),
             out,
         )
     }
@@ -534,12 +534,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cos(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.cos_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Cos),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Cos),
             out,
         )
     }
@@ -557,12 +557,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn tanh(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.tanh_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Tanh),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Tanh),
             out,
         )
     }
@@ -582,12 +582,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sigmoid(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.sigmoid_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Sigmoid),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Sigmoid),
             out,
         )
     }
@@ -607,12 +607,12 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn erf(&self) -> Tensor {
-        let entered = crate::onnx::trace::enter();
+        let entered = crate::dispatch::enter();
         let out = self.erf_untraced();
-        crate::onnx::trace::finish(
+        crate::dispatch::finish(
             entered,
             &[self],
-            || crate::onnx::trace::Op::Unary(crate::onnx::trace::Unary::Erf),
+            || crate::dispatch::Op::Unary(crate::dispatch::Unary::Erf),
             out,
         )
     }
