@@ -21,3 +21,31 @@ pub use ferrograd_runtime::*;
 /// [`ferrograd_models`].
 #[cfg(feature = "models")]
 pub use ferrograd_models as models;
+
+/// The book's chapters (`docs/src`), whose Rust snippets `cargo test` compiles and runs
+/// as doctests of this crate.
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../docs/src/introduction.md")]
+    struct Introduction;
+    #[doc = include_str!("../docs/src/tensors.md")]
+    struct Tensors;
+    #[doc = include_str!("../docs/src/dsl.md")]
+    struct Dsl;
+    #[doc = include_str!("../docs/src/data.md")]
+    struct Data;
+    #[doc = include_str!("../docs/src/training.md")]
+    struct Training;
+    #[doc = include_str!("../docs/src/models.md")]
+    struct Models;
+    #[doc = include_str!("../docs/src/distributed.md")]
+    struct Distributed;
+    #[doc = include_str!("../docs/src/deployment.md")]
+    struct Deployment;
+    #[doc = include_str!("../docs/src/performance.md")]
+    struct Performance;
+    #[doc = include_str!("../docs/src/architecture.md")]
+    struct Architecture;
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+}

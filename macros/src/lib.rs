@@ -38,8 +38,8 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Declares networks whose shapes are checked at compile time (the grammar: README,
-/// "Modules and the `network!` DSL").
+/// Declares networks whose shapes are checked at compile time (the grammar: the book's
+/// chapter "Modules and the `network!` DSL", `docs/src/dsl.md`).
 ///
 /// ```ignore
 /// network! {

@@ -1,4 +1,4 @@
-//! README's constructor-argument example, as written there.
+//! The book's constructor-argument example (`docs/src/dsl.md`), as written there.
 use ferrograd::prelude::*;
 
 mod blocks {

@@ -1,4 +1,4 @@
-//! The graph-form example of README.md ("Modules and the `network!` DSL"), kept compiling.
+//! The graph-form example of the book (`docs/src/dsl.md`), kept compiling.
 use ferrograd::prelude::*;
 
 network! {

@@ -1,5 +1,5 @@
 //! The syntax tree of the `network!` DSL and its parser: a faithful mirror of this
-//! grammar (README, "The network! DSL"):
+//! grammar (the book, `docs/src/dsl.md`):
 //!
 //! ```text
 //! network  := attrs vis "struct" Ident generics? ctor? "(" input ("," input)* ")" "->" outputs "{" body "}"
