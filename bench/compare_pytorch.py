@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the workloads of `cargo bench --bench core_ops` and the same ones in PyTorch on
+"""Runs the workloads of `cargo bench -p ferrograd-benches --bench core_ops` and the same ones in PyTorch on
 this machine, then prints ferrograd's speed relative to PyTorch (>1 means ferrograd is
 faster).
 
@@ -10,7 +10,7 @@ Row by row: each workload in ferrograd (criterion, filtered to that id), then at
 PyTorch, so that a ratio compares times taken in the same minute on a shared machine
 whose speed moves within minutes; `--rounds` repeats the whole list and prints each
 round's table. `--skip-cargo` reuses the last criterion results and times PyTorch alone
-(rows never run print "not run", so `cargo bench --bench core_ops -- --noplot cnn/` then
+(rows never run print "not run", so `cargo bench -p ferrograd-benches --bench core_ops -- --noplot cnn/` then
 `--skip-cargo` compares one group).
 
 The PyTorch side needs a Python with torch; the default is this interpreter."""
@@ -54,7 +54,7 @@ if args.only:
 flops = {f"matmul_f32/{n}": 2 * n ** 3 for n in [256, 512, 1024, 2048]}
 fmt = lambda s: f"{s * 1e6:10.2f} us" if s < 1e-3 else f"{s * 1e3:10.3f} ms"
 if not args.skip_cargo:
-    subprocess.run(["cargo", "bench", "--bench", "core_ops", "--no-run"], cwd=root, env=env, check=True)
+    subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "core_ops", "--no-run"], cwd=root, env=env, check=True)
 for r in range(1 if args.skip_cargo else args.rounds):
     rows = []
     if args.skip_cargo:
@@ -64,7 +64,7 @@ for r in range(1 if args.skip_cargo else args.rounds):
     else:
         for name in names:
             # `^id$`: criterion's filter is a regex over the ids.
-            subprocess.run(["cargo", "bench", "-q", "--bench", "core_ops", "--", "--noplot", f"^{re.escape(name)}$"],
+            subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "-q", "--bench", "core_ops", "--", "--noplot", f"^{re.escape(name)}$"],
                            cwd=root, env=env, check=True, capture_output=True)
             got = pytorch(name)
             version = got["torch"]

@@ -2,7 +2,7 @@
 """The data-loading comparison of issue 15: an ImageFolder of 1,000 JPEGs through
 Resize + RandomCrop + RandomHorizontalFlip + Normalize, batches of 32 on 2 workers, in
 torchvision (`datasets.ImageFolder` + `DataLoader(num_workers=2)`) and in ferrograd
-(`cargo bench --bench data`, which reads the same folder), and the ratio.
+(`cargo bench -p ferrograd-benches --bench data`, which reads the same folder), and the ratio.
 
     python3 bench/data_compare.py --python /path/to/venv/bin/python
 
@@ -57,7 +57,7 @@ data = os.environ.get("FERROGRAD_DATA", str(root.parent / "shared/data"))
 if not folder.is_dir():
     subprocess.run([args.python, "-c", MAKE, data, str(folder)], check=True)
 env = dict(os.environ, FERROGRAD_IMAGE_FOLDER=str(folder))
-subprocess.run(["cargo", "bench", "--bench", "data", "--", "image_folder", "--noplot"], cwd=root, env=env, check=True)
+subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "data", "--", "image_folder", "--noplot"], cwd=root, env=env, check=True)
 torch_res = json.loads(subprocess.run([args.python, "-c", TORCH, str(folder)], check=True, capture_output=True,
                                       text=True).stdout)
 est = root / "target/criterion/image_folder_epoch/2_workers/new/estimates.json"

@@ -4,7 +4,7 @@
     python3 bench/ddp_compare.py --python /path/to/venv/bin/python
 
 Runs, one thread per rank:
-  - ours: `cargo bench --features mpi,models --bench ddp` (mpirun, 1 and 2 ranks);
+  - ours: `cargo bench -p ferrograd-benches --features mpi,models --bench ddp` (mpirun, 1 and 2 ranks);
   - PyTorch: DDP over gloo, launched with `torchrun --nproc_per_node N` (N = 1, 2), the
     same models (LeNet-5 b64, MLP 784-128-10 b64, torchvision ResNet-18 b8 at 224^2),
     the same step (zero_grad, forward, cross_entropy, backward, SGD momentum);
@@ -124,7 +124,7 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="a Python with torch (and torchvision, mpi4py)")
     args = ap.parse_args()
     env = mpi_env()
-    ours = lines(subprocess.run(["cargo", "bench", "--features", "mpi,models", "--bench", "ddp"], cwd=ROOT,
+    ours = lines(subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--features", "mpi,models", "--bench", "ddp"], cwd=ROOT,
                                 env=env, capture_output=True, text=True, check=True).stdout)
     torchrun = os.path.join(os.path.dirname(args.python), "torchrun")
     theirs = {}
@@ -147,7 +147,7 @@ def main():
         if r.returncode != 0:
             print(f"(mpi4py run failed: {r.stderr[-500:]})")
             break
-        mine = subprocess.run(["cargo", "bench", "--features", "mpi,models", "--bench", "ddp"], cwd=ROOT,
+        mine = subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--features", "mpi,models", "--bench", "ddp"], cwd=ROOT,
                               env=dict(env, FERROGRAD_BENCH_ALLREDUCE_ONLY="1"), capture_output=True,
                               text=True, check=True).stdout
         pairs.append((lines(mine), lines(r.stdout)))

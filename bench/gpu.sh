@@ -35,7 +35,7 @@ for line in sys.stdin:
         name = m["target"]["name"]
         shutil.copy(exe, os.path.join(sys.argv[1], "test-" + name))
 ' "$bundle"
-    cargo build --release --features cuda,nccl --bench gpu --message-format=json 2>/dev/null |
+    cargo build --release -p ferrograd-benches --features cuda,nccl --bench gpu --message-format=json 2>/dev/null |
         python3 -c '
 import json, sys, shutil, os
 for line in sys.stdin:

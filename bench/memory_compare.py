@@ -6,7 +6,7 @@ peak RSS (from wait4's rusage, as `/usr/bin/time -v` reports them), and the rati
     python3 bench/memory_compare.py --python /path/to/torch/venv/bin/python [--binary B] [--skip-torch]
 
 `--binary` runs an already-built `memory` bench binary (to compare two builds); otherwise
-it is built with `cargo bench --bench memory --no-run`. PyTorch's numbers include its
+it is built with `cargo bench -p ferrograd-benches --bench memory --no-run`. PyTorch's numbers include its
 import (as a user's process does); ferrograd's include model construction.
 """
 import argparse
@@ -112,7 +112,7 @@ def run(cmd, env):
 
 
 def build():
-    subprocess.run(["cargo", "bench", "--bench", "memory", "--no-run"], cwd=root, check=True)
+    subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "memory", "--no-run"], cwd=root, check=True)
     bins = [p for p in glob.glob(str(root / "target/release/deps/memory-*")) if os.access(p, os.X_OK) and not p.endswith(".d")]
     return max(bins, key=os.path.getmtime)
 

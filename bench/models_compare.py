@@ -89,7 +89,7 @@ args = parser.parse_args()
 threads = os.cpu_count()
 env = dict(os.environ, RAYON_NUM_THREADS=str(threads), BENCH_THREADS=str(threads), ROOT=str(root))
 if not args.skip_cargo:
-    subprocess.run(["cargo", "bench", "--bench", "models", "--", "--noplot"], cwd=root, env=env, check=True)
+    subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "models", "--", "--noplot"], cwd=root, env=env, check=True)
 torch_results = json.loads(subprocess.run([args.python, "-c", TORCH_SIDE], env=env, check=True,
                                           capture_output=True, text=True).stdout)
 print(f"\nferrograd vs PyTorch {torch_results['torch']} on {cpu_model()} ({isa()}), {threads} threads "

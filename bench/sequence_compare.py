@@ -68,7 +68,7 @@ args = parser.parse_args()
 threads = os.cpu_count()
 env = dict(os.environ, RAYON_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
 if not args.skip_cargo:
-    subprocess.run(["cargo", "bench", "--bench", "sequence", "--", "--noplot"], cwd=root, env=env, check=True)
+    subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "sequence", "--", "--noplot"], cwd=root, env=env, check=True)
 torch_results = json.loads(subprocess.run([args.python, "-c", TORCH_SIDE, str(root)], env=env, check=True,
                                           capture_output=True, text=True).stdout)
 print(f"\nferrograd vs PyTorch {torch_results['torch']} on {threads} threads, forward + backward "

@@ -267,7 +267,7 @@ if unknown:
 threads = os.cpu_count()
 env = dict(os.environ, RAYON_NUM_THREADS=str(threads), BENCH_THREADS=str(threads))
 if not args.skip_cargo:
-    subprocess.run(["cargo", "bench", "--bench", "training", "--no-run"], cwd=root, env=env, check=True)
+    subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "training", "--no-run"], cwd=root, env=env, check=True)
 
 # On a shared machine the load moves within minutes: each workload runs in ferrograd and
 # then at once in PyTorch, so that each ratio compares times taken in the same minutes, and
@@ -279,7 +279,7 @@ for r in range(1 if args.skip_cargo else args.rounds):
     for unit in units:
         if not args.skip_cargo:
             pattern = "^(" + "|".join(UNITS[unit]) + ")$"
-            subprocess.run(["cargo", "bench", "-q", "--bench", "training", "--", "--noplot", pattern],
+            subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "-q", "--bench", "training", "--", "--noplot", pattern],
                            cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
         for bench in UNITS[unit]:
             t = criterion_median(bench)

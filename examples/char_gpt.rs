@@ -4,9 +4,9 @@
 //! plot, then text sampled with temperature and top-k.
 //!
 //! ```sh
-//! cargo run --release --example char_gpt            # bundled 200 KB slice, 400 steps
-//! cargo run --release --example char_gpt -- --full  # ../shared/data/text/shakespeare_8plays.txt, 2000 steps
-//! cargo run --release --example char_gpt -- --data FILE --steps N --out DIR
+//! cargo run --release --features models --example char_gpt            # bundled 200 KB slice, 400 steps
+//! cargo run --release --features models --example char_gpt -- --full  # ../shared/data/text/shakespeare_8plays.txt, 2000 steps
+//! cargo run --release --features models --example char_gpt -- --data FILE --steps N --out DIR
 //! ```
 //!
 //! Writes `metrics.csv`, `metrics.png`/`.svg` (training and validation loss against the

@@ -3,8 +3,8 @@
 //! `util.cos_sim` would.
 //!
 //! ```sh
-//! cargo run --release --example embed -- "How do I bake bread?" "Bread baking for beginners" "The stock market fell" "Kneading dough by hand"
-//! cargo run --release --example embed -- --model path/to/all-MiniLM-L6-v2 "query" "candidate" ..
+//! cargo run --release --features models --example embed -- "How do I bake bread?" "Bread baking for beginners" "The stock market fell" "Kneading dough by hand"
+//! cargo run --release --features models --example embed -- --model path/to/all-MiniLM-L6-v2 "query" "candidate" ..
 //! ```
 //!
 //! The model folder defaults to `$FERROGRAD_DATA/all-minilm-l6-v2`, then

@@ -8,10 +8,10 @@
 //! with the same recipe and budget, is the baseline.
 //!
 //! ```sh
-//! cargo run --release --example finetune                  # 96 training passages per play, 2 epochs
-//! cargo run --release --example finetune -- --per-play 256 --epochs 3
-//! cargo run --release --example finetune -- --show 10     # print some passages and stop
-//! cargo run --release --example finetune -- --model DIR --text FILE --out DIR
+//! cargo run --release --features models --example finetune                  # 96 training passages per play, 2 epochs
+//! cargo run --release --features models --example finetune -- --per-play 256 --epochs 3
+//! cargo run --release --features models --example finetune -- --show 10     # print some passages and stop
+//! cargo run --release --features models --example finetune -- --model DIR --text FILE --out DIR
 //! ```
 //!
 //! Needs the MiniLM folder and the corpus: `$FERROGRAD_DATA` or `../shared/data`

@@ -2,8 +2,8 @@
 //! layout: `config.json`, `model.safetensors`, `tokenizer.json`), printing tokens/s.
 //!
 //! ```sh
-//! cargo run --release --example generate -- --model path/to/Qwen2.5-0.5B --prompt "The capital of France is" --max-new-tokens 40
-//! cargo run --release --example generate -- --model path/to/gpt2 --prompt "Once upon a time" --sample --temperature 0.8 --top-k 50 --top-p 0.95 --seed 1
+//! cargo run --release --features models --example generate -- --model path/to/Qwen2.5-0.5B --prompt "The capital of France is" --max-new-tokens 40
+//! cargo run --release --features models --example generate -- --model path/to/gpt2 --prompt "Once upon a time" --sample --temperature 0.8 --top-k 50 --top-p 0.95 --seed 1
 //! ```
 //!
 //! Without `--model` it runs the tiny random GPT-2 bundled with the tests (256 tokens,

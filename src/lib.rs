@@ -17,7 +17,7 @@
 
 pub use ferrograd_runtime::*;
 
-/// Pretrained model families and tokenizers (the `models` feature, on by default): see
+/// Pretrained model families and tokenizers (the opt-in `models` feature): see
 /// [`ferrograd_models`].
 #[cfg(feature = "models")]
 pub use ferrograd_models as models;
@@ -36,6 +36,7 @@ mod book {
     struct Data;
     #[doc = include_str!("../docs/src/training.md")]
     struct Training;
+    #[cfg(feature = "models")]
     #[doc = include_str!("../docs/src/models.md")]
     struct Models;
     #[doc = include_str!("../docs/src/distributed.md")]
@@ -46,6 +47,8 @@ mod book {
     struct Performance;
     #[doc = include_str!("../docs/src/architecture.md")]
     struct Architecture;
+    // The README's tour loads a pretrained model.
+    #[cfg(feature = "models")]
     #[doc = include_str!("../README.md")]
     struct Readme;
 }

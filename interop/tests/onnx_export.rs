@@ -244,7 +244,6 @@ fn mlp_and_lenet() {
     );
 }
 
-#[cfg(feature = "models")]
 #[test]
 fn resnet18_and_mobilenet_v2() {
     use ferrograd::models::vision::{mobilenet::MobileNetV2, resnet::resnet18};
@@ -286,7 +285,7 @@ fn resnet18_and_mobilenet_v2() {
     );
 }
 
-#[path = "common/nets.rs"]
+#[path = "../../tests/common/nets.rs"]
 mod nets;
 use nets::{BertLayer, UNet};
 
@@ -344,7 +343,6 @@ fn bert_layer_with_dynamic_batch_and_length() {
     check("bert_layer", &exported, forward, &sets, 1e-4);
 }
 
-#[cfg(feature = "models")]
 #[test]
 fn small_gpt2_with_dynamic_batch_and_length() {
     use ferrograd::models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
