@@ -26,6 +26,7 @@
 //! (`application/x-safetensors`); `Accept: application/x-safetensors` answers the
 //! outputs as safetensors. Mistakes get a 4xx with `{"code", "type", "message"}` naming
 //! the problem; bodies above `max_body_bytes` get 413.
+#![warn(missing_docs)]
 
 mod batching;
 mod codec;
