@@ -1,9 +1,10 @@
-//! The one seam every op runs through. An op describes itself once — its [`Op`] schema
+//! The one seam every op runs through. An op describes itself once — its `Op` schema
 //! (name and attributes, what the exporter maps to ONNX and the profiler names), or, for
-//! an op with no exporter mapping, just its name ([`opaque`]) — and brackets its work
-//! with [`enter`] and [`finish`]. What watches ops attaches here and nowhere else: the
-//! ONNX tracer, the profiler, and the user's own hooks ([`with_hook`], in the spirit of
-//! PyTorch's `TorchDispatchMode`: count FLOPs, log shapes). No op names any of them.
+//! an op with no exporter mapping, just its name (`dispatch::opaque`) — and brackets its
+//! work with `dispatch::enter` and `dispatch::finish`. What watches ops attaches here and
+//! nowhere else: the ONNX tracer, the profiler, and the user's own hooks ([`with_hook`],
+//! in the spirit of PyTorch's `TorchDispatchMode`: count FLOPs, log shapes). No op names
+//! any of them.
 //!
 //! While nothing is attached on any thread, an op's cost here is one relaxed atomic
 //! load and a branch on each side.
