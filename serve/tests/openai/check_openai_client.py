@@ -6,9 +6,9 @@
 
 Checks completions and chat completions, streamed and not (text, finish reasons, usage),
 stop strings, seeds, the error the client raises for a too-long request, and
-`models.list()`. Exits non-zero on the first mismatch. (CI runs the same cases with a
-Rust client in `serve/tests/llm.rs`; this script shows the official client works
-unchanged.)
+`models.list()`. Exits non-zero on the first mismatch. CI runs it over a random fixture
+model (`.ci/openai_client.sh`), beside the same cases with a Rust client in
+`serve/tests/llm.rs`.
 """
 import sys
 
