@@ -132,7 +132,12 @@ impl GraphWriter {
         } else {
             Tensor::zeros(&shape, x.dtype, &crate::Device::Cpu)
         };
-        let sub = match super::super::export_with(module, &[example], |xs| vec![forward(&xs[0])], &opts) {
+        let sub = match super::super::export_with(
+            module,
+            &[example],
+            |xs| vec![forward(&xs[0])],
+            &opts,
+        ) {
             Ok(e) => e,
             Err(e) => {
                 self.unsupported(what, &format!("tracing this layer at {shape:?}: {e}"));
