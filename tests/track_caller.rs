@@ -4,18 +4,10 @@
 //! function anywhere that goes through the dispatch seam (`dispatch::enter`), must
 //! carry `#[track_caller]` (without it, `Location::caller()` is the framework's own file).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read the source folder") {
-        let path = entry.expect("a folder entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+mod common;
+use common::rust_files;
 
 fn indent(line: &str) -> usize {
     line.len() - line.trim_start().len()

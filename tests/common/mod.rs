@@ -78,3 +78,15 @@ pub fn close_to_torch(actual: &Tensor, expected: &Tensor, what: &str) {
         );
     }
 }
+
+/// Every `.rs` file below `dir` (for the tests that scan the runtime's source).
+pub fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read the source folder") {
+        let path = entry.expect("a folder entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
