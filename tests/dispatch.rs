@@ -1,7 +1,8 @@
 //! The dispatch seam: every op is described once and runs through one place, where the
 //! tracer, the profiler and user hooks attach.
 //!
-//! - No op names the tracer or the profiler (they attach at the seam).
+//! - No op names the tracer or the profiler (they attach at the seam), or reads the
+//!   autocast state: it asks the seam (`dispatch::cast`), whose one table is the policy.
 //! - Every schema variant has an exporter mapping (the exporter's match names each and
 //!   has no catch-all), and an op without one says so (`dispatch::opaque`); that every
 //!   public op reaches the seam one way or the other is `tests/train/profiler.rs`'s scan.
@@ -35,7 +36,11 @@ fn no_op_names_the_tracer_or_the_profiler() {
         let source = std::fs::read_to_string(&path).expect("read a source file");
         for (i, line) in source.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
-            if code.contains("onnx::trace") || code.contains("OpRecord") {
+            if code.contains("onnx::trace")
+                || code.contains("OpRecord")
+                || code.contains("autocast_dtype")
+                || code.contains("autocast_state")
+            {
                 offenders.push(format!("{}:{}: {}", path.display(), i + 1, line.trim()));
             }
         }
@@ -45,6 +50,59 @@ fn no_op_names_the_tracer_or_the_profiler() {
         "ops that name the tracer or the profiler instead of the seam:\n{}",
         offenders.join("\n")
     );
+}
+
+/// The op names the ops pass to `dispatch::cast` / `dispatch::cast_with_bias`.
+fn names_asking_autocast() -> std::collections::BTreeSet<String> {
+    let mut files = Vec::new();
+    rust_files(&runtime_src(), &mut files);
+    let mut names = std::collections::BTreeSet::new();
+    for path in files {
+        if path.ends_with("dispatch/autocast.rs") {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("read a source file");
+        for marker in ["dispatch::cast(", "dispatch::cast_with_bias("] {
+            for (at, _) in source.match_indices(marker) {
+                let rest = source[at + marker.len()..].trim_start();
+                let name = rest
+                    .strip_prefix('"')
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or_else(|| panic!("{}: a cast without a literal name", path.display()));
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_autocast_table_and_the_ops_that_ask_it_agree() {
+    let asked = names_asking_autocast();
+    let table: std::collections::BTreeSet<String> = ferrograd::amp::autocast_ops()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    assert!(
+        asked.len() > 20,
+        "only {} ops ask: wrong scan?",
+        asked.len()
+    );
+    assert_eq!(
+        asked, table,
+        "every op that asks the seam to cast has a policy, and every policy an op"
+    );
+}
+
+#[test]
+fn autocast_follows_the_table() {
+    let x = Tensor::randn(&[4, 8], DType::F32, &Device::Cpu);
+    let w = Tensor::randn(&[8, 3], DType::F32, &Device::Cpu);
+    ferrograd::amp::autocast(DType::BF16, || {
+        let y = x.matmul(&w); // lower precision
+        assert_eq!(y.dtype(), DType::BF16);
+        assert_eq!(y.softmax(-1).dtype(), DType::F32); // f32
+        assert_eq!(y.relu().dtype(), DType::BF16); // not in the table: as it is
+    });
 }
 
 /// The variant names of `enum Op` in the schema.

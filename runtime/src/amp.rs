@@ -6,7 +6,8 @@
 //! precision — softmax, log-softmax, logsumexp, sums, products, norms, `exp`, `log`,
 //! `pow`, `rsqrt`, layer norm and the losses — cast f16/bf16 inputs up to f32. Other ops
 //! run in the widest dtype of their inputs (ordinary promotion). f64 and integer tensors
-//! are never cast. The casts are ordinary differentiable ops, so parameters stay f32 and
+//! are never cast. One table at the op seam lists the ops and their policy
+//! ([`autocast_policy`]). The casts are ordinary differentiable ops, so parameters stay f32 and
 //! so do their gradients. The scope is per thread, as PyTorch's.
 //!
 //! ```
@@ -27,6 +28,7 @@
 use crate::{DType, Tensor};
 
 pub use crate::autocast_state::{autocast, autocast_disabled, autocast_dtype};
+pub use crate::dispatch::{CastPolicy, autocast_ops, autocast_policy};
 
 /// Loss scaling for f16 training (`torch.amp.GradScaler`): multiplies the loss so that
 /// small gradients do not flush to zero in f16, divides the gradients back before the

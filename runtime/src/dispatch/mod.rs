@@ -1,8 +1,10 @@
 //! The one seam every op runs through. An op describes itself once — its `Op` schema
 //! (name and attributes, what the exporter maps to ONNX and the profiler names), or, for
 //! an op with no exporter mapping, just its name (`dispatch::opaque`) — and brackets its
-//! work with `dispatch::enter` and `dispatch::finish`. What watches ops attaches here and
-//! nowhere else: the ONNX tracer, the profiler, and the user's own hooks ([`with_hook`],
+//! work with `dispatch::enter` and `dispatch::finish`; an op autocast casts asks
+//! `dispatch::cast` by name, and one table here decides how. What watches ops attaches
+//! here and nowhere else: the ONNX tracer, the profiler, anomaly detection, and the
+//! user's own hooks ([`with_hook`],
 //! in the spirit of PyTorch's `TorchDispatchMode`: count FLOPs, log shapes). No op names
 //! any of them.
 //!
@@ -11,9 +13,12 @@
 //!
 //! See [`DispatchHook`] for a FLOP counter.
 
+mod autocast;
 mod hooks;
 mod schema;
 
+pub use autocast::{CastPolicy, autocast_ops, autocast_policy};
+pub(crate) use autocast::{cast, cast_with_bias};
 pub use hooks::{DispatchHook, OpEvent, with_hook};
 pub(crate) use schema::*;
 

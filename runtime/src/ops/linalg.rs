@@ -3,7 +3,6 @@
 use super::check_same_device;
 use crate::Tensor;
 use crate::autograd::{SavedTensor, record};
-use crate::ops::autocast;
 use ferrograd_kernels::{Dims, Layout, broadcast_shapes};
 
 impl Tensor {
@@ -28,7 +27,7 @@ impl Tensor {
 
     #[track_caller]
     fn matmul_untraced(&self, other: &Tensor) -> Tensor {
-        if let Some([a, b]) = autocast::low_precision_all([self, other]) {
+        if let Some([a, b]) = crate::dispatch::cast("matmul", [self, other]) {
             return a.matmul(&b);
         }
         check_same_device("matmul", &[self, other]);

@@ -1,7 +1,6 @@
 //! Tensor ops, one file per family. Each op's shape rule, forward dispatch and backward
 //! sit together in its method; the kernels live in `ferrograd-kernels`.
 
-pub(crate) mod autocast;
 mod einsum;
 mod elementwise;
 mod index;

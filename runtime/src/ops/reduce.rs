@@ -1,7 +1,6 @@
 //! Reductions over dims (with `keepdim`), the fused softmax family, and cumsum.
 
 use crate::autograd::{SavedTensor, is_grad_enabled, record};
-use crate::ops::autocast;
 use crate::storage::op::{ReduceOp, RowOp};
 use crate::tensor::backend_failed;
 use crate::{DType, Tensor};
@@ -128,8 +127,8 @@ impl Tensor {
 
     #[track_caller]
     fn sum_untraced(&self, dims: &[isize], keepdim: bool) -> Tensor {
-        match autocast::full_precision(self) {
-            Some(x) => x.sum_same_dtype(dims, keepdim),
+        match crate::dispatch::cast("sum", [self]) {
+            Some([x]) => x.sum_same_dtype(dims, keepdim),
             None => self.sum_same_dtype(dims, keepdim),
         }
     }
@@ -468,7 +467,7 @@ impl Tensor {
     #[track_caller]
     pub fn prod(&self, dim: isize, keepdim: bool) -> Tensor {
         let _profiled = crate::dispatch::opaque("prod", &[self]);
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("prod", [self]) {
             return x.prod(dim, keepdim);
         }
         let d = self.normalize_dim("prod", dim);
@@ -503,7 +502,7 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor {
         let _profiled = crate::dispatch::opaque("logsumexp", &[self]);
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("logsumexp", [self]) {
             return x.logsumexp(dims, keepdim);
         }
         let reduced = self.reduction_dims("logsumexp", dims);
@@ -646,7 +645,7 @@ impl Tensor {
     /// Softmax or log-softmax: one row kernel each, and backward from the saved output.
     #[track_caller]
     fn softmax_family(&self, op: &'static str, dim: isize, log: bool) -> Tensor {
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("softmax", [self]) {
             return x.softmax_family(op, dim, log);
         }
         let x = if self.dtype().is_float() {
@@ -695,7 +694,7 @@ impl Tensor {
     #[track_caller]
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Tensor {
         let _profiled = crate::dispatch::opaque("norm", &[self]);
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("norm", [self]) {
             return x.norm(p, dims, keepdim);
         }
         if p == 2.0 {
@@ -731,7 +730,7 @@ impl Tensor {
     #[track_caller]
     pub fn cumsum(&self, dim: isize) -> Tensor {
         let _profiled = crate::dispatch::opaque("cumsum", &[self]);
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("cumsum", [self]) {
             return x.cumsum(dim);
         }
         let d = self.normalize_dim("cumsum", dim);

@@ -2,7 +2,6 @@
 //! GEMM) and `unfold`.
 
 use crate::autograd::record;
-use crate::ops::autocast;
 use crate::{DType, Tensor};
 use ferrograd_kernels::cpu::Conv2dGeometry;
 
@@ -210,7 +209,7 @@ fn conv2d_untraced(
     bias: Option<&Tensor>,
     args: &Conv2dArgs,
 ) -> Tensor {
-    if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
+    if let Some((x, w, b)) = crate::dispatch::cast_with_bias("conv2d", input, weight, bias) {
         return conv2d(&x, &w, b.as_ref(), args);
     }
     assert!(
@@ -429,7 +428,9 @@ fn conv_transpose2d_untraced(
     bias: Option<&Tensor>,
     args: &ConvTranspose2dArgs,
 ) -> Tensor {
-    if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
+    if let Some((x, w, b)) =
+        crate::dispatch::cast_with_bias("conv_transpose2d", input, weight, bias)
+    {
         return conv_transpose2d(&x, &w, b.as_ref(), args);
     }
     assert!(

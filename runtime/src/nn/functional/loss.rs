@@ -1,6 +1,5 @@
 //! Losses: cross-entropy (fused for class indices), NLL, MSE and BCE with logits.
 
-use crate::ops::autocast;
 use crate::ops::check_same_device;
 use crate::{DType, Tensor};
 use ferrograd_kernels::Dims;
@@ -93,7 +92,7 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
-    if let Some(x) = autocast::full_precision(input) {
+    if let Some([x]) = crate::dispatch::cast("nll_loss", [input]) {
         return nll_loss_with(&x, target, args);
     }
     let _profiled = crate::dispatch::opaque("nll_loss", &[input, target]);
@@ -216,7 +215,7 @@ pub fn cross_entropy(input: &Tensor, target: &Tensor) -> Tensor {
 /// ```
 #[track_caller]
 pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyArgs) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("cross_entropy", [input, target]) {
         return cross_entropy_with(&x, &t, args);
     }
     let _profiled = crate::dispatch::opaque("cross_entropy", &[input, target]);
@@ -271,7 +270,7 @@ pub fn cross_entropy_with(input: &Tensor, target: &Tensor, args: &CrossEntropyAr
 /// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("mse_loss", [input, target]) {
         return mse_loss(&x, &t, reduction);
     }
     let _profiled = crate::dispatch::opaque("mse_loss", &[input, target]);
@@ -305,7 +304,8 @@ pub fn binary_cross_entropy_with_logits(
     reduction: Reduction,
 ) -> Tensor {
     let _profiled = crate::dispatch::opaque("binary_cross_entropy_with_logits", &[input, target]);
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("binary_cross_entropy_with_logits", [input, target])
+    {
         return binary_cross_entropy_with_logits(&x, &t, reduction);
     }
     assert!(

@@ -7,7 +7,6 @@
 
 use super::Reduction;
 use crate::Tensor;
-use crate::ops::autocast;
 
 /// Applies `reduction` to elementwise losses (`Mean` over every element).
 pub(super) fn reduce(losses: Tensor, reduction: Reduction) -> Tensor {
@@ -38,7 +37,7 @@ fn same_shape(op: &str, input: &Tensor, target: &Tensor) {
 /// ```
 #[track_caller]
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("l1_loss", [input, target]) {
         return l1_loss(&x, &t, reduction);
     }
     let _profiled = crate::dispatch::opaque("l1_loss", &[input, target]);
@@ -57,7 +56,7 @@ pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor 
 /// ```
 #[track_caller]
 pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, beta: f64) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("smooth_l1_loss", [input, target]) {
         return smooth_l1_loss(&x, &t, reduction, beta);
     }
     let _profiled = crate::dispatch::opaque("smooth_l1_loss", &[input, target]);
@@ -84,7 +83,7 @@ pub fn smooth_l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction, bet
 /// ```
 #[track_caller]
 pub fn huber_loss(input: &Tensor, target: &Tensor, reduction: Reduction, delta: f64) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("huber_loss", [input, target]) {
         return huber_loss(&x, &t, reduction, delta);
     }
     let _profiled = crate::dispatch::opaque("huber_loss", &[input, target]);
@@ -120,7 +119,7 @@ pub fn binary_cross_entropy(
     weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("binary_cross_entropy", [input, target]) {
         return binary_cross_entropy(&x, &t, weight, reduction);
     }
     let _profiled = crate::dispatch::opaque("binary_cross_entropy", &[input, target]);
@@ -161,7 +160,8 @@ pub fn binary_cross_entropy_with_logits_weighted(
         "binary_cross_entropy_with_logits_weighted",
         &[input, target],
     );
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("binary_cross_entropy_with_logits", [input, target])
+    {
         return binary_cross_entropy_with_logits_weighted(&x, &t, weight, pos_weight, reduction);
     }
     same_shape("binary_cross_entropy_with_logits", input, target);
@@ -213,7 +213,7 @@ pub enum KlReduction {
 /// ```
 #[track_caller]
 pub fn kl_div(input: &Tensor, target: &Tensor, reduction: KlReduction, log_target: bool) -> Tensor {
-    if let Some([x, t]) = autocast::full_precision_all([input, target]) {
+    if let Some([x, t]) = crate::dispatch::cast("kl_div", [input, target]) {
         return kl_div(&x, &t, reduction, log_target);
     }
     let _profiled = crate::dispatch::opaque("kl_div", &[input, target]);

@@ -12,7 +12,6 @@
 //! ```
 use crate::Tensor;
 use crate::autograd::record;
-use crate::ops::autocast;
 use ferrograd_kernels::Dims;
 
 mod attention;
@@ -270,7 +269,7 @@ pub fn linear(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor 
 
 #[track_caller]
 fn linear_untraced(input: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    if let Some((x, w, b)) = autocast::low_precision_with_bias(input, weight, bias) {
+    if let Some((x, w, b)) = crate::dispatch::cast_with_bias("linear", input, weight, bias) {
         return linear(&x, &w, b.as_ref());
     }
     if let Some(y) = crate::nn::fused::linear(input, weight, bias) {

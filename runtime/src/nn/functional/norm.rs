@@ -1,7 +1,6 @@
 //! Normalisation: `layer_norm` (fused) and `batch_norm`.
 
 use crate::autograd::no_grad;
-use crate::ops::autocast;
 use crate::{DType, Device, Tensor};
 
 /// Layer normalisation over the trailing `normalized_shape` dims (`F.layer_norm`).
@@ -43,7 +42,7 @@ fn layer_norm_untraced(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    if let Some(x) = autocast::full_precision(input) {
+    if let Some([x]) = crate::dispatch::cast("layer_norm", [input]) {
         return layer_norm(&x, normalized_shape, weight, bias, eps);
     }
     let k = normalized_shape.len();
@@ -111,7 +110,7 @@ pub fn add_layer_norm(
     let len = normalized_shape.last().copied().unwrap_or(0);
     let fused =
         crate::nn::fused::inference_fusable(&[Some(input), Some(residual), shift, weight, bias])
-            && autocast::full_precision(input).is_none()
+            && crate::dispatch::cast("layer_norm", [input]).is_none()
             && normalized_shape.len() == 1
             && input.dim() >= 1
             && input.shape() == residual.shape()
@@ -464,7 +463,7 @@ fn group_norm_untraced(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Tensor {
-    if let Some(x) = autocast::full_precision(input) {
+    if let Some([x]) = crate::dispatch::cast("group_norm", [input]) {
         return group_norm(&x, num_groups, weight, bias, eps);
     }
     assert!(
@@ -588,7 +587,7 @@ fn rms_norm_untraced(
     weight: Option<&Tensor>,
     eps: Option<f64>,
 ) -> Tensor {
-    if let Some(x) = autocast::full_precision(input) {
+    if let Some([x]) = crate::dispatch::cast("rms_norm", [input]) {
         return rms_norm(&x, normalized_shape, weight, eps);
     }
     let k = normalized_shape.len();

@@ -4,7 +4,6 @@
 
 use super::{broadcast_shape, check_same_device};
 use crate::autograd::{SavedTensor, record};
-use crate::ops::autocast;
 use crate::storage::Storage;
 use crate::storage::op::{BinaryFloatOp, BinaryOp, Cmp, UnaryOp};
 use crate::{DType, Tensor};
@@ -378,7 +377,7 @@ impl Tensor {
 
     #[track_caller]
     fn pow_untraced(&self, exponent: &Tensor) -> Tensor {
-        if let Some([a, b]) = autocast::full_precision_all([self, exponent]) {
+        if let Some([a, b]) = crate::dispatch::cast("pow", [self, exponent]) {
             return a.pow(&b);
         }
         let (a, b, shape) = self.promote_pair(exponent, "pow", true);
@@ -499,7 +498,7 @@ impl Tensor {
     #[track_caller]
     pub fn atan2(&self, other: &Tensor) -> Tensor {
         let _profiled = crate::dispatch::opaque("atan2", &[self]);
-        if let Some([a, b]) = autocast::full_precision_all([self, other]) {
+        if let Some([a, b]) = crate::dispatch::cast("atan2", [self, other]) {
             return a.atan2(&b);
         }
         let (a, b, shape) = self.promote_pair(other, "atan2", true);

@@ -4,7 +4,6 @@
 
 use super::c;
 use crate::autograd::{SavedTensor, record};
-use crate::ops::autocast;
 use crate::storage::Storage;
 use crate::storage::op::{IntMap, UnaryOp};
 use crate::{DType, Tensor};
@@ -420,7 +419,7 @@ impl Tensor {
 
     #[track_caller]
     fn exp_untraced(&self) -> Tensor {
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("exp", [self]) {
             return x.exp();
         }
         self.unary_op("exp", ExpK, |_, out, g| g.mul(out))
@@ -446,7 +445,7 @@ impl Tensor {
 
     #[track_caller]
     fn log_untraced(&self) -> Tensor {
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("log", [self]) {
             return x.log();
         }
         self.unary_op("log", LogK, |x, _, g| g.div(x))
@@ -495,7 +494,7 @@ impl Tensor {
 
     #[track_caller]
     fn rsqrt_untraced(&self) -> Tensor {
-        if let Some(x) = autocast::full_precision(self) {
+        if let Some([x]) = crate::dispatch::cast("rsqrt", [self]) {
             return x.rsqrt();
         }
         self.unary_op("rsqrt", RsqrtK, |_, out, g| {
