@@ -470,3 +470,74 @@ fn slice_gradients_accumulate_like_their_definition() {
         .unwrap();
     assert_eq!(gg.to_vec::<f64>(), vec![2.0, 2.0, 0.0]);
 }
+
+/// The panic message of `f`, which must panic.
+fn panic_message(f: impl FnOnce()) -> String {
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .expect_err("expected a panic");
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn detect_anomaly_names_the_gradient_function_the_op_and_the_line() {
+    use ferrograd::autograd::{detect_anomaly, is_anomaly_enabled};
+    // PyTorch's example: sqrt at 0 has an infinite derivative; times a zero gradient
+    // it is NaN, made by sqrt's gradient function.
+    let x = leaf(vec![0.0, 4.0]);
+    let mut line = 0;
+    let message = panic_message(|| {
+        detect_anomaly(|| {
+            assert!(is_anomaly_enabled());
+            line = line!() + 1;
+            let y = x.sqrt();
+            (&y * 0.0).sum_all().backward();
+        })
+    });
+    assert!(!is_anomaly_enabled(), "the scope ends on a panic too");
+    assert!(
+        message.contains("'sqrt_backward' returned nan values in its 0th output"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("`sqrt`, called at tests/autograd.rs:{line}:")),
+        "{message}"
+    );
+
+    // The same graph without detection: backward finishes, the gradient is NaN.
+    x.zero_grad();
+    let y = x.sqrt();
+    (&y * 0.0).sum_all().backward();
+    assert!(x.grad().unwrap().to_vec::<f64>()[0].is_nan());
+}
+
+#[test]
+fn detect_anomaly_names_the_users_op_for_a_composite() {
+    use ferrograd::autograd::detect_anomaly;
+    // The 2-norm of a zero vector: its gradient x / |x| is 0 / 0. The failing gradient
+    // function is one of `norm`'s pieces; the message names `norm` and this line.
+    let x = leaf(vec![0.0, 0.0, 0.0]);
+    let mut line = 0;
+    let message = panic_message(|| {
+        detect_anomaly(|| {
+            line = line!() + 1;
+            let n = x.norm(2.0, &[0], false);
+            n.sum_all().backward();
+        })
+    });
+    assert!(message.contains("returned nan values"), "{message}");
+    assert!(
+        message.contains(&format!("`norm`, called at tests/autograd.rs:{line}:")),
+        "{message}"
+    );
+}
+
+#[test]
+fn detect_anomaly_lets_finite_gradients_through() {
+    use ferrograd::autograd::detect_anomaly;
+    let x = leaf(vec![1.0, 4.0]);
+    detect_anomaly(|| x.sqrt().sum_all().backward());
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.5, 0.25]);
+}

@@ -249,13 +249,18 @@ fn run_backward_inner(
                     || backward(&ctx, g),
                 );
                 drop(guard);
+                let slices = ctx.regions.into_inner();
+                if super::is_anomaly_enabled() {
+                    let sliced: Vec<Tensor> = slices.iter().map(|(_, s)| s.grad.clone()).collect();
+                    super::anomaly::check_gradients(&node, &grads, &sliced);
+                }
                 debug_assert_eq!(
                     grads.len(),
                     node.next.len(),
                     "{} returned the wrong number of gradients",
                     node.name
                 );
-                (grads, ctx.regions.into_inner())
+                (grads, slices)
             }
             None => (Vec::new(), Vec::new()),
         };

@@ -16,11 +16,13 @@
 //! assert_eq!(d2y.to_vec::<f64>(), vec![18.0]); // 6x
 //! ```
 
+mod anomaly;
 mod engine;
 mod function;
 mod gradcheck;
 mod hooks;
 
+pub use anomaly::{detect_anomaly, is_anomaly_enabled};
 pub use engine::{grad, grad_with};
 pub use function::{Function, FunctionCtx, SavedTensors, apply, checkpoint};
 pub use gradcheck::{GradcheckError, gradcheck, gradcheck_with};
@@ -144,6 +146,8 @@ pub(crate) struct Node {
     pub(crate) name: &'static str,
     pub(crate) backward: Mutex<Option<BackwardFn>>,
     pub(crate) next: Vec<Option<Edge>>,
+    /// The forward op and line that made it, under [`detect_anomaly`].
+    pub(crate) origin: std::sync::OnceLock<Box<anomaly::Origin>>,
 }
 
 /// What a tensor knows about the graph: nothing (no grad), or its slot/node.
@@ -300,7 +304,11 @@ where
         name,
         backward: Mutex::new(Some(Box::new(make_backward()))),
         next,
+        origin: std::sync::OnceLock::new(),
     });
+    if anomaly::is_anomaly_enabled() {
+        anomaly::recorded(&node);
+    }
     out.with_autograd(AutogradMeta::Interior(node))
 }
 
