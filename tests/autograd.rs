@@ -473,8 +473,8 @@ fn slice_gradients_accumulate_like_their_definition() {
 
 /// The panic message of `f`, which must panic.
 fn panic_message(f: impl FnOnce()) -> String {
-    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .expect_err("expected a panic");
+    let err =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
     err.downcast_ref::<String>()
         .cloned()
         .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
