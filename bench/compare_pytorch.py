@@ -9,7 +9,8 @@ faster).
 Row by row: each workload in ferrograd (criterion, filtered to that id), then at once in
 PyTorch, so that a ratio compares times taken in the same minute on a shared machine
 whose speed moves within minutes; `--rounds` repeats the whole list and prints each
-round's table. `--skip-cargo` reuses the last criterion results and times PyTorch alone
+round's table, and a full run records its ratios in
+`bench/results/<cpu>/compare_pytorch.json` for `bench/tables.py`. `--skip-cargo` reuses the last criterion results and times PyTorch alone
 (rows never run print "not run", so `cargo bench -p ferrograd-benches --bench core_ops -- --noplot cnn/` then
 `--skip-cargo` compares one group).
 
@@ -21,7 +22,7 @@ import pathlib
 import re
 import subprocess
 
-from machine import cpu_model, isa
+from machine import cpu_model, isa, record
 
 root = pathlib.Path(__file__).resolve().parent.parent
 parser = argparse.ArgumentParser()
@@ -29,6 +30,8 @@ parser.add_argument("--python", default=os.environ.get("TORCH_PYTHON", "python3"
 parser.add_argument("--skip-cargo", action="store_true", help="reuse the last criterion results")
 parser.add_argument("--rounds", type=int, default=1, help="times through the whole list")
 parser.add_argument("--only", help="comma-separated benchmark ids (default: all)")
+parser.add_argument("--no-record", action="store_true",
+                    help="do not write bench/results/<cpu>/compare_pytorch.json")
 args = parser.parse_args()
 
 threads = os.cpu_count()
@@ -55,6 +58,7 @@ flops = {f"matmul_f32/{n}": 2 * n ** 3 for n in [256, 512, 1024, 2048]}
 fmt = lambda s: f"{s * 1e6:10.2f} us" if s < 1e-3 else f"{s * 1e3:10.3f} ms"
 if not args.skip_cargo:
     subprocess.run(["cargo", "bench", "-p", "ferrograd-benches", "--bench", "core_ops", "--no-run"], cwd=root, env=env, check=True)
+recorded = []
 for r in range(1 if args.skip_cargo else args.rounds):
     rows = []
     if args.skip_cargo:
@@ -81,3 +85,8 @@ for r in range(1 if args.skip_cargo else args.rounds):
         if name in flops:
             extra = f"   ({flops[name] / mine / 1e9:.0f} vs {flops[name] / torch_s / 1e9:.0f} GFLOP/s)"
         print(f"{name:<22}{fmt(mine):>14}{fmt(torch_s):>14}{torch_s / mine:8.2f}{extra}", flush=True)
+    recorded += rows
+if not args.no_record and not args.only:
+    record("compare_pytorch", f"PyTorch {version}", recorded,
+           f"cargo bench -p ferrograd-benches --bench core_ops against bench/pytorch_workloads.py, "
+           f"{threads} threads, {args.rounds} round(s)")

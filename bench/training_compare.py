@@ -30,7 +30,7 @@ import pathlib
 import subprocess
 import sys
 
-from machine import cpu_model, isa
+from machine import cpu_model, isa, record
 
 root = pathlib.Path(__file__).resolve().parent.parent
 
@@ -221,8 +221,9 @@ def section(title, header, rows):
         print("\n".join(rows))
 
 
-def report(results, mine):
-    """Prints the three tables of one round: `results` PyTorch's times, `mine` ours."""
+def report(results, mine, recorded):
+    """Prints the three tables of one round: `results` PyTorch's times, `mine` ours;
+    adds `(workload, ours, PyTorch's)` rows to `recorded`."""
     epochs = results.get("train_epoch", {})
     rows = []
     for name, t in epochs.items():
@@ -230,6 +231,7 @@ def report(results, mine):
         if ours_t is not None:
             impl, best = min(t["slices"].items(), key=lambda kv: kv[1])
             rows.append(f"{name:<20}{ours_t * 1e3:9.0f}ms{best * 1e3:9.0f}ms  {impl:<12}{best / ours_t:6.2f}")
+            recorded.append((f"epoch {name}, sliced batches (PyTorch {impl})", ours_t, best))
     section("One epoch, batches sliced from a shuffled tensor; PyTorch's fastest optimizer implementation",
             f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}  {'(optimizer)':<12}{'ratio':>6}", rows)
 
@@ -238,6 +240,7 @@ def report(results, mine):
         ours_t = mine.get(f"train_epoch/{name}")
         if ours_t is not None:
             rows.append(f"{name:<20}{ours_t * 1e3:9.0f}ms{t['loader'] * 1e3:9.0f}ms{t['loader'] / ours_t:8.2f}")
+            recorded.append((f"epoch {name}, DataLoader", ours_t, t["loader"]))
     section("One epoch through each framework's DataLoader (shuffled, batch 64)",
             f"{'workload':<20}{'ferrograd':>11}{'PyTorch':>11}{'ratio':>8}", rows)
 
@@ -247,6 +250,7 @@ def report(results, mine):
         if ours_t is not None:
             for variant, t in sorted(variants.items(), key=lambda kv: kv[1]):
                 rows.append(f"{name:<28}{ours_t * 1e3:9.2f}ms  {variant:<32}{t * 1e3:8.2f}ms{t / ours_t:7.2f}")
+                recorded.append((f"step {name} (PyTorch {variant})", ours_t, t))
     section("One training step (forward + backward)",
             f"{'workload':<28}{'ferrograd':>11}  {'PyTorch variant':<32}{'PyTorch':>10}{'ratio':>7}", rows)
 
@@ -258,6 +262,8 @@ parser.add_argument("--skip-cargo", action="store_true",
 parser.add_argument("--rounds", type=int, default=2,
                     help="rounds of every workload, each framework in turn (default 2)")
 parser.add_argument("--only", default="", help="comma-separated units: " + ", ".join(UNITS))
+parser.add_argument("--no-record", action="store_true",
+                    help="do not write bench/results/<cpu>/training_compare.json")
 args = parser.parse_args()
 
 units = [u for u in args.only.split(",") if u] or list(UNITS)
@@ -292,7 +298,12 @@ for r in range(1 if args.skip_cargo else args.rounds):
 
 print(f"\nferrograd vs PyTorch {version} on {cpu_model()} ({isa()}), {threads} threads "
       "(ratio = PyTorch time / ferrograd time; > 1: ferrograd is faster)")
+recorded = []
 for r, (results, mine) in enumerate(rounds):
     if len(rounds) > 1:
         print(f"\n=== round {r + 1} of {len(rounds)} (each workload: ferrograd, then PyTorch at once)")
-    report(results, mine)
+    report(results, mine, recorded)
+if not args.no_record and not args.only and not args.skip_cargo:
+    record("training_compare", f"PyTorch {version}", recorded,
+           f"cargo bench -p ferrograd-benches --bench training against PyTorch's fastest variant "
+           f"of each workload, {threads} threads, {len(rounds)} round(s)")
