@@ -10,7 +10,7 @@ Row by row: each workload in ferrograd (criterion, filtered to that id), then at
 PyTorch, so that a ratio compares times taken in the same minute on a shared machine
 whose speed moves within minutes; `--rounds` repeats the whole list and prints each
 round's table, and a full run records its ratios in
-`bench/results/<cpu>/compare_pytorch.json` for `bench/tables.py`. `--skip-cargo` reuses the last criterion results and times PyTorch alone
+`bench/results/<cpu>/compare_pytorch.json` for `cargo run -p xtask -- bench-tables`. `--skip-cargo` reuses the last criterion results and times PyTorch alone
 (rows never run print "not run", so `cargo bench -p ferrograd-benches --bench core_ops -- --noplot cnn/` then
 `--skip-cargo` compares one group).
 

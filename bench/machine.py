@@ -5,12 +5,22 @@ import platform
 
 
 def cpu_model():
-    """The CPU's model name from /proc/cpuinfo, else what `platform` knows."""
+    """The CPU's model name from /proc/cpuinfo with its family and model numbers (a
+    virtual machine's name is often generic: "Intel(R) Xeon(R) Processor"), else what
+    `platform` knows."""
     try:
+        fields = {}
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+        name = fields.get("model name")
+        if name:
+            if "cpu family" in fields and "model" in fields:
+                return f"{name}, family {fields['cpu family']} model {fields['model']}"
+            return name
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
@@ -34,7 +44,7 @@ def slug(text):
 
 def record(script, reference, rows, note=""):
     """Writes this run's ratios to `bench/results/<cpu>/<script>.json`, which
-    `bench/tables.py` turns into the book's performance tables: `rows` is a list of
+    `cargo run -p xtask -- bench-tables` turns into the book's performance tables: `rows` is a list of
     `(workload, ferrograd seconds, reference seconds)` over all rounds (a workload that
     appears in several rounds keeps every round's ratio). Returns the path."""
     import datetime
@@ -69,5 +79,5 @@ def record(script, reference, rows, note=""):
     path = root / "bench" / "results" / slug(cpu_model()) / f"{script}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"\nrecorded {path.relative_to(root)} (python3 bench/tables.py updates the book)")
+    print(f"\nrecorded {path.relative_to(root)} (cargo run -p xtask -- bench-tables updates the book)")
     return path

@@ -82,7 +82,9 @@ pub fn network(input: TokenStream) -> TokenStream {
 /// crate, whose declaration is private to that crate): a layer of such a type is written
 /// with its output annotated, `field: Type => [dims]`, and the annotation and the value
 /// reaching the layer are checked against the declared shapes by constant evaluation.
-/// Networks and `#[derive(Module)]` structs of the same crate need no such line.
+/// Networks and `#[derive(Module)]` structs of the same crate need no such line, and an
+/// annotated layer needs none either: `field: Type => [dims]` joins through any type's
+/// `nn::DeclaredShapes` impl. Listed, a layer written without its output is told to add it.
 ///
 /// ```ignore
 /// use other_crate::Encoder;

@@ -49,29 +49,30 @@ pub(crate) fn declaration_macro(
     }
 }
 
-/// Calls `f` on every call of `net` with whether it is annotated (`=> [..]`) and whether
-/// it stands for a field (it is named, or an item of a named sequence).
-fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool)) {
-    fn call(c: &Call, annotated: bool, f: &mut dyn FnMut(&Call, bool, bool)) {
+/// Calls `f` on every call of `net` with whether it is annotated (`=> [..]`), whether
+/// it stands for a field (it is named, or an item of a named sequence), and the number of
+/// values it is applied to.
+fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool, usize)) {
+    fn call(c: &Call, annotated: bool, values: usize, f: &mut dyn FnMut(&Call, bool, bool, usize)) {
         if c.items.is_empty() {
-            f(c, annotated, c.name.is_some());
+            f(c, annotated, c.name.is_some(), values);
         }
         for item in &c.items {
-            f(item, false, true);
+            f(item, false, true, 1);
         }
     }
-    fn expr(e: &Expr, annotated: bool, f: &mut dyn FnMut(&Call, bool, bool)) {
+    fn expr(e: &Expr, annotated: bool, f: &mut dyn FnMut(&Call, bool, bool, usize)) {
         match e {
             Expr::Value(_) | Expr::Scalar(..) => {}
             Expr::Apply(c, inputs, _) => {
                 for i in inputs {
                     expr(i, false, f);
                 }
-                call(c, annotated, f);
+                call(c, annotated, inputs.len(), f);
             }
             Expr::Pipe(from, c) => {
                 expr(from, false, f);
-                call(c, annotated, f);
+                call(c, annotated, 1, f);
             }
             Expr::Binary(a, _, b, _) => {
                 expr(a, false, f);
@@ -89,7 +90,7 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool)) {
         Body::Chain(steps) => {
             for s in steps {
                 if let Step::Call(c, annotation) = s {
-                    call(c, annotation.is_some(), f);
+                    call(c, annotation.is_some(), 1, f);
                 }
             }
         }
@@ -109,18 +110,19 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool)) {
 /// misspelling of a built-in kind, nor a built-in op spelled as PyTorch's module class
 /// (`act: ReLU`).
 ///
-/// Annotated layers (`down: Down => [..]`) are fetched too, so a network of the crate is
-/// checked through its declaration whether or not its output is written; a type whose
-/// shapes are only a hand-written `nn::DeclaredShapes` (or another crate's network) has a
-/// declaration saying so, from `declared_shapes!`, and is then checked by constant
-/// evaluation against its annotation.
+/// A layer applied to one value with its output written and no constructor arguments
+/// (`up: Up64at8 => [..]`, `block: BasicBlock<16, 16> => [..]`) is not fetched: whatever
+/// its type — a network, a derived module with declared shapes, a hand-written module, a
+/// type alias or a generic type — it joins through its `nn::DeclaredShapes` impl, and the
+/// value reaching it and the annotation are checked by constant evaluation.
 pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Ident> {
     let mut found = None;
     for net in nets {
-        each_call(net, &mut |c, _annotated, field| {
+        each_call(net, &mut |c, annotated, field, values| {
             let kind = c.kind.to_string();
             if found.is_some()
                 || !field
+                || (annotated && values == 1 && c.args_span.is_none() && c.repeat.is_none())
                 || kinds::find(&kind).is_some()
                 || known.contains(&kind)
                 || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())

@@ -142,21 +142,23 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
 
     let mut const_checks = Vec::new();
     for u in &c.users {
-        let ty = &u.ty;
-        let span = ty.span();
+        let (ty, span) = (&u.ty_tokens, u.ty.span());
         let (actual, claimed) = (
             declared_dims(&u.input, &krate),
             declared_dims(&u.output, &krate),
         );
         let accepts_prefix = format!(
-            "`{}` is given {}, but `{ty}` declares its input as ",
+            "`{}` is given {} by {}, but `{}` declares its input as ",
             u.desc,
-            show(&u.input)
+            show(&u.input),
+            u.origin,
+            u.ty
         );
         let produces_prefix = format!(
-            "the annotation after `{}` says {}, but for this input `{ty}` declares its output as ",
+            "the annotation after `{}` says {}, but for this input `{}` declares its output as ",
             u.desc,
-            show(&u.output)
+            show(&u.output),
+            u.ty
         );
         let produces_suffix = " (with its input's sizes bound to this input's)";
         const_checks.push(quote_spanned! {span=>
@@ -177,8 +179,8 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         .fields
         .iter()
         .map(|f| {
-            let (n, t) = (&f.name, &f.ty);
-            quote!(pub #n: #t)
+            let (n, t, doc) = (&f.name, &f.ty, &f.doc);
+            quote!(#[doc = #doc] pub #n: #t)
         })
         .chain(ctor.iter().map(|p| {
             quote! {

@@ -1,124 +1,92 @@
 //! ResNet (`torchvision.models.resnet18/34/50`): basic and bottleneck blocks, torchvision's
 //! state-dict keys (`layer1.0.conv1.weight`, `layer2.0.downsample.0.weight`).
+//!
+//! The blocks are `network!`s, their shapes checked when this crate compiles, with
+//! torchvision's names as their fields; a block with a projection shortcut is its own
+//! network (`BasicDownBlock`, `BottleneckDown`). The stages' depth comes from the
+//! configuration at run time, so [`ResNet`] stacks the blocks by hand.
 
 use ferrograd::nn::functional::{self as F, Pool2dArgs};
 use ferrograd::nn::{BatchNorm2d, Conv2d, ConvOptions, Forward, Linear, Module, Sequential};
-use ferrograd::{Device, Tensor};
+use ferrograd::{Device, Tensor, network};
 
-/// A bias-free convolution with `kernel / 2` padding (torchvision's `conv3x3`/`conv1x1`).
-fn conv(inp: usize, out: usize, kernel: usize, stride: usize, device: &Device) -> Conv2d {
-    let options = ConvOptions::default()
-        .stride(stride)
-        .padding(kernel / 2)
-        .bias(false);
-    Conv2d::new(inp, out, kernel, options, device)
-}
+network! {
+    /// `torchvision.models.resnet.BasicBlock` that keeps its width and size (no
+    /// `downsample`): two 3×3 convolutions and the identity shortcut.
+    pub struct BasicBlock[planes](x: [N, planes, H, W]) -> [N, planes, H, W] {
+        let y = x
+            -> conv1: Conv2d(planes -> planes, kernel = 3, padding = 1, bias = false)
+            -> bn1: BatchNorm2d(planes)
+            -> relu
+            -> conv2: Conv2d(planes -> planes, kernel = 3, padding = 1, bias = false)
+            -> bn2: BatchNorm2d(planes);
+        relu(y + x)
+    }
 
-/// The projection shortcut of a block that changes width or stride (`downsample`):
-/// a 1×1 convolution and a batch norm, keys `downsample.0.*` and `downsample.1.*`.
-fn downsample(inp: usize, out: usize, stride: usize, device: &Device) -> Option<Sequential> {
-    (stride != 1 || inp != out).then(|| {
-        Sequential::new()
-            .append(conv(inp, out, 1, stride, device))
-            .append(BatchNorm2d::new(out, device))
-    })
-}
+    /// `BasicBlock` that changes width or stride: the first 3×3 carries the stride, and
+    /// the shortcut is a projection (`downsample.0` a 1×1 convolution, `downsample.1` a
+    /// batch norm).
+    pub struct BasicDownBlock[inplanes -> planes, stride = 2](x: [N, inplanes, H, W])
+        -> [N, planes, (H - 1) / stride + 1, (W - 1) / stride + 1]
+    {
+        let y = x
+            -> conv1: Conv2d(inplanes -> planes, kernel = 3, stride = stride, padding = 1, bias = false)
+            -> bn1: BatchNorm2d(planes)
+            -> relu
+            -> conv2: Conv2d(planes -> planes, kernel = 3, padding = 1, bias = false)
+            -> bn2: BatchNorm2d(planes);
+        let short = x -> downsample: (
+            Conv2d(inplanes -> planes, kernel = 1, stride = stride, bias = false),
+            BatchNorm2d(planes)
+        );
+        relu(y + short)
+    }
 
-/// `torchvision.models.resnet.BasicBlock`: two 3×3 convolutions and the shortcut.
-#[derive(Module)]
-pub struct BasicBlock {
-    /// 3×3, carrying the block's stride.
-    pub conv1: Conv2d,
-    /// After `conv1`.
-    pub bn1: BatchNorm2d,
-    /// 3×3.
-    pub conv2: Conv2d,
-    /// After `conv2`.
-    pub bn2: BatchNorm2d,
-    /// The projection shortcut, when width or size change.
-    pub downsample: Option<Sequential>,
+    /// `torchvision.models.resnet.Bottleneck` (ResNet v1.5) that keeps its width and
+    /// size: 1×1 down to `planes`, 3×3, 1×1 back up to `4 * planes`, identity shortcut.
+    pub struct Bottleneck[planes](x: [N, 4 * planes, H, W]) -> [N, 4 * planes, H, W] {
+        let y = x
+            -> conv1: Conv2d(4 * planes -> planes, kernel = 1, bias = false)
+            -> bn1: BatchNorm2d(planes)
+            -> relu
+            -> conv2: Conv2d(planes -> planes, kernel = 3, padding = 1, bias = false)
+            -> bn2: BatchNorm2d(planes)
+            -> relu
+            -> conv3: Conv2d(planes -> 4 * planes, kernel = 1, bias = false)
+            -> bn3: BatchNorm2d(4 * planes);
+        relu(y + x)
+    }
+
+    /// `Bottleneck` that changes width or stride: the stride on the 3×3 (v1.5) and a
+    /// projection shortcut.
+    pub struct BottleneckDown[inplanes -> planes, stride = 1](x: [N, inplanes, H, W])
+        -> [N, 4 * planes, (H - 1) / stride + 1, (W - 1) / stride + 1]
+    {
+        let y = x
+            -> conv1: Conv2d(inplanes -> planes, kernel = 1, bias = false)
+            -> bn1: BatchNorm2d(planes)
+            -> relu
+            -> conv2: Conv2d(planes -> planes, kernel = 3, stride = stride, padding = 1, bias = false)
+            -> bn2: BatchNorm2d(planes)
+            -> relu
+            -> conv3: Conv2d(planes -> 4 * planes, kernel = 1, bias = false)
+            -> bn3: BatchNorm2d(4 * planes);
+        let short = x -> downsample: (
+            Conv2d(inplanes -> 4 * planes, kernel = 1, stride = stride, bias = false),
+            BatchNorm2d(4 * planes)
+        );
+        relu(y + short)
+    }
 }
 
 impl BasicBlock {
     /// Output width of a block of `planes` (`BasicBlock.expansion`).
     pub const EXPANSION: usize = 1;
-
-    /// A block from `inplanes` to `planes` channels.
-    pub fn new(inplanes: usize, planes: usize, stride: usize, device: &Device) -> Self {
-        BasicBlock {
-            conv1: conv(inplanes, planes, 3, stride, device),
-            bn1: BatchNorm2d::new(planes, device),
-            conv2: conv(planes, planes, 3, 1, device),
-            bn2: BatchNorm2d::new(planes, device),
-            downsample: downsample(inplanes, planes, stride, device),
-        }
-    }
-}
-
-impl<'a> Forward<&'a Tensor> for BasicBlock {
-    type Output = Tensor;
-    fn forward(&self, x: &'a Tensor) -> Tensor {
-        let out = self.bn1.forward_relu(&self.conv1.forward(x));
-        let out = self.bn2.forward(&self.conv2.forward(&out));
-        let identity = match &self.downsample {
-            Some(d) => d.forward(x),
-            None => x.clone(),
-        };
-        (out + identity).relu()
-    }
-}
-
-/// `torchvision.models.resnet.Bottleneck` (ResNet v1.5: the stride is on the 3×3):
-/// 1×1 down to `planes`, 3×3, 1×1 up to `4 * planes`, and the shortcut.
-#[derive(Module)]
-pub struct Bottleneck {
-    /// 1×1 to `planes`.
-    pub conv1: Conv2d,
-    /// After `conv1`.
-    pub bn1: BatchNorm2d,
-    /// 3×3, carrying the block's stride.
-    pub conv2: Conv2d,
-    /// After `conv2`.
-    pub bn2: BatchNorm2d,
-    /// 1×1 to `4 * planes`.
-    pub conv3: Conv2d,
-    /// After `conv3`.
-    pub bn3: BatchNorm2d,
-    /// The projection shortcut, when width or size change.
-    pub downsample: Option<Sequential>,
 }
 
 impl Bottleneck {
     /// Output width of a block of `planes` (`Bottleneck.expansion`).
     pub const EXPANSION: usize = 4;
-
-    /// A block from `inplanes` to `4 * planes` channels.
-    pub fn new(inplanes: usize, planes: usize, stride: usize, device: &Device) -> Self {
-        let out = planes * Self::EXPANSION;
-        Bottleneck {
-            conv1: conv(inplanes, planes, 1, 1, device),
-            bn1: BatchNorm2d::new(planes, device),
-            conv2: conv(planes, planes, 3, stride, device),
-            bn2: BatchNorm2d::new(planes, device),
-            conv3: conv(planes, out, 1, 1, device),
-            bn3: BatchNorm2d::new(out, device),
-            downsample: downsample(inplanes, out, stride, device),
-        }
-    }
-}
-
-impl<'a> Forward<&'a Tensor> for Bottleneck {
-    type Output = Tensor;
-    fn forward(&self, x: &'a Tensor) -> Tensor {
-        let out = self.bn1.forward_relu(&self.conv1.forward(x));
-        let out = self.bn2.forward_relu(&self.conv2.forward(&out));
-        let out = self.bn3.forward(&self.conv3.forward(&out));
-        let identity = match &self.downsample {
-            Some(d) => d.forward(x),
-            None => x.clone(),
-        };
-        (out + identity).relu()
-    }
 }
 
 /// Which block a [`ResNet`] stacks.
@@ -238,11 +206,19 @@ impl ResNet {
                 let s = if i == 0 { stride } else { 1 };
                 match config.block {
                     Block::Basic => {
-                        seq.push(BasicBlock::new(inplanes, planes, s, device));
+                        if s != 1 || inplanes != planes {
+                            seq.push(BasicDownBlock::new(device, inplanes, planes, s));
+                        } else {
+                            seq.push(BasicBlock::new(device, planes));
+                        }
                         inplanes = planes * BasicBlock::EXPANSION;
                     }
                     Block::Bottleneck => {
-                        seq.push(Bottleneck::new(inplanes, planes, s, device));
+                        if s != 1 || inplanes != planes * Bottleneck::EXPANSION {
+                            seq.push(BottleneckDown::new(device, inplanes, planes, s));
+                        } else {
+                            seq.push(Bottleneck::new(device, planes));
+                        }
                         inplanes = planes * Bottleneck::EXPANSION;
                     }
                 }

@@ -15,9 +15,9 @@ pub enum DeclaredDim {
 /// `#[derive(Module)]` does for a struct with `#[module(input = [..], output = [..])]`
 /// (the parameter count summed from its children's, or given as `parameters = ..`);
 /// with `new(&Device)` and `forward(&Tensor) -> Tensor` such a type is a layer of
-/// `network!` whose shapes are checked at compile time. A hand-written impl (or a
-/// network of another crate) joins as `field: Type => [output shape]` once the type is
-/// listed in `ferrograd::declared_shapes!(Type)`, checked by constant evaluation.
+/// `network!` whose shapes are checked at compile time. Any type with this trait — a
+/// hand-written impl, a network of another crate, a generic type or a type alias —
+/// joins as `field: Type => [output shape]`, checked by constant evaluation.
 ///
 /// ```
 /// use ferrograd_runtime::nn::{DeclaredDim, DeclaredShapes};
@@ -29,8 +29,8 @@ pub enum DeclaredDim {
 /// }
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` declares no shapes (`nn::DeclaredShapes`), so a parameter count cannot be summed from it",
-    note = "give the enclosing struct's count as `#[module(parameters = ..)]`, or declare `{Self}` with `network!` or `#[module(input = [..], output = [..])]`"
+    message = "`{Self}` declares no shapes (`nn::DeclaredShapes`), which a layer written `name: Type => [..]` and a summed parameter count need",
+    note = "declare `{Self}` with `network!` or `#[module(input = [..], output = [..])]`, or implement `nn::DeclaredShapes` for it; for a parameter count alone, give the enclosing struct's as `#[module(parameters = ..)]`"
 )]
 pub trait DeclaredShapes {
     /// The declared input shape.

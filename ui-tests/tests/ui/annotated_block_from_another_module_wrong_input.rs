@@ -1,5 +1,5 @@
 // `down: Down => [..]` where `Down` is a network of another module: checked through its
-// declaration, as without the annotation, with a real diagnostic.
+// declared shapes by constant evaluation, the error on the layer's token.
 mod blocks {
     use ferrograd::prelude::*;
     network! {

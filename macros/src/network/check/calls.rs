@@ -349,6 +349,7 @@ impl Checker<'_> {
             name,
             ty: quote!((#(#types,)*)),
             init: quote!((#(#inits,)*)),
+            doc: format!("The layers `{}`.", call.describe()),
         });
         out
     }
@@ -369,6 +370,7 @@ impl Checker<'_> {
                 name: name.clone(),
                 ty,
                 init,
+                doc: format!("The layer `{}`.", call.describe()),
             });
         }
         let desc = call.describe();
@@ -380,6 +382,22 @@ impl Checker<'_> {
         self.checked
             .stmts
             .push(quote::quote_spanned!(span=> let #pattern = #code;));
+        self.last_norm = match (&out, vars) {
+            (Val::One(v, _), [input])
+                if matches!(
+                    call.kind.to_string().as_str(),
+                    "BatchNorm1d" | "BatchNorm2d"
+                ) && call.repeat.is_none() =>
+            {
+                Some(super::LastNorm {
+                    stmt: self.checked.stmts.len() - 1,
+                    field: field.clone(),
+                    input: input.clone(),
+                    out: v.to_string(),
+                })
+            }
+            _ => None,
+        };
         self.emit_onnx(
             call,
             built.onnx.as_ref(),
@@ -495,7 +513,14 @@ impl Checker<'_> {
 /// token (`at`) and its result checked to be a `Tensor`, or a tuple of `tuple` tensors
 /// (`tuple > 0`), as the layer declares: a `forward` of another signature or result is
 /// reported on the layer.
-fn forward_checked(field: &TokenStream, x: &TokenStream, at: Span, tuple: usize) -> TokenStream {
+fn forward_checked(
+    field: &TokenStream,
+    x: &TokenStream,
+    at: Span,
+    tuple: usize,
+    desc: &str,
+    kind: &str,
+) -> TokenStream {
     let ty = match tuple {
         0 => quote!(::ferrograd::Tensor),
         n => {
@@ -503,12 +528,37 @@ fn forward_checked(field: &TokenStream, x: &TokenStream, at: Span, tuple: usize)
             quote!((#(#each),*))
         }
     };
+    let wanted = match tuple {
+        0 => "one tensor".to_string(),
+        n => format!("a tuple of {n} tensors"),
+    };
+    // The output goes through a local trait implemented only for the declared type, so
+    // a `forward` that returns anything else is reported with the layer's name.
+    let message = format!(
+        "`{desc}`: `{kind}::forward` returns `{{Self}}`, but the network takes {wanted} from it"
+    );
+    let label = format!("`{kind}::forward` returns `{{Self}}` here");
+    let note = match tuple {
+        0 => format!(
+            "a layer written `{desc} => [..]` (or declared with one output) yields one tensor: return one from `{kind}::forward`, or declare its outputs on the module (`#[module(input = [..], output = ([..], [..]))]`) and take them apart with `let (a, b) = ...`"
+        ),
+        _ => format!("declare `{kind}`'s outputs as its `forward` returns them"),
+    };
     let forward = syn::Ident::new("forward", at);
-    let out = syn::Ident::new("__layer_output", at);
+    let convert = quote::quote_spanned!(at=> __DeclaredOutput::__declared(__layer_output));
     quote!({
+        #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+        trait __DeclaredOutput {
+            fn __declared(self) -> #ty;
+        }
+        #[diagnostic::do_not_recommend]
+        impl __DeclaredOutput for #ty {
+            fn __declared(self) -> #ty {
+                self
+            }
+        }
         let __layer_output = #field.#forward(&#x);
-        let __declared_output: #ty = #out;
-        __declared_output
+        #convert
     })
 }
 

@@ -84,6 +84,8 @@ pub(crate) struct Field {
     pub(crate) name: syn::Ident,
     pub(crate) ty: TokenStream,
     pub(crate) init: TokenStream,
+    /// The field's documentation: the layer as written.
+    pub(crate) doc: String,
 }
 
 /// A summary row: label, kind, output shape, parameters.
@@ -106,7 +108,11 @@ struct Resolved {
 /// evaluated.
 pub(crate) struct UserLayer {
     pub(crate) ty: syn::Ident,
+    /// The type with its generic arguments (`Residual<512>`).
+    pub(crate) ty_tokens: TokenStream,
     pub(crate) input: Vec<Dim>,
+    /// Where the input comes from (`the input \`x\``, `the previous layer (..)`).
+    pub(crate) origin: String,
     pub(crate) output: Vec<Dim>,
     pub(crate) desc: String,
 }
@@ -203,6 +209,17 @@ struct Checker<'a> {
     own_name: String,
     /// This network's constructor parameters.
     ctor: Vec<String>,
+    /// The last batch norm emitted: its statement, field, input and output variable, so
+    /// that a `relu` piped straight after it runs fused (`forward_relu`).
+    last_norm: Option<LastNorm>,
+}
+
+/// A batch norm's forward statement (see `Checker::last_norm`).
+struct LastNorm {
+    stmt: usize,
+    field: TokenStream,
+    input: TokenStream,
+    out: String,
 }
 
 /// Evaluates a written shape.
@@ -382,6 +399,7 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         siblings,
         own_name: net.name.to_string(),
         ctor: net.ctor.iter().map(|p| p.name.to_string()).collect(),
+        last_norm: None,
     };
     for (k, input) in net.inputs.iter().enumerate() {
         let shape = shape_dims(&input.shape, c.errors);

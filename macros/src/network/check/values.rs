@@ -169,6 +169,38 @@ impl Checker<'_> {
                 self.call(call, vals, unknown, annotation)
             }
             Expr::Pipe(from, call) => {
+                // `.. -> bn: BatchNorm2d(C) -> relu`: the norm's output goes nowhere else,
+                // so the two run as one pass (`forward_relu`, as the hand-written
+                // torchvision models do); the graph and the summary keep both.
+                let fusable = call.kind == "relu"
+                    && call.name.is_none()
+                    && matches!(&**from, Expr::Pipe(_, c) if c.kind == "BatchNorm1d" || c.kind == "BatchNorm2d");
+                if fusable {
+                    let v = self.expr(from, None);
+                    let norm = self.last_norm.take();
+                    let stmts_before = self.checked.stmts.len();
+                    let out = match &v {
+                        Some(Val::One(var, ty)) => {
+                            self.call(call, vec![(var.clone(), ty.clone())], false, annotation)
+                        }
+                        None => self.call(call, Vec::new(), true, annotation),
+                        Some(Val::Tuple(_)) => {
+                            return self.call(call, Vec::new(), true, annotation);
+                        }
+                    };
+                    if let (Some(norm), Some(Val::One(norm_out, _)), Some(Val::One(relu_out, _))) =
+                        (norm, &v, &out)
+                        && norm.out == norm_out.to_string()
+                        && norm.stmt + 1 == stmts_before
+                        && self.checked.stmts.len() == stmts_before + 1
+                    {
+                        let (field, input) = (&norm.field, &norm.input);
+                        self.checked.stmts[norm.stmt] =
+                            quote!(let #norm_out = #field.forward_relu(&#input););
+                        self.checked.stmts[stmts_before] = quote!(let #relu_out = #norm_out;);
+                    }
+                    return out;
+                }
                 let v = self.expr(from, None);
                 let (vals, unknown) = match v {
                     Some(Val::One(v, t)) => (vec![(v, t)], false),

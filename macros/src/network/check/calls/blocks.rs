@@ -184,6 +184,7 @@ impl Checker<'_> {
         };
         let repeated = call.repeat.is_some();
         let derived = sig.derived;
+        let (desc_f, kind_f) = (desc.clone(), kind.to_string());
         // A derived module's `forward` is the user's: its result is checked against its
         // declaration, with the error on the layer's token.
         let at = Span::call_site().located_at(kind.span());
@@ -209,7 +210,7 @@ impl Checker<'_> {
                 }
                 let x = &xs[0];
                 if derived && !repeated {
-                    forward_checked(f, x, at, n_out)
+                    forward_checked(f, x, at, n_out, &desc_f, &kind_f)
                 } else if repeated {
                     quote!({
                         let mut __r = #x.clone();
@@ -427,23 +428,27 @@ impl Checker<'_> {
             return None;
         }
         let output = shape_dims(annotation, self.errors);
-        self.checked.users.push(UserLayer {
-            ty: kind.clone(),
-            input: tys[0].shape.clone(),
-            output: output.clone(),
-            desc: call.describe(),
-        });
         let ty_tokens = match &call.generics {
             Some(g) => quote!(#kind #g),
             None => quote!(#kind),
         };
+        self.checked.users.push(UserLayer {
+            ty: kind.clone(),
+            ty_tokens: ty_tokens.clone(),
+            input: tys[0].shape.clone(),
+            origin: tys[0].origin.clone(),
+            output: output.clone(),
+            desc: call.describe(),
+        });
+        let desc = call.describe();
+        let kind_text = kind.to_string();
         let init = param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &[]);
         let at = Span::call_site().located_at(kind.span());
         let built = Built {
             out: Out::One(Ty::float(output)),
             field: Some((ty_tokens.clone(), init)),
             params: Dim::lit(0),
-            forward: Box::new(move |x, f| forward_checked(f, &x[0], at, 0)),
+            forward: Box::new(move |x, f| forward_checked(f, &x[0], at, 0, &desc, &kind_text)),
             onnx: None,
         };
         Some(Resolved {
