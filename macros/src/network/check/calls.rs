@@ -572,15 +572,69 @@ fn param_count_checked(
     text: &str,
     span: Span,
     args: &[TokenStream],
+    desc: &str,
 ) -> TokenStream {
     let at = Span::call_site().located_at(span);
-    let new = quote::quote_spanned!(at=> <#ty>::new(#(#args,)* device));
+    let new = if args.is_empty() {
+        new_from_device(ty, text, desc, at)
+    } else {
+        quote::quote_spanned!(at=> <#ty>::new(#(#args,)* device))
+    };
     quote!({
         let __module = #new;
         let __declared = <#ty as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
         let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
         assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
         __module
+    })
+}
+
+/// `<ty>::new(device)` for a layer written without arguments. A `new` that takes more
+/// than the device is told apart without an error of its own (autoref specialisation:
+/// the device-only impl applies only to functions of the device alone), and the value it
+/// leaves then fails a local trait whose message names the layer, `new`, and what to
+/// write — instead of rustc's bare count of arguments.
+fn new_from_device(ty: &TokenStream, text: &str, desc: &str, at: Span) -> TokenStream {
+    let message = format!("`{desc}`: `{text}::new` takes more than the device");
+    let label = format!("`{text}::new` is called here with the device alone");
+    let note = format!(
+        "write `new`'s other arguments after the layer's kind, as `{desc}(..)`: `{desc}(64)` for `{text}::new(64, device)`"
+    );
+    quote::quote_spanned!(at=> {
+        struct __NewFn<F>(::core::cell::Cell<::core::option::Option<F>>);
+        struct __Built<M>(M);
+        struct __NeedsArguments;
+        trait __ByDevice<M> {
+            fn __pick(&self, device: &::ferrograd::Device) -> __Built<M>;
+        }
+        impl<F: FnOnce(&::ferrograd::Device) -> M, M> __ByDevice<M> for __NewFn<F> {
+            fn __pick(&self, device: &::ferrograd::Device) -> __Built<M> {
+                let new = self.0.take().expect("called once");
+                __Built(new(device))
+            }
+        }
+        trait __OtherArguments {
+            fn __pick(&self, _device: &::ferrograd::Device) -> __NeedsArguments {
+                __NeedsArguments
+            }
+        }
+        impl<F> __OtherArguments for &__NewFn<F> {}
+        #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+        trait __Module<M> {
+            fn __module(self) -> M;
+        }
+        #[diagnostic::do_not_recommend]
+        impl<M> __Module<M> for __Built<M> {
+            fn __module(self) -> M {
+                self.0
+            }
+        }
+        fn __module<M, B: __Module<M>>(built: B) -> M {
+            built.__module()
+        }
+        let __new = __NewFn(::core::cell::Cell::new(::core::option::Option::Some(<#ty>::new)));
+        let __picked = (&__new).__pick(device);
+        __module(__picked)
     })
 }
 

@@ -171,7 +171,13 @@ impl Checker<'_> {
             None => quote!(#kind),
         };
         let build_one = if sig.derived {
-            param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &ctor_args)
+            param_count_checked(
+                &ty_tokens,
+                &kind.to_string(),
+                kind.span(),
+                &ctor_args,
+                &desc,
+            )
         } else {
             quote!(<#ty_tokens>::new(device #(, #ctor_args)*))
         };
@@ -442,7 +448,7 @@ impl Checker<'_> {
         });
         let desc = call.describe();
         let kind_text = kind.to_string();
-        let init = param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &[]);
+        let init = param_count_checked(&ty_tokens, &kind.to_string(), kind.span(), &[], &desc);
         let at = Span::call_site().located_at(kind.span());
         let built = Built {
             out: Out::One(Ty::float(output)),
