@@ -27,7 +27,7 @@ network! {
 fn mnist() -> Option<MNIST> {
     let root = std::env::var_os("FERROGRAD_DATA")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data"))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
         .join("mnist");
     match MNIST::new(&root, true) {
         Ok(d) => Some(d),

@@ -34,7 +34,7 @@ fn ids(n: usize, t: usize, vocab: usize) -> Tensor {
 fn minilm() -> BertModel {
     let dir = std::env::var_os("FERROGRAD_DATA")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("../shared/data"))
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")))
         .join("all-minilm-l6-v2");
     BertModel::from_pretrained(&dir).unwrap_or_else(|_| {
         eprintln!("all-MiniLM-L6-v2 not found: a random model of its shape");
