@@ -365,3 +365,54 @@ fn graph_export_of_recurrent_attention_and_constructor_blocks() {
         1e-4,
     );
 }
+
+#[test]
+fn mobilenet_blocks_export_from_their_graphs() {
+    use ferrograd::models::vision::mobilenet::{
+        InvertedResidual, InvertedResidualDown, InvertedResidualThin, InvertedResidualThinDown,
+    };
+    manual_seed(13);
+    let x =
+        |n: usize, c: usize, s: usize| vec![Tensor::randn(&[n, c, s, s], DType::F32, &Device::Cpu)];
+    // Depthwise convolutions (`groups` a constructor parameter), nested sequences
+    // (`conv.0.1.weight`), ReLU6 as `Clip`, with and without the shortcut.
+    fn one<M>(name: &str, mut m: M, sets: &[Vec<Tensor>], nested: &str)
+    where
+        M: onnx::ExportNetwork + for<'a> Forward<&'a Tensor, Output = Tensor>,
+    {
+        m.eval();
+        randomize(&m);
+        let exported = onnx::network_graph(&m).unwrap_or_else(|e| panic!("export {name}: {e}"));
+        assert!(exported.op_types().contains(&"Clip".to_string()), "{name}");
+        let mut names = params_of(&exported);
+        names.sort();
+        assert_eq!(names, forward_state(&m), "{name}");
+        assert!(names.contains(&nested.to_string()), "{name}: {names:?}");
+        check(name, &exported, |xs| vec![m.forward(&xs[0])], sets, 1e-4);
+    }
+    let cpu = &Device::Cpu;
+    one(
+        "inverted_residual",
+        InvertedResidual::new(cpu, 8, 48),
+        &[x(2, 8, 6), x(3, 8, 5)],
+        "conv.1.0.weight",
+    );
+    one(
+        "inverted_residual_down",
+        InvertedResidualDown::new(cpu, 8, 16, 48, 2),
+        &[x(2, 8, 7), x(1, 8, 8)],
+        "conv.0.1.running_var",
+    );
+    one(
+        "inverted_residual_thin",
+        InvertedResidualThin::new(cpu, 8),
+        &[x(2, 8, 6)],
+        "conv.0.0.weight",
+    );
+    one(
+        "inverted_residual_thin_down",
+        InvertedResidualThinDown::new(cpu, 8, 16, 2),
+        &[x(2, 8, 9)],
+        "conv.2.weight",
+    );
+}

@@ -58,7 +58,11 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool, usize)) {
             f(c, annotated, c.name.is_some(), values);
         }
         for item in &c.items {
-            f(item, false, true, 1);
+            if item.items.is_empty() {
+                f(item, false, true, 1);
+            } else {
+                call(item, false, 1, f);
+            }
         }
     }
     fn expr(e: &Expr, annotated: bool, f: &mut dyn FnMut(&Call, bool, bool, usize)) {

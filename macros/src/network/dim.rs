@@ -145,6 +145,9 @@ impl Dim {
         if self.as_lit() == Some(0) {
             return Dim::lit(0);
         }
+        if self.same(d) {
+            return Dim::lit(1);
+        }
         let mut terms = BTreeMap::new();
         terms.insert(
             vec![Atom::DivBy(Box::new(self.clone()), Box::new(d.clone()))],

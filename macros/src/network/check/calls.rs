@@ -308,29 +308,54 @@ impl Checker<'_> {
             .name
             .clone()
             .expect("a sequence is named by the parser");
+        let (out, ty, init) =
+            self.sequence_items(call, inputs, unknown, quote!(self.#name), &name.to_string())?;
+        self.checked.fields.push(Field {
+            name,
+            ty,
+            init,
+            doc: format!("The layers `{}`.", call.describe()),
+        });
+        Some(out)
+    }
+
+    /// The items of the sequence `call` reached at `path` (`self.conv`, `self.conv.1` for
+    /// a nested one) and labelled `label` (`conv`, `conv.1`): the value it yields, and the
+    /// type and initialiser of the tuple that holds its layers.
+    fn sequence_items(
+        &mut self,
+        call: &Call,
+        inputs: Vec<(TokenStream, Ty)>,
+        unknown: bool,
+        path: TokenStream,
+        label: &str,
+    ) -> Option<(Val, TokenStream, TokenStream)> {
         let (mut vars, mut tys): (Vec<TokenStream>, Vec<Ty>) = inputs.into_iter().unzip();
         let mut out = None;
         let (mut types, mut inits) = (Vec::new(), Vec::new());
         for (k, item) in call.items.iter().enumerate() {
             let index = syn::Index::from(k);
-            let (item, r) = self.resolve(item, &tys, unknown, None, true)?;
-            let krate = &self.krate;
-            let (ty, init) =
-                r.built.field.clone().unwrap_or_else(|| {
+            let item_path = quote!(#path.#index);
+            let item_label = format!("{label}.{k}");
+            let val = if item.items.is_empty() {
+                let (item, r) = self.resolve(item, &tys, unknown, None, true)?;
+                let krate = &self.krate;
+                let (ty, init) = r.built.field.clone().unwrap_or_else(|| {
                     (quote!(#krate::nn::Identity), quote!(#krate::nn::Identity))
                 });
-            types.push(ty);
-            inits.push(init);
-            let mut r = r;
-            r.built.field = None;
-            let val = self.emit(
-                &item,
-                r,
-                &vars,
-                quote!(self.#name.#index),
-                format!("{name}.{k}"),
-                false,
-            );
+                types.push(ty);
+                inits.push(init);
+                let mut r = r;
+                r.built.field = None;
+                self.emit(&item, r, &vars, item_path, item_label, false)
+            } else {
+                let inputs = vars.iter().cloned().zip(tys.iter().cloned()).collect();
+                let (val, ty, init) =
+                    self.sequence_items(item, inputs, unknown, item_path, &item_label)?;
+                types.push(ty);
+                inits.push(init);
+                val
+            };
             match &val {
                 Val::One(v, t) => {
                     vars = vec![v.clone()];
@@ -338,20 +363,14 @@ impl Checker<'_> {
                 }
                 Val::Tuple(_) => {
                     if k + 1 < call.items.len() {
-                        self.errors.push(item.kind.span(), format!("`{}` yields a tuple, so nothing can follow it in the sequence `{name}`", item.describe()));
+                        self.errors.push(item.kind.span(), format!("`{}` yields a tuple, so nothing can follow it in the sequence `{label}`", item.describe()));
                         return None;
                     }
                 }
             }
             out = Some(val);
         }
-        self.checked.fields.push(Field {
-            name,
-            ty: quote!((#(#types,)*)),
-            init: quote!((#(#inits,)*)),
-            doc: format!("The layers `{}`.", call.describe()),
-        });
-        out
+        Some((out?, quote!((#(#types,)*)), quote!((#(#inits,)*))))
     }
 
     /// Emits a checked call: its field, summary row and forward statement.

@@ -1,4 +1,4 @@
-//! Elementwise activations: `relu`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu`,
+//! Elementwise activations: `relu`, `relu6`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu`,
 //! `leaky_relu(slope)`; the shape is unchanged.
 
 use super::{Built, Cx, Kind, Ty};
@@ -10,6 +10,7 @@ impl Kind for Activation {
     fn names(&self) -> &'static [&'static str] {
         &[
             "relu",
+            "relu6",
             "gelu",
             "gelu_tanh",
             "tanh",

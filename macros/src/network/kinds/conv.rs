@@ -34,8 +34,9 @@ impl Kind for Conv {
         let transpose = kind.starts_with("ConvTranspose");
         let dims = if kind.ends_with("1d") { 1 } else { 2 };
         let arrow = Some(cx.arrow("in_channels -> out_channels")?);
-        // Kernel, stride, padding and dilation are literals or sizes of const and
-        // constructor parameters (`stride = S`); groups and output padding are literals.
+        // Kernel, stride, padding, dilation and groups are literals or sizes of const and
+        // constructor parameters (`stride = S`, a depthwise `groups = C`); output padding
+        // is a literal.
         let (kernel, kernel_span) = cx.size("kernel", true, None, 1);
         let (stride, stride_span) = cx.size("stride", false, Some(1), 1);
         let (same, (padding, padding_span)) = match cx.value("padding", false) {
@@ -62,7 +63,7 @@ impl Kind for Conv {
             }
         };
         let (dilation, dilation_span) = cx.size("dilation", false, Some(1), 1);
-        let groups = cx.int("groups", false, Some(1), 1);
+        let (groups, groups_span) = cx.size("groups", false, Some(1), 1);
         let bias = cx.bool("bias", true);
         let output_padding = if transpose {
             cx.int("output_padding", false, Some(0), 0)
@@ -82,7 +83,7 @@ impl Kind for Conv {
         }
         for (d, tok, what) in [(&ci, &inp, "in_channels"), (&co, &out, "out_channels")] {
             if let Some(v) = d.as_lit()
-                && (v <= 0 || v % groups != 0)
+                && (v <= 0 || groups.as_lit().is_some_and(|g| v % g != 0))
             {
                 cx.arg_error(
                     tok.span(),
@@ -152,10 +153,11 @@ impl Kind for Conv {
         for _ in 0..dims {
             k = k.mul(&kernel);
         }
-        let params =
-            co.mul(&ci.floor_div(groups))
-                .mul(&k)
-                .add(&if bias { co.clone() } else { Dim::lit(0) });
+        let params = co.mul(&ci.floor_div_by(&groups)).mul(&k).add(&if bias {
+            co.clone()
+        } else {
+            Dim::lit(0)
+        });
         let (it, ot) = (
             cx.const_tokens(&ci, inp.span()),
             cx.const_tokens(&co, out.span()),
@@ -167,7 +169,8 @@ impl Kind for Conv {
             cx.const_tokens(&padding, padding_span),
             cx.const_tokens(&dilation, dilation_span),
         );
-        let (groups, output_padding) = (groups as usize, output_padding as usize);
+        let groups = cx.const_tokens(&groups, groups_span);
+        let output_padding = output_padding as usize;
         let krate = &cx.krate;
         let options = if transpose {
             quote!(#krate::nn::ConvTransposeOptions::default().stride(#stride).padding(#padding).output_padding(#output_padding).dilation(#dilation).groups(#groups).bias(#bias))

@@ -321,6 +321,34 @@ impl Call {
         self.args_span.unwrap_or(self.kind.span())
     }
 
+    /// The items of a sequence, `A, B, (C, D), ..` (a parenthesised item is a nested
+    /// sequence, `nn.Sequential` inside `nn.Sequential`: keys `name.2.0.…`), as an unnamed
+    /// `Sequential` call; `span` covers the parentheses, `kind_span` names it in messages.
+    fn sequence_items(content: ParseStream, span: Span, kind_span: Span) -> syn::Result<Self> {
+        let items = Punctuated::<Call, Token![,]>::parse_terminated_with(content, |p| {
+            if p.peek(syn::token::Paren) {
+                let inner;
+                let paren = parenthesized!(inner in p);
+                Call::sequence_items(&inner, paren.span.join(), paren.span.open())
+            } else {
+                Call::parse_with(p, false)
+            }
+        })?;
+        if items.is_empty() {
+            return Err(syn::Error::new(span, "a sequence holds at least one layer"));
+        }
+        Ok(Call {
+            kind: Ident::new("Sequential", kind_span),
+            name: None,
+            generics: None,
+            args: Vec::new(),
+            args_span: Some(span),
+            repeat: None,
+            items: items.into_iter().collect(),
+            written_values: Vec::new(),
+        })
+    }
+
     /// Parses `(name:)? Kind<..>? (args)?`; `in_expression`, the last parenthesised group
     /// is left for the inputs.
     pub(super) fn parse_with(input: ParseStream, in_expression: bool) -> syn::Result<Self> {
@@ -355,25 +383,9 @@ impl Call {
             input.parse::<Token![:]>()?;
             let content;
             let paren = parenthesized!(content in input);
-            let items = Punctuated::<Call, Token![,]>::parse_terminated_with(&content, |p| {
-                Call::parse_with(p, false)
-            })?;
-            if items.is_empty() {
-                return Err(syn::Error::new(
-                    paren.span.join(),
-                    "a sequence holds at least one layer",
-                ));
-            }
-            return Ok(Call {
-                kind: Ident::new("Sequential", first.span()),
-                name: Some(first),
-                generics: None,
-                args: Vec::new(),
-                args_span: Some(paren.span.join()),
-                repeat: None,
-                items: items.into_iter().collect(),
-                written_values: Vec::new(),
-            });
+            let mut call = Call::sequence_items(&content, paren.span.join(), first.span())?;
+            call.name = Some(first);
+            return Ok(call);
         }
         let (name, kind) = if input.peek(Token![:]) && !input.peek(Token![::]) {
             input.parse::<Token![:]>()?;

@@ -448,11 +448,18 @@ impl GraphWriter {
         self.same(op, x, &[], &[])
     }
 
-    /// `relu`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu` and `leaky_relu` by
+    /// `relu`, `relu6`, `gelu`, `gelu_tanh`, `tanh`, `sigmoid`, `silu` and `leaky_relu` by
     /// `network!`'s names (GELU as its formula: opset 17 has no `Gelu`).
     pub fn activation(&mut self, name: &str, x: &Value, negative_slope: f64) -> Value {
         match name {
             "relu" => self.unary("Relu", x),
+            "relu6" => {
+                let (lo, hi) = (
+                    self.const_scalar(0.0, x.dtype),
+                    self.const_scalar(6.0, x.dtype),
+                );
+                self.same("Clip", x, &[&lo, &hi], &[])
+            }
             "tanh" => self.unary("Tanh", x),
             "sigmoid" => self.unary("Sigmoid", x),
             "leaky_relu" => self.same(
