@@ -416,3 +416,27 @@ fn mobilenet_blocks_export_from_their_graphs() {
         "conv.2.weight",
     );
 }
+
+#[test]
+fn vit_encoder_block_exports_from_its_graph() {
+    use ferrograd::models::vision::vit::EncoderBlock;
+    manual_seed(14);
+    // Number parameters (dropout probabilities) and `LayerNorm(.., eps = 1e-6)`.
+    let mut block = EncoderBlock::new(&Device::Cpu, 16, 2, 32, 0.1, 0.1);
+    block.eval();
+    randomize(&block);
+    assert_eq!((block.ln_1.eps, block.dropout.p), (1e-6, 0.1));
+    let exported = onnx::network_graph(&block).expect("export the ViT block");
+    let mut names = params_of(&exported);
+    names.sort();
+    assert_eq!(names, forward_state(&block));
+    assert_eq!(io_dims(&exported, false, 0), ["N", "T", "16"]);
+    let x = |n: usize, t: usize| vec![Tensor::randn(&[n, t, 16], DType::F32, &Device::Cpu)];
+    check(
+        "vit_encoder_block_graph",
+        &exported,
+        |xs| vec![block.forward(&xs[0])],
+        &[x(2, 5), x(3, 9)],
+        1e-4,
+    );
+}

@@ -38,12 +38,28 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     let consts: Vec<String> = generics
         .const_params()
         .map(|p| p.ident.to_string())
-        .chain(net.ctor.iter().map(|p| p.name.to_string()))
+        .chain(
+            net.ctor
+                .iter()
+                .filter(|p| p.float.is_none())
+                .map(|p| p.name.to_string()),
+        )
         .collect();
+    let local = |p: &crate::network::parse::CtorParam| {
+        syn::Ident::new(&p.name.to_string(), proc_macro2::Span::call_site())
+    };
     let ctor: Vec<syn::Ident> = net
         .ctor
         .iter()
-        .map(|p| syn::Ident::new(&p.name.to_string(), proc_macro2::Span::call_site()))
+        .filter(|p| p.float.is_none())
+        .map(local)
+        .collect();
+    // Number parameters (`p: f64`): given to `new` after the sizes, kept as fields.
+    let floats: Vec<syn::Ident> = net
+        .ctor
+        .iter()
+        .filter(|p| p.float.is_some())
+        .map(local)
         .collect();
     let net_name = name.to_string();
     let sym = |s: &str| symbol_tokens(s, !consts.iter().any(|c| c == s));
@@ -187,6 +203,12 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
                 /// A constructor parameter.
                 pub #p: usize
             }
+        }))
+        .chain(floats.iter().map(|p| {
+            quote! {
+                /// A number constructor parameter.
+                pub #p: f64
+            }
         }));
     // `nn::Module` from the layer fields: one traversal call per method.
     let (names, members): (Vec<String>, Vec<&syn::Ident>) = c
@@ -313,7 +335,11 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         quote!(#krate::Tensor)
     };
 
-    let shapes_impl = (net.inputs.len() == 1 && !net.tuple_output && ctor.is_empty()).then(|| {
+    let shapes_impl = (net.inputs.len() == 1
+        && !net.tuple_output
+        && ctor.is_empty()
+        && floats.is_empty())
+    .then(|| {
         let (input, output) = (
             declared_dims(&shape_dims(&net.inputs[0].shape, &mut quiet), &krate),
             declared_dims(&shape_dims(&net.outputs[0], &mut quiet), &krate),
@@ -441,8 +467,8 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
 
             /// Builds the network on `device` with PyTorch's default initialisation.
             #[allow(unused_variables)]
-            pub fn new(device: &#krate::Device #(, #ctor: usize)*) -> Self {
-                Self { #(#ctor,)* #(#inits,)* }
+            pub fn new(device: &#krate::Device #(, #ctor: usize)* #(, #floats: f64)*) -> Self {
+                Self { #(#ctor,)* #(#floats,)* #(#inits,)* }
             }
 
             /// Runs the network. Panics (naming the network, the dim and both shapes)

@@ -1,12 +1,15 @@
 //! Vision Transformer (`torchvision.models.vit_b_16` and its siblings): patches by a
 //! strided convolution, a class token, learned positions, pre-norm encoder blocks, and
 //! torchvision's keys (`encoder.layers.encoder_layer_0.self_attention.in_proj_weight`).
+//!
+//! The encoder block is a `network!` (its widths and dropout probabilities constructor
+//! parameters); the patch embedding, class token and positions around it are written by
+//! hand.
 
 use ferrograd::nn::{
-    Conv2d, ConvOptions, Dropout, Forward, GELU, LayerNorm, Linear, Module, ModuleDict,
-    MultiheadAttention, Sequential, init,
+    Conv2d, ConvOptions, Dropout, Forward, LayerNorm, Linear, Module, ModuleDict, init,
 };
-use ferrograd::{DType, Device, Tensor};
+use ferrograd::{DType, Device, Tensor, network};
 
 /// The shape of a [`VisionTransformer`] (torchvision's constructor arguments).
 ///
@@ -75,59 +78,36 @@ impl ViTConfig {
     }
 }
 
-/// `torchvision.models.vision_transformer.EncoderBlock`: pre-norm attention and MLP,
-/// each with a residual.
-#[derive(Module)]
-pub struct EncoderBlock {
-    /// Before attention (eps 1e-6).
-    pub ln_1: LayerNorm,
-    /// Packed-projection self-attention (`nn.MultiheadAttention`, batch first).
-    pub self_attention: MultiheadAttention,
-    /// After attention.
-    pub dropout: Dropout,
-    /// Before the MLP (eps 1e-6).
-    pub ln_2: LayerNorm,
-    /// `MLPBlock`: linear, GELU, dropout, linear, dropout (keys `mlp.0`, `mlp.3`).
-    pub mlp: Sequential,
+network! {
+    /// `torchvision.models.vision_transformer.EncoderBlock`: pre-norm attention and MLP,
+    /// each with a residual; `p` is the dropout after the positions and in the MLP,
+    /// `attention_p` the attention weights' (both 0 in torchvision's models).
+    pub struct EncoderBlock[hidden, heads, mlp_dim, p: f64, attention_p: f64](x: [N, T, hidden])
+        -> [N, T, hidden]
+    {
+        let a = x
+            -> ln_1: LayerNorm(hidden, eps = 1e-6)
+            -> self_attention: MultiheadAttention(hidden, heads, batch_first = true, dropout = attention_p)
+            -> dropout: Dropout(p);
+        let h = a + x;
+        let m = h
+            -> ln_2: LayerNorm(hidden, eps = 1e-6)
+            -> mlp: (Linear(hidden -> mlp_dim), gelu, Dropout(p), Linear(mlp_dim -> hidden), Dropout(p));
+        h + m
+    }
 }
 
 impl EncoderBlock {
     /// A block of `config`'s widths.
-    pub fn new(config: &ViTConfig, device: &Device) -> Self {
-        let d = config.hidden_dim;
-        let attention = MultiheadAttention::with_options(
-            d,
-            config.num_heads,
-            config.attention_dropout,
-            true,
-            None,
-            None,
+    pub fn of(config: &ViTConfig, device: &Device) -> Self {
+        EncoderBlock::new(
             device,
+            config.hidden_dim,
+            config.num_heads,
+            config.mlp_dim,
+            config.dropout,
+            config.attention_dropout,
         )
-        .batch_first(true);
-        EncoderBlock {
-            ln_1: LayerNorm::with_options(&[d], 1e-6, true, true, device),
-            self_attention: attention,
-            dropout: Dropout::new(config.dropout),
-            ln_2: LayerNorm::with_options(&[d], 1e-6, true, true, device),
-            mlp: Sequential::new()
-                .append(Linear::new(d, config.mlp_dim, device))
-                .append(GELU::default())
-                .append(Dropout::new(config.dropout))
-                .append(Linear::new(config.mlp_dim, d, device))
-                .append(Dropout::new(config.dropout)),
-        }
-    }
-}
-
-impl<'a> Forward<&'a Tensor> for EncoderBlock {
-    type Output = Tensor;
-    fn forward(&self, x: &'a Tensor) -> Tensor {
-        let y = self.ln_1.forward(x);
-        let y = self.self_attention.forward(&y, &y, &y);
-        let x = self.dropout.forward(&y) + x;
-        let y = self.mlp.forward(&self.ln_2.forward(&x));
-        x + y
     }
 }
 
@@ -206,7 +186,7 @@ impl VisionTransformer {
         for i in 0..config.num_layers {
             layers.insert(
                 format!("encoder_layer_{i}"),
-                EncoderBlock::new(config, device),
+                EncoderBlock::of(config, device),
             );
         }
         let p = config.patch_size;

@@ -282,6 +282,7 @@ impl Checker<'_> {
             self.krate.clone(),
             &self.runtime,
             &self.sizes,
+            &self.floats,
             kind.keys(),
         );
         let built = kind.check(&mut cx, tys);

@@ -135,9 +135,12 @@ pub(crate) struct Checked {
 pub(crate) struct Signature {
     name: String,
     consts: Vec<String>,
-    /// Constructor parameters and their defaults; whether the first two go as `a -> b`.
+    /// Size constructor parameters and their defaults; whether the first two go as `a
+    /// -> b`.
     ctor: Vec<(String, Option<i64>)>,
     ctor_arrow: bool,
+    /// Number (`f64`) constructor parameters and their defaults, after the sizes in `new`.
+    floats: Vec<(String, Option<f64>)>,
     inputs: Vec<Vec<Dim>>,
     input_names: Vec<String>,
     outputs: Vec<Vec<Dim>>,
@@ -166,9 +169,15 @@ impl Signature {
             ctor: net
                 .ctor
                 .iter()
+                .filter(|p| p.float.is_none())
                 .map(|p| (p.name.to_string(), p.default))
                 .collect(),
             ctor_arrow: net.ctor_arrow,
+            floats: net
+                .ctor
+                .iter()
+                .filter_map(|p| Some((p.name.to_string(), p.float?)))
+                .collect(),
             inputs: net
                 .inputs
                 .iter()
@@ -209,6 +218,8 @@ struct Checker<'a> {
     own_name: String,
     /// This network's constructor parameters.
     ctor: Vec<String>,
+    /// Its number (`f64`) constructor parameters.
+    floats: Vec<String>,
     /// The last batch norm emitted: its statement, field, input and output variable, so
     /// that a `relu` piped straight after it runs fused (`forward_relu`).
     last_norm: Option<LastNorm>,
@@ -346,7 +357,12 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         .generics
         .const_params()
         .map(|c| c.ident.to_string())
-        .chain(net.ctor.iter().map(|p| p.name.to_string()))
+        .chain(
+            net.ctor
+                .iter()
+                .filter(|p| p.float.is_none())
+                .map(|p| p.name.to_string()),
+        )
         .collect();
     for (k, p) in net.ctor.iter().enumerate() {
         let name = p.name.to_string();
@@ -399,6 +415,12 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         siblings,
         own_name: net.name.to_string(),
         ctor: net.ctor.iter().map(|p| p.name.to_string()).collect(),
+        floats: net
+            .ctor
+            .iter()
+            .filter(|p| p.float.is_some())
+            .map(|p| p.name.to_string())
+            .collect(),
         last_norm: None,
     };
     for (k, input) in net.inputs.iter().enumerate() {

@@ -73,7 +73,7 @@ impl Kind for MultiheadAttention {
         let (e, e_span) = cx.size("embed_dim", true, None, 1);
         let (heads, heads_span) = cx.size("num_heads", true, None, 1);
         let batch_first = cx.bool("batch_first", false);
-        let dropout = cx.float("dropout", false, Some(0.0), 0.0, 1.0, false);
+        let (dropout_lit, dropout) = cx.float_arg("dropout", false, Some(0.0), (0.0, 1.0, false));
         let bias = cx.bool("bias", true);
         let (kdim, kdim_span) = optional_size(cx, "kdim", &e, e_span);
         let (vdim, vdim_span) = optional_size(cx, "vdim", &e, e_span);
@@ -133,7 +133,7 @@ impl Kind for MultiheadAttention {
             cx.const_tokens(&vdim, vdim_span),
         );
         let krate = cx.krate.clone();
-        let init = if packed && dropout == 0.0 && bias {
+        let init = if packed && dropout_lit == Some(0.0) && bias {
             quote!(#krate::nn::MultiheadAttention::new(#eu, #hu, device).batch_first(#batch_first))
         } else {
             quote!(#krate::nn::MultiheadAttention::with_options(#eu, #hu, #dropout, #bias, ::core::option::Option::Some(#ku), ::core::option::Option::Some(#vu), device).batch_first(#batch_first))
@@ -205,7 +205,7 @@ impl Kind for EncoderLayer {
         let (e, e_span) = cx.size("d_model", true, None, 1);
         let (heads, heads_span) = cx.size("nhead", true, None, 1);
         let (ff, ff_span) = cx.size("dim_feedforward", false, Some(2048), 1);
-        let dropout = cx.float("dropout", false, Some(0.1), 0.0, 1.0, false);
+        let (_, dropout) = cx.float_arg("dropout", false, Some(0.1), (0.0, 1.0, false));
         let gelu = match cx.value("activation", false) {
             None => false,
             Some(Value::Str(s)) if s.value() == "relu" => false,
@@ -215,7 +215,7 @@ impl Kind for EncoderLayer {
                 false
             }
         };
-        let eps = cx.float("layer_norm_eps", false, Some(1e-5), 0.0, f64::MAX, true);
+        let (_, eps) = cx.float_arg("layer_norm_eps", false, Some(1e-5), (0.0, f64::MAX, true));
         let batch_first = cx.bool("batch_first", false);
         let norm_first = cx.bool("norm_first", false);
         let bias = cx.bool("bias", true);

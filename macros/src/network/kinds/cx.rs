@@ -36,6 +36,8 @@ pub(crate) struct Cx<'a> {
     /// Every size name an argument may use: the runtime ones, const and constructor
     /// parameters.
     sizes: &'a [String],
+    /// The network's float constructor parameters (`p: f64`).
+    floats: &'a [String],
     args: Vec<Option<Arg>>,
     /// The kind's argument keys, in PyTorch's positional order.
     keys: Vec<String>,
@@ -52,6 +54,7 @@ impl<'a> Cx<'a> {
         krate: TokenStream,
         runtime: &'a [String],
         sizes: &'a [String],
+        floats: &'a [String],
         keys: &[&str],
     ) -> Self {
         // A misspelt key close to a known one is reported with a suggestion and then read
@@ -85,6 +88,7 @@ impl<'a> Cx<'a> {
             krate,
             runtime,
             sizes,
+            floats,
             args,
             keys: keys.iter().map(|k| k.to_string()).collect(),
             positional_keys: Vec::new(),
@@ -206,7 +210,13 @@ impl<'a> Cx<'a> {
             if self.sizes.contains(&text) {
                 continue;
             }
-            let message = unknown_size(&text, self.sizes);
+            let message = if self.floats.contains(&text) {
+                format!(
+                    "`{text}` is a number parameter (`{text}: f64`), not a size: sizes are integers known when the network is built (`[{text}]`)"
+                )
+            } else {
+                unknown_size(&text, self.sizes)
+            };
             self.arg_error(name.span(), message);
             return None;
         }
@@ -388,8 +398,47 @@ impl<'a> Cx<'a> {
         hi: f64,
         hi_inclusive: bool,
     ) -> f64 {
+        let v = self.value(key, positional);
+        self.float_from(v, key, default, lo, hi, hi_inclusive)
+    }
+
+    /// A number argument that may also be one of the network's float constructor
+    /// parameters (`Dropout(p)` of `struct Block[dim, p: f64]`): its value when written as
+    /// a literal, and its tokens for the constructor either way. A parameter's range is
+    /// checked where the layer is built (`Dropout::new` panics outside [0, 1]).
+    pub(crate) fn float_arg(
+        &mut self,
+        key: &str,
+        positional: bool,
+        default: Option<f64>,
+        (lo, hi, hi_inclusive): (f64, f64, bool),
+    ) -> (Option<f64>, TokenStream) {
+        let v = self.value(key, positional);
+        if let Some(Value::Dim(DimExpr::Sym(name))) = &v
+            && self.floats.iter().any(|f| name == f)
+        {
+            // The expansion's hygiene (constructor parameters are locals of `new`), at
+            // the user's token.
+            let at = Span::call_site().located_at(name.span());
+            let i = syn::Ident::new(&name.to_string(), at);
+            return (None, quote::quote!(#i));
+        }
+        let x = self.float_from(v, key, default, lo, hi, hi_inclusive);
+        (Some(x), quote::quote!(#x))
+    }
+
+    /// [`Cx::float`] of a value already read.
+    fn float_from(
+        &mut self,
+        v: Option<Value>,
+        key: &str,
+        default: Option<f64>,
+        lo: f64,
+        hi: f64,
+        hi_inclusive: bool,
+    ) -> f64 {
         let kind = self.kind();
-        let Some(v) = self.value(key, positional) else {
+        let Some(v) = v else {
             return match default {
                 Some(d) => d,
                 None => {

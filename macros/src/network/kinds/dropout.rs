@@ -21,7 +21,7 @@ impl Kind for Dropout {
     }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
         // p = 1 zeroes everything in training, as `nn.Dropout(1.0)` does.
-        let p = cx.float("p", true, None, 0.0, 1.0, true);
+        let (_, p) = cx.float_arg("p", true, None, (0.0, 1.0, true));
         cx.finish("the probability `p`");
         if !cx.arity(inputs, 1, "one value") {
             return None;

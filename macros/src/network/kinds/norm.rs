@@ -1,5 +1,6 @@
-//! Normalisation layers: `BatchNorm1d(C)`, `BatchNorm2d(C)`, `LayerNorm(D)`,
-//! `GroupNorm(groups, C)`, `RMSNorm(D)`; the shape is unchanged.
+//! Normalisation layers: `BatchNorm1d(C)`, `BatchNorm2d(C)`, `LayerNorm(D, eps = 1e-5)`,
+//! `GroupNorm(groups, C)`, `RMSNorm(D, eps = ..)`; the shape is unchanged. `eps` is a
+//! literal or a number parameter of the network (`[D, eps: f64]`).
 
 use super::{Built, Cx, Kind, Out, Ty};
 use crate::network::dim::Dim;
@@ -77,10 +78,16 @@ impl Kind for LayerNorm {
     fn has_params(&self) -> bool {
         true
     }
+    fn keys(&self) -> &'static [&'static str] {
+        &["eps"]
+    }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
         let kind = cx.kind();
         let d = size(cx, "normalised size");
-        cx.finish("the normalised size");
+        let eps = cx
+            .has_arg("eps")
+            .then(|| cx.float_arg("eps", false, None, (0.0, f64::MAX, true)).1);
+        cx.finish("the normalised size and `eps`");
         let (d, span) = d?;
         if !cx.arity(inputs, 1, "one value") {
             return None;
@@ -102,13 +109,23 @@ impl Kind for LayerNorm {
         let (ty, init, params) = if kind == "LayerNorm" {
             (
                 quote!(#krate::nn::LayerNorm),
-                quote!(#krate::nn::LayerNorm::new(&[#dt], device)),
+                match &eps {
+                    Some(eps) => {
+                        quote!(#krate::nn::LayerNorm::with_options(&[#dt], #eps, true, true, device))
+                    }
+                    None => quote!(#krate::nn::LayerNorm::new(&[#dt], device)),
+                },
                 Dim::lit(2).mul(&d),
             )
         } else {
             (
                 quote!(#krate::nn::RMSNorm),
-                quote!(#krate::nn::RMSNorm::new(&[#dt], None, device)),
+                match &eps {
+                    Some(eps) => {
+                        quote!(#krate::nn::RMSNorm::new(&[#dt], ::core::option::Option::Some(#eps), device))
+                    }
+                    None => quote!(#krate::nn::RMSNorm::new(&[#dt], None, device)),
+                },
                 d.clone(),
             )
         };

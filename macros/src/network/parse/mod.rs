@@ -80,6 +80,9 @@ pub(crate) struct Input {
 pub(crate) struct CtorParam {
     pub(crate) name: Ident,
     pub(crate) default: Option<i64>,
+    /// `p: f64` (with its default, `p: f64 = 0.1`): a number for a layer's argument
+    /// (`Dropout(p)`, `LayerNorm(D, eps = eps)`), not a size.
+    pub(crate) float: Option<Option<f64>>,
 }
 
 /// A whole `network!` invocation.
@@ -139,6 +142,7 @@ impl Parse for Network {
                     ctor.push(CtorParam {
                         name: content.parse()?,
                         default: None,
+                        float: None,
                     });
                     if k == 0 {
                         content.parse::<Token![->]>()?;
@@ -151,15 +155,64 @@ impl Parse for Network {
             }
             let rest = Punctuated::<CtorParam, Token![,]>::parse_terminated_with(&content, |p| {
                 let name: Ident = p.parse()?;
+                if p.peek(Token![:]) {
+                    p.parse::<Token![:]>()?;
+                    let ty: Ident = p.parse()?;
+                    if ty != "f64" {
+                        return Err(syn::Error::new(
+                            ty.span(),
+                            format!(
+                                "a constructor parameter is a size (`{name}`, `{name} = 1`) or a number (`{name}: f64`, `{name}: f64 = 0.1`), not `{ty}`"
+                            ),
+                        ));
+                    }
+                    let default = if p.peek(Token![=]) {
+                        p.parse::<Token![=]>()?;
+                        let lit: syn::Lit = p.parse()?;
+                        Some(match &lit {
+                            syn::Lit::Float(f) => f.base10_parse()?,
+                            syn::Lit::Int(i) => i.base10_parse::<i64>()? as f64,
+                            _ => {
+                                return Err(syn::Error::new(
+                                    lit.span(),
+                                    "the default of an `f64` parameter is a number",
+                                ));
+                            }
+                        })
+                    } else {
+                        None
+                    };
+                    return Ok(CtorParam {
+                        name,
+                        default: None,
+                        float: Some(default),
+                    });
+                }
                 let default = if p.peek(Token![=]) {
                     p.parse::<Token![=]>()?;
                     Some(p.parse::<syn::LitInt>()?.base10_parse()?)
                 } else {
                     None
                 };
-                Ok(CtorParam { name, default })
+                Ok(CtorParam {
+                    name,
+                    default,
+                    float: None,
+                })
             })?;
             ctor.extend(rest);
+            // `new(device, sizes.., numbers..)`: the numbers come last, as written.
+            if let Some(k) = ctor.iter().position(|c| c.float.is_some())
+                && let Some(size) = ctor[k..].iter().find(|c| c.float.is_none())
+            {
+                return Err(syn::Error::new(
+                    size.name.span(),
+                    format!(
+                        "size parameter `{}` after the number `{}`: list the sizes first, then the `f64` parameters",
+                        size.name, ctor[k].name
+                    ),
+                ));
+            }
             if ctor.is_empty() {
                 return Err(syn::Error::new(
                     name.span(),

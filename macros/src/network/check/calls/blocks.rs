@@ -234,7 +234,9 @@ impl Checker<'_> {
         let one = if sig.derived {
             quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
         } else if !sig.ctor.is_empty() {
-            quote!(<#ty_tokens>::num_parameters_for(#(#ctor_args),*))
+            // The sizes only: number parameters (after them) do not change the count.
+            let sizes = &ctor_args[..sig.ctor.len().min(ctor_args.len())];
+            quote!(<#ty_tokens>::num_parameters_for(#(#sizes),*))
         } else {
             quote!(<#ty_tokens>::NUM_PARAMETERS)
         };
@@ -303,7 +305,7 @@ impl Checker<'_> {
         map: &mut HashMap<String, Dim>,
     ) -> Option<Vec<TokenStream>> {
         let kind = &call.kind;
-        if sig.ctor.is_empty() {
+        if sig.ctor.is_empty() && sig.floats.is_empty() {
             if let Some(span) = call.args_span {
                 self.errors.push(span, format!("`{kind}` takes no constructor arguments: declare them as `struct {kind}[a -> b, stride = 1](..)`, or give sizes as const parameters"));
                 return None;
@@ -314,7 +316,39 @@ impl Checker<'_> {
         let mut given: Vec<Option<(DimExpr, Span)>> = vec![None; sig.ctor.len()];
         let mut next = 0;
         let mut ok = true;
+        // Number parameters, given by name: a literal, or one of this network's own.
+        let mut numbers: Vec<Option<TokenStream>> = vec![None; sig.floats.len()];
         for arg in &call.args {
+            if let Arg::Named(key, v) = arg
+                && let Some(k) = sig.floats.iter().position(|(n, _)| key == n)
+            {
+                let tokens = match v {
+                    Value::Float(x, _) => Some(quote!(#x)),
+                    Value::Dim(DimExpr::Lit(x, _)) => {
+                        let x = *x as f64;
+                        Some(quote!(#x))
+                    }
+                    Value::Dim(DimExpr::Sym(name)) if self.floats.iter().any(|f| name == f) => {
+                        let i = syn::Ident::new(
+                            &name.to_string(),
+                            Span::call_site().located_at(name.span()),
+                        );
+                        Some(quote!(#i))
+                    }
+                    other => {
+                        self.errors.push(other.span(), format!("`{key}` of `{kind}` is a number (`f64`): a literal or one of this network's `f64` parameters, not `{}`", other.text()));
+                        ok = false;
+                        None
+                    }
+                };
+                if numbers[k].is_some() {
+                    self.errors
+                        .push(key.span(), format!("`{key}` of `{kind}` is given twice"));
+                    ok = false;
+                }
+                numbers[k] = tokens.or(Some(quote!(0.0)));
+                continue;
+            }
             let mut put = |errors: &mut Errors, k: usize, d: &DimExpr, span: Span| {
                 if given[k].is_some() {
                     errors.push(span, format!("`{}` of `{kind}` is given twice", names[k]));
@@ -408,6 +442,22 @@ impl Checker<'_> {
                 None => ok = false,
             }
             map.insert(name.clone(), value);
+        }
+        for ((name, default), given) in sig.floats.iter().zip(numbers) {
+            match (given, default) {
+                (Some(t), _) => tokens.push(t),
+                (None, Some(d)) => tokens.push(quote!(#d)),
+                (None, None) => {
+                    self.errors.push(
+                        call.args_or_kind(),
+                        format!(
+                            "`{}` needs its number parameter `{name}` (by name: `{name} = 0.1`)",
+                            call.describe()
+                        ),
+                    );
+                    ok = false;
+                }
+            }
         }
         ok.then_some(tokens)
     }
