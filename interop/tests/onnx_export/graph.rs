@@ -440,3 +440,34 @@ fn vit_encoder_block_exports_from_its_graph() {
         1e-4,
     );
 }
+
+ferrograd::network! {
+    /// A configuration-chosen activation (`act: Activation`, applied as `-> act`).
+    pub struct ActMlp[dim, act: Activation](x: [N, dim]) -> [N, dim] {
+        x -> c_fc: Linear(dim -> 2 * dim) -> act -> c_proj: Linear(2 * dim -> dim)
+    }
+}
+
+#[test]
+fn activation_parameters_export_by_name() {
+    use ferrograd::nn::Activation;
+    manual_seed(15);
+    for (act, op) in [
+        (Activation::Relu, "Relu"),
+        (Activation::Gelu, "Erf"),
+        (Activation::GeluTanh, "Tanh"),
+        (Activation::Silu, "Sigmoid"),
+    ] {
+        let mlp = ActMlp::new(&Device::Cpu, 6, act);
+        let exported = onnx::network_graph(&mlp).expect("export the MLP");
+        assert!(exported.op_types().contains(&op.to_string()), "{act:?}");
+        let x = |n: usize| vec![Tensor::randn(&[n, 6], DType::F32, &Device::Cpu)];
+        check(
+            act.name(),
+            &exported,
+            |xs| vec![mlp.forward(&xs[0])],
+            &[x(2), x(5)],
+            1e-4,
+        );
+    }
+}

@@ -112,7 +112,7 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool, usize)) {
 /// not in `known` (this invocation's networks and the fetched declarations), and, when
 /// it has arguments (constructor arguments, `Block(64 -> 128, stride = 2)`), not a
 /// misspelling of a built-in kind, nor a built-in op spelled as PyTorch's module class
-/// (`act: ReLU`).
+/// (`act: ReLU`), nor the network's own activation parameter (`act: Activation`).
 ///
 /// A layer applied to one value with its output written and no constructor arguments
 /// (`up: Up64at8 => [..]`, `block: BasicBlock<16, 16> => [..]`) is not fetched: whatever
@@ -131,6 +131,10 @@ pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Iden
                 || known.contains(&kind)
                 || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())
                 || kinds::op_named_like_a_module(&kind).is_some()
+                || net.ctor.iter().any(|p| {
+                    matches!(p.value, Some(crate::network::parse::ValueParam::Activation))
+                        && p.name == kind
+                })
             {
                 return;
             }

@@ -41,7 +41,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         .chain(
             net.ctor
                 .iter()
-                .filter(|p| p.float.is_none())
+                .filter(|p| p.value.is_none())
                 .map(|p| p.name.to_string()),
         )
         .collect();
@@ -51,14 +51,27 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     let ctor: Vec<syn::Ident> = net
         .ctor
         .iter()
-        .filter(|p| p.float.is_none())
+        .filter(|p| p.value.is_none())
         .map(local)
         .collect();
-    // Number parameters (`p: f64`): given to `new` after the sizes, kept as fields.
-    let floats: Vec<syn::Ident> = net
+    // Number and activation parameters (`p: f64`, `act: Activation`): given to `new`
+    // after the sizes, kept as fields.
+    let (values, value_tys): (Vec<syn::Ident>, Vec<TokenStream>) = net
         .ctor
         .iter()
-        .filter(|p| p.float.is_some())
+        .filter_map(|p| {
+            let ty = match p.value.as_ref()? {
+                crate::network::parse::ValueParam::Number(_) => quote!(f64),
+                crate::network::parse::ValueParam::Activation => quote!(#krate::nn::Activation),
+            };
+            Some((local(p), ty))
+        })
+        .unzip();
+    // Activations are read in `forward` and the graph export (`-> act`).
+    let acts: Vec<syn::Ident> = net
+        .ctor
+        .iter()
+        .filter(|p| matches!(p.value, Some(crate::network::parse::ValueParam::Activation)))
         .map(local)
         .collect();
     let net_name = name.to_string();
@@ -204,10 +217,10 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
                 pub #p: usize
             }
         }))
-        .chain(floats.iter().map(|p| {
+        .chain(values.iter().zip(&value_tys).map(|(p, t)| {
             quote! {
-                /// A number constructor parameter.
-                pub #p: f64
+                /// A constructor parameter.
+                pub #p: #t
             }
         }));
     // `nn::Module` from the layer fields: one traversal call per method.
@@ -338,7 +351,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     let shapes_impl = (net.inputs.len() == 1
         && !net.tuple_output
         && ctor.is_empty()
-        && floats.is_empty())
+        && values.is_empty())
     .then(|| {
         let (input, output) = (
             declared_dims(&shape_dims(&net.inputs[0].shape, &mut quiet), &krate),
@@ -420,6 +433,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             ) -> ::std::vec::Vec<#krate::onnx::Value> {
                 use #krate::onnx::{ViaExportLayer as _, ViaTrace as _, ViaUnsupported as _};
                 #(let #ctor = self.#ctor;)*
+                #(let #acts = self.#acts;)*
                 if __inputs.len() != #n_inputs {
                     __g.unsupported(#net_name, &::std::format!("takes {} inputs, got {}", #n_inputs, __inputs.len()));
                     return __inputs.to_vec();
@@ -467,8 +481,8 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
 
             /// Builds the network on `device` with PyTorch's default initialisation.
             #[allow(unused_variables)]
-            pub fn new(device: &#krate::Device #(, #ctor: usize)* #(, #floats: f64)*) -> Self {
-                Self { #(#ctor,)* #(#floats,)* #(#inits,)* }
+            pub fn new(device: &#krate::Device #(, #ctor: usize)* #(, #values: #value_tys)*) -> Self {
+                Self { #(#ctor,)* #(#values,)* #(#inits,)* }
             }
 
             /// Runs the network. Panics (naming the network, the dim and both shapes)
@@ -478,6 +492,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             #[allow(unused_variables, non_snake_case, clippy::let_and_return)]
             pub fn forward(&self, #(#params: &#krate::Tensor),*) -> #output_ty {
                 #(let #ctor = self.#ctor;)*
+                #(let #acts = self.#acts;)*
                 #(#binds)*
                 #(#checks)*
                 #(let _ = #bound_vars;)*

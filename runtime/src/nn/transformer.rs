@@ -7,7 +7,19 @@ use super::functional as F;
 use super::{LayerNorm, Linear, Module, ModuleList};
 use crate::{Device, Tensor};
 
-/// The feed-forward activation of a transformer layer.
+/// An activation chosen by configuration: a transformer layer's feed-forward activation
+/// (PyTorch's `activation="relu" | "gelu"`), a Hugging Face config's `hidden_act`, or a
+/// `network!`'s activation parameter (`struct Mlp[d, act: Activation]`, applied as `->
+/// act`).
+///
+/// ```
+/// use ferrograd_runtime::nn::Activation;
+/// use ferrograd_runtime::Tensor;
+/// let act = Activation::from_name("gelu_new").unwrap();
+/// assert_eq!((act, act.name()), (Activation::GeluTanh, "gelu_tanh"));
+/// let y = act.apply(&Tensor::from_vec(vec![0.0f32, 1.0], &[2]));
+/// assert!((y.to_vec::<f32>()[1] - 0.8412).abs() < 1e-4);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Activation {
     /// `relu` (PyTorch's default).
@@ -15,14 +27,54 @@ pub enum Activation {
     Relu,
     /// Exact `gelu`.
     Gelu,
+    /// `gelu` with the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`).
+    GeluTanh,
+    /// `silu` (`swish`).
+    Silu,
+    /// `tanh`.
+    Tanh,
+    /// `sigmoid`.
+    Sigmoid,
 }
 
 impl Activation {
-    fn apply(self, x: &Tensor) -> Tensor {
+    /// Applies it.
+    pub fn apply(self, x: &Tensor) -> Tensor {
         match self {
             Activation::Relu => x.relu(),
             Activation::Gelu => x.gelu(),
+            Activation::GeluTanh => x.gelu_tanh(),
+            Activation::Silu => x.silu(),
+            Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => x.sigmoid(),
         }
+    }
+
+    /// Its `network!` name (`"relu"`, `"gelu"`, `"gelu_tanh"`, `"silu"`, `"tanh"`,
+    /// `"sigmoid"`), which `onnx::GraphWriter::activation` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Silu => "silu",
+            Activation::Tanh => "tanh",
+            Activation::Sigmoid => "sigmoid",
+        }
+    }
+
+    /// By its `network!` name or a Hugging Face `hidden_act` (`gelu_new`,
+    /// `gelu_pytorch_tanh`, `gelu_fast`, `swish`); `None` for any other.
+    pub fn from_name(name: &str) -> Option<Activation> {
+        Some(match name {
+            "relu" => Activation::Relu,
+            "gelu" => Activation::Gelu,
+            "gelu_tanh" | "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
+            "silu" | "swish" => Activation::Silu,
+            "tanh" => Activation::Tanh,
+            "sigmoid" => Activation::Sigmoid,
+            _ => return None,
+        })
     }
 }
 

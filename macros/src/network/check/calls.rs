@@ -8,7 +8,7 @@ use super::{
 };
 use crate::network::dim::Dim;
 use crate::network::kinds::{self, Built, Cx, Out, Ty};
-use crate::network::parse::{Arg, Call, DimExpr, ShapeExpr, Value};
+use crate::network::parse::{Arg, Call, DKind, DimExpr, ShapeExpr, Value, ValueParam};
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use std::collections::HashMap;
@@ -64,6 +64,11 @@ impl Checker<'_> {
         named: bool,
     ) -> Option<(Call, Resolved)> {
         let kind_name = call.kind.to_string();
+        if self.acts.contains(&kind_name) {
+            return self
+                .activation_param(call, tys, unknown)
+                .map(|r| (call.clone(), r));
+        }
         let Some(kind) = kinds::find(&kind_name) else {
             if let Some(sig) = self
                 .siblings
@@ -293,6 +298,61 @@ impl Checker<'_> {
         }
         Some(Resolved {
             built: built?,
+            params: None,
+        })
+    }
+
+    /// `-> act` where `act: Activation` is a constructor parameter: the activation the
+    /// caller chose, applied (`Activation::apply`; ONNX by its name).
+    fn activation_param(&mut self, call: &Call, tys: &[Ty], unknown: bool) -> Option<Resolved> {
+        let name = &call.kind;
+        if call.name.is_some()
+            || call.args_span.is_some()
+            || call.generics.is_some()
+            || call.repeat.is_some()
+        {
+            let span = call.name.as_ref().map_or(call.args_or_kind(), |n| n.span());
+            self.errors.push(span, format!("`{name}` is this network's activation parameter: apply it as `-> {name}`, without a field name or arguments"));
+            return None;
+        }
+        if unknown {
+            return None;
+        }
+        let [x] = tys else {
+            self.errors.push(
+                name.span(),
+                format!(
+                    "`{name}` (an activation) takes one value, got {}",
+                    tys.len()
+                ),
+            );
+            return None;
+        };
+        if x.dtype != DKind::Float {
+            self.errors.push(
+                name.span(),
+                format!(
+                    "`{name}` (an activation) needs a float value, but {} is an integer or bool tensor",
+                    x.origin
+                ),
+            );
+            return None;
+        }
+        let act = syn::Ident::new(&name.to_string(), Span::call_site());
+        let act2 = act.clone();
+        let built = Built::op(
+            Ty::float(x.shape.clone()),
+            Box::new(move |x, _| {
+                let x = &x[0];
+                quote!(#act.apply(&#x))
+            }),
+        )
+        .onnx(Box::new(move |x, _, _| {
+            let x = &x[0];
+            quote!(__g.activation(#act2.name(), &#x, 0.0))
+        }));
+        Some(Resolved {
+            built,
             params: None,
         })
     }

@@ -11,7 +11,7 @@ mod values;
 use super::dim::{Dim, onnx_shape};
 use super::kinds::{Built, Ty};
 use super::parse::{
-    Arg, Body, Call, DimExpr, Expr, Network, Pattern, ShapeExpr, Step, Stmt, Value,
+    Arg, Body, Call, DimExpr, Expr, Network, Pattern, ShapeExpr, Step, Stmt, Value, ValueParam,
 };
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
@@ -139,8 +139,8 @@ pub(crate) struct Signature {
     /// -> b`.
     ctor: Vec<(String, Option<i64>)>,
     ctor_arrow: bool,
-    /// Number (`f64`) constructor parameters and their defaults, after the sizes in `new`.
-    floats: Vec<(String, Option<f64>)>,
+    /// Number (`f64`) and activation constructor parameters, after the sizes in `new`.
+    values: Vec<(String, ValueParam)>,
     inputs: Vec<Vec<Dim>>,
     input_names: Vec<String>,
     outputs: Vec<Vec<Dim>>,
@@ -169,14 +169,14 @@ impl Signature {
             ctor: net
                 .ctor
                 .iter()
-                .filter(|p| p.float.is_none())
+                .filter(|p| p.value.is_none())
                 .map(|p| (p.name.to_string(), p.default))
                 .collect(),
             ctor_arrow: net.ctor_arrow,
-            floats: net
+            values: net
                 .ctor
                 .iter()
-                .filter_map(|p| Some((p.name.to_string(), p.float?)))
+                .filter_map(|p| Some((p.name.to_string(), p.value.clone()?)))
                 .collect(),
             inputs: net
                 .inputs
@@ -220,6 +220,8 @@ struct Checker<'a> {
     ctor: Vec<String>,
     /// Its number (`f64`) constructor parameters.
     floats: Vec<String>,
+    /// Its activation constructor parameters.
+    acts: Vec<String>,
     /// The last batch norm emitted: its statement, field, input and output variable, so
     /// that a `relu` piped straight after it runs fused (`forward_relu`).
     last_norm: Option<LastNorm>,
@@ -360,7 +362,7 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         .chain(
             net.ctor
                 .iter()
-                .filter(|p| p.float.is_none())
+                .filter(|p| p.value.is_none())
                 .map(|p| p.name.to_string()),
         )
         .collect();
@@ -418,7 +420,13 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         floats: net
             .ctor
             .iter()
-            .filter(|p| p.float.is_some())
+            .filter(|p| matches!(p.value, Some(ValueParam::Number(_))))
+            .map(|p| p.name.to_string())
+            .collect(),
+        acts: net
+            .ctor
+            .iter()
+            .filter(|p| matches!(p.value, Some(ValueParam::Activation)))
             .map(|p| p.name.to_string())
             .collect(),
         last_norm: None,

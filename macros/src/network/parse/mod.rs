@@ -80,9 +80,18 @@ pub(crate) struct Input {
 pub(crate) struct CtorParam {
     pub(crate) name: Ident,
     pub(crate) default: Option<i64>,
+    /// Not a size: a number or an activation (see [`ValueParam`]).
+    pub(crate) value: Option<ValueParam>,
+}
+
+/// A constructor parameter that is not a size.
+#[derive(Clone)]
+pub(crate) enum ValueParam {
     /// `p: f64` (with its default, `p: f64 = 0.1`): a number for a layer's argument
-    /// (`Dropout(p)`, `LayerNorm(D, eps = eps)`), not a size.
-    pub(crate) float: Option<Option<f64>>,
+    /// (`Dropout(p)`, `LayerNorm(D, eps = eps)`).
+    Number(Option<f64>),
+    /// `act: Activation`: an `nn::Activation` chosen by the caller, applied as `-> act`.
+    Activation,
 }
 
 /// A whole `network!` invocation.
@@ -142,7 +151,7 @@ impl Parse for Network {
                     ctor.push(CtorParam {
                         name: content.parse()?,
                         default: None,
-                        float: None,
+                        value: None,
                     });
                     if k == 0 {
                         content.parse::<Token![->]>()?;
@@ -158,11 +167,18 @@ impl Parse for Network {
                 if p.peek(Token![:]) {
                     p.parse::<Token![:]>()?;
                     let ty: Ident = p.parse()?;
+                    if ty == "Activation" {
+                        return Ok(CtorParam {
+                            name,
+                            default: None,
+                            value: Some(ValueParam::Activation),
+                        });
+                    }
                     if ty != "f64" {
                         return Err(syn::Error::new(
                             ty.span(),
                             format!(
-                                "a constructor parameter is a size (`{name}`, `{name} = 1`) or a number (`{name}: f64`, `{name}: f64 = 0.1`), not `{ty}`"
+                                "a constructor parameter is a size (`{name}`, `{name} = 1`), a number (`{name}: f64`, `{name}: f64 = 0.1`) or an activation (`{name}: Activation`), not `{ty}`"
                             ),
                         ));
                     }
@@ -185,7 +201,7 @@ impl Parse for Network {
                     return Ok(CtorParam {
                         name,
                         default: None,
-                        float: Some(default),
+                        value: Some(ValueParam::Number(default)),
                     });
                 }
                 let default = if p.peek(Token![=]) {
@@ -197,18 +213,23 @@ impl Parse for Network {
                 Ok(CtorParam {
                     name,
                     default,
-                    float: None,
+                    value: None,
                 })
             })?;
             ctor.extend(rest);
-            // `new(device, sizes.., numbers..)`: the numbers come last, as written.
-            if let Some(k) = ctor.iter().position(|c| c.float.is_some())
-                && let Some(size) = ctor[k..].iter().find(|c| c.float.is_none())
+            // `new(device, sizes.., others..)`: numbers and activations come last, as
+            // written.
+            if let Some(k) = ctor.iter().position(|c| c.value.is_some())
+                && let Some(size) = ctor[k..].iter().find(|c| c.value.is_none())
             {
+                let what = match ctor[k].value {
+                    Some(ValueParam::Activation) => "activation",
+                    _ => "number",
+                };
                 return Err(syn::Error::new(
                     size.name.span(),
                     format!(
-                        "size parameter `{}` after the number `{}`: list the sizes first, then the `f64` parameters",
+                        "size parameter `{}` after the {what} `{}`: list the sizes first, then the `f64` and `Activation` parameters",
                         size.name, ctor[k].name
                     ),
                 ));

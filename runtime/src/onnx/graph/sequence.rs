@@ -278,11 +278,7 @@ impl ExportLayer for crate::nn::TransformerEncoderLayer {
         };
         let ff = |g: &mut GraphWriter, x: &Value| {
             let h = g.layer(&self.linear1, "linear1", &[x]).remove(0);
-            let name = match c.activation {
-                crate::nn::Activation::Relu => "relu",
-                crate::nn::Activation::Gelu => "gelu",
-            };
-            let h = g.activation(name, &h, 0.0);
+            let h = g.activation(c.activation.name(), &h, 0.0);
             g.layer(&self.linear2, "linear2", &[&h]).remove(0)
         };
         let norm = |g: &mut GraphWriter, n: &LayerNorm, field: &str, x: &Value| {

@@ -305,7 +305,7 @@ impl Checker<'_> {
         map: &mut HashMap<String, Dim>,
     ) -> Option<Vec<TokenStream>> {
         let kind = &call.kind;
-        if sig.ctor.is_empty() && sig.floats.is_empty() {
+        if sig.ctor.is_empty() && sig.values.is_empty() {
             if let Some(span) = call.args_span {
                 self.errors.push(span, format!("`{kind}` takes no constructor arguments: declare them as `struct {kind}[a -> b, stride = 1](..)`, or give sizes as const parameters"));
                 return None;
@@ -316,37 +316,59 @@ impl Checker<'_> {
         let mut given: Vec<Option<(DimExpr, Span)>> = vec![None; sig.ctor.len()];
         let mut next = 0;
         let mut ok = true;
-        // Number parameters, given by name: a literal, or one of this network's own.
-        let mut numbers: Vec<Option<TokenStream>> = vec![None; sig.floats.len()];
+        // Number and activation parameters, given by name: a literal (a number, an
+        // activation's name), or one of this network's own.
+        let mut numbers: Vec<Option<TokenStream>> = vec![None; sig.values.len()];
         for arg in &call.args {
             if let Arg::Named(key, v) = arg
-                && let Some(k) = sig.floats.iter().position(|(n, _)| key == n)
+                && let Some(k) = sig.values.iter().position(|(n, _)| key == n)
             {
-                let tokens = match v {
-                    Value::Float(x, _) => Some(quote!(#x)),
-                    Value::Dim(DimExpr::Lit(x, _)) => {
-                        let x = *x as f64;
-                        Some(quote!(#x))
-                    }
-                    Value::Dim(DimExpr::Sym(name)) if self.floats.iter().any(|f| name == f) => {
+                let own = |name: &syn::Ident, list: &[String]| {
+                    list.iter().any(|f| name == f).then(|| {
                         let i = syn::Ident::new(
                             &name.to_string(),
                             Span::call_site().located_at(name.span()),
                         );
-                        Some(quote!(#i))
-                    }
-                    other => {
-                        self.errors.push(other.span(), format!("`{key}` of `{kind}` is a number (`f64`): a literal or one of this network's `f64` parameters, not `{}`", other.text()));
-                        ok = false;
-                        None
-                    }
+                        quote!(#i)
+                    })
                 };
+                let tokens = match (&sig.values[k].1, v) {
+                    (ValueParam::Number(_), Value::Float(x, _)) => Some(quote!(#x)),
+                    (ValueParam::Number(_), Value::Dim(DimExpr::Lit(x, _))) => {
+                        let x = *x as f64;
+                        Some(quote!(#x))
+                    }
+                    (ValueParam::Number(_), Value::Dim(DimExpr::Sym(name))) => {
+                        own(name, &self.floats)
+                    }
+                    (ValueParam::Activation, Value::Dim(DimExpr::Sym(name))) => {
+                        own(name, &self.acts)
+                    }
+                    (ValueParam::Activation, Value::Str(s)) => activation_variant(&s.value())
+                        .map(|v| quote!(::ferrograd::nn::Activation::#v)),
+                    _ => None,
+                };
+                if tokens.is_none() {
+                    let want = match sig.values[k].1 {
+                        ValueParam::Number(_) => {
+                            "a number (`f64`): a literal or one of this network's `f64` parameters"
+                        }
+                        ValueParam::Activation => {
+                            "an activation: a name (\"gelu\", \"gelu_tanh\", \"relu\", \"silu\", \"tanh\", \"sigmoid\") or one of this network's `Activation` parameters"
+                        }
+                    };
+                    self.errors.push(
+                        v.span(),
+                        format!("`{key}` of `{kind}` is {want}, not `{}`", v.text()),
+                    );
+                    ok = false;
+                }
                 if numbers[k].is_some() {
                     self.errors
                         .push(key.span(), format!("`{key}` of `{kind}` is given twice"));
                     ok = false;
                 }
-                numbers[k] = tokens.or(Some(quote!(0.0)));
+                numbers[k] = tokens.or(Some(quote!(::core::default::Default::default())));
                 continue;
             }
             let mut put = |errors: &mut Errors, k: usize, d: &DimExpr, span: Span| {
@@ -443,15 +465,19 @@ impl Checker<'_> {
             }
             map.insert(name.clone(), value);
         }
-        for ((name, default), given) in sig.floats.iter().zip(numbers) {
-            match (given, default) {
+        for ((name, param), given) in sig.values.iter().zip(numbers) {
+            match (given, param) {
                 (Some(t), _) => tokens.push(t),
-                (None, Some(d)) => tokens.push(quote!(#d)),
-                (None, None) => {
+                (None, ValueParam::Number(Some(d))) => tokens.push(quote!(#d)),
+                (None, param) => {
+                    let (what, example) = match param {
+                        ValueParam::Number(_) => ("number", "0.1"),
+                        ValueParam::Activation => ("activation", "\"gelu\""),
+                    };
                     self.errors.push(
                         call.args_or_kind(),
                         format!(
-                            "`{}` needs its number parameter `{name}` (by name: `{name} = 0.1`)",
+                            "`{}` needs its {what} parameter `{name}` (by name: `{name} = {example}`)",
                             call.describe()
                         ),
                     );
@@ -512,4 +538,19 @@ impl Checker<'_> {
             params: Some(quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)),
         })
     }
+}
+
+/// The `nn::Activation` variant of an activation's name (`network!`'s, or a Hugging Face
+/// `hidden_act`), as `Activation::from_name` reads it.
+pub(crate) fn activation_variant(name: &str) -> Option<syn::Ident> {
+    let v = match name {
+        "relu" => "Relu",
+        "gelu" => "Gelu",
+        "gelu_tanh" | "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => "GeluTanh",
+        "silu" | "swish" => "Silu",
+        "tanh" => "Tanh",
+        "sigmoid" => "Sigmoid",
+        _ => return None,
+    };
+    Some(syn::Ident::new(v, Span::call_site()))
 }
