@@ -249,7 +249,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         let (n, i) = (&f.name, &f.init);
         quote!(#n: #i)
     });
-    let stmts = &c.stmts;
+    let stmts = &with_drops(&c.stmts, &c.result);
     let result = &c.result;
     let rows: Vec<TokenStream> = c
         .rows
@@ -514,4 +514,78 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             }
         }
     }
+}
+
+/// `stmts` with each intermediate value (`__vN`) dropped right after the statement that
+/// last reads it, as a hand-written chain (or `nn.Sequential`) frees an activation once
+/// the next layer has it: without this every activation lived until `forward` returned,
+/// so a deep block held all of them at once (MobileNetV2's expanded activations: more
+/// memory touched, fewer buffers reused). A value is dropped only where every read of it
+/// is a borrow (`&v`) or a method call (`v.op(..)`, ops take `&self`); one moved (`let b =
+/// v;`, a tuple, a by-value argument) is left to its new owner. Values in `result` are
+/// returned.
+fn with_drops(stmts: &[TokenStream], result: &TokenStream) -> Vec<TokenStream> {
+    use proc_macro2::TokenTree;
+    use std::collections::HashMap;
+    /// Every `__v` identifier of `ts`, with whether that occurrence only borrows it.
+    fn reads(ts: TokenStream, out: &mut Vec<(String, bool)>) {
+        let tokens: Vec<TokenTree> = ts.into_iter().collect();
+        for (i, t) in tokens.iter().enumerate() {
+            match t {
+                TokenTree::Group(g) => reads(g.stream(), out),
+                TokenTree::Ident(id) if id.to_string().starts_with("__v") => {
+                    let after_amp = i > 0
+                        && matches!(&tokens[i - 1], TokenTree::Punct(p) if p.as_char() == '&');
+                    let before_dot = matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '.');
+                    out.push((id.to_string(), after_amp || before_dot));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut last: HashMap<String, usize> = HashMap::new();
+    let mut moved: Vec<String> = Vec::new();
+    for (i, s) in stmts.iter().enumerate() {
+        // `let PATTERN = EXPR;`: the pattern defines, the expression reads.
+        let tokens: Vec<TokenTree> = s.clone().into_iter().collect();
+        let eq = tokens
+            .iter()
+            .position(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == '='));
+        let (pattern, expr) = match (tokens.first(), eq) {
+            (Some(TokenTree::Ident(l)), Some(eq)) if l == "let" => {
+                (tokens[1..eq].to_vec(), tokens[eq + 1..].to_vec())
+            }
+            _ => (Vec::new(), tokens),
+        };
+        let mut defs = Vec::new();
+        reads(pattern.into_iter().collect(), &mut defs);
+        for (v, _) in defs {
+            last.insert(v, i);
+        }
+        let mut uses = Vec::new();
+        reads(expr.into_iter().collect(), &mut uses);
+        for (v, borrowed) in uses {
+            if !borrowed {
+                moved.push(v.clone());
+            }
+            last.insert(v, i);
+        }
+    }
+    let mut kept = Vec::new();
+    reads(result.clone(), &mut kept);
+    let mut out = Vec::with_capacity(stmts.len() * 2);
+    for (i, s) in stmts.iter().enumerate() {
+        out.push(s.clone());
+        let mut done: Vec<&String> = last
+            .iter()
+            .filter(|(v, at)| **at == i && !moved.contains(v) && !kept.iter().any(|(k, _)| k == *v))
+            .map(|(v, _)| v)
+            .collect();
+        done.sort();
+        for v in done {
+            let v = syn::Ident::new(v, proc_macro2::Span::call_site());
+            out.push(quote!(::core::mem::drop(#v);));
+        }
+    }
+    out
 }
