@@ -152,6 +152,11 @@ struct Container {
     input: Option<(ShapeExpr, proc_macro2::TokenTree)>,
     output: Option<(ShapeExpr, proc_macro2::TokenTree)>,
     parameters: Option<syn::Expr>,
+    /// `new = [nx -> nf]`: constructor parameters the shapes use, as written.
+    new: Option<proc_macro2::TokenTree>,
+    /// `input = (x: [..], mask: Option<[..]: bool>)`: several inputs, as written (`input`
+    /// then holds the first's shape).
+    inputs: Option<proc_macro2::TokenTree>,
     /// The first of `input` and `output`, for errors about the declaration as a whole.
     attr: Option<proc_macro2::Span>,
 }
@@ -162,6 +167,8 @@ fn container(input: &DeriveInput, errors: &mut Errors) -> Container {
         input: None,
         output: None,
         parameters: None,
+        new: None,
+        inputs: None,
         attr: None,
     };
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("module")) {
@@ -175,6 +182,25 @@ fn container(input: &DeriveInput, errors: &mut Errors) -> Container {
                 // An output may be a tuple of shapes, `([N, T, D], [N, D])`, for a
                 // `forward` that returns a tuple of tensors; the first stands for it in
                 // `nn::DeclaredShapes::OUTPUT`.
+                if meta.path.is_ident("input") && value.peek(syn::token::Paren) {
+                    // Several inputs, named as a network's: `(x: [N, T, D], mask: Option<..>)`.
+                    let group: proc_macro2::TokenTree = value.parse()?;
+                    let header = quote!(struct __Inputs #group -> [N] {});
+                    let parsed = syn::parse2::<crate::network::parse::Network>(header)
+                        .map_err(|e| syn::Error::new(tokens_span(&tokens), e.to_string()))?;
+                    let first = parsed.inputs[0].shape.clone();
+                    let proc_macro2::TokenTree::Group(g) = &group else {
+                        unreachable!("peeked a group")
+                    };
+                    let first_tokens = g
+                        .stream()
+                        .into_iter()
+                        .find(|t| matches!(t, proc_macro2::TokenTree::Group(b) if b.delimiter() == proc_macro2::Delimiter::Bracket))
+                        .ok_or_else(|| syn::Error::new(g.span(), "each input is `name: [dims]`"))?;
+                    c.input = Some((first, first_tokens));
+                    c.inputs = Some(group);
+                    return Ok(());
+                }
                 let shape = if meta.path.is_ident("output") && value.peek(syn::token::Paren) {
                     let content;
                     syn::parenthesized!(content in value);
@@ -193,8 +219,14 @@ fn container(input: &DeriveInput, errors: &mut Errors) -> Container {
                 }
             } else if meta.path.is_ident("parameters") {
                 c.parameters = Some(meta.value()?.parse()?);
+            } else if meta.path.is_ident("new") {
+                let value = meta.value()?;
+                if !value.peek(syn::token::Bracket) {
+                    return Err(value.error("expected the constructor parameters in brackets, as `new = [nx -> nf]` for `new(nx, nf, device)`"));
+                }
+                c.new = Some(value.parse()?);
             } else {
-                return Err(meta.error("unknown container attribute: expected `#[module(crate = path)]` or the declared shapes `#[module(input = [..], output = [..], parameters = count)]`"));
+                return Err(meta.error("unknown container attribute: expected `#[module(crate = path)]` or the declared shapes `#[module(input = [..], output = [..], parameters = count)]`, with `new = [a -> b, ..]` when they use `new`'s arguments"));
             }
             Ok(())
         });
@@ -219,6 +251,12 @@ fn declared(
     let krate = &c.krate;
     let (shape_in, shape_out) = match (&c.input, &c.output) {
         (None, None) => {
+            if let Some(new) = &c.new {
+                errors.push(syn::Error::new(
+                    new.span(),
+                    "`new = [..]` goes with the declared shapes that use it: add `input = [..], output = [..]`",
+                ));
+            }
             if let Some(p) = &c.parameters {
                 let span = p.span();
                 errors.push(syn::Error::new(
@@ -258,6 +296,9 @@ fn declared(
         ));
         return TokenStream::new();
     }
+    if let Some(new) = &c.new {
+        return declared_with_new(input, c, new, (shape_in.1, shape_out.1), errors);
+    }
     let parameters = match &c.parameters {
         Some(p) => quote!(#p),
         None if has_params.is_some() => {
@@ -290,16 +331,95 @@ fn declared(
     let ident = &input.ident;
     let generics = &input.generics;
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    let inputs = match &c.inputs {
+        Some(group) => quote!(#group),
+        None => quote!((x: #shape_in)),
+    };
     let declaration = crate::network::declaration_macro(
         ident,
         &input.vis,
-        &quote!(#[module] struct #ident #generics (x: #shape_in) -> #shape_out {}),
+        &quote!(#[module] struct #ident #generics #inputs -> #shape_out {}),
     );
     quote! {
         impl #impl_generics #krate::nn::DeclaredShapes for #ident #ty_generics #where_clause {
             const INPUT: &'static [#krate::nn::DeclaredDim] = #din;
             const OUTPUT: &'static [#krate::nn::DeclaredDim] = #dout;
             const PARAMETERS: usize = #parameters;
+        }
+        #declaration
+    }
+}
+
+/// Declared shapes that use constructor parameters (`#[module(new = [nx -> nf], input =
+/// [N, T, nx], output = [N, T, nf], parameters = nx * nf + nf)]`): no `nn::DeclaredShapes`
+/// (its shapes are not constants), but the declaration `network!` fetches, with the
+/// parameters in it, and `num_parameters_for(sizes..)`, the count as a `const fn` of the
+/// size parameters.
+fn declared_with_new(
+    input: &DeriveInput,
+    c: &Container,
+    new: &proc_macro2::TokenTree,
+    (shape_in, shape_out): (&proc_macro2::TokenTree, &proc_macro2::TokenTree),
+    errors: &mut Errors,
+) -> TokenStream {
+    let ident = &input.ident;
+    let generics = &input.generics;
+    let inputs = match &c.inputs {
+        Some(group) => quote!(#group),
+        None => quote!((x: #shape_in)),
+    };
+    let header = quote!(struct #ident #generics #new #inputs -> #shape_out {});
+    // Read as `network!` will read it, so that a malformed list is reported here.
+    let parsed = match syn::parse2::<crate::network::parse::Network>(header.clone()) {
+        Ok(n) => n,
+        Err(e) => {
+            errors.push(syn::Error::new(new.span(), e.to_string()));
+            return TokenStream::new();
+        }
+    };
+    let Some(parameters) = &c.parameters else {
+        errors.push(syn::Error::new(
+            new.span(),
+            format!(
+                "`{ident}`'s shapes use its constructor parameters, so its parameter count does too: give it in them, as `parameters = ..` (for a linear layer `[nx -> nf]`, `parameters = nx * nf + nf`)"
+            ),
+        ));
+        return TokenStream::new();
+    };
+    let sizes: Vec<&syn::Ident> = parsed
+        .ctor
+        .iter()
+        .filter(|p| p.value.is_none())
+        .map(|p| &p.name)
+        .collect();
+    let used: Vec<syn::Ident> = sizes
+        .iter()
+        .map(|s| format_ident!("{}", s, span = proc_macro2::Span::call_site()))
+        .collect();
+    let mut quiet = crate::network::check_errors();
+    for shape in [&parsed.inputs[0].shape, &parsed.outputs[0]] {
+        crate::network::declared_tokens(shape, &quote!(::ferrograd), &mut quiet);
+    }
+    if let Err(e) = crate::network::finish_errors(quiet) {
+        errors.push(e);
+    }
+    let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
+    let doc = format!(
+        "The parameter count of `{ident}::new({}.., device)` (`#[module(parameters = ..)]`), as `network!` sums it.",
+        sizes.iter().map(|s| format!("{s}, ")).collect::<String>()
+    );
+    let declaration = crate::network::declaration_macro(
+        ident,
+        &input.vis,
+        &quote!(#[module] struct #ident #generics #new #inputs -> #shape_out {}),
+    );
+    quote! {
+        impl #impl_generics #ident #ty_generics #where_clause {
+            #[doc = #doc]
+            #[allow(non_snake_case, clippy::too_many_arguments)]
+            pub const fn num_parameters_for(#(#used: usize),*) -> usize {
+                #parameters
+            }
         }
         #declaration
     }

@@ -257,3 +257,49 @@ fn a_folder_without_weights_or_config_is_an_error() {
     ));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The encoder layer is a `network!`: at inference the graph's two post-norm endings run
+/// as `add_layer_norm` passes and the exact-GELU intermediate as `bias_gelu` (fusions the
+/// macro picks from the compile-time graph), while training runs the plain layers; both
+/// give the same values.
+#[test]
+fn the_dsl_layer_runs_fused_at_inference_and_plain_in_training() {
+    use ferrograd::nn::Activation;
+    use ferrograd::profiler::{ProfilerOptions, profile};
+    use ferrograd_models::bert::BertLayer;
+    ferrograd::manual_seed(5);
+    let mut layer = BertLayer::new(&Device::Cpu, 32, 4, 64, 1e-12, 0.1, 0.1, Activation::Gelu);
+    layer.eval();
+    let x = Tensor::randn(&[2, 6, 32], DType::F32, &Device::Cpu);
+    let ops = |f: &dyn Fn() -> Tensor| {
+        let (y, p) = profile(ProfilerOptions::default(), f);
+        let names: Vec<(String, usize)> = p
+            .key_averages(false)
+            .into_iter()
+            .map(|s| (s.name, s.calls))
+            .collect();
+        (y, names)
+    };
+    let (fused, names) = ops(&|| ferrograd::prelude::no_grad(|| layer.forward(&x, None)));
+    let calls = |names: &[(String, usize)], op: &str| {
+        names.iter().find(|(n, _)| n == op).map_or(0, |(_, c)| *c)
+    };
+    // Two post-norm endings (attention, feed-forward), one GELU.
+    assert_eq!(calls(&names, "add_layer_norm"), 2, "{names:?}");
+    assert_eq!(calls(&names, "bias_gelu"), 1, "{names:?}");
+    assert_eq!(
+        calls(&names, "layer_norm") + calls(&names, "gelu"),
+        0,
+        "{names:?}"
+    );
+    // With gradients on (as in training), the plain layers and the same values.
+    let (plain, names) = ops(&|| layer.forward(&x, None));
+    assert_eq!(calls(&names, "layer_norm"), 2, "{names:?}");
+    assert_eq!(
+        calls(&names, "add_layer_norm") + calls(&names, "bias_gelu"),
+        0,
+        "{names:?}"
+    );
+    let diff = fused.sub(&plain).abs().max_all().item::<f32>();
+    assert!(diff < 1e-5, "fused and plain differ by {diff}");
+}

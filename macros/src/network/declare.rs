@@ -119,7 +119,10 @@ fn each_call(net: &Network, f: &mut dyn FnMut(&Call, bool, bool, usize)) {
 /// its type — a network, a derived module with declared shapes, a hand-written module, a
 /// type alias or a generic type — it joins through its `nn::DeclaredShapes` impl, and the
 /// value reaching it and the annotation are checked by constant evaluation.
-pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Ident> {
+pub(crate) fn undeclared(
+    nets: &[Network],
+    known: &[String],
+) -> Option<(Option<TokenStream>, syn::Ident)> {
     let mut found = None;
     for net in nets {
         each_call(net, &mut |c, annotated, field, values| {
@@ -127,8 +130,16 @@ pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Iden
             if found.is_some()
                 || !field
                 || (annotated && values == 1 && c.args_span.is_none() && c.repeat.is_none())
-                || kinds::find(&kind).is_some()
                 || known.contains(&kind)
+            {
+                return;
+            }
+            // A kind written with its path is the user's type, whatever its name.
+            if c.path.is_some() {
+                found = Some((c.path.clone(), c.kind.clone()));
+                return;
+            }
+            if kinds::find(&kind).is_some()
                 || (c.args_span.is_some() && kinds::suggest(&kind, kinds::all_names()).is_some())
                 || kinds::op_named_like_a_module(&kind).is_some()
                 || net.ctor.iter().any(|p| {
@@ -138,7 +149,7 @@ pub(crate) fn undeclared(nets: &[Network], known: &[String]) -> Option<syn::Iden
             {
                 return;
             }
-            found = Some(c.kind.clone());
+            found = Some((None, c.kind.clone()));
         });
     }
     found
@@ -164,6 +175,10 @@ pub(crate) fn declared_elsewhere(names: &[syn::Ident]) -> TokenStream {
 /// The expansion that fetches `kind`'s declaration: a call of its declaration macro
 /// (spanned on the user's token, so a kind that is no network reads "cannot find macro
 /// `Kind`" there) with the whole `network!` input.
-pub(crate) fn fetch(kind: &syn::Ident, input: TokenStream) -> TokenStream {
-    quote_spanned!(kind.span()=> #kind! { @ferrograd_declaration { #input } })
+pub(crate) fn fetch(
+    path: Option<&TokenStream>,
+    kind: &syn::Ident,
+    input: TokenStream,
+) -> TokenStream {
+    quote_spanned!(kind.span()=> #path #kind! { @ferrograd_declaration { #input } })
 }

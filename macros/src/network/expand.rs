@@ -84,7 +84,12 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     let mut bound: Vec<String> = Vec::new();
     let mut binds = Vec::new();
     let mut checks = Vec::new();
-    for input in &net.inputs {
+    // Required inputs first: they bind the sizes; an optional input's are only compared
+    // (the checker made sure a required input has each of them).
+    let mut ordered: Vec<&crate::network::parse::Input> = net.inputs.iter().collect();
+    ordered.sort_by_key(|i| i.optional);
+    for input in ordered {
+        let (outer_binds, outer_checks) = (binds.len(), checks.len());
         let ident = &input.name;
         let input_name = ident.to_string();
         let shape = shape_dims(&input.shape, &mut quiet);
@@ -111,6 +116,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         });
         for (i, d) in shape.iter().enumerate() {
             if let Some(s) = d.as_sym()
+                && !input.optional
                 && !consts.iter().any(|c| c == s)
                 && !bound.iter().any(|b| b == s)
             {
@@ -121,6 +127,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             }
             if let Some((c, s)) = d.as_scaled_sym()
                 && c > 1
+                && !input.optional
                 && !consts.iter().any(|k| k == s)
                 && !bound.iter().any(|b| b == s)
             {
@@ -161,9 +168,45 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
                 }
             }
         });
+        if input.optional {
+            // Every check of an optional input runs when it is given, after the sizes
+            // are bound.
+            let own: Vec<TokenStream> = binds
+                .drain(outer_binds..)
+                .chain(checks.drain(outer_checks..))
+                .collect();
+            checks.push(quote! {
+                if let ::core::option::Option::Some(#ident) = #ident {
+                    #(#own)*
+                }
+            });
+        }
     }
     let bound_vars: Vec<TokenStream> = bound.iter().map(|s| sym(s)).collect();
     let params: Vec<&syn::Ident> = net.inputs.iter().map(|i| &i.name).collect();
+    let param_tys: Vec<TokenStream> = net
+        .inputs
+        .iter()
+        .map(|i| {
+            if i.optional {
+                quote!(::core::option::Option<&#krate::Tensor>)
+            } else {
+                quote!(&#krate::Tensor)
+            }
+        })
+        .collect();
+    let clone_inputs: Vec<TokenStream> = net
+        .inputs
+        .iter()
+        .map(|i| {
+            let ident = &i.name;
+            if i.optional {
+                quote!(#ident.cloned())
+            } else {
+                quote!(#ident.clone())
+            }
+        })
+        .collect();
     let n_inputs = net.inputs.len();
     let input_vars: Vec<syn::Ident> = (0..net.inputs.len())
         .map(|k| format_ident!("__input{}", k))
@@ -224,11 +267,8 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             }
         }));
     // `nn::Module` from the layer fields: one traversal call per method.
-    let (names, members): (Vec<String>, Vec<&syn::Ident>) = c
-        .fields
-        .iter()
-        .map(|f| (f.name.to_string(), &f.name))
-        .unzip();
+    let (names, members): (Vec<String>, Vec<&syn::Ident>) =
+        c.fields.iter().map(|f| (f.key.clone(), &f.name)).unzip();
     let module_impl = quote! {
         impl #impl_generics #krate::nn::Module for #name #ty_generics #where_clause {
             fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &#krate::Tensor, #krate::nn::TensorKind)) {
@@ -480,7 +520,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             #count_item
 
             /// Builds the network on `device` with PyTorch's default initialisation.
-            #[allow(unused_variables)]
+            #[allow(unused_variables, clippy::too_many_arguments)]
             pub fn new(device: &#krate::Device #(, #ctor: usize)* #(, #values: #value_tys)*) -> Self {
                 Self { #(#ctor,)* #(#values,)* #(#inits,)* }
             }
@@ -490,14 +530,14 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             /// another device than the network.
             #[track_caller]
             #[allow(unused_variables, non_snake_case, clippy::let_and_return)]
-            pub fn forward(&self, #(#params: &#krate::Tensor),*) -> #output_ty {
+            pub fn forward(&self, #(#params: #param_tys),*) -> #output_ty {
                 #(let #ctor = self.#ctor;)*
                 #(let #acts = self.#acts;)*
                 #(#binds)*
                 #(#checks)*
                 #(let _ = #bound_vars;)*
                 // Owned handles (an `Arc` clone each), so inputs and values read alike.
-                #(let #input_vars = #params.clone();)*
+                #(let #input_vars = #clone_inputs;)*
                 #(#stmts)*
                 #result
             }

@@ -41,8 +41,8 @@ pub(crate) fn network(nets: parse::Networks, input: TokenStream) -> syn::Result<
         .chain(&nets.nets)
         .map(|n| n.name.to_string())
         .collect();
-    if let Some(kind) = declare::undeclared(&nets.nets, &known) {
-        return Ok(declare::fetch(&kind, input));
+    if let Some((path, kind)) = declare::undeclared(&nets.nets, &known) {
+        return Ok(declare::fetch(path.as_ref(), &kind, input));
     }
     let mut errors = check::Errors::default();
     let sigs: Vec<check::Signature> = nets

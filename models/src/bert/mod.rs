@@ -11,9 +11,9 @@ pub use sentence::{Pooling, SentenceEncoder};
 
 use crate::ModelError;
 use crate::hub::{self, LoadDType, LoadOptions, Loaded};
-use ferrograd::nn::functional::{self as F, scaled_dot_product_attention};
-use ferrograd::nn::{Dropout, Embedding, LayerNorm, Linear, Module};
-use ferrograd::{DType, Device, Tensor};
+use ferrograd::nn::functional::scaled_dot_product_attention;
+use ferrograd::nn::{Activation, Linear, Module};
+use ferrograd::{DType, Device, Tensor, network};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -89,63 +89,102 @@ impl BertConfig {
                 c.hidden_size, c.num_attention_heads
             )));
         }
-        Activation::parse(&c.hidden_act).map_err(bad)?;
+        activation(&c.hidden_act).map_err(bad)?;
         Ok(c)
     }
 }
 
-/// A feed-forward activation named in a config.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Activation {
-    Gelu,
-    GeluTanh,
-    Relu,
-    Silu,
-}
-
-impl Activation {
-    pub(crate) fn parse(name: &str) -> Result<Activation, String> {
-        Ok(match name {
-            "gelu" => Activation::Gelu,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
-            "relu" => Activation::Relu,
-            "silu" | "swish" => Activation::Silu,
-            other => return Err(format!("hidden_act {other:?} is not supported")),
-        })
-    }
-
-    pub(crate) fn apply(self, x: &Tensor) -> Tensor {
-        match self {
-            Activation::Gelu => x.gelu(),
-            Activation::GeluTanh => x.gelu_tanh(),
-            Activation::Relu => x.relu(),
-            Activation::Silu => x.silu(),
+/// The feed-forward activation a config names (`transformers`' `ACT2FN`: `gelu` is
+/// erf's, `gelu_new`/`gelu_pytorch_tanh` the tanh form, `relu`, `silu`/`swish`).
+pub(crate) fn activation(name: &str) -> Result<Activation, String> {
+    match name {
+        "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "relu" | "silu" | "swish" => {
+            Activation::from_name(name)
+                .ok_or_else(|| format!("hidden_act {name:?} is not supported"))
         }
+        other => Err(format!("hidden_act {other:?} is not supported")),
     }
 }
 
-fn layer_norm(c: &BertConfig, device: &Device) -> LayerNorm {
-    LayerNorm::with_options(&[c.hidden_size], c.layer_norm_eps, true, true, device)
+network! {
+    /// Word, position and segment embeddings, summed, normalised (the key `LayerNorm`)
+    /// and dropped out; positions `0..T` are made inside.
+    pub struct BertEmbeddings[vocab, hidden, positions, types, eps: f64, p: f64](
+        input_ids: [N, T]: i64,
+        token_type_ids: [N, T]: i64,
+    ) -> [N, T, hidden] {
+        let words = word_embeddings: Embedding(vocab -> hidden)(input_ids);
+        let at = position_embeddings: Embedding(positions -> hidden)(arange(T));
+        let segments = token_type_embeddings: Embedding(types -> hidden)(token_type_ids);
+        (words + at + segments) -> LayerNorm: LayerNorm(hidden, eps = eps) -> dropout: Dropout(p)
+    }
+
+    /// The attention's output projection, dropout, residual and post-norm: in eval mode
+    /// one pass after the projection (`nn::fusion::linear_dropout_add_layer_norm`).
+    pub struct BertSelfOutput[hidden, eps: f64, p: f64](
+        hidden_states: [N, T, hidden],
+        input_tensor: [N, T, hidden],
+    ) -> [N, T, hidden] {
+        let h = hidden_states -> dense: Linear(hidden -> hidden) -> dropout: Dropout(p);
+        (h + input_tensor) -> LayerNorm: LayerNorm(hidden, eps = eps)
+    }
+
+    /// Self-attention and its output (`attention.self`, `attention.output`); `mask`
+    /// `[batch, 1, 1, len]` (true: attend), or none for every token.
+    pub struct BertAttention[hidden, heads, eps: f64, p: f64, attention_p: f64](
+        x: [N, T, hidden],
+        mask: Option<[N, 1, 1, T]: bool>,
+    ) -> [N, T, hidden] {
+        let a = self: BertSelfAttention(hidden, heads, p = attention_p)(x, mask);
+        output: BertSelfOutput(hidden, eps = eps, p = p)(a, x)
+    }
+
+    /// The feed-forward's first projection and the configured activation (an exact GELU
+    /// takes the bias in its pass at inference: `nn::fusion::linear_activation`).
+    pub struct BertIntermediate[hidden, intermediate, act: Activation](x: [N, T, hidden])
+        -> [N, T, intermediate]
+    {
+        dense: Linear(hidden -> intermediate),
+        act,
+    }
+
+    /// The feed-forward's second projection, dropout, residual and post-norm.
+    pub struct BertOutput[intermediate, hidden, eps: f64, p: f64](
+        hidden_states: [N, T, intermediate],
+        input_tensor: [N, T, hidden],
+    ) -> [N, T, hidden] {
+        let h = hidden_states -> dense: Linear(intermediate -> hidden) -> dropout: Dropout(p);
+        (h + input_tensor) -> LayerNorm: LayerNorm(hidden, eps = eps)
+    }
+
+    /// One post-norm encoder layer (`encoder.layer.{i}`).
+    pub struct BertLayer[hidden, heads, intermediate_size, eps: f64, p: f64, attention_p: f64, act: Activation](
+        x: [N, T, hidden],
+        mask: Option<[N, 1, 1, T]: bool>,
+    ) -> [N, T, hidden] {
+        let a = attention: BertAttention(hidden, heads, eps = eps, p = p, attention_p = attention_p)(x, mask);
+        let f = a -> intermediate: BertIntermediate(hidden, intermediate_size, act = act);
+        output: BertOutput(intermediate_size, hidden, eps = eps, p = p)(f, a)
+    }
+
+    /// The `[CLS]` token's projection and tanh (`pooler_output`).
+    pub struct BertPooler[hidden](h: [N, T, hidden]) -> [N, hidden] {
+        select(1, 0),
+        dense: Linear(hidden -> hidden),
+        tanh,
+    }
 }
 
-/// Word, position and segment embeddings, summed and normalised.
+/// Multi-head self-attention with separate query, key and value projections
+/// (`attention.self`): the heads split and joined by hand around one fused
+/// scaled-dot-product attention, a layer of `network!` through its declared shapes.
 #[derive(Module)]
-pub struct BertEmbeddings {
-    /// Token embeddings.
-    pub word_embeddings: Embedding,
-    /// Learned positions `0..max_position_embeddings`.
-    pub position_embeddings: Embedding,
-    /// Segment embeddings.
-    pub token_type_embeddings: Embedding,
-    /// The norm after the sum.
-    #[module(rename = "LayerNorm")]
-    pub layer_norm: LayerNorm,
-    /// Dropout (training).
-    pub dropout: Dropout,
-}
-
-/// Multi-head self-attention with separate query, key and value projections.
-#[derive(Module)]
+#[module(
+    new = [hidden, heads, p: f64],
+    input = (x: [N, T, hidden], mask: Option<[N, 1, 1, T]: bool>),
+    output = [N, T, hidden],
+    parameters = 3 * (hidden * hidden + hidden)
+)]
 pub struct BertSelfAttention {
     /// Query projection.
     pub query: Linear,
@@ -161,72 +200,34 @@ pub struct BertSelfAttention {
     training: bool,
 }
 
-/// The attention's output projection, residual and norm.
-#[derive(Module)]
-pub struct BertSelfOutput {
-    /// Output projection.
-    pub dense: Linear,
-    /// Post-residual norm.
-    #[module(rename = "LayerNorm")]
-    pub layer_norm: LayerNorm,
-    /// Dropout (training).
-    pub dropout: Dropout,
+impl BertSelfAttention {
+    /// `heads` heads over `hidden` features, attention dropout `p` (in training).
+    ///
+    /// ```
+    /// use ferrograd::prelude::*;
+    /// use ferrograd_models::bert::BertSelfAttention;
+    /// let attn = BertSelfAttention::new(16, 4, 0.0, &Device::Cpu);
+    /// assert_eq!(attn.num_parameters(), BertSelfAttention::num_parameters_for(16, 4));
+    /// let y = attn.forward(&Tensor::randn(&[2, 5, 16], DType::F32, &Device::Cpu), None);
+    /// assert_eq!(y.shape(), &[2, 5, 16]);
+    /// ```
+    pub fn new(hidden: usize, heads: usize, p: f64, device: &Device) -> BertSelfAttention {
+        BertSelfAttention {
+            query: Linear::new(hidden, hidden, device),
+            key: Linear::new(hidden, hidden, device),
+            value: Linear::new(hidden, hidden, device),
+            heads,
+            dropout_p: p,
+            training: true,
+        }
+    }
 }
 
-/// Self-attention and its output (`attention.self`, `attention.output`).
-#[derive(Module)]
-pub struct BertAttention {
-    /// `attention.self`.
-    #[module(rename = "self")]
-    pub self_attention: BertSelfAttention,
-    /// `attention.output`.
-    pub output: BertSelfOutput,
-}
-
-/// The feed-forward's first projection.
-#[derive(Module)]
-pub struct BertIntermediate {
-    /// `hidden -> intermediate`.
-    pub dense: Linear,
-}
-
-/// The feed-forward's second projection, residual and norm.
-#[derive(Module)]
-pub struct BertOutput {
-    /// `intermediate -> hidden`.
-    pub dense: Linear,
-    /// Post-residual norm.
-    #[module(rename = "LayerNorm")]
-    pub layer_norm: LayerNorm,
-    /// Dropout (training).
-    pub dropout: Dropout,
-}
-
-/// One post-norm encoder layer.
-#[derive(Module)]
-pub struct BertLayer {
-    /// Self-attention block.
-    pub attention: BertAttention,
-    /// Feed-forward, first half.
-    pub intermediate: BertIntermediate,
-    /// Feed-forward, second half.
-    pub output: BertOutput,
-    #[module(skip)]
-    act: Activation,
-}
-
-/// The stack of layers (`encoder.layer.N`).
+/// The stack of layers (`encoder.layer.{i}`), as many as the config says.
 #[derive(Module)]
 pub struct BertEncoder {
     /// The layers.
     pub layer: Vec<BertLayer>,
-}
-
-/// The `[CLS]` token's projection and tanh (`pooler_output`).
-#[derive(Module)]
-pub struct BertPooler {
-    /// `hidden -> hidden`.
-    pub dense: Linear,
 }
 
 /// `BertModel`: embeddings, encoder and (optionally) pooler.
@@ -274,47 +275,35 @@ impl BertModel {
     pub fn new(config: &BertConfig, add_pooling_layer: bool, device: &Device) -> BertModel {
         let c = config;
         let d = c.hidden_size;
-        let act = Activation::parse(&c.hidden_act).unwrap_or(Activation::Gelu);
-        let layer = |_| BertLayer {
-            attention: BertAttention {
-                self_attention: BertSelfAttention {
-                    query: Linear::new(d, d, device),
-                    key: Linear::new(d, d, device),
-                    value: Linear::new(d, d, device),
-                    heads: c.num_attention_heads,
-                    dropout_p: c.attention_probs_dropout_prob,
-                    training: true,
-                },
-                output: BertSelfOutput {
-                    dense: Linear::new(d, d, device),
-                    layer_norm: layer_norm(c, device),
-                    dropout: Dropout::new(c.hidden_dropout_prob),
-                },
-            },
-            intermediate: BertIntermediate {
-                dense: Linear::new(d, c.intermediate_size, device),
-            },
-            output: BertOutput {
-                dense: Linear::new(c.intermediate_size, d, device),
-                layer_norm: layer_norm(c, device),
-                dropout: Dropout::new(c.hidden_dropout_prob),
-            },
-            act,
-        };
+        let act = activation(&c.hidden_act).unwrap_or(Activation::Gelu);
+        let (eps, p) = (c.layer_norm_eps, c.hidden_dropout_prob);
         BertModel {
-            embeddings: BertEmbeddings {
-                word_embeddings: Embedding::new(c.vocab_size, d, device),
-                position_embeddings: Embedding::new(c.max_position_embeddings, d, device),
-                token_type_embeddings: Embedding::new(c.type_vocab_size, d, device),
-                layer_norm: layer_norm(c, device),
-                dropout: Dropout::new(c.hidden_dropout_prob),
-            },
+            embeddings: BertEmbeddings::new(
+                device,
+                c.vocab_size,
+                d,
+                c.max_position_embeddings,
+                c.type_vocab_size,
+                eps,
+                p,
+            ),
             encoder: BertEncoder {
-                layer: (0..c.num_hidden_layers).map(layer).collect(),
+                layer: (0..c.num_hidden_layers)
+                    .map(|_| {
+                        BertLayer::new(
+                            device,
+                            d,
+                            c.num_attention_heads,
+                            c.intermediate_size,
+                            eps,
+                            p,
+                            c.attention_probs_dropout_prob,
+                            act,
+                        )
+                    })
+                    .collect(),
             },
-            pooler: add_pooling_layer.then(|| BertPooler {
-                dense: Linear::new(d, d, device),
-            }),
+            pooler: add_pooling_layer.then(|| BertPooler::new(device, d)),
             config: c.clone(),
         }
     }
@@ -383,19 +372,11 @@ impl BertModel {
             "BertModel::forward: a sequence of {t} tokens is longer than max_position_embeddings ({})",
             self.config.max_position_embeddings
         );
-        let device = input_ids.device();
-        let e = &self.embeddings;
-        let positions = Tensor::arange(0.0, t as f64, 1.0, DType::I64, &device);
         let types = match token_type_ids {
             Some(t) => t.clone(),
-            None => Tensor::zeros(&[b, t], DType::I64, &device),
+            None => Tensor::zeros(&[b, t], DType::I64, &input_ids.device()),
         };
-        let h = e
-            .word_embeddings
-            .forward(input_ids)
-            .add(&e.position_embeddings.forward(&positions))
-            .add(&e.token_type_embeddings.forward(&types));
-        let mut h = e.dropout.forward(&e.layer_norm.forward(&h));
+        let mut h = self.embeddings.forward(input_ids, &types);
         // Keys that take part: [batch, 1, 1, len] of bool, broadcast over heads and queries;
         // none when every token takes part (as `transformers` skips an all-ones mask), so
         // that attention runs unmasked, except while tracing for export (the graph would
@@ -414,58 +395,12 @@ impl BertModel {
         for layer in &self.encoder.layer {
             h = layer.forward(&h, mask.as_ref());
         }
-        let pooler_output = self
-            .pooler
-            .as_ref()
-            .map(|p| p.dense.forward(&h.select(1, 0)).tanh());
+        let pooler_output = self.pooler.as_ref().map(|p| p.forward(&h));
         BertModelOutput {
             last_hidden_state: h,
             pooler_output,
         }
     }
-}
-
-impl BertLayer {
-    /// One layer over `[batch, len, hidden]`, `mask` `[batch, 1, 1, len]` (true: attend).
-    pub fn forward(&self, h: &Tensor, mask: Option<&Tensor>) -> Tensor {
-        let a = self.attention.self_attention.forward(h, mask);
-        let o = &self.attention.output;
-        let h = dense_add_norm(&o.dense, &o.dropout, &a, h, &o.layer_norm);
-        let dense = &self.intermediate.dense;
-        let f = match (self.act, &dense.bias) {
-            // Inference: the bias in the activation's pass (one pass fewer).
-            (Activation::Gelu, Some(b)) if !ferrograd::autograd::is_grad_enabled() => {
-                F::bias_gelu(&F::linear(&h, &dense.weight, None), b)
-            }
-            _ => self.act.apply(&dense.forward(&h)),
-        };
-        let out = &self.output;
-        dense_add_norm(&out.dense, &out.dropout, &f, &h, &out.layer_norm)
-    }
-}
-
-/// `norm(dropout(dense(x)) + residual)`, a sublayer's ending; with the dropout inactive
-/// (eval mode) and nothing to differentiate, as `F::add_layer_norm` with the dense
-/// layer's bias as its shift: one pass for the bias, the residual and the norm.
-fn dense_add_norm(
-    dense: &Linear,
-    dropout: &Dropout,
-    x: &Tensor,
-    residual: &Tensor,
-    norm: &LayerNorm,
-) -> Tensor {
-    if (dropout.training && dropout.p > 0.0) || ferrograd::autograd::is_grad_enabled() {
-        return norm.forward(&dropout.forward(&dense.forward(x)).add(residual));
-    }
-    F::add_layer_norm(
-        &F::linear(x, &dense.weight, None),
-        residual,
-        dense.bias.as_ref(),
-        &norm.normalized_shape,
-        norm.weight.as_ref(),
-        norm.bias.as_ref(),
-        norm.eps,
-    )
 }
 
 impl BertSelfAttention {

@@ -3,12 +3,11 @@
 //! checkpoints store them, and the output head tied to the token embeddings.
 
 use crate::ModelError;
-use crate::bert::Activation;
 use crate::generation::{CausalLM, KvCache};
 use crate::hub::{self, LoadDType, LoadOptions, Loaded};
 use ferrograd::nn::functional::scaled_dot_product_attention;
-use ferrograd::nn::{Dropout, Embedding, LayerNorm, Module};
-use ferrograd::{DType, Device, Tensor};
+use ferrograd::nn::{Activation, Dropout, Embedding, LayerNorm, Module};
+use ferrograd::{DType, Device, Tensor, network};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -99,13 +98,32 @@ impl Gpt2Config {
                 c.n_embd, c.n_head
             )));
         }
-        Activation::parse(&c.activation_function).map_err(bad)?;
+        if Activation::from_name(&c.activation_function).is_none() {
+            return Err(bad(format!(
+                "activation_function {:?} is not supported",
+                c.activation_function
+            )));
+        }
         Ok(c)
     }
 }
 
 /// GPT-2's `Conv1D`: a linear layer whose weight is stored `[in, out]`.
+///
+/// A `network!` layer like a built-in one: its shapes are declared in its constructor's
+/// sizes (`c_fc: self::Conv1D(n_embd -> inner)` is checked to take `[N, T, n_embd]`; the
+/// path tells it from the built-in `Conv1d`).
+///
+/// ```
+/// use ferrograd::prelude::*;
+/// use ferrograd_models::gpt2::Conv1D;
+/// let layer = Conv1D::new(4, 6, &Device::Cpu);
+/// assert_eq!(Conv1D::num_parameters_for(4, 6), layer.num_parameters());
+/// let y = layer.forward(&Tensor::ones(&[2, 3, 4], DType::F32, &Device::Cpu));
+/// assert_eq!(y.shape(), &[2, 3, 6]);
+/// ```
 #[derive(Module)]
+#[module(new = [nx -> nf], input = [N, T, nx], output = [N, T, nf], parameters = nx * nf + nf)]
 pub struct Conv1D {
     /// `[in, out]`.
     #[param]
@@ -148,17 +166,15 @@ pub struct Gpt2Attention {
     training: bool,
 }
 
-/// The MLP.
-#[derive(Module)]
-pub struct Gpt2Mlp {
-    /// `D -> inner`.
-    pub c_fc: Conv1D,
-    /// `inner -> D`.
-    pub c_proj: Conv1D,
-    /// Dropout of the output (training).
-    pub dropout: Dropout,
-    #[module(skip)]
-    act: Activation,
+network! {
+    /// The MLP (`GPT2MLP`): `c_fc`, the configured activation, `c_proj` and the residual
+    /// dropout `p`, over `[batch, len, n_embd]`.
+    pub struct Gpt2Mlp[n_embd, inner, p: f64, act: Activation](x: [N, T, n_embd]) -> [N, T, n_embd] {
+        c_fc: self::Conv1D(n_embd -> inner),
+        act,
+        c_proj: self::Conv1D(inner -> n_embd),
+        dropout: Dropout(p),
+    }
 }
 
 /// A pre-norm block.
@@ -229,7 +245,7 @@ impl Gpt2LMHeadModel {
         let c = config;
         let d = c.n_embd;
         let inner = c.n_inner.unwrap_or(4 * d);
-        let act = Activation::parse(&c.activation_function).unwrap_or(Activation::GeluTanh);
+        let act = Activation::from_name(&c.activation_function).unwrap_or(Activation::GeluTanh);
         let emb = |n: usize| {
             let mut e = Embedding::new(n, d, device);
             e.weight = normal_weight(&[n, d], device).requires_grad(true);
@@ -246,12 +262,7 @@ impl Gpt2LMHeadModel {
                 training: true,
             },
             ln_2: ln(c, device),
-            mlp: Gpt2Mlp {
-                c_fc: Conv1D::new(d, inner, device),
-                c_proj: Conv1D::new(inner, d, device),
-                dropout: Dropout::new(c.resid_pdrop),
-                act,
-            },
+            mlp: Gpt2Mlp::new(device, d, inner, c.resid_pdrop, act),
         };
         Gpt2LMHeadModel {
             transformer: Gpt2Model {
@@ -466,13 +477,6 @@ impl Gpt2Attention {
             .transpose(1, 2)
             .reshape(&[b, t, d]);
         self.resid_dropout.forward(&self.c_proj.forward(&y))
-    }
-}
-
-impl Gpt2Mlp {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        let h = self.act.apply(&self.c_fc.forward(x));
-        self.dropout.forward(&self.c_proj.forward(&h))
     }
 }
 

@@ -191,3 +191,68 @@ pub fn fuse_linear_bn_eval(linear: &Linear, bn: &BatchNorm1d) -> Linear {
         bias: Some(bias),
     }
 }
+
+/// `act(dense(x))`, with the bias added in the activation's pass (`F::bias_gelu`) for an
+/// exact GELU when nothing needs a gradient: one pass over the output fewer, and the same
+/// values as the two layers. `network!` runs a `Linear` piped straight into `gelu` (or
+/// into an activation parameter) through this, as BERT's intermediate layer is written
+/// by hand in `transformers`.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::{Activation, Linear, fusion};
+/// let dense = Linear::new(8, 16, &Device::Cpu);
+/// let x = Tensor::randn(&[2, 3, 8], DType::F32, &Device::Cpu);
+/// let unfused = Activation::Gelu.apply(&dense.forward(&x));
+/// let fused = ferrograd_runtime::autograd::no_grad(|| fusion::linear_activation(&dense, &x, Activation::Gelu));
+/// assert!(fused.sub(&unfused).abs().max_all().item::<f32>() < 1e-6);
+/// ```
+pub fn linear_activation(dense: &Linear, x: &Tensor, act: super::Activation) -> Tensor {
+    match (act, &dense.bias) {
+        (super::Activation::Gelu, Some(b)) if !crate::autograd::is_grad_enabled() => {
+            super::functional::bias_gelu(&super::functional::linear(x, &dense.weight, None), b)
+        }
+        _ => act.apply(&dense.forward(x)),
+    }
+}
+
+/// `norm(dropout(dense(x)) + residual)`, a post-norm transformer sublayer's ending
+/// (BERT's `BertSelfOutput` and `BertOutput`): with the dropout inactive (eval mode, or
+/// `p = 0`) and nothing to differentiate, one pass for the dense layer's bias, the
+/// residual and the norm (`F::add_layer_norm`, the bias as its shift); the three layers
+/// otherwise. `network!` runs that pattern through this.
+///
+/// ```
+/// use ferrograd_runtime::prelude::*;
+/// use ferrograd_runtime::nn::{Dropout, LayerNorm, Linear, fusion};
+/// let (dense, norm) = (Linear::new(8, 8, &Device::Cpu), LayerNorm::new(&[8], &Device::Cpu));
+/// let mut dropout = Dropout::new(0.1);
+/// dropout.eval();
+/// let x = Tensor::randn(&[2, 3, 8], DType::F32, &Device::Cpu);
+/// let r = Tensor::randn(&[2, 3, 8], DType::F32, &Device::Cpu);
+/// let unfused = norm.forward(&dropout.forward(&dense.forward(&x)).add(&r));
+/// let fused = ferrograd_runtime::autograd::no_grad(|| {
+///     fusion::linear_dropout_add_layer_norm(&dense, &dropout, &x, &r, &norm)
+/// });
+/// assert!(fused.sub(&unfused).abs().max_all().item::<f32>() < 1e-5);
+/// ```
+pub fn linear_dropout_add_layer_norm(
+    dense: &Linear,
+    dropout: &super::Dropout,
+    x: &Tensor,
+    residual: &Tensor,
+    norm: &super::LayerNorm,
+) -> Tensor {
+    if (dropout.training && dropout.p > 0.0) || crate::autograd::is_grad_enabled() {
+        return norm.forward(&dropout.forward(&dense.forward(x)).add(residual));
+    }
+    super::functional::add_layer_norm(
+        &super::functional::linear(x, &dense.weight, None),
+        residual,
+        dense.bias.as_ref(),
+        &norm.normalized_shape,
+        norm.weight.as_ref(),
+        norm.bias.as_ref(),
+        norm.eps,
+    )
+}

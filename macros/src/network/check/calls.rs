@@ -43,12 +43,42 @@ impl Checker<'_> {
             return self.sequence(call, inputs, unknown);
         }
         let (vars, tys): (Vec<TokenStream>, Vec<Ty>) = inputs.into_iter().unzip();
+        let optional: Vec<bool> = vars
+            .iter()
+            .map(|v| self.optional_name(v).is_some())
+            .collect();
+        if let Some(k) = optional.iter().position(|&o| o) {
+            let kind = call.kind.to_string();
+            let sig = (call.path.is_some() || kinds::find(&kind).is_none())
+                .then(|| self.siblings.iter().find(|s| s.name == kind))
+                .flatten();
+            let takes = sig.is_some_and(|s| {
+                s.inputs.len() == optional.len()
+                    && optional
+                        .iter()
+                        .zip(&s.optional)
+                        .all(|(o, takes)| !o || *takes)
+            });
+            if !takes {
+                let name = self.optional_name(&vars[k]).unwrap_or_default();
+                let how = match sig {
+                    Some(s) if s.inputs.len() == optional.len() => format!(
+                        "`{kind}` declares its input `{}` as a tensor that is always there",
+                        s.input_names[k]
+                    ),
+                    _ => format!("`{}` needs a tensor", call.describe()),
+                };
+                self.errors.push(
+                    call.kind.span(),
+                    format!("`{name}` is an optional input (`Option<[..]>`), absent at run time when `forward` is given `None`, but {how}: hand it on only to a network or `#[derive(Module)]` layer that declares that input `Option<[..]>` too"),
+                );
+                return None;
+            }
+        }
+        self.call_optional = optional;
         let (call, r) = self.resolve(call, &tys, unknown, annotation, call.name.is_some())?;
         let field = call.name.as_ref().map_or(quote!(self), |n| quote!(self.#n));
-        let label = call
-            .name
-            .as_ref()
-            .map_or(call.kind.to_string(), |n| n.to_string());
+        let label = call.field_key().unwrap_or_else(|| call.kind.to_string());
         Some(self.emit(&call, r, &vars, field, label, true))
     }
 
@@ -64,6 +94,17 @@ impl Checker<'_> {
         named: bool,
     ) -> Option<(Call, Resolved)> {
         let kind_name = call.kind.to_string();
+        if call.path.is_some() {
+            // `self::Conv1D`: the user's type, fetched by its path.
+            if let Some(sig) = self.siblings.iter().find(|s| s.name == kind_name) {
+                return self
+                    .sibling(call, sig, tys, unknown, named)
+                    .map(|r| (call.clone(), r));
+            }
+            return self
+                .user(call, tys, unknown, annotation)
+                .map(|r| (call.clone(), r));
+        }
         if self.acts.contains(&kind_name) {
             return self
                 .activation_param(call, tys, unknown)
@@ -141,9 +182,18 @@ impl Checker<'_> {
             {
                 // A typo of a built-in: report it, then check the call as that kind, so
                 // mistakes after it are still found.
+                // A user's type of that name would have been fetched had its path been
+                // written: say so where it could be one (a named layer).
+                let own = if named {
+                    format!(
+                        " (a layer type of your own named `{kind_name}` is written with its path, as `self::{kind_name}(..)`)"
+                    )
+                } else {
+                    String::new()
+                };
                 self.errors.push(
                     call.kind.span(),
-                    format!("unknown layer kind `{kind_name}`: did you mean `{close}`?"),
+                    format!("unknown layer kind `{kind_name}`: did you mean `{close}`?{own}"),
                 );
                 let fixed = Call {
                     kind: syn::Ident::new(close, call.kind.span()),
@@ -369,9 +419,15 @@ impl Checker<'_> {
             .name
             .clone()
             .expect("a sequence is named by the parser");
-        let (out, ty, init) =
-            self.sequence_items(call, inputs, unknown, quote!(self.#name), &name.to_string())?;
+        let (out, ty, init) = self.sequence_items(
+            call,
+            inputs,
+            unknown,
+            quote!(self.#name),
+            &call.field_key().unwrap_or_else(|| name.to_string()),
+        )?;
         self.checked.fields.push(Field {
+            key: call.field_key().unwrap_or_else(|| name.to_string()),
             name,
             ty,
             init,
@@ -447,6 +503,7 @@ impl Checker<'_> {
         let built = r.built;
         if push_field && let (Some(name), Some((ty, init))) = (&call.name, built.field) {
             self.checked.fields.push(Field {
+                key: call.field_key().unwrap_or_else(|| name.to_string()),
                 name: name.clone(),
                 ty,
                 init,
@@ -459,6 +516,30 @@ impl Checker<'_> {
         let pattern = pattern_tokens(&out);
         let code = (built.forward)(vars, &field);
         let span = call.kind.span();
+        let kind_text = call.kind.to_string();
+        let fuse_kind = match kind_text.as_str() {
+            _ if call.repeat.is_some() || call.path.is_some() => None,
+            "Linear" => Some(super::FuseKind::Linear),
+            "Dropout" => Some(super::FuseKind::Dropout),
+            "LayerNorm" => Some(super::FuseKind::LayerNorm),
+            "gelu" => Some(super::FuseKind::Act(quote!(
+                ::ferrograd::nn::Activation::Gelu
+            ))),
+            a if self.acts.iter().any(|x| x == a) => {
+                let act = syn::Ident::new(a, Span::call_site());
+                Some(super::FuseKind::Act(quote!(#act)))
+            }
+            _ => None,
+        };
+        if let (Some(kind), Val::One(v, _), [input]) = (fuse_kind, &out, vars) {
+            self.checked.fusable.push(super::Fusable {
+                stmt: self.checked.stmts.len(),
+                out: v.to_string(),
+                kind,
+                inputs: vec![input.clone()],
+                field: field.clone(),
+            });
+        }
         self.checked
             .stmts
             .push(quote::quote_spanned!(span=> let #pattern = #code;));
@@ -654,17 +735,37 @@ fn param_count_checked(
     args: &[TokenStream],
     desc: &str,
 ) -> TokenStream {
+    let declared = (
+        quote!(<#ty as ::ferrograd::nn::DeclaredShapes>::PARAMETERS),
+        "nn::DeclaredShapes::PARAMETERS",
+    );
+    count_checked(ty, text, span, args, desc, declared)
+}
+
+/// [`param_count_checked`] with the declared count as an expression (`declared.0`, named
+/// `declared.1` in the message): `num_parameters_for(sizes)` of a derived module whose
+/// shapes depend on its constructor arguments.
+fn count_checked(
+    ty: &TokenStream,
+    text: &str,
+    span: Span,
+    args: &[TokenStream],
+    desc: &str,
+    declared: (TokenStream, &str),
+) -> TokenStream {
     let at = Span::call_site().located_at(span);
     let new = if args.is_empty() {
         new_from_device(ty, text, desc, at)
     } else {
         quote::quote_spanned!(at=> <#ty>::new(#(#args,)* device))
     };
+    let (count, source) = declared;
+    let message = format!("`{{}}` declares {{}} parameters ({source}) but its fields hold {{}}");
     quote!({
         let __module = #new;
-        let __declared = <#ty as ::ferrograd::nn::DeclaredShapes>::PARAMETERS;
+        let __declared = #count;
         let __actual = ::ferrograd::nn::Module::num_parameters(&__module);
-        assert!(__declared == __actual, "`{}` declares {} parameters (nn::DeclaredShapes::PARAMETERS) but its fields hold {}", #text, __declared, __actual);
+        assert!(__declared == __actual, #message, #text, __declared, __actual);
         __module
     })
 }
@@ -738,5 +839,25 @@ fn leaves(v: &Val) -> Vec<(TokenStream, Ty)> {
     match v {
         Val::One(var, ty) => vec![(var.clone(), ty.clone())],
         Val::Tuple(items) => items.iter().flat_map(leaves).collect(),
+    }
+}
+
+impl Checker<'_> {
+    /// The input name of an optional input's variable.
+    pub(super) fn optional_name(&self, var: &TokenStream) -> Option<String> {
+        let var = var.to_string();
+        self.optional
+            .iter()
+            .find(|(v, _)| *v == var)
+            .map(|(_, name)| name.clone())
+    }
+
+    /// Reports `e`'s value when it is an optional input used as a tensor (`what`).
+    pub(super) fn refuse_optional(&mut self, var: &TokenStream, span: Span, what: &str) -> bool {
+        if let Some(name) = self.optional_name(var) {
+            self.errors.push(span, format!("`{name}` is an optional input (`Option<[..]>`), absent at run time when `forward` is given `None`, so {what} cannot use it: hand it on only to a network or `#[derive(Module)]` layer that declares that input `Option<[..]>` too"));
+            return true;
+        }
+        false
     }
 }

@@ -82,6 +82,8 @@ enum Val {
 /// A field of the generated struct.
 pub(crate) struct Field {
     pub(crate) name: syn::Ident,
+    /// The state-dict key: the name as written (`LayerNorm`, `self`).
+    pub(crate) key: String,
     pub(crate) ty: TokenStream,
     pub(crate) init: TokenStream,
     /// The field's documentation: the layer as written.
@@ -129,6 +131,28 @@ pub(crate) struct Checked {
     /// The result's values, in order.
     pub(crate) result_vars: Vec<TokenStream>,
     pub(crate) users: Vec<UserLayer>,
+    /// Statements that may run fused with the ones around them (see `fuse`).
+    pub(crate) fusable: Vec<Fusable>,
+}
+
+/// A statement of `forward` that a fusion may take in: its index, its output variable,
+/// what it is, its input variables and its layer's field.
+pub(crate) struct Fusable {
+    pub(crate) stmt: usize,
+    pub(crate) out: String,
+    pub(crate) kind: FuseKind,
+    pub(crate) inputs: Vec<TokenStream>,
+    pub(crate) field: TokenStream,
+}
+
+pub(crate) enum FuseKind {
+    Linear,
+    Dropout,
+    LayerNorm,
+    /// An activation: `nn::Activation` tokens.
+    Act(TokenStream),
+    /// `a + b` of equal shapes.
+    Add,
 }
 
 /// What a network declares, for its siblings in the same `network!` to use it as a layer.
@@ -143,6 +167,8 @@ pub(crate) struct Signature {
     values: Vec<(String, ValueParam)>,
     inputs: Vec<Vec<Dim>>,
     input_names: Vec<String>,
+    /// Which inputs are optional (`Option<[..]>`).
+    optional: Vec<bool>,
     outputs: Vec<Vec<Dim>>,
     tuple_output: bool,
     /// A `#[derive(Module)]` type with declared shapes (its count is
@@ -184,6 +210,7 @@ impl Signature {
                 .map(|i| shape_dims(&i.shape, &mut quiet))
                 .collect(),
             input_names: net.inputs.iter().map(|i| i.name.to_string()).collect(),
+            optional: net.inputs.iter().map(|i| i.optional).collect(),
             outputs: net
                 .outputs
                 .iter()
@@ -225,6 +252,10 @@ struct Checker<'a> {
     /// The last batch norm emitted: its statement, field, input and output variable, so
     /// that a `relu` piped straight after it runs fused (`forward_relu`).
     last_norm: Option<LastNorm>,
+    /// The variables of optional inputs (`Option<Tensor>` in `forward`), and their names.
+    optional: Vec<(String, String)>,
+    /// For the call being resolved: which of its values are optional.
+    call_optional: Vec<bool>,
 }
 
 /// A batch norm's forward statement (see `Checker::last_norm`).
@@ -412,6 +443,7 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
             users: Vec::new(),
             onnx_stmts: Vec::new(),
             result_vars: Vec::new(),
+            fusable: Vec::new(),
         },
         field_names: net.ctor.iter().map(|p| p.name.clone()).collect(),
         siblings,
@@ -430,10 +462,31 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
             .map(|p| p.name.to_string())
             .collect(),
         last_norm: None,
+        optional: Vec::new(),
+        call_optional: Vec::new(),
     };
     for (k, input) in net.inputs.iter().enumerate() {
         let shape = shape_dims(&input.shape, c.errors);
         let var = format_ident!("__input{}", k);
+        if input.optional {
+            c.optional.push((var.to_string(), input.name.to_string()));
+            // Its sizes must be known without it.
+            for s in shape_dims(&input.shape, &mut Errors::default())
+                .iter()
+                .flat_map(|d| d.symbols())
+            {
+                let bound_elsewhere = c.sizes.contains(&s)
+                    && (!c.runtime.contains(&s)
+                        || net.inputs.iter().filter(|i| !i.optional).any(|i| {
+                            shape_dims(&i.shape, &mut Errors::default())
+                                .iter()
+                                .any(|d| d.symbols().contains(&s))
+                        }));
+                if !bound_elsewhere {
+                    c.errors.push(input.shape.span, format!("`{s}` is a size only of the optional input `{}`, which may be absent: give it through a required input, a const or a constructor parameter", input.name));
+                }
+            }
+        }
         let ty = Ty {
             shape,
             dtype: input.dtype.1,
@@ -463,7 +516,97 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
     }
     let result = c.expr(output, None);
     c.outputs(net, output, result);
+    fuse(&mut c.checked);
     c.checked
+}
+
+/// Inference fusions the graph shows at compile time, each a runtime function that runs
+/// the unfused layers whenever a gradient is needed or a dropout is active: a `Linear`
+/// piped only into `gelu` (or an activation parameter) becomes
+/// `nn::fusion::linear_activation` (the bias in the GELU's pass), and `norm(dropout(
+/// dense(x)) + residual)` — a post-norm sublayer's end, each value read once —
+/// `nn::fusion::linear_dropout_add_layer_norm` (one pass for bias, residual and norm).
+fn fuse(checked: &mut Checked) {
+    use std::collections::HashMap;
+    // Reads of each variable: its occurrences, less its definition.
+    let mut reads: HashMap<String, usize> = HashMap::new();
+    fn count(ts: TokenStream, reads: &mut HashMap<String, usize>) {
+        for t in ts {
+            match t {
+                proc_macro2::TokenTree::Group(g) => count(g.stream(), reads),
+                proc_macro2::TokenTree::Ident(i) => {
+                    let s = i.to_string();
+                    if s.starts_with("__v") || s.starts_with("__input") {
+                        *reads.entry(s).or_default() += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    for s in &checked.stmts {
+        count(s.clone(), &mut reads);
+    }
+    count(checked.result.clone(), &mut reads);
+    let once = |v: &str| reads.get(v).copied().unwrap_or(0) == 2;
+    let by_out: HashMap<String, usize> = checked
+        .fusable
+        .iter()
+        .enumerate()
+        .map(|(k, f)| (f.out.clone(), k))
+        .collect();
+    let producer = |v: &TokenStream, kind: fn(&FuseKind) -> bool| {
+        by_out
+            .get(&v.to_string())
+            .map(|&k| &checked.fusable[k])
+            .filter(|f| kind(&f.kind) && once(&f.out))
+    };
+    let mut replace: Vec<(usize, TokenStream)> = Vec::new();
+    let mut removed: Vec<usize> = Vec::new();
+    for f in &checked.fusable {
+        let out = syn::Ident::new(&f.out, proc_macro2::Span::call_site());
+        match &f.kind {
+            FuseKind::LayerNorm => {
+                let Some(add) = producer(&f.inputs[0], |k| matches!(k, FuseKind::Add)) else {
+                    continue;
+                };
+                let fused = (0..2).find_map(|side| {
+                    let drop = producer(&add.inputs[side], |k| matches!(k, FuseKind::Dropout))?;
+                    let dense = producer(&drop.inputs[0], |k| matches!(k, FuseKind::Linear))?;
+                    Some((dense, drop, &add.inputs[1 - side]))
+                });
+                let Some((dense, drop, residual)) = fused else {
+                    continue;
+                };
+                let (df, pf, nf, x) = (&dense.field, &drop.field, &f.field, &dense.inputs[0]);
+                replace.push((
+                    f.stmt,
+                    quote!(let #out = ::ferrograd::nn::fusion::linear_dropout_add_layer_norm(&#df, &#pf, &#x, &#residual, &#nf);),
+                ));
+                removed.extend([dense.stmt, drop.stmt, add.stmt]);
+            }
+            FuseKind::Act(act) => {
+                let Some(dense) = producer(&f.inputs[0], |k| matches!(k, FuseKind::Linear)) else {
+                    continue;
+                };
+                let (df, x) = (&dense.field, &dense.inputs[0]);
+                replace.push((
+                    f.stmt,
+                    quote!(let #out = ::ferrograd::nn::fusion::linear_activation(&#df, &#x, #act);),
+                ));
+                removed.push(dense.stmt);
+            }
+            _ => {}
+        }
+    }
+    for (k, s) in replace {
+        checked.stmts[k] = s;
+    }
+    removed.sort_unstable();
+    removed.dedup();
+    for k in removed.into_iter().rev() {
+        checked.stmts.remove(k);
+    }
 }
 
 impl Checker<'_> {
@@ -483,6 +626,11 @@ impl Checker<'_> {
 
     fn outputs(&mut self, net: &Network, output: &Expr, result: Option<Val>) {
         let Some(result) = result else { return };
+        if let Val::One(v, _) = &result
+            && self.refuse_optional(v, output.span(), "the network's output")
+        {
+            return;
+        }
         let declared = &net.outputs;
         let singles: Vec<(TokenStream, Ty)> = match (&result, net.tuple_output) {
             (Val::One(v, t), false) => vec![(v.clone(), t.clone())],

@@ -243,6 +243,10 @@ impl Checker<'_> {
             (Some(s), None) => (b, s, true),
             (None, None) => {
                 let (x, y) = (self.one(a)?, self.one(b)?);
+                let refused_a = self.refuse_optional(&x.0, a.span(), &format!("`{text}`"));
+                if refused_a || self.refuse_optional(&y.0, b.span(), &format!("`{text}`")) {
+                    return None;
+                }
                 let Some(shape) = broadcast(&x.1.shape, &y.1.shape) else {
                     let what = if op == '+' { "adds" } else { "combines" };
                     let message = if x.1.shape.len() == y.1.shape.len() && op == '+' {
@@ -273,6 +277,18 @@ impl Checker<'_> {
                 };
                 let (vx, vy) = (&x.0, &y.0);
                 let var = self.var();
+                if op == '+'
+                    && x.1.shape.len() == y.1.shape.len()
+                    && x.1.shape.iter().zip(&y.1.shape).all(|(a, b)| a.same(b))
+                {
+                    self.checked.fusable.push(super::Fusable {
+                        stmt: self.checked.stmts.len(),
+                        out: var.to_string(),
+                        kind: super::FuseKind::Add,
+                        inputs: vec![vx.clone(), vy.clone()],
+                        field: TokenStream::new(),
+                    });
+                }
                 self.checked
                     .stmts
                     .push(quote!(let #var = #vx.#method(&#vy);));
@@ -295,6 +311,9 @@ impl Checker<'_> {
             }
         };
         let (v, ty) = self.one(value)?;
+        if self.refuse_optional(&v, value.span(), &format!("`{text}`")) {
+            return None;
+        }
         let code = match (op, scalar_left) {
             ('+', _) => quote!(#v.add_scalar(#s)),
             ('*', _) => quote!(#v.mul_scalar(#s)),

@@ -2,6 +2,7 @@
 
 use super::terms::{Arg, Call, ShapeExpr};
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Ident, LitInt, Token, parenthesized};
@@ -83,7 +84,10 @@ impl Expr {
             };
             return Ok(Expr::Scalar(v, lit.span()));
         }
-        if !input.peek(Ident) {
+        // A field named by a keyword (`self: BertSelfAttention(..)(x, mask)`).
+        let keyword_field =
+            input.peek(Ident::peek_any) && input.peek2(Token![:]) && !input.peek2(Token![::]);
+        if !input.peek(Ident) && !keyword_field {
             return Err(input.error(
                 "expected a value: a name, a layer applied to values such as `relu(x)`, a number, or `( .. )`",
             ));

@@ -72,6 +72,9 @@ pub(crate) struct Input {
     pub(crate) shape: ShapeExpr,
     /// The declared dtype (`f32` when not written) and its token.
     pub(crate) dtype: (Ident, DKind),
+    /// `mask: Option<[N, 1, 1, T]: bool>`: `forward` takes `Option<&Tensor>`, and the
+    /// value may only be handed on to a layer that takes it optionally too.
+    pub(crate) optional: bool,
 }
 
 /// A constructor parameter `stride = 1` of `struct Block[cin -> cout, stride = 1](..)`:
@@ -247,28 +250,70 @@ impl Parse for Network {
         let inputs = Punctuated::<Input, Token![,]>::parse_terminated_with(&content, |p| {
             let name: Ident = p.parse()?;
             p.parse::<Token![:]>()?;
-            let shape = p.parse()?;
-            let dtype = if p.peek(Token![:]) {
-                p.parse::<Token![:]>()?;
-                let t: Ident = p.parse()?;
-                let kind = match t.to_string().as_str() {
-                    "f16" | "bf16" | "f32" | "f64" => DKind::Float,
-                    "i64" | "u8" => DKind::Int,
-                    "bool" => DKind::Bool,
-                    other => {
-                        return Err(syn::Error::new(
-                            t.span(),
-                            format!(
-                                "unknown dtype `{other}`: expected f16, bf16, f32, f64, i64, u8 or bool"
-                            ),
-                        ));
-                    }
-                };
-                (t, kind)
-            } else {
-                (Ident::new("f32", name.span()), DKind::Float)
+            let optional = p.peek(Ident) && p.peek2(Token![<]) && {
+                let fork = p.fork();
+                fork.parse::<Ident>().is_ok_and(|i| i == "Option")
             };
-            Ok(Input { name, shape, dtype })
+            let outer = p;
+            let inner;
+            let p = if optional {
+                outer.parse::<Ident>()?;
+                outer.parse::<Token![<]>()?;
+                // Up to the closing `>`: a shape and an optional dtype.
+                let mut tokens = proc_macro2::TokenStream::new();
+                while !outer.is_empty() && !outer.peek(Token![>]) {
+                    tokens.extend([outer.parse::<proc_macro2::TokenTree>()?]);
+                }
+                outer.parse::<Token![>]>()?;
+                inner = tokens;
+                None
+            } else {
+                inner = proc_macro2::TokenStream::new();
+                Some(outer)
+            };
+            let parse_rest = |p: ParseStream| -> syn::Result<(ShapeExpr, (Ident, DKind))> {
+                let shape = p.parse()?;
+                let dtype = if p.peek(Token![:]) {
+                    p.parse::<Token![:]>()?;
+                    let t: Ident = p.parse()?;
+                    let kind = match t.to_string().as_str() {
+                        "f16" | "bf16" | "f32" | "f64" => DKind::Float,
+                        "i64" | "u8" => DKind::Int,
+                        "bool" => DKind::Bool,
+                        other => {
+                            return Err(syn::Error::new(
+                                t.span(),
+                                format!(
+                                    "unknown dtype `{other}`: expected f16, bf16, f32, f64, i64, u8 or bool"
+                                ),
+                            ));
+                        }
+                    };
+                    (t, kind)
+                } else {
+                    (Ident::new("f32", name.span()), DKind::Float)
+                };
+                Ok((shape, dtype))
+            };
+            let (shape, dtype) = match p {
+                Some(p) => parse_rest(p)?,
+                None => syn::parse::Parser::parse2(
+                    |p: ParseStream| {
+                        let r = parse_rest(p)?;
+                        if !p.is_empty() {
+                            return Err(p.error("expected `>` after the optional input's shape and dtype, as `Option<[N, T]: bool>`"));
+                        }
+                        Ok(r)
+                    },
+                    inner,
+                )?,
+            };
+            Ok(Input {
+                name,
+                shape,
+                dtype,
+                optional,
+            })
         })?;
         if inputs.is_empty() {
             return Err(syn::Error::new(

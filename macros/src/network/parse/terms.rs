@@ -2,6 +2,7 @@
 //! chain form's steps.
 
 use proc_macro2::Span;
+use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Ident, LitInt, Token, bracketed, parenthesized};
@@ -258,7 +259,14 @@ impl Parse for Arg {
 pub(crate) struct Call {
     /// The field name of a layer with parameters.
     pub(crate) name: Option<Ident>,
+    /// The field's key where it is no Rust field name as written (`self`, `LayerNorm`;
+    /// `name` is then `self_`, `layer_norm`).
+    pub(crate) key: Option<String>,
     pub(crate) kind: Ident,
+    /// The path before a user layer's kind (`self::`, `crate::gpt2::`), as written: such a
+    /// kind is never a built-in one, nor a typo of one (`c_fc: self::Conv1D(..)`, a type
+    /// of the user's beside the built-in `Conv1d`).
+    pub(crate) path: Option<proc_macro2::TokenStream>,
     pub(crate) generics: Option<syn::AngleBracketedGenericArguments>,
     pub(crate) args: Vec<Arg>,
     pub(crate) args_span: Option<Span>,
@@ -288,9 +296,13 @@ impl Call {
                 .replace(" >", ">")
                 .replace(" ,", ",")
         });
+        let path = self
+            .path
+            .as_ref()
+            .map_or(String::new(), |p| p.to_string().replace(' ', ""));
         let call = match self.args_span {
             Some(_) => format!(
-                "{}{generics}({})",
+                "{path}{}{generics}({})",
                 self.kind,
                 self.args
                     .iter()
@@ -298,12 +310,22 @@ impl Call {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            None => format!("{}{generics}", self.kind),
+            None => format!("{path}{}{generics}", self.kind),
         };
-        match (&self.name, self.repeat) {
+        let name = self.field_key();
+        match (name, self.repeat) {
             (Some(n), Some((k, _))) => format!("{n}: [{call}; {k}]"),
             (Some(n), None) => format!("{n}: {call}"),
             (None, _) => call,
+        }
+    }
+
+    /// The field's key as written (`LayerNorm`, `self`), if the call has a field.
+    pub(crate) fn field_key(&self) -> Option<String> {
+        match (&self.key, &self.name) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(n)) => Some(n.to_string()),
+            (None, None) => None,
         }
     }
 
@@ -339,7 +361,9 @@ impl Call {
         }
         Ok(Call {
             kind: Ident::new("Sequential", kind_span),
+            path: None,
             name: None,
+            key: None,
             generics: None,
             args: Vec::new(),
             args_span: Some(span),
@@ -351,8 +375,21 @@ impl Call {
 
     /// Parses `(name:)? Kind<..>? (args)?`; `in_expression`, the last parenthesised group
     /// is left for the inputs.
-    pub(super) fn parse_with(input: ParseStream, in_expression: bool) -> syn::Result<Self> {
-        let first: Ident = input.parse()?;
+    pub(crate) fn parse_with(input: ParseStream, in_expression: bool) -> syn::Result<Self> {
+        // A field name may be a checkpoint's key that is no Rust field name (BERT's
+        // `attention.self`, `LayerNorm`): the field is `self_`, `layer_norm`, its key as
+        // written.
+        let named = input.peek2(Token![:]) && !input.peek2(Token![::]);
+        let first: Ident = if named {
+            Ident::parse_any(input)?
+        } else {
+            input.parse()?
+        };
+        let (first, key) = if named {
+            field_ident(first)
+        } else {
+            (first, None)
+        };
         if input.peek(Token![:]) && !input.peek(Token![::]) && input.peek2(syn::token::Bracket) {
             // `name: [Kind<..>(args); n]`
             input.parse::<Token![:]>()?;
@@ -375,6 +412,7 @@ impl Call {
                 ));
             }
             call.name = Some(first);
+            call.key = key;
             call.repeat = Some((n, count.span()));
             return Ok(call);
         }
@@ -385,13 +423,34 @@ impl Call {
             let paren = parenthesized!(content in input);
             let mut call = Call::sequence_items(&content, paren.span.join(), first.span())?;
             call.name = Some(first);
+            call.key = key;
             return Ok(call);
         }
-        let (name, kind) = if input.peek(Token![:]) && !input.peek(Token![::]) {
+        let (name, kind, path) = if input.peek(Token![:]) && !input.peek(Token![::]) {
             input.parse::<Token![:]>()?;
-            (Some(first), input.parse::<Ident>()?)
+            // A user layer's kind may be a path, `self::Conv1D`, `blocks::Basic`.
+            let mut kind = Ident::parse_any(input)?;
+            let mut path = proc_macro2::TokenStream::new();
+            while input.peek(Token![::]) {
+                let colons: Token![::] = input.parse()?;
+                path.extend(quote::quote!(#kind #colons));
+                kind = Ident::parse_any(input)?;
+            }
+            if path.is_empty() {
+                if kind == "self" || kind == "crate" || kind == "super" {
+                    return Err(syn::Error::new(
+                        kind.span(),
+                        format!(
+                            "`{kind}` begins a path: write the layer's type after it, as `{kind}::Conv1D(..)`"
+                        ),
+                    ));
+                }
+                (Some(first), kind, None)
+            } else {
+                (Some(first), kind, Some(path))
+            }
         } else {
-            (None, first)
+            (None, first, None)
         };
         let generics = if input.peek(Token![<]) {
             Some(input.parse()?)
@@ -418,7 +477,9 @@ impl Call {
         };
         Ok(Call {
             name,
+            key: key.clone(),
             kind,
+            path,
             generics,
             args,
             args_span,
@@ -430,6 +491,9 @@ impl Call {
 }
 
 /// One step of the chain form: a call, `let h` or `+ h`, with an optional checked shape.
+// Steps are parsed once per invocation and held in one `Vec`: boxing the call would
+// only add an allocation per step.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Step {
     Call(Call, Option<ShapeExpr>),
@@ -460,4 +524,37 @@ impl Parse for Step {
         let call = Call::parse_with(input, false)?;
         Ok(Step::Call(call, annotation(input)?))
     }
+}
+
+/// The Rust field for a field name as written, and the key when they differ: a keyword
+/// (`self`) gains a `_`, a name in another case (`LayerNorm`, Hugging Face's key) is
+/// written in snake case (`layer_norm`).
+fn field_ident(name: Ident) -> (Ident, Option<String>) {
+    let text = name.to_string();
+    if syn::parse_str::<Ident>(&text).is_err() {
+        return (Ident::new(&format!("{text}_"), name.span()), Some(text));
+    }
+    if !text.chars().any(|c| c.is_ascii_uppercase()) {
+        return (name, None);
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut snake = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() {
+            let prev = i.checked_sub(1).map(|j| chars[j]);
+            let after_lower = prev.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit());
+            let acronym_end = prev.is_some_and(|p| p.is_ascii_uppercase())
+                && chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            if (after_lower || acronym_end) && !snake.ends_with('_') {
+                snake.push('_');
+            }
+            snake.push(c.to_ascii_lowercase());
+        } else {
+            snake.push(c);
+        }
+    }
+    if syn::parse_str::<Ident>(&snake).is_err() {
+        snake.push('_');
+    }
+    (Ident::new(&snake, name.span()), Some(text))
 }

@@ -68,7 +68,10 @@ impl Checker<'_> {
             };
             map.insert(c.clone(), eval_dim(&d, self.errors)?);
         }
-        let ctor_args = if sig.derived {
+        // A derived module declared with constructor parameters (`#[module(new = [nx ->
+        // nf], ..)]`, GPT-2's `Conv1D`) takes them as a network does, checked and bound.
+        let derived_ctor = sig.derived && !(sig.ctor.is_empty() && sig.values.is_empty());
+        let ctor_args = if sig.derived && !derived_ctor {
             self.derived_args(call)?
         } else {
             self.ctor_args(call, sig, &mut map)?
@@ -166,11 +169,26 @@ impl Checker<'_> {
             self.errors.push(call.repeat.expect("repeated").1, format!("`{desc}` chains {count} copies, but one copy turns {} into {}: a repeated block keeps its input's shape", ty.show(), show(&output)));
             return None;
         }
+        let path = &call.path;
         let ty_tokens = match &call.generics {
-            Some(g) => quote!(#kind #g),
-            None => quote!(#kind),
+            Some(g) => quote!(#path #kind #g),
+            None => quote!(#path #kind),
         };
-        let build_one = if sig.derived {
+        // The sizes only: number parameters (after them) do not change the count.
+        let sizes = &ctor_args[..sig.ctor.len().min(ctor_args.len())];
+        let build_one = if derived_ctor {
+            count_checked(
+                &ty_tokens,
+                &kind.to_string(),
+                kind.span(),
+                &ctor_args,
+                &desc,
+                (
+                    quote!(<#ty_tokens>::num_parameters_for(#(#sizes),*)),
+                    "#[module(parameters = ..)]",
+                ),
+            )
+        } else if sig.derived {
             param_count_checked(
                 &ty_tokens,
                 &kind.to_string(),
@@ -206,11 +224,28 @@ impl Checker<'_> {
         } else {
             Out::One(Ty::float(output))
         };
+        // Values handed to inputs declared `Option<[..]>`: an optional input as it is,
+        // a tensor as `Some(&x)`.
+        let slots: Vec<(bool, bool)> = sig
+            .optional
+            .iter()
+            .zip(self.call_optional.iter().chain(std::iter::repeat(&false)))
+            .map(|(&takes, &is)| (takes, is))
+            .collect();
+        let any_optional = slots.iter().any(|s| s.0);
         let built = Built {
             out,
             field: Some((field_ty, init)),
             params: Dim::lit(0),
             forward: Box::new(move |xs, f| {
+                if any_optional {
+                    let args = xs.iter().zip(&slots).map(|(x, slot)| match slot {
+                        (true, true) => quote!(#x.as_ref()),
+                        (true, false) => quote!(::core::option::Option::Some(&#x)),
+                        _ => quote!(&#x),
+                    });
+                    return quote!(#f.forward(#(#args),*));
+                }
                 if xs.len() > 1 {
                     return quote!(#f.forward(#(&#xs),*));
                 }
@@ -231,11 +266,9 @@ impl Checker<'_> {
             }),
             onnx: None,
         };
-        let one = if sig.derived {
+        let one = if sig.derived && !derived_ctor {
             quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
         } else if !sig.ctor.is_empty() {
-            // The sizes only: number parameters (after them) do not change the count.
-            let sizes = &ctor_args[..sig.ctor.len().min(ctor_args.len())];
             quote!(<#ty_tokens>::num_parameters_for(#(#sizes),*))
         } else {
             quote!(<#ty_tokens>::NUM_PARAMETERS)
@@ -510,9 +543,10 @@ impl Checker<'_> {
             return None;
         }
         let output = shape_dims(annotation, self.errors);
+        let path = &call.path;
         let ty_tokens = match &call.generics {
-            Some(g) => quote!(#kind #g),
-            None => quote!(#kind),
+            Some(g) => quote!(#path #kind #g),
+            None => quote!(#path #kind),
         };
         self.checked.users.push(UserLayer {
             ty: kind.clone(),
