@@ -396,6 +396,13 @@ fn declared_with_new(
         .iter()
         .map(|s| format_ident!("{}", s, span = proc_macro2::Span::call_site()))
         .collect();
+    // Switches (`bias: bool`) count too, as 0 or 1.
+    let switches: Vec<syn::Ident> = parsed
+        .ctor
+        .iter()
+        .filter(|p| matches!(p.value, Some(crate::network::parse::ValueParam::Bool(_))))
+        .map(|p| format_ident!("{}", p.name, span = proc_macro2::Span::call_site()))
+        .collect();
     let mut quiet = crate::network::check_errors();
     for shape in [&parsed.inputs[0].shape, &parsed.outputs[0]] {
         crate::network::declared_tokens(shape, &quote!(::ferrograd), &mut quiet);
@@ -417,7 +424,8 @@ fn declared_with_new(
         impl #impl_generics #ident #ty_generics #where_clause {
             #[doc = #doc]
             #[allow(non_snake_case, clippy::too_many_arguments)]
-            pub const fn num_parameters_for(#(#used: usize),*) -> usize {
+            pub const fn num_parameters_for(#(#used: usize,)* #(#switches: bool),*) -> usize {
+                #(let #switches = #switches as usize;)*
                 #parameters
             }
         }

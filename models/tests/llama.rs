@@ -184,3 +184,34 @@ fn a_half_precision_checkpoint_is_kept_or_converted_on_request() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `mlp_bias` switches the MLP's biases (the `network!`'s `bias: bool` parameter): the
+/// keys `transformers` writes for such a model, and the count the DSL computes for it.
+#[test]
+fn mlp_bias_adds_the_biases_and_counts_them() {
+    use ferrograd_models::llama::{LlamaConfig, LlamaMlp};
+    for bias in [false, true] {
+        let c = LlamaConfig::from_json(&format!(
+            r#"{{"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+                "num_hidden_layers": 1, "num_attention_heads": 4, "mlp_bias": {bias}}}"#
+        ))
+        .unwrap();
+        let m = LlamaForCausalLM::new(&c, &Device::Cpu);
+        let keys: Vec<String> = m.state_dict().keys().cloned().collect();
+        for proj in ["gate_proj", "up_proj", "down_proj"] {
+            let key = format!("model.layers.0.mlp.{proj}.bias");
+            assert_eq!(keys.contains(&key), bias, "{key} in {keys:?}");
+        }
+        let mlp = &m.model.layers[0].mlp;
+        assert_eq!(
+            mlp.num_parameters(),
+            LlamaMlp::num_parameters_for(32, 48, bias)
+        );
+        let want = 3 * 32 * 48 + if bias { 2 * 48 + 32 } else { 0 };
+        assert_eq!(mlp.num_parameters(), want);
+        assert!(
+            mlp.summary()
+                .contains(&format!("Total trainable parameters: {want}"))
+        );
+    }
+}

@@ -63,10 +63,18 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             let ty = match p.value.as_ref()? {
                 crate::network::parse::ValueParam::Number(_) => quote!(f64),
                 crate::network::parse::ValueParam::Activation => quote!(#krate::nn::Activation),
+                crate::network::parse::ValueParam::Bool(_) => quote!(bool),
             };
             Some((local(p), ty))
         })
         .unzip();
+    // Switches (`bias: bool`) take part in the count, as 0 or 1.
+    let bools: Vec<syn::Ident> = net
+        .ctor
+        .iter()
+        .filter(|p| matches!(p.value, Some(crate::network::parse::ValueParam::Bool(_))))
+        .map(local)
+        .collect();
     // Activations are read in `forward` and the graph export (`-> act`).
     let acts: Vec<syn::Ident> = net
         .ctor
@@ -358,7 +366,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
     };
     // Without constructor parameters the count is a constant; with them, a `const fn`
     // of them (so an enclosing network's count stays a constant).
-    let (count_item, summary_self, total) = if ctor.is_empty() {
+    let (count_item, summary_self, total) = if ctor.is_empty() && bools.is_empty() {
         (
             quote! {
                 /// The number of trainable parameters, computed at compile time.
@@ -372,13 +380,14 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             quote! {
                 /// The number of trainable parameters for these constructor arguments
                 /// (a `const fn`).
-                #[allow(unused_variables)]
-                pub const fn num_parameters_for(#(#ctor: usize),*) -> usize {
+                #[allow(unused_variables, clippy::too_many_arguments)]
+                pub const fn num_parameters_for(#(#ctor: usize,)* #(#bools: bool),*) -> usize {
+                    #(let #bools = #bools as usize;)*
                     #num_parameters
                 }
             },
             quote!(&self),
-            quote!(Self::num_parameters_for(#(#ctor),*)),
+            quote!(Self::num_parameters_for(#(#ctor,)* #(#bools != 0),*)),
         )
     };
     let output_ty = if net.tuple_output {
@@ -547,6 +556,7 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             #[allow(unused_variables)]
             pub fn summary(#summary_self) -> ::std::string::String {
                 #(let #ctor = self.#ctor;)*
+                #(let #bools = self.#bools as usize;)*
                 let mut out = ::std::string::String::from(#head);
                 #table
                 out.push_str(&::std::format!("Total trainable parameters: {}\n", #total));

@@ -7,7 +7,7 @@ use crate::ModelError;
 use crate::generation::{CausalLM, KvCache};
 use crate::hub::{self, LoadDType, LoadOptions, Loaded};
 use ferrograd::nn::{Embedding, Linear, Module, RMSNorm};
-use ferrograd::{DType, Device, Tensor};
+use ferrograd::{DType, Device, Tensor, network};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
@@ -292,15 +292,14 @@ pub struct LlamaAttention {
     head_dim: usize,
 }
 
-/// SwiGLU: `down(silu(gate(x)) * up(x))`.
-#[derive(Module)]
-pub struct LlamaMlp {
-    /// Gate projection.
-    pub gate_proj: Linear,
-    /// Up projection.
-    pub up_proj: Linear,
-    /// Down projection.
-    pub down_proj: Linear,
+network! {
+    /// SwiGLU (`LlamaMLP`): `down_proj(silu(gate_proj(x)) * up_proj(x))`, with biases
+    /// when the config's `mlp_bias` says so.
+    pub struct LlamaMlp[hidden, intermediate, bias: bool](x: [N, T, hidden]) -> [N, T, hidden] {
+        let gate = x -> gate_proj: Linear(hidden -> intermediate, bias = bias) -> silu;
+        let up = x -> up_proj: Linear(hidden -> intermediate, bias = bias);
+        (gate * up) -> down_proj: Linear(intermediate -> hidden, bias = bias)
+    }
 }
 
 /// A pre-norm decoder layer.
@@ -372,11 +371,7 @@ impl LlamaForCausalLM {
                 head_dim: hd,
             },
             post_attention_layernorm: norm(),
-            mlp: LlamaMlp {
-                gate_proj: linear(d, c.intermediate_size, c.mlp_bias, device),
-                up_proj: linear(d, c.intermediate_size, c.mlp_bias, device),
-                down_proj: linear(c.intermediate_size, d, c.mlp_bias, device),
-            },
+            mlp: LlamaMlp::new(device, d, c.intermediate_size, c.mlp_bias),
         };
         let inv = c.inv_freq();
         let n = inv.len();
@@ -499,11 +494,9 @@ impl CausalLM for LlamaForCausalLM {
                 slot,
             );
             h = h.add(&a);
-            let m = &layer.mlp;
-            let x = layer.post_attention_layernorm.forward(&h);
-            let f = m
-                .down_proj
-                .forward(&m.gate_proj.forward(&x).silu().mul(&m.up_proj.forward(&x)));
+            let f = layer
+                .mlp
+                .forward(&layer.post_attention_layernorm.forward(&h));
             h = h.add(&f);
         }
         if last_only {

@@ -184,7 +184,7 @@ impl Checker<'_> {
                 // mistakes after it are still found.
                 // A user's type of that name would have been fetched had its path been
                 // written: say so where it could be one (a named layer).
-                let own = if named {
+                let own = if named && kind_name.eq_ignore_ascii_case(close) {
                     format!(
                         " (a layer type of your own named `{kind_name}` is written with its path, as `self::{kind_name}(..)`)"
                     )
@@ -199,6 +199,19 @@ impl Checker<'_> {
                     kind: syn::Ident::new(close, call.kind.span()),
                     ..call.clone()
                 };
+                if kind_name.eq_ignore_ascii_case(close) {
+                    // Only the case differs (`Conv1D`): quite likely the user's own type
+                    // written without its path, whose arguments need not fit the
+                    // built-in; the built-in's complaints about them would be noise.
+                    let outer = std::mem::take(&mut *self.errors);
+                    let r = self.builtin(&fixed, fixed_kind, tys, unknown);
+                    let own = std::mem::replace(&mut *self.errors, outer);
+                    return if own.is_empty() {
+                        r.map(|r| (fixed.clone(), r))
+                    } else {
+                        None
+                    };
+                }
                 return self
                     .builtin(&fixed, fixed_kind, tys, unknown)
                     .map(|r| (fixed.clone(), r));
@@ -338,6 +351,7 @@ impl Checker<'_> {
             &self.runtime,
             &self.sizes,
             &self.floats,
+            &self.bools,
             kind.keys(),
         );
         let built = kind.check(&mut cx, tys);

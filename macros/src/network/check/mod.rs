@@ -23,6 +23,11 @@ use std::fmt;
 pub(crate) struct Errors(Option<syn::Error>, usize);
 
 impl Errors {
+    /// Whether nothing was reported.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.1 == 0
+    }
+
     pub(crate) fn push(&mut self, span: Span, message: impl fmt::Display) {
         self.1 += 1;
         let e = syn::Error::new(span, message);
@@ -249,6 +254,8 @@ struct Checker<'a> {
     floats: Vec<String>,
     /// Its activation constructor parameters.
     acts: Vec<String>,
+    /// Its switch (`bool`) constructor parameters.
+    bools: Vec<String>,
     /// The last batch norm emitted: its statement, field, input and output variable, so
     /// that a `relu` piped straight after it runs fused (`forward_relu`).
     last_norm: Option<LastNorm>,
@@ -459,6 +466,12 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
             .ctor
             .iter()
             .filter(|p| matches!(p.value, Some(ValueParam::Activation)))
+            .map(|p| p.name.to_string())
+            .collect(),
+        bools: net
+            .ctor
+            .iter()
+            .filter(|p| matches!(p.value, Some(ValueParam::Bool(_))))
             .map(|p| p.name.to_string())
             .collect(),
         last_norm: None,

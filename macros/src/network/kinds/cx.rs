@@ -38,6 +38,8 @@ pub(crate) struct Cx<'a> {
     sizes: &'a [String],
     /// The network's float constructor parameters (`p: f64`).
     floats: &'a [String],
+    /// Its switch constructor parameters (`bias: bool`).
+    bools: &'a [String],
     args: Vec<Option<Arg>>,
     /// The kind's argument keys, in PyTorch's positional order.
     keys: Vec<String>,
@@ -55,6 +57,7 @@ impl<'a> Cx<'a> {
         runtime: &'a [String],
         sizes: &'a [String],
         floats: &'a [String],
+        bools: &'a [String],
         keys: &[&str],
     ) -> Self {
         // A misspelt key close to a known one is reported with a suggestion and then read
@@ -89,6 +92,7 @@ impl<'a> Cx<'a> {
             runtime,
             sizes,
             floats,
+            bools,
             args,
             keys: keys.iter().map(|k| k.to_string()).collect(),
             positional_keys: Vec::new(),
@@ -468,6 +472,29 @@ impl<'a> Cx<'a> {
             );
         }
         x
+    }
+
+    /// A `true`/`false` argument that may also be one of the network's switch parameters
+    /// (`Linear(d -> h, bias = bias)` of `struct Mlp[d, h, bias: bool]`): its tokens for
+    /// the constructor, and how many of a thing it adds as a factor of the count (1, 0,
+    /// or the parameter, a 0/1 size to the count).
+    pub(crate) fn bool_arg(&mut self, key: &str, default: bool) -> (TokenStream, Dim) {
+        if let Some(Arg::Named(k, Value::Dim(DimExpr::Sym(name)))) = self
+            .args
+            .iter()
+            .flatten()
+            .find(|a| matches!(a, Arg::Named(k, _) if k == key))
+            && k == key
+            && self.bools.iter().any(|b| name == b)
+        {
+            let name = name.clone();
+            self.value(key, false);
+            let at = Span::call_site().located_at(name.span());
+            let i = syn::Ident::new(&name.to_string(), at);
+            return (quote::quote!(#i), Dim::sym(&name.to_string()));
+        }
+        let b = self.bool(key, default);
+        (quote::quote!(#b), Dim::lit(b as i64))
     }
 
     /// A `true`/`false` argument.

@@ -18,7 +18,7 @@ impl Kind for Linear {
     }
     fn check(&self, cx: &mut Cx, inputs: &[Ty]) -> Option<Built> {
         let (inp, out) = cx.arrow("in_features -> out_features")?;
-        let bias = cx.bool("bias", true);
+        let (bias, has_bias) = cx.bool_arg("bias", true);
         cx.finish("`in -> out` and `bias`");
         let (i, o) = (cx.dim(&inp)?, cx.dim(&out)?);
         if !cx.arity(inputs, 1, "one value") {
@@ -51,7 +51,7 @@ impl Kind for Linear {
         }
         let mut shape = x.shape.clone();
         *shape.last_mut().expect("rank >= 1") = o.clone();
-        let params = i.mul(&o).add(&if bias { o.clone() } else { Dim::lit(0) });
+        let params = i.mul(&o).add(&o.mul(&has_bias));
         let (it, ot) = (
             cx.const_tokens(&i, inp.span()),
             cx.const_tokens(&o, out.span()),

@@ -95,6 +95,9 @@ pub(crate) enum ValueParam {
     Number(Option<f64>),
     /// `act: Activation`: an `nn::Activation` chosen by the caller, applied as `-> act`.
     Activation,
+    /// `bias: bool` (`bias: bool = false`): a switch for a layer's `bias = ..`
+    /// (`Linear(d -> h, bias = bias)`); the parameter count depends on it.
+    Bool(Option<bool>),
 }
 
 /// A whole `network!` invocation.
@@ -177,11 +180,24 @@ impl Parse for Network {
                             value: Some(ValueParam::Activation),
                         });
                     }
+                    if ty == "bool" {
+                        let default = if p.peek(Token![=]) {
+                            p.parse::<Token![=]>()?;
+                            Some(p.parse::<syn::LitBool>()?.value)
+                        } else {
+                            None
+                        };
+                        return Ok(CtorParam {
+                            name,
+                            default: None,
+                            value: Some(ValueParam::Bool(default)),
+                        });
+                    }
                     if ty != "f64" {
                         return Err(syn::Error::new(
                             ty.span(),
                             format!(
-                                "a constructor parameter is a size (`{name}`, `{name} = 1`), a number (`{name}: f64`, `{name}: f64 = 0.1`) or an activation (`{name}: Activation`), not `{ty}`"
+                                "a constructor parameter is a size (`{name}`, `{name} = 1`), a number (`{name}: f64`, `{name}: f64 = 0.1`), a switch (`{name}: bool`, `{name}: bool = false`) or an activation (`{name}: Activation`), not `{ty}`"
                             ),
                         ));
                     }
@@ -227,12 +243,13 @@ impl Parse for Network {
             {
                 let what = match ctor[k].value {
                     Some(ValueParam::Activation) => "activation",
+                    Some(ValueParam::Bool(_)) => "switch",
                     _ => "number",
                 };
                 return Err(syn::Error::new(
                     size.name.span(),
                     format!(
-                        "size parameter `{}` after the {what} `{}`: list the sizes first, then the `f64` and `Activation` parameters",
+                        "size parameter `{}` after the {what} `{}`: list the sizes first, then the `f64`, `bool` and `Activation` parameters",
                         size.name, ctor[k].name
                     ),
                 ));

@@ -174,8 +174,20 @@ impl Checker<'_> {
             Some(g) => quote!(#path #kind #g),
             None => quote!(#path #kind),
         };
-        // The sizes only: number parameters (after them) do not change the count.
-        let sizes = &ctor_args[..sig.ctor.len().min(ctor_args.len())];
+        // The sizes and switches: numbers and activations do not change the count.
+        let sizes: Vec<&TokenStream> = ctor_args
+            .iter()
+            .take(sig.ctor.len())
+            .chain(
+                ctor_args
+                    .iter()
+                    .skip(sig.ctor.len())
+                    .zip(&sig.values)
+                    .filter(|(_, (_, v))| matches!(v, ValueParam::Bool(_)))
+                    .map(|(t, _)| t),
+            )
+            .collect();
+        let sizes = &sizes[..];
         let build_one = if derived_ctor {
             count_checked(
                 &ty_tokens,
@@ -268,7 +280,12 @@ impl Checker<'_> {
         };
         let one = if sig.derived && !derived_ctor {
             quote!(<#ty_tokens as ::ferrograd::nn::DeclaredShapes>::PARAMETERS)
-        } else if !sig.ctor.is_empty() {
+        } else if !sig.ctor.is_empty()
+            || sig
+                .values
+                .iter()
+                .any(|(_, v)| matches!(v, ValueParam::Bool(_)))
+        {
             quote!(<#ty_tokens>::num_parameters_for(#(#sizes),*))
         } else {
             quote!(<#ty_tokens>::NUM_PARAMETERS)
@@ -379,6 +396,8 @@ impl Checker<'_> {
                     }
                     (ValueParam::Activation, Value::Str(s)) => activation_variant(&s.value())
                         .map(|v| quote!(::ferrograd::nn::Activation::#v)),
+                    (ValueParam::Bool(_), Value::Bool(b)) => Some(quote!(#b)),
+                    (ValueParam::Bool(_), Value::Dim(DimExpr::Sym(name))) => own(name, &self.bools),
                     _ => None,
                 };
                 if tokens.is_none() {
@@ -388,6 +407,9 @@ impl Checker<'_> {
                         }
                         ValueParam::Activation => {
                             "an activation: a name (\"gelu\", \"gelu_tanh\", \"relu\", \"silu\", \"tanh\", \"sigmoid\") or one of this network's `Activation` parameters"
+                        }
+                        ValueParam::Bool(_) => {
+                            "a switch: `true`, `false` or one of this network's `bool` parameters"
                         }
                     };
                     self.errors.push(
@@ -502,9 +524,11 @@ impl Checker<'_> {
             match (given, param) {
                 (Some(t), _) => tokens.push(t),
                 (None, ValueParam::Number(Some(d))) => tokens.push(quote!(#d)),
+                (None, ValueParam::Bool(Some(b))) => tokens.push(quote!(#b)),
                 (None, param) => {
                     let (what, example) = match param {
                         ValueParam::Number(_) => ("number", "0.1"),
+                        ValueParam::Bool(_) => ("switch", "true"),
                         ValueParam::Activation => ("activation", "\"gelu\""),
                     };
                     self.errors.push(
