@@ -103,24 +103,14 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
         let shape = shape_dims(&input.shape, &mut quiet);
         let declared = show(&shape);
         let rank = shape.len();
-        binds.push(quote! {
-            let __shape = #ident.shape();
-            if __shape.len() != #rank {
-                panic!("{}.forward: input `{}` must have rank {} (declared {}), got shape {:?}", #net_name, #input_name, #rank, #declared, __shape);
-            }
-        });
-        let dtype_check = match input.dtype.1 {
-            DKind::Float => quote!(#ident.dtype().is_float()),
-            DKind::Int => {
-                quote!(!#ident.dtype().is_float() && #ident.dtype() != #krate::DType::Bool)
-            }
-            DKind::Bool => quote!(#ident.dtype() == #krate::DType::Bool),
+        let (kind, dtype_name) = match input.dtype.1 {
+            DKind::Float => (quote!(Float), input.dtype.0.to_string()),
+            DKind::Int => (quote!(Int), input.dtype.0.to_string()),
+            DKind::Bool => (quote!(Bool), input.dtype.0.to_string()),
         };
-        let dtype_name = input.dtype.0.to_string();
+        let checks_mod = quote!(#krate::nn::input_checks);
         binds.push(quote! {
-            if !(#dtype_check) {
-                panic!("{}.forward: input `{}` must be {} (declared), got {:?}", #net_name, #input_name, #dtype_name, #ident.dtype());
-            }
+            #checks_mod::rank_and_dtype(#net_name, #input_name, &#ident, #declared, #rank, #checks_mod::Kind::#kind, #dtype_name);
         });
         for (i, d) in shape.iter().enumerate() {
             if let Some(s) = d.as_sym()
@@ -153,28 +143,13 @@ pub(crate) fn expand(net: &Network, c: &Checked) -> TokenStream {
             }
             let want = d.tokens(&sym);
             let text = d.to_string();
-            if let Some(s) = d.as_sym()
-                && bound.iter().any(|b| b == s)
-            {
-                checks.push(quote! {
-                    if #ident.shape()[#i] != #want {
-                        panic!("{}.forward: input `{}` has {} at dim {} but `{}` is {} elsewhere (declared {}), got shape {:?}", #net_name, #input_name, #ident.shape()[#i], #i, #text, #want, #declared, #ident.shape());
-                    }
-                });
-                continue;
-            }
+            let elsewhere = d.as_sym().is_some_and(|s| bound.iter().any(|b| b == s));
             checks.push(quote! {
-                if #ident.shape()[#i] != #want {
-                    panic!("{}.forward: input `{}` must have size {} = {} at dim {} (declared {}), got shape {:?}", #net_name, #input_name, #text, #want, #i, #declared, #ident.shape());
-                }
+                #checks_mod::dim(#net_name, #input_name, &#ident, #declared, #i, #want, #text, #elsewhere);
             });
         }
         checks.push(quote! {
-            if let ::core::option::Option::Some(__device) = #krate::nn::Module::device(self) {
-                if #ident.device() != __device {
-                    panic!("{}.forward: input `{}` is on {} but the network is on {}; move one with `to_device`", #net_name, #input_name, #ident.device(), __device);
-                }
-            }
+            #checks_mod::device(#net_name, #input_name, &#ident, #krate::nn::Module::device(self));
         });
         if input.optional {
             // Every check of an optional input runs when it is given, after the sizes

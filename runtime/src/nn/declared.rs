@@ -219,3 +219,94 @@ impl ShapeMessage {
         }
     }
 }
+
+/// The run-time checks of a `network!`'s inputs, out of line so that each network's
+/// `forward` holds calls instead of formatted panics (less code for every user crate to
+/// compile). Each panics at the caller of `forward` with the network, the input and the
+/// declared shape.
+#[doc(hidden)]
+pub mod input_checks {
+    use crate::{DType, Device, Tensor};
+
+    /// The dtype family an input declares.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Kind {
+        /// `f32` and the other floats.
+        Float,
+        /// `i64`, `u8`.
+        Int,
+        /// `bool`.
+        Bool,
+    }
+
+    /// Rank and dtype of input `input` of `net` (declared `declared`, dtype named `dtype`).
+    #[track_caller]
+    pub fn rank_and_dtype(
+        net: &str,
+        input: &str,
+        x: &Tensor,
+        declared: &str,
+        rank: usize,
+        kind: Kind,
+        dtype: &str,
+    ) {
+        if x.dim() != rank {
+            panic!(
+                "{net}.forward: input `{input}` must have rank {rank} (declared {declared}), got shape {:?}",
+                x.shape()
+            );
+        }
+        let d = x.dtype();
+        let ok = match kind {
+            Kind::Float => d.is_float(),
+            Kind::Int => !d.is_float() && d != DType::Bool,
+            Kind::Bool => d == DType::Bool,
+        };
+        if !ok {
+            panic!("{net}.forward: input `{input}` must be {dtype} (declared), got {d:?}");
+        }
+    }
+
+    /// Dim `i` of the input is `want`, the size written `text`; `elsewhere`: a size name
+    /// bound by an earlier dim.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn dim(
+        net: &str,
+        input: &str,
+        x: &Tensor,
+        declared: &str,
+        i: usize,
+        want: usize,
+        text: &str,
+        elsewhere: bool,
+    ) {
+        let got = x.shape()[i];
+        if got == want {
+            return;
+        }
+        if elsewhere {
+            panic!(
+                "{net}.forward: input `{input}` has {got} at dim {i} but `{text}` is {want} elsewhere (declared {declared}), got shape {:?}",
+                x.shape()
+            );
+        }
+        panic!(
+            "{net}.forward: input `{input}` must have size {text} = {want} at dim {i} (declared {declared}), got shape {:?}",
+            x.shape()
+        );
+    }
+
+    /// The input sits on the network's device (`None`: a network without tensors).
+    #[track_caller]
+    pub fn device(net: &str, input: &str, x: &Tensor, network: Option<Device>) {
+        if let Some(d) = network
+            && x.device() != d
+        {
+            panic!(
+                "{net}.forward: input `{input}` is on {} but the network is on {d}; move one with `to_device`",
+                x.device()
+            );
+        }
+    }
+}

@@ -7,6 +7,8 @@ mod container;
 mod conv;
 pub(crate) use conv::resolve as conv_padding;
 mod declared;
+#[doc(hidden)]
+pub use declared::input_checks;
 mod dropout;
 mod embedding;
 mod forward;

@@ -350,8 +350,7 @@ impl Checker<'_> {
             self.krate.clone(),
             &self.runtime,
             &self.sizes,
-            &self.floats,
-            &self.bools,
+            (&self.floats, &self.bools),
             kind.keys(),
         );
         let built = kind.check(&mut cx, tys);
@@ -639,6 +638,21 @@ impl Checker<'_> {
                     __r
                 })
             }
+            // A built-in layer whose type has `ExportLayer`: called directly, without the
+            // probe's method resolution through three autoref levels (cheaper to check).
+            (None, true)
+                if call.path.is_none()
+                    && call.repeat.is_none()
+                    && vars.len() == 1
+                    && matches!(out, Val::One(..))
+                    && EXPORTS_ITSELF.contains(&call.kind.to_string().as_str()) =>
+            {
+                let x = &vars[0];
+                quote!({
+                    let __o = __g.layer(&#field, #label, &[&#x]);
+                    #picked
+                })
+            }
             // One in, one out: a type without `ExportLayer` is traced through its forward.
             (None, true) if vars.len() == 1 && matches!(out, Val::One(..)) => {
                 let x = &vars[0];
@@ -832,6 +846,22 @@ fn new_from_device(ty: &TokenStream, text: &str, desc: &str, at: Span) -> TokenS
         __module(__picked)
     })
 }
+
+/// The built-in layer kinds whose runtime types implement `onnx::ExportLayer`.
+const EXPORTS_ITSELF: &[&str] = &[
+    "Linear",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+    "RMSNorm",
+    "GroupNorm",
+    "Dropout",
+    "Embedding",
+];
 
 /// The layer outputs `__o` as the call's value: one `onnx::Value` or a (nested) tuple.
 fn pick_outputs(out: &Val, next: &mut usize) -> TokenStream {

@@ -435,6 +435,14 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         }
     }
     let sizes = runtime.iter().chain(&consts).cloned().collect();
+    // The names of the constructor parameters of one kind (numbers, activations, ..).
+    let params_where = |kind: fn(&ValueParam) -> bool| -> Vec<String> {
+        net.ctor
+            .iter()
+            .filter(|p| p.value.as_ref().is_some_and(kind))
+            .map(|p| p.name.to_string())
+            .collect()
+    };
     let mut c = Checker {
         errors,
         krate: quote!(::ferrograd),
@@ -456,24 +464,9 @@ pub(crate) fn check(net: &Network, siblings: &[Signature], errors: &mut Errors) 
         siblings,
         own_name: net.name.to_string(),
         ctor: net.ctor.iter().map(|p| p.name.to_string()).collect(),
-        floats: net
-            .ctor
-            .iter()
-            .filter(|p| matches!(p.value, Some(ValueParam::Number(_))))
-            .map(|p| p.name.to_string())
-            .collect(),
-        acts: net
-            .ctor
-            .iter()
-            .filter(|p| matches!(p.value, Some(ValueParam::Activation)))
-            .map(|p| p.name.to_string())
-            .collect(),
-        bools: net
-            .ctor
-            .iter()
-            .filter(|p| matches!(p.value, Some(ValueParam::Bool(_))))
-            .map(|p| p.name.to_string())
-            .collect(),
+        floats: params_where(|v| matches!(v, ValueParam::Number(_))),
+        acts: params_where(|v| matches!(v, ValueParam::Activation)),
+        bools: params_where(|v| matches!(v, ValueParam::Bool(_))),
         last_norm: None,
         optional: Vec::new(),
         call_optional: Vec::new(),

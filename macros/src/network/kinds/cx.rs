@@ -56,8 +56,7 @@ impl<'a> Cx<'a> {
         krate: TokenStream,
         runtime: &'a [String],
         sizes: &'a [String],
-        floats: &'a [String],
-        bools: &'a [String],
+        (floats, bools): (&'a [String], &'a [String]),
         keys: &[&str],
     ) -> Self {
         // A misspelt key close to a known one is reported with a suggestion and then read
