@@ -392,10 +392,6 @@ fn declared_with_new(
         .filter(|p| p.value.is_none())
         .map(|p| &p.name)
         .collect();
-    let used: Vec<syn::Ident> = sizes
-        .iter()
-        .map(|s| format_ident!("{}", s, span = proc_macro2::Span::call_site()))
-        .collect();
     // Switches (`bias: bool`) count too, as 0 or 1.
     let switches: Vec<syn::Ident> = parsed
         .ctor
@@ -415,16 +411,13 @@ fn declared_with_new(
         "The parameter count of `{ident}::new({}.., device)` (`#[module(parameters = ..)]`), as `network!` sums it.",
         sizes.iter().map(|s| format!("{s}, ")).collect::<String>()
     );
-    let declaration = crate::network::declaration_macro(
-        ident,
-        &input.vis,
-        &quote!(#[module] struct #ident #generics #new #inputs -> #shape_out {}),
-    );
+    let declaration =
+        crate::network::declaration_macro(ident, &input.vis, &quote!(#[module] #header));
     quote! {
         impl #impl_generics #ident #ty_generics #where_clause {
             #[doc = #doc]
-            #[allow(non_snake_case, clippy::too_many_arguments)]
-            pub const fn num_parameters_for(#(#used: usize,)* #(#switches: bool),*) -> usize {
+            #[allow(non_snake_case, unused_variables, clippy::too_many_arguments)]
+            pub const fn num_parameters_for(#(#sizes: usize,)* #(#switches: bool),*) -> usize {
                 #(let #switches = #switches as usize;)*
                 #parameters
             }

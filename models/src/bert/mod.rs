@@ -95,15 +95,10 @@ impl BertConfig {
 }
 
 /// The feed-forward activation a config names (`transformers`' `ACT2FN`: `gelu` is
-/// erf's, `gelu_new`/`gelu_pytorch_tanh` the tanh form, `relu`, `silu`/`swish`).
+/// erf's, `gelu_new`/`gelu_pytorch_tanh` the tanh form, `relu`, `silu`/`swish`, `tanh`,
+/// `sigmoid`: `nn::Activation::from_name`).
 pub(crate) fn activation(name: &str) -> Result<Activation, String> {
-    match name {
-        "gelu" | "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" | "relu" | "silu" | "swish" => {
-            Activation::from_name(name)
-                .ok_or_else(|| format!("hidden_act {name:?} is not supported"))
-        }
-        other => Err(format!("hidden_act {other:?} is not supported")),
-    }
+    Activation::from_name(name).ok_or_else(|| format!("hidden_act {name:?} is not supported"))
 }
 
 network! {

@@ -478,27 +478,27 @@ impl<'a> Cx<'a> {
     /// the constructor, and how many of a thing it adds as a factor of the count (1, 0,
     /// or the parameter, a 0/1 size to the count).
     pub(crate) fn bool_arg(&mut self, key: &str, default: bool) -> (TokenStream, Dim) {
-        if let Some(Arg::Named(k, Value::Dim(DimExpr::Sym(name)))) = self
-            .args
-            .iter()
-            .flatten()
-            .find(|a| matches!(a, Arg::Named(k, _) if k == key))
-            && k == key
+        let v = self.value(key, false);
+        if let Some(Value::Dim(DimExpr::Sym(name))) = &v
             && self.bools.iter().any(|b| name == b)
         {
-            let name = name.clone();
-            self.value(key, false);
             let at = Span::call_site().located_at(name.span());
             let i = syn::Ident::new(&name.to_string(), at);
             return (quote::quote!(#i), Dim::sym(&name.to_string()));
         }
-        let b = self.bool(key, default);
+        let b = self.bool_from(v, key, default);
         (quote::quote!(#b), Dim::lit(b as i64))
     }
 
     /// A `true`/`false` argument.
     pub(crate) fn bool(&mut self, key: &str, default: bool) -> bool {
-        match self.value(key, false) {
+        let v = self.value(key, false);
+        self.bool_from(v, key, default)
+    }
+
+    /// [`Cx::bool`] of a value already read.
+    fn bool_from(&mut self, v: Option<Value>, key: &str, default: bool) -> bool {
+        match v {
             None => default,
             Some(Value::Bool(b)) => b.value,
             Some(other) => {
